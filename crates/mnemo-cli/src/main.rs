@@ -1,0 +1,45 @@
+//! `mnemo`: durable memory for applications. See `mnemo --help`.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod pool;
+mod size;
+
+/// mnemo keeps a program's data structures in persistent (or emulated-persistent) memory,
+/// updates them crash-consistently, and makes every acknowledged write durable.
+///
+/// A pool is one file mapped into memory. Put it on /dev/shm to emulate persistent memory,
+/// on a DAX file system for real persistent memory, or on any disk (slower: every sync point
+/// then calls msync).
+///
+/// Logging: set MNEMO_LOG (e.g. MNEMO_LOG=debug); logs go to stderr.
+#[derive(Debug, Parser)]
+#[command(name = "mnemo", version, propagate_version = true, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, inspect and check pool files.
+    #[command(subcommand)]
+    Pool(pool::PoolCommand),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MNEMO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Pool(cmd) => pool::run(cmd),
+    }
+}

@@ -1,0 +1,99 @@
+//! The media seam: what holds a pool's bytes and makes them durable.
+//!
+//! Implementations: [`crate::FileMedia`] (a file mapped into memory), the simulated medium
+//! of `mnemo-testkit` (records every flush and fence to build crash images), and later
+//! virtual persistent memory. The layers above see only this trait, so a medium can be
+//! swapped without touching them.
+//!
+//! # Contract
+//! * [`Media::base`] never changes for the life of the medium, including across
+//!   [`Media::grow`]: implementations reserve address space for their whole capacity.
+//! * Stores are plain CPU stores into `base()..base()+len()`. A store is durable only after a
+//!   [`Media::flush`] covering it *followed by* a successful [`Media::drain`].
+//! * Every flush and fence of the library goes through these two methods: the crash
+//!   simulator and the NVMM emulator hook here and see every event.
+
+use std::fmt::Debug;
+use std::ptr::NonNull;
+
+use crate::cpu::FlushKind;
+use crate::error::MediaError;
+
+/// Where the bytes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MediaKind {
+    /// A file on tmpfs (such as /dev/shm): the stand-in for NVMM; flushed cache lines are
+    /// as durable as this machine's memory.
+    Tmpfs,
+    /// A file on a DAX file system (`MAP_SYNC` accepted): real persistent memory.
+    Dax,
+    /// A file in the page cache of an ordinary file system: durable only after `msync(2)`.
+    PageCache,
+    /// Memory of a simulator (tests).
+    Simulated,
+    /// Virtual persistent memory.
+    Virtual,
+}
+
+/// How data is made durable on a medium.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// Flush cache lines, then fence.
+    CpuFlush,
+    /// The kernel writes dirty pages back: `msync(2)` at every drain.
+    Msync,
+}
+
+/// A description of a medium, for `mnemo pool info` and logs.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MediaInfo {
+    /// Where the bytes live.
+    pub kind: MediaKind,
+    /// How they are made durable.
+    pub durability: Durability,
+    /// Flush instruction in use (meaningful with [`Durability::CpuFlush`]).
+    pub flush: FlushKind,
+    /// Why this durability was chosen.
+    pub reason: String,
+}
+
+/// A persistent medium mapped into this process. See the module documentation.
+pub trait Media: Send + Sync + Debug {
+    /// First byte of the mapping. Never changes while the medium exists.
+    fn base(&self) -> NonNull<u8>;
+
+    /// Bytes currently mapped and usable.
+    fn len(&self) -> u64;
+
+    /// Whether nothing is mapped.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Most bytes the medium may grow to without moving.
+    fn capacity(&self) -> u64;
+
+    /// Grow to `new_len` bytes (a multiple of the page size). Existing bytes and `base()` stay
+    /// where they are. New bytes read as zero.
+    fn grow(&self, new_len: u64) -> Result<(), MediaError>;
+
+    /// Make sure `offset..offset+len` is backed by storage, so later stores cannot fail for
+    /// lack of space (on a file: `fallocate`). Ranges already backed cost little.
+    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError>;
+
+    /// Start writing back every cache line overlapping `offset..offset+len`. Not durable
+    /// until the next [`Media::drain`]. The range must lie within `len()`.
+    fn flush(&self, offset: u64, len: u64);
+
+    /// Wait until every earlier flush (and non-temporal store) of this thread is durable.
+    fn drain(&self) -> Result<(), MediaError>;
+
+    /// Copy `src` to `offset` and flush it (non-temporal stores for large copies). Not
+    /// durable until the next [`Media::drain`]. The range must lie within `len()`.
+    fn copy_nodrain(&self, offset: u64, src: &[u8]);
+
+    /// What this medium is.
+    fn info(&self) -> MediaInfo;
+}

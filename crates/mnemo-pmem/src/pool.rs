@@ -1,0 +1,601 @@
+//! [`Pool`]: a medium plus its header; create, open, grow, close, and the sync points.
+
+use std::fs::{File, OpenOptions as FsOpenOptions};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, MediaError};
+use crate::file::FileMedia;
+use crate::header::{self, Header, Pair, FORMAT_VERSION};
+use crate::limits::{
+    DATA_OFFSET, GMSYNC_RANGES_MAX, HEADER_COPY_SIZE, LAYOUT_NAME_MAX, PAGE_SIZE, POOL_SIZE_MAX, POOL_SIZE_MIN,
+    RESERVE_DEFAULT,
+};
+use crate::media::{Media, MediaInfo, MediaKind};
+use crate::sync::{ByteRange, LocalPolicy, SyncPolicy};
+
+/// How to create a pool.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Initial size in bytes (rounded up to a page).
+    pub size: u64,
+    /// Largest size the pool may grow to while open (address space reserved at open).
+    pub size_max: u64,
+    /// The program's name for what it keeps in the pool; checked at open.
+    pub layout: String,
+}
+
+impl CreateOptions {
+    /// A pool of `size` bytes with `layout`, growable to 64 GiB (or `size`, if larger).
+    pub fn new(size: u64, layout: &str) -> CreateOptions {
+        CreateOptions { size, size_max: RESERVE_DEFAULT.max(size), layout: layout.to_string() }
+    }
+
+    fn validate(&self) -> Result<(u64, u64), Error> {
+        if self.size < POOL_SIZE_MIN || self.size > POOL_SIZE_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "pool size {} is outside {POOL_SIZE_MIN}..={POOL_SIZE_MAX} bytes",
+                self.size
+            )));
+        }
+        if self.layout.len() > LAYOUT_NAME_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "layout name is {} bytes long; at most {LAYOUT_NAME_MAX} fit",
+                self.layout.len()
+            )));
+        }
+        let size = self.size.next_multiple_of(PAGE_SIZE);
+        let size_max = self.size_max.max(size).min(POOL_SIZE_MAX).next_multiple_of(PAGE_SIZE);
+        Ok((size, size_max))
+    }
+}
+
+/// How to open a pool.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Refuse a pool whose layout differs (None: accept any).
+    pub layout: Option<String>,
+    /// Reserve address space for growth up to this many bytes (None: the header's size_max).
+    pub size_max: Option<u64>,
+}
+
+/// Counters of the sync-point pipeline.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    /// Sync points completed.
+    pub sync_points: AtomicU64,
+    /// Ranges named by sync points.
+    pub sync_ranges: AtomicU64,
+    /// Bytes named by sync points.
+    pub sync_bytes: AtomicU64,
+}
+
+/// An open pool: a [`Media`] whose first 8 KiB hold the two header copies.
+#[derive(Debug)]
+pub struct Pool {
+    media: Box<dyn Media>,
+    name: PathBuf,
+    header: Mutex<Header>,
+    size: AtomicU64,
+    policy: Arc<dyn SyncPolicy>,
+    stats: PoolStats,
+    was_clean: bool,
+    closed: AtomicBool,
+    /// The file handle holding the advisory lock (file-backed pools).
+    _lock: Option<File>,
+}
+
+fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn lock_exclusive(path: &Path, file: &File) -> Result<(), Error> {
+    match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::Busy { path: path.to_path_buf() }),
+        Err(e) => Err(Error::from_io(path, "flock", e.into())),
+    }
+}
+
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+impl Pool {
+    /// Create a new pool file at `path` (mode 0600). Fails if the file exists. The pool
+    /// appears at `path` only once complete: it is built under a temporary name and renamed.
+    pub fn create(path: &Path, options: &CreateOptions) -> Result<Pool, Error> {
+        let (size, size_max) = options.validate()?;
+        if path.exists() {
+            return Err(Error::AlreadyExists { path: path.to_path_buf() });
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let stat = rustix::fs::statvfs(&dir).map_err(|e| Error::from_io(&dir, "statvfs", e.into()))?;
+        let available = stat.f_bavail.saturating_mul(stat.f_frsize);
+        if available < size {
+            return Err(Error::NoSpace { path: path.to_path_buf(), needed: size, available });
+        }
+        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temp = dir.join(format!(".{file_name}.creating.{}", std::process::id()));
+        let result = Self::create_at(path, &temp, size, size_max, &options.layout);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        result
+    }
+
+    fn create_at(path: &Path, temp: &Path, size: u64, size_max: u64, layout: &str) -> Result<Pool, Error> {
+        let file = FsOpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(temp)
+            .map_err(|e| Error::from_io(path, "create", e))?;
+        lock_exclusive(path, &file)?;
+        file.set_len(size).map_err(|e| Error::from_io(path, "ftruncate", e))?;
+        let lock = file.try_clone().map_err(|e| Error::from_io(path, "dup", e))?;
+        let media = FileMedia::map(path, file, size, size_max)?;
+        // On disk file systems reserve every block now (cheap: unwritten extents) so a full
+        // disk is an error here, not a SIGBUS later. On tmpfs fallocate would zero every page
+        // (20 ms for 64 MiB); the free-space check above covers creation, and the heap
+        // reserves pages as it first hands them out (`Media::ensure_backed`).
+        let backed = if media.info().kind == MediaKind::Tmpfs { HEADER_COPY_SIZE * 2 } else { size };
+        media.ensure_backed(0, backed).map_err(|e| media_error(path, e))?;
+        let header = Header {
+            format_version: FORMAT_VERSION,
+            generation: 1,
+            pool_uuid: uuid::Uuid::new_v4(),
+            pool_size: size,
+            size_max,
+            created_unix_ns: now_unix_ns(),
+            data_offset: DATA_OFFSET,
+            page_size: PAGE_SIZE as u32,
+            flags: 0,
+            clean_shutdown: false,
+            layout: layout.to_string(),
+            creator: format!("mnemo {}", env!("CARGO_PKG_VERSION")),
+        };
+        let pool = Pool::init(Box::new(media), path, header, Some(lock))?;
+        if pool.media.info().durability == crate::Durability::Msync {
+            // The file's size and blocks are metadata: make them durable before the name.
+            pool._lock.as_ref().map(File::sync_all).transpose().map_err(|e| Error::from_io(path, "fsync", e))?;
+        }
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            temp,
+            rustix::fs::CWD,
+            path,
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(|e| Error::from_io(path, "rename", e.into()))?;
+        sync_dir(path);
+        Ok(pool)
+    }
+
+    /// Format a fresh medium as a pool (both header copies written and persisted). Used by
+    /// [`Pool::create`] and by simulated media in tests.
+    pub fn create_on(media: Box<dyn Media>, name: &Path, options: &CreateOptions) -> Result<Pool, Error> {
+        let (size, size_max) = options.validate()?;
+        if media.len() < size {
+            media.grow(size).map_err(|e| media_error(name, e))?;
+        }
+        let header = Header {
+            format_version: FORMAT_VERSION,
+            generation: 1,
+            pool_uuid: uuid::Uuid::new_v4(),
+            pool_size: size,
+            size_max: size_max.min(media.capacity()),
+            created_unix_ns: now_unix_ns(),
+            data_offset: DATA_OFFSET,
+            page_size: PAGE_SIZE as u32,
+            flags: 0,
+            clean_shutdown: false,
+            layout: options.layout.clone(),
+            creator: format!("mnemo {}", env!("CARGO_PKG_VERSION")),
+        };
+        Pool::init(media, name, header, None)
+    }
+
+    /// Write both header copies of a new pool: generation 1 into copy 1, then generation 2
+    /// (the one in force, marked open) into copy 0.
+    fn init(media: Box<dyn Media>, name: &Path, first: Header, lock: Option<File>) -> Result<Pool, Error> {
+        let pool = Pool {
+            size: AtomicU64::new(first.pool_size),
+            header: Mutex::new(first.clone()),
+            media,
+            name: name.to_path_buf(),
+            policy: Arc::new(LocalPolicy),
+            stats: PoolStats::default(),
+            was_clean: true,
+            closed: AtomicBool::new(false),
+            _lock: lock,
+        };
+        pool.write_copy(&first)?;
+        pool.update_header(|_| {})?;
+        Ok(pool)
+    }
+
+    /// Open an existing pool file.
+    pub fn open(path: &Path, options: &OpenOptions) -> Result<Pool, Error> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::from_io(path, "stat", e))?;
+        if !meta.is_file() {
+            return Err(Error::NotAPool { path: path.to_path_buf(), detail: "not a regular file".into() });
+        }
+        if meta.permissions().mode() & 0o200 == 0 {
+            return Err(Error::PermissionDenied {
+                path: path.to_path_buf(),
+                detail: format!("the file is read-only (mode {:o})", meta.permissions().mode() & 0o777),
+            });
+        }
+        let file = FsOpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::from_io(path, "open", e))?;
+        lock_exclusive(path, &file)?;
+        let file_len = file.metadata().map_err(|e| Error::from_io(path, "stat", e))?.len();
+        let header = read_header(path, &file, file_len)?;
+        if let Some(expected) = &options.layout {
+            if *expected != header.layout {
+                return Err(Error::LayoutMismatch {
+                    path: path.to_path_buf(),
+                    expected: expected.clone(),
+                    found: header.layout,
+                });
+            }
+        }
+        let size_max = options.size_max.unwrap_or(header.size_max).max(header.pool_size);
+        let lock = file.try_clone().map_err(|e| Error::from_io(path, "dup", e))?;
+        let media = FileMedia::map(path, file, header.pool_size, size_max)?;
+        media.ensure_backed(0, HEADER_COPY_SIZE * 2).map_err(|e| media_error(path, e))?;
+        Pool::attach(Box::new(media), path, header, Some(lock))
+    }
+
+    /// Open a pool on a medium that already holds one (simulated media in tests).
+    pub fn open_on(media: Box<dyn Media>, name: &Path, options: &OpenOptions) -> Result<Pool, Error> {
+        let len = media.len();
+        if len < HEADER_COPY_SIZE * 2 {
+            return Err(Error::Truncated {
+                path: name.to_path_buf(),
+                file_len: len,
+                expected: HEADER_COPY_SIZE * 2,
+                detail: "two header copies",
+            });
+        }
+        let bytes = media_bytes(media.as_ref(), 0, HEADER_COPY_SIZE * 2);
+        let header = choose(name, &Pair::decode(&bytes), len)?;
+        if let Some(expected) = &options.layout {
+            if *expected != header.layout {
+                return Err(Error::LayoutMismatch {
+                    path: name.to_path_buf(),
+                    expected: expected.clone(),
+                    found: header.layout,
+                });
+            }
+        }
+        Pool::attach(media, name, header, None)
+    }
+
+    fn attach(media: Box<dyn Media>, name: &Path, header: Header, lock: Option<File>) -> Result<Pool, Error> {
+        let was_clean = header.clean_shutdown;
+        let pool = Pool {
+            size: AtomicU64::new(header.pool_size),
+            header: Mutex::new(header),
+            media,
+            name: name.to_path_buf(),
+            policy: Arc::new(LocalPolicy),
+            stats: PoolStats::default(),
+            was_clean,
+            closed: AtomicBool::new(false),
+            _lock: lock,
+        };
+        pool.update_header(|h| h.clean_shutdown = false)?;
+        if !was_clean {
+            tracing::info!(pool = %name.display(), "pool was not closed cleanly; layers above run recovery");
+        }
+        Ok(pool)
+    }
+
+    /// Replace the durability policy (replication installs its own at start-up).
+    pub fn set_sync_policy(&mut self, policy: Arc<dyn SyncPolicy>) {
+        self.policy = policy;
+    }
+
+    /// The policy in force.
+    pub fn sync_policy(&self) -> &dyn SyncPolicy {
+        self.policy.as_ref()
+    }
+
+    /// The file (or medium name) of this pool, for messages.
+    pub fn name(&self) -> &Path {
+        &self.name
+    }
+
+    /// The header in force.
+    pub fn header(&self) -> Header {
+        self.header.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether the previous process closed the pool cleanly (read at open).
+    pub fn was_clean(&self) -> bool {
+        self.was_clean
+    }
+
+    /// Pool size in bytes, headers included.
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// First offset available to the layers above.
+    pub fn data_offset(&self) -> u64 {
+        DATA_OFFSET
+    }
+
+    /// The medium.
+    pub fn media(&self) -> &dyn Media {
+        self.media.as_ref()
+    }
+
+    /// What the medium is and how it makes data durable.
+    pub fn media_info(&self) -> MediaInfo {
+        self.media.info()
+    }
+
+    /// Sync-point counters.
+    pub fn stats(&self) -> &PoolStats {
+        &self.stats
+    }
+
+    /// Check that `offset..offset+len` lies in the pool.
+    pub fn check_range(&self, offset: u64, len: u64) -> Result<(), Error> {
+        let size = self.size();
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::OutOfBounds { offset, len, size }),
+        }
+    }
+
+    /// Address of `offset` in this process. Stable while the pool is open, across growth.
+    /// Dereferencing it is the caller's (unsafe) business.
+    pub fn ptr(&self, offset: u64, len: u64) -> Result<NonNull<u8>, Error> {
+        self.check_range(offset, len)?;
+        NonNull::new(self.media.base().as_ptr().wrapping_add(offset as usize))
+            .ok_or_else(|| Error::InvalidArgument("null pool address".into()))
+    }
+
+    /// Copy `bytes` into the pool at `offset` (not yet durable).
+    pub fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
+        let dst = self.ptr(offset, bytes.len() as u64)?;
+        // SAFETY: the range is inside the live mapping (checked by `ptr`); `bytes` is a Rust
+        // slice, so it does not alias pool memory mutably.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.as_ptr(), bytes.len())
+        };
+        Ok(())
+    }
+
+    /// Copy pool bytes at `offset` into `out`.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), Error> {
+        let src = self.ptr(offset, out.len() as u64)?;
+        // SAFETY: as in `write`; the source range is inside the mapping.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+
+    /// Copy `bytes` into the pool and start writing them back (non-temporal stores for large
+    /// copies). Durable after the next [`Pool::drain`] or sync point.
+    pub fn copy_nodrain(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
+        self.check_range(offset, bytes.len() as u64)?;
+        self.media.copy_nodrain(offset, bytes);
+        Ok(())
+    }
+
+    /// Start writing back a range (a low-level step; logs batch several before one drain).
+    pub fn flush(&self, offset: u64, len: u64) -> Result<(), Error> {
+        self.check_range(offset, len)?;
+        self.media.flush(offset, len);
+        Ok(())
+    }
+
+    /// Wait until earlier flushes are durable (the fence).
+    pub fn drain(&self) -> Result<(), Error> {
+        self.media.drain().map_err(|e| media_error(&self.name, e))
+    }
+
+    /// Flush and drain one range, without counting as a sync point of the pipeline (the
+    /// library's internal persists: logs, allocator metadata, headers).
+    pub fn persist(&self, offset: u64, len: u64) -> Result<(), Error> {
+        self.flush(offset, len)?;
+        self.drain()
+    }
+
+    /// Sync point for one range: durable (and, with replication, replicated) on return.
+    pub fn msync(&self, offset: u64, len: u64) -> Result<(), Error> {
+        self.gmsync(&[ByteRange::new(offset, len)])
+    }
+
+    /// Sync point for several ranges at once, as one unit of the pipeline (a replica applies
+    /// them together). Local crash atomicity across ranges needs a transaction.
+    pub fn gmsync(&self, ranges: &[ByteRange]) -> Result<(), Error> {
+        if ranges.len() > GMSYNC_RANGES_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "gmsync of {} ranges; at most {GMSYNC_RANGES_MAX} per sync point",
+                ranges.len()
+            )));
+        }
+        let mut bytes = 0u64;
+        for range in ranges {
+            self.check_range(range.offset, range.len)?;
+            bytes += range.len;
+        }
+        self.policy.sync(self.media.as_ref(), ranges).map_err(|e| media_error(&self.name, e))?;
+        self.stats.sync_points.fetch_add(1, Ordering::Relaxed);
+        self.stats.sync_ranges.fetch_add(ranges.len() as u64, Ordering::Relaxed);
+        self.stats.sync_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Grow the pool to `new_size` bytes (page-rounded) while it is open. Offsets and
+    /// addresses stay valid; new bytes read as zero. Crash-safe: the header records the new
+    /// size only after the file has grown.
+    pub fn grow(&self, new_size: u64) -> Result<(), Error> {
+        let new_size = new_size.next_multiple_of(PAGE_SIZE);
+        let mut header = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        if new_size <= header.pool_size {
+            return Ok(());
+        }
+        if new_size > header.size_max.max(self.media.capacity()).min(POOL_SIZE_MAX) || new_size > self.media.capacity() {
+            return Err(Error::Media {
+                path: self.name.clone(),
+                source: MediaError::CapacityExceeded { requested: new_size, capacity: self.media.capacity() },
+            });
+        }
+        self.media.grow(new_size).map_err(|e| media_error(&self.name, e))?;
+        let mut next = header.clone();
+        next.pool_size = new_size;
+        next.size_max = next.size_max.max(new_size);
+        self.write_next(&mut header, next)?;
+        self.size.store(new_size, Ordering::Release);
+        Ok(())
+    }
+
+    /// Mark the pool cleanly closed and release it. Dropping a pool does the same; `close`
+    /// reports errors.
+    pub fn close(self) -> Result<(), Error> {
+        self.close_inner()
+    }
+
+    fn close_inner(&self) -> Result<(), Error> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.media.drain().map_err(|e| media_error(&self.name, e))?;
+        self.update_header(|h| h.clean_shutdown = true)
+    }
+
+    /// Apply `change` to the header and write it as the next generation into the other copy.
+    fn update_header(&self, change: impl FnOnce(&mut Header)) -> Result<(), Error> {
+        let mut header = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = header.clone();
+        change(&mut next);
+        self.write_next(&mut header, next)
+    }
+
+    fn write_next(&self, current: &mut Header, mut next: Header) -> Result<(), Error> {
+        next.generation = current.generation + 1;
+        self.write_copy(&next)?;
+        *current = next;
+        Ok(())
+    }
+
+    fn write_copy(&self, header: &Header) -> Result<(), Error> {
+        let bytes = header.encode();
+        let offset = header.copy_index() as u64 * HEADER_COPY_SIZE;
+        self.write(offset, &bytes)?;
+        self.persist(offset, HEADER_COPY_SIZE)?;
+        // Pair assertion: read back what is now on media and decode it.
+        let back = media_bytes(self.media.as_ref(), offset, HEADER_COPY_SIZE);
+        assert_eq!(Header::decode(&back).as_ref(), Ok(header), "header copy did not read back");
+        Ok(())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let Err(err) = self.close_inner() {
+            tracing::error!(pool = %self.name.display(), "closing the pool failed: {err}");
+        }
+    }
+}
+
+fn media_error(path: &Path, source: MediaError) -> Error {
+    Error::Media { path: path.to_path_buf(), source }
+}
+
+fn media_bytes(media: &dyn Media, offset: u64, len: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len as usize];
+    assert!(offset + len <= media.len());
+    // SAFETY: the range is inside the medium's mapping (asserted above).
+    #[allow(unsafe_code)]
+    unsafe {
+        std::ptr::copy_nonoverlapping(media.base().as_ptr().add(offset as usize), out.as_mut_ptr(), out.len())
+    };
+    out
+}
+
+fn sync_dir(path: &Path) {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Read both header copies with `pread` (no mapping, so a short file cannot SIGBUS) and pick
+/// the one in force.
+pub(crate) fn read_header(path: &Path, file: &File, file_len: u64) -> Result<Header, Error> {
+    let need = HEADER_COPY_SIZE * 2;
+    if file_len < need {
+        if file_len == 0 {
+            return Err(Error::NotAPool { path: path.to_path_buf(), detail: "the file is empty".into() });
+        }
+        return Err(Error::Truncated { path: path.to_path_buf(), file_len, expected: need, detail: "two header copies" });
+    }
+    let mut bytes = vec![0u8; need as usize];
+    read_exact_at(file, &mut bytes, 0).map_err(|e| Error::from_io(path, "read", e))?;
+    choose(path, &Pair::decode(&bytes), file_len)
+}
+
+/// Pick the header in force, or explain why none is.
+fn choose(path: &Path, pair: &Pair, file_len: u64) -> Result<Header, Error> {
+    let Some(header) = pair.header() else {
+        return Err(no_valid_copy(path, pair));
+    };
+    if file_len < header.pool_size {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            file_len,
+            expected: header.pool_size,
+            detail: "the size its header records",
+        });
+    }
+    Ok(header.clone())
+}
+
+fn no_valid_copy(path: &Path, pair: &Pair) -> Error {
+    use header::CopyProblem;
+    let path = path.to_path_buf();
+    for copy in &pair.copies {
+        if let Err(CopyProblem::UnsupportedVersion { found }) = copy {
+            if *found > FORMAT_VERSION {
+                return Error::NewerVersion { path, found: *found, supported: FORMAT_VERSION };
+            }
+            return Error::OlderVersion { path, found: *found, supported: header::FORMAT_VERSION_MIN };
+        }
+    }
+    let foreign = |c: &Result<Header, CopyProblem>| {
+        matches!(c, Err(CopyProblem::BadMagic { .. } | CopyProblem::Zeroed | CopyProblem::Short { .. }))
+    };
+    let detail = format!(
+        "copy 0: {}; copy 1: {}",
+        pair.copies[0].as_ref().err().map(ToString::to_string).unwrap_or_default(),
+        pair.copies[1].as_ref().err().map(ToString::to_string).unwrap_or_default()
+    );
+    if pair.copies.iter().all(foreign) {
+        Error::NotAPool { path, detail }
+    } else {
+        Error::Corrupt { path, detail }
+    }
+}
