@@ -1,0 +1,675 @@
+//! The strategies, run on the extracted [`facts`](crate::facts).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::facts::{Problem, Program, Record, Site, Val};
+use crate::{Error, Options};
+
+/// Calls that write a buffer to a file (or a socket): name, buffer arguments, and the index
+/// from which every further (variadic) argument is written too.
+const FILE_WRITERS: &[(&str, &[usize], Option<usize>)] = &[
+    ("write", &[1], None),
+    ("pwrite", &[1], None),
+    ("pwrite64", &[1], None),
+    ("fwrite", &[0], None),
+    ("fwrite_unlocked", &[0], None),
+    ("fputs", &[0], None),
+    ("fprintf", &[], Some(2)),
+    ("dprintf", &[], Some(2)),
+    ("send", &[1], None),
+    ("sendto", &[1], None),
+];
+
+/// How far the backtracking strategy follows values up through callers and local copies.
+const BACKTRACK_DEPTH_MAX: usize = 8;
+
+/// Work items the backtracking strategy may process, a bound for huge call graphs.
+const BACKTRACK_STEPS_MAX: usize = 1_000_000;
+
+/// Write sites kept per type in the report (the count is always exact).
+const SITES_PER_TYPE_MAX: usize = 20;
+
+/// Close names suggested for a load function that does not exist.
+const SUGGESTIONS_MAX: usize = 5;
+
+/// Which strategies to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Types written by the load functions and everything they call (NVMOVE's).
+    Load,
+    /// Types whose contents reach file-writing calls.
+    Backtrack,
+    /// Both, side by side.
+    Both,
+}
+
+impl Strategy {
+    /// Whether the load strategy runs.
+    pub fn runs_load(self) -> bool {
+        matches!(self, Strategy::Load | Strategy::Both)
+    }
+
+    /// Whether the backtracking strategy runs.
+    pub fn runs_backtrack(self) -> bool {
+        matches!(self, Strategy::Backtrack | Strategy::Both)
+    }
+}
+
+/// The result of an analysis.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The numbers.
+    pub summary: Summary,
+    /// The load strategy's result, when it ran.
+    pub load: Option<LoadReport>,
+    /// The backtracking strategy's findings, when it ran.
+    pub backtrack: Option<Vec<BacktrackFinding>>,
+    /// Sources that did not parse cleanly (`skipped` ones contributed nothing).
+    pub problems: Vec<Problem>,
+}
+
+/// The numbers of an analysis.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Translation units parsed.
+    pub units: usize,
+    /// Source files that could not be parsed at all.
+    pub units_skipped: usize,
+    /// Lines of the sources and project headers parsed.
+    pub lines: usize,
+    /// Structs and unions defined in the program's sources.
+    pub types_in_program: usize,
+    /// Types the load strategy found persistent.
+    pub types_found: usize,
+    /// Of those, flagged as likely false positives.
+    pub types_suspicious: usize,
+    /// Types the backtracking strategy found serialized.
+    pub types_found_backtrack: usize,
+    /// Functions whose bodies the load strategy analyzed.
+    pub functions_visited: usize,
+    /// Functions defined in the program.
+    pub functions_in_program: usize,
+    /// Wall-clock seconds for the whole analysis, parsing included.
+    pub seconds: f64,
+}
+
+/// What the load strategy found.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    /// The persistent types, sorted by name; likely false positives carry a [`Suspicion`].
+    pub findings: Vec<Finding>,
+    /// Functions analyzed, in breadth-first order.
+    pub visited: Vec<String>,
+    /// Functions reached but skipped: no arguments, or only non-pointer scalars.
+    pub skipped: Vec<String>,
+    /// Functions called without a body in the sources (the C library, other libraries),
+    /// not descended into.
+    pub external: Vec<String>,
+    /// Calls through function pointers, which the analysis cannot follow.
+    pub unresolved: Vec<Unresolved>,
+}
+
+/// A persistent type.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// `struct name`, `union name`, or a typedef name.
+    pub name: String,
+    /// Where it is defined.
+    pub definition: Site,
+    /// How the first write was reached: the load function first, each step the function
+    /// entered and the call site that entered it.
+    pub chain: Vec<ChainStep>,
+    /// Write sites (the first is the end of `chain`), at most [`SITES_PER_TYPE_MAX`].
+    pub writes: Vec<WriteSite>,
+    /// How many write sites there are in all.
+    pub write_count: usize,
+    /// Why this may be a false positive.
+    pub suspicion: Option<Suspicion>,
+}
+
+/// One step of an evidence chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainStep {
+    /// The function entered.
+    pub function: String,
+    /// The call that entered it (the definition, for the first step).
+    pub site: Site,
+}
+
+/// A statement that writes a persistent type.
+#[derive(Debug, Clone, Serialize)]
+pub struct WriteSite {
+    /// The function it is in.
+    pub function: String,
+    /// Where.
+    pub site: Site,
+    /// The kind of write: `=`, `+=`, `++`, `memcpy`, `initializer`, ...
+    pub how: String,
+    /// Why the type counts as written.
+    pub why: String,
+    /// The source line.
+    pub text: String,
+}
+
+/// Why a finding is likely a false positive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Suspicion {
+    /// `iterator` or `alignment-variant`.
+    pub kind: String,
+    /// The evidence.
+    pub reason: String,
+}
+
+/// A call the analysis could not follow.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unresolved {
+    /// The function making the call.
+    pub function: String,
+    /// The callee expression.
+    pub callee: String,
+    /// Where.
+    pub site: Site,
+}
+
+/// A type whose contents reach a file-writing call.
+#[derive(Debug, Clone, Serialize)]
+pub struct BacktrackFinding {
+    /// `struct name`, `union name`, or a typedef name.
+    pub name: String,
+    /// Where it is defined.
+    pub definition: Site,
+    /// The file-writing call the data reaches.
+    pub sink: WriteSite,
+    /// From the function holding the type back to the sink: each function and the site
+    /// where the value moves on (a call, or a copy).
+    pub path: Vec<ChainStep>,
+    /// How many sinks it reaches.
+    pub sink_count: usize,
+    /// Why this may be a false positive.
+    pub suspicion: Option<Suspicion>,
+}
+
+pub(crate) fn run(program: &Program, options: &Options, started: Instant) -> Result<Report, Error> {
+    let mut lines = SourceLines {
+        program,
+        files: HashMap::new(),
+    };
+    let load = if options.strategy.runs_load() {
+        Some(load_strategy(program, &options.load_functions, &mut lines)?)
+    } else {
+        None
+    };
+    let backtrack = options
+        .strategy
+        .runs_backtrack()
+        .then(|| backtrack_strategy(program, &mut lines));
+    let load_findings = load.as_ref().map(|l| l.findings.as_slice()).unwrap_or(&[]);
+    let summary = Summary {
+        units: program.units,
+        units_skipped: program.problems.iter().filter(|p| p.skipped).count(),
+        lines: program.lines,
+        types_in_program: program.records.len(),
+        types_found: load_findings.len(),
+        types_suspicious: load_findings.iter().filter(|f| f.suspicion.is_some()).count(),
+        types_found_backtrack: backtrack.as_ref().map(Vec::len).unwrap_or(0),
+        functions_visited: load.as_ref().map(|l| l.visited.len()).unwrap_or(0),
+        functions_in_program: program.functions.len(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    Ok(Report {
+        summary,
+        load,
+        backtrack,
+        problems: program.problems.clone(),
+    })
+}
+
+/// Lines of source files, read once each, for quoting write sites.
+struct SourceLines<'p> {
+    program: &'p Program,
+    files: HashMap<String, Vec<String>>,
+}
+
+impl SourceLines<'_> {
+    fn line(&mut self, site: &Site) -> String {
+        let program = self.program;
+        let lines = self.files.entry(site.file.clone()).or_insert_with(|| {
+            let path = program.paths.get(&site.file).cloned().unwrap_or_else(|| site.file.clone().into());
+            std::fs::read(path)
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .lines()
+                        .map(|l| l.trim().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        let index = (site.line as usize).saturating_sub(1);
+        lines.get(index).cloned().unwrap_or_default()
+    }
+}
+
+fn load_strategy(
+    program: &Program,
+    load_functions: &[String],
+    lines: &mut SourceLines,
+) -> Result<LoadReport, Error> {
+    let by_name = crate::extract::function_names(program);
+    let mut queue = VecDeque::new();
+    // For each function reached: the function that called it first and the call site.
+    let mut parent: HashMap<&str, Option<(&str, &Site)>> = HashMap::new();
+    for name in load_functions {
+        let Some(usrs) = by_name.get(name) else {
+            return Err(Error::LoadFunctionNotFound {
+                name: name.clone(),
+                suggestions: suggestions(name, by_name.keys()),
+            });
+        };
+        for usr in usrs {
+            if parent.insert(usr.as_str(), None).is_none() {
+                queue.push_back(usr.as_str());
+            }
+        }
+    }
+    let mut report = LoadReport {
+        findings: Vec::new(),
+        visited: Vec::new(),
+        skipped: Vec::new(),
+        external: Vec::new(),
+        unresolved: Vec::new(),
+    };
+    let mut external = BTreeSet::new();
+    let mut found: BTreeMap<&str, Finding> = BTreeMap::new();
+    while let Some(usr) = queue.pop_front() {
+        let Some(function) = program.functions.get(usr) else {
+            continue;
+        };
+        let is_root = matches!(parent.get(usr), Some(None));
+        if !is_root && !function.takes_pointers {
+            report.skipped.push(function.name.clone());
+            continue;
+        }
+        report.visited.push(function.name.clone());
+        for write in &function.writes {
+            for (key, why) in &write.records {
+                let Some(record) = program.records.get(key) else {
+                    continue;
+                };
+                let site = WriteSite {
+                    function: function.name.clone(),
+                    site: write.site.clone(),
+                    how: write.how.clone(),
+                    why: why.clone(),
+                    text: lines.line(&write.site),
+                };
+                let finding = found.entry(key.as_str()).or_insert_with(|| Finding {
+                    name: record.name.clone(),
+                    definition: record.site.clone(),
+                    chain: chain(program, &parent, usr),
+                    writes: Vec::new(),
+                    write_count: 0,
+                    suspicion: None,
+                });
+                finding.write_count += 1;
+                if finding.writes.len() < SITES_PER_TYPE_MAX {
+                    finding.writes.push(site);
+                }
+            }
+        }
+        for call in &function.calls {
+            match &call.callee {
+                None => report.unresolved.push(Unresolved {
+                    function: function.name.clone(),
+                    callee: call.callee_text.clone(),
+                    site: call.site.clone(),
+                }),
+                Some(callee) if program.functions.contains_key(callee) => {
+                    if !parent.contains_key(callee.as_str()) {
+                        parent.insert(callee.as_str(), Some((usr, &call.site)));
+                        queue.push_back(callee.as_str());
+                    }
+                }
+                Some(_) => {
+                    external.insert(call.callee_text.clone());
+                }
+            }
+        }
+    }
+    for (key, mut finding) in found {
+        finding.suspicion = suspicion(program, key, writes_loop_only(program, key));
+        report.findings.push(finding);
+    }
+    report
+        .findings
+        .sort_by(|a, b| (&a.name, &a.definition).cmp(&(&b.name, &b.definition)));
+    report.external = external.into_iter().collect();
+    Ok(report)
+}
+
+/// True when every write of the record `key` sits in the header of a `for` loop.
+fn writes_loop_only(program: &Program, key: &str) -> bool {
+    let mut any = false;
+    for function in program.functions.values() {
+        for write in &function.writes {
+            if write.records.iter().any(|(k, _)| k == key) {
+                if !write.loop_header {
+                    return false;
+                }
+                any = true;
+            }
+        }
+    }
+    any
+}
+
+fn chain(program: &Program, parent: &HashMap<&str, Option<(&str, &Site)>>, usr: &str) -> Vec<ChainStep> {
+    let mut steps = Vec::new();
+    let mut at = usr;
+    // Parent links form a tree rooted at the load functions; the bound guards the loop anyway.
+    for _ in 0..=parent.len() {
+        let name = program
+            .functions
+            .get(at)
+            .map(|f| f.name.clone())
+            .unwrap_or_default();
+        match parent.get(at).copied().flatten() {
+            Some((caller, site)) => {
+                steps.push(ChainStep {
+                    function: name,
+                    site: site.clone(),
+                });
+                at = caller;
+            }
+            None => {
+                let site = program
+                    .functions
+                    .get(at)
+                    .map(|f| f.site.clone())
+                    .unwrap_or_default();
+                steps.push(ChainStep {
+                    function: name,
+                    site,
+                });
+                break;
+            }
+        }
+    }
+    steps.reverse();
+    steps
+}
+
+fn suggestions<'a>(name: &str, names: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let lower = name.to_lowercase();
+    let mut scored: Vec<(f64, &String)> = names
+        .filter_map(|candidate| {
+            let other = candidate.to_lowercase();
+            let score = strsim::jaro_winkler(&lower, &other);
+            let related = other.contains(&lower) || lower.contains(&other);
+            (score >= 0.85 || related).then_some((if related { 1.0 } else { score }, candidate))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored
+        .into_iter()
+        .take(SUGGESTIONS_MAX)
+        .map(|(_, n)| n.clone())
+        .collect()
+}
+
+/// Padding fields do not count when comparing layouts.
+fn is_padding(field: &str) -> bool {
+    let f = field.to_lowercase();
+    f.is_empty() || f.starts_with("pad") || f.starts_with("_pad") || f.starts_with("__pad")
+        || f.starts_with("reserved") || f.starts_with("unused")
+}
+
+fn layout(record: &Record) -> Vec<&(String, String)> {
+    record.fields.iter().filter(|(n, _)| !is_padding(n)).collect()
+}
+
+/// Name stripped of the words that mark an alignment variant.
+fn base_name(name: &str) -> Option<String> {
+    let bare = name.rsplit(' ').next().unwrap_or(name).to_lowercase();
+    for marker in ["_aligned", "_packed", "_padded", "aligned_", "packed_", "padded_"] {
+        if bare.contains(marker) {
+            return Some(bare.replacen(marker, "", 1));
+        }
+    }
+    None
+}
+
+/// Why the record `key` is likely a false positive, if it is: an iterator (by name, or
+/// written only as a loop cursor) or an alignment variant of another record.
+fn suspicion(program: &Program, key: &str, loop_only: bool) -> Option<Suspicion> {
+    let record = program.records.get(key)?;
+    let bare = record.name.rsplit(' ').next().unwrap_or(&record.name).to_lowercase();
+    for word in ["iter", "cursor"] {
+        if bare.contains(word) {
+            return Some(Suspicion {
+                kind: "iterator".into(),
+                reason: format!("the name contains `{word}`"),
+            });
+        }
+    }
+    if loop_only {
+        return Some(Suspicion {
+            kind: "iterator".into(),
+            reason: "only written in the header of `for` loops (a loop cursor)".into(),
+        });
+    }
+    let mine = layout(record);
+    for (other_key, other) in &program.records {
+        if other_key == key || mine.is_empty() || layout(other) != mine {
+            continue;
+        }
+        let other_bare = other.name.rsplit(' ').next().unwrap_or(&other.name).to_lowercase();
+        let named = base_name(&record.name).is_some_and(|b| b == other_bare);
+        let attributed = (record.packed || record.aligned) && !(other.packed || other.aligned);
+        let padded = record.fields.len() > other.fields.len();
+        if named || attributed || padded {
+            let mut what = Vec::new();
+            if named {
+                what.push("its name marks a variant");
+            }
+            if attributed {
+                what.push("it carries a packed/aligned attribute");
+            }
+            if padded {
+                what.push("it only adds padding fields");
+            }
+            return Some(Suspicion {
+                kind: "alignment-variant".into(),
+                reason: format!(
+                    "same fields as {} ({}): {}",
+                    other.name,
+                    other.site,
+                    what.join(", ")
+                ),
+            });
+        }
+    }
+    if let Some(base) = base_name(&record.name) {
+        return Some(Suspicion {
+            kind: "alignment-variant".into(),
+            reason: format!("the name marks an alignment variant of `{base}`"),
+        });
+    }
+    None
+}
+
+/// One pending step of the backtracking: a value in a function, and how it got to the sink.
+struct Pending<'p> {
+    function: &'p str,
+    val: Val,
+    path: Vec<ChainStep>,
+}
+
+fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<BacktrackFinding> {
+    // Callers of each function: (caller, call index).
+    let mut callers: HashMap<&str, Vec<(&str, usize)>> = HashMap::new();
+    for (usr, function) in &program.functions {
+        for (i, call) in function.calls.iter().enumerate() {
+            if let Some(callee) = &call.callee {
+                callers.entry(callee.as_str()).or_default().push((usr, i));
+            }
+        }
+    }
+    let mut found: BTreeMap<String, BacktrackFinding> = BTreeMap::new();
+    let mut steps = 0usize;
+    for (usr, function) in &program.functions {
+        for call in &function.calls {
+            let Some(callee) = &call.callee else {
+                continue;
+            };
+            if program.functions.contains_key(callee) {
+                continue;
+            }
+            let Some((_, buffers, from)) =
+                FILE_WRITERS.iter().find(|(n, _, _)| *n == call.callee_text)
+            else {
+                continue;
+            };
+            let sink = WriteSite {
+                function: function.name.clone(),
+                site: call.site.clone(),
+                how: call.callee_text.clone(),
+                why: "file-writing call".into(),
+                text: lines.line(&call.site),
+            };
+            let mut queue = VecDeque::new();
+            for (i, vals) in call.args.iter().enumerate() {
+                if buffers.contains(&i) || from.is_some_and(|f| i >= f) {
+                    for val in vals {
+                        queue.push_back(Pending {
+                            function: usr,
+                            val: val.clone(),
+                            path: vec![ChainStep {
+                                function: function.name.clone(),
+                                site: call.site.clone(),
+                            }],
+                        });
+                    }
+                }
+            }
+            let mut seen: BTreeSet<(&str, Val)> = BTreeSet::new();
+            let mut reached: BTreeSet<String> = BTreeSet::new();
+            while let Some(item) = queue.pop_front() {
+                steps += 1;
+                if steps > BACKTRACK_STEPS_MAX {
+                    break;
+                }
+                if !seen.insert((item.function, item.val.clone())) {
+                    continue;
+                }
+                match &item.val {
+                    Val::Record(key) | Val::Field(key) => {
+                        if reached.insert(key.clone()) {
+                            record_backtrack(program, &mut found, key, &sink, &item.path);
+                        }
+                    }
+                    Val::Local(_) => {
+                        let Some(f) = program.functions.get(item.function) else {
+                            continue;
+                        };
+                        for flow in f.flows.iter().filter(|fl| fl.target == item.val) {
+                            for val in &flow.from {
+                                push_pending(&mut queue, item.function, val, &item.path, &f.name, &flow.site);
+                            }
+                        }
+                        // Out-parameters: `fill(buf, rec)` where `fill` copies its argument
+                        // into its first parameter.
+                        for call in &f.calls {
+                            let Some(callee) = call.callee.as_deref().and_then(|c| {
+                                program.functions.get_key_value(c)
+                            }) else {
+                                continue;
+                            };
+                            for (i, vals) in call.args.iter().enumerate() {
+                                if !vals.contains(&item.val) {
+                                    continue;
+                                }
+                                for flow in callee.1.flows.iter().filter(|fl| fl.target == Val::Param(i)) {
+                                    for val in &flow.from {
+                                        push_pending(&mut queue, callee.0, val, &item.path, &callee.1.name, &flow.site);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Val::Param(index) => {
+                        if item.path.len() > BACKTRACK_DEPTH_MAX {
+                            continue;
+                        }
+                        for (caller, call_index) in callers.get(item.function).into_iter().flatten() {
+                            let Some(f) = program.functions.get(*caller) else {
+                                continue;
+                            };
+                            let Some(call) = f.calls.get(*call_index) else {
+                                continue;
+                            };
+                            for val in call.args.get(*index).into_iter().flatten() {
+                                push_pending(&mut queue, caller, val, &item.path, &f.name, &call.site);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut findings: Vec<BacktrackFinding> = found.into_values().collect();
+    findings.sort_by(|a, b| (&a.name, &a.definition).cmp(&(&b.name, &b.definition)));
+    findings
+}
+
+fn push_pending<'p>(
+    queue: &mut VecDeque<Pending<'p>>,
+    function: &'p str,
+    val: &Val,
+    path: &[ChainStep],
+    name: &str,
+    site: &Site,
+) {
+    if path.len() > BACKTRACK_DEPTH_MAX {
+        return;
+    }
+    let mut path = path.to_vec();
+    path.insert(
+        0,
+        ChainStep {
+            function: name.to_string(),
+            site: site.clone(),
+        },
+    );
+    queue.push_back(Pending {
+        function,
+        val: val.clone(),
+        path,
+    });
+}
+
+fn record_backtrack(
+    program: &Program,
+    found: &mut BTreeMap<String, BacktrackFinding>,
+    key: &str,
+    sink: &WriteSite,
+    path: &[ChainStep],
+) {
+    let Some(record) = program.records.get(key) else {
+        return;
+    };
+    found
+        .entry(key.to_string())
+        .and_modify(|f| f.sink_count += 1)
+        .or_insert_with(|| BacktrackFinding {
+            name: record.name.clone(),
+            definition: record.site.clone(),
+            sink: sink.clone(),
+            path: path.to_vec(),
+            sink_count: 1,
+            suspicion: suspicion(program, key, false),
+        });
+}

@@ -1,0 +1,968 @@
+//! Parsing with libclang and boiling each translation unit down to [`facts`](crate::facts).
+//!
+//! This is the only module that touches libclang. clang-rs allows one `Clang` instance per
+//! process at a time and its handles are not `Send`, so all parsing happens on the calling
+//! thread under [`CLANG_LOCK`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use clang::source::SourceRange;
+use clang::token::TokenKind;
+use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
+
+use crate::facts::{Call, External, Flow, Function, Problem, Program, Record, Site, Val, Write};
+use crate::sources::Unit;
+use crate::Error;
+
+/// Serializes every use of libclang in the process (clang-rs refuses a second live instance).
+static CLANG_LOCK: Mutex<()> = Mutex::new(());
+
+/// Library functions that write through pointer arguments: name, indices of the written
+/// arguments, and the index from which every further (variadic) argument is written too.
+const LIBRARY_WRITERS: &[(&str, &[usize], Option<usize>)] = &[
+    ("memcpy", &[0], None),
+    ("memmove", &[0], None),
+    ("memccpy", &[0], None),
+    ("memset", &[0], None),
+    ("bzero", &[0], None),
+    ("explicit_bzero", &[0], None),
+    ("strcpy", &[0], None),
+    ("strncpy", &[0], None),
+    ("stpcpy", &[0], None),
+    ("stpncpy", &[0], None),
+    ("strcat", &[0], None),
+    ("strncat", &[0], None),
+    ("strlcpy", &[0], None),
+    ("strlcat", &[0], None),
+    ("sprintf", &[0], None),
+    ("snprintf", &[0], None),
+    ("vsprintf", &[0], None),
+    ("vsnprintf", &[0], None),
+    ("read", &[1], None),
+    ("pread", &[1], None),
+    ("pread64", &[1], None),
+    ("recv", &[1], None),
+    ("recvfrom", &[1], None),
+    ("fread", &[0], None),
+    ("fread_unlocked", &[0], None),
+    ("fgets", &[0], None),
+    ("getline", &[0], None),
+    ("sscanf", &[], Some(2)),
+    ("fscanf", &[], Some(2)),
+    ("scanf", &[], Some(1)),
+];
+
+/// Library functions that move data from some arguments into another, for the backtracking
+/// strategy: name, target argument, source arguments, first variadic source argument.
+const LIBRARY_FLOWS: &[(&str, usize, &[usize], Option<usize>)] = &[
+    ("memcpy", 0, &[1], None),
+    ("memmove", 0, &[1], None),
+    ("memccpy", 0, &[1], None),
+    ("strcpy", 0, &[1], None),
+    ("strncpy", 0, &[1], None),
+    ("stpcpy", 0, &[1], None),
+    ("strcat", 0, &[1], None),
+    ("strncat", 0, &[1], None),
+    ("strlcpy", 0, &[1], None),
+    ("strlcat", 0, &[1], None),
+    ("sprintf", 0, &[], Some(2)),
+    ("vsprintf", 0, &[], Some(2)),
+    ("snprintf", 0, &[], Some(3)),
+    ("vsnprintf", 0, &[], Some(3)),
+];
+
+/// Parses every unit and merges their facts.
+///
+/// # Errors
+/// libclang cannot be loaded, or no unit parsed at all.
+pub(crate) fn extract_all(units: &[Unit], progress: bool) -> Result<Program, Error> {
+    let _guard = CLANG_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let clang = Clang::new().map_err(|detail| Error::LibclangMissing { detail })?;
+    let index = Index::new(&clang, false, false);
+    let roots = roots(units);
+    let bar = progress_bar(units.len(), progress);
+    let mut builder = Builder {
+        program: Program::default(),
+        roots,
+        files: BTreeSet::new(),
+        shown: BTreeMap::new(),
+    };
+    let mut parsed = 0usize;
+    for unit in units {
+        bar.set_message(display_name(&unit.file));
+        if builder.unit(&index, unit) {
+            parsed += 1;
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if parsed == 0 {
+        return Err(Error::NothingParsed(units.len()));
+    }
+    let mut program = builder.program;
+    program.units = parsed;
+    program.lines = builder.files.iter().map(|f| count_lines(f)).sum();
+    let defined: BTreeSet<String> = program.functions.keys().cloned().collect();
+    program.externals.retain(|usr, _| !defined.contains(usr));
+    Ok(program)
+}
+
+fn progress_bar(len: usize, enabled: bool) -> indicatif::ProgressBar {
+    if !enabled {
+        return indicatif::ProgressBar::hidden();
+    }
+    // indicatif draws nothing when standard error is not a terminal.
+    let bar = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("parsing {bar:30} {pos}/{len} {wide_msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn count_lines(path: &Path) -> usize {
+    std::fs::read(path)
+        .map(|bytes| bytecount_newlines(&bytes))
+        .unwrap_or(0)
+}
+
+fn bytecount_newlines(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b == b'\n').count()
+}
+
+/// The directories that file names are shown relative to: those holding the units.
+fn roots(units: &[Unit]) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = units
+        .iter()
+        .filter_map(|u| u.file.parent().map(Path::to_path_buf))
+        .collect();
+    roots.sort();
+    roots.dedup();
+    // Keep the shortest prefixes: a root under another root adds nothing.
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for root in roots {
+        if !kept.iter().any(|k| root.starts_with(k)) {
+            kept.push(root);
+        }
+    }
+    kept.into_iter()
+        .map(|r| std::fs::canonicalize(&r).unwrap_or(r))
+        .collect()
+}
+
+struct Builder {
+    program: Program,
+    roots: Vec<PathBuf>,
+    /// Files whose lines are counted: main files and project headers that define something.
+    files: BTreeSet<PathBuf>,
+    /// Names shown for paths, memoized (canonicalizing costs a system call).
+    shown: BTreeMap<PathBuf, String>,
+}
+
+impl Builder {
+    /// Parses one unit; false when nothing of it could be used.
+    fn unit(&mut self, index: &Index, unit: &Unit) -> bool {
+        let shown = self.show(&unit.file);
+        let tu = match index
+            .parser(&unit.file)
+            .arguments(&unit.flags)
+            .keep_going(true)
+            .parse()
+        {
+            Ok(tu) => tu,
+            Err(e) => {
+                self.program.problems.push(Problem {
+                    file: shown,
+                    reason: format!("libclang could not parse it: {e}"),
+                    skipped: true,
+                });
+                return false;
+            }
+        };
+        let mut errors = Vec::new();
+        for d in tu.get_diagnostics() {
+            if d.get_severity() < clang::diagnostic::Severity::Error {
+                continue;
+            }
+            let loc = d.get_location().get_file_location();
+            let file = loc
+                .file
+                .map(|f| self.show(&f.get_path()))
+                .unwrap_or_default();
+            errors.push(format!("{file}:{}: {}", loc.line, d.get_text()));
+        }
+        if let Some(first) = errors.first() {
+            self.program.problems.push(Problem {
+                file: shown,
+                reason: format!("{} error(s), first: {first}", errors.len()),
+                skipped: false,
+            });
+        }
+        self.files.insert(unit.file.clone());
+        let root = tu.get_entity();
+        for entity in root.get_children() {
+            if entity.is_in_system_header() {
+                continue;
+            }
+            self.top_level(entity);
+        }
+        true
+    }
+
+    fn top_level(&mut self, entity: Entity) {
+        match entity.get_kind() {
+            EntityKind::FunctionDecl => {
+                let Some(usr) = entity.get_usr().map(|u| u.0) else {
+                    return;
+                };
+                if entity.is_definition() {
+                    if !self.program.functions.contains_key(&usr) {
+                        let function = self.function(entity);
+                        self.program.functions.insert(usr, function);
+                    }
+                } else if !self.program.externals.contains_key(&usr) {
+                    self.program.externals.insert(
+                        usr,
+                        External {
+                            name: entity.get_name().unwrap_or_default(),
+                            system: false,
+                        },
+                    );
+                }
+            }
+            EntityKind::StructDecl | EntityKind::UnionDecl => {
+                self.record_key(entity);
+            }
+            EntityKind::TypedefDecl => {
+                if let Some(record) = entity
+                    .get_typedef_underlying_type()
+                    .and_then(|t| t.get_canonical_type().get_declaration())
+                {
+                    self.record_key(record);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A file name as shown in reports: relative to the analysis roots when under one.
+    fn show(&mut self, path: &Path) -> String {
+        if let Some(shown) = self.shown.get(path) {
+            return shown.clone();
+        }
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let shown = self
+            .roots
+            .iter()
+            .find_map(|root| canonical.strip_prefix(root).ok())
+            .map(|rest| rest.display().to_string())
+            .unwrap_or_else(|| path.display().to_string());
+        self.shown.insert(path.to_path_buf(), shown.clone());
+        self.program.paths.insert(shown.clone(), canonical);
+        shown
+    }
+
+    fn site(&mut self, entity: &Entity) -> Site {
+        let Some(location) = entity.get_location() else {
+            return Site::default();
+        };
+        let location = location.get_expansion_location();
+        Site {
+            file: location
+                .file
+                .map(|f| self.show(&f.get_path()))
+                .unwrap_or_default(),
+            line: location.line,
+        }
+    }
+
+    /// The key of the record declared by `decl`, registering it on first sight; `None` for
+    /// records of system headers and for records without a definition.
+    fn record_key(&mut self, decl: Entity) -> Option<String> {
+        if !matches!(
+            decl.get_kind(),
+            EntityKind::StructDecl | EntityKind::UnionDecl
+        ) {
+            return None;
+        }
+        let def = decl.get_definition()?;
+        if def.is_in_system_header() {
+            return None;
+        }
+        let usr = def.get_usr()?.0;
+        if self.program.records.contains_key(&usr) {
+            return Some(usr);
+        }
+        let site = self.site(&def);
+        if let Some(file) = def
+            .get_location()
+            .and_then(|l| l.get_expansion_location().file)
+        {
+            self.files.insert(file.get_path());
+        }
+        let mut record = Record {
+            name: record_name(&def, &site),
+            site,
+            fields: Vec::new(),
+            packed: false,
+            aligned: false,
+        };
+        // Register first: nested records may refer back to this one.
+        self.program.records.insert(usr.clone(), record.clone());
+        let mut nested = Vec::new();
+        for child in def.get_children() {
+            match child.get_kind() {
+                EntityKind::FieldDecl => {
+                    let ty = child
+                        .get_type()
+                        .map(|t| t.get_canonical_type().get_display_name())
+                        .unwrap_or_default();
+                    if child
+                        .get_children()
+                        .iter()
+                        .any(|c| c.get_kind() == EntityKind::AlignedAttr)
+                    {
+                        record.aligned = true;
+                    }
+                    record
+                        .fields
+                        .push((child.get_name().unwrap_or_default(), ty));
+                }
+                EntityKind::PackedAttr => record.packed = true,
+                EntityKind::AlignedAttr => record.aligned = true,
+                EntityKind::StructDecl | EntityKind::UnionDecl => nested.push(child),
+                _ => {}
+            }
+        }
+        self.program.records.insert(usr.clone(), record);
+        for child in nested {
+            self.record_key(child);
+        }
+        Some(usr)
+    }
+
+    /// The record written when an object of type `ty` is written (arrays count as their
+    /// elements).
+    fn record_of_type(&mut self, ty: Option<Type>) -> Option<String> {
+        let mut ty = ty?.get_canonical_type();
+        while let Some(element) = array_element(&ty) {
+            ty = element.get_canonical_type();
+        }
+        if ty.get_kind() != TypeKind::Record {
+            return None;
+        }
+        self.record_key(ty.get_declaration()?)
+    }
+
+    /// The record pointed to by a value of type `ty`, if it is a pointer to one.
+    fn record_of_pointee(&mut self, ty: Option<Type>) -> Option<String> {
+        let ty = ty?.get_canonical_type();
+        if ty.get_kind() != TypeKind::Pointer {
+            return None;
+        }
+        self.record_of_type(ty.get_pointee_type())
+    }
+
+    fn function(&mut self, entity: Entity) -> Function {
+        let params: Vec<String> = entity
+            .get_arguments()
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.get_usr().map(|u| u.0).unwrap_or_default())
+            .collect();
+        let takes_pointers = entity.is_variadic()
+            || entity
+                .get_arguments()
+                .unwrap_or_default()
+                .iter()
+                .any(|p| !is_scalar(p.get_type()));
+        if let Some(file) = entity
+            .get_location()
+            .and_then(|l| l.get_expansion_location().file)
+        {
+            self.files.insert(file.get_path());
+        }
+        let mut walker = BodyWalker {
+            builder: self,
+            params,
+            function: Function {
+                name: entity.get_name().unwrap_or_default(),
+                site: Site::default(),
+                takes_pointers,
+                ..Function::default()
+            },
+        };
+        walker.function.site = walker.builder.site(&entity);
+        for child in entity.get_children() {
+            if child.get_kind() == EntityKind::CompoundStmt {
+                walker.walk(child, false);
+            }
+        }
+        walker.function
+    }
+}
+
+fn record_name(def: &Entity, site: &Site) -> String {
+    let keyword = if def.get_kind() == EntityKind::UnionDecl {
+        "union"
+    } else {
+        "struct"
+    };
+    if let Some(name) = def.get_name().filter(|n| !n.is_empty() && !n.contains(' ')) {
+        return format!("{keyword} {name}");
+    }
+    // An anonymous record: clang names its type after the typedef that names it, if any.
+    if let Some(ty) = def.get_type() {
+        let shown = ty.get_display_name();
+        if !shown.is_empty() && !shown.contains(' ') {
+            return shown;
+        }
+    }
+    format!("{keyword} <anonymous at {site}>")
+}
+
+fn array_element<'tu>(ty: &Type<'tu>) -> Option<Type<'tu>> {
+    match ty.get_kind() {
+        TypeKind::ConstantArray
+        | TypeKind::IncompleteArray
+        | TypeKind::VariableArray
+        | TypeKind::DependentSizedArray => ty.get_element_type(),
+        _ => None,
+    }
+}
+
+/// A non-pointer scalar: integers, floating point, enums. Pointers, arrays (decayed to
+/// pointers) and records passed by value are not.
+fn is_scalar(ty: Option<Type>) -> bool {
+    let Some(ty) = ty else {
+        return false;
+    };
+    let ty = ty.get_canonical_type();
+    !matches!(
+        ty.get_kind(),
+        TypeKind::Pointer
+            | TypeKind::BlockPointer
+            | TypeKind::ConstantArray
+            | TypeKind::IncompleteArray
+            | TypeKind::VariableArray
+            | TypeKind::DependentSizedArray
+            | TypeKind::Record
+            | TypeKind::Unexposed
+    )
+}
+
+/// Skips what does not change which object an expression denotes: parentheses and implicit
+/// casts (shown by libclang as unexposed expressions).
+fn strip_parens<'tu>(mut e: Entity<'tu>) -> Entity<'tu> {
+    while matches!(
+        e.get_kind(),
+        EntityKind::ParenExpr | EntityKind::UnexposedExpr
+    ) {
+        match e.get_children().into_iter().next() {
+            Some(child) => e = child,
+            None => break,
+        }
+    }
+    e
+}
+
+/// Like [`strip_parens`], and explicit casts too (for pointer arguments: `(void *)&r`).
+fn strip_casts<'tu>(mut e: Entity<'tu>) -> Entity<'tu> {
+    loop {
+        e = strip_parens(e);
+        if e.get_kind() != EntityKind::CStyleCastExpr {
+            return e;
+        }
+        // The cast's children may start with the type reference; the operand is last.
+        match e.get_children().into_iter().last() {
+            Some(child) => e = child,
+            None => return e,
+        }
+    }
+}
+
+fn offset_of(location: clang::source::SourceLocation) -> (Option<PathBuf>, u32) {
+    let loc = location.get_file_location();
+    (loc.file.map(|f| f.get_path()), loc.offset)
+}
+
+/// The operator of a binary expression: the first punctuation token between its operands,
+/// or, when both operands come from one macro expansion, read off the pretty-printed form.
+fn binary_operator(e: &Entity) -> Option<String> {
+    let children = e.get_children();
+    let (lhs, rhs) = (children.first()?, children.get(1)?);
+    let (lr, rr) = (lhs.get_range()?, rhs.get_range()?);
+    let (lhs_file, lhs_end) = offset_of(lr.get_end());
+    let (rhs_file, rhs_start) = offset_of(rr.get_start());
+    if lhs_file.is_some() && lhs_file == rhs_file && lhs_end <= rhs_start {
+        let between = SourceRange::new(lr.get_end(), rr.get_start());
+        for token in between.tokenize() {
+            let (_, at) = offset_of(token.get_range().get_start());
+            if token.get_kind() == TokenKind::Punctuation && at >= lhs_end && at < rhs_start {
+                return Some(token.get_spelling());
+            }
+        }
+    }
+    let whole = e.get_pretty_printer().print();
+    let left = lhs.get_pretty_printer().print();
+    let rest = whole.strip_prefix(&left)?.trim_start();
+    let op: String = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace() && !c.is_alphanumeric() && *c != '(')
+        .collect();
+    (!op.is_empty()).then_some(op)
+}
+
+/// The operator of a unary expression: `++`, `--`, `*`, `&`, `-`, ...
+fn unary_operator(e: &Entity) -> Option<String> {
+    let operand = e.get_children().into_iter().next()?;
+    let (whole, inner) = (e.get_range()?, operand.get_range()?);
+    let (wf, ws) = offset_of(whole.get_start());
+    let (inf, is) = offset_of(inner.get_start());
+    let (_, we) = offset_of(whole.get_end());
+    let (_, ie) = offset_of(inner.get_end());
+    if wf.is_some() && wf == inf && (ws, we) != (is, ie) {
+        let tokens = whole.tokenize();
+        let token = if ws < is {
+            tokens.first()
+        } else {
+            tokens.last()
+        };
+        return token.map(|t| t.get_spelling());
+    }
+    let printed = e.get_pretty_printer().print();
+    for op in ["++", "--"] {
+        if printed.starts_with(op) || printed.ends_with(op) {
+            return Some(op.to_string());
+        }
+    }
+    printed
+        .chars()
+        .next()
+        .filter(|c| "*&-+!~".contains(*c))
+        .map(String::from)
+}
+
+/// Source text of an expression, from its tokens.
+fn spelled(e: &Entity) -> String {
+    let Some(range) = e.get_range() else {
+        return String::new();
+    };
+    let mut text = String::new();
+    let mut last_word = false;
+    for token in range.tokenize() {
+        let word = matches!(
+            token.get_kind(),
+            TokenKind::Identifier | TokenKind::Keyword | TokenKind::Literal
+        );
+        if word && last_word {
+            text.push(' ');
+        }
+        text.push_str(&token.get_spelling());
+        last_word = word;
+    }
+    if text.is_empty() {
+        e.get_pretty_printer().print()
+    } else {
+        text
+    }
+}
+
+struct BodyWalker<'b> {
+    builder: &'b mut Builder,
+    /// USRs of the parameters, in order.
+    params: Vec<String>,
+    function: Function,
+}
+
+impl BodyWalker<'_> {
+    fn walk(&mut self, e: Entity, loop_header: bool) {
+        match e.get_kind() {
+            EntityKind::BinaryOperator => {
+                if binary_operator(&e).as_deref() == Some("=") {
+                    let children = e.get_children();
+                    if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
+                        self.write_lvalue(*lhs, &e, "=", loop_header);
+                        self.flow_into(*lhs, *rhs, &e);
+                    }
+                }
+            }
+            EntityKind::CompoundAssignOperator => {
+                if let Some(lhs) = e.get_children().into_iter().next() {
+                    let how = binary_operator(&e).unwrap_or_else(|| "op=".into());
+                    self.write_lvalue(lhs, &e, &how, loop_header);
+                }
+            }
+            EntityKind::UnaryOperator => {
+                if let Some(op) = unary_operator(&e).filter(|op| op == "++" || op == "--") {
+                    if let Some(operand) = e.get_children().into_iter().next() {
+                        self.write_lvalue(operand, &e, &op, loop_header);
+                    }
+                }
+            }
+            EntityKind::VarDecl => self.local_init(e, loop_header),
+            EntityKind::CallExpr => self.call(e, loop_header),
+            EntityKind::ForStmt => {
+                // libclang lists only the parts present; the body is always last.
+                let children = e.get_children();
+                let last = children.len().saturating_sub(1);
+                for (i, child) in children.into_iter().enumerate() {
+                    self.walk(child, loop_header || i < last);
+                }
+                return;
+            }
+            EntityKind::UnaryExpr => return, // sizeof, alignof: nothing is evaluated
+            _ => {}
+        }
+        for child in e.get_children() {
+            self.walk(child, loop_header);
+        }
+    }
+
+    fn local_init(&mut self, var: Entity, loop_header: bool) {
+        // `char buf[N];` has an expression child too (the size): only `=` makes an initializer.
+        let has_init = var.get_range().is_some_and(|r| {
+            r.tokenize()
+                .iter()
+                .any(|t| t.get_kind() == TokenKind::Punctuation && t.get_spelling() == "=")
+        });
+        let init = var
+            .get_children()
+            .into_iter()
+            .rfind(|c| is_expression(c.get_kind()));
+        let Some(init) = init.filter(|_| has_init) else {
+            return;
+        };
+        let site = self.builder.site(&var);
+        if let Some(key) = self.builder.record_of_type(var.get_type()) {
+            self.function.writes.push(Write {
+                records: vec![(key, "object initialized".into())],
+                site: site.clone(),
+                how: "initializer".into(),
+                loop_header,
+            });
+        }
+        if let Some(usr) = var.get_usr().map(|u| u.0) {
+            let mut from = Vec::new();
+            self.vals(init, &mut from);
+            if !from.is_empty() {
+                self.function.flows.push(Flow {
+                    target: Val::Local(usr),
+                    from,
+                    site,
+                });
+            }
+        }
+    }
+
+    /// Records what writing the lvalue `lv` modifies.
+    fn write_lvalue(&mut self, lv: Entity, statement: &Entity, how: &str, loop_header: bool) {
+        let mut records = Vec::new();
+        self.lvalue_records(lv, &mut records);
+        if !records.is_empty() {
+            self.function.writes.push(Write {
+                records,
+                site: self.builder.site(statement),
+                how: how.to_string(),
+                loop_header,
+            });
+        }
+    }
+
+    /// The records modified by writing `lv`: the type of the object itself, then, walking out
+    /// through member accesses, the record owning each member, for as long as the containment
+    /// is by value (`a.b.c`: `c`'s owner and `b`'s owner; `a->b.c`: stops at the pointer).
+    fn lvalue_records(&mut self, lv: Entity, out: &mut Vec<(String, String)>) {
+        let mut e = strip_parens(lv);
+        if let Some(key) = self.builder.record_of_type(e.get_type()) {
+            push_unique(out, key, "object written".into());
+        }
+        let mut depth = 0usize;
+        loop {
+            match e.get_kind() {
+                EntityKind::MemberRefExpr => {
+                    let field = e.get_reference();
+                    let field_name = field.and_then(|f| f.get_name()).unwrap_or_default();
+                    if let Some(owner) = field.and_then(|f| f.get_semantic_parent()) {
+                        if let Some(key) = self.builder.record_key(owner) {
+                            let why = if depth == 0 {
+                                format!("field `{field_name}` written")
+                            } else {
+                                format!("embeds the written object in field `{field_name}`")
+                            };
+                            push_unique(out, key, why);
+                        }
+                    }
+                    let Some(base) = e.get_children().into_iter().next() else {
+                        return;
+                    };
+                    let through_pointer = base
+                        .get_type()
+                        .map(|t| t.get_canonical_type().get_kind() == TypeKind::Pointer)
+                        .unwrap_or(true);
+                    if through_pointer {
+                        return;
+                    }
+                    e = strip_parens(base);
+                }
+                EntityKind::ArraySubscriptExpr => {
+                    let Some(base) = e.get_children().into_iter().next() else {
+                        return;
+                    };
+                    // An embedded array decays to a pointer: look beneath the implicit cast.
+                    let inner = strip_parens(base);
+                    let embedded = inner
+                        .get_type()
+                        .map(|t| array_element(&t.get_canonical_type()).is_some())
+                        .unwrap_or(false);
+                    if !embedded {
+                        return;
+                    }
+                    e = inner;
+                }
+                _ => return,
+            }
+            depth += 1;
+        }
+    }
+
+    /// Records written through a pointer argument of a library call.
+    fn pointer_target_records(&mut self, arg: Entity, out: &mut Vec<(String, String)>) {
+        let e = strip_casts(arg);
+        if e.get_kind() == EntityKind::UnaryOperator && unary_operator(&e).as_deref() == Some("&")
+        {
+            if let Some(operand) = e.get_children().into_iter().next() {
+                self.lvalue_records(operand, out);
+            }
+            return;
+        }
+        let is_array = e
+            .get_type()
+            .map(|t| array_element(&t.get_canonical_type()).is_some())
+            .unwrap_or(false);
+        if is_array {
+            self.lvalue_records(e, out);
+        } else if let Some(key) = self.builder.record_of_pointee(e.get_type()) {
+            push_unique(out, key, "pointed to by the argument".into());
+        }
+    }
+
+    fn call(&mut self, e: Entity, loop_header: bool) {
+        let site = self.builder.site(&e);
+        let args = e.get_arguments().unwrap_or_default();
+        let referenced = e
+            .get_reference()
+            .filter(|r| r.get_kind() == EntityKind::FunctionDecl);
+        let callee_text = match referenced {
+            Some(f) => f.get_name().unwrap_or_default(),
+            None => e
+                .get_children()
+                .into_iter()
+                .next()
+                .map(|c| spelled(&strip_parens(c)))
+                .unwrap_or_default(),
+        };
+        let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);
+        let mut arg_vals = Vec::new();
+        for arg in &args {
+            let mut vals = Vec::new();
+            self.vals(*arg, &mut vals);
+            arg_vals.push(vals);
+        }
+        if let Some(f) = referenced {
+            if !f.is_definition() && f.get_definition().is_none() {
+                let system = f.is_in_system_header();
+                if let Some(usr) = &callee {
+                    self.builder
+                        .program
+                        .externals
+                        .entry(usr.clone())
+                        .or_insert_with(|| External {
+                            name: callee_text.clone(),
+                            system,
+                        });
+                }
+                self.library_call(&callee_text, &args, &arg_vals, &site, loop_header);
+            }
+        }
+        self.function.calls.push(Call {
+            callee,
+            callee_text,
+            site,
+            args: arg_vals,
+        });
+    }
+
+    fn library_call(
+        &mut self,
+        name: &str,
+        args: &[Entity],
+        arg_vals: &[Vec<Val>],
+        site: &Site,
+        loop_header: bool,
+    ) {
+        if let Some((_, written, from)) = LIBRARY_WRITERS.iter().find(|(n, _, _)| *n == name) {
+            let mut records = Vec::new();
+            for (i, arg) in args.iter().enumerate() {
+                if written.contains(&i) || from.is_some_and(|f| i >= f) {
+                    self.pointer_target_records(*arg, &mut records);
+                }
+            }
+            if !records.is_empty() {
+                self.function.writes.push(Write {
+                    records,
+                    site: site.clone(),
+                    how: name.to_string(),
+                    loop_header,
+                });
+            }
+        }
+        if let Some((_, target, sources, from)) =
+            LIBRARY_FLOWS.iter().find(|(n, _, _, _)| *n == name)
+        {
+            let Some(target_vals) = arg_vals.get(*target) else {
+                return;
+            };
+            let mut from_vals = Vec::new();
+            for (i, vals) in arg_vals.iter().enumerate() {
+                if sources.contains(&i) || from.is_some_and(|f| i >= f) {
+                    from_vals.extend(vals.iter().cloned());
+                }
+            }
+            for target in target_vals {
+                if matches!(target, Val::Local(_) | Val::Param(_)) && !from_vals.is_empty() {
+                    self.function.flows.push(Flow {
+                        target: target.clone(),
+                        from: from_vals.clone(),
+                        site: site.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// `x = value` where `x` is a local variable or a parameter: a flow for backtracking.
+    fn flow_into(&mut self, lhs: Entity, rhs: Entity, statement: &Entity) {
+        let lhs = strip_parens(lhs);
+        if lhs.get_kind() != EntityKind::DeclRefExpr {
+            return;
+        }
+        let mut targets = Vec::new();
+        self.vals(lhs, &mut targets);
+        let mut from = Vec::new();
+        self.vals(rhs, &mut from);
+        if from.is_empty() {
+            return;
+        }
+        let site = self.builder.site(statement);
+        for target in targets {
+            if matches!(target, Val::Local(_) | Val::Param(_)) {
+                self.function.flows.push(Flow {
+                    target,
+                    from: from.clone(),
+                    site: site.clone(),
+                });
+            }
+        }
+    }
+
+    /// What the value of `e` may come from (over-approximated: every variable and member it
+    /// mentions, outside `sizeof`).
+    fn vals(&mut self, e: Entity, out: &mut Vec<Val>) {
+        match e.get_kind() {
+            EntityKind::UnaryExpr => {}
+            EntityKind::DeclRefExpr => {
+                let Some(var) = e.get_reference() else {
+                    return;
+                };
+                let by_type = self
+                    .builder
+                    .record_of_type(var.get_type())
+                    .or_else(|| self.builder.record_of_pointee(var.get_type()));
+                if let Some(key) = by_type {
+                    push_val(out, Val::Record(key));
+                    return;
+                }
+                let usr = var.get_usr().map(|u| u.0).unwrap_or_default();
+                match var.get_kind() {
+                    EntityKind::ParmDecl => {
+                        if let Some(i) = self.params.iter().position(|p| *p == usr) {
+                            push_val(out, Val::Param(i));
+                        }
+                    }
+                    EntityKind::VarDecl if is_local(&var) => push_val(out, Val::Local(usr)),
+                    _ => {}
+                }
+            }
+            EntityKind::MemberRefExpr => {
+                let field = e.get_reference();
+                if let Some(key) = self.builder.record_of_type(e.get_type()) {
+                    push_val(out, Val::Record(key));
+                } else if let Some(key) = self.builder.record_of_pointee(e.get_type()) {
+                    push_val(out, Val::Record(key));
+                }
+                if let Some(owner) = field.and_then(|f| f.get_semantic_parent()) {
+                    if let Some(key) = self.builder.record_key(owner) {
+                        push_val(out, Val::Field(key));
+                    }
+                }
+            }
+            _ => {
+                for child in e.get_children() {
+                    self.vals(child, out);
+                }
+            }
+        }
+    }
+}
+
+fn is_local(var: &Entity) -> bool {
+    var.get_semantic_parent()
+        .map(|p| p.get_kind() == EntityKind::FunctionDecl)
+        .unwrap_or(false)
+        && var.get_storage_class() != Some(clang::StorageClass::Static)
+}
+
+fn is_expression(kind: EntityKind) -> bool {
+    !matches!(
+        kind,
+        EntityKind::TypeRef
+            | EntityKind::StructDecl
+            | EntityKind::UnionDecl
+            | EntityKind::EnumDecl
+            | EntityKind::VisibilityAttr
+            | EntityKind::AlignedAttr
+            | EntityKind::PackedAttr
+            | EntityKind::UnexposedAttr
+    )
+}
+
+fn push_unique(out: &mut Vec<(String, String)>, key: String, why: String) {
+    if !out.iter().any(|(k, _)| *k == key) {
+        out.push((key, why));
+    }
+}
+
+fn push_val(out: &mut Vec<Val>, val: Val) {
+    if !out.contains(&val) {
+        out.push(val);
+    }
+}
+
+/// Names of all defined functions, for suggestions.
+pub(crate) fn function_names(program: &Program) -> BTreeMap<String, Vec<String>> {
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (usr, f) in &program.functions {
+        names.entry(f.name.clone()).or_default().push(usr.clone());
+    }
+    names
+}

@@ -1,0 +1,147 @@
+//! The plain facts extracted from the translation units: what the analyses run on.
+//!
+//! Nothing here refers to libclang. Functions and records are identified by their clang USR,
+//! which is unique per program (static functions carry their file in it), so facts from
+//! different translation units merge by key.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// A place in a source file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Site {
+    /// Path of the file, as given to or found by the analysis.
+    pub file: String,
+    /// 1-based line.
+    pub line: u32,
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// A struct or union defined in the program's own sources.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// `struct name`, `union name`, or the typedef name of an anonymous record.
+    pub name: String,
+    /// Where it is defined.
+    pub site: Site,
+    /// Field names and canonical field types, in order.
+    pub fields: Vec<(String, String)>,
+    /// Carries `__attribute__((packed))`.
+    pub packed: bool,
+    /// Carries `__attribute__((aligned(..)))` (on the record or a field).
+    pub aligned: bool,
+}
+
+/// What an expression's value may come from, for the backtracking strategy.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Val {
+    /// An object (or a pointer to one) of this record type (key into [`Program::records`]).
+    Record(String),
+    /// A field of this record type.
+    Field(String),
+    /// The function's parameter with this index.
+    Param(usize),
+    /// A local variable (its USR).
+    Local(String),
+}
+
+/// One write performed by a function.
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// Record types written (keys into [`Program::records`]), each with why: the first is the
+    /// type of the object written, then the records that contain it through embedded members.
+    pub records: Vec<(String, String)>,
+    /// Where the write is.
+    pub site: Site,
+    /// `=`, `+=`, `++`, `memcpy`, ...
+    pub how: String,
+    /// The write is in the header of a `for` loop (init or increment).
+    pub loop_header: bool,
+}
+
+/// One call made by a function.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// USR of the callee when the call is direct.
+    pub callee: Option<String>,
+    /// Spelling of the callee (the name, or the expression for a call through a pointer).
+    pub callee_text: String,
+    /// Where the call is.
+    pub site: Site,
+    /// For each argument, what its value may come from.
+    pub args: Vec<Vec<Val>>,
+}
+
+/// A flow of data into a local variable (assignment, `memcpy`, `sprintf`, ...).
+#[derive(Debug, Clone)]
+pub struct Flow {
+    /// What is written: a [`Val::Local`] or a [`Val::Param`] (an out-parameter).
+    pub target: Val,
+    /// What the data comes from.
+    pub from: Vec<Val>,
+    /// Where.
+    pub site: Site,
+}
+
+/// A function defined in the program's sources.
+#[derive(Debug, Clone, Default)]
+pub struct Function {
+    /// Its name.
+    pub name: String,
+    /// Where its definition starts.
+    pub site: Site,
+    /// False when every parameter is a non-pointer scalar (or there are none): such a function
+    /// cannot reach persistent state through its arguments, and the load strategy skips it.
+    pub takes_pointers: bool,
+    /// Writes performed in its body.
+    pub writes: Vec<Write>,
+    /// Calls made in its body.
+    pub calls: Vec<Call>,
+    /// Data flows into its local variables.
+    pub flows: Vec<Flow>,
+}
+
+/// A function declared but not defined in the sources (the C library, other libraries).
+#[derive(Debug, Clone)]
+pub struct External {
+    /// Its name.
+    pub name: String,
+    /// Declared in a system header.
+    pub system: bool,
+}
+
+/// A source file that did not parse cleanly.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    /// The file.
+    pub file: String,
+    /// Why: the first error, or the parse failure.
+    pub reason: String,
+    /// True when nothing of it could be used.
+    pub skipped: bool,
+}
+
+/// Everything extracted from all translation units.
+#[derive(Debug, Clone, Default)]
+pub struct Program {
+    /// Records by USR.
+    pub records: BTreeMap<String, Record>,
+    /// Function definitions by USR.
+    pub functions: BTreeMap<String, Function>,
+    /// Functions declared but not defined, by USR.
+    pub externals: BTreeMap<String, External>,
+    /// Translation units parsed.
+    pub units: usize,
+    /// Lines in the files parsed (the sources and project headers they include).
+    pub lines: usize,
+    /// Files that did not parse cleanly.
+    pub problems: Vec<Problem>,
+    /// The file behind each name shown in a [`Site`].
+    pub paths: BTreeMap<String, std::path::PathBuf>,
+}

@@ -1,0 +1,124 @@
+//! `mnemo analyze`: find the C types a program persists.
+//!
+//! Moving a program from "serialize to files" to "keep it in persistent memory" starts with one
+//! question: which of its data types hold persistent state? NVMOVE answered it by static analysis,
+//! and so does this crate: any struct or union that the program creates or modifies while it
+//! restores its state at start-up (in its *load functions* and everything they call) is
+//! persistent.
+//!
+//! The pipeline has three layers, one direction:
+//!
+//! 1. [`sources`] finds the translation units and their compiler flags
+//!    (`compile_commands.json`, or a directory walk plus flags given by the user).
+//! 2. `extract` parses each unit with libclang and boils it down to plain [`facts`]: functions,
+//!    their calls, the writes they perform, the records the program defines. Nothing after this
+//!    layer touches libclang.
+//! 3. `analysis` runs the strategies on the facts: *load* (breadth-first from the load functions
+//!    through the call graph) and *backtrack* (from file-writing calls back to the serialized
+//!    types), then flags the likely false positives.
+//!
+//! The `mnemo` binary calls [`run_cli`] with [`AnalyzeArgs`]; tools and tests call [`analyze`].
+#![forbid(unsafe_code)]
+
+mod analysis;
+mod cli;
+mod extract;
+pub mod facts;
+mod render;
+pub mod sources;
+
+use std::path::PathBuf;
+
+pub use analysis::{
+    BacktrackFinding, ChainStep, Finding, LoadReport, Report, Strategy, Summary, Suspicion,
+    Unresolved, WriteSite,
+};
+pub use cli::{run_cli, AnalyzeArgs};
+
+/// What to analyze and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Files or directories holding the C sources (directories are searched recursively for
+    /// `.c` files, and for a `compile_commands.json`).
+    pub paths: Vec<PathBuf>,
+    /// Names of the functions that restore the program's state at start-up.
+    pub load_functions: Vec<String>,
+    /// Extra compiler flags, appended to every translation unit's flags.
+    pub extra_flags: Vec<String>,
+    /// Which strategies to run.
+    pub strategy: Strategy,
+    /// Draw a progress bar on standard error (only when it is a terminal).
+    pub progress: bool,
+}
+
+/// Everything that can stop an analysis.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// libclang could not be loaded at run time.
+    #[error(
+        "libclang could not be loaded ({detail}).\n  Install it with `apt-get install libclang-14-dev`, \
+         or set LIBCLANG_PATH to the directory that holds libclang.so"
+    )]
+    LibclangMissing {
+        /// What clang-sys reported.
+        detail: String,
+    },
+    /// No C source file was found under the given paths.
+    #[error("no C sources found under {0}")]
+    NoSources(String),
+    /// A path given on the command line does not exist.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path that failed.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A `compile_commands.json` that cannot be understood.
+    #[error("{path}: not a valid compile_commands.json: {detail}")]
+    CompileCommands {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Every translation unit failed to parse.
+    #[error("none of the {0} source files could be parsed")]
+    NothingParsed(usize),
+    /// A load function named by the user is not defined in the sources.
+    #[error("load function `{name}` is not defined in the analyzed sources{}", suggest(.suggestions))]
+    LoadFunctionNotFound {
+        /// The name given.
+        name: String,
+        /// Defined functions with close names.
+        suggestions: Vec<String>,
+    },
+    /// No load function was given, but the strategy needs one.
+    #[error("the load strategy needs at least one --load FUNCTION")]
+    NoLoadFunction,
+}
+
+fn suggest(names: &[String]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean {}?)", names.join(", "))
+    }
+}
+
+/// Runs the analysis described by `options`.
+///
+/// # Errors
+/// See [`Error`]: libclang missing, no sources, a load function that does not exist, or no
+/// source parsed at all. Sources that fail to parse individually are listed in
+/// [`Report::skipped`] and do not stop the analysis.
+pub fn analyze(options: &Options) -> Result<Report, Error> {
+    let started = std::time::Instant::now();
+    if options.strategy.runs_load() && options.load_functions.is_empty() {
+        return Err(Error::NoLoadFunction);
+    }
+    let units = sources::discover(&options.paths, &options.extra_flags)?;
+    let program = extract::extract_all(&units, options.progress)?;
+    analysis::run(&program, options, started)
+}
