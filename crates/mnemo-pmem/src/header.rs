@@ -189,7 +189,7 @@ impl Header {
         if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
             return Err(CopyProblem::UnsupportedVersion { found: version });
         }
-        if stored != computed {
+        if stored != computed && !crate::mutant::active("header.skip_checksum") {
             return Err(CopyProblem::BadChecksum { stored, computed });
         }
         let invalid = |field: &'static str, detail: String| Err(CopyProblem::Invalid { field, detail });

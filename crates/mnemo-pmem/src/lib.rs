@@ -29,6 +29,7 @@ pub mod header;
 pub mod inspect;
 pub mod limits;
 pub mod media;
+pub mod mutant;
 pub mod pool;
 pub mod reserve;
 pub mod sync;

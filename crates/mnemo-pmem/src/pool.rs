@@ -460,11 +460,16 @@ impl Pool {
                 source: MediaError::CapacityExceeded { requested: new_size, capacity: self.media.capacity() },
             });
         }
-        self.media.grow(new_size).map_err(|e| media_error(&self.name, e))?;
         let mut next = header.clone();
         next.pool_size = new_size;
         next.size_max = next.size_max.max(new_size);
-        self.write_next(&mut header, next)?;
+        if crate::mutant::active("grow.header_first") {
+            self.write_next(&mut header, next)?;
+            self.media.grow(new_size).map_err(|e| media_error(&self.name, e))?;
+        } else {
+            self.media.grow(new_size).map_err(|e| media_error(&self.name, e))?;
+            self.write_next(&mut header, next)?;
+        }
         self.size.store(new_size, Ordering::Release);
         Ok(())
     }
@@ -502,7 +507,11 @@ impl Pool {
         let bytes = header.encode();
         let offset = header.copy_index() as u64 * HEADER_COPY_SIZE;
         self.write(offset, &bytes)?;
-        self.persist(offset, HEADER_COPY_SIZE)?;
+        if crate::mutant::active("header.skip_flush") {
+            self.drain()?;
+        } else {
+            self.persist(offset, HEADER_COPY_SIZE)?;
+        }
         // Pair assertion: read back what is now on media and decode it.
         let back = media_bytes(self.media.as_ref(), offset, HEADER_COPY_SIZE);
         assert_eq!(Header::decode(&back).as_ref(), Ok(header), "header copy did not read back");
