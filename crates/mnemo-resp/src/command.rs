@@ -1,0 +1,478 @@
+//! The command table: every command the server knows, with Redis 7.0's arity, flags and key
+//! positions, so that `COMMAND`, `COMMAND COUNT`, `COMMAND INFO` and argument-count checks
+//! answer as Redis does.
+//!
+//! Arity follows Redis: a positive number is the exact argument count (name included); a
+//! negative one is the minimum. Key positions are Redis's legacy triple (first key, last key,
+//! step), with last key -1 meaning "to the end" and 0 0 0 for commands without keys.
+
+use crate::encode::Encoder;
+use crate::errors::CommandError;
+
+/// Command flags, as COMMAND INFO lists them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flags(u16);
+
+impl Flags {
+    /// Modifies the keyspace.
+    pub const WRITE: Flags = Flags(1 << 0);
+    /// Only reads the keyspace.
+    pub const READONLY: Flags = Flags(1 << 1);
+    /// May grow memory use: refused when the pool is full.
+    pub const DENYOOM: Flags = Flags(1 << 2);
+    /// Administrative (CONFIG, SHUTDOWN).
+    pub const ADMIN: Flags = Flags(1 << 3);
+    /// Not allowed from scripts.
+    pub const NOSCRIPT: Flags = Flags(1 << 4);
+    /// Allowed while the dataset is loading.
+    pub const LOADING: Flags = Flags(1 << 5);
+    /// Allowed on a replica with stale data.
+    pub const STALE: Flags = Flags(1 << 6);
+    /// O(1) or O(log n): never blocks the server for long.
+    pub const FAST: Flags = Flags(1 << 7);
+    /// Allowed before authentication (AUTH, HELLO, QUIT).
+    pub const NO_AUTH: Flags = Flags(1 << 8);
+
+    /// Flag names in the order Redis prints them.
+    const NAMES: [(Flags, &'static str); 9] = [
+        (Flags::WRITE, "write"),
+        (Flags::READONLY, "readonly"),
+        (Flags::DENYOOM, "denyoom"),
+        (Flags::ADMIN, "admin"),
+        (Flags::NOSCRIPT, "noscript"),
+        (Flags::LOADING, "loading"),
+        (Flags::STALE, "stale"),
+        (Flags::FAST, "fast"),
+        (Flags::NO_AUTH, "no_auth"),
+    ];
+
+    /// No flags.
+    pub const fn empty() -> Flags {
+        Flags(0)
+    }
+
+    /// Both sets of flags.
+    pub const fn union(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+
+    /// Whether every flag in `other` is set.
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The names of the flags set, in Redis's order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Flags::NAMES
+            .into_iter()
+            .filter(move |(flag, _)| self.contains(*flag))
+            .map(|(_, name)| name)
+    }
+}
+
+/// One command (or subcommand) of the table.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// Lower-case full name: "get", or "config|get" for a subcommand.
+    pub name: &'static str,
+    /// Redis arity: exact count if positive, minimum count if negative (name included; for a
+    /// subcommand, the container's name and the subcommand's both count).
+    pub arity: i32,
+    /// What the command does, for COMMAND INFO and for the server's checks.
+    pub flags: Flags,
+    /// Position of the first key argument, 0 if none.
+    pub first_key: i32,
+    /// Position of the last key argument; -1 for the last argument.
+    pub last_key: i32,
+    /// Distance between key arguments.
+    pub key_step: i32,
+    /// Subcommands, sorted by name, for containers (CONFIG, CLIENT, COMMAND).
+    pub subcommands: &'static [CommandSpec],
+}
+
+impl CommandSpec {
+    /// The name after the container's: "get" for "config|get".
+    pub fn short_name(&self) -> &'static str {
+        self.name.rsplit('|').next().unwrap_or(self.name)
+    }
+
+    /// Whether `argc` arguments (name included) satisfy the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let argc = i64::try_from(argc).unwrap_or(i64::MAX);
+        let arity = i64::from(self.arity);
+        if arity >= 0 {
+            argc == arity
+        } else {
+            argc >= -arity
+        }
+    }
+
+    /// This command's entry in the COMMAND / COMMAND INFO reply, in Redis 7.0's 10-element
+    /// layout: name, arity, flags, first key, last key, step, ACL categories, tips, key
+    /// specifications, subcommands. Categories, tips and key specifications are left empty.
+    pub fn encode_info(&self, encoder: &mut Encoder<'_>) {
+        encoder.array_len(10);
+        encoder.bulk(self.name.as_bytes());
+        encoder.integer(i64::from(self.arity));
+        encoder.set_len(self.flags.names().count());
+        for name in self.flags.names() {
+            encoder.simple(name.as_bytes());
+        }
+        encoder.integer(i64::from(self.first_key));
+        encoder.integer(i64::from(self.last_key));
+        encoder.integer(i64::from(self.key_step));
+        encoder.set_len(0);
+        encoder.set_len(0);
+        encoder.set_len(0);
+        encoder.array_len(self.subcommands.len());
+        for sub in self.subcommands {
+            sub.encode_info(encoder);
+        }
+    }
+}
+
+/// The whole table, sorted by name.
+pub fn commands() -> &'static [CommandSpec] {
+    COMMANDS
+}
+
+/// The command named `name`, in any letter case, without allocating.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    find(COMMANDS, name)
+}
+
+/// The subcommand of `container` named `name` ("get" of "config"), in any letter case.
+pub fn lookup_subcommand(container: &CommandSpec, name: &[u8]) -> Option<&'static CommandSpec> {
+    find(container.subcommands, name)
+}
+
+/// The error Redis gives if `argc` arguments do not fit `spec`'s arity.
+pub fn check_arity(spec: &'static CommandSpec, argc: usize) -> Result<(), CommandError> {
+    if spec.arity_ok(argc) {
+        Ok(())
+    } else {
+        Err(CommandError::WrongArity {
+            full_name: spec.name,
+        })
+    }
+}
+
+/// Finds the command a request runs and checks its argument count, in Redis's order: unknown
+/// command, then unknown subcommand of a container, then arity. A container named alone
+/// (`CONFIG`) fails the container's own arity.
+pub fn resolve<A: AsRef<[u8]>>(argv: &[A]) -> Result<&'static CommandSpec, CommandError> {
+    let Some(name) = argv.first() else {
+        return Err(CommandError::Empty);
+    };
+    let Some(spec) = lookup(name.as_ref()) else {
+        return Err(CommandError::unknown_command(argv));
+    };
+    let spec = match argv.get(1) {
+        Some(sub) if !spec.subcommands.is_empty() => {
+            let Some(found) = lookup_subcommand(spec, sub.as_ref()) else {
+                return Err(CommandError::UnknownSubcommand {
+                    container: container_upper(spec),
+                    subcommand: sub.as_ref().to_vec(),
+                });
+            };
+            found
+        }
+        _ => spec,
+    };
+    check_arity(spec, argv.len())?;
+    Ok(spec)
+}
+
+fn container_upper(spec: &CommandSpec) -> &'static str {
+    match spec.name {
+        "client" => "CLIENT",
+        "command" => "COMMAND",
+        "config" => "CONFIG",
+        _ => "",
+    }
+}
+
+/// Binary search with a case-insensitive comparison: table names are lower case.
+fn find(table: &'static [CommandSpec], name: &[u8]) -> Option<&'static CommandSpec> {
+    table
+        .binary_search_by(|spec| {
+            spec.short_name()
+                .bytes()
+                .cmp(name.iter().map(u8::to_ascii_lowercase))
+        })
+        .ok()
+        .and_then(|index| table.get(index))
+}
+
+const W: Flags = Flags::WRITE;
+const R: Flags = Flags::READONLY;
+const WM: Flags = Flags::WRITE.union(Flags::DENYOOM);
+const WMF: Flags = WM.union(Flags::FAST);
+const WF: Flags = Flags::WRITE.union(Flags::FAST);
+const RF: Flags = Flags::READONLY.union(Flags::FAST);
+const LS: Flags = Flags::LOADING.union(Flags::STALE);
+const NLS: Flags = Flags::NOSCRIPT.union(LS);
+const ANLS: Flags = Flags::ADMIN.union(NLS);
+const NONE: Flags = Flags::empty();
+
+const fn spec(name: &'static str, arity: i32, flags: Flags, keys: (i32, i32, i32)) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        key_step: keys.2,
+        subcommands: &[],
+    }
+}
+
+const fn container(
+    name: &'static str,
+    arity: i32,
+    flags: Flags,
+    subcommands: &'static [CommandSpec],
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key: 0,
+        last_key: 0,
+        key_step: 0,
+        subcommands,
+    }
+}
+
+const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
+const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
+const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
+
+const CLIENT: &[CommandSpec] = &[
+    spec("client|getname", 2, NLS, NO_KEYS),
+    spec("client|id", 2, NLS, NO_KEYS),
+    spec("client|info", 2, NLS, NO_KEYS),
+    spec("client|setinfo", 4, NLS, NO_KEYS),
+    spec("client|setname", 3, NLS, NO_KEYS),
+];
+
+const COMMAND: &[CommandSpec] = &[
+    spec("command|count", 2, LS, NO_KEYS),
+    spec("command|docs", -2, LS, NO_KEYS),
+    spec("command|info", -2, LS, NO_KEYS),
+    spec("command|list", -2, LS, NO_KEYS),
+];
+
+const CONFIG: &[CommandSpec] = &[
+    spec("config|get", -3, ANLS, NO_KEYS),
+    spec("config|resetstat", 2, ANLS, NO_KEYS),
+    spec("config|set", -4, ANLS, NO_KEYS),
+];
+
+/// Every command of issue 6, plus the few small ones clients use alongside them (ECHO, HELLO,
+/// DECRBY, FLUSHDB, TYPE, PTTL, PEXPIRE, PERSIST). Values from Redis 7.0's command table.
+const COMMANDS: &[CommandSpec] = &[
+    spec("append", 3, WMF, ONE_KEY),
+    spec(
+        "auth",
+        -2,
+        NLS.union(Flags::FAST).union(Flags::NO_AUTH),
+        NO_KEYS,
+    ),
+    container("client", -2, NONE, CLIENT),
+    container("command", -1, LS, COMMAND),
+    container("config", -2, NONE, CONFIG),
+    spec("dbsize", 1, RF, NO_KEYS),
+    spec("decr", 2, WMF, ONE_KEY),
+    spec("decrby", 3, WMF, ONE_KEY),
+    spec("del", -2, W, ALL_KEYS),
+    spec("echo", 2, Flags::FAST, NO_KEYS),
+    spec("exists", -2, RF, ALL_KEYS),
+    spec("expire", -3, WF, ONE_KEY),
+    spec("flushall", -1, W, NO_KEYS),
+    spec("flushdb", -1, W, NO_KEYS),
+    spec("get", 2, RF, ONE_KEY),
+    spec("getset", 3, WMF, ONE_KEY),
+    spec("hdel", -3, WF, ONE_KEY),
+    spec(
+        "hello",
+        -1,
+        NLS.union(Flags::FAST).union(Flags::NO_AUTH),
+        NO_KEYS,
+    ),
+    spec("hget", 3, RF, ONE_KEY),
+    spec("hgetall", 2, R, ONE_KEY),
+    spec("hset", -4, WMF, ONE_KEY),
+    spec("incr", 2, WMF, ONE_KEY),
+    spec("incrby", 3, WMF, ONE_KEY),
+    spec("info", -1, LS, NO_KEYS),
+    spec("keys", 2, R, NO_KEYS),
+    spec("lpop", -2, WF, ONE_KEY),
+    spec("lpush", -3, WMF, ONE_KEY),
+    spec("lrange", 4, R, ONE_KEY),
+    spec("mget", -2, RF, ALL_KEYS),
+    spec("mset", -3, WM, (1, -1, 2)),
+    spec("persist", 2, WF, ONE_KEY),
+    spec("pexpire", -3, WF, ONE_KEY),
+    spec("ping", -1, Flags::FAST, NO_KEYS),
+    spec("pttl", 2, RF, ONE_KEY),
+    spec(
+        "quit",
+        -1,
+        NLS.union(Flags::FAST).union(Flags::NO_AUTH),
+        NO_KEYS,
+    ),
+    spec("rpop", -2, WF, ONE_KEY),
+    spec("rpush", -3, WMF, ONE_KEY),
+    spec("sadd", -3, WMF, ONE_KEY),
+    spec("scan", -2, R, NO_KEYS),
+    spec("scard", 2, RF, ONE_KEY),
+    spec("select", 2, LS.union(Flags::FAST), NO_KEYS),
+    spec("set", -3, WM, ONE_KEY),
+    spec("shutdown", -1, ANLS, NO_KEYS),
+    spec("smembers", 2, R, ONE_KEY),
+    spec("spop", -2, WF, ONE_KEY),
+    spec("srem", -3, WF, ONE_KEY),
+    spec("strlen", 2, RF, ONE_KEY),
+    spec("ttl", 2, RF, ONE_KEY),
+    spec("type", 2, RF, ONE_KEY),
+    spec("zadd", -4, WMF, ONE_KEY),
+    spec("zpopmin", -2, WF, ONE_KEY),
+    spec("zrange", -4, R, ONE_KEY),
+    spec("zscore", 3, RF, ONE_KEY),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    #[test]
+    fn tables_are_sorted_lower_case_and_unique() {
+        let mut tables = vec![COMMANDS];
+        tables.extend(
+            COMMANDS
+                .iter()
+                .map(|spec| spec.subcommands)
+                .filter(|subs| !subs.is_empty()),
+        );
+        for table in tables {
+            for pair in table.windows(2) {
+                if let [a, b] = pair {
+                    assert!(
+                        a.short_name() < b.short_name(),
+                        "{} before {}",
+                        a.name,
+                        b.name
+                    );
+                }
+            }
+            for spec in table {
+                assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+                assert!(spec.arity != 0, "{}", spec.name);
+                for sub in spec.subcommands {
+                    assert!(
+                        sub.name.starts_with(&format!("{}|", spec.name)),
+                        "{}",
+                        sub.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every command issue 6 lists must be in the table.
+    #[test]
+    fn issue_6_commands_are_present() {
+        let required =
+            "PING SET GET INCR LPUSH RPUSH LPOP RPOP SADD HSET SPOP ZADD ZPOPMIN LRANGE MSET \
+            DEL EXISTS EXPIRE TTL MGET GETSET APPEND STRLEN INCRBY DECR HGET HGETALL HDEL SMEMBERS \
+            SREM SCARD ZRANGE ZSCORE KEYS SCAN DBSIZE FLUSHALL SELECT INFO CONFIG AUTH CLIENT \
+            COMMAND QUIT SHUTDOWN HELLO";
+        for name in required.split_whitespace() {
+            assert!(lookup(name.as_bytes()).is_some(), "{name}");
+        }
+        let config = lookup(b"config").expect("config");
+        assert!(lookup_subcommand(config, b"GET").is_some());
+        let client = lookup(b"client").expect("client");
+        assert!(lookup_subcommand(client, b"SetName").is_some());
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        assert_eq!(lookup(b"GeT").map(|spec| spec.name), Some("get"));
+        assert_eq!(lookup(b"ZPOPMIN").map(|spec| spec.name), Some("zpopmin"));
+        assert!(lookup(b"").is_none());
+        assert!(lookup(b"gett").is_none());
+        assert!(lookup(b"ge").is_none());
+        assert!(lookup(b"config|get").is_none());
+    }
+
+    fn resolved(argv: &[&str]) -> Result<&'static str, String> {
+        resolve(argv)
+            .map(|spec| spec.name)
+            .map_err(|error| String::from_utf8_lossy(&error.reply_text()).into_owned())
+    }
+
+    /// Expected errors are redis-server 7.0's replies.
+    #[test]
+    fn resolve_matches_redis() {
+        assert_eq!(resolved(&["get", "k"]), Ok("get"));
+        assert_eq!(
+            resolved(&["GET"]),
+            Err("ERR wrong number of arguments for 'get' command".into())
+        );
+        assert_eq!(
+            resolved(&["get", "a", "b"]),
+            Err("ERR wrong number of arguments for 'get' command".into())
+        );
+        assert_eq!(
+            resolved(&["set", "k"]),
+            Err("ERR wrong number of arguments for 'set' command".into())
+        );
+        assert_eq!(resolved(&["set", "k", "v", "EX", "10"]), Ok("set"));
+        assert_eq!(resolved(&["mset", "a", "1", "b"]), Ok("mset")); // pairing is the command's job
+        assert_eq!(resolved(&["ping"]), Ok("ping"));
+        assert_eq!(resolved(&["CONFIG", "GET", "save"]), Ok("config|get"));
+        assert_eq!(
+            resolved(&["config"]),
+            Err("ERR wrong number of arguments for 'config' command".into())
+        );
+        assert_eq!(
+            resolved(&["config", "get"]),
+            Err("ERR wrong number of arguments for 'config|get' command".into())
+        );
+        assert_eq!(
+            resolved(&["config", "foo"]),
+            Err("ERR unknown subcommand 'foo'. Try CONFIG HELP.".into())
+        );
+        assert_eq!(resolved(&["command"]), Ok("command"));
+        assert_eq!(resolved(&["COMMAND", "DOCS"]), Ok("command|docs"));
+        assert_eq!(
+            resolved(&["foo", "bar"]),
+            Err("ERR unknown command 'foo', with args beginning with: 'bar' ".into())
+        );
+    }
+
+    #[test]
+    fn arity_checks() {
+        let get = lookup(b"get").expect("get");
+        assert!(check_arity(get, 2).is_ok());
+        assert!(check_arity(get, 1).is_err());
+        let del = lookup(b"del").expect("del");
+        assert!(check_arity(del, 1).is_err());
+        assert!(check_arity(del, 2).is_ok());
+        assert!(check_arity(del, 200).is_ok());
+    }
+
+    /// `COMMAND INFO get` as Redis 7.0 sends it, minus categories, tips and key specs.
+    #[test]
+    fn command_info_layout() {
+        let mut out = BytesMut::new();
+        lookup(b"get")
+            .expect("get")
+            .encode_info(&mut Encoder::new(&mut out, crate::Protocol::Resp2));
+        let expected = "*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*0\r\n*0\r\n*0\r\n*0\r\n";
+        assert_eq!(String::from_utf8_lossy(&out), expected);
+    }
+}
