@@ -17,7 +17,12 @@ mod size;
 ///
 /// Logging: set MNEMO_LOG (e.g. MNEMO_LOG=debug); logs go to stderr.
 #[derive(Debug, Parser)]
-#[command(name = "mnemo", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "mnemo",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -97,21 +97,40 @@ fn create(args: &CreateArgs) -> Result<(), String> {
         });
         println!("{out:#}");
     } else {
-        println!("created {} ({}) in {:.2} ms", args.path.display(), size::human(header.pool_size), elapsed.as_secs_f64() * 1e3);
+        println!(
+            "created {} ({}) in {:.2} ms",
+            args.path.display(),
+            size::human(header.pool_size),
+            elapsed.as_secs_f64() * 1e3
+        );
         println!("  uuid        {}", header.pool_uuid);
-        println!("  medium      {:?}, durability {:?} ({})", media.kind, media.durability, media.reason);
+        println!(
+            "  medium      {:?}, durability {:?} ({})",
+            media.kind, media.durability, media.reason
+        );
     }
     Ok(())
 }
 
 fn grow(args: &GrowArgs) -> Result<(), String> {
-    let pool = Pool::open(&args.path, &OpenOptions { size_max: Some(args.size), ..Default::default() })
-        .map_err(|e| e.to_string())?;
+    let pool = Pool::open(
+        &args.path,
+        &OpenOptions {
+            size_max: Some(args.size),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
     let before = pool.size();
     pool.grow(args.size).map_err(|e| e.to_string())?;
     let after = pool.size();
     pool.close().map_err(|e| e.to_string())?;
-    println!("grew {} from {} to {}", args.path.display(), size::human(before), size::human(after));
+    println!(
+        "grew {} from {} to {}",
+        args.path.display(),
+        size::human(before),
+        size::human(after)
+    );
     Ok(())
 }
 
@@ -143,15 +162,33 @@ fn info(args: &InspectArgs) -> ExitCode {
             println!("size        {}", size::human(h.pool_size));
             println!("size max    {}", size::human(h.size_max));
             println!("data offset {}", h.data_offset);
-            println!("created     {} (by {})", unix_ns_text(h.created_unix_ns), h.creator);
-            println!("shutdown    {}", if h.clean_shutdown { "clean" } else { "NOT clean (open now, or crashed)" });
+            println!(
+                "created     {} (by {})",
+                unix_ns_text(h.created_unix_ns),
+                h.creator
+            );
+            println!(
+                "shutdown    {}",
+                if h.clean_shutdown {
+                    "clean"
+                } else {
+                    "NOT clean (open now, or crashed)"
+                }
+            );
             println!("generation  {}", h.generation);
         }
         None => println!("header      no valid copy"),
     }
     for copy in &report.copies {
-        let mark = if report.chosen == Some(copy.index) { " (in force)" } else { "" };
-        println!("copy {}      @{:<5} {}{}", copy.index, copy.offset, copy.state, mark);
+        let mark = if report.chosen == Some(copy.index) {
+            " (in force)"
+        } else {
+            ""
+        };
+        println!(
+            "copy {}      @{:<5} {}{}",
+            copy.index, copy.offset, copy.state, mark
+        );
     }
     println!(
         "in use      {}",
@@ -174,7 +211,15 @@ fn info(args: &InspectArgs) -> ExitCode {
         }
     );
     for f in &report.findings {
-        println!("{:<11} {}", if f.severity == Severity::Error { "ERROR" } else { "warning" }, f.message);
+        println!(
+            "{:<11} {}",
+            if f.severity == Severity::Error {
+                "ERROR"
+            } else {
+                "warning"
+            },
+            f.message
+        );
     }
     ExitCode::SUCCESS
 }
@@ -201,11 +246,23 @@ fn check(args: &InspectArgs) -> ExitCode {
             println!("header copy {}: {}", copy.index, copy.state);
         }
         for f in &report.findings {
-            let tag = if f.severity == Severity::Error { "error" } else { "warning" };
+            let tag = if f.severity == Severity::Error {
+                "error"
+            } else {
+                "warning"
+            };
             println!("{tag}: {}", f.message);
         }
         if healthy {
-            println!("{}: OK{}", report.path.display(), if report.findings.is_empty() { "" } else { " (with warnings)" });
+            println!(
+                "{}: OK{}",
+                report.path.display(),
+                if report.findings.is_empty() {
+                    ""
+                } else {
+                    " (with warnings)"
+                }
+            );
         } else {
             println!("{}: DAMAGED, cannot be opened", report.path.display());
         }

@@ -94,7 +94,11 @@ pub fn detect() -> CpuFeatures {
         // standard leaf reported by leaf 0 covers it.
         let leaf0 = std::arch::x86_64::__cpuid(0);
         let leaf1 = std::arch::x86_64::__cpuid(1);
-        let leaf7_ebx = if leaf0.eax >= 7 { std::arch::x86_64::__cpuid_count(7, 0).ebx } else { 0 };
+        let leaf7_ebx = if leaf0.eax >= 7 {
+            std::arch::x86_64::__cpuid_count(7, 0).ebx
+        } else {
+            0
+        };
         CpuFeatures {
             clwb: leaf7_ebx & (1 << 24) != 0,
             clflushopt: leaf7_ebx & (1 << 23) != 0,
@@ -103,7 +107,11 @@ pub fn detect() -> CpuFeatures {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        CpuFeatures { clwb: false, clflushopt: false, clflush: false }
+        CpuFeatures {
+            clwb: false,
+            clflushopt: false,
+            clflush: false,
+        }
     }
 }
 
@@ -132,7 +140,8 @@ fn supported(features: CpuFeatures, kind: FlushKind) -> bool {
 pub fn decide(features: CpuFeatures, env: &dyn Fn(&str) -> Option<String>) -> Choice {
     let mut reason = String::from("CPUID");
     let mut flush = best(features);
-    let truthy = |v: Option<String>| v.is_some_and(|v| v.trim() == "1" || v.eq_ignore_ascii_case("true"));
+    let truthy =
+        |v: Option<String>| v.is_some_and(|v| v.trim() == "1" || v.eq_ignore_ascii_case("true"));
     if truthy(env("MNEMO_NO_FLUSH")) {
         flush = FlushKind::None;
         reason = "MNEMO_NO_FLUSH=1".into();
@@ -171,7 +180,12 @@ pub fn decide(features: CpuFeatures, env: &dyn Fn(&str) -> Option<String>) -> Ch
             ),
         }
     }
-    Choice { flush, movnt_threshold, features, reason }
+    Choice {
+        flush,
+        movnt_threshold,
+        features,
+        reason,
+    }
 }
 
 static CHOICE: OnceLock<Choice> = OnceLock::new();
@@ -208,7 +222,9 @@ unsafe fn flush_line(kind: FlushKind, p: *const u8) {
     // SAFETY: forwarded from `flush_with`: `p` is mapped and the instruction exists.
     unsafe {
         match kind {
-            FlushKind::Clwb => std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags)),
+            FlushKind::Clwb => {
+                std::arch::asm!("clwb [{0}]", in(reg) p, options(nostack, preserves_flags))
+            }
             FlushKind::Clflushopt => {
                 std::arch::asm!("clflushopt [{0}]", in(reg) p, options(nostack, preserves_flags))
             }
@@ -294,29 +310,64 @@ mod tests {
     use super::*;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
-    const ALL: CpuFeatures = CpuFeatures { clwb: true, clflushopt: true, clflush: true };
-    const OLD: CpuFeatures = CpuFeatures { clwb: false, clflushopt: false, clflush: true };
+    const ALL: CpuFeatures = CpuFeatures {
+        clwb: true,
+        clflushopt: true,
+        clflush: true,
+    };
+    const OLD: CpuFeatures = CpuFeatures {
+        clwb: false,
+        clflushopt: false,
+        clflush: true,
+    };
 
     #[test]
     fn best_instruction_first() {
         assert_eq!(decide(ALL, &env_of(&[])).flush, FlushKind::Clwb);
         assert_eq!(decide(OLD, &env_of(&[])).flush, FlushKind::Clflush);
-        let none = CpuFeatures { clwb: false, clflushopt: true, clflush: true };
+        let none = CpuFeatures {
+            clwb: false,
+            clflushopt: true,
+            clflush: true,
+        };
         assert_eq!(decide(none, &env_of(&[])).flush, FlushKind::Clflushopt);
     }
 
     #[test]
     fn overrides() {
-        assert_eq!(decide(ALL, &env_of(&[("MNEMO_FLUSH", "clflush")])).flush, FlushKind::Clflush);
-        assert_eq!(decide(ALL, &env_of(&[("MNEMO_NO_FLUSH", "1")])).flush, FlushKind::None);
-        assert_eq!(decide(ALL, &env_of(&[("MNEMO_FLUSH", "none")])).flush, FlushKind::None);
+        assert_eq!(
+            decide(ALL, &env_of(&[("MNEMO_FLUSH", "clflush")])).flush,
+            FlushKind::Clflush
+        );
+        assert_eq!(
+            decide(ALL, &env_of(&[("MNEMO_NO_FLUSH", "1")])).flush,
+            FlushKind::None
+        );
+        assert_eq!(
+            decide(ALL, &env_of(&[("MNEMO_FLUSH", "none")])).flush,
+            FlushKind::None
+        );
         // An instruction the CPU lacks is refused, not executed.
-        assert_eq!(decide(OLD, &env_of(&[("MNEMO_FLUSH", "clwb")])).flush, FlushKind::Clflush);
-        assert_eq!(decide(ALL, &env_of(&[("MNEMO_FLUSH", "bogus")])).flush, FlushKind::Clwb);
-        assert_eq!(decide(ALL, &env_of(&[("MNEMO_NO_MOVNT", "1")])).movnt_threshold, None);
+        assert_eq!(
+            decide(OLD, &env_of(&[("MNEMO_FLUSH", "clwb")])).flush,
+            FlushKind::Clflush
+        );
+        assert_eq!(
+            decide(ALL, &env_of(&[("MNEMO_FLUSH", "bogus")])).flush,
+            FlushKind::Clwb
+        );
+        assert_eq!(
+            decide(ALL, &env_of(&[("MNEMO_NO_MOVNT", "1")])).movnt_threshold,
+            None
+        );
         assert_eq!(
             decide(ALL, &env_of(&[("MNEMO_MOVNT_THRESHOLD", "4096")])).movnt_threshold,
             Some(4096)
@@ -327,7 +378,12 @@ mod tests {
     fn every_supported_instruction_runs() {
         let features = detect();
         let mut buf = vec![7u8; 4096 + 3];
-        for kind in [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush, FlushKind::None] {
+        for kind in [
+            FlushKind::Clwb,
+            FlushKind::Clflushopt,
+            FlushKind::Clflush,
+            FlushKind::None,
+        ] {
             if supported(features, kind) {
                 buf[5] = 9;
                 // SAFETY: buf is a live allocation and the kind is supported.
@@ -347,7 +403,11 @@ mod tests {
                 // SAFETY: dst has room for shift + len bytes; src has len bytes; distinct.
                 unsafe { copy_nodrain(dst.as_mut_ptr().add(shift), src.as_ptr(), len) };
                 fence();
-                assert_eq!(&dst[shift..shift + len], &src[..len], "shift {shift} len {len}");
+                assert_eq!(
+                    &dst[shift..shift + len],
+                    &src[..len],
+                    "shift {shift} len {len}"
+                );
                 assert!(dst[..shift].iter().all(|&b| b == 0));
                 assert!(dst[shift + len..].iter().all(|&b| b == 0));
             }

@@ -37,7 +37,9 @@ impl MediaError {
     /// Wrap an I/O error, mapping ENOSPC/EDQUOT to [`MediaError::NoSpace`].
     pub fn io(op: &'static str, source: io::Error) -> Self {
         match source.raw_os_error() {
-            Some(code) if code == libc_enospc() || code == libc_edquot() => MediaError::NoSpace { op },
+            Some(code) if code == libc_enospc() || code == libc_edquot() => {
+                MediaError::NoSpace { op }
+            }
             _ => MediaError::Io { op, source },
         }
     }
@@ -197,7 +199,10 @@ impl Error {
             },
             _ => match MediaError::io(op, source) {
                 MediaError::Io { op, source } => Error::Io { path, op, source },
-                other => Error::Media { path, source: other },
+                other => Error::Media {
+                    path,
+                    source: other,
+                },
             },
         }
     }

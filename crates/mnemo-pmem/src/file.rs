@@ -52,9 +52,10 @@ impl FileMedia {
     /// file's length; `capacity` is the address space reserved for growth.
     pub fn map(path: &Path, file: File, len: u64, capacity: u64) -> Result<FileMedia, Error> {
         let capacity = capacity.max(len);
-        let reservation = Reservation::new(capacity).map_err(|e| Error::from_io(path, "reserving address space", e))?;
+        let reservation = Reservation::new(capacity)
+            .map_err(|e| Error::from_io(path, "reserving address space", e))?;
         let fs_type = rustix::fs::fstatfs(&file)
-            .map(|s| s.f_type as i64)
+            .map(|s| s.f_type)
             .map_err(|e| Error::from_io(path, "fstatfs", e.into()))?;
         let tmpfs = fs_type == TMPFS_MAGIC || fs_type == RAMFS_MAGIC;
         // Try MAP_SYNC first: only a DAX file system accepts it.
@@ -74,13 +75,25 @@ impl FileMedia {
         let (durability, reason) = if env_flag("MNEMO_FORCE_MSYNC") {
             (Durability::Msync, "MNEMO_FORCE_MSYNC=1".to_string())
         } else if kind == MediaKind::PageCache && env_flag("MNEMO_FORCE_PMEM") {
-            (Durability::CpuFlush, "MNEMO_FORCE_PMEM=1 (page cache treated as persistent memory)".to_string())
+            (
+                Durability::CpuFlush,
+                "MNEMO_FORCE_PMEM=1 (page cache treated as persistent memory)".to_string(),
+            )
         } else if kind == MediaKind::PageCache {
-            (Durability::Msync, "page-cache file: msync(2) makes data durable".to_string())
+            (
+                Durability::Msync,
+                "page-cache file: msync(2) makes data durable".to_string(),
+            )
         } else if kind == MediaKind::Dax {
-            (Durability::CpuFlush, "DAX mapping (MAP_SYNC accepted)".to_string())
+            (
+                Durability::CpuFlush,
+                "DAX mapping (MAP_SYNC accepted)".to_string(),
+            )
         } else {
-            (Durability::CpuFlush, "tmpfs: cache flush is the durability point (NVMM stand-in)".to_string())
+            (
+                Durability::CpuFlush,
+                "tmpfs: cache flush is the durability point (NVMM stand-in)".to_string(),
+            )
         };
         let flush = cpu::choice().flush;
         tracing::debug!(path = %path.display(), ?kind, ?durability, flush = flush.name(), "pool mapped");
@@ -105,7 +118,10 @@ impl FileMedia {
 
     fn ptr(&self, offset: u64) -> *mut u8 {
         // The offset was checked by the caller against len().
-        self.reservation.base().as_ptr().wrapping_add(offset as usize)
+        self.reservation
+            .base()
+            .as_ptr()
+            .wrapping_add(offset as usize)
     }
 
     fn assert_range(&self, offset: u64, len: u64) {
@@ -138,16 +154,30 @@ impl Media for FileMedia {
             return Ok(());
         }
         if new_len > self.capacity() {
-            return Err(MediaError::CapacityExceeded { requested: new_len, capacity: self.capacity() });
+            return Err(MediaError::CapacityExceeded {
+                requested: new_len,
+                capacity: self.capacity(),
+            });
         }
         debug_assert_eq!(new_len % PAGE_SIZE, 0);
         self.ensure_backed_locked(old_len, new_len - old_len)?;
-        let file_len = self.file.metadata().map_err(|e| MediaError::io("stat", e))?.len();
+        let file_len = self
+            .file
+            .metadata()
+            .map_err(|e| MediaError::io("stat", e))?
+            .len();
         if file_len < new_len {
-            self.file.set_len(new_len).map_err(|e| MediaError::io("ftruncate", e))?;
+            self.file
+                .set_len(new_len)
+                .map_err(|e| MediaError::io("ftruncate", e))?;
         }
         self.reservation
-            .map_file(self.file.as_fd(), old_len, new_len - old_len, self.kind == MediaKind::Dax)
+            .map_file(
+                self.file.as_fd(),
+                old_len,
+                new_len - old_len,
+                self.kind == MediaKind::Dax,
+            )
             .map_err(|e| MediaError::io("mmap", e))?;
         self.len.store(new_len, Ordering::Release);
         Ok(())
@@ -181,8 +211,14 @@ impl Media for FileMedia {
                 // mapping also covers pages dirtied by other threads, which must not be lost.
                 let len = self.len() as usize;
                 // SAFETY: base..base+len is our live shared mapping.
-                unsafe { rustix::mm::msync(self.base().as_ptr().cast(), len, rustix::mm::MsyncFlags::SYNC) }
-                    .map_err(|e| MediaError::io("msync", e.into()))
+                unsafe {
+                    rustix::mm::msync(
+                        self.base().as_ptr().cast(),
+                        len,
+                        rustix::mm::MsyncFlags::SYNC,
+                    )
+                }
+                .map_err(|e| MediaError::io("msync", e.into()))
             }
         }
     }
@@ -201,7 +237,12 @@ impl Media for FileMedia {
     }
 
     fn info(&self) -> MediaInfo {
-        MediaInfo { kind: self.kind, durability: self.durability, flush: self.flush, reason: self.reason.clone() }
+        MediaInfo {
+            kind: self.kind,
+            durability: self.durability,
+            flush: self.flush,
+            reason: self.reason.clone(),
+        }
     }
 }
 
@@ -215,7 +256,12 @@ impl FileMedia {
         // Allocate from the end of what is known to be backed: ranges are handed out in
         // ascending order by the heap, and fallocate of an allocated range is cheap anyway.
         let start = backed.min(offset - offset % PAGE_SIZE);
-        match rustix::fs::fallocate(&self.file, rustix::fs::FallocateFlags::KEEP_SIZE, start, end - start) {
+        match rustix::fs::fallocate(
+            &self.file,
+            rustix::fs::FallocateFlags::KEEP_SIZE,
+            start,
+            end - start,
+        ) {
             Ok(()) => {}
             // File systems without fallocate: nothing to reserve ahead of time.
             Err(rustix::io::Errno::OPNOTSUPP) => {}

@@ -8,7 +8,9 @@
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::limits::{DATA_OFFSET, HEADER_COPY_SIZE, LAYOUT_NAME_MAX, PAGE_SIZE, POOL_SIZE_MAX, POOL_SIZE_MIN};
+use crate::limits::{
+    DATA_OFFSET, HEADER_COPY_SIZE, LAYOUT_NAME_MAX, PAGE_SIZE, POOL_SIZE_MAX, POOL_SIZE_MIN,
+};
 
 /// The 8 bytes every mnemo pool starts with.
 pub const MAGIC: [u8; 8] = *b"MNEMOPL\0";
@@ -192,26 +194,45 @@ impl Header {
         if stored != computed && !crate::mutant::active("header.skip_checksum") {
             return Err(CopyProblem::BadChecksum { stored, computed });
         }
-        let invalid = |field: &'static str, detail: String| Err(CopyProblem::Invalid { field, detail });
+        let invalid =
+            |field: &'static str, detail: String| Err(CopyProblem::Invalid { field, detail });
         if raw.header_size.get() as u64 != HEADER_COPY_SIZE {
-            return invalid("header_size", format!("{} (expected {HEADER_COPY_SIZE})", raw.header_size.get()));
+            return invalid(
+                "header_size",
+                format!("{} (expected {HEADER_COPY_SIZE})", raw.header_size.get()),
+            );
         }
         if raw.data_offset.get() != DATA_OFFSET {
-            return invalid("data_offset", format!("{} (expected {DATA_OFFSET})", raw.data_offset.get()));
+            return invalid(
+                "data_offset",
+                format!("{} (expected {DATA_OFFSET})", raw.data_offset.get()),
+            );
         }
         if raw.page_size.get() as u64 != PAGE_SIZE {
-            return invalid("page_size", format!("{} (expected {PAGE_SIZE})", raw.page_size.get()));
+            return invalid(
+                "page_size",
+                format!("{} (expected {PAGE_SIZE})", raw.page_size.get()),
+            );
         }
         let size = raw.pool_size.get();
         if !(POOL_SIZE_MIN..=POOL_SIZE_MAX).contains(&size) || size % PAGE_SIZE != 0 {
-            return invalid("pool_size", format!("{size} is not a page multiple in {POOL_SIZE_MIN}..={POOL_SIZE_MAX}"));
+            return invalid(
+                "pool_size",
+                format!("{size} is not a page multiple in {POOL_SIZE_MIN}..={POOL_SIZE_MAX}"),
+            );
         }
         let size_max = raw.size_max.get();
         if size_max < size || size_max > POOL_SIZE_MAX {
-            return invalid("size_max", format!("{size_max} is below the pool size {size} or above {POOL_SIZE_MAX}"));
+            return invalid(
+                "size_max",
+                format!("{size_max} is below the pool size {size} or above {POOL_SIZE_MAX}"),
+            );
         }
         if raw.flags.get() & !FLAGS_KNOWN != 0 {
-            return invalid("flags", format!("unknown bits {:#x}", raw.flags.get() & !FLAGS_KNOWN));
+            return invalid(
+                "flags",
+                format!("unknown bits {:#x}", raw.flags.get() & !FLAGS_KNOWN),
+            );
         }
         let clean_shutdown = match raw.clean_shutdown.get() {
             0 => false,
@@ -220,12 +241,19 @@ impl Header {
         };
         let layout_len = raw.layout_len.get() as usize;
         let Some(layout) = raw.layout.get(..layout_len) else {
-            return invalid("layout_len", format!("{layout_len} exceeds {LAYOUT_NAME_MAX}"));
+            return invalid(
+                "layout_len",
+                format!("{layout_len} exceeds {LAYOUT_NAME_MAX}"),
+            );
         };
         let Ok(layout) = std::str::from_utf8(layout) else {
             return invalid("layout", "not UTF-8".into());
         };
-        let creator_len = raw.creator.iter().position(|&b| b == 0).unwrap_or(raw.creator.len());
+        let creator_len = raw
+            .creator
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(raw.creator.len());
         let creator = String::from_utf8_lossy(&raw.creator[..creator_len]).into_owned();
         Ok(Header {
             format_version: version,
@@ -261,7 +289,9 @@ impl Pair {
     pub fn decode(bytes: &[u8]) -> Pair {
         let size = HEADER_COPY_SIZE as usize;
         let copy = |i: usize| Header::decode(bytes.get(i * size..).unwrap_or(&[]));
-        Pair { copies: [copy(0), copy(1)] }
+        Pair {
+            copies: [copy(0), copy(1)],
+        }
     }
 
     /// Index of the valid copy with the highest generation, if any.
@@ -314,7 +344,10 @@ mod tests {
             for bit in 0..8 {
                 let mut b = bytes;
                 b[byte] ^= 1 << bit;
-                assert!(Header::decode(&b).is_err(), "flip of bit {bit} in byte {byte} went unnoticed");
+                assert!(
+                    Header::decode(&b).is_err(),
+                    "flip of bit {bit} in byte {byte} went unnoticed"
+                );
             }
         }
     }
@@ -323,14 +356,23 @@ mod tests {
     fn newer_version_is_named() {
         let mut b = sample().encode();
         b[8..12].copy_from_slice(&2u32.to_le_bytes());
-        assert_eq!(Header::decode(&b), Err(CopyProblem::UnsupportedVersion { found: 2 }));
+        assert_eq!(
+            Header::decode(&b),
+            Err(CopyProblem::UnsupportedVersion { found: 2 })
+        );
     }
 
     #[test]
     fn zeroed_and_short_and_foreign() {
         assert_eq!(Header::decode(&[0u8; 4096]), Err(CopyProblem::Zeroed));
-        assert_eq!(Header::decode(&[1u8; 10]), Err(CopyProblem::Short { len: 10 }));
-        assert!(matches!(Header::decode(&[0x7fu8; 4096]), Err(CopyProblem::BadMagic { .. })));
+        assert_eq!(
+            Header::decode(&[1u8; 10]),
+            Err(CopyProblem::Short { len: 10 })
+        );
+        assert!(matches!(
+            Header::decode(&[0x7fu8; 4096]),
+            Err(CopyProblem::BadMagic { .. })
+        ));
     }
 
     #[test]

@@ -74,14 +74,20 @@ impl Inspection {
 /// Inspect the pool file at `path`.
 pub fn inspect(path: &Path) -> Result<Inspection, Error> {
     let file = File::open(path).map_err(|e| Error::from_io(path, "open", e))?;
-    let meta = file.metadata().map_err(|e| Error::from_io(path, "stat", e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::from_io(path, "stat", e))?;
     if !meta.is_file() {
-        return Err(Error::NotAPool { path: path.to_path_buf(), detail: "not a regular file".into() });
+        return Err(Error::NotAPool {
+            path: path.to_path_buf(),
+            detail: "not a regular file".into(),
+        });
     }
     let file_len = meta.len();
     let want = (HEADER_COPY_SIZE * 2).min(file_len) as usize;
     let mut bytes = vec![0u8; want];
-    std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0).map_err(|e| Error::from_io(path, "read", e))?;
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0)
+        .map_err(|e| Error::from_io(path, "read", e))?;
     let pair = Pair::decode(&bytes);
     let in_use = match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared) {
         Ok(()) => {
@@ -110,13 +116,33 @@ pub fn inspect(path: &Path) -> Result<Inspection, Error> {
     let chosen = pair.chosen();
     let header = pair.header().cloned();
     let findings = findings(path, file_len, &pair, header.as_ref(), chosen);
-    Ok(Inspection { path: path.to_path_buf(), file_len, copies, chosen, header, in_use, findings })
+    Ok(Inspection {
+        path: path.to_path_buf(),
+        file_len,
+        copies,
+        chosen,
+        header,
+        in_use,
+        findings,
+    })
 }
 
-fn findings(path: &Path, file_len: u64, pair: &Pair, header: Option<&Header>, chosen: Option<usize>) -> Vec<Finding> {
+fn findings(
+    path: &Path,
+    file_len: u64,
+    pair: &Pair,
+    header: Option<&Header>,
+    chosen: Option<usize>,
+) -> Vec<Finding> {
     let mut out = Vec::new();
-    let error = |message: String| Finding { severity: Severity::Error, message };
-    let warning = |message: String| Finding { severity: Severity::Warning, message };
+    let error = |message: String| Finding {
+        severity: Severity::Error,
+        message,
+    };
+    let warning = |message: String| Finding {
+        severity: Severity::Warning,
+        message,
+    };
     if file_len < HEADER_COPY_SIZE * 2 {
         out.push(error(format!(
             "file is {file_len} bytes, shorter than the two {HEADER_COPY_SIZE}-byte header copies: truncated or not a pool"

@@ -37,3 +37,7 @@ pub const MOVNT_THRESHOLD_DEFAULT: usize = 256;
 /// Most ranges one `gmsync` may name; bounds the work a sync point does and the size of a
 /// replication record built from it.
 pub const GMSYNC_RANGES_MAX: usize = 1024;
+
+/// How long open waits for a pool lock that is held, before reporting the pool in use: long
+/// enough to outlast a forked child's moment between fork and exec, short enough for a person.
+pub const LOCK_WAIT_MS: u64 = 200;

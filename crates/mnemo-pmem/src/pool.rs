@@ -11,8 +11,8 @@ use crate::error::{Error, MediaError};
 use crate::file::FileMedia;
 use crate::header::{self, Header, Pair, FORMAT_VERSION};
 use crate::limits::{
-    DATA_OFFSET, GMSYNC_RANGES_MAX, HEADER_COPY_SIZE, LAYOUT_NAME_MAX, PAGE_SIZE, POOL_SIZE_MAX, POOL_SIZE_MIN,
-    RESERVE_DEFAULT,
+    DATA_OFFSET, GMSYNC_RANGES_MAX, HEADER_COPY_SIZE, LAYOUT_NAME_MAX, PAGE_SIZE, POOL_SIZE_MAX,
+    POOL_SIZE_MIN, RESERVE_DEFAULT,
 };
 use crate::media::{Media, MediaInfo, MediaKind};
 use crate::sync::{ByteRange, LocalPolicy, SyncPolicy};
@@ -31,7 +31,11 @@ pub struct CreateOptions {
 impl CreateOptions {
     /// A pool of `size` bytes with `layout`, growable to 64 GiB (or `size`, if larger).
     pub fn new(size: u64, layout: &str) -> CreateOptions {
-        CreateOptions { size, size_max: RESERVE_DEFAULT.max(size), layout: layout.to_string() }
+        CreateOptions {
+            size,
+            size_max: RESERVE_DEFAULT.max(size),
+            layout: layout.to_string(),
+        }
     }
 
     fn validate(&self) -> Result<(u64, u64), Error> {
@@ -48,7 +52,11 @@ impl CreateOptions {
             )));
         }
         let size = self.size.next_multiple_of(PAGE_SIZE);
-        let size_max = self.size_max.max(size).min(POOL_SIZE_MAX).next_multiple_of(PAGE_SIZE);
+        let size_max = self
+            .size_max
+            .max(size)
+            .min(POOL_SIZE_MAX)
+            .next_multiple_of(PAGE_SIZE);
         Ok((size, size_max))
     }
 }
@@ -95,11 +103,25 @@ fn now_unix_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Take the pool's exclusive advisory lock. A lock can outlive its holder by a moment (a
+/// child forked between our fork and its exec holds a copy of the descriptor), so a busy
+/// lock is retried for up to `limits::LOCK_WAIT_MS` before the pool is reported in use.
 fn lock_exclusive(path: &Path, file: &File) -> Result<(), Error> {
-    match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(()),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::Busy { path: path.to_path_buf() }),
-        Err(e) => Err(Error::from_io(path, "flock", e.into())),
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(crate::limits::LOCK_WAIT_MS);
+    loop {
+        match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(Error::Busy {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(Error::from_io(path, "flock", e.into())),
+        }
     }
 }
 
@@ -113,18 +135,35 @@ impl Pool {
     pub fn create(path: &Path, options: &CreateOptions) -> Result<Pool, Error> {
         let (size, size_max) = options.validate()?;
         if path.exists() {
-            return Err(Error::AlreadyExists { path: path.to_path_buf() });
+            return Err(Error::AlreadyExists {
+                path: path.to_path_buf(),
+            });
         }
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let stat = rustix::fs::statvfs(&dir).map_err(|e| Error::from_io(&dir, "statvfs", e.into()))?;
+        if !dir.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "cannot create {}: directory {} does not exist (create it first)",
+                path.display(),
+                dir.display()
+            )));
+        }
+        let stat =
+            rustix::fs::statvfs(&dir).map_err(|e| Error::from_io(&dir, "statvfs", e.into()))?;
         let available = stat.f_bavail.saturating_mul(stat.f_frsize);
         if available < size {
-            return Err(Error::NoSpace { path: path.to_path_buf(), needed: size, available });
+            return Err(Error::NoSpace {
+                path: path.to_path_buf(),
+                needed: size,
+                available,
+            });
         }
-        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let temp = dir.join(format!(".{file_name}.creating.{}", std::process::id()));
         let result = Self::create_at(path, &temp, size, size_max, &options.layout);
         if result.is_err() {
@@ -133,7 +172,13 @@ impl Pool {
         result
     }
 
-    fn create_at(path: &Path, temp: &Path, size: u64, size_max: u64, layout: &str) -> Result<Pool, Error> {
+    fn create_at(
+        path: &Path,
+        temp: &Path,
+        size: u64,
+        size_max: u64,
+        layout: &str,
+    ) -> Result<Pool, Error> {
         let file = FsOpenOptions::new()
             .read(true)
             .write(true)
@@ -142,15 +187,24 @@ impl Pool {
             .open(temp)
             .map_err(|e| Error::from_io(path, "create", e))?;
         lock_exclusive(path, &file)?;
-        file.set_len(size).map_err(|e| Error::from_io(path, "ftruncate", e))?;
-        let lock = file.try_clone().map_err(|e| Error::from_io(path, "dup", e))?;
+        file.set_len(size)
+            .map_err(|e| Error::from_io(path, "ftruncate", e))?;
+        let lock = file
+            .try_clone()
+            .map_err(|e| Error::from_io(path, "dup", e))?;
         let media = FileMedia::map(path, file, size, size_max)?;
         // On disk file systems reserve every block now (cheap: unwritten extents) so a full
         // disk is an error here, not a SIGBUS later. On tmpfs fallocate would zero every page
         // (20 ms for 64 MiB); the free-space check above covers creation, and the heap
         // reserves pages as it first hands them out (`Media::ensure_backed`).
-        let backed = if media.info().kind == MediaKind::Tmpfs { HEADER_COPY_SIZE * 2 } else { size };
-        media.ensure_backed(0, backed).map_err(|e| media_error(path, e))?;
+        let backed = if media.info().kind == MediaKind::Tmpfs {
+            HEADER_COPY_SIZE * 2
+        } else {
+            size
+        };
+        media
+            .ensure_backed(0, backed)
+            .map_err(|e| media_error(path, e))?;
         let header = Header {
             format_version: FORMAT_VERSION,
             generation: 1,
@@ -168,7 +222,11 @@ impl Pool {
         let pool = Pool::init(Box::new(media), path, header, Some(lock))?;
         if pool.media.info().durability == crate::Durability::Msync {
             // The file's size and blocks are metadata: make them durable before the name.
-            pool._lock.as_ref().map(File::sync_all).transpose().map_err(|e| Error::from_io(path, "fsync", e))?;
+            pool._lock
+                .as_ref()
+                .map(File::sync_all)
+                .transpose()
+                .map_err(|e| Error::from_io(path, "fsync", e))?;
         }
         rustix::fs::renameat_with(
             rustix::fs::CWD,
@@ -184,7 +242,11 @@ impl Pool {
 
     /// Format a fresh medium as a pool (both header copies written and persisted). Used by
     /// [`Pool::create`] and by simulated media in tests.
-    pub fn create_on(media: Box<dyn Media>, name: &Path, options: &CreateOptions) -> Result<Pool, Error> {
+    pub fn create_on(
+        media: Box<dyn Media>,
+        name: &Path,
+        options: &CreateOptions,
+    ) -> Result<Pool, Error> {
         let (size, size_max) = options.validate()?;
         if media.len() < size {
             media.grow(size).map_err(|e| media_error(name, e))?;
@@ -208,7 +270,12 @@ impl Pool {
 
     /// Write both header copies of a new pool: generation 1 into copy 1, then generation 2
     /// (the one in force, marked open) into copy 0.
-    fn init(media: Box<dyn Media>, name: &Path, first: Header, lock: Option<File>) -> Result<Pool, Error> {
+    fn init(
+        media: Box<dyn Media>,
+        name: &Path,
+        first: Header,
+        lock: Option<File>,
+    ) -> Result<Pool, Error> {
         let pool = Pool {
             size: AtomicU64::new(first.pool_size),
             header: Mutex::new(first.clone()),
@@ -229,17 +296,30 @@ impl Pool {
     pub fn open(path: &Path, options: &OpenOptions) -> Result<Pool, Error> {
         let meta = std::fs::metadata(path).map_err(|e| Error::from_io(path, "stat", e))?;
         if !meta.is_file() {
-            return Err(Error::NotAPool { path: path.to_path_buf(), detail: "not a regular file".into() });
+            return Err(Error::NotAPool {
+                path: path.to_path_buf(),
+                detail: "not a regular file".into(),
+            });
         }
         if meta.permissions().mode() & 0o200 == 0 {
             return Err(Error::PermissionDenied {
                 path: path.to_path_buf(),
-                detail: format!("the file is read-only (mode {:o})", meta.permissions().mode() & 0o777),
+                detail: format!(
+                    "the file is read-only (mode {:o})",
+                    meta.permissions().mode() & 0o777
+                ),
             });
         }
-        let file = FsOpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::from_io(path, "open", e))?;
+        let file = FsOpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::from_io(path, "open", e))?;
         lock_exclusive(path, &file)?;
-        let file_len = file.metadata().map_err(|e| Error::from_io(path, "stat", e))?.len();
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::from_io(path, "stat", e))?
+            .len();
         let header = read_header(path, &file, file_len)?;
         if let Some(expected) = &options.layout {
             if *expected != header.layout {
@@ -250,15 +330,26 @@ impl Pool {
                 });
             }
         }
-        let size_max = options.size_max.unwrap_or(header.size_max).max(header.pool_size);
-        let lock = file.try_clone().map_err(|e| Error::from_io(path, "dup", e))?;
+        let size_max = options
+            .size_max
+            .unwrap_or(header.size_max)
+            .max(header.pool_size);
+        let lock = file
+            .try_clone()
+            .map_err(|e| Error::from_io(path, "dup", e))?;
         let media = FileMedia::map(path, file, header.pool_size, size_max)?;
-        media.ensure_backed(0, HEADER_COPY_SIZE * 2).map_err(|e| media_error(path, e))?;
+        media
+            .ensure_backed(0, HEADER_COPY_SIZE * 2)
+            .map_err(|e| media_error(path, e))?;
         Pool::attach(Box::new(media), path, header, Some(lock))
     }
 
     /// Open a pool on a medium that already holds one (simulated media in tests).
-    pub fn open_on(media: Box<dyn Media>, name: &Path, options: &OpenOptions) -> Result<Pool, Error> {
+    pub fn open_on(
+        media: Box<dyn Media>,
+        name: &Path,
+        options: &OpenOptions,
+    ) -> Result<Pool, Error> {
         let len = media.len();
         if len < HEADER_COPY_SIZE * 2 {
             return Err(Error::Truncated {
@@ -282,7 +373,12 @@ impl Pool {
         Pool::attach(media, name, header, None)
     }
 
-    fn attach(media: Box<dyn Media>, name: &Path, header: Header, lock: Option<File>) -> Result<Pool, Error> {
+    fn attach(
+        media: Box<dyn Media>,
+        name: &Path,
+        header: Header,
+        lock: Option<File>,
+    ) -> Result<Pool, Error> {
         let was_clean = header.clean_shutdown;
         let pool = Pool {
             size: AtomicU64::new(header.pool_size),
@@ -319,7 +415,10 @@ impl Pool {
 
     /// The header in force.
     pub fn header(&self) -> Header {
-        self.header.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.header
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Whether the previous process closed the pool cleanly (read at open).
@@ -438,9 +537,13 @@ impl Pool {
             self.check_range(range.offset, range.len)?;
             bytes += range.len;
         }
-        self.policy.sync(self.media.as_ref(), ranges).map_err(|e| media_error(&self.name, e))?;
+        self.policy
+            .sync(self.media.as_ref(), ranges)
+            .map_err(|e| media_error(&self.name, e))?;
         self.stats.sync_points.fetch_add(1, Ordering::Relaxed);
-        self.stats.sync_ranges.fetch_add(ranges.len() as u64, Ordering::Relaxed);
+        self.stats
+            .sync_ranges
+            .fetch_add(ranges.len() as u64, Ordering::Relaxed);
         self.stats.sync_bytes.fetch_add(bytes, Ordering::Relaxed);
         Ok(())
     }
@@ -454,10 +557,19 @@ impl Pool {
         if new_size <= header.pool_size {
             return Ok(());
         }
-        if new_size > header.size_max.max(self.media.capacity()).min(POOL_SIZE_MAX) || new_size > self.media.capacity() {
+        if new_size
+            > header
+                .size_max
+                .max(self.media.capacity())
+                .min(POOL_SIZE_MAX)
+            || new_size > self.media.capacity()
+        {
             return Err(Error::Media {
                 path: self.name.clone(),
-                source: MediaError::CapacityExceeded { requested: new_size, capacity: self.media.capacity() },
+                source: MediaError::CapacityExceeded {
+                    requested: new_size,
+                    capacity: self.media.capacity(),
+                },
             });
         }
         let mut next = header.clone();
@@ -465,9 +577,13 @@ impl Pool {
         next.size_max = next.size_max.max(new_size);
         if crate::mutant::active("grow.header_first") {
             self.write_next(&mut header, next)?;
-            self.media.grow(new_size).map_err(|e| media_error(&self.name, e))?;
+            self.media
+                .grow(new_size)
+                .map_err(|e| media_error(&self.name, e))?;
         } else {
-            self.media.grow(new_size).map_err(|e| media_error(&self.name, e))?;
+            self.media
+                .grow(new_size)
+                .map_err(|e| media_error(&self.name, e))?;
             self.write_next(&mut header, next)?;
         }
         self.size.store(new_size, Ordering::Release);
@@ -514,7 +630,11 @@ impl Pool {
         }
         // Pair assertion: read back what is now on media and decode it.
         let back = media_bytes(self.media.as_ref(), offset, HEADER_COPY_SIZE);
-        assert_eq!(Header::decode(&back).as_ref(), Ok(header), "header copy did not read back");
+        assert_eq!(
+            Header::decode(&back).as_ref(),
+            Ok(header),
+            "header copy did not read back"
+        );
         Ok(())
     }
 }
@@ -528,7 +648,10 @@ impl Drop for Pool {
 }
 
 fn media_error(path: &Path, source: MediaError) -> Error {
-    Error::Media { path: path.to_path_buf(), source }
+    Error::Media {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn media_bytes(media: &dyn Media, offset: u64, len: u64) -> Vec<u8> {
@@ -537,7 +660,11 @@ fn media_bytes(media: &dyn Media, offset: u64, len: u64) -> Vec<u8> {
     // SAFETY: the range is inside the medium's mapping (asserted above).
     #[allow(unsafe_code)]
     unsafe {
-        std::ptr::copy_nonoverlapping(media.base().as_ptr().add(offset as usize), out.as_mut_ptr(), out.len())
+        std::ptr::copy_nonoverlapping(
+            media.base().as_ptr().add(offset as usize),
+            out.as_mut_ptr(),
+            out.len(),
+        )
     };
     out
 }
@@ -558,9 +685,17 @@ pub(crate) fn read_header(path: &Path, file: &File, file_len: u64) -> Result<Hea
     let need = HEADER_COPY_SIZE * 2;
     if file_len < need {
         if file_len == 0 {
-            return Err(Error::NotAPool { path: path.to_path_buf(), detail: "the file is empty".into() });
+            return Err(Error::NotAPool {
+                path: path.to_path_buf(),
+                detail: "the file is empty".into(),
+            });
         }
-        return Err(Error::Truncated { path: path.to_path_buf(), file_len, expected: need, detail: "two header copies" });
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            file_len,
+            expected: need,
+            detail: "two header copies",
+        });
     }
     let mut bytes = vec![0u8; need as usize];
     read_exact_at(file, &mut bytes, 0).map_err(|e| Error::from_io(path, "read", e))?;
@@ -589,18 +724,37 @@ fn no_valid_copy(path: &Path, pair: &Pair) -> Error {
     for copy in &pair.copies {
         if let Err(CopyProblem::UnsupportedVersion { found }) = copy {
             if *found > FORMAT_VERSION {
-                return Error::NewerVersion { path, found: *found, supported: FORMAT_VERSION };
+                return Error::NewerVersion {
+                    path,
+                    found: *found,
+                    supported: FORMAT_VERSION,
+                };
             }
-            return Error::OlderVersion { path, found: *found, supported: header::FORMAT_VERSION_MIN };
+            return Error::OlderVersion {
+                path,
+                found: *found,
+                supported: header::FORMAT_VERSION_MIN,
+            };
         }
     }
     let foreign = |c: &Result<Header, CopyProblem>| {
-        matches!(c, Err(CopyProblem::BadMagic { .. } | CopyProblem::Zeroed | CopyProblem::Short { .. }))
+        matches!(
+            c,
+            Err(CopyProblem::BadMagic { .. } | CopyProblem::Zeroed | CopyProblem::Short { .. })
+        )
     };
     let detail = format!(
         "copy 0: {}; copy 1: {}",
-        pair.copies[0].as_ref().err().map(ToString::to_string).unwrap_or_default(),
-        pair.copies[1].as_ref().err().map(ToString::to_string).unwrap_or_default()
+        pair.copies[0]
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        pair.copies[1]
+            .as_ref()
+            .err()
+            .map(ToString::to_string)
+            .unwrap_or_default()
     );
     if pair.copies.iter().all(foreign) {
         Error::NotAPool { path, detail }

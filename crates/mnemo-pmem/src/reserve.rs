@@ -23,7 +23,12 @@ unsafe impl Send for Reservation {}
 unsafe impl Sync for Reservation {}
 
 fn to_usize(n: u64) -> io::Result<usize> {
-    usize::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "size exceeds the address space"))
+    usize::try_from(n).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "size exceeds the address space",
+        )
+    })
 }
 
 impl Reservation {
@@ -40,7 +45,8 @@ impl Reservation {
                 MapFlags::PRIVATE | MapFlags::NORESERVE,
             )
         }?;
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let base =
+            NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(Reservation { base, capacity })
     }
 
@@ -55,9 +61,14 @@ impl Reservation {
     }
 
     fn check(&self, offset: u64, len: u64) -> io::Result<(usize, usize)> {
-        let end = offset.checked_add(len).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         if end > self.capacity as u64 || offset % crate::limits::PAGE_SIZE != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "range outside the reservation"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "range outside the reservation",
+            ));
         }
         Ok((to_usize(offset)?, to_usize(len)?))
     }
