@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use clang::source::SourceRange;
 use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
@@ -88,6 +87,7 @@ pub(crate) fn extract_all(units: &[Unit], progress: bool) -> Result<Program, Err
         roots,
         files: BTreeSet::new(),
         shown: BTreeMap::new(),
+        texts: BTreeMap::new(),
     };
     let mut parsed = 0usize;
     for unit in units {
@@ -166,6 +166,8 @@ struct Builder {
     files: BTreeSet<PathBuf>,
     /// Names shown for paths, memoized (canonicalizing costs a system call).
     shown: BTreeMap<PathBuf, String>,
+    /// Source files read to find operators, by path.
+    texts: BTreeMap<PathBuf, Vec<u8>>,
 }
 
 impl Builder {
@@ -490,66 +492,93 @@ fn strip_casts<'tu>(mut e: Entity<'tu>) -> Entity<'tu> {
     }
 }
 
+/// Longest stretch of source read between two operands to find their operator.
+const OPERATOR_GAP_MAX: usize = 64;
+
 fn offset_of(location: clang::source::SourceLocation) -> (Option<PathBuf>, u32) {
     let loc = location.get_file_location();
     (loc.file.map(|f| f.get_path()), loc.offset)
 }
 
-/// The operator of a binary expression: the first punctuation token between its operands,
-/// or, when both operands come from one macro expansion, read off the pretty-printed form.
-fn binary_operator(e: &Entity) -> Option<String> {
-    let children = e.get_children();
-    let (lhs, rhs) = (children.first()?, children.get(1)?);
-    let (lr, rr) = (lhs.get_range()?, rhs.get_range()?);
-    let (lhs_file, lhs_end) = offset_of(lr.get_end());
-    let (rhs_file, rhs_start) = offset_of(rr.get_start());
-    if lhs_file.is_some() && lhs_file == rhs_file && lhs_end <= rhs_start {
-        let between = SourceRange::new(lr.get_end(), rr.get_start());
-        for token in between.tokenize() {
-            let (_, at) = offset_of(token.get_range().get_start());
-            if token.get_kind() == TokenKind::Punctuation && at >= lhs_end && at < rhs_start {
-                return Some(token.get_spelling());
-            }
+fn spelling_of(location: clang::source::SourceLocation) -> (Option<PathBuf>, usize) {
+    let loc = location.get_spelling_location();
+    (loc.file.map(|f| f.get_path()), loc.offset as usize)
+}
+
+/// The operator characters between two source locations (by spelling, so this works inside
+/// macro bodies too), when the text between holds nothing but an operator, blanks and
+/// parentheses.
+fn operator_between(
+    texts: &mut BTreeMap<PathBuf, Vec<u8>>,
+    from: clang::source::SourceLocation,
+    to: clang::source::SourceLocation,
+) -> Option<String> {
+    let (from_file, start) = spelling_of(from);
+    let (to_file, end) = spelling_of(to);
+    let file = from_file?;
+    if Some(&file) != to_file.as_ref() || end < start || end - start > OPERATOR_GAP_MAX {
+        return None;
+    }
+    if !texts.contains_key(&file) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        texts.insert(file.clone(), bytes);
+    }
+    let between = texts.get(&file)?.get(start..end)?;
+    let mut op = String::new();
+    for &b in between {
+        match b {
+            b' ' | b'\t' | b'\n' | b'\r' | b'\\' | b'(' | b')' => {}
+            b'=' | b'+' | b'-' | b'*' | b'/' | b'%' | b'<' | b'>' | b'&' | b'|' | b'^' | b'!'
+            | b'~' => op.push(b as char),
+            _ => return None,
         }
     }
-    let whole = e.get_pretty_printer().print();
-    let left = lhs.get_pretty_printer().print();
-    let rest = whole.strip_prefix(&left)?.trim_start();
-    let op: String = rest
-        .chars()
-        .take_while(|c| !c.is_whitespace() && !c.is_alphanumeric() && *c != '(')
-        .collect();
     (!op.is_empty()).then_some(op)
 }
 
+/// The operator of a binary expression: the text between its operands, else the first
+/// punctuation token between them.
+fn binary_operator(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: &Entity) -> Option<String> {
+    let children = e.get_children();
+    let (lhs, rhs) = (children.first()?, children.get(1)?);
+    let (lr, rr) = (lhs.get_range()?, rhs.get_range()?);
+    if let Some(op) = operator_between(texts, lr.get_end(), rr.get_start()) {
+        return Some(op);
+    }
+    let (lhs_file, lhs_end) = offset_of(lr.get_end());
+    let (rhs_file, rhs_start) = offset_of(rr.get_start());
+    if lhs_file.is_none() || lhs_file != rhs_file || lhs_end >= rhs_start {
+        return None;
+    }
+    for token in e.get_range()?.tokenize() {
+        let (_, at) = offset_of(token.get_range().get_start());
+        if token.get_kind() == TokenKind::Punctuation && at >= lhs_end && at < rhs_start {
+            return Some(token.get_spelling());
+        }
+    }
+    None
+}
+
 /// The operator of a unary expression: `++`, `--`, `*`, `&`, `-`, ...
-fn unary_operator(e: &Entity) -> Option<String> {
+fn unary_operator(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: &Entity) -> Option<String> {
     let operand = e.get_children().into_iter().next()?;
     let (whole, inner) = (e.get_range()?, operand.get_range()?);
+    if let Some(op) = operator_between(texts, whole.get_start(), inner.get_start()) {
+        return Some(op);
+    }
+    if let Some(op) = operator_between(texts, inner.get_end(), whole.get_end()) {
+        return Some(op);
+    }
     let (wf, ws) = offset_of(whole.get_start());
     let (inf, is) = offset_of(inner.get_start());
     let (_, we) = offset_of(whole.get_end());
     let (_, ie) = offset_of(inner.get_end());
-    if wf.is_some() && wf == inf && (ws, we) != (is, ie) {
-        let tokens = whole.tokenize();
-        let token = if ws < is {
-            tokens.first()
-        } else {
-            tokens.last()
-        };
-        return token.map(|t| t.get_spelling());
+    if wf.is_none() || wf != inf || (ws, we) == (is, ie) {
+        return None;
     }
-    let printed = e.get_pretty_printer().print();
-    for op in ["++", "--"] {
-        if printed.starts_with(op) || printed.ends_with(op) {
-            return Some(op.to_string());
-        }
-    }
-    printed
-        .chars()
-        .next()
-        .filter(|c| "*&-+!~".contains(*c))
-        .map(String::from)
+    let tokens = whole.tokenize();
+    let token = if ws < is { tokens.first() } else { tokens.last() };
+    token.map(|t| t.get_spelling())
 }
 
 /// Source text of an expression, from its tokens.
@@ -588,7 +617,7 @@ impl BodyWalker<'_> {
     fn walk(&mut self, e: Entity, loop_header: bool) {
         match e.get_kind() {
             EntityKind::BinaryOperator => {
-                if binary_operator(&e).as_deref() == Some("=") {
+                if binary_operator(&mut self.builder.texts, &e).as_deref() == Some("=") {
                     let children = e.get_children();
                     if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
                         self.write_lvalue(*lhs, &e, "=", loop_header);
@@ -598,12 +627,12 @@ impl BodyWalker<'_> {
             }
             EntityKind::CompoundAssignOperator => {
                 if let Some(lhs) = e.get_children().into_iter().next() {
-                    let how = binary_operator(&e).unwrap_or_else(|| "op=".into());
+                    let how = binary_operator(&mut self.builder.texts, &e).unwrap_or_else(|| "op=".into());
                     self.write_lvalue(lhs, &e, &how, loop_header);
                 }
             }
             EntityKind::UnaryOperator => {
-                if let Some(op) = unary_operator(&e).filter(|op| op == "++" || op == "--") {
+                if let Some(op) = unary_operator(&mut self.builder.texts, &e).filter(|op| op == "++" || op == "--") {
                     if let Some(operand) = e.get_children().into_iter().next() {
                         self.write_lvalue(operand, &e, &op, loop_header);
                     }
@@ -738,7 +767,7 @@ impl BodyWalker<'_> {
     /// Records written through a pointer argument of a library call.
     fn pointer_target_records(&mut self, arg: Entity, out: &mut Vec<(String, String)>) {
         let e = strip_casts(arg);
-        if e.get_kind() == EntityKind::UnaryOperator && unary_operator(&e).as_deref() == Some("&")
+        if e.get_kind() == EntityKind::UnaryOperator && unary_operator(&mut self.builder.texts, &e).as_deref() == Some("&")
         {
             if let Some(operand) = e.get_children().into_iter().next() {
                 self.lvalue_records(operand, out);
@@ -768,7 +797,7 @@ impl BodyWalker<'_> {
                 .get_children()
                 .into_iter()
                 .next()
-                .map(|c| spelled(&strip_parens(c)))
+                .map(|c| spelled(&c))
                 .unwrap_or_default(),
         };
         let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);

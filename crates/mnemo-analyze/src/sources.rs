@@ -129,11 +129,14 @@ fn from_database(db: &Path, root: &Path, extra: &[String]) -> Result<Vec<Unit>, 
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
     let mut units = Vec::new();
     for entry in entries {
-        let dir = PathBuf::from(entry["directory"].as_str().unwrap_or("."));
+        // A relative directory is taken relative to the database itself.
+        let base = db.parent().unwrap_or(Path::new("."));
+        let dir = base.join(entry["directory"].as_str().unwrap_or("."));
         let Some(file) = entry["file"].as_str() else {
             return Err(bad("an entry has no \"file\"".into()));
         };
         let file = dir.join(file);
+        let file = std::fs::canonicalize(&file).unwrap_or(file);
         if !file.to_string_lossy().ends_with(".c") || !file.starts_with(&root) {
             continue;
         }

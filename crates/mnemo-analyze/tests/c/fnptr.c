@@ -1,0 +1,23 @@
+/* Calls through function pointers cannot be followed: they are reported as unresolved. */
+struct state {
+    int v;
+};
+
+struct ops {
+    void (*restore)(struct state *);
+};
+
+typedef void (*restore_fn)(struct state *);
+
+void restore_impl(struct state *s)
+{
+    s->v = 1;
+}
+
+int load(struct ops *ops, struct state *s, restore_fn fn)
+{
+    ops->restore(s);
+    fn(s);
+    (*fn)(s);
+    return 0;
+}
