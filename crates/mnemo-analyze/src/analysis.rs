@@ -214,7 +214,10 @@ pub(crate) fn run(program: &Program, options: &Options, started: Instant) -> Res
         lines: program.lines,
         types_in_program: program.records.len(),
         types_found: load_findings.len(),
-        types_suspicious: load_findings.iter().filter(|f| f.suspicion.is_some()).count(),
+        types_suspicious: load_findings
+            .iter()
+            .filter(|f| f.suspicion.is_some())
+            .count(),
         types_found_backtrack: backtrack.as_ref().map(Vec::len).unwrap_or(0),
         functions_visited: load.as_ref().map(|l| l.visited.len()).unwrap_or(0),
         functions_in_program: program.functions.len(),
@@ -238,7 +241,11 @@ impl SourceLines<'_> {
     fn line(&mut self, site: &Site) -> String {
         let program = self.program;
         let lines = self.files.entry(site.file.clone()).or_insert_with(|| {
-            let path = program.paths.get(&site.file).cloned().unwrap_or_else(|| site.file.clone().into());
+            let path = program
+                .paths
+                .get(&site.file)
+                .cloned()
+                .unwrap_or_else(|| site.file.clone().into());
             std::fs::read(path)
                 .map(|b| {
                     String::from_utf8_lossy(&b)
@@ -366,7 +373,11 @@ fn writes_loop_only(program: &Program, key: &str) -> bool {
     any
 }
 
-fn chain(program: &Program, parent: &HashMap<&str, Option<(&str, &Site)>>, usr: &str) -> Vec<ChainStep> {
+fn chain(
+    program: &Program,
+    parent: &HashMap<&str, Option<(&str, &Site)>>,
+    usr: &str,
+) -> Vec<ChainStep> {
     let mut steps = Vec::new();
     let mut at = usr;
     // Parent links form a tree rooted at the load functions; the bound guards the loop anyway.
@@ -423,18 +434,28 @@ fn suggestions<'a>(name: &str, names: impl Iterator<Item = &'a String>) -> Vec<S
 /// Padding fields do not count when comparing layouts.
 fn is_padding(field: &str) -> bool {
     let f = field.to_lowercase();
-    f.is_empty() || f.starts_with("pad") || f.starts_with("_pad") || f.starts_with("__pad")
-        || f.starts_with("reserved") || f.starts_with("unused")
+    f.is_empty()
+        || f.starts_with("pad")
+        || f.starts_with("_pad")
+        || f.starts_with("__pad")
+        || f.starts_with("reserved")
+        || f.starts_with("unused")
 }
 
 fn layout(record: &Record) -> Vec<&(String, String)> {
-    record.fields.iter().filter(|(n, _)| !is_padding(n)).collect()
+    record
+        .fields
+        .iter()
+        .filter(|(n, _)| !is_padding(n))
+        .collect()
 }
 
 /// Name stripped of the words that mark an alignment variant.
 fn base_name(name: &str) -> Option<String> {
     let bare = name.rsplit(' ').next().unwrap_or(name).to_lowercase();
-    for marker in ["_aligned", "_packed", "_padded", "aligned_", "packed_", "padded_"] {
+    for marker in [
+        "_aligned", "_packed", "_padded", "aligned_", "packed_", "padded_",
+    ] {
         if bare.contains(marker) {
             return Some(bare.replacen(marker, "", 1));
         }
@@ -446,7 +467,12 @@ fn base_name(name: &str) -> Option<String> {
 /// written only as a loop cursor) or an alignment variant of another record.
 fn suspicion(program: &Program, key: &str, loop_only: bool) -> Option<Suspicion> {
     let record = program.records.get(key)?;
-    let bare = record.name.rsplit(' ').next().unwrap_or(&record.name).to_lowercase();
+    let bare = record
+        .name
+        .rsplit(' ')
+        .next()
+        .unwrap_or(&record.name)
+        .to_lowercase();
     for word in ["iter", "cursor"] {
         if bare.contains(word) {
             return Some(Suspicion {
@@ -466,7 +492,12 @@ fn suspicion(program: &Program, key: &str, loop_only: bool) -> Option<Suspicion>
         if other_key == key || mine.is_empty() || layout(other) != mine {
             continue;
         }
-        let other_bare = other.name.rsplit(' ').next().unwrap_or(&other.name).to_lowercase();
+        let other_bare = other
+            .name
+            .rsplit(' ')
+            .next()
+            .unwrap_or(&other.name)
+            .to_lowercase();
         let named = base_name(&record.name).is_some_and(|b| b == other_bare);
         let attributed = (record.packed || record.aligned) && !(other.packed || other.aligned);
         let padded = record.fields.len() > other.fields.len();
@@ -577,24 +608,45 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
                         };
                         for flow in f.flows.iter().filter(|fl| fl.target == item.val) {
                             for val in &flow.from {
-                                push_pending(&mut queue, item.function, val, &item.path, &f.name, &flow.site);
+                                push_pending(
+                                    &mut queue,
+                                    item.function,
+                                    val,
+                                    &item.path,
+                                    &f.name,
+                                    &flow.site,
+                                );
                             }
                         }
                         // Out-parameters: `fill(buf, rec)` where `fill` copies its argument
                         // into its first parameter.
                         for call in &f.calls {
-                            let Some(callee) = call.callee.as_deref().and_then(|c| {
-                                program.functions.get_key_value(c)
-                            }) else {
+                            let Some(callee) = call
+                                .callee
+                                .as_deref()
+                                .and_then(|c| program.functions.get_key_value(c))
+                            else {
                                 continue;
                             };
                             for (i, vals) in call.args.iter().enumerate() {
                                 if !vals.contains(&item.val) {
                                     continue;
                                 }
-                                for flow in callee.1.flows.iter().filter(|fl| fl.target == Val::Param(i)) {
+                                for flow in callee
+                                    .1
+                                    .flows
+                                    .iter()
+                                    .filter(|fl| fl.target == Val::Param(i))
+                                {
                                     for val in &flow.from {
-                                        push_pending(&mut queue, callee.0, val, &item.path, &callee.1.name, &flow.site);
+                                        push_pending(
+                                            &mut queue,
+                                            callee.0,
+                                            val,
+                                            &item.path,
+                                            &callee.1.name,
+                                            &flow.site,
+                                        );
                                     }
                                 }
                             }
@@ -604,7 +656,8 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
                         if item.path.len() > BACKTRACK_DEPTH_MAX {
                             continue;
                         }
-                        for (caller, call_index) in callers.get(item.function).into_iter().flatten() {
+                        for (caller, call_index) in callers.get(item.function).into_iter().flatten()
+                        {
                             let Some(f) = program.functions.get(*caller) else {
                                 continue;
                             };
@@ -612,7 +665,9 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
                                 continue;
                             };
                             for val in call.args.get(*index).into_iter().flatten() {
-                                push_pending(&mut queue, caller, val, &item.path, &f.name, &call.site);
+                                push_pending(
+                                    &mut queue, caller, val, &item.path, &f.name, &call.site,
+                                );
                             }
                         }
                     }

@@ -77,7 +77,9 @@ const LIBRARY_FLOWS: &[(&str, usize, &[usize], Option<usize>)] = &[
 /// # Errors
 /// libclang cannot be loaded, or no unit parsed at all.
 pub(crate) fn extract_all(units: &[Unit], progress: bool) -> Result<Program, Error> {
-    let _guard = CLANG_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = CLANG_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let clang = Clang::new().map_err(|detail| Error::LibclangMissing { detail })?;
     let index = Index::new(&clang, false, false);
     let roots = roots(units);
@@ -99,7 +101,16 @@ pub(crate) fn extract_all(units: &[Unit], progress: bool) -> Result<Program, Err
     }
     bar.finish_and_clear();
     if parsed == 0 {
-        return Err(Error::NothingParsed(units.len()));
+        let first = builder
+            .program
+            .problems
+            .first()
+            .map(|p| format!("{}: {}", p.file, p.reason))
+            .unwrap_or_default();
+        return Err(Error::NothingParsed {
+            count: units.len(),
+            first,
+        });
     }
     let mut program = builder.program;
     program.units = parsed;
@@ -231,14 +242,14 @@ impl Builder {
                         let function = self.function(entity);
                         self.program.functions.insert(usr, function);
                     }
-                } else if !self.program.externals.contains_key(&usr) {
-                    self.program.externals.insert(
-                        usr,
-                        External {
+                } else {
+                    self.program
+                        .externals
+                        .entry(usr)
+                        .or_insert_with(|| External {
                             name: entity.get_name().unwrap_or_default(),
                             system: false,
-                        },
-                    );
+                        });
                 }
             }
             EntityKind::StructDecl | EntityKind::UnionDecl => {
@@ -577,7 +588,11 @@ fn unary_operator(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: &Entity) -> Option<
         return None;
     }
     let tokens = whole.tokenize();
-    let token = if ws < is { tokens.first() } else { tokens.last() };
+    let token = if ws < is {
+        tokens.first()
+    } else {
+        tokens.last()
+    };
     token.map(|t| t.get_spelling())
 }
 
@@ -616,23 +631,26 @@ struct BodyWalker<'b> {
 impl BodyWalker<'_> {
     fn walk(&mut self, e: Entity, loop_header: bool) {
         match e.get_kind() {
-            EntityKind::BinaryOperator => {
-                if binary_operator(&mut self.builder.texts, &e).as_deref() == Some("=") {
-                    let children = e.get_children();
-                    if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
-                        self.write_lvalue(*lhs, &e, "=", loop_header);
-                        self.flow_into(*lhs, *rhs, &e);
-                    }
+            EntityKind::BinaryOperator
+                if binary_operator(&mut self.builder.texts, &e).as_deref() == Some("=") =>
+            {
+                let children = e.get_children();
+                if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
+                    self.write_lvalue(*lhs, &e, "=", loop_header);
+                    self.flow_into(*lhs, *rhs, &e);
                 }
             }
             EntityKind::CompoundAssignOperator => {
                 if let Some(lhs) = e.get_children().into_iter().next() {
-                    let how = binary_operator(&mut self.builder.texts, &e).unwrap_or_else(|| "op=".into());
+                    let how = binary_operator(&mut self.builder.texts, &e)
+                        .unwrap_or_else(|| "op=".into());
                     self.write_lvalue(lhs, &e, &how, loop_header);
                 }
             }
             EntityKind::UnaryOperator => {
-                if let Some(op) = unary_operator(&mut self.builder.texts, &e).filter(|op| op == "++" || op == "--") {
+                if let Some(op) = unary_operator(&mut self.builder.texts, &e)
+                    .filter(|op| op == "++" || op == "--")
+                {
                     if let Some(operand) = e.get_children().into_iter().next() {
                         self.write_lvalue(operand, &e, &op, loop_header);
                     }
@@ -767,7 +785,8 @@ impl BodyWalker<'_> {
     /// Records written through a pointer argument of a library call.
     fn pointer_target_records(&mut self, arg: Entity, out: &mut Vec<(String, String)>) {
         let e = strip_casts(arg);
-        if e.get_kind() == EntityKind::UnaryOperator && unary_operator(&mut self.builder.texts, &e).as_deref() == Some("&")
+        if e.get_kind() == EntityKind::UnaryOperator
+            && unary_operator(&mut self.builder.texts, &e).as_deref() == Some("&")
         {
             if let Some(operand) = e.get_children().into_iter().next() {
                 self.lvalue_records(operand, out);

@@ -84,8 +84,13 @@ pub enum Error {
         detail: String,
     },
     /// Every translation unit failed to parse.
-    #[error("none of the {0} source files could be parsed")]
-    NothingParsed(usize),
+    #[error("none of the {count} source files could be parsed (first: {first})")]
+    NothingParsed {
+        /// Source files tried.
+        count: usize,
+        /// Why the first one failed.
+        first: String,
+    },
     /// A load function named by the user is not defined in the sources.
     #[error("load function `{name}` is not defined in the analyzed sources{}", suggest(.suggestions))]
     LoadFunctionNotFound {

@@ -65,7 +65,11 @@ fn load_section(out: &mut String, load: &LoadReport) {
 }
 
 fn finding_text(out: &mut String, finding: &Finding) {
-    let _ = writeln!(out, "\n  {}  (defined at {})", finding.name, finding.definition);
+    let _ = writeln!(
+        out,
+        "\n  {}  (defined at {})",
+        finding.name, finding.definition
+    );
     if let Some(s) = &finding.suspicion {
         let _ = writeln!(out, "    likely false positive ({}): {}", s.kind, s.reason);
     }
@@ -83,12 +87,20 @@ fn finding_text(out: &mut String, finding: &Finding) {
         );
     }
     if finding.write_count > 1 {
-        let _ = writeln!(out, "    and {} more write site(s)", finding.write_count - 1);
+        let _ = writeln!(
+            out,
+            "    and {} more write site(s)",
+            finding.write_count - 1
+        );
     }
 }
 
 fn backtrack_section(out: &mut String, findings: &[BacktrackFinding]) {
-    let _ = writeln!(out, "Serialized types (backtrack strategy): {}", findings.len());
+    let _ = writeln!(
+        out,
+        "Serialized types (backtrack strategy): {}",
+        findings.len()
+    );
     for f in findings {
         let _ = writeln!(out, "\n  {}  (defined at {})", f.name, f.definition);
         if let Some(s) = &f.suspicion {
@@ -133,7 +145,11 @@ fn problems(out: &mut String, report: &Report) {
     }
     let _ = writeln!(out, "Sources with problems: {}", report.problems.len());
     for p in &report.problems {
-        let what = if p.skipped { "skipped" } else { "parsed with errors" };
+        let what = if p.skipped {
+            "skipped"
+        } else {
+            "parsed with errors"
+        };
         let _ = writeln!(out, "  {} ({what}): {}", p.file, p.reason);
     }
     out.push('\n');

@@ -141,11 +141,16 @@ fn from_database(db: &Path, root: &Path, extra: &[String]) -> Result<Vec<Unit>, 
             continue;
         }
         let argv: Vec<String> = match (&entry["arguments"], entry["command"].as_str()) {
-            (serde_json::Value::Array(a), _) => {
-                a.iter().filter_map(|v| v.as_str().map(String::from)).collect()
-            }
+            (serde_json::Value::Array(a), _) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect(),
             (_, Some(command)) => split_command(command),
-            _ => return Err(bad("an entry has neither \"arguments\" nor \"command\"".into())),
+            _ => {
+                return Err(bad(
+                    "an entry has neither \"arguments\" nor \"command\"".into()
+                ))
+            }
         };
         let mut flags = clean_flags(&argv, &file, &dir);
         flags.extend(extra.iter().cloned());
@@ -166,7 +171,8 @@ fn clean_flags(argv: &[String], file: &Path, dir: &Path) -> Vec<String> {
             args.next();
             continue;
         }
-        if dir.join(arg) == file {
+        let candidate = dir.join(arg);
+        if candidate == file || std::fs::canonicalize(&candidate).is_ok_and(|c| c == file) {
             continue;
         }
         if let Some(include) = arg.strip_prefix("-I") {

@@ -1,0 +1,54 @@
+//! The command-line surface: argument parsing and exit codes.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use mnemo_analyze::{run_cli, AnalyzeArgs, Strategy};
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: AnalyzeArgs,
+}
+
+fn parse(argv: &[&str]) -> Result<AnalyzeArgs, clap::Error> {
+    Cli::try_parse_from(std::iter::once("analyze").chain(argv.iter().copied())).map(|c| c.args)
+}
+
+#[test]
+fn parses_loads_strategy_paths_and_flags() {
+    let args = parse(&[
+        "--load",
+        "a",
+        "--load",
+        "b",
+        "--strategy",
+        "both",
+        "--json",
+        "src",
+        "lib",
+        "--",
+        "-DX",
+        "-Iinc",
+    ])
+    .expect("valid arguments");
+    assert_eq!(args.load, vec!["a", "b"]);
+    assert_eq!(args.strategy, Strategy::Both);
+    assert!(args.json);
+    assert_eq!(args.paths.len(), 2);
+    assert_eq!(args.flags, vec!["-DX", "-Iinc"]);
+}
+
+#[test]
+fn a_path_is_required() {
+    assert!(parse(&["--load", "a"]).is_err());
+}
+
+#[test]
+fn errors_give_a_nonzero_exit_code() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fig1.c");
+    let args = parse(&["--load", "no_such_function", dir]).expect("valid arguments");
+    assert_eq!(run_cli(args), ExitCode::from(2));
+    let args = parse(&["--load", "load_records", "--json", dir]).expect("valid arguments");
+    assert_eq!(run_cli(args), ExitCode::SUCCESS);
+}

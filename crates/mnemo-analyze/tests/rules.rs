@@ -1,0 +1,386 @@
+//! Every rule of the analysis, on small C programs written for it (`tests/c/`), with exact
+//! expected results. These tests need libclang (`apt-get install libclang-14-dev`); without it
+//! they fail with the analysis's own error, which says how to install it.
+
+use std::path::PathBuf;
+
+use mnemo_analyze::{analyze, Error, Finding, Options, Report, Strategy};
+
+fn c(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(path)
+}
+
+fn options(path: &str, loads: &[&str], strategy: Strategy) -> Options {
+    Options {
+        paths: vec![c(path)],
+        load_functions: loads.iter().map(|s| s.to_string()).collect(),
+        extra_flags: Vec::new(),
+        strategy,
+        progress: false,
+    }
+}
+
+fn run(path: &str, loads: &[&str]) -> Report {
+    run_with(options(path, loads, Strategy::Load))
+}
+
+fn run_with(options: Options) -> Report {
+    match analyze(&options) {
+        Ok(report) => report,
+        Err(e) => panic!("analysis of {:?} failed: {e}", options.paths),
+    }
+}
+
+fn findings(report: &Report) -> &[Finding] {
+    &report.load.as_ref().expect("load strategy ran").findings
+}
+
+/// (type, suspicion kind) for every finding, in report order.
+fn names(report: &Report) -> Vec<(String, Option<String>)> {
+    findings(report)
+        .iter()
+        .map(|f| (f.name.clone(), f.suspicion.as_ref().map(|s| s.kind.clone())))
+        .collect()
+}
+
+fn plain(names: &[&str]) -> Vec<(String, Option<String>)> {
+    names.iter().map(|n| (n.to_string(), None)).collect()
+}
+
+fn finding<'r>(report: &'r Report, name: &str) -> &'r Finding {
+    findings(report)
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("{name} not found"))
+}
+
+fn write_lines(f: &Finding) -> Vec<u32> {
+    f.writes.iter().map(|w| w.site.line).collect()
+}
+
+fn chain(f: &Finding) -> Vec<&str> {
+    f.chain.iter().map(|s| s.function.as_str()).collect()
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn figure_1_record_restored_from_a_file() {
+    let report = run("fig1.c", &["load_records"]);
+    assert_eq!(names(&report), plain(&["struct record", "struct stats"]));
+    let record = finding(&report, "struct record");
+    assert_eq!(record.definition.file, "fig1.c");
+    assert_eq!(record.definition.line, 6);
+    // r->next = head in the load function, then id, name (strncpy) and next in parse_record.
+    assert_eq!(write_lines(record), vec![44, 28, 29, 30]);
+    assert_eq!(record.writes[2].how, "strncpy");
+    assert_eq!(chain(record), vec!["load_records"]);
+    let stats = finding(&report, "struct stats");
+    assert_eq!(chain(stats), vec!["load_records", "note_loaded"]);
+    assert_eq!(stats.chain[1].site.line, 46);
+    assert_eq!(stats.writes[0].how, "++");
+    assert_eq!(stats.writes[0].text, "s->loaded++;");
+    let load = report.load.as_ref().expect("load ran");
+    assert_eq!(
+        load.visited,
+        strings(&["load_records", "parse_record", "note_loaded"])
+    );
+    assert_eq!(
+        load.external,
+        strings(&["atoi", "fclose", "fgets", "fopen", "malloc", "strncpy"])
+    );
+    assert!(load.unresolved.is_empty());
+    assert_eq!(report.summary.types_in_program, 2);
+    assert_eq!(report.summary.types_found, 2);
+    assert_eq!(report.summary.functions_visited, 3);
+    assert_eq!(report.summary.functions_in_program, 4);
+}
+
+#[test]
+fn writes_through_typedefd_pointers() {
+    let report = run("typedef_ptr.c", &["load"]);
+    // struct untouched is only read.
+    assert_eq!(names(&report), plain(&["anon_t", "struct node"]));
+    assert_eq!(write_lines(finding(&report, "struct node")), vec![20, 30]);
+    assert_eq!(write_lines(finding(&report, "anon_t")), vec![25]);
+    assert_eq!(finding(&report, "anon_t").definition.line, 9);
+}
+
+fn whys(f: &Finding) -> Vec<&str> {
+    f.writes.iter().map(|w| w.why.as_str()).collect()
+}
+
+#[test]
+fn struct_members_of_struct_members() {
+    let report = run("nested.c", &["nested_chain"]);
+    assert_eq!(
+        names(&report),
+        plain(&["struct inner", "struct middle", "struct outer"])
+    );
+    assert_eq!(
+        whys(finding(&report, "struct inner")),
+        vec!["field `count` written"]
+    );
+    assert_eq!(
+        whys(finding(&report, "struct middle")),
+        vec!["embeds the written object in field `in`"]
+    );
+    assert_eq!(
+        whys(finding(&report, "struct outer")),
+        vec!["embeds the written object in field `mid`"]
+    );
+
+    let report = run("nested.c", &["through_pointer"]);
+    assert_eq!(names(&report), plain(&["struct inner"]));
+
+    let report = run("nested.c", &["embedded_array"]);
+    assert_eq!(names(&report), plain(&["struct holder", "struct inner"]));
+    assert_eq!(finding(&report, "struct holder").writes[0].how, "++");
+
+    let report = run("nested.c", &["whole_member"]);
+    assert_eq!(names(&report), plain(&["struct inner", "struct middle"]));
+    assert_eq!(
+        whys(finding(&report, "struct inner")),
+        vec!["object written"]
+    );
+}
+
+#[test]
+fn library_calls_writing_through_pointers() {
+    let report = run("memcpy_field.c", &["load_magic"]);
+    assert_eq!(names(&report), plain(&["struct blob", "struct header"]));
+    assert_eq!(finding(&report, "struct header").writes[0].how, "memcpy");
+
+    let report = run("memcpy_field.c", &["load_len"]);
+    assert_eq!(names(&report), plain(&["struct blob"]));
+
+    // Bytes written on the heap through a pointer field do not modify the blob.
+    let report = run("memcpy_field.c", &["load_heap"]);
+    assert_eq!(names(&report), plain(&[]));
+
+    let report = run("memcpy_field.c", &["load_plain"]);
+    assert_eq!(names(&report), plain(&["struct plain"]));
+    assert_eq!(finding(&report, "struct plain").writes[0].how, "read");
+
+    let report = run("memcpy_field.c", &["load_line"]);
+    assert_eq!(names(&report), plain(&["struct line"]));
+    let line = finding(&report, "struct line");
+    let hows: Vec<&str> = line.writes.iter().map(|w| w.how.as_str()).collect();
+    assert_eq!(hows, vec!["fgets", "sscanf"]);
+}
+
+#[test]
+fn function_pointers_are_reported_unresolved() {
+    let report = run("fnptr.c", &["load"]);
+    assert_eq!(names(&report), plain(&[]));
+    let load = report.load.as_ref().expect("load ran");
+    // restore_impl is only reachable through the pointers: not visited.
+    assert_eq!(load.visited, strings(&["load"]));
+    let callees: Vec<(&str, u32)> = load
+        .unresolved
+        .iter()
+        .map(|u| (u.callee.as_str(), u.site.line))
+        .collect();
+    assert_eq!(
+        callees,
+        vec![("ops->restore", 19), ("fn", 20), ("(*fn)", 21)]
+    );
+}
+
+#[test]
+fn functions_without_pointer_arguments_are_skipped() {
+    let report = run("skip.c", &["load", "load_noargs"]);
+    let load = report.load.as_ref().expect("load ran");
+    assert_eq!(
+        load.visited,
+        strings(&["load", "load_noargs", "bump_ptr", "by_value_copy"])
+    );
+    assert_eq!(load.skipped, strings(&["bump_global", "bump_scalar"]));
+    // The C library is not entered.
+    assert_eq!(load.external, strings(&["strlen"]));
+    assert_eq!(
+        names(&report),
+        plain(&["struct by_value", "struct counter"])
+    );
+    // Not lines 16 and 21: those are in the skipped functions.
+    assert_eq!(
+        write_lines(finding(&report, "struct counter")),
+        vec![47, 26]
+    );
+    assert_eq!(
+        chain(finding(&report, "struct counter")),
+        vec!["load_noargs"]
+    );
+    assert_eq!(
+        write_lines(finding(&report, "struct by_value")),
+        vec![37, 31]
+    );
+}
+
+#[test]
+fn system_header_types_are_not_reported() {
+    let report = run("system_types.c", &["load"]);
+    // struct stat and struct tm are written too, but belong to the C library.
+    assert_eq!(names(&report), plain(&["struct mine"]));
+    assert_eq!(report.summary.types_in_program, 1);
+}
+
+#[test]
+fn iterators_and_alignment_variants_are_flagged() {
+    let report = run("heuristics.c", &["load"]);
+    let kinds: Vec<(String, Option<String>)> = names(&report);
+    let expected = vec![
+        ("struct entry".to_string(), None),
+        (
+            "struct entry_aligned".to_string(),
+            Some("alignment-variant".to_string()),
+        ),
+        (
+            "struct entry_iter".to_string(),
+            Some("iterator".to_string()),
+        ),
+        (
+            "struct slot".to_string(),
+            Some("alignment-variant".to_string()),
+        ),
+        ("struct walker".to_string(), Some("iterator".to_string())),
+    ];
+    assert_eq!(kinds, expected);
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(reason("struct entry_iter"), "the name contains `iter`");
+    assert_eq!(
+        reason("struct walker"),
+        "only written in the header of `for` loops (a loop cursor)"
+    );
+    assert_eq!(
+        reason("struct entry_aligned"),
+        "same fields as struct entry (heuristics.c:2): its name marks a variant, \
+         it carries a packed/aligned attribute"
+    );
+    assert_eq!(
+        reason("struct slot"),
+        "same fields as struct entry (heuristics.c:2): it only adds padding fields"
+    );
+    assert_eq!(report.summary.types_suspicious, 4);
+}
+
+#[test]
+fn backtracking_from_file_writes() {
+    let report = run_with(options("backtrack.c", &["load_all"], Strategy::Both));
+    assert_eq!(
+        names(&report),
+        plain(&["struct config", "struct metrics", "struct raw"])
+    );
+    let backtrack = report.backtrack.as_ref().expect("backtrack ran");
+    let found: Vec<(&str, &str)> = backtrack
+        .iter()
+        .map(|f| (f.name.as_str(), f.sink.how.as_str()))
+        .collect();
+    // struct secret is only logged: the over-report the load strategy avoids.
+    assert_eq!(
+        found,
+        vec![
+            ("struct config", "write"),
+            ("struct metrics", "fputs"),
+            ("struct raw", "fwrite"),
+            ("struct secret", "fprintf"),
+        ]
+    );
+    let metrics = &backtrack[1];
+    let path: Vec<(&str, u32)> = metrics
+        .path
+        .iter()
+        .map(|s| (s.function.as_str(), s.site.line))
+        .collect();
+    assert_eq!(
+        path,
+        vec![("save_metrics", 40), ("save_metrics", 41), ("emit", 34)]
+    );
+    assert_eq!(report.summary.types_found_backtrack, 4);
+
+    let only = run_with(options("backtrack.c", &[], Strategy::Backtrack));
+    assert!(only.load.is_none());
+    assert_eq!(only.backtrack.as_ref().map(Vec::len), Some(4));
+}
+
+#[test]
+fn sources_that_fail_to_parse_are_listed_and_the_rest_analyzed() {
+    let report = run("broken", &["load_kept"]);
+    assert_eq!(names(&report), plain(&["struct kept"]));
+    assert_eq!(report.problems.len(), 1);
+    let problem = &report.problems[0];
+    assert_eq!(problem.file, "bad.c");
+    assert!(!problem.skipped);
+    assert_eq!(
+        problem.reason,
+        "2 error(s), first: bad.c:1: 'missing.h' file not found"
+    );
+    // What clang recovered of the broken file is still used.
+    let report = run("broken", &["also_load"]);
+    assert_eq!(names(&report), plain(&["struct partial"]));
+}
+
+#[test]
+fn missing_load_function_suggests_close_names() {
+    match analyze(&options("fig1.c", &["load_record"], Strategy::Load)) {
+        Err(Error::LoadFunctionNotFound { name, suggestions }) => {
+            assert_eq!(name, "load_record");
+            assert_eq!(suggestions, strings(&["load_records"]));
+        }
+        other => panic!("expected LoadFunctionNotFound, got {other:?}"),
+    }
+    let message = analyze(&options("fig1.c", &["load_record"], Strategy::Load))
+        .map(|_| ())
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        message.as_deref(),
+        Some(
+            "load function `load_record` is not defined in the analyzed sources \
+             (did you mean load_records?)"
+        )
+    );
+}
+
+#[test]
+fn flags_come_from_compile_commands_or_after_the_double_dash() {
+    let report = run("cdb", &["load"]);
+    assert_eq!(names(&report), plain(&["struct state"]));
+
+    // The same file alone needs the flag given by hand.
+    let mut opts = options("cdb/main.c", &["load"], Strategy::Load);
+    assert!(matches!(
+        analyze(&opts),
+        Err(Error::LoadFunctionNotFound { .. })
+    ));
+    opts.extra_flags = strings(&["-DWITH_STATE"]);
+    let report = run_with(opts);
+    assert_eq!(names(&report), plain(&["struct state"]));
+}
+
+#[test]
+fn the_load_strategy_needs_a_load_function() {
+    assert!(matches!(
+        analyze(&options("fig1.c", &[], Strategy::Both)),
+        Err(Error::NoLoadFunction)
+    ));
+}
+
+#[test]
+fn report_serializes_to_json() {
+    let report = run("fig1.c", &["load_records"]);
+    let json = serde_json::to_value(&report).expect("report encodes");
+    assert_eq!(json["summary"]["types_found"], 2);
+    assert_eq!(json["load"]["findings"][0]["name"], "struct record");
+    assert_eq!(json["load"]["findings"][0]["definition"]["line"], 6);
+}
