@@ -36,6 +36,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// The `bytes` crate this API uses, so callers name the same `Bytes` / `BytesMut`.
+pub use bytes;
+
 pub mod command;
 mod decode;
 mod encode;
