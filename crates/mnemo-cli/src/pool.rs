@@ -27,6 +27,12 @@ pub enum PoolCommand {
     Check(InspectArgs),
     /// Grow a pool (offsets stay valid; open pools grow themselves with the library call).
     Grow(GrowArgs),
+    /// A round trip through a pool: increment a durable counter and print it.
+    ///
+    /// Works on pools created with `--layout mnemo-demo`; each run opens the pool, reads the
+    /// counter at the start of the data area, increments it, makes it durable with a sync
+    /// point and closes the pool. Run it twice: the count survives.
+    Counter(InspectArgs),
 }
 
 #[derive(Debug, Args)]
@@ -71,6 +77,7 @@ pub fn run(cmd: PoolCommand) -> ExitCode {
         PoolCommand::Info(args) => return info(&args),
         PoolCommand::Check(args) => return check(&args),
         PoolCommand::Grow(args) => grow(&args),
+        PoolCommand::Counter(args) => counter(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -131,6 +138,29 @@ fn grow(args: &GrowArgs) -> Result<(), String> {
         size::human(before),
         size::human(after)
     );
+    Ok(())
+}
+
+fn counter(args: &InspectArgs) -> Result<(), String> {
+    let options = OpenOptions { layout: Some("mnemo-demo".into()), ..Default::default() };
+    let pool = Pool::open(&args.path, &options).map_err(|e| e.to_string())?;
+    let offset = pool.data_offset();
+    let mut bytes = [0u8; 8];
+    pool.read(offset, &mut bytes).map_err(|e| e.to_string())?;
+    let count = u64::from_le_bytes(bytes) + 1;
+    pool.write(offset, &count.to_le_bytes()).map_err(|e| e.to_string())?;
+    pool.msync(offset, 8).map_err(|e| e.to_string())?;
+    let clean = pool.was_clean();
+    pool.close().map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{}", serde_json::json!({ "path": args.path, "count": count, "previous_close_clean": clean }));
+    } else {
+        println!(
+            "{}: durable counter is now {count} (previous close was {})",
+            args.path.display(),
+            if clean { "clean" } else { "NOT clean" }
+        );
+    }
     Ok(())
 }
 

@@ -285,8 +285,14 @@ pub unsafe fn copy_nodrain(dst: *mut u8, src: *const u8, len: usize) {
     };
 }
 
+/// Copy with non-temporal stores whatever the length (edges with ordinary stores flushed
+/// with `kind`). The caller must [`fence`] before relying on it. Benchmarks compare it with
+/// store + flush; the library picks between them in [`copy_nodrain`].
+///
+/// # Safety
+/// As [`copy_nodrain`]; `kind` must be supported by the CPU.
 #[cfg(target_arch = "x86_64")]
-unsafe fn copy_nt(dst: *mut u8, src: *const u8, len: usize, kind: FlushKind) {
+pub unsafe fn copy_nt(dst: *mut u8, src: *const u8, len: usize, kind: FlushKind) {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
     let head = dst.align_offset(16).min(len);
     // SAFETY: all pointer arithmetic stays within the caller's ranges.

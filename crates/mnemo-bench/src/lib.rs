@@ -1,0 +1,73 @@
+//! Shared helpers of mnemo's benchmarks: timing, result files, plots.
+//!
+//! Every benchmark prints ratios against a peer measured in the same run and writes its
+//! results under `bench/results/` and its plots under `bench/plots/` (see `bench/README.md`).
+#![deny(unsafe_code)]
+
+pub mod plot;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The repository's `bench/` folder.
+pub fn bench_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench")
+}
+
+/// Run `f` (which performs `ops` operations) `batches` times; return ns per operation of
+/// each batch, sorted.
+pub fn sample(batches: usize, ops: u64, mut f: impl FnMut()) -> Vec<f64> {
+    let mut out = Vec::with_capacity(batches);
+    f(); // warm up
+    for _ in 0..batches {
+        let started = Instant::now();
+        f();
+        out.push(started.elapsed().as_nanos() as f64 / ops as f64);
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+/// Median of sorted samples.
+pub fn median(sorted: &[f64]) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[sorted.len() / 2]
+}
+
+/// Write `value` as pretty JSON to `bench/results/<name>`.
+pub fn write_json(name: &str, value: &serde_json::Value) -> std::io::Result<PathBuf> {
+    let path = bench_dir().join("results").join(name);
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    std::fs::write(&path, format!("{value:#}\n"))?;
+    Ok(path)
+}
+
+/// Write CSV rows to `bench/results/<name>`.
+pub fn write_csv(name: &str, header: &str, rows: &[String]) -> std::io::Result<PathBuf> {
+    let path = bench_dir().join("results").join(name);
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    let mut text = String::from(header);
+    text.push('\n');
+    for row in rows {
+        text.push_str(row);
+        text.push('\n');
+    }
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// A short description of the machine, recorded with every result.
+pub fn machine() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    serde_json::json!({
+        "cpu": cpu,
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "kernel": kernel.trim(),
+    })
+}

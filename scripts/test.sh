@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Every test of mnemo. Installs what the tests need (Debian packages) by itself, then runs
+# the Rust test suite, the C ABI tests and a short smoke run of every fuzz target.
+# Needs root: it installs packages and the full-disk test mounts a 1 MiB tmpfs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+packages=(
+    libclang-14-dev   # mnemo analyze: the C front end (loaded at run time)
+    clang-14          # mnemo analyze tests: system headers of the C front end
+    pmdk-tools        # peer tool in benchmarks and pool-format comparisons
+    fonts-dejavu-core # benchmark plots measure text with this font
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+log "cargo test --workspace"
+cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/mnemo-test.log
+grep -E "^test result: " /tmp/mnemo-test.log | awk '
+    { passed += $4; failed += $6; ignored += $8 }
+    END { printf "\nrust tests: %d passed, %d failed, %d ignored\n", passed, failed, ignored }'
+
+if [ -x scripts/c-tests.sh ]; then
+    log "C ABI tests"
+    scripts/c-tests.sh
+fi
+
+if [ -x scripts/fuzz-smoke.sh ]; then
+    log "fuzz smoke runs"
+    FUZZ_SECONDS="${FUZZ_SECONDS:-15}" scripts/fuzz-smoke.sh
+fi
+log "all tests passed"
