@@ -123,7 +123,7 @@ pub struct Finding {
     /// How the first write was reached: the load function first, each step the function
     /// entered and the call site that entered it.
     pub chain: Vec<ChainStep>,
-    /// Write sites (the first is the end of `chain`), at most [`SITES_PER_TYPE_MAX`].
+    /// Write sites (the first is the end of `chain`), at most 20 (`write_count` is exact).
     pub writes: Vec<WriteSite>,
     /// How many write sites there are in all.
     pub write_count: usize,

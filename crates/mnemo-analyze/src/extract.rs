@@ -596,6 +596,30 @@ fn unary_operator(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: &Entity) -> Option<
     token.map(|t| t.get_spelling())
 }
 
+/// How to show the callee of an indirect call: its source text, or, when that is hidden in a
+/// macro expansion, the member or variable it loads the pointer from.
+fn callee_text(callee: &Entity) -> String {
+    let text = spelled(callee);
+    if text.chars().any(|c| c.is_alphanumeric()) {
+        return text;
+    }
+    let mut stack = vec![*callee];
+    while let Some(e) = stack.pop() {
+        match e.get_kind() {
+            EntityKind::MemberRefExpr => {
+                let name = e.get_name().unwrap_or_default();
+                return format!("->{name} (in a macro)");
+            }
+            EntityKind::DeclRefExpr => {
+                let name = e.get_name().unwrap_or_default();
+                return format!("{name} (in a macro)");
+            }
+            _ => stack.extend(e.get_children()),
+        }
+    }
+    "(in a macro)".into()
+}
+
 /// Source text of an expression, from its tokens.
 fn spelled(e: &Entity) -> String {
     let Some(range) = e.get_range() else {
@@ -816,7 +840,7 @@ impl BodyWalker<'_> {
                 .get_children()
                 .into_iter()
                 .next()
-                .map(|c| spelled(&c))
+                .map(|c| callee_text(&c))
                 .unwrap_or_default(),
         };
         let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);

@@ -117,7 +117,7 @@ fn suggest(names: &[String]) -> String {
 /// # Errors
 /// See [`Error`]: libclang missing, no sources, a load function that does not exist, or no
 /// source parsed at all. Sources that fail to parse individually are listed in
-/// [`Report::skipped`] and do not stop the analysis.
+/// [`Report::problems`] and do not stop the analysis.
 pub fn analyze(options: &Options) -> Result<Report, Error> {
     let started = std::time::Instant::now();
     if options.strategy.runs_load() && options.load_functions.is_empty() {

@@ -27,7 +27,7 @@ pub struct Unit {
 /// A directory with a `compile_commands.json` (in it or in its `build/`) contributes the
 /// entries of that database whose files lie under it. Any other directory contributes every
 /// `.c` file under it, parsed with `-I` for each directory holding headers (up to
-/// [`HEADER_DIRS_MAX`]). A file contributes itself. `extra` flags are appended to every unit.
+/// 64). A file contributes itself. `extra` flags are appended to every unit.
 ///
 /// # Errors
 /// A path that does not exist, an unreadable `compile_commands.json`, or no sources at all.
