@@ -16,7 +16,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::number::{format_f64, write_i64};
+use crate::number::{format_f64, I64Text};
 
 /// The protocol version a connection speaks; RESP2 until the client says `HELLO 3`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -95,9 +95,7 @@ impl<'a> Encoder<'a> {
 
     /// An integer as a bulk string, as Redis replies to INCRBYFLOAT or CONFIG GET numbers.
     pub fn bulk_i64(&mut self, value: i64) {
-        let mut text = Vec::with_capacity(20);
-        write_i64(&mut text, value);
-        self.bulk(&text);
+        self.bulk(I64Text::new(value).as_bytes());
     }
 
     /// The null bulk string (GET of a missing key): `$-1`, or `_` under RESP3.
@@ -229,11 +227,11 @@ impl<'a> Encoder<'a> {
     }
 
     fn header(&mut self, kind: u8, value: i64) {
-        let mut line = Vec::with_capacity(24);
-        line.push(kind);
-        write_i64(&mut line, value);
-        line.extend_from_slice(b"\r\n");
-        self.out.put_slice(&line);
+        let text = I64Text::new(value);
+        self.out.reserve(text.as_bytes().len() + 3);
+        self.out.put_u8(kind);
+        self.out.put_slice(text.as_bytes());
+        self.out.put_slice(b"\r\n");
     }
 
     fn line_sanitized(&mut self, kind: u8, text: &[u8]) {

@@ -84,25 +84,44 @@ fn mantissa_has_nonzero_digit(text: &str) -> bool {
 
 /// Writes `value` in decimal, as Redis's `ll2string` does.
 pub fn write_i64(out: &mut Vec<u8>, value: i64) {
-    let mut digits = [0u8; I64_TEXT_BYTES_MAX];
-    let mut start = digits.len();
-    let mut magnitude = value.unsigned_abs();
-    loop {
-        start -= 1;
-        // `magnitude % 10` < 10, so the cast cannot truncate.
-        let digit = (magnitude % 10) as u8;
-        if let Some(slot) = digits.get_mut(start) {
-            *slot = b'0' + digit;
+    out.extend_from_slice(I64Text::new(value).as_bytes());
+}
+
+/// The decimal text of an `i64`, built on the stack (reply headers are written per reply).
+pub(crate) struct I64Text {
+    digits: [u8; I64_TEXT_BYTES_MAX],
+    start: usize,
+}
+
+impl I64Text {
+    pub(crate) fn new(value: i64) -> Self {
+        let mut digits = [0u8; I64_TEXT_BYTES_MAX];
+        let mut start = digits.len();
+        let mut magnitude = value.unsigned_abs();
+        loop {
+            start -= 1;
+            // `magnitude % 10` < 10, so the cast cannot truncate.
+            let digit = (magnitude % 10) as u8;
+            if let Some(slot) = digits.get_mut(start) {
+                *slot = b'0' + digit;
+            }
+            magnitude /= 10;
+            if magnitude == 0 {
+                break;
+            }
         }
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
+        if value < 0 {
+            start -= 1;
+            if let Some(slot) = digits.get_mut(start) {
+                *slot = b'-';
+            }
         }
+        I64Text { digits, start }
     }
-    if value < 0 {
-        out.push(b'-');
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.digits.get(self.start..).unwrap_or_default()
     }
-    out.extend_from_slice(digits.get(start..).unwrap_or_default());
 }
 
 /// Formats `value` exactly like C's `printf("%.17g")`, which Redis 7.0 uses for every double
