@@ -158,7 +158,7 @@ pub struct WriteSite {
 /// Why a finding is likely a false positive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Suspicion {
-    /// `iterator` or `alignment-variant`.
+    /// `iterator`, `alignment-variant`, or (backtracking only) `logging`.
     pub kind: String,
     /// The evidence.
     pub reason: String,
@@ -549,7 +549,7 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
             }
         }
     }
-    let mut found: BTreeMap<String, BacktrackFinding> = BTreeMap::new();
+    let mut found: BTreeMap<String, (BacktrackFinding, bool)> = BTreeMap::new();
     let mut steps = 0usize;
     for (usr, function) in &program.functions {
         for call in &function.calls {
@@ -564,6 +564,7 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
             else {
                 continue;
             };
+            let logging = call.stream.as_deref().is_some_and(is_console);
             let sink = WriteSite {
                 function: function.name.clone(),
                 site: call.site.clone(),
@@ -599,7 +600,13 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
                 match &item.val {
                     Val::Record(key) | Val::Field(key) => {
                         if reached.insert(key.clone()) {
-                            record_backtrack(program, &mut found, key, &sink, &item.path);
+                            record_backtrack(
+                                program,
+                                &mut found,
+                                key,
+                                (&sink, logging),
+                                &item.path,
+                            );
                         }
                     }
                     Val::Local(_) => {
@@ -675,7 +682,18 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
             }
         }
     }
-    let mut findings: Vec<BacktrackFinding> = found.into_values().collect();
+    let mut findings: Vec<BacktrackFinding> = found
+        .into_values()
+        .map(|(mut finding, logging_only)| {
+            if logging_only && finding.suspicion.is_none() {
+                finding.suspicion = Some(Suspicion {
+                    kind: "logging".into(),
+                    reason: "reaches only writes to stderr/stdout".into(),
+                });
+            }
+            finding
+        })
+        .collect();
     findings.sort_by(|a, b| (&a.name, &a.definition).cmp(&(&b.name, &b.definition)));
     findings
 }
@@ -706,25 +724,41 @@ fn push_pending<'p>(
     });
 }
 
+/// Streams and descriptors of the console: what reaches only these is logging.
+fn is_console(stream: &str) -> bool {
+    matches!(
+        stream,
+        "stderr" | "stdout" | "STDERR_FILENO" | "STDOUT_FILENO" | "1" | "2"
+    )
+}
+
 fn record_backtrack(
     program: &Program,
-    found: &mut BTreeMap<String, BacktrackFinding>,
+    found: &mut BTreeMap<String, (BacktrackFinding, bool)>,
     key: &str,
-    sink: &WriteSite,
+    (sink, logging): (&WriteSite, bool),
     path: &[ChainStep],
 ) {
     let Some(record) = program.records.get(key) else {
         return;
     };
-    found
+    let fresh = || BacktrackFinding {
+        name: record.name.clone(),
+        definition: record.site.clone(),
+        sink: sink.clone(),
+        path: path.to_vec(),
+        sink_count: 0,
+        suspicion: suspicion(program, key, false),
+    };
+    // The bool: every sink reached so far writes to the console.
+    let (finding, logging_only) = found
         .entry(key.to_string())
-        .and_modify(|f| f.sink_count += 1)
-        .or_insert_with(|| BacktrackFinding {
-            name: record.name.clone(),
-            definition: record.site.clone(),
-            sink: sink.clone(),
-            path: path.to_vec(),
-            sink_count: 1,
-            suspicion: suspicion(program, key, false),
-        });
+        .or_insert_with(|| (fresh(), logging));
+    finding.sink_count += 1;
+    if *logging_only && !logging {
+        // Show a sink that is not logging as the evidence.
+        finding.sink = sink.clone();
+        finding.path = path.to_vec();
+        *logging_only = false;
+    }
 }

@@ -53,6 +53,18 @@ const LIBRARY_WRITERS: &[(&str, &[usize], Option<usize>)] = &[
     ("scanf", &[], Some(1)),
 ];
 
+/// Output functions and the index of their stream or descriptor argument.
+const STREAM_ARGUMENTS: &[(&str, usize)] = &[
+    ("write", 0),
+    ("pwrite", 0),
+    ("pwrite64", 0),
+    ("dprintf", 0),
+    ("fwrite", 3),
+    ("fwrite_unlocked", 3),
+    ("fputs", 1),
+    ("fprintf", 0),
+];
+
 /// Library functions that move data from some arguments into another, for the backtracking
 /// strategy: name, target argument, source arguments, first variadic source argument.
 const LIBRARY_FLOWS: &[(&str, usize, &[usize], Option<usize>)] = &[
@@ -639,7 +651,8 @@ fn spelled(e: &Entity) -> String {
         last_word = word;
     }
     if text.is_empty() {
-        e.get_pretty_printer().print()
+        // Hidden in a macro of a system header (`stderr`): name what it refers to.
+        e.get_name().unwrap_or_default()
     } else {
         text
     }
@@ -866,11 +879,17 @@ impl BodyWalker<'_> {
                 self.library_call(&callee_text, &args, &arg_vals, &site, loop_header);
             }
         }
+        let stream = STREAM_ARGUMENTS
+            .iter()
+            .find(|(name, _)| *name == callee_text)
+            .and_then(|(_, i)| args.get(*i))
+            .map(|a| spelled(&strip_casts(*a)));
         self.function.calls.push(Call {
             callee,
             callee_text,
             site,
             args: arg_vals,
+            stream,
         });
     }
 

@@ -76,6 +76,9 @@ pub struct Call {
     pub site: Site,
     /// For each argument, what its value may come from.
     pub args: Vec<Vec<Val>>,
+    /// For calls to stream- or descriptor-writing library functions: the source text of the
+    /// stream or descriptor argument (`stderr`, `fd`, ...), to tell logging from files.
+    pub stream: Option<String>,
 }
 
 /// A flow of data into a local variable (assignment, `memcpy`, `sprintf`, ...).

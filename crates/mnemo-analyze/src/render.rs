@@ -122,19 +122,21 @@ fn backtrack_section(out: &mut String, findings: &[BacktrackFinding]) {
 }
 
 fn side_by_side(out: &mut String, load: &[Finding], backtrack: &[BacktrackFinding]) {
-    let mut rows: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+    // Per type: (load, backtrack), each "-" (not found), "yes", or "yes?" (likely false
+    // positive).
+    let mark = |suspicious: bool| if suspicious { "yes?" } else { "yes" };
+    let mut rows: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
     for f in load {
-        rows.entry(&f.name).or_default().0 = true;
+        rows.entry(&f.name).or_insert(("-", "-")).0 = mark(f.suspicion.is_some());
     }
     for f in backtrack {
-        rows.entry(&f.name).or_default().1 = true;
+        rows.entry(&f.name).or_insert(("-", "-")).1 = mark(f.suspicion.is_some());
     }
     let width = rows.keys().map(|k| k.len()).max().unwrap_or(4).max(4);
-    let _ = writeln!(out, "Side by side:");
+    let _ = writeln!(out, "Side by side (yes? = likely false positive):");
     let _ = writeln!(out, "  {:width$}  load  backtrack", "type");
     for (name, (l, b)) in rows {
-        let mark = |x: bool| if x { "yes" } else { "-" };
-        let _ = writeln!(out, "  {name:width$}  {:4}  {}", mark(l), mark(b));
+        let _ = writeln!(out, "  {name:width$}  {l:4}  {b}");
     }
     out.push('\n');
 }

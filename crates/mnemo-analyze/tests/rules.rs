@@ -296,6 +296,11 @@ fn backtracking_from_file_writes() {
             ("struct secret", "fprintf"),
         ]
     );
+    let suspicions: Vec<Option<&str>> = backtrack
+        .iter()
+        .map(|f| f.suspicion.as_ref().map(|s| s.kind.as_str()))
+        .collect();
+    assert_eq!(suspicions, vec![None, None, None, Some("logging")]);
     let metrics = &backtrack[1];
     let path: Vec<(&str, u32)> = metrics
         .path
