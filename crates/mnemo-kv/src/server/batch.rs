@@ -1,0 +1,290 @@
+//! Group commit: a batch of requests from any number of sessions runs in one transaction, and
+//! its replies are released only after the batch's sync point.
+//!
+//! The invariant this module exists for: **no reply of a batch leaves [`run_batch`] before
+//! [`Engine::commit`] has returned Ok.** Reads are held too: a read may have seen a write of
+//! the same batch, and answering it before the sync point would let a client act on a value a
+//! crash could still erase. A batch without writes has nothing to make durable and skips the
+//! sync point.
+
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use mnemo_resp::bytes::{Bytes, BytesMut};
+use mnemo_resp::Encoder;
+
+use super::session::Request;
+
+/// What executing one command did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Effect {
+    /// The command changed the keyspace: the batch needs a sync point.
+    pub wrote: bool,
+    /// The connection must close after this reply (SHUTDOWN).
+    pub close: bool,
+}
+
+/// The storage engine, as the executor sees it. One transaction per batch.
+pub trait Engine {
+    /// Why a commit failed; no reply of the batch is released then.
+    type Error;
+
+    /// Opens the batch's transaction.
+    fn begin(&mut self);
+
+    /// Runs one command inside the open transaction and writes its reply. A command that fails
+    /// (WRONGTYPE, syntax, pool full) must leave the keyspace as it found it.
+    fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect;
+
+    /// Commits the transaction; returns once its sync point has completed.
+    fn commit(&mut self) -> Result<(), Self::Error>;
+
+    /// Ends a transaction that wrote nothing, without a sync point.
+    fn finish_read_only(&mut self);
+}
+
+/// A reply ready to be handed back to its session.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The session the request came from.
+    pub session: u64,
+    /// The encoded reply.
+    pub reply: Bytes,
+    /// Whether the session must close after this reply.
+    pub close: bool,
+}
+
+/// Runs `requests` in one transaction and returns their replies, in request order, once the
+/// transaction is durable. On a failed commit returns the error and no reply.
+pub fn run_batch<E: Engine>(
+    engine: &mut E,
+    requests: &[Request],
+) -> Result<Vec<Completion>, E::Error> {
+    let mut replies = BytesMut::new();
+    let mut ends = Vec::with_capacity(requests.len());
+    let mut wrote = false;
+    engine.begin();
+    for request in requests {
+        let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
+        wrote |= effect.wrote;
+        ends.push((replies.len(), effect.close));
+    }
+    if wrote {
+        engine.commit()?;
+    } else {
+        engine.finish_read_only();
+    }
+    let replies = replies.freeze();
+    let mut start = 0;
+    let completions = requests
+        .iter()
+        .zip(ends)
+        .map(|(request, (end, close))| {
+            let reply = replies.slice(start.min(end)..end);
+            start = end;
+            Completion {
+                session: request.session,
+                reply,
+                close,
+            }
+        })
+        .collect();
+    Ok(completions)
+}
+
+/// Waits for one request, then takes whatever else is already queued, up to `max` in all:
+/// batches grow with load without a timer adding latency. `None` once every sender is gone.
+pub fn collect_batch(queue: &Receiver<Request>, max: usize) -> Option<Vec<Request>> {
+    let first = queue.recv().ok()?;
+    let mut batch = vec![first];
+    while batch.len() < max {
+        match queue.try_recv() {
+            Ok(request) => batch.push(request),
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+        }
+    }
+    Some(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::mpsc;
+
+    use mnemo_resp::bytes::Bytes;
+
+    use super::*;
+    use crate::server::{Session, SessionConfig};
+
+    /// A fake engine (GET / SET over a map) that logs every call, so tests can check when
+    /// commits happen relative to replies.
+    #[derive(Default)]
+    struct Recorder {
+        committed: HashMap<Bytes, Bytes>,
+        open: Option<HashMap<Bytes, Bytes>>,
+        log: Vec<String>,
+        fail_commit: bool,
+    }
+
+    impl Engine for Recorder {
+        type Error = &'static str;
+
+        fn begin(&mut self) {
+            self.open = Some(self.committed.clone());
+            self.log.push("begin".into());
+        }
+
+        fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
+            let map = self.open.get_or_insert_with(HashMap::new);
+            let args = request.command.args();
+            self.log.push(request.spec.name.into());
+            match (request.spec.name, args) {
+                ("set", [_, key, value, ..]) => {
+                    map.insert(key.clone(), value.clone());
+                    reply.simple(b"OK");
+                    Effect {
+                        wrote: true,
+                        close: false,
+                    }
+                }
+                ("get", [_, key]) => {
+                    match map.get(key) {
+                        Some(value) => reply.bulk(value),
+                        None => reply.null_bulk(),
+                    }
+                    Effect::default()
+                }
+                ("shutdown", _) => {
+                    reply.simple(b"OK");
+                    Effect {
+                        wrote: false,
+                        close: true,
+                    }
+                }
+                _ => {
+                    reply.error(b"ERR not in the fake engine");
+                    Effect::default()
+                }
+            }
+        }
+
+        fn commit(&mut self) -> Result<(), &'static str> {
+            self.log.push("commit".into());
+            if self.fail_commit {
+                self.open = None;
+                return Err("sync failed");
+            }
+            self.committed = self.open.take().unwrap_or_default();
+            Ok(())
+        }
+
+        fn finish_read_only(&mut self) {
+            self.open = None;
+            self.log.push("read-only".into());
+        }
+    }
+
+    fn requests(session: &mut Session, input: &[u8]) -> Vec<Request> {
+        session.receive(input);
+        std::iter::from_fn(|| session.poll_request()).collect()
+    }
+
+    #[test]
+    fn one_commit_per_batch_and_replies_in_order() {
+        let (mut a, mut b) = (
+            Session::new(1, SessionConfig::default()),
+            Session::new(2, SessionConfig::default()),
+        );
+        let mut batch = requests(&mut a, b"SET k 1\r\nGET k\r\n");
+        batch.extend(requests(&mut b, b"GET k\r\nSET k 2\r\n"));
+        let mut engine = Recorder::default();
+        let completions = run_batch(&mut engine, &batch).expect("commit");
+        assert_eq!(engine.log, ["begin", "set", "get", "get", "set", "commit"]);
+        let replies: Vec<(u64, &[u8])> = completions
+            .iter()
+            .map(|c| (c.session, &c.reply[..]))
+            .collect();
+        assert_eq!(
+            replies,
+            [
+                (1, &b"+OK\r\n"[..]),
+                (1, b"$1\r\n1\r\n"),
+                (2, b"$1\r\n1\r\n"),
+                (2, b"+OK\r\n")
+            ]
+        );
+        for completion in completions {
+            let session = if completion.session == 1 {
+                &mut a
+            } else {
+                &mut b
+            };
+            session.complete(&completion.reply, completion.close);
+        }
+        assert_eq!(&a.take_output()[..], b"+OK\r\n$1\r\n1\r\n");
+        assert_eq!(&b.take_output()[..], b"$1\r\n1\r\n+OK\r\n");
+    }
+
+    #[test]
+    fn read_only_batches_skip_the_sync_point() {
+        let mut s = Session::new(1, SessionConfig::default());
+        let batch = requests(&mut s, b"GET a\r\nGET b\r\n");
+        let mut engine = Recorder::default();
+        let completions = run_batch(&mut engine, &batch).expect("no commit to fail");
+        assert_eq!(engine.log, ["begin", "get", "get", "read-only"]);
+        assert_eq!(completions.len(), 2);
+    }
+
+    /// A failed sync point releases nothing, reads included.
+    #[test]
+    fn failed_commit_releases_no_reply() {
+        let mut s = Session::new(1, SessionConfig::default());
+        let batch = requests(&mut s, b"GET k\r\nSET k v\r\n");
+        let mut engine = Recorder {
+            fail_commit: true,
+            ..Recorder::default()
+        };
+        assert_eq!(run_batch(&mut engine, &batch), Err("sync failed"));
+        assert!(engine.committed.is_empty());
+    }
+
+    #[test]
+    fn replies_follow_each_session_protocol() {
+        let mut s = Session::new(1, SessionConfig::default());
+        let batch = requests(&mut s, b"HELLO 3\r\nGET nothing\r\n");
+        assert_eq!(batch.len(), 1);
+        let completions = run_batch(&mut Recorder::default(), &batch).expect("read-only");
+        assert_eq!(&completions[0].reply[..], b"_\r\n");
+    }
+
+    #[test]
+    fn shutdown_closes_after_its_reply() {
+        let mut s = Session::new(1, SessionConfig::default());
+        let batch = requests(&mut s, b"SHUTDOWN\r\nPING\r\n");
+        let completions = run_batch(&mut Recorder::default(), &batch).expect("read-only");
+        for completion in completions {
+            s.complete(&completion.reply, completion.close);
+        }
+        assert!(!s.should_close(), "output not yet taken");
+        assert_eq!(&s.take_output()[..], b"+OK\r\n+PONG\r\n");
+        assert!(s.should_close());
+    }
+
+    #[test]
+    fn batches_take_what_is_queued() {
+        let (sender, receiver) = mpsc::channel();
+        let mut s = Session::new(1, SessionConfig::default());
+        for request in requests(&mut s, b"GET a\r\nGET b\r\nGET c\r\n") {
+            sender.send(request).expect("receiver alive");
+        }
+        assert_eq!(
+            collect_batch(&receiver, 2).map(|batch| batch.len()),
+            Some(2)
+        );
+        assert_eq!(
+            collect_batch(&receiver, 2).map(|batch| batch.len()),
+            Some(1)
+        );
+        drop(sender);
+        assert!(collect_batch(&receiver, 2).is_none());
+    }
+}

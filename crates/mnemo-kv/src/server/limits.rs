@@ -1,0 +1,13 @@
+//! The server's limits and fixed answers, in one place, each with its reason.
+
+/// The Redis version HELLO and INFO report. Clients pick features by it; we implement the
+/// 7.0 protocol and error texts, so we say 7.0.
+pub const REDIS_VERSION: &str = "7.0.0";
+
+/// Databases SELECT accepts: only 0. One keyspace keeps the persistent layout simple, and the
+/// clients issue 6 targets (redis-benchmark, YCSB) use database 0.
+pub const DATABASES: i64 = 1;
+
+/// Most requests in one batch: bounds the replies held back while a sync point runs and the
+/// size of one transaction. Fifty clients with short pipelines fit comfortably.
+pub const BATCH_REQUESTS_MAX: usize = 1024;

@@ -1,0 +1,683 @@
+//! One client connection, without I/O.
+//!
+//! The network thread feeds received bytes to [`Session::receive`], hands each
+//! [`Request`] that [`Session::poll_request`] returns to the executor, gives the executor's
+//! replies back with [`Session::complete`], and writes [`Session::take_output`] to the socket.
+//! Closes the socket once [`Session::should_close`] says so.
+//!
+//! The session answers by itself what only concerns the connection (PING, ECHO, HELLO, AUTH,
+//! SELECT, CLIENT, COMMAND, QUIT) and every error found from the command table (unknown
+//! command, arity, NOAUTH), in Redis's order of checks. Replies always leave in request order:
+//! an answer computed here waits behind requests still at the executor.
+
+use std::collections::VecDeque;
+
+use mnemo_resp::bytes::{Bytes, BytesMut};
+use mnemo_resp::command::{self, CommandSpec, Flags};
+use mnemo_resp::{errors, parse_i64, Command, Decoder, Encoder, Protocol};
+
+use super::limits::{DATABASES, REDIS_VERSION};
+
+/// What every session of a server shares.
+#[derive(Clone, Debug, Default)]
+pub struct SessionConfig {
+    /// The `--requirepass` password; `None` lets every connection in unauthenticated.
+    pub password: Option<Bytes>,
+}
+
+/// A command for the executor, checked against the command table.
+#[derive(Debug)]
+pub struct Request {
+    /// The session it came from (its CLIENT ID).
+    pub session: u64,
+    /// The protocol its reply must be written in.
+    pub protocol: Protocol,
+    /// The table entry: name, arity, flags (WRITE tells the executor a sync point is due).
+    pub spec: &'static CommandSpec,
+    /// The arguments, the name first.
+    pub command: Command,
+}
+
+/// A reply slot, in request order.
+#[derive(Debug)]
+enum Slot {
+    /// At the executor.
+    Waiting,
+    /// Answered, waiting behind an earlier slot.
+    Ready(BytesMut),
+}
+
+/// The state of one client connection.
+#[derive(Debug)]
+pub struct Session {
+    id: u64,
+    config: SessionConfig,
+    decoder: Decoder,
+    protocol: Protocol,
+    authenticated: bool,
+    name: Option<Bytes>,
+    library: (Option<Bytes>, Option<Bytes>),
+    slots: VecDeque<Slot>,
+    output: BytesMut,
+    closing: bool,
+}
+
+/// Where a request is answered.
+enum Route {
+    Local,
+    Executor(&'static CommandSpec),
+}
+
+impl Session {
+    /// A new connection with CLIENT ID `id`.
+    pub fn new(id: u64, config: SessionConfig) -> Self {
+        let authenticated = config.password.is_none();
+        let mut decoder = Decoder::new();
+        decoder.set_authenticated(authenticated);
+        Session {
+            id,
+            config,
+            decoder,
+            protocol: Protocol::Resp2,
+            authenticated,
+            name: None,
+            library: (None, None),
+            slots: VecDeque::new(),
+            output: BytesMut::new(),
+            closing: false,
+        }
+    }
+
+    /// The CLIENT ID.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The protocol replies are written in (RESP3 after `HELLO 3`).
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Requests handed to the executor and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|slot| matches!(slot, Slot::Waiting))
+            .count()
+    }
+
+    /// Bytes received from the client.
+    pub fn receive(&mut self, bytes: &[u8]) {
+        if !self.closing {
+            self.decoder.feed(bytes);
+        }
+    }
+
+    /// The next request for the executor, answering local ones on the way; `None` when the
+    /// received bytes hold no further complete request (or the session is closing).
+    pub fn poll_request(&mut self) -> Option<Request> {
+        while !self.closing {
+            let command = match self.decoder.next_command() {
+                Ok(Some(command)) => command,
+                Ok(None) => return None,
+                Err(error) => {
+                    self.answer(|reply| reply.error(&error.reply_text()));
+                    self.closing = true;
+                    return None;
+                }
+            };
+            if let Route::Executor(spec) = self.route(&command) {
+                self.slots.push_back(Slot::Waiting);
+                return Some(Request {
+                    session: self.id,
+                    protocol: self.protocol,
+                    spec,
+                    command,
+                });
+            }
+        }
+        None
+    }
+
+    /// The executor's reply to the oldest request in flight. `close` (SHUTDOWN) closes the
+    /// connection once the reply is written.
+    pub fn complete(&mut self, reply: &[u8], close: bool) {
+        let waiting = self
+            .slots
+            .iter_mut()
+            .find(|slot| matches!(slot, Slot::Waiting));
+        debug_assert!(
+            waiting.is_some(),
+            "a completion without a request in flight"
+        );
+        if let Some(slot) = waiting {
+            *slot = Slot::Ready(BytesMut::from(reply));
+        }
+        self.closing |= close;
+        self.release();
+    }
+
+    /// Reply bytes ready to be written to the socket, in request order.
+    pub fn take_output(&mut self) -> BytesMut {
+        self.output.split()
+    }
+
+    /// Whether the connection should be closed now: after QUIT, SHUTDOWN or a protocol error,
+    /// once every reply has been taken for writing.
+    pub fn should_close(&self) -> bool {
+        self.closing && self.slots.is_empty() && self.output.is_empty()
+    }
+
+    /// Moves the answered prefix of the slots to the output.
+    fn release(&mut self) {
+        while let Some(Slot::Ready(_)) = self.slots.front() {
+            if let Some(Slot::Ready(bytes)) = self.slots.pop_front() {
+                self.output.extend_from_slice(&bytes);
+            }
+        }
+    }
+
+    /// Writes a local answer: straight to the output, or behind requests still in flight.
+    fn answer(&mut self, write: impl FnOnce(&mut Encoder<'_>)) {
+        if self.slots.is_empty() {
+            write(&mut Encoder::new(&mut self.output, self.protocol));
+        } else {
+            let mut bytes = BytesMut::new();
+            write(&mut Encoder::new(&mut bytes, self.protocol));
+            self.slots.push_back(Slot::Ready(bytes));
+        }
+    }
+
+    fn answer_error(&mut self, text: &[u8]) {
+        self.answer(|reply| reply.error(text));
+    }
+
+    /// Redis's checks in Redis's order (existence, arity, authentication), then the
+    /// connection-level commands.
+    fn route(&mut self, command: &Command) -> Route {
+        let args = command.args();
+        let spec = match command::resolve(args) {
+            Ok(spec) => spec,
+            Err(error) => {
+                self.answer_error(&error.reply_text());
+                return Route::Local;
+            }
+        };
+        if !self.authenticated && !spec.flags.contains(Flags::NO_AUTH) {
+            self.answer_error(errors::NO_AUTH.as_bytes());
+            return Route::Local;
+        }
+        match spec.name {
+            "ping" => self.ping(args),
+            "echo" => {
+                let message = args.get(1).cloned().unwrap_or_default();
+                self.answer(|reply| reply.bulk(&message));
+            }
+            "quit" => {
+                self.answer(|reply| reply.simple(b"OK"));
+                self.closing = true;
+            }
+            "auth" => self.auth(args),
+            "hello" => self.hello(args),
+            "select" => self.select(args),
+            "command" => self.answer(|reply| {
+                reply.array_len(command::commands().len());
+                for spec in command::commands() {
+                    spec.encode_info(reply);
+                }
+            }),
+            "command|count" => self.answer(|reply| reply.integer(count(command::commands().len()))),
+            "command|info" => self.command_info(args),
+            "command|docs" => self.answer(|reply| reply.map_len(0)),
+            "command|list" => self.command_list(args),
+            name if name.starts_with("client|") => self.client(spec, args),
+            _ => return Route::Executor(spec),
+        }
+        Route::Local
+    }
+
+    fn ping(&mut self, args: &[Bytes]) {
+        match args {
+            [_] => self.answer(|reply| reply.simple(b"PONG")),
+            [_, message] => {
+                let message = message.clone();
+                self.answer(|reply| reply.bulk(&message));
+            }
+            _ => self.answer_error(b"ERR wrong number of arguments for 'ping' command"),
+        }
+    }
+
+    /// Tries a username and password as Redis's default user does: with no password
+    /// configured any password is accepted for "default".
+    fn password_ok(&self, user: &[u8], password: &[u8]) -> bool {
+        user == b"default"
+            && self
+                .config
+                .password
+                .as_ref()
+                .is_none_or(|expected| expected == password)
+    }
+
+    fn authenticate(&mut self) {
+        self.authenticated = true;
+        self.decoder.set_authenticated(true);
+    }
+
+    fn auth(&mut self, args: &[Bytes]) {
+        let (user, password) = match args {
+            [_, password] => {
+                if self.config.password.is_none() {
+                    return self.answer_error(errors::AUTH_NOT_CONFIGURED.as_bytes());
+                }
+                (&b"default"[..], password)
+            }
+            [_, user, password] => (&user[..], password),
+            _ => return self.answer_error(errors::SYNTAX.as_bytes()),
+        };
+        if self.password_ok(user, password) {
+            self.authenticate();
+            self.answer(|reply| reply.simple(b"OK"));
+        } else {
+            self.answer_error(errors::WRONG_PASS.as_bytes());
+        }
+    }
+
+    fn hello(&mut self, args: &[Bytes]) {
+        let mut protocol = None;
+        let mut options = args.get(1..).unwrap_or_default().iter();
+        if let Some(version) = options.next() {
+            let Some(version) = parse_i64(version) else {
+                return self
+                    .answer_error(b"ERR Protocol version is not an integer or out of range");
+            };
+            let Some(chosen) = Protocol::from_version(version) else {
+                return self.answer_error(errors::NO_PROTO.as_bytes());
+            };
+            protocol = Some(chosen);
+        }
+        let mut credentials = None;
+        let mut name = None;
+        while let Some(option) = options.next() {
+            if option.eq_ignore_ascii_case(b"AUTH") && options.len() >= 2 {
+                credentials = options.next().cloned().zip(options.next().cloned());
+            } else if option.eq_ignore_ascii_case(b"SETNAME") && options.len() >= 1 {
+                let candidate = options.next().cloned().unwrap_or_default();
+                if !valid_client_name(&candidate) {
+                    return self.answer_error(errors::INVALID_CLIENT_NAME.as_bytes());
+                }
+                name = Some(candidate);
+            } else {
+                let mut text = b"ERR Syntax error in HELLO option '".to_vec();
+                text.extend_from_slice(option);
+                text.push(b'\'');
+                return self.answer_error(&text);
+            }
+        }
+        if let Some((user, password)) = credentials {
+            if !self.password_ok(&user, &password) {
+                return self.answer_error(errors::WRONG_PASS.as_bytes());
+            }
+            self.authenticate();
+        }
+        if !self.authenticated {
+            return self.answer_error(
+                b"NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+                  HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+                  select the RESP protocol version at the same time",
+            );
+        }
+        if let Some(name) = name {
+            self.name = (!name.is_empty()).then_some(name);
+        }
+        if let Some(protocol) = protocol {
+            self.protocol = protocol;
+        }
+        let (id, version) = (self.id, self.protocol.version());
+        self.answer(|reply| {
+            reply.map_len(7);
+            for (key, value) in [("server", "redis"), ("version", REDIS_VERSION)] {
+                reply.bulk(key.as_bytes());
+                reply.bulk(value.as_bytes());
+            }
+            reply.bulk(b"proto");
+            reply.integer(version);
+            reply.bulk(b"id");
+            reply.integer(count_u64(id));
+            for (key, value) in [("mode", "standalone"), ("role", "master")] {
+                reply.bulk(key.as_bytes());
+                reply.bulk(value.as_bytes());
+            }
+            reply.bulk(b"modules");
+            reply.array_len(0);
+        });
+    }
+
+    fn select(&mut self, args: &[Bytes]) {
+        let index = args.get(1).and_then(|arg| parse_i64(arg));
+        match index {
+            None => self.answer_error(errors::NOT_INTEGER.as_bytes()),
+            Some(index) if i32::try_from(index).is_err() => {
+                self.answer_error(b"ERR value is out of range")
+            }
+            Some(index) if !(0..DATABASES).contains(&index) => {
+                self.answer_error(errors::DB_INDEX_OUT_OF_RANGE.as_bytes())
+            }
+            Some(_) => self.answer(|reply| reply.simple(b"OK")),
+        }
+    }
+
+    fn command_info(&mut self, args: &[Bytes]) {
+        let names = args.get(2..).unwrap_or_default();
+        self.answer(|reply| {
+            if names.is_empty() {
+                reply.array_len(command::commands().len());
+                for spec in command::commands() {
+                    spec.encode_info(reply);
+                }
+                return;
+            }
+            reply.array_len(names.len());
+            for name in names {
+                match lookup_full_name(name) {
+                    Some(spec) => spec.encode_info(reply),
+                    None => reply.null_bulk(),
+                }
+            }
+        });
+    }
+
+    /// COMMAND LIST without FILTERBY: every command and subcommand name.
+    fn command_list(&mut self, args: &[Bytes]) {
+        if args.len() > 2 {
+            // FILTERBY is not implemented yet.
+            return self.answer_error(errors::SYNTAX.as_bytes());
+        }
+        let names: Vec<&str> = command::commands()
+            .iter()
+            .flat_map(|spec| {
+                std::iter::once(spec.name).chain(spec.subcommands.iter().map(|sub| sub.name))
+            })
+            .collect();
+        self.answer(|reply| {
+            reply.array_len(names.len());
+            for name in names {
+                reply.bulk(name.as_bytes());
+            }
+        });
+    }
+
+    fn client(&mut self, spec: &'static CommandSpec, args: &[Bytes]) {
+        match spec.short_name() {
+            "id" => {
+                let id = count_u64(self.id);
+                self.answer(|reply| reply.integer(id));
+            }
+            "getname" => {
+                let name = self.name.clone();
+                self.answer(|reply| match name {
+                    Some(name) => reply.bulk(&name),
+                    None => reply.null_bulk(),
+                });
+            }
+            "setname" => {
+                let name = args.get(2).cloned().unwrap_or_default();
+                if !valid_client_name(&name) {
+                    return self.answer_error(errors::INVALID_CLIENT_NAME.as_bytes());
+                }
+                self.name = (!name.is_empty()).then_some(name);
+                self.answer(|reply| reply.simple(b"OK"));
+            }
+            "setinfo" => {
+                let (attribute, value) = (
+                    args.get(2).cloned().unwrap_or_default(),
+                    args.get(3).cloned(),
+                );
+                if attribute.eq_ignore_ascii_case(b"lib-name") {
+                    self.library.0 = value;
+                } else if attribute.eq_ignore_ascii_case(b"lib-ver") {
+                    self.library.1 = value;
+                } else {
+                    let mut text = b"ERR Unrecognized option '".to_vec();
+                    text.extend_from_slice(&attribute);
+                    text.push(b'\'');
+                    return self.answer_error(&text);
+                }
+                self.answer(|reply| reply.simple(b"OK"));
+            }
+            _ => {
+                let info = self.client_info();
+                self.answer(|reply| reply.verbatim(*b"txt", &info));
+            }
+        }
+    }
+
+    /// The CLIENT INFO line, with the fields this server knows.
+    fn client_info(&self) -> Vec<u8> {
+        let mut line = format!("id={} name=", self.id).into_bytes();
+        line.extend_from_slice(self.name.as_deref().unwrap_or_default());
+        line.extend_from_slice(
+            format!(" db=0 resp={} lib-name=", self.protocol.version()).as_bytes(),
+        );
+        line.extend_from_slice(self.library.0.as_deref().unwrap_or_default());
+        line.extend_from_slice(b" lib-ver=");
+        line.extend_from_slice(self.library.1.as_deref().unwrap_or_default());
+        line.push(b'\n');
+        line
+    }
+}
+
+/// Redis accepts client names made of '!'..='~' only (no spaces, no newlines).
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|byte| (b'!'..=b'~').contains(byte))
+}
+
+/// "get" or "config|get", as COMMAND INFO accepts them.
+fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
+    match name.iter().position(|&byte| byte == b'|') {
+        None => command::lookup(name),
+        Some(bar) => {
+            let container = command::lookup(name.get(..bar)?)?;
+            command::lookup_subcommand(container, name.get(bar + 1..)?)
+        }
+    }
+}
+
+fn count(len: usize) -> i64 {
+    i64::try_from(len).unwrap_or(i64::MAX)
+}
+
+fn count_u64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(password: Option<&str>) -> Session {
+        Session::new(
+            7,
+            SessionConfig {
+                password: password.map(|p| Bytes::copy_from_slice(p.as_bytes())),
+            },
+        )
+    }
+
+    /// Feeds `input`, answers every executor request with `+EXECUTED`, returns the output.
+    fn exchange(session: &mut Session, input: &[u8]) -> String {
+        session.receive(input);
+        while let Some(request) = session.poll_request() {
+            assert_eq!(request.session, 7);
+            session.complete(b"+EXECUTED\r\n", false);
+        }
+        String::from_utf8_lossy(&session.take_output()).into_owned()
+    }
+
+    #[test]
+    fn local_commands() {
+        let mut s = session(None);
+        assert_eq!(exchange(&mut s, b"PING\r\n"), "+PONG\r\n");
+        assert_eq!(
+            exchange(&mut s, b"*2\r\n$4\r\nping\r\n$2\r\nhi\r\n"),
+            "$2\r\nhi\r\n"
+        );
+        assert_eq!(exchange(&mut s, b"ECHO x\r\n"), "$1\r\nx\r\n");
+        assert_eq!(exchange(&mut s, b"SELECT 0\r\n"), "+OK\r\n");
+        assert_eq!(
+            exchange(&mut s, b"SELECT 1\r\n"),
+            "-ERR DB index is out of range\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"SELECT x\r\n"),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        assert_eq!(
+            exchange(
+                &mut s,
+                b"CLIENT SETNAME app\r\nCLIENT GETNAME\r\nCLIENT ID\r\n"
+            ),
+            "+OK\r\n$3\r\napp\r\n:7\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"CLIENT SETNAME \"a b\"\r\n"),
+            "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"CLIENT SETINFO lib-name redis-py\r\n"),
+            "+OK\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"COMMAND COUNT\r\n"),
+            format!(":{}\r\n", command::commands().len())
+        );
+        assert_eq!(exchange(&mut s, b"COMMAND DOCS\r\n"), "*0\r\n");
+        assert!(exchange(&mut s, b"COMMAND INFO get nosuch\r\n").ends_with("$-1\r\n"));
+        assert!(exchange(&mut s, b"COMMAND INFO config|get\r\n")
+            .starts_with("*1\r\n*10\r\n$10\r\nconfig|get\r\n"));
+        assert!(exchange(&mut s, b"COMMAND\r\n")
+            .starts_with(&format!("*{}\r\n*10\r\n", command::commands().len())));
+    }
+
+    #[test]
+    fn table_errors_in_redis_order() {
+        let mut s = session(Some("secret"));
+        assert_eq!(
+            exchange(&mut s, b"FOO a\r\n"),
+            "-ERR unknown command 'FOO', with args beginning with: 'a' \r\n"
+        );
+        // Arity is checked before authentication, as in Redis.
+        assert_eq!(
+            exchange(&mut s, b"GET\r\n"),
+            "-ERR wrong number of arguments for 'get' command\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"GET k\r\n"),
+            "-NOAUTH Authentication required.\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"PING\r\n"),
+            "-NOAUTH Authentication required.\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"AUTH wrong\r\n"),
+            "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"AUTH secret\r\nGET k\r\n"),
+            "+OK\r\n+EXECUTED\r\n"
+        );
+    }
+
+    #[test]
+    fn auth_without_password_configured() {
+        let mut s = session(None);
+        let expected = format!("-{}\r\n", errors::AUTH_NOT_CONFIGURED);
+        assert_eq!(exchange(&mut s, b"AUTH x\r\n"), expected);
+        assert_eq!(exchange(&mut s, b"AUTH default x\r\n"), "+OK\r\n");
+        assert_eq!(exchange(&mut s, b"AUTH a b c\r\n"), "-ERR syntax error\r\n");
+    }
+
+    #[test]
+    fn hello_switches_protocol() {
+        let mut s = session(None);
+        let reply = exchange(&mut s, b"HELLO 3\r\n");
+        assert!(
+            reply.starts_with("%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n"),
+            "{reply}"
+        );
+        assert!(
+            reply.contains("$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:7\r\n"),
+            "{reply}"
+        );
+        assert_eq!(s.protocol(), Protocol::Resp3);
+        assert_eq!(exchange(&mut s, b"CLIENT GETNAME\r\n"), "_\r\n");
+        let reply = exchange(&mut s, b"HELLO 2\r\n");
+        assert!(reply.starts_with("*14\r\n"), "{reply}");
+        assert_eq!(
+            exchange(&mut s, b"HELLO 4\r\n"),
+            "-NOPROTO unsupported protocol version\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"HELLO x\r\n"),
+            "-ERR Protocol version is not an integer or out of range\r\n"
+        );
+        assert_eq!(
+            exchange(&mut s, b"HELLO 3 FOO\r\n"),
+            "-ERR Syntax error in HELLO option 'FOO'\r\n"
+        );
+        assert_eq!(s.protocol(), Protocol::Resp2);
+    }
+
+    #[test]
+    fn hello_authenticates() {
+        let mut s = session(Some("pw"));
+        assert!(exchange(&mut s, b"HELLO 3\r\n").starts_with("-NOAUTH HELLO must be called"));
+        assert_eq!(s.protocol(), Protocol::Resp2);
+        assert!(exchange(&mut s, b"HELLO 3 AUTH default pw SETNAME me\r\n").starts_with("%7\r\n"));
+        assert_eq!(exchange(&mut s, b"CLIENT GETNAME\r\n"), "$2\r\nme\r\n");
+    }
+
+    /// A local answer must not overtake a request still at the executor.
+    #[test]
+    fn replies_keep_request_order() {
+        let mut s = session(None);
+        s.receive(b"SET a 1\r\nPING\r\nGET a\r\nECHO z\r\n");
+        let first = s.poll_request().expect("SET");
+        assert_eq!(first.spec.name, "set");
+        let second = s.poll_request().expect("GET");
+        assert_eq!(second.spec.name, "get");
+        assert!(s.poll_request().is_none());
+        assert_eq!(s.in_flight(), 2);
+        assert!(s.take_output().is_empty(), "PING answered before SET");
+        s.complete(b"+OK\r\n", false);
+        assert_eq!(&s.take_output()[..], b"+OK\r\n+PONG\r\n");
+        s.complete(b"$1\r\n1\r\n", false);
+        assert_eq!(&s.take_output()[..], b"$1\r\n1\r\n$1\r\nz\r\n");
+        assert_eq!(s.in_flight(), 0);
+    }
+
+    #[test]
+    fn quit_and_protocol_errors_close() {
+        let mut s = session(None);
+        assert_eq!(exchange(&mut s, b"QUIT\r\nPING\r\n"), "+OK\r\n");
+        assert!(s.should_close());
+
+        let mut s = session(None);
+        assert_eq!(
+            exchange(&mut s, b"PING\r\n*1\r\n$x\r\nPING\r\n"),
+            "+PONG\r\n-ERR Protocol error: invalid bulk length\r\n"
+        );
+        assert!(s.should_close());
+    }
+
+    #[test]
+    fn unauthenticated_sessions_have_small_request_limits() {
+        let mut s = session(Some("pw"));
+        let reply = exchange(&mut s, b"*1\r\n$20000\r\n");
+        assert_eq!(
+            reply,
+            "-ERR Protocol error: unauthenticated bulk length\r\n"
+        );
+        assert!(s.should_close());
+    }
+}
