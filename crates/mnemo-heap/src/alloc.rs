@@ -1,0 +1,880 @@
+//! The allocator's volatile state, rebuilt at open from the chunk tables and run bitmaps.
+//!
+//! Persistent state (chunk-table entries, run bitmaps) changes only through redo records:
+//! the allocator hands back a [`MetaOp`] for each reservation or free, and the transaction
+//! puts it in its record. Volatile state tracks, per unit, "used" (allocated or reserved),
+//! "reserved" (by a transaction not yet committed) and "pending" (freed by a transaction not
+//! yet committed), so a unit is reusable only once the record that freed it is applied.
+//!
+//! Scalability: runs belong to arenas; a thread allocates from its arena (threads are spread
+//! over arenas round-robin), so threads rarely share a lock. Whole chunks come from one
+//! global index (best fit over free spans, coalesced within a zone).
+//!
+//! Lock order: arena, then chunks, then a lane (run creation commits a record). Commit
+//! effects run after the committing thread released its lane.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use mnemo_pmem::Pool;
+
+use crate::error::{Error, Result};
+use crate::layout::{
+    bitmap_words, class_count, class_for, class_sizes, run_layout, ChunkEntry, Geometry,
+    CHUNKS_PER_ZONE, CHUNK_SIZE, SMALL_SIZE_MAX,
+};
+
+/// A persistent metadata change for the transaction's redo record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetaOp {
+    /// OR a mask into a bitmap word.
+    Or(u64, u64),
+    /// Clear a mask from a bitmap word.
+    AndNot(u64, u64),
+    /// Store a chunk-table entry.
+    Entry(u64, u64),
+}
+
+/// An allocation made by a transaction that has not committed yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Offset of the object.
+    pub offset: u64,
+    /// Usable size.
+    pub size: u64,
+    kind: Kind,
+}
+
+/// A free requested by a transaction that has not committed yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingFree {
+    /// Offset of the object.
+    pub offset: u64,
+    kind: Kind,
+    /// Large: the status before the free.
+    prev: Status,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Small { arena: u16, chunk: u64, unit: u64 },
+    Large { chunk: u64, chunks: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Reserved,
+    Live,
+    Freeing,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChunkState {
+    Free,
+    Run { arena: u16 },
+    Large { chunks: u32, status: Status },
+    Continuation,
+}
+
+#[derive(Debug, Default)]
+struct Chunks {
+    state: Vec<ChunkState>,
+    by_size: BTreeSet<(u64, u64)>,
+    by_start: BTreeMap<u64, u64>,
+}
+
+impl Chunks {
+    fn insert_span(&mut self, mut start: u64, mut len: u64) {
+        for c in start..start + len {
+            self.state[c as usize] = ChunkState::Free;
+        }
+        let zone = start / CHUNKS_PER_ZONE;
+        if let Some((&ps, &pl)) = self.by_start.range(..start).next_back() {
+            if ps + pl == start && ps / CHUNKS_PER_ZONE == zone {
+                self.by_start.remove(&ps);
+                self.by_size.remove(&(pl, ps));
+                start = ps;
+                len += pl;
+            }
+        }
+        if let Some(&nl) = self.by_start.get(&(start + len)) {
+            if (start + len) / CHUNKS_PER_ZONE == zone {
+                self.by_start.remove(&(start + len));
+                self.by_size.remove(&(nl, start + len));
+                len += nl;
+            }
+        }
+        self.by_start.insert(start, len);
+        self.by_size.insert((len, start));
+    }
+
+    fn take(&mut self, n: u64) -> Option<u64> {
+        let &(len, start) = self.by_size.range((n, 0)..).next()?;
+        self.by_size.remove(&(len, start));
+        self.by_start.remove(&start);
+        if len > n {
+            self.by_start.insert(start + n, len - n);
+            self.by_size.insert((len - n, start + n));
+        }
+        Some(start)
+    }
+
+    /// Add chunks `from..to` (new pool space) as free spans, split at zone boundaries.
+    fn add(&mut self, from: u64, to: u64) {
+        self.state.resize(to as usize, ChunkState::Free);
+        let mut c = from;
+        while c < to {
+            let zone_end = (c / CHUNKS_PER_ZONE + 1) * CHUNKS_PER_ZONE;
+            let end = zone_end.min(to);
+            self.insert_span(c, end - c);
+            c = end;
+        }
+    }
+
+    /// Chunks a pool must have so that `n` contiguous free chunks exist in one zone.
+    fn needed_for(&self, n: u64) -> u64 {
+        let total = self.state.len() as u64;
+        let tail = self
+            .by_start
+            .range(..total)
+            .next_back()
+            .filter(|(&s, &l)| s + l == total)
+            .map_or(0, |(_, &l)| l);
+        let in_zone = total % CHUNKS_PER_ZONE;
+        if in_zone + (n - tail.min(n)) <= CHUNKS_PER_ZONE {
+            total + (n - tail.min(n))
+        } else {
+            (total / CHUNKS_PER_ZONE + 1) * CHUNKS_PER_ZONE + n
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Run {
+    class: u8,
+    units: u64,
+    data: u64,
+    bitmap: u64,
+    used: Vec<u64>,
+    reserved: Vec<u64>,
+    pending: Vec<u64>,
+    free: u64,
+    listed: bool,
+    hint: usize,
+}
+
+impl Run {
+    fn new(geometry: &Geometry, chunk: u64, class: u8, persistent: &[u64]) -> Run {
+        let (units, header) = run_layout(class);
+        let words = bitmap_words(units) as usize;
+        let mut used: Vec<u64> = persistent.to_vec();
+        used.resize(words, 0);
+        // Bits past the last unit read as used, so the search never hands them out.
+        if units % 64 != 0 {
+            used[words - 1] |= !0u64 << (units % 64);
+        }
+        let free = words as u64 * 64 - used.iter().map(|w| w.count_ones() as u64).sum::<u64>();
+        let base = geometry.chunk_offset(chunk);
+        Run {
+            class,
+            units,
+            data: base + header,
+            bitmap: base,
+            used,
+            reserved: vec![0; words],
+            pending: vec![0; words],
+            free,
+            listed: false,
+            hint: 0,
+        }
+    }
+
+    fn take_unit(&mut self) -> Option<u64> {
+        let n = self.used.len();
+        for k in 0..n {
+            let w = (self.hint + k) % n;
+            if self.used[w] != u64::MAX {
+                let bit = (!self.used[w]).trailing_zeros() as u64;
+                self.used[w] |= 1 << bit;
+                self.reserved[w] |= 1 << bit;
+                self.free -= 1;
+                self.hint = w;
+                return Some(w as u64 * 64 + bit);
+            }
+        }
+        None
+    }
+}
+
+#[derive(Debug)]
+struct Arena {
+    runs: HashMap<u64, Run>,
+    avail: Vec<Vec<u64>>,
+}
+
+impl Arena {
+    fn list(&mut self, chunk: u64) {
+        if let Some(run) = self.runs.get_mut(&chunk) {
+            if !run.listed && run.free > 0 {
+                run.listed = true;
+                self.avail[run.class as usize].push(chunk);
+            }
+        }
+    }
+}
+
+/// Per-class figures of [`HeapStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Object size of the class.
+    pub size: u64,
+    /// Runs of the class.
+    pub runs: u64,
+    /// Units in those runs.
+    pub units: u64,
+    /// Units allocated.
+    pub used: u64,
+}
+
+/// Space accounting of a heap (fragmentation report).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeapStats {
+    /// Chunks in the pool.
+    pub chunks: u64,
+    /// Chunks not in use.
+    pub chunks_free: u64,
+    /// Largest span of free chunks (the largest large allocation possible without growth).
+    pub largest_free_span: u64,
+    /// Bytes handed out (class sizes, whole chunks for large allocations).
+    pub used_bytes: u64,
+    /// Bytes free: free units of runs plus free chunks.
+    pub free_bytes: u64,
+    /// Large allocations live.
+    pub large_allocations: u64,
+    /// Per size class (only classes with runs).
+    pub classes: Vec<ClassStats>,
+}
+
+impl HeapStats {
+    /// Share of free bytes that sits in partly used runs rather than free chunks
+    /// (0: none; near 1: the free space is scattered).
+    pub fn fragmentation(&self) -> f64 {
+        let in_runs = self
+            .free_bytes
+            .saturating_sub(self.chunks_free * CHUNK_SIZE);
+        if self.free_bytes == 0 {
+            0.0
+        } else {
+            in_runs as f64 / self.free_bytes as f64
+        }
+    }
+}
+
+/// The allocator.
+#[derive(Debug)]
+pub struct Allocator {
+    geometry: Geometry,
+    chunks: Mutex<Chunks>,
+    arenas: Box<[Mutex<Arena>]>,
+    next_arena: AtomicUsize,
+}
+
+thread_local! {
+    static ARENA_HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read_words(pool: &Pool, offset: u64, n: usize) -> Result<Vec<u64>> {
+    let mut bytes = vec![0u8; n * 8];
+    pool.read(offset, &mut bytes)?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect())
+}
+
+impl Allocator {
+    /// Rebuild from media: walk every zone's chunk table, read every run's bitmap.
+    pub fn load(pool: &Pool, geometry: Geometry, arenas: usize) -> Result<Allocator> {
+        let total = geometry.chunks_in(pool.size());
+        let mut chunks = Chunks {
+            state: vec![ChunkState::Free; total as usize],
+            ..Chunks::default()
+        };
+        let mut arena_list: Vec<Arena> = (0..arenas)
+            .map(|_| Arena {
+                runs: HashMap::new(),
+                avail: vec![Vec::new(); class_count()],
+            })
+            .collect();
+        let mut next_arena = 0usize;
+        let mut zone = 0;
+        while zone * CHUNKS_PER_ZONE < total {
+            let first = zone * CHUNKS_PER_ZONE;
+            let in_zone = (total - first).min(CHUNKS_PER_ZONE);
+            let table = read_words(pool, geometry.zone_offset(zone), in_zone as usize)?;
+            let mut i = 0u64;
+            let mut free_start: Option<u64> = None;
+            while i < in_zone {
+                let c = first + i;
+                let entry = ChunkEntry::decode(table[i as usize]).ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "chunk {c}: invalid chunk-table entry {:#x}",
+                        table[i as usize]
+                    ))
+                })?;
+                if entry != ChunkEntry::Free {
+                    if let Some(s) = free_start.take() {
+                        chunks.insert_span(s, c - s);
+                    }
+                }
+                match entry {
+                    ChunkEntry::Free => {
+                        free_start.get_or_insert(c);
+                        i += 1;
+                    }
+                    ChunkEntry::Run { class } => {
+                        let (units, _) = run_layout(class);
+                        let bitmap = read_words(
+                            pool,
+                            geometry.chunk_offset(c),
+                            bitmap_words(units) as usize,
+                        )?;
+                        let arena = next_arena % arenas;
+                        next_arena += 1;
+                        let run = Run::new(&geometry, c, class, &bitmap);
+                        chunks.state[c as usize] = ChunkState::Run {
+                            arena: arena as u16,
+                        };
+                        arena_list[arena].runs.insert(c, run);
+                        arena_list[arena].list(c);
+                        i += 1;
+                    }
+                    ChunkEntry::Large { chunks: n } => {
+                        if i + n as u64 > in_zone {
+                            return Err(Error::Corrupt(format!(
+                                "chunk {c}: large allocation of {n} chunks overruns its zone"
+                            )));
+                        }
+                        chunks.state[c as usize] = ChunkState::Large {
+                            chunks: n,
+                            status: Status::Live,
+                        };
+                        for k in 1..n as u64 {
+                            chunks.state[(c + k) as usize] = ChunkState::Continuation;
+                        }
+                        i += n as u64;
+                    }
+                }
+            }
+            if let Some(s) = free_start.take() {
+                chunks.insert_span(s, first + in_zone - s);
+            }
+            zone += 1;
+        }
+        Ok(Allocator {
+            geometry,
+            chunks: Mutex::new(chunks),
+            arenas: arena_list.into_iter().map(Mutex::new).collect(),
+            next_arena: AtomicUsize::new(0),
+        })
+    }
+
+    fn my_arena(&self) -> usize {
+        let mut hint = ARENA_HINT.with(|h| h.get());
+        if hint == usize::MAX {
+            hint = self.next_arena.fetch_add(1, Ordering::Relaxed);
+            ARENA_HINT.with(|h| h.set(hint));
+        }
+        hint % self.arenas.len()
+    }
+
+    /// Take `n` contiguous chunks, growing the pool if needed; backed by storage on return.
+    fn take_chunks(&self, pool: &Pool, n: u64) -> Result<u64> {
+        let mut chunks = lock(&self.chunks);
+        let start = match chunks.take(n) {
+            Some(s) => s,
+            None => {
+                self.grow(pool, &mut chunks, n)?;
+                chunks.take(n).ok_or_else(|| Error::OutOfSpace {
+                    needed: n * CHUNK_SIZE,
+                    detail: "no free span after growth".into(),
+                })?
+            }
+        };
+        let offset = self.geometry.chunk_offset(start);
+        if let Err(e) = pool.media().ensure_backed(offset, n * CHUNK_SIZE) {
+            chunks.insert_span(start, n);
+            return Err(Error::OutOfSpace {
+                needed: n * CHUNK_SIZE,
+                detail: e.to_string(),
+            });
+        }
+        Ok(start)
+    }
+
+    fn grow(&self, pool: &Pool, chunks: &mut Chunks, n: u64) -> Result<()> {
+        let total = chunks.state.len() as u64;
+        let needed = chunks.needed_for(n);
+        let limit = pool.header().size_max.min(pool.media().capacity());
+        let max_chunks = self.geometry.chunks_in(limit);
+        if needed > max_chunks {
+            return Err(Error::OutOfSpace {
+                needed: n * CHUNK_SIZE,
+                detail: format!(
+                    "pool maximum size {limit} bytes holds {max_chunks} chunks, {needed} needed"
+                ),
+            });
+        }
+        // Grow by half the heap at least (amortized), but never past the maximum.
+        let generous = needed.max(total + total / 2).max(total + 4).min(max_chunks);
+        let mut grown = None;
+        for target in [generous, needed] {
+            match pool.grow(self.geometry.size_for_chunks(target)) {
+                Ok(()) => {
+                    grown = Some(target);
+                    break;
+                }
+                Err(e) => tracing::debug!("pool growth to {target} chunks failed: {e}"),
+            }
+        }
+        let Some(target) = grown else {
+            return Err(Error::OutOfSpace {
+                needed: n * CHUNK_SIZE,
+                detail: "the pool could not grow".into(),
+            });
+        };
+        let target = target.min(self.geometry.chunks_in(pool.size()));
+        let zone_first = self.geometry.zone_offset(total / CHUNKS_PER_ZONE);
+        let zone_last = self.geometry.zone_offset((target - 1) / CHUNKS_PER_ZONE);
+        // New zone tables read as zero (new pool bytes do) but must be backed before use.
+        pool.media()
+            .ensure_backed(
+                zone_first,
+                zone_last - zone_first + crate::layout::ZONE_HEADER_SIZE,
+            )
+            .map_err(|e| Error::OutOfSpace {
+                needed: n * CHUNK_SIZE,
+                detail: e.to_string(),
+            })?;
+        chunks.add(total, target);
+        tracing::debug!(from = total, to = target, "heap grew");
+        Ok(())
+    }
+
+    /// Reserve `size` bytes. `publish_run` makes a new run durable (an internal record) when
+    /// the arena has no room in that class.
+    pub fn alloc(
+        &self,
+        pool: &Pool,
+        size: u64,
+        publish_run: &dyn Fn(u64, u8) -> Result<()>,
+    ) -> Result<(Reservation, MetaOp)> {
+        if size == 0 {
+            return Err(Error::InvalidArgument("allocation of 0 bytes".into()));
+        }
+        match class_for(size) {
+            Some(class) if size <= SMALL_SIZE_MAX => self.alloc_small(pool, class, publish_run),
+            _ => self.alloc_large(pool, size),
+        }
+    }
+
+    fn alloc_small(
+        &self,
+        pool: &Pool,
+        class: u8,
+        publish_run: &dyn Fn(u64, u8) -> Result<()>,
+    ) -> Result<(Reservation, MetaOp)> {
+        let a = self.my_arena();
+        let mut arena = lock(&self.arenas[a]);
+        let chunk = loop {
+            match arena.avail[class as usize].last().copied() {
+                Some(c) => {
+                    let run = arena.runs.get_mut(&c).filter(|r| r.free > 0);
+                    match run {
+                        Some(_) => break c,
+                        None => {
+                            arena.avail[class as usize].pop();
+                            if let Some(r) = arena.runs.get_mut(&c) {
+                                r.listed = false;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    let c = self.new_run(pool, class, a, publish_run)?;
+                    let (units, _) = run_layout(class);
+                    arena.runs.insert(
+                        c,
+                        Run::new(
+                            &self.geometry,
+                            c,
+                            class,
+                            &vec![0; bitmap_words(units) as usize],
+                        ),
+                    );
+                    arena.list(c);
+                    break c;
+                }
+            }
+        };
+        let run = arena
+            .runs
+            .get_mut(&chunk)
+            .ok_or_else(|| Error::Corrupt("run vanished".into()))?;
+        let unit = run
+            .take_unit()
+            .ok_or_else(|| Error::Corrupt("listed run without a free unit".into()))?;
+        let size = class_sizes()[class as usize];
+        let offset = run.data + unit * size;
+        let word = run.bitmap + unit / 64 * 8;
+        let op = MetaOp::Or(word, 1 << (unit % 64));
+        Ok((
+            Reservation {
+                offset,
+                size,
+                kind: Kind::Small {
+                    arena: a as u16,
+                    chunk,
+                    unit,
+                },
+            },
+            op,
+        ))
+    }
+
+    fn new_run(
+        &self,
+        pool: &Pool,
+        class: u8,
+        arena: usize,
+        publish_run: &dyn Fn(u64, u8) -> Result<()>,
+    ) -> Result<u64> {
+        let chunk = self.take_chunks(pool, 1)?;
+        let (units, _) = run_layout(class);
+        let base = self.geometry.chunk_offset(chunk);
+        // The chunk is free, so nothing refers to its bytes: clear the bitmap in place; the
+        // run's record (fence 1) orders it before the chunk-table entry.
+        let zero = vec![0u8; (bitmap_words(units) * 8) as usize];
+        let result = pool.write(base, &zero).map_err(Error::from).and_then(|()| {
+            pool.flush(base, zero.len() as u64)?;
+            publish_run(chunk, class)
+        });
+        let mut chunks = lock(&self.chunks);
+        match result {
+            Ok(()) => {
+                chunks.state[chunk as usize] = ChunkState::Run {
+                    arena: arena as u16,
+                };
+                Ok(chunk)
+            }
+            Err(e) => {
+                chunks.insert_span(chunk, 1);
+                Err(e)
+            }
+        }
+    }
+
+    fn alloc_large(&self, pool: &Pool, size: u64) -> Result<(Reservation, MetaOp)> {
+        let n = size.div_ceil(CHUNK_SIZE);
+        if n > CHUNKS_PER_ZONE {
+            return Err(Error::OutOfSpace {
+                needed: size,
+                detail: format!(
+                    "the largest allocation is {} bytes",
+                    CHUNKS_PER_ZONE * CHUNK_SIZE
+                ),
+            });
+        }
+        let start = self.take_chunks(pool, n)?;
+        let mut chunks = lock(&self.chunks);
+        chunks.state[start as usize] = ChunkState::Large {
+            chunks: n as u32,
+            status: Status::Reserved,
+        };
+        for k in 1..n {
+            chunks.state[(start + k) as usize] = ChunkState::Continuation;
+        }
+        let entry = ChunkEntry::Large { chunks: n as u32 }.encode();
+        let op = MetaOp::Entry(self.geometry.chunk_entry_offset(start), entry);
+        let offset = self.geometry.chunk_offset(start);
+        Ok((
+            Reservation {
+                offset,
+                size: n * CHUNK_SIZE,
+                kind: Kind::Large {
+                    chunk: start,
+                    chunks: n as u32,
+                },
+            },
+            op,
+        ))
+    }
+
+    /// Mark the object at `offset` to be freed at commit. `own` is true when the calling
+    /// transaction reserved it itself.
+    pub fn free(&self, offset: u64, own: bool) -> Result<(PendingFree, MetaOp)> {
+        let invalid = |detail| Error::InvalidFree { offset, detail };
+        let chunk = self
+            .geometry
+            .chunk_of(offset)
+            .ok_or_else(|| invalid("not inside the heap's data area"))?;
+        let mut chunks = lock(&self.chunks);
+        let state = *chunks
+            .state
+            .get(chunk as usize)
+            .ok_or_else(|| invalid("beyond the end of the heap"))?;
+        match state {
+            ChunkState::Free => Err(invalid(
+                "in a free chunk (never allocated, or already freed)",
+            )),
+            ChunkState::Continuation => Err(invalid("inside a large allocation, not its start")),
+            ChunkState::Large { chunks: n, status } => {
+                if offset != self.geometry.chunk_offset(chunk) {
+                    return Err(invalid("inside a large allocation, not its start"));
+                }
+                match status {
+                    Status::Freeing => {
+                        return Err(invalid("already freed by a transaction in progress"))
+                    }
+                    Status::Reserved if !own => {
+                        return Err(invalid("allocated by a transaction that has not committed"))
+                    }
+                    _ => {}
+                }
+                chunks.state[chunk as usize] = ChunkState::Large {
+                    chunks: n,
+                    status: Status::Freeing,
+                };
+                let op = MetaOp::Entry(
+                    self.geometry.chunk_entry_offset(chunk),
+                    ChunkEntry::Free.encode(),
+                );
+                Ok((
+                    PendingFree {
+                        offset,
+                        kind: Kind::Large { chunk, chunks: n },
+                        prev: status,
+                    },
+                    op,
+                ))
+            }
+            ChunkState::Run { arena: a } => {
+                drop(chunks);
+                let mut arena = lock(&self.arenas[a as usize]);
+                let run = arena
+                    .runs
+                    .get_mut(&chunk)
+                    .ok_or_else(|| invalid("run state missing"))?;
+                let size = class_sizes()[run.class as usize];
+                let rel = offset
+                    .checked_sub(run.data)
+                    .ok_or_else(|| invalid("in a run's bitmap, not an object"))?;
+                if rel % size != 0 || rel / size >= run.units {
+                    return Err(invalid("not the start of an object"));
+                }
+                let unit = rel / size;
+                let (w, bit) = ((unit / 64) as usize, 1u64 << (unit % 64));
+                if run.used[w] & bit == 0 {
+                    return Err(invalid("not allocated (never allocated, or already freed)"));
+                }
+                if run.pending[w] & bit != 0 {
+                    return Err(invalid("already freed by a transaction in progress"));
+                }
+                if run.reserved[w] & bit != 0 && !own {
+                    return Err(invalid("allocated by a transaction that has not committed"));
+                }
+                run.pending[w] |= bit;
+                let op = MetaOp::AndNot(run.bitmap + w as u64 * 8, bit);
+                let kind = Kind::Small {
+                    arena: a,
+                    chunk,
+                    unit,
+                };
+                Ok((
+                    PendingFree {
+                        offset,
+                        kind,
+                        prev: Status::Live,
+                    },
+                    op,
+                ))
+            }
+        }
+    }
+
+    fn with_unit(&self, arena: u16, chunk: u64, unit: u64, f: impl FnOnce(&mut Run, usize, u64)) {
+        let mut arena_guard = lock(&self.arenas[arena as usize]);
+        if let Some(run) = arena_guard.runs.get_mut(&chunk) {
+            f(run, (unit / 64) as usize, 1 << (unit % 64));
+        }
+        arena_guard.list(chunk);
+    }
+
+    /// The transaction that reserved `r` committed.
+    pub fn commit_alloc(&self, r: &Reservation) {
+        match r.kind {
+            Kind::Small { arena, chunk, unit } => {
+                self.with_unit(arena, chunk, unit, |run, w, bit| run.reserved[w] &= !bit)
+            }
+            Kind::Large { chunk, chunks: n } => {
+                let mut chunks = lock(&self.chunks);
+                if let ChunkState::Large {
+                    status: s @ Status::Reserved,
+                    ..
+                } = &mut chunks.state[chunk as usize]
+                {
+                    *s = Status::Live;
+                }
+                let _ = n;
+            }
+        }
+    }
+
+    /// The transaction that reserved `r` aborted.
+    pub fn abort_alloc(&self, r: &Reservation) {
+        match r.kind {
+            Kind::Small { arena, chunk, unit } => {
+                self.with_unit(arena, chunk, unit, |run, w, bit| {
+                    run.used[w] &= !bit;
+                    run.reserved[w] &= !bit;
+                    run.pending[w] &= !bit;
+                    run.free += 1;
+                })
+            }
+            Kind::Large { chunk, chunks: n } => lock(&self.chunks).insert_span(chunk, n as u64),
+        }
+    }
+
+    /// The transaction that freed `f` committed: the space is reusable now.
+    pub fn commit_free(&self, f: &PendingFree) {
+        match f.kind {
+            Kind::Small { arena, chunk, unit } => {
+                self.with_unit(arena, chunk, unit, |run, w, bit| {
+                    run.used[w] &= !bit;
+                    run.reserved[w] &= !bit;
+                    run.pending[w] &= !bit;
+                    run.free += 1;
+                })
+            }
+            Kind::Large { chunk, chunks: n } => lock(&self.chunks).insert_span(chunk, n as u64),
+        }
+    }
+
+    /// The transaction that freed `f` aborted.
+    pub fn abort_free(&self, f: &PendingFree) {
+        match f.kind {
+            Kind::Small { arena, chunk, unit } => {
+                self.with_unit(arena, chunk, unit, |run, w, bit| run.pending[w] &= !bit)
+            }
+            Kind::Large { chunk, chunks: n } => {
+                lock(&self.chunks).state[chunk as usize] = ChunkState::Large {
+                    chunks: n,
+                    status: f.prev,
+                };
+            }
+        }
+    }
+
+    /// Usable size of the live object at `offset`, if it is the start of one.
+    pub fn usable_size(&self, offset: u64) -> Option<u64> {
+        let chunk = self.geometry.chunk_of(offset)?;
+        let state = *lock(&self.chunks).state.get(chunk as usize)?;
+        match state {
+            ChunkState::Large {
+                chunks,
+                status: Status::Live | Status::Freeing,
+            } if offset == self.geometry.chunk_offset(chunk) => Some(chunks as u64 * CHUNK_SIZE),
+            ChunkState::Run { arena } => {
+                let arena = lock(&self.arenas[arena as usize]);
+                let run = arena.runs.get(&chunk)?;
+                let size = class_sizes()[run.class as usize];
+                let rel = offset.checked_sub(run.data)?;
+                let unit = rel / size;
+                let live = rel % size == 0
+                    && unit < run.units
+                    && run.used[(unit / 64) as usize] & (1 << (unit % 64)) != 0
+                    && run.reserved[(unit / 64) as usize] & (1 << (unit % 64)) == 0;
+                live.then_some(size)
+            }
+            _ => None,
+        }
+    }
+
+    /// Every live allocation (offset, usable size), in offset order (tests, checkers).
+    pub fn live(&self) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        {
+            let chunks = lock(&self.chunks);
+            for (c, s) in chunks.state.iter().enumerate() {
+                if let ChunkState::Large {
+                    chunks: n,
+                    status: Status::Live | Status::Freeing,
+                } = s
+                {
+                    out.push((self.geometry.chunk_offset(c as u64), *n as u64 * CHUNK_SIZE));
+                }
+            }
+        }
+        for arena in self.arenas.iter() {
+            let arena = lock(arena);
+            for run in arena.runs.values() {
+                let size = class_sizes()[run.class as usize];
+                for unit in 0..run.units {
+                    let (w, bit) = ((unit / 64) as usize, 1u64 << (unit % 64));
+                    if run.used[w] & bit != 0 && run.reserved[w] & bit == 0 {
+                        out.push((run.data + unit * size, size));
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// Space accounting.
+    pub fn stats(&self) -> HeapStats {
+        let mut stats = HeapStats::default();
+        {
+            let chunks = lock(&self.chunks);
+            stats.chunks = chunks.state.len() as u64;
+            for s in &chunks.state {
+                match s {
+                    ChunkState::Free => stats.chunks_free += 1,
+                    ChunkState::Large { chunks: n, .. } => {
+                        stats.large_allocations += 1;
+                        stats.used_bytes += *n as u64 * CHUNK_SIZE;
+                    }
+                    _ => {}
+                }
+            }
+            stats.largest_free_span = chunks.by_size.iter().next_back().map_or(0, |&(l, _)| l);
+        }
+        stats.free_bytes = stats.chunks_free * CHUNK_SIZE;
+        let mut classes: Vec<ClassStats> = class_sizes()
+            .iter()
+            .map(|&size| ClassStats {
+                size,
+                ..ClassStats::default()
+            })
+            .collect();
+        for arena in self.arenas.iter() {
+            let arena = lock(arena);
+            for run in arena.runs.values() {
+                let c = &mut classes[run.class as usize];
+                let used = run.units - run.free;
+                c.runs += 1;
+                c.units += run.units;
+                c.used += used;
+                stats.used_bytes += used * c.size;
+                stats.free_bytes += run.free * c.size;
+            }
+        }
+        stats.classes = classes.into_iter().filter(|c| c.runs > 0).collect();
+        stats
+    }
+}

@@ -1,0 +1,705 @@
+//! [`Heap`]: create/open (with recovery), reads, the atomic and shadow updates, the table of
+//! contents and roots.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mnemo_pmem::{ByteRange, CreateOptions, OpenOptions, Pool};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use crate::alloc::{Allocator, HeapStats};
+use crate::error::{Error, Result};
+use crate::layout::{
+    toc_decode, toc_entry, ChunkEntry, Geometry, RawSuperblock, LANE_COUNT_DEFAULT, LANE_COUNT_MAX,
+    LANE_LOG_SIZE_DEFAULT, LANE_LOG_SIZE_MIN, NAME_MAX, SUPERBLOCK_SIZE, TOC_ENTRIES_DEFAULT,
+    TOC_ENTRY_SIZE, ZONE_HEADER_SIZE,
+};
+use crate::pptr::{PPtr, Persist};
+use crate::redo::{self, Lanes};
+use crate::tx::{self, Tx, TxHandle};
+
+/// How to lay out a new heap.
+#[derive(Clone, Debug)]
+pub struct HeapOptions {
+    /// Lanes: how many transactions may commit at the same moment.
+    pub lane_count: u32,
+    /// Bytes per lane log (a multiple of 4096); a transaction's redo record may use half.
+    pub lane_log_size: u64,
+    /// Entries of the table of contents (named regions and roots).
+    pub toc_entries: u64,
+    /// Allocator arenas (volatile; chosen again at every open). 0: twice the CPU count.
+    pub arenas: usize,
+}
+
+impl Default for HeapOptions {
+    fn default() -> Self {
+        HeapOptions {
+            lane_count: LANE_COUNT_DEFAULT,
+            lane_log_size: LANE_LOG_SIZE_DEFAULT,
+            toc_entries: TOC_ENTRIES_DEFAULT,
+            arenas: 0,
+        }
+    }
+}
+
+impl HeapOptions {
+    fn arenas(&self) -> usize {
+        if self.arenas > 0 {
+            return self.arenas.min(1024);
+        }
+        std::thread::available_parallelism()
+            .map_or(2, |n| n.get() * 2)
+            .min(64)
+    }
+}
+
+#[derive(Debug)]
+struct TocEntry {
+    slot: u64,
+    offset: u64,
+    size: u64,
+    /// Token of the transaction creating or freeing it.
+    busy: Option<u64>,
+    /// Whether the transaction that created it committed.
+    committed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Toc {
+    names: HashMap<String, TocEntry>,
+    free_slots: Vec<u64>,
+}
+
+/// Shared state of an open heap.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) pool: Pool,
+    pub(crate) geometry: Geometry,
+    pub(crate) lanes: Lanes,
+    pub(crate) alloc: Allocator,
+    toc: Mutex<Toc>,
+    closed: AtomicBool,
+}
+
+impl Inner {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Whether `offset..offset+len` lies in the zones (objects, chunk tables, bitmaps).
+    pub(crate) fn is_data(&self, offset: u64, len: u64) -> bool {
+        offset >= self.geometry.zones_offset
+            && offset
+                .checked_add(len)
+                .is_some_and(|end| end <= self.pool.size())
+    }
+
+    /// Areas a redo record may change: the TOC and the zones.
+    pub(crate) fn allowed(&self, offset: u64, len: u64) -> bool {
+        let Some(end) = offset.checked_add(len) else {
+            return false;
+        };
+        (offset >= self.geometry.toc_offset && end <= self.geometry.lanes_offset)
+            || self.is_data(offset, len)
+    }
+
+    /// Make a new run durable: its chunk-table entry, in a record of its own (the bitmap was
+    /// cleared and flushed by the caller; one extra fence orders it before the entry).
+    pub(crate) fn publish_run(&self, chunk: u64, class: u8) -> Result<()> {
+        self.pool.drain()?;
+        let mut lane = self.lanes.acquire();
+        redo::start(&mut lane.buf);
+        let entry = ChunkEntry::Run { class }.encode();
+        redo::push_data(
+            &mut lane.buf,
+            self.geometry.chunk_entry_offset(chunk),
+            &entry.to_le_bytes(),
+        );
+        let allowed = |o: u64, l: u64| self.allowed(o, l);
+        self.lanes.commit(
+            &self.pool,
+            &self.geometry,
+            &mut lane,
+            1,
+            &[],
+            (u64::MAX, 0),
+            &allowed,
+        )?;
+        Ok(())
+    }
+
+    fn lock_toc(&self) -> std::sync::MutexGuard<'_, Toc> {
+        self.toc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An open persistent heap. Cheap to clone (shared); usable from several threads.
+///
+/// The pool is closed (marked clean) when the last clone is dropped; [`Heap::close`] makes
+/// every clone refuse further calls with [`Error::Closed`].
+#[derive(Clone, Debug)]
+pub struct Heap {
+    inner: Arc<Inner>,
+}
+
+static HEAP_IDS: AtomicU64 = AtomicU64::new(1);
+
+fn check_name(name: &str) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong {
+            len: name.len(),
+            max: NAME_MAX,
+        });
+    }
+    if name.is_empty() || name.contains('\0') {
+        return Err(Error::InvalidName(name.to_string()));
+    }
+    Ok(())
+}
+
+impl Heap {
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// Create a pool file at `path` of `size` bytes (growable to `size_max`) holding a new heap.
+    pub fn create_file(
+        path: &Path,
+        size: u64,
+        size_max: u64,
+        options: &HeapOptions,
+    ) -> Result<Heap> {
+        let mut create = CreateOptions::new(size, "mnemo-heap");
+        create.size_max = size_max.max(size);
+        let pool = Pool::create(path, &create)?;
+        Heap::create(pool, options)
+    }
+
+    /// Open the heap in the pool file at `path` (recovering it if needed).
+    pub fn open_file(path: &Path) -> Result<Heap> {
+        let pool = Pool::open(path, &OpenOptions::default())?;
+        Heap::open(pool)
+    }
+
+    /// Format a new heap in `pool` (whose data area must be unused) and open it.
+    pub fn create(pool: Pool, options: &HeapOptions) -> Result<Heap> {
+        if options.lane_count == 0 || options.lane_count > LANE_COUNT_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "lane_count must be 1..={LANE_COUNT_MAX}"
+            )));
+        }
+        if options.lane_log_size < 2 * LANE_LOG_SIZE_MIN
+            || options.lane_log_size % 4096 != 0
+            || options.lane_log_size > 1 << 30
+        {
+            return Err(Error::InvalidArgument(
+                "lane_log_size must be a multiple of 4096, 8 KiB..=1 GiB".into(),
+            ));
+        }
+        if options.toc_entries == 0 || options.toc_entries > 1 << 20 {
+            return Err(Error::InvalidArgument(
+                "toc_entries must be 1..=1048576".into(),
+            ));
+        }
+        let geometry = Geometry::new(
+            pool.data_offset(),
+            options.lane_count,
+            options.lane_log_size,
+            options.toc_entries,
+        );
+        let needed = geometry.size_for_chunks(1);
+        if pool.size() < needed {
+            pool.grow(needed).map_err(|e| Error::OutOfSpace {
+                needed,
+                detail: format!("a heap with these options needs a pool of {needed} bytes: {e}"),
+            })?;
+        }
+        let meta_len = geometry.zones_offset + ZONE_HEADER_SIZE - geometry.base;
+        pool.media()
+            .ensure_backed(geometry.base, meta_len)
+            .map_err(|e| Error::OutOfSpace {
+                needed: meta_len,
+                detail: e.to_string(),
+            })?;
+        // Everything but the lanes' bodies starts zeroed: TOC, zone 0's chunk table, and the
+        // first line of every lane half (no record there).
+        let zeros =
+            vec![0u8; (geometry.toc_entries * TOC_ENTRY_SIZE).max(ZONE_HEADER_SIZE) as usize];
+        let toc_len = geometry.toc_entries * TOC_ENTRY_SIZE;
+        pool.write(geometry.toc_offset, &zeros[..toc_len as usize])?;
+        pool.flush(geometry.toc_offset, toc_len)?;
+        pool.write(geometry.zone_offset(0), &zeros[..ZONE_HEADER_SIZE as usize])?;
+        pool.flush(geometry.zone_offset(0), ZONE_HEADER_SIZE)?;
+        for lane in 0..geometry.lane_count {
+            for half in 0..2 {
+                let at = geometry.lane_offset(lane) + half * geometry.lane_log_size / 2;
+                pool.write(at, &zeros[..64])?;
+                pool.flush(at, 64)?;
+            }
+        }
+        pool.drain()?;
+        // The superblock last: a crash before this point leaves "no heap", not half a heap.
+        let raw = geometry.encode();
+        pool.write(geometry.base, raw.as_bytes())?;
+        pool.persist(geometry.base, SUPERBLOCK_SIZE)?;
+        Heap::open_with(pool, options)
+    }
+
+    /// Open the heap in `pool`: recover (replay committed records), then rebuild the
+    /// allocator and the table of contents from media.
+    pub fn open(pool: Pool) -> Result<Heap> {
+        Heap::open_with(pool, &HeapOptions::default())
+    }
+
+    /// [`Heap::open`] with volatile options (arena count).
+    pub fn open_with(pool: Pool, options: &HeapOptions) -> Result<Heap> {
+        let base = pool.data_offset();
+        if pool.size() < base + SUPERBLOCK_SIZE {
+            return Err(Error::NotAHeap(format!(
+                "{}: pool too small",
+                pool.name().display()
+            )));
+        }
+        let mut raw = RawSuperblock::new_zeroed();
+        pool.read(base, raw.as_mut_bytes())?;
+        let geometry = Geometry::decode(&raw, base, pool.size()).map_err(|e| match e {
+            Error::NotAHeap(_) => Error::NotAHeap(pool.name().display().to_string()),
+            other => other,
+        })?;
+        let lanes = recover(&pool, &geometry)?;
+        let alloc = Allocator::load(&pool, geometry, options.arenas())?;
+        let toc = load_toc(&pool, &geometry, &alloc)?;
+        Ok(Heap {
+            inner: Arc::new(Inner {
+                id: HEAP_IDS.fetch_add(1, Ordering::Relaxed),
+                pool,
+                geometry,
+                lanes,
+                alloc,
+                toc: Mutex::new(toc),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Refuse every further call on every clone of this handle ([`Error::Closed`]). The pool
+    /// file is released when the last clone is dropped.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Heap::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// The pool underneath.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Where the heap's areas are.
+    pub fn geometry(&self) -> Geometry {
+        self.inner.geometry
+    }
+
+    /// Space accounting, with fragmentation figures.
+    pub fn stats(&self) -> HeapStats {
+        self.inner.alloc.stats()
+    }
+
+    /// Every live allocation as (offset, usable size), sorted (checkers and tests).
+    pub fn live_allocations(&self) -> Vec<(u64, u64)> {
+        self.inner.alloc.live()
+    }
+
+    /// Usable size of the live object starting at `offset`.
+    pub fn usable_size(&self, offset: u64) -> Option<u64> {
+        self.inner.alloc.usable_size(offset)
+    }
+
+    /// Read a copy of the value at `ptr` (committed state; not a transaction's pending writes).
+    pub fn get<T: Persist>(&self, ptr: PPtr<T>) -> Result<T> {
+        let mut value = T::new_zeroed();
+        self.read_bytes(ptr.offset(), value.as_mut_bytes())?;
+        Ok(value)
+    }
+
+    /// Read bytes of the data area.
+    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.inner.check_open()?;
+        if !self.inner.is_data(offset, out.len() as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "read at {offset:#x} is outside the heap's data area"
+            )));
+        }
+        self.inner.pool.read(offset, out)?;
+        Ok(())
+    }
+
+    /// Begin a transaction explicitly (joins the thread's current one on this heap).
+    pub fn begin(&self) -> Result<TxHandle<'_>> {
+        tx::begin(self)?;
+        Ok(TxHandle::new(self))
+    }
+
+    /// Run `f` as one durable, atomic transaction: all its writes, allocations and frees take
+    /// effect together at commit, or none does (on `Err` or panic, which is re-raised after
+    /// the abort). Called inside another transaction on this heap, it joins it.
+    pub fn transaction<R>(&self, f: impl FnOnce(&Tx<'_>) -> Result<R>) -> Result<R> {
+        let handle = self.begin()?;
+        match catch_unwind(AssertUnwindSafe(|| f(&handle))) {
+            Ok(Ok(value)) => {
+                handle.commit()?;
+                Ok(value)
+            }
+            Ok(Err(e)) => {
+                handle.abort_because(&e.to_string());
+                Err(e)
+            }
+            Err(panic) => {
+                handle.abort_because("the transaction panicked");
+                resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Allocate `size` bytes (contents unspecified) in a transaction of its own (or the
+    /// thread's current one). Leaks if never published: prefer [`Heap::alloc_into`].
+    pub fn pmalloc(&self, size: u64) -> Result<u64> {
+        self.transaction(|tx| tx.alloc_bytes(size))
+    }
+
+    /// Allocate a zeroed `T`.
+    pub fn alloc<T: Persist>(&self) -> Result<PPtr<T>> {
+        self.transaction(|tx| tx.alloc::<T>())
+    }
+
+    /// Allocate a `T` holding `value` and store its pointer into `dest`, atomically: after a
+    /// crash either both happened or neither (PMDK's `pmemobj_alloc` with a destination).
+    pub fn alloc_into<T: Persist>(&self, dest: PPtr<PPtr<T>>, value: &T) -> Result<PPtr<T>> {
+        self.transaction(|tx| {
+            let ptr =
+                PPtr::<T>::from_offset(tx.alloc_bytes(std::mem::size_of::<T>().max(1) as u64)?);
+            tx.write(ptr, value)?;
+            tx.write(dest, &ptr)?;
+            Ok(ptr)
+        })
+    }
+
+    /// Free the object at `offset` (a transaction of its own, or the current one).
+    pub fn pfree(&self, offset: u64) -> Result<()> {
+        self.transaction(|tx| tx.free_offset(offset))
+    }
+
+    /// Free the object at `ptr`.
+    pub fn free<T>(&self, ptr: PPtr<T>) -> Result<()> {
+        self.pfree(ptr.offset())
+    }
+
+    /// Consistent update 1: store an 8-byte value with one aligned store and make it durable
+    /// (one fence; a sync point). Not transactional: use it on words no concurrent
+    /// transaction writes.
+    pub fn atomic_update<T: Persist>(&self, ptr: PPtr<T>, value: T) -> Result<()> {
+        let inner = &*self.inner;
+        inner.check_open()?;
+        let offset = ptr.offset();
+        if std::mem::size_of::<T>() != 8 || offset % 8 != 0 || !inner.is_data(offset, 8) {
+            return Err(Error::InvalidArgument(format!(
+                "atomic_update needs an 8-byte type at an 8-byte aligned offset of the data area (got {} bytes at {offset:#x})",
+                std::mem::size_of::<T>()
+            )));
+        }
+        // A redo record that wrote this word and could still be replayed must be retired
+        // first, or a recovery would put its older value back.
+        if let Some(seq) = inner.lanes.conflicts(offset) {
+            inner.lanes.retire(&inner.pool, &inner.geometry, seq)?;
+        }
+        let word = u64::read_from_bytes(value.as_bytes())
+            .map_err(|_| Error::InvalidArgument("size".into()))?;
+        redo::atomic_word(&inner.pool, offset)?.store(word, Ordering::Release);
+        inner.pool.msync(offset, 8)?;
+        Ok(())
+    }
+
+    /// Consistent update 3, shadow update: build a new version of the object `slot` points
+    /// to in a fresh allocation, then publish it and free the old version in one redo record.
+    /// `build` receives the current version (None if the slot is null).
+    pub fn shadow_update<T: Persist>(
+        &self,
+        slot: PPtr<PPtr<T>>,
+        build: impl FnOnce(Option<T>) -> T,
+    ) -> Result<PPtr<T>> {
+        self.transaction(|tx| {
+            let old: PPtr<T> = tx.read(slot)?;
+            let current = if old.is_null() {
+                None
+            } else {
+                Some(tx.read(old)?)
+            };
+            let value = build(current);
+            let new =
+                PPtr::<T>::from_offset(tx.alloc_bytes(std::mem::size_of::<T>().max(1) as u64)?);
+            tx.write(new, &value)?;
+            tx.write(slot, &new)?;
+            if !old.is_null() {
+                tx.free(old)?;
+            }
+            Ok(new)
+        })
+    }
+
+    /// Temporality's `nvalloc`: the region named `name`, created zeroed with `size` bytes if
+    /// it does not exist. An existing region of another size is an error.
+    pub fn nvalloc(&self, name: &str, size: u64) -> Result<u64> {
+        check_name(name)?;
+        if size == 0 {
+            return Err(Error::InvalidArgument("region of 0 bytes".into()));
+        }
+        self.transaction(|tx| {
+            let token = tx.token()?;
+            let inner = &*self.inner;
+            let slot = {
+                let mut toc = inner.lock_toc();
+                if let Some(e) = toc.names.get(name) {
+                    match (e.committed, e.busy) {
+                        (_, Some(t)) if t != token => {
+                            return Err(Error::NameBusy(name.to_string()))
+                        }
+                        (true, Some(_)) => return Err(Error::NameBusy(name.to_string())),
+                        _ => {}
+                    }
+                    if e.size != size {
+                        return Err(Error::SizeMismatch {
+                            name: name.to_string(),
+                            existing: e.size,
+                            requested: size,
+                        });
+                    }
+                    return Ok(e.offset);
+                }
+                let slot = toc
+                    .free_slots
+                    .pop()
+                    .ok_or(Error::TocFull(inner.geometry.toc_entries))?;
+                toc.names.insert(
+                    name.to_string(),
+                    TocEntry {
+                        slot,
+                        offset: 0,
+                        size,
+                        busy: Some(token),
+                        committed: false,
+                    },
+                );
+                slot
+            };
+            let owned = name.to_string();
+            tx.on_abort(move |inner| {
+                let mut toc = inner.lock_toc();
+                toc.names.remove(&owned);
+                toc.free_slots.push(slot);
+            })?;
+            let offset = tx.zalloc_bytes(size)?;
+            if let Some(e) = inner.lock_toc().names.get_mut(name) {
+                e.offset = offset;
+            }
+            let entry_offset = inner.geometry.toc_offset + slot * TOC_ENTRY_SIZE;
+            tx.write_meta(entry_offset, &toc_entry(name, offset, size))?;
+            let owned = name.to_string();
+            tx.on_commit(move |inner| {
+                if let Some(e) = inner.lock_toc().names.get_mut(&owned) {
+                    e.busy = None;
+                    e.committed = true;
+                }
+            })?;
+            Ok(offset)
+        })
+    }
+
+    /// Temporality's `nvfree`: free the region named `name` and remove the name.
+    pub fn nvfree(&self, name: &str) -> Result<()> {
+        check_name(name)?;
+        self.transaction(|tx| {
+            let token = tx.token()?;
+            let inner = &*self.inner;
+            let (slot, offset) = {
+                let mut toc = inner.lock_toc();
+                let e = toc
+                    .names
+                    .get_mut(name)
+                    .filter(|e| e.committed)
+                    .ok_or_else(|| Error::NoSuchRegion(name.to_string()))?;
+                if e.busy.is_some() {
+                    return Err(Error::NameBusy(name.to_string()));
+                }
+                e.busy = Some(token);
+                (e.slot, e.offset)
+            };
+            let owned = name.to_string();
+            tx.on_abort(move |inner| {
+                if let Some(e) = inner.lock_toc().names.get_mut(&owned) {
+                    e.busy = None;
+                }
+            })?;
+            tx.free_offset(offset)?;
+            tx.write_meta(
+                inner.geometry.toc_offset + slot * TOC_ENTRY_SIZE,
+                &[0u8; 64],
+            )?;
+            let owned = name.to_string();
+            tx.on_commit(move |inner| {
+                let mut toc = inner.lock_toc();
+                toc.names.remove(&owned);
+                toc.free_slots.push(slot);
+            })?;
+            Ok(())
+        })
+    }
+
+    /// The region named `name`, as (offset, size), if it exists (committed).
+    pub fn region(&self, name: &str) -> Result<Option<(u64, u64)>> {
+        self.inner.check_open()?;
+        let toc = self.inner.lock_toc();
+        Ok(toc
+            .names
+            .get(name)
+            .filter(|e| e.committed)
+            .map(|e| (e.offset, e.size)))
+    }
+
+    /// Every named region: (name, offset, size), sorted by name.
+    pub fn regions(&self) -> Result<Vec<(String, u64, u64)>> {
+        self.inner.check_open()?;
+        let toc = self.inner.lock_toc();
+        let mut out: Vec<_> = toc
+            .names
+            .iter()
+            .filter(|(_, e)| e.committed)
+            .map(|(n, e)| (n.clone(), e.offset, e.size))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// A persistent "static variable": the root named `name`, created zeroed on first use.
+    pub fn root<T: Persist>(&self, name: &str) -> Result<PPtr<T>> {
+        Ok(PPtr::from_offset(
+            self.nvalloc(name, std::mem::size_of::<T>().max(1) as u64)?,
+        ))
+    }
+}
+
+/// Replay the committed records that may not have been applied; returns the lanes, ready.
+fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
+    let half = geometry.lane_log_size / 2;
+    let mut records = Vec::new();
+    let mut latest: Vec<(u64, u64)> = vec![(0, 0); geometry.lane_count as usize]; // (seq, half)
+    for lane in 0..geometry.lane_count {
+        for h in 0..2u64 {
+            let slot = geometry.lane_offset(lane) + h * half;
+            let mut head = [0u8; redo::RECORD_HEADER];
+            pool.read(slot, &mut head)?;
+            let Some(len) = redo::header_len(&head, half as usize) else {
+                continue;
+            };
+            let mut bytes = vec![0u8; len];
+            pool.read(slot, &mut bytes)?;
+            if let Some(record) = redo::decode(bytes) {
+                if record.seq >= latest[lane as usize].0 {
+                    latest[lane as usize] = (record.seq, h);
+                }
+                records.push(record);
+            }
+        }
+    }
+    let horizon = records.iter().map(|r| r.horizon).max().unwrap_or(0);
+    let max_seq = records.iter().map(|r| r.seq).max().unwrap_or(0);
+    records.retain(|r| r.seq >= horizon && r.count > 0);
+    records.sort_by_key(|r| r.seq);
+    let zones = geometry.zones_offset;
+    let toc = (geometry.toc_offset, geometry.lanes_offset);
+    let size = pool.size();
+    let allowed = |o: u64, l: u64| {
+        o.checked_add(l)
+            .is_some_and(|end| (o >= toc.0 && end <= toc.1) || (o >= zones && end <= size))
+    };
+    let mut ranges: Vec<ByteRange> = Vec::new();
+    let mut replayed = 0;
+    for record in &records {
+        if !redo::checks_hold(pool, &record.bytes, &allowed) {
+            tracing::info!(
+                seq = record.seq,
+                "record's in-place bytes do not match: it never committed"
+            );
+            continue;
+        }
+        redo::apply(pool, &record.bytes, &allowed, &mut ranges)?;
+        replayed += 1;
+    }
+    for r in &ranges {
+        pool.flush(r.offset, r.len)?;
+    }
+    pool.drain()?;
+    if replayed > 0 {
+        tracing::info!(
+            replayed,
+            horizon,
+            max_seq,
+            "heap recovery replayed redo records"
+        );
+    }
+    let next_half: Vec<u64> = latest
+        .iter()
+        .map(|&(seq, h)| if seq == 0 { 0 } else { h ^ 1 })
+        .collect();
+    let lanes = Lanes::new(&next_half, max_seq + 1, horizon);
+    // A record whose horizon covers everything found: none of them is replayed again.
+    lanes.retire(pool, geometry, max_seq)?;
+    Ok(lanes)
+}
+
+fn load_toc(pool: &Pool, geometry: &Geometry, alloc: &Allocator) -> Result<Toc> {
+    let mut bytes = vec![0u8; (geometry.toc_entries * TOC_ENTRY_SIZE) as usize];
+    pool.read(geometry.toc_offset, &mut bytes)?;
+    let mut toc = Toc::default();
+    for slot in (0..geometry.toc_entries).rev() {
+        let at = (slot * TOC_ENTRY_SIZE) as usize;
+        match toc_decode(&bytes[at..at + TOC_ENTRY_SIZE as usize])? {
+            None => toc.free_slots.push(slot),
+            Some((name, offset, size)) => {
+                if alloc.usable_size(offset).is_none_or(|usable| usable < size) {
+                    return Err(Error::Corrupt(format!(
+                        "region {name:?} points at {offset:#x}+{size}, which is no live allocation of that size"
+                    )));
+                }
+                if toc
+                    .names
+                    .insert(
+                        name.clone(),
+                        TocEntry {
+                            slot,
+                            offset,
+                            size,
+                            busy: None,
+                            committed: true,
+                        },
+                    )
+                    .is_some()
+                {
+                    return Err(Error::Corrupt(format!(
+                        "region name {name:?} appears twice"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(toc)
+}

@@ -1,0 +1,70 @@
+//! # mnemo-heap: the persistent heap
+//!
+//! Programs allocate and update data structures directly in a pool and find them again by
+//! name after a restart or a crash. Design: `docs/design/heap-and-transactions.md`; byte
+//! layouts: `docs/design/media-format.md` ("Heap").
+//!
+//! * [`Heap`]: create/open a heap in a [`mnemo_pmem::Pool`]; open replays committed redo
+//!   records and rebuilds the allocator from media.
+//! * Allocation: [`Heap::pmalloc`], [`Heap::alloc`], [`Heap::alloc_into`], [`Heap::free`];
+//!   in transactions [`Tx::alloc`], [`Tx::alloc_bytes`], [`Tx::free`]. Small sizes come from
+//!   runs with persistent bitmaps (size classes 16 B..64 KiB), large ones are whole 256 KiB
+//!   chunks. Per-thread arenas. [`HeapStats`] reports fragmentation.
+//! * [`PPtr<T>`]: 8-byte offset pointers; only [`Persist`] types (zerocopy plain bytes: no
+//!   references, no raw pointers) can be stored, so user code needs no `unsafe`.
+//! * Named regions and roots: [`Heap::nvalloc`], [`Heap::nvfree`], [`Heap::root`].
+//! * Consistent updates: [`Heap::atomic_update`] (8 bytes, one fence),
+//!   [`Heap::shadow_update`] (new version aside, published with the free of the old one in
+//!   one record), and durable transactions [`Heap::transaction`] / [`Heap::begin`].
+//!   (The append-only torn-bit log is `mnemo-log`.)
+//!
+//! ## Transactions
+//! Redo logging with two fences per transaction: writes are buffered in a volatile write set
+//! (reads through the transaction see them); the commit writes one redo record into a lane
+//! (fence 1, the commit point), applies it in place and ends with a sync point over the
+//! changed ranges (fence 2). Allocations and frees are bitmap/chunk-table changes in the same
+//! record, so they take effect only if it commits. Abort on `Err` or panic; nesting is
+//! flattened; several threads may commit at once (one lane each).
+//!
+//! **Isolation is the caller's business** (as with PMDK): transactions are atomic and
+//! durable, not isolated. Two concurrent transactions must not write the same bytes; guard
+//! shared objects with your own locks, held until the transaction returns.
+//!
+//! ## Mutants (deliberately broken variants for crash testing)
+//! Switch one on with `mnemo_pmem::mutant::with(name, ..)` (feature `mutants`):
+//!
+//! | name | what breaks |
+//! |---|---|
+//! | `tx.apply_before_commit` | entries are applied in place before the record is durable |
+//! | `tx.skip_record_flush` | the redo record is stored but never flushed before fence 1 |
+//! | `tx.skip_flush` | the applied data is not flushed before fence 2 |
+//! | `redo.skip_checksum` | recovery replays records whose checksum does not match |
+//! | `redo.no_horizon` | records carry horizon 0, so applied records are replayed over newer data |
+//! | `alloc.skip_bitmap` | a transactional allocation does not log its bitmap bit (double allocation after reopen) |
+//! | `heap.superblock_skip_checksum` | open accepts a superblock with a bad checksum |
+#![deny(unsafe_code)]
+
+mod alloc;
+mod error;
+mod heap;
+pub mod layout;
+mod pptr;
+pub mod redo;
+mod tx;
+
+pub use alloc::{ClassStats, HeapStats};
+pub use error::{Error, Result};
+pub use heap::{Heap, HeapOptions};
+pub use pptr::{PPtr, Persist};
+pub use tx::{Tx, TxHandle};
+
+/// The mutants of this crate (see the crate documentation).
+pub const MUTANTS: &[&str] = &[
+    "tx.apply_before_commit",
+    "tx.skip_record_flush",
+    "tx.skip_flush",
+    "redo.skip_checksum",
+    "redo.no_horizon",
+    "alloc.skip_bitmap",
+    "heap.superblock_skip_checksum",
+];

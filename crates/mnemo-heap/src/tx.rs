@@ -1,0 +1,522 @@
+//! Durable transactions: a volatile write set, one redo record at commit.
+//!
+//! The state of a thread's transaction lives in a thread-local (one per heap), so a
+//! transaction started inside another on the same heap joins it (nesting is flattened) and
+//! the C ABI can begin and commit from separate calls. [`Tx`] is the handle user code gets.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mnemo_pmem::ByteRange;
+
+use crate::alloc::{MetaOp, PendingFree, Reservation};
+use crate::error::{Error, Result};
+use crate::heap::{Heap, Inner};
+use crate::pptr::{PPtr, Persist};
+use crate::redo;
+
+type Hook = Box<dyn FnOnce(&Inner)>;
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Data { offset: u64, pos: usize, len: usize },
+    Meta(MetaOp),
+}
+
+/// One thread's transaction on one heap.
+#[derive(Default)]
+pub(crate) struct TxState {
+    heap_id: u64,
+    token: u64,
+    depth: u32,
+    poisoned: Option<String>,
+    ops: Vec<Op>,
+    data: Vec<u8>,
+    record_len: usize,
+    allocs: Vec<Reservation>,
+    frees: Vec<PendingFree>,
+    direct: Vec<ByteRange>,
+    data_lo: u64,
+    data_hi: u64,
+    on_commit: Vec<Hook>,
+    on_abort: Vec<Hook>,
+}
+
+impl TxState {
+    fn reset(&mut self, heap_id: u64) {
+        static TOKENS: AtomicU64 = AtomicU64::new(1);
+        self.heap_id = heap_id;
+        self.token = TOKENS.fetch_add(1, Ordering::Relaxed);
+        self.depth = 1;
+        self.poisoned = None;
+        self.ops.clear();
+        self.data.clear();
+        self.record_len = redo::RECORD_HEADER;
+        self.allocs.clear();
+        self.frees.clear();
+        self.direct.clear();
+        self.data_lo = u64::MAX;
+        self.data_hi = 0;
+        self.on_commit.clear();
+        self.on_abort.clear();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+            && self.direct.is_empty()
+            && self.allocs.is_empty()
+            && self.frees.is_empty()
+    }
+
+    fn grow_record(&mut self, bytes: usize, capacity: u64) -> Result<()> {
+        let next = self.record_len + bytes;
+        if next as u64 > capacity {
+            return Err(Error::TransactionTooLarge {
+                needed: next as u64,
+                capacity,
+            });
+        }
+        self.record_len = next;
+        Ok(())
+    }
+
+    fn fresh(&self, offset: u64, len: u64) -> bool {
+        self.allocs
+            .iter()
+            .rev()
+            .any(|r| r.offset <= offset && offset + len <= r.offset + r.size)
+    }
+}
+
+thread_local! {
+    static ACTIVE: RefCell<Vec<TxState>> = const { RefCell::new(Vec::new()) };
+    static SPARE: RefCell<Vec<TxState>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_state<R>(heap_id: u64, f: impl FnOnce(&mut TxState) -> Result<R>) -> Result<R> {
+    ACTIVE.with_borrow_mut(
+        |active| match active.iter_mut().find(|s| s.heap_id == heap_id) {
+            Some(state) => f(state),
+            None => Err(Error::InvalidArgument(
+                "no transaction is active on this thread".into(),
+            )),
+        },
+    )
+}
+
+fn take_state(heap_id: u64) -> Option<TxState> {
+    ACTIVE.with_borrow_mut(|active| {
+        let i = active.iter().position(|s| s.heap_id == heap_id)?;
+        Some(active.swap_remove(i))
+    })
+}
+
+fn recycle(mut state: TxState) {
+    state.on_commit.clear();
+    state.on_abort.clear();
+    SPARE.with_borrow_mut(|spare| {
+        if spare.len() < 4 {
+            spare.push(state);
+        }
+    });
+}
+
+/// Start a transaction (or join the thread's current one on this heap).
+pub(crate) fn begin(heap: &Heap) -> Result<()> {
+    let inner = heap.inner();
+    inner.check_open()?;
+    let joined =
+        ACTIVE.with_borrow_mut(
+            |active| match active.iter_mut().find(|s| s.heap_id == inner.id) {
+                Some(state) => {
+                    state.depth += 1;
+                    true
+                }
+                None => false,
+            },
+        );
+    if !joined {
+        let mut state = SPARE
+            .with_borrow_mut(|spare| spare.pop())
+            .unwrap_or_default();
+        state.reset(inner.id);
+        ACTIVE.with_borrow_mut(|active| active.push(state));
+    }
+    Ok(())
+}
+
+/// End one nesting level; the outermost commits.
+pub(crate) fn commit(heap: &Heap) -> Result<()> {
+    let inner = heap.inner();
+    let outermost = with_state(inner.id, |s| {
+        s.depth -= 1;
+        Ok(s.depth == 0)
+    })?;
+    if !outermost {
+        return Ok(());
+    }
+    let Some(state) = take_state(inner.id) else {
+        return Err(Error::InvalidArgument(
+            "no transaction is active on this thread".into(),
+        ));
+    };
+    if let Some(reason) = state.poisoned.clone() {
+        abort_state(inner, state);
+        return Err(Error::Aborted(reason));
+    }
+    if let Err(e) = inner.check_open() {
+        abort_state(inner, state);
+        return Err(e);
+    }
+    if state.is_empty() {
+        finish_commit(inner, state);
+        return Ok(());
+    }
+    let mut checks = Vec::with_capacity(state.direct.len());
+    for range in &state.direct {
+        let mut bytes = vec![0u8; range.len as usize];
+        if let Err(e) = inner.pool.read(range.offset, &mut bytes) {
+            abort_state(inner, state);
+            return Err(e.into());
+        }
+        checks.push((range.offset, range.len, crc32c::crc32c(&bytes)));
+    }
+    let mut lane = inner.lanes.acquire();
+    let buf = &mut lane.buf;
+    redo::start(buf);
+    let mut count = 0u32;
+    for op in &state.ops {
+        match *op {
+            Op::Data { offset, pos, len } => {
+                redo::push_data(buf, offset, &state.data[pos..pos + len])
+            }
+            Op::Meta(MetaOp::Or(offset, mask)) => redo::push_mask(buf, redo::KIND_OR, offset, mask),
+            Op::Meta(MetaOp::AndNot(offset, mask)) => {
+                redo::push_mask(buf, redo::KIND_ANDNOT, offset, mask)
+            }
+            Op::Meta(MetaOp::Entry(offset, value)) => {
+                redo::push_data(buf, offset, &value.to_le_bytes())
+            }
+        }
+        count += 1;
+    }
+    for &(offset, len, crc) in &checks {
+        redo::push_check(buf, offset, len, crc);
+        count += 1;
+    }
+    let allowed = |o: u64, l: u64| inner.allowed(o, l);
+    let result = inner.lanes.commit(
+        &inner.pool,
+        &inner.geometry,
+        &mut lane,
+        count,
+        &state.direct,
+        (state.data_lo, state.data_hi),
+        &allowed,
+    );
+    drop(lane);
+    match result {
+        Ok(_) => {
+            finish_commit(inner, state);
+            Ok(())
+        }
+        Err(e @ Error::TransactionTooLarge { .. }) => {
+            abort_state(inner, state);
+            Err(e)
+        }
+        Err(e) => {
+            // The record may be durable: keep the allocator's view as committed (a leak until
+            // the next open, never a double allocation).
+            finish_commit(inner, state);
+            Err(e)
+        }
+    }
+}
+
+fn finish_commit(inner: &Inner, mut state: TxState) {
+    for r in &state.allocs {
+        inner.alloc.commit_alloc(r);
+    }
+    for f in &state.frees {
+        inner.alloc.commit_free(f);
+    }
+    for hook in state.on_commit.drain(..) {
+        hook(inner);
+    }
+    recycle(state);
+}
+
+fn abort_state(inner: &Inner, mut state: TxState) {
+    for f in state.frees.iter().rev() {
+        inner.alloc.abort_free(f);
+    }
+    for r in state.allocs.iter().rev() {
+        inner.alloc.abort_alloc(r);
+    }
+    for hook in state.on_abort.drain(..).rev() {
+        hook(inner);
+    }
+    recycle(state);
+}
+
+/// End one nesting level by aborting: an inner abort dooms the whole (flattened) transaction.
+pub(crate) fn abort(heap: &Heap, reason: &str) {
+    let inner = heap.inner();
+    let outermost = with_state(inner.id, |s| {
+        s.depth -= 1;
+        s.poisoned.get_or_insert_with(|| reason.to_string());
+        Ok(s.depth == 0)
+    });
+    if let Ok(true) = outermost {
+        if let Some(state) = take_state(inner.id) {
+            abort_state(inner, state);
+        }
+    }
+}
+
+/// The handle a transaction's code works through. Not `Send`: a transaction belongs to
+/// the thread that began it.
+#[derive(Debug)]
+pub struct Tx<'h> {
+    heap: &'h Heap,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl<'h> Tx<'h> {
+    pub(crate) fn new(heap: &'h Heap) -> Tx<'h> {
+        Tx {
+            heap,
+            _thread_bound: PhantomData,
+        }
+    }
+
+    fn inner(&self) -> &Inner {
+        self.heap.inner()
+    }
+
+    fn state<R>(&self, f: impl FnOnce(&mut TxState, &Inner) -> Result<R>) -> Result<R> {
+        let inner = self.inner();
+        inner.check_open()?;
+        with_state(inner.id, |s| f(s, inner))
+    }
+
+    /// A number identifying this transaction (unique in the process).
+    pub fn token(&self) -> Result<u64> {
+        self.state(|s, _| Ok(s.token))
+    }
+
+    /// Store `value` at `ptr` when the transaction commits.
+    pub fn write<T: Persist>(&self, ptr: PPtr<T>, value: &T) -> Result<()> {
+        self.write_bytes(ptr.offset(), value.as_bytes())
+    }
+
+    /// Store `bytes` at `offset` (in the heap's data area) when the transaction commits.
+    pub fn write_bytes(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        let inner = self.inner();
+        if !inner.is_data(offset, bytes.len() as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "write of {} bytes at {offset:#x} is outside the heap's data area",
+                bytes.len()
+            )));
+        }
+        self.log_write(offset, bytes, true)
+    }
+
+    /// A write to heap metadata (TOC entries) from this crate.
+    pub(crate) fn write_meta(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.log_write(offset, bytes, false)
+    }
+
+    fn log_write(&self, offset: u64, bytes: &[u8], user: bool) -> Result<()> {
+        let half = self.inner().geometry.lane_log_size / 2;
+        self.state(|s, inner| {
+            let len = bytes.len() as u64;
+            if user && s.fresh(offset, len) {
+                // Allocated by this transaction: nothing refers to it until the commit, so it
+                // is written in place and checked by CRC at recovery (no logging).
+                let before = s.direct.len();
+                redo::push_range(&mut s.direct, offset, len);
+                if s.direct.len() > before {
+                    if let Err(e) = s.grow_record(redo::entry_size(16), half) {
+                        s.direct.pop();
+                        return Err(e);
+                    }
+                }
+                inner.pool.write(offset, bytes)?;
+                return Ok(());
+            }
+            s.grow_record(redo::entry_size(bytes.len()), half)?;
+            let pos = s.data.len();
+            s.data.extend_from_slice(bytes);
+            s.ops.push(Op::Data {
+                offset,
+                pos,
+                len: bytes.len(),
+            });
+            if user {
+                s.data_lo = s.data_lo.min(offset);
+                s.data_hi = s.data_hi.max(offset + len);
+            }
+            Ok(())
+        })
+    }
+
+    /// Read the value at `ptr` as this transaction sees it (its own writes included).
+    pub fn read<T: Persist>(&self, ptr: PPtr<T>) -> Result<T> {
+        let mut value = T::new_zeroed();
+        self.read_bytes(ptr.offset(), value.as_mut_bytes())?;
+        Ok(value)
+    }
+
+    /// Read bytes as this transaction sees them.
+    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.state(|s, inner| {
+            inner.pool.read(offset, out)?;
+            let end = offset + out.len() as u64;
+            for op in &s.ops {
+                if let Op::Data {
+                    offset: o,
+                    pos,
+                    len,
+                } = *op
+                {
+                    let (lo, hi) = (o.max(offset), (o + len as u64).min(end));
+                    if lo < hi {
+                        let src = &s.data[pos + (lo - o) as usize..pos + (hi - o) as usize];
+                        out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Allocate a zeroed `T`; it exists only if the transaction commits.
+    pub fn alloc<T: Persist>(&self) -> Result<PPtr<T>> {
+        Ok(PPtr::from_offset(
+            self.zalloc_bytes(std::mem::size_of::<T>().max(1) as u64)?,
+        ))
+    }
+
+    /// Allocate `size` bytes, zeroed.
+    pub fn zalloc_bytes(&self, size: u64) -> Result<u64> {
+        let offset = self.alloc_bytes(size)?;
+        let zero = vec![0u8; size as usize];
+        self.log_write(offset, &zero, true)?;
+        Ok(offset)
+    }
+
+    /// Allocate `size` bytes whose contents are unspecified (whatever the space held).
+    pub fn alloc_bytes(&self, size: u64) -> Result<u64> {
+        let half = self.inner().geometry.lane_log_size / 2;
+        self.state(|s, inner| {
+            s.grow_record(redo::entry_size(8), half)?;
+            let (reservation, op) = inner.alloc.alloc(&inner.pool, size, &|chunk, class| {
+                inner.publish_run(chunk, class)
+            })?;
+            s.allocs.push(reservation);
+            if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
+                return Ok(reservation.offset);
+            }
+            // Allocations from the same bitmap word share one entry.
+            if let (MetaOp::Or(word, mask), Some(Op::Meta(MetaOp::Or(last, last_mask)))) =
+                (op, s.ops.last_mut())
+            {
+                if *last == word {
+                    *last_mask |= mask;
+                    s.record_len -= redo::entry_size(8);
+                    return Ok(reservation.offset);
+                }
+            }
+            s.ops.push(Op::Meta(op));
+            Ok(reservation.offset)
+        })
+    }
+
+    /// Free the object at `ptr` when the transaction commits.
+    pub fn free<T>(&self, ptr: PPtr<T>) -> Result<()> {
+        self.free_offset(ptr.offset())
+    }
+
+    /// Free the object at `offset` when the transaction commits.
+    pub fn free_offset(&self, offset: u64) -> Result<()> {
+        let half = self.inner().geometry.lane_log_size / 2;
+        self.state(|s, inner| {
+            s.grow_record(redo::entry_size(8), half)?;
+            let own = s.allocs.iter().any(|r| r.offset == offset);
+            let (pending, op) = inner.alloc.free(offset, own)?;
+            s.frees.push(pending);
+            s.ops.push(Op::Meta(op));
+            Ok(())
+        })
+    }
+
+    /// Run `hook` after the transaction commits.
+    pub(crate) fn on_commit(&self, hook: impl FnOnce(&Inner) + 'static) -> Result<()> {
+        self.state(|s, _| {
+            s.on_commit.push(Box::new(hook));
+            Ok(())
+        })
+    }
+
+    /// Run `hook` if the transaction aborts.
+    pub(crate) fn on_abort(&self, hook: impl FnOnce(&Inner) + 'static) -> Result<()> {
+        self.state(|s, _| {
+            s.on_abort.push(Box::new(hook));
+            Ok(())
+        })
+    }
+}
+
+/// An explicitly begun transaction (the C ABI's begin/commit/abort). Dropping it without
+/// [`TxHandle::commit`] aborts it.
+#[derive(Debug)]
+pub struct TxHandle<'h> {
+    tx: Tx<'h>,
+    done: bool,
+}
+
+impl<'h> TxHandle<'h> {
+    pub(crate) fn new(heap: &'h Heap) -> TxHandle<'h> {
+        TxHandle {
+            tx: Tx::new(heap),
+            done: false,
+        }
+    }
+
+    /// Commit (the outermost level) or leave this nesting level.
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        commit(self.tx.heap)
+    }
+
+    /// Abort: discards every write, allocation and free of the whole transaction.
+    pub fn abort(mut self) {
+        self.done = true;
+        abort(self.tx.heap, "aborted by the caller");
+    }
+
+    pub(crate) fn abort_because(mut self, reason: &str) {
+        self.done = true;
+        abort(self.tx.heap, reason);
+    }
+}
+
+impl<'h> std::ops::Deref for TxHandle<'h> {
+    type Target = Tx<'h>;
+    fn deref(&self) -> &Tx<'h> {
+        &self.tx
+    }
+}
+
+impl Drop for TxHandle<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            abort(
+                self.tx.heap,
+                "the transaction handle was dropped without commit",
+            );
+        }
+    }
+}

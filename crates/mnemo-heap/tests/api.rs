@@ -1,0 +1,573 @@
+//! The heap's API: allocation, transactions, regions, roots, consistent updates, bad input.
+
+mod common;
+
+use common::{create, reopen, shm_dir};
+use mnemo_heap::{Error, Heap, PPtr, Persist};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+const MIB: u64 = 1 << 20;
+
+#[derive(
+    FromBytes, IntoBytes, Immutable, KnownLayout, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+#[repr(C)]
+struct Node {
+    key: u64,
+    value: u64,
+    next: PPtr<Node>,
+}
+
+fn assert_persist<T: Persist>() {}
+
+#[test]
+fn typed_pointers_are_eight_bytes_and_persistable() {
+    assert_eq!(std::mem::size_of::<PPtr<Node>>(), 8);
+    assert_persist::<Node>();
+    assert_persist::<PPtr<PPtr<u64>>>();
+    assert!(PPtr::<Node>::null().is_null());
+}
+
+#[test]
+fn allocations_and_values_survive_reopen() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let sizes = [
+        1u64,
+        16,
+        17,
+        64,
+        100,
+        1000,
+        4096,
+        65536,
+        65537,
+        300_000,
+        1 << 20,
+    ];
+    let mut objects = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let off = heap
+            .transaction(|tx| {
+                let off = tx.alloc_bytes(size)?;
+                tx.write_bytes(off, &(i as u64 + 1).to_le_bytes()[..size.min(8) as usize])?;
+                Ok(off)
+            })
+            .unwrap();
+        assert!(heap.usable_size(off).unwrap() >= size);
+        objects.push((off, size, i as u64 + 1));
+    }
+    // No two allocations overlap.
+    let mut spans: Vec<(u64, u64)> = objects.iter().map(|&(o, s, _)| (o, o + s)).collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "overlap {w:?}");
+    }
+    let live = heap.live_allocations();
+    let heap = reopen(heap, &path);
+    assert_eq!(heap.live_allocations(), live);
+    for &(off, size, v) in &objects {
+        let mut buf = vec![0u8; size.min(8) as usize];
+        heap.read_bytes(off, &mut buf).unwrap();
+        assert_eq!(buf, v.to_le_bytes()[..size.min(8) as usize]);
+    }
+    for &(off, _, _) in &objects {
+        heap.pfree(off).unwrap();
+    }
+    assert!(heap.live_allocations().is_empty());
+    let heap = reopen(heap, &path);
+    assert!(heap.live_allocations().is_empty());
+    let stats = heap.stats();
+    assert_eq!(stats.used_bytes, 0);
+    assert!(stats.chunks > 0);
+}
+
+#[test]
+fn transactions_see_their_writes_and_abort_cleanly() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let root = heap.root::<Node>("root").unwrap();
+    heap.transaction(|tx| {
+        tx.write(
+            root,
+            &Node {
+                key: 1,
+                value: 10,
+                next: PPtr::null(),
+            },
+        )?;
+        assert_eq!(tx.read(root)?.value, 10);
+        // Outside the transaction the old value is still visible.
+        assert_eq!(heap.get(root)?.value, 0);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(heap.get(root).unwrap().value, 10);
+
+    let live_before = heap.live_allocations();
+    let err = heap
+        .transaction(|tx| {
+            let n = tx.alloc::<Node>()?;
+            tx.write(
+                n,
+                &Node {
+                    key: 2,
+                    value: 20,
+                    next: PPtr::null(),
+                },
+            )?;
+            tx.write(
+                root,
+                &Node {
+                    key: 1,
+                    value: 11,
+                    next: n,
+                },
+            )?;
+            Err::<(), _>(Error::InvalidArgument("user said no".into()))
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)));
+    assert_eq!(heap.get(root).unwrap().value, 10);
+    assert_eq!(heap.live_allocations(), live_before);
+
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = heap.transaction(|tx| {
+            tx.alloc::<Node>()?;
+            tx.write(
+                root,
+                &Node {
+                    key: 1,
+                    value: 12,
+                    next: PPtr::null(),
+                },
+            )?;
+            panic!("boom");
+            #[allow(unreachable_code)]
+            Ok(())
+        });
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(heap.get(root).unwrap().value, 10);
+    assert_eq!(heap.live_allocations(), live_before);
+    // The thread's transaction state was cleaned up: a new transaction works.
+    heap.transaction(|tx| {
+        tx.write(
+            root,
+            &Node {
+                key: 1,
+                value: 13,
+                next: PPtr::null(),
+            },
+        )
+    })
+    .unwrap();
+    let heap = reopen(heap, &path);
+    let root = heap.root::<Node>("root").unwrap();
+    assert_eq!(heap.get(root).unwrap().value, 13);
+    assert_eq!(heap.live_allocations(), live_before);
+}
+
+#[test]
+fn nested_transactions_are_flattened() {
+    let dir = shm_dir();
+    let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
+    let a = heap.root::<u64>("a").unwrap();
+    let b = heap.root::<u64>("b").unwrap();
+    heap.transaction(|tx| {
+        tx.write(a, &1)?;
+        heap.transaction(|inner| {
+            assert_eq!(inner.read(a)?, 1);
+            inner.write(b, &2)
+        })?;
+        assert_eq!(
+            heap.get(b)?,
+            0,
+            "inner commit is not durable before the outer one"
+        );
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((heap.get(a).unwrap(), heap.get(b).unwrap()), (1, 2));
+
+    // An inner failure dooms the whole transaction even if the outer code swallows it.
+    let result = heap.transaction(|tx| {
+        tx.write(a, &5)?;
+        let _ = heap.transaction(|inner| {
+            inner.write(b, &6)?;
+            Err::<(), _>(Error::InvalidArgument("inner".into()))
+        });
+        Ok(())
+    });
+    assert!(matches!(result, Err(Error::Aborted(_))), "{result:?}");
+    assert_eq!((heap.get(a).unwrap(), heap.get(b).unwrap()), (1, 2));
+}
+
+#[test]
+fn explicit_begin_commit_abort() {
+    let dir = shm_dir();
+    let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
+    let a = heap.root::<u64>("a").unwrap();
+    let tx = heap.begin().unwrap();
+    tx.write(a, &7).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(heap.get(a).unwrap(), 7);
+    let tx = heap.begin().unwrap();
+    tx.write(a, &8).unwrap();
+    tx.abort();
+    assert_eq!(heap.get(a).unwrap(), 7);
+    {
+        let tx = heap.begin().unwrap();
+        tx.write(a, &9).unwrap();
+        // dropped: aborted
+    }
+    assert_eq!(heap.get(a).unwrap(), 7);
+}
+
+#[test]
+fn bad_frees_are_refused_and_harmless() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let small = heap.pmalloc(64).unwrap();
+    let large = heap.pmalloc(1 << 20).unwrap();
+    let data_start = heap.geometry().zones_offset;
+    for (off, what) in [
+        (0, "pool header"),
+        (data_start + 8, "zone table"),
+        (small + 8, "middle of an object"),
+        (small + 64, "never allocated unit"),
+        (large + 4096, "inside a large allocation"),
+        (large + (256 << 10), "continuation chunk"),
+        (u64::MAX - 7, "far beyond the pool"),
+    ] {
+        let err = heap.pfree(off).unwrap_err();
+        assert!(matches!(err, Error::InvalidFree { .. }), "{what}: {err}");
+    }
+    heap.pfree(small).unwrap();
+    assert!(
+        matches!(heap.pfree(small), Err(Error::InvalidFree { .. })),
+        "double free"
+    );
+    let err = heap.transaction(|tx| {
+        tx.free_offset(large)?;
+        tx.free_offset(large)
+    });
+    assert!(
+        matches!(err, Err(Error::InvalidFree { .. })),
+        "double free in one transaction"
+    );
+    // The aborted transaction released its pending free: the object is still live.
+    assert!(heap.usable_size(large).is_some());
+    heap.pfree(large).unwrap();
+    assert!(matches!(heap.pfree(large), Err(Error::InvalidFree { .. })));
+    let heap = reopen(heap, &path);
+    assert!(heap.live_allocations().is_empty());
+}
+
+#[test]
+fn transaction_larger_than_the_log_is_refused() {
+    let dir = shm_dir();
+    let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
+    let big = heap.pmalloc(64 << 10).unwrap();
+    let err = heap
+        .transaction(|tx| tx.write_bytes(big, &vec![7u8; 32 << 10]))
+        .unwrap_err();
+    assert!(matches!(err, Error::TransactionTooLarge { .. }), "{err}");
+    let mut buf = [0u8; 8];
+    heap.read_bytes(big, &mut buf).unwrap();
+    assert_ne!(buf, [7u8; 8]);
+    // Writes into an object allocated by the same transaction are not logged: no limit.
+    heap.transaction(|tx| {
+        let fresh = tx.alloc_bytes(64 << 10)?;
+        tx.write_bytes(fresh, &vec![9u8; 64 << 10])
+    })
+    .unwrap();
+}
+
+#[test]
+fn out_of_space_is_an_error_and_the_heap_recovers() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 2 * MIB, 4 * MIB);
+    let mut got = Vec::new();
+    let err = loop {
+        match heap.pmalloc(256 << 10) {
+            Ok(off) => got.push(off),
+            Err(e) => break e,
+        }
+        assert!(got.len() < 100);
+    };
+    assert!(matches!(err, Error::OutOfSpace { .. }), "{err}");
+    assert!(!got.is_empty());
+    assert!(matches!(
+        heap.pmalloc(1 << 40),
+        Err(Error::OutOfSpace { .. })
+    ));
+    heap.pfree(got.pop().unwrap()).unwrap();
+    let again = heap.pmalloc(256 << 10).unwrap();
+    got.push(again);
+    let heap = reopen(heap, &path);
+    assert_eq!(heap.live_allocations().len(), got.len());
+}
+
+#[test]
+fn the_pool_grows_on_demand() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 2 * MIB, 256 * MIB);
+    let before = heap.pool().size();
+    let mut offs = Vec::new();
+    for _ in 0..40 {
+        offs.push(heap.pmalloc(1 << 20).unwrap());
+    }
+    assert!(heap.pool().size() > before);
+    let heap = reopen(heap, &path);
+    assert_eq!(heap.live_allocations().len(), 40);
+    assert!(heap.stats().chunks >= 160);
+}
+
+#[test]
+fn named_regions_and_roots() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let r = heap.nvalloc("table", 1000).unwrap();
+    assert_eq!(
+        heap.nvalloc("table", 1000).unwrap(),
+        r,
+        "existing name returns the region"
+    );
+    assert!(matches!(
+        heap.nvalloc("table", 2000),
+        Err(Error::SizeMismatch { existing: 1000, .. })
+    ));
+    let long = "x".repeat(64);
+    assert!(matches!(
+        heap.nvalloc(&long, 8),
+        Err(Error::NameTooLong { len: 64, max: 63 })
+    ));
+    assert!(heap.nvalloc(&"y".repeat(63), 8).is_ok());
+    assert!(matches!(heap.nvalloc("", 8), Err(Error::InvalidName(_))));
+    assert!(matches!(
+        heap.nvfree("nothing"),
+        Err(Error::NoSuchRegion(_))
+    ));
+    let cfg = heap.root::<Node>("config").unwrap();
+    assert_eq!(
+        heap.get(cfg).unwrap(),
+        Node::default(),
+        "roots start zeroed"
+    );
+    heap.transaction(|tx| {
+        tx.write(
+            cfg,
+            &Node {
+                key: 42,
+                value: 43,
+                next: PPtr::null(),
+            },
+        )
+    })
+    .unwrap();
+    // Region creation inside a failing transaction leaves no trace.
+    let _ = heap.transaction(|_| {
+        heap.nvalloc("ghost", 64)?;
+        Err::<(), _>(Error::InvalidArgument("no".into()))
+    });
+    assert_eq!(heap.region("ghost").unwrap(), None);
+
+    let heap = reopen(heap, &path);
+    assert_eq!(heap.region("table").unwrap(), Some((r, 1000)));
+    let cfg2 = heap.root::<Node>("config").unwrap();
+    assert_eq!(cfg2, cfg);
+    assert_eq!(heap.get(cfg2).unwrap().key, 42);
+    assert_eq!(heap.regions().unwrap().len(), 3);
+    heap.nvfree("table").unwrap();
+    assert_eq!(heap.region("table").unwrap(), None);
+    let heap = reopen(heap, &path);
+    assert_eq!(heap.region("table").unwrap(), None);
+    assert_eq!(heap.regions().unwrap().len(), 2);
+    // The TOC fills up cleanly (64 entries in the test options).
+    let mut n = 0;
+    let err = loop {
+        match heap.nvalloc(&format!("r{n}"), 16) {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::TocFull(64)), "{err}");
+    assert_eq!(n, 62);
+}
+
+#[test]
+fn closed_heap_refuses_calls() {
+    let dir = shm_dir();
+    let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
+    let a = heap.root::<u64>("a").unwrap();
+    let clone = heap.clone();
+    heap.close();
+    assert!(matches!(clone.get(a), Err(Error::Closed)));
+    assert!(matches!(clone.pmalloc(8), Err(Error::Closed)));
+    assert!(matches!(
+        clone.transaction(|tx| tx.write(a, &1)),
+        Err(Error::Closed)
+    ));
+    assert!(matches!(clone.atomic_update(a, 5u64), Err(Error::Closed)));
+    assert!(matches!(clone.nvalloc("b", 8), Err(Error::Closed)));
+    assert!(matches!(clone.root::<u64>("a"), Err(Error::Closed)));
+}
+
+#[test]
+fn atomic_update_survives_reopen_even_over_a_logged_write() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let word = heap.root::<u64>("word").unwrap();
+    heap.transaction(|tx| tx.write(word, &1)).unwrap();
+    // The record that wrote 1 is still in its lane; the atomic store must retire it.
+    heap.atomic_update(word, 2u64).unwrap();
+    assert_eq!(heap.get(word).unwrap(), 2);
+    heap.atomic_update(word, 3u64).unwrap();
+    let heap = reopen(heap, &path);
+    let word = heap.root::<u64>("word").unwrap();
+    assert_eq!(heap.get(word).unwrap(), 3);
+    assert!(matches!(
+        heap.atomic_update(word.byte_add::<u64>(4), 1u64),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        heap.atomic_update(word.cast::<u32>(), 1u32),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn shadow_updates_publish_new_versions_and_free_old_ones() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let slot = heap.root::<PPtr<Node>>("current").unwrap();
+    let v1 = heap
+        .shadow_update(slot, |old| {
+            assert!(old.is_none());
+            Node {
+                key: 1,
+                value: 100,
+                next: PPtr::null(),
+            }
+        })
+        .unwrap();
+    let v2 = heap
+        .shadow_update(slot, |old| Node {
+            value: old.unwrap().value + 1,
+            ..old.unwrap()
+        })
+        .unwrap();
+    assert_ne!(v1, v2);
+    assert!(heap.usable_size(v1.offset()).is_none(), "old version freed");
+    assert_eq!(heap.get(heap.get(slot).unwrap()).unwrap().value, 101);
+    let heap = reopen(heap, &path);
+    let slot = heap.root::<PPtr<Node>>("current").unwrap();
+    assert_eq!(heap.get(slot).unwrap(), v2);
+    assert_eq!(heap.get(v2).unwrap().value, 101);
+    assert_eq!(heap.live_allocations().len(), 2, "the root and one version");
+}
+
+#[test]
+fn alloc_into_publishes_atomically() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let head = heap.root::<PPtr<Node>>("head").unwrap();
+    let n = heap
+        .alloc_into(
+            head,
+            &Node {
+                key: 5,
+                value: 6,
+                next: PPtr::null(),
+            },
+        )
+        .unwrap();
+    let heap = reopen(heap, &path);
+    let head = heap.root::<PPtr<Node>>("head").unwrap();
+    assert_eq!(heap.get(head).unwrap(), n);
+    assert_eq!(heap.get(n).unwrap().key, 5);
+}
+
+#[test]
+fn threads_commit_concurrently() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 256 * MIB);
+    let threads = 4;
+    let per_thread = 150;
+    let counters: Vec<PPtr<u64>> = (0..threads)
+        .map(|t| heap.root::<u64>(&format!("count{t}")).unwrap())
+        .collect();
+    let kept: Vec<Vec<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let heap = heap.clone();
+                let counter = counters[t];
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    for i in 0..per_thread {
+                        let size = [24u64, 64, 200, 3000, 70_000][(i + t) % 5];
+                        let off = heap
+                            .transaction(|tx| {
+                                let off = tx.alloc_bytes(size)?;
+                                tx.write_bytes(off, &(off ^ 0xabcd).to_le_bytes())?;
+                                let c = tx.read(counter)?;
+                                tx.write(counter, &(c + 1))?;
+                                Ok(off)
+                            })
+                            .unwrap();
+                        if i % 3 == 0 {
+                            heap.pfree(off).unwrap();
+                        } else {
+                            mine.push(off);
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut all: Vec<u64> = kept.into_iter().flatten().collect();
+    all.sort();
+    let before = all.len();
+    all.dedup();
+    assert_eq!(before, all.len(), "an offset was handed out twice");
+    let check = |heap: &Heap| {
+        for &off in &all {
+            let mut b = [0u8; 8];
+            heap.read_bytes(off, &mut b).unwrap();
+            assert_eq!(u64::from_le_bytes(b), off ^ 0xabcd);
+        }
+        for c in &counters {
+            assert_eq!(heap.get(*c).unwrap(), per_thread as u64);
+        }
+        let live: Vec<u64> = heap
+            .live_allocations()
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
+        // Live = kept objects + the counters' regions.
+        assert_eq!(live.len(), all.len() + threads);
+    };
+    check(&heap);
+    let heap = reopen(heap, &path);
+    check(&heap);
+}
+
+#[test]
+fn stats_report_classes_and_fragmentation() {
+    let dir = shm_dir();
+    let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
+    let offs: Vec<u64> = (0..100).map(|_| heap.pmalloc(64).unwrap()).collect();
+    let stats = heap.stats();
+    let class = stats.classes.iter().find(|c| c.size == 64).unwrap();
+    assert_eq!(class.used, 100);
+    assert_eq!(stats.used_bytes, 6400);
+    for off in offs.iter().step_by(2) {
+        heap.pfree(*off).unwrap();
+    }
+    let stats = heap.stats();
+    assert_eq!(stats.used_bytes, 3200);
+    assert!(stats.fragmentation() > 0.0 && stats.fragmentation() < 1.0);
+}
