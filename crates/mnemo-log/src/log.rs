@@ -1,0 +1,776 @@
+//! [`Log`]: create, open (recovery), append, iterate, truncate.
+
+use std::marker::PhantomData;
+use std::ops::{Deref, Range};
+
+use mnemo_pmem::{mutant, ByteRange, Pool};
+
+use crate::error::Error;
+use crate::format::{
+    self, choose, encode_payload, free_word, length_word, parse_length_word, payload_max_for,
+    payload_words, record_crc, record_words, sense_of_pass, torn_bit, with_sense, CopyProblem,
+    Header, AREA_MIN, AREA_WORDS_MAX, ENTRY_LEN_MAX, HEADER_AREA, HEADER_COPY_SIZE, REGION_ALIGN,
+};
+
+const CACHE_LINE: u64 = mnemo_pmem::limits::CACHE_LINE;
+
+/// Log sequence number: the logical byte position of an entry in the log's unbounded stream
+/// (a multiple of 8). LSNs grow strictly with every entry, survive reopen, and are never
+/// reused; they are not dense (an entry of `n` bytes advances the next LSN by its record size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Lsn(u64);
+
+impl Lsn {
+    /// The LSN as a number (logical byte position).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// An LSN from a number returned by [`Lsn::get`].
+    pub fn from_raw(raw: u64) -> Lsn {
+        Lsn(raw)
+    }
+
+    fn of_word(word: u64) -> Lsn {
+        Lsn(word * 8)
+    }
+}
+
+impl std::fmt::Display for Lsn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One complete entry read back from the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Where it is.
+    pub lsn: Lsn,
+    /// What was appended.
+    pub data: Vec<u8>,
+}
+
+/// Counters of this handle since it was created or opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Successful `append` and `append_many` calls.
+    pub appends: u64,
+    /// Entries written by them.
+    pub entries: u64,
+    /// Fences (sync points) issued by appends and header writes.
+    pub fences: u64,
+    /// Cache lines named in the flushes of appends and header writes.
+    pub lines_flushed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Open,
+    Closed,
+    Poisoned,
+}
+
+/// An append-only log in a region of a pool. See the crate documentation.
+///
+/// `P` is how the log holds its pool: `&Pool`, `Arc<Pool>`, `Box<Pool>`...
+#[derive(Debug)]
+pub struct Log<P: Deref<Target = Pool>> {
+    pool: P,
+    /// Pool offsets of the region given at create/open.
+    start: u64,
+    end: u64,
+    /// Pool offset of the entries area (after the two header copies).
+    area: u64,
+    /// Words in the entries area.
+    cap: u64,
+    header: Header,
+    /// Logical word index of the oldest live entry and one past the newest.
+    head: u64,
+    tail: u64,
+    /// Where the next record goes: `tail % cap` and its torn bit, kept so appends never divide.
+    next: Cursor,
+    entries: u64,
+    stats: Stats,
+    state: State,
+}
+
+/// A position in the ring and the torn bit a write there carries now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cursor {
+    pos: u64,
+    sense: u64,
+}
+
+impl Cursor {
+    fn at(word: u64, cap: u64) -> Cursor {
+        Cursor {
+            pos: word % cap,
+            sense: sense_of_pass(word / cap),
+        }
+    }
+
+    #[inline]
+    fn advance(&mut self, cap: u64) {
+        self.pos += 1;
+        if self.pos == cap {
+            self.pos = 0;
+            if !mutant::active("log.skip_sense_flip") {
+                self.sense ^= 1;
+            }
+        }
+    }
+}
+
+/// The entries area as words, for the length of one borrow of the pool.
+#[derive(Clone, Copy)]
+struct Area<'a> {
+    base: *mut u64,
+    cap: u64,
+    _pool: PhantomData<&'a Pool>,
+}
+
+impl<'a> Area<'a> {
+    fn new(pool: &'a Pool, offset: u64, cap: u64) -> Result<Area<'a>, Error> {
+        let base = pool.ptr(offset, cap * 8)?.as_ptr().cast::<u64>();
+        assert!(base.is_aligned(), "log area not 8-byte aligned");
+        Ok(Area {
+            base,
+            cap,
+            _pool: PhantomData,
+        })
+    }
+
+    /// One 8-byte load (volatile: exactly one, so the value checked is the value used).
+    #[inline]
+    fn load(&self, pos: u64) -> u64 {
+        assert!(pos < self.cap);
+        // SAFETY: `pos < cap`, and `base..base + cap` words lie inside the pool's mapping
+        // (checked by `Pool::ptr` in `Area::new`), 8-byte aligned (asserted there); the
+        // mapping stays in place while the `&'a Pool` borrow lives.
+        u64::from_le(unsafe { self.base.add(pos as usize).read_volatile() })
+    }
+
+    /// One 8-byte store (volatile: never split or merged, so torn bits stay 8-byte atomic).
+    #[inline]
+    fn store(&self, pos: u64, word: u64) {
+        assert!(pos < self.cap);
+        // SAFETY: as in `load`; the log is the only writer of its region (`&mut Log`).
+        unsafe { self.base.add(pos as usize).write_volatile(word.to_le()) }
+    }
+}
+
+/// What reading one record found.
+enum Read {
+    Record { words: u64, more: bool },
+    End,
+    Corrupt(String),
+}
+
+fn lines_of(offset: u64, len: u64) -> u64 {
+    if len == 0 {
+        0
+    } else {
+        (offset + len - 1) / CACHE_LINE - offset / CACHE_LINE + 1
+    }
+}
+
+impl<P: Deref<Target = Pool>> Log<P> {
+    /// Format `range` (pool offsets; start 64-byte aligned) as an empty log and return it.
+    /// Whatever the region held is overwritten. Costs three fences and a pass over the area.
+    pub fn create(pool: P, range: Range<u64>) -> Result<Log<P>, Error> {
+        let cap = check_region(&pool, &range)?;
+        let (start, end) = (range.start, range.end);
+        ensure_backed(&pool, start, end - start)?;
+        // 1. No valid header while the area is cleaned: a crash leaves "not formatted".
+        pool.write(start, &[0u8; HEADER_AREA as usize])?;
+        pool.persist(start, HEADER_AREA)?;
+        let header = Header {
+            region_len: end - start,
+            capacity_words: cap,
+            head_word: 0,
+            generation: 1,
+        };
+        let mut log = Log {
+            area: start + HEADER_AREA,
+            cap,
+            header: header.clone(),
+            head: 0,
+            tail: 0,
+            next: Cursor::at(0, cap),
+            entries: 0,
+            stats: Stats::default(),
+            state: State::Open,
+            start,
+            end,
+            pool,
+        };
+        // 2. Every word free for pass 0 (zero).
+        log.repair(true)?;
+        // 3. The header: generation 1 in copy 1; copy 0 stays empty.
+        log.put_header(header)?;
+        Ok(log)
+    }
+
+    /// Open the log in `range` and recover it: find exactly the complete appends after the
+    /// head, and make the space after them ready for the next append. Returns the log and the
+    /// number of live entries.
+    pub fn open(pool: P, range: Range<u64>) -> Result<(Log<P>, u64), Error> {
+        let cap = check_region(&pool, &range)?;
+        let (start, end) = (range.start, range.end);
+        ensure_backed(&pool, start, end - start)?;
+        let mut copies = [[0u8; HEADER_COPY_SIZE as usize]; 2];
+        pool.read(start, &mut copies[0])?;
+        pool.read(start + HEADER_COPY_SIZE, &mut copies[1])?;
+        let header = match choose(copies.map(|c| Header::decode(&c))) {
+            Ok(header) => header,
+            Err([CopyProblem::Zeroed, CopyProblem::Zeroed]) => {
+                return Err(Error::NotFormatted { start, end })
+            }
+            Err([a, b]) => {
+                return Err(Error::Corrupt {
+                    start,
+                    end,
+                    detail: format!("no valid header copy (copy 0: {a}; copy 1: {b})"),
+                })
+            }
+        };
+        if header.region_len != end - start {
+            return Err(Error::RegionMismatch {
+                created: header.region_len,
+                given: end - start,
+            });
+        }
+        debug_assert_eq!(header.capacity_words, cap);
+        let head = header.head_word;
+        let mut log = Log {
+            area: start + HEADER_AREA,
+            cap,
+            header,
+            head,
+            tail: head,
+            next: Cursor::at(head, cap),
+            entries: 0,
+            stats: Stats::default(),
+            state: State::Open,
+            start,
+            end,
+            pool,
+        };
+        log.recover()?;
+        let entries = log.entries;
+        Ok((log, entries))
+    }
+
+    /// Append one entry. Durable (and a sync point of the pool) on return: one fence.
+    pub fn append(&mut self, data: &[u8]) -> Result<Lsn, Error> {
+        self.check_open()?;
+        let words = self.words_for(data.len())?;
+        self.check_free(words)?;
+        let area = Area::new(&self.pool, self.area, self.cap)?;
+        let mut cursor = self.next;
+        self.put_record(&area, &mut cursor, self.tail, data, false);
+        self.sync(words)?;
+        let lsn = Lsn::of_word(self.tail);
+        self.commit(words, 1, cursor);
+        Ok(lsn)
+    }
+
+    /// Append several entries as one batch: one fence for all, and all-or-nothing across a
+    /// crash (recovery keeps the whole batch or none of it). Returns their LSNs in order.
+    pub fn append_many(&mut self, batch: &[&[u8]]) -> Result<Vec<Lsn>, Error> {
+        self.check_open()?;
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut words = 0u64;
+        for data in batch {
+            words += self.words_for(data.len())?;
+        }
+        self.check_free(words)?;
+        let area = Area::new(&self.pool, self.area, self.cap)?;
+        let mut cursor = self.next;
+        let mut lsns = Vec::with_capacity(batch.len());
+        let mut at = self.tail;
+        for (i, data) in batch.iter().enumerate() {
+            lsns.push(Lsn::of_word(at));
+            self.put_record(&area, &mut cursor, at, data, i + 1 < batch.len());
+            at += record_words(data.len());
+        }
+        self.sync(words)?;
+        self.commit(words, batch.len() as u64, cursor);
+        Ok(lsns)
+    }
+
+    /// Iterate over the live entries, oldest first. Each entry is checked again as it is read.
+    pub fn iter(&self) -> Iter<'_, P> {
+        Iter {
+            log: self,
+            at: self.head,
+            cursor: Cursor::at(self.head, self.cap),
+            done: false,
+        }
+    }
+
+    /// Drop every entry before `lsn`, which must be the LSN of a live entry or [`Log::tail`].
+    /// Durable on return (one header write, one fence). Returns the number of entries dropped.
+    pub fn truncate_front(&mut self, lsn: Lsn) -> Result<u64, Error> {
+        self.check_open()?;
+        let invalid = || Error::InvalidLsn {
+            lsn: lsn.get(),
+            head: self.head * 8,
+            tail: self.tail * 8,
+        };
+        let target = lsn.get() / 8;
+        if lsn.get() % 8 != 0 || target < self.head || target > self.tail {
+            return Err(invalid());
+        }
+        if target == self.head {
+            return Ok(0);
+        }
+        let dropped = if target == self.tail {
+            self.entries
+        } else {
+            self.count_records(self.head, target).ok_or_else(invalid)?
+        };
+        self.move_head(target)?;
+        self.entries -= dropped;
+        Ok(dropped)
+    }
+
+    /// Drop every entry (one header write, one fence).
+    pub fn reset(&mut self) -> Result<(), Error> {
+        self.check_open()?;
+        if self.head != self.tail {
+            self.move_head(self.tail)?;
+        }
+        self.entries = 0;
+        Ok(())
+    }
+
+    /// Stop using the log; later calls return [`Error::Closed`]. Appends are already durable,
+    /// so closing writes nothing.
+    pub fn close(&mut self) {
+        self.state = State::Closed;
+    }
+
+    /// Number of live entries.
+    pub fn len(&self) -> u64 {
+        self.entries
+    }
+
+    /// Whether no entry is live.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// Bytes of the entries area (records take their length word plus 8 bytes per 63 payload
+    /// bytes or part: see [`Log::record_size`]).
+    pub fn capacity(&self) -> u64 {
+        self.cap * 8
+    }
+
+    /// Bytes of the entries area not held by live entries.
+    pub fn free(&self) -> u64 {
+        (self.cap - (self.tail - self.head)) * 8
+    }
+
+    /// Bytes of the entries area held by live entries.
+    pub fn used(&self) -> u64 {
+        (self.tail - self.head) * 8
+    }
+
+    /// Bytes a record of `len` payload bytes occupies in the log.
+    pub fn record_size(len: usize) -> u64 {
+        record_words(len) * 8
+    }
+
+    /// Largest entry this log can hold (when empty).
+    pub fn entry_len_max(&self) -> u64 {
+        payload_max_for(self.cap)
+    }
+
+    /// LSN of the oldest live entry (equals [`Log::tail`] when empty).
+    pub fn head(&self) -> Lsn {
+        Lsn::of_word(self.head)
+    }
+
+    /// LSN the next append will get.
+    pub fn tail(&self) -> Lsn {
+        Lsn::of_word(self.tail)
+    }
+
+    /// Counters of this handle.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The pool the log lives in.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The region (pool offsets) the log occupies.
+    pub fn region(&self) -> Range<u64> {
+        self.start..self.end
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        match self.state {
+            State::Open => Ok(()),
+            State::Closed => Err(Error::Closed),
+            State::Poisoned => Err(Error::Poisoned),
+        }
+    }
+
+    fn words_for(&self, len: usize) -> Result<u64, Error> {
+        let words = record_words(len);
+        if len as u64 > ENTRY_LEN_MAX || words > self.cap {
+            return Err(Error::TooLarge {
+                len: len as u64,
+                max: self.entry_len_max(),
+            });
+        }
+        Ok(words)
+    }
+
+    fn check_free(&self, words: u64) -> Result<(), Error> {
+        let free = self.cap - (self.tail - self.head);
+        if words > free {
+            return Err(Error::Full {
+                needed: words * 8,
+                free: free * 8,
+            });
+        }
+        Ok(())
+    }
+
+    /// Store one record's words at `cursor` (logical word `at`); no flush, no fence.
+    #[inline]
+    fn put_record(&self, area: &Area<'_>, cursor: &mut Cursor, at: u64, data: &[u8], more: bool) {
+        let crc = record_crc(at, data.len(), more, data);
+        area.store(
+            cursor.pos,
+            with_sense(length_word(data.len(), more, crc), cursor.sense),
+        );
+        cursor.advance(self.cap);
+        encode_payload(data, |word| {
+            area.store(cursor.pos, with_sense(word, cursor.sense));
+            cursor.advance(self.cap);
+        });
+    }
+
+    /// Make `words` words from the tail durable: one sync point (flush + one fence), two ranges
+    /// when the records wrap past the end of the area.
+    fn sync(&mut self, words: u64) -> Result<(), Error> {
+        let pos = self.next.pos;
+        let first = words.min(self.cap - pos);
+        let ranges = [
+            ByteRange::new(self.area + pos * 8, first * 8),
+            ByteRange::new(self.area, (words - first) * 8),
+        ];
+        let ranges = if words > first {
+            &ranges[..]
+        } else {
+            &ranges[..1]
+        };
+        let result = if mutant::active("log.skip_flush") {
+            self.pool.drain()
+        } else {
+            self.pool.gmsync(ranges)
+        };
+        if let Err(err) = result {
+            // The words may be partly durable: only recovery knows where the log ends now.
+            self.state = State::Poisoned;
+            return Err(err.into());
+        }
+        self.stats.fences += 1;
+        self.stats.lines_flushed += ranges
+            .iter()
+            .map(|r| lines_of(r.offset, r.len))
+            .sum::<u64>();
+        Ok(())
+    }
+
+    fn commit(&mut self, words: u64, entries: u64, next: Cursor) {
+        self.tail += words;
+        self.next = next;
+        debug_assert_eq!(self.next, Cursor::at(self.tail, self.cap));
+        self.entries += entries;
+        self.stats.appends += 1;
+        self.stats.entries += entries;
+    }
+
+    /// Read the record at logical word `at` (cursor at it), with at most `room` words before
+    /// the end of what may be live. Its payload goes to `out`.
+    fn read_record(
+        &self,
+        area: &Area<'_>,
+        cursor: &mut Cursor,
+        at: u64,
+        room: u64,
+        out: &mut Vec<u8>,
+    ) -> Read {
+        if room == 0 {
+            return Read::End;
+        }
+        let first = area.load(cursor.pos);
+        if torn_bit(first) != cursor.sense {
+            return Read::End;
+        }
+        let head = parse_length_word(first);
+        let words = record_words(head.len);
+        if words > room {
+            return Read::Corrupt(format!(
+                "record at LSN {} claims {} bytes, more than the {} bytes left in the log",
+                at * 8,
+                head.len,
+                room * 8
+            ));
+        }
+        cursor.advance(self.cap);
+        let mut payload = Vec::with_capacity(payload_words(head.len));
+        for _ in 0..payload_words(head.len) {
+            let word = area.load(cursor.pos);
+            if torn_bit(word) != cursor.sense && !mutant::active("log.skip_torn_bit") {
+                // Not written in this pass: the append was torn by a crash.
+                return Read::End;
+            }
+            payload.push(word);
+            cursor.advance(self.cap);
+        }
+        out.clear();
+        let clean = format::decode_payload(&payload, head.len, out);
+        if !clean || record_crc(at, head.len, head.more, out) != head.crc {
+            return Read::Corrupt(format!(
+                "record at LSN {} ({} bytes) was written completely but its checksum does not match",
+                at * 8,
+                head.len
+            ));
+        }
+        Read::Record {
+            words,
+            more: head.more,
+        }
+    }
+
+    /// Find the end of the log: scan from the head while records are complete; a batch counts
+    /// only if all of its records are. Then clean the space after it.
+    fn recover(&mut self) -> Result<(), Error> {
+        let area = Area::new(&self.pool, self.area, self.cap)?;
+        let limit = self.head + self.cap;
+        let mut cursor = Cursor::at(self.head, self.cap);
+        let mut at = self.head;
+        let (mut tail, mut entries, mut pending) = (self.head, 0u64, 0u64);
+        let mut scratch = Vec::new();
+        loop {
+            match self.read_record(&area, &mut cursor, at, limit - at, &mut scratch) {
+                Read::Record { words, more } => {
+                    at += words;
+                    pending += 1;
+                    if !more {
+                        tail = at;
+                        entries += pending;
+                        pending = 0;
+                    }
+                }
+                Read::End => break,
+                Read::Corrupt(detail) => {
+                    return Err(Error::Corrupt {
+                        start: self.start,
+                        end: self.end,
+                        detail,
+                    })
+                }
+            }
+        }
+        self.tail = tail;
+        self.next = Cursor::at(tail, self.cap);
+        self.entries = entries;
+        if !mutant::active("log.skip_repair") {
+            self.repair(false)?;
+        }
+        Ok(())
+    }
+
+    /// Restore the invariant of the free space: every word from the tail to the head (going
+    /// round) carries the torn bit opposite to the one its next write will carry, so a torn
+    /// append can never borrow a word left over from an earlier torn append. `strict` (create)
+    /// also zeroes the data bits of every free word. One fence if anything changed.
+    fn repair(&mut self, strict: bool) -> Result<u64, Error> {
+        let area = Area::new(&self.pool, self.area, self.cap)?;
+        let mut cursor = self.next;
+        let mut fixed = 0u64;
+        let mut last_line = u64::MAX;
+        for _ in 0..self.cap - (self.tail - self.head) {
+            let want = free_word(cursor.sense);
+            let word = area.load(cursor.pos);
+            let wrong = if strict {
+                word != want
+            } else {
+                torn_bit(word) != torn_bit(want)
+            };
+            if wrong {
+                area.store(cursor.pos, want);
+                let offset = self.area + cursor.pos * 8;
+                if offset / CACHE_LINE != last_line {
+                    self.pool.flush(offset, 8)?;
+                    last_line = offset / CACHE_LINE;
+                }
+                fixed += 1;
+            }
+            cursor.advance(self.cap);
+        }
+        if fixed > 0 {
+            self.pool.drain()?;
+        }
+        Ok(fixed)
+    }
+
+    /// Count the records from `from` to exactly `to` (logical words), or None if `to` is not
+    /// a record boundary.
+    fn count_records(&self, from: u64, to: u64) -> Option<u64> {
+        let area = Area::new(&self.pool, self.area, self.cap).ok()?;
+        let mut at = from;
+        let mut count = 0;
+        while at < to {
+            let word = area.load(at % self.cap);
+            at += record_words(parse_length_word(word).len);
+            count += 1;
+        }
+        (at == to).then_some(count)
+    }
+
+    fn move_head(&mut self, head: u64) -> Result<(), Error> {
+        let next = Header {
+            head_word: head,
+            generation: self.header.generation + 1,
+            ..self.header.clone()
+        };
+        self.put_header(next)?;
+        self.head = head;
+        Ok(())
+    }
+
+    /// Write `header` into its copy and make it durable (a sync point). The other copy keeps
+    /// the previous generation, so a torn header write loses nothing.
+    fn put_header(&mut self, header: Header) -> Result<(), Error> {
+        let offset = self.start + header.slot() * HEADER_COPY_SIZE;
+        self.pool.write(offset, &header.encode())?;
+        if mutant::active("log.head_skip_flush") {
+            self.pool.drain()?;
+        } else {
+            self.pool.msync(offset, HEADER_COPY_SIZE)?;
+        }
+        self.stats.fences += 1;
+        self.stats.lines_flushed += 1;
+        // Pair assertion: what is now on media decodes to what was meant.
+        let mut back = [0u8; HEADER_COPY_SIZE as usize];
+        self.pool.read(offset, &mut back)?;
+        assert_eq!(
+            Header::decode(&back).as_ref(),
+            Ok(&header),
+            "log header did not read back"
+        );
+        self.header = header;
+        Ok(())
+    }
+}
+
+/// Iterator over live entries ([`Log::iter`]).
+#[derive(Debug)]
+pub struct Iter<'a, P: Deref<Target = Pool>> {
+    log: &'a Log<P>,
+    at: u64,
+    cursor: Cursor,
+    done: bool,
+}
+
+impl<P: Deref<Target = Pool>> Iterator for Iter<'_, P> {
+    type Item = Result<Entry, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let log = self.log;
+        if self.done || self.at >= log.tail {
+            return None;
+        }
+        self.done = true;
+        if let Err(err) = log.check_open() {
+            return Some(Err(err));
+        }
+        let area = match Area::new(&log.pool, log.area, log.cap) {
+            Ok(area) => area,
+            Err(err) => return Some(Err(err)),
+        };
+        let mut data = Vec::new();
+        let corrupt = |detail| Error::Corrupt {
+            start: log.start,
+            end: log.end,
+            detail,
+        };
+        match log.read_record(
+            &area,
+            &mut self.cursor,
+            self.at,
+            log.tail - self.at,
+            &mut data,
+        ) {
+            Read::Record { words, .. } => {
+                let lsn = Lsn::of_word(self.at);
+                self.at += words;
+                self.done = false;
+                Some(Ok(Entry { lsn, data }))
+            }
+            Read::End => Some(Err(corrupt(format!(
+                "live record at LSN {} is no longer complete",
+                self.at * 8
+            )))),
+            Read::Corrupt(detail) => Some(Err(corrupt(detail))),
+        }
+    }
+}
+
+/// Check a region and return the capacity of its entries area in words.
+fn check_region(pool: &Pool, range: &Range<u64>) -> Result<u64, Error> {
+    let invalid = |detail: String| Error::InvalidRegion {
+        start: range.start,
+        end: range.end,
+        detail,
+    };
+    if range.start % REGION_ALIGN != 0 {
+        return Err(invalid(format!("start is not {REGION_ALIGN}-byte aligned")));
+    }
+    if range.start < pool.data_offset() {
+        return Err(invalid(format!(
+            "overlaps the pool header (data starts at {})",
+            pool.data_offset()
+        )));
+    }
+    if range.end > pool.size() || range.end < range.start {
+        return Err(invalid(format!(
+            "outside the pool of {} bytes",
+            pool.size()
+        )));
+    }
+    let len = range.end - range.start;
+    if len < HEADER_AREA + AREA_MIN {
+        return Err(invalid(format!(
+            "{len} bytes; a log needs at least {}",
+            HEADER_AREA + AREA_MIN
+        )));
+    }
+    let cap = (len - HEADER_AREA) / 8;
+    if cap > AREA_WORDS_MAX {
+        return Err(invalid(format!("larger than {} bytes", AREA_WORDS_MAX * 8)));
+    }
+    Ok(cap)
+}
+
+fn ensure_backed(pool: &Pool, offset: u64, len: u64) -> Result<(), Error> {
+    pool.media().ensure_backed(offset, len).map_err(|source| {
+        Error::Pool(mnemo_pmem::Error::Media {
+            path: pool.name().to_path_buf(),
+            source,
+        })
+    })
+}
