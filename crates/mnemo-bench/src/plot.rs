@@ -13,6 +13,7 @@ const FONT_PATHS: &[&str] = &[
 /// Register a font for text measurement (plotters' ab_glyph backend). Install Debian's
 /// `fonts-dejavu-core` if none is found.
 pub fn init_font() -> Result<(), String> {
+    let _ = std::fs::create_dir_all(crate::bench_dir().join("plots"));
     for path in FONT_PATHS {
         if let Ok(bytes) = std::fs::read(path) {
             let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
@@ -44,7 +45,13 @@ const COLORS: [RGBColor; 8] = [
 ];
 
 /// A log-log line plot (both axes log10) written to `path`.
-pub fn loglog(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<PathBuf, String> {
+pub fn loglog(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<PathBuf, String> {
     init_font()?;
     let (mut x_min, mut x_max, mut y_min, mut y_max) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for s in series {
@@ -65,7 +72,10 @@ pub fn loglog(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(70)
-        .build_cartesian_2d((x_min..x_max * 1.05).log_scale(), (y_min * 0.8..y_max * 1.25).log_scale())
+        .build_cartesian_2d(
+            (x_min..x_max * 1.05).log_scale(),
+            (y_min * 0.8..y_max * 1.25).log_scale(),
+        )
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
@@ -77,10 +87,15 @@ pub fn loglog(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
             .map_err(|e| e.to_string())?
             .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
         chart
             .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
             .map_err(|e| e.to_string())?;
@@ -98,7 +113,12 @@ pub fn loglog(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[
 }
 
 /// Horizontal bars: one bar per (label, value), written to `path`.
-pub fn bars(path: &Path, title: &str, value_label: &str, rows: &[(String, f64)]) -> Result<PathBuf, String> {
+pub fn bars(
+    path: &Path,
+    title: &str,
+    value_label: &str,
+    rows: &[(String, f64)],
+) -> Result<PathBuf, String> {
     init_font()?;
     let max = rows.iter().map(|r| r.1).fold(0.0, f64::max).max(1e-9);
     let height = 90 + 34 * rows.len() as u32;
@@ -127,7 +147,10 @@ pub fn bars(path: &Path, title: &str, value_label: &str, rows: &[(String, f64)])
         let color = COLORS[i % COLORS.len()];
         chart
             .draw_series(std::iter::once(Rectangle::new(
-                [(0.0, SegmentValue::Exact(i)), (*value, SegmentValue::Exact(i + 1))],
+                [
+                    (0.0, SegmentValue::Exact(i)),
+                    (*value, SegmentValue::Exact(i + 1)),
+                ],
                 color.mix(0.8).filled(),
             )))
             .map_err(|e| e.to_string())?;

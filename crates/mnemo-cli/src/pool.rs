@@ -142,18 +142,25 @@ fn grow(args: &GrowArgs) -> Result<(), String> {
 }
 
 fn counter(args: &InspectArgs) -> Result<(), String> {
-    let options = OpenOptions { layout: Some("mnemo-demo".into()), ..Default::default() };
+    let options = OpenOptions {
+        layout: Some("mnemo-demo".into()),
+        ..Default::default()
+    };
     let pool = Pool::open(&args.path, &options).map_err(|e| e.to_string())?;
     let offset = pool.data_offset();
     let mut bytes = [0u8; 8];
     pool.read(offset, &mut bytes).map_err(|e| e.to_string())?;
     let count = u64::from_le_bytes(bytes) + 1;
-    pool.write(offset, &count.to_le_bytes()).map_err(|e| e.to_string())?;
+    pool.write(offset, &count.to_le_bytes())
+        .map_err(|e| e.to_string())?;
     pool.msync(offset, 8).map_err(|e| e.to_string())?;
     let clean = pool.was_clean();
     pool.close().map_err(|e| e.to_string())?;
     if args.json {
-        println!("{}", serde_json::json!({ "path": args.path, "count": count, "previous_close_clean": clean }));
+        println!(
+            "{}",
+            serde_json::json!({ "path": args.path, "count": count, "previous_close_clean": clean })
+        );
     } else {
         println!(
             "{}: durable counter is now {count} (previous close was {})",

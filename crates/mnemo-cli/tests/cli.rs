@@ -3,15 +3,25 @@
 use std::process::{Command, Output};
 
 fn mnemo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mnemo")).args(args).output().expect("run mnemo")
+    Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(args)
+        .output()
+        .expect("run mnemo")
 }
 
 fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 fn shm() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("mnemo-cli").tempdir_in("/dev/shm").unwrap()
+    tempfile::Builder::new()
+        .prefix("mnemo-cli")
+        .tempdir_in("/dev/shm")
+        .unwrap()
 }
 
 #[test]
@@ -19,7 +29,15 @@ fn create_info_check_round_trip() {
     let dir = shm();
     let pool = dir.path().join("p.pool");
     let p = pool.to_str().unwrap();
-    let out = mnemo(&["pool", "create", p, "--size", "1M", "--layout", "mnemo-demo"]);
+    let out = mnemo(&[
+        "pool",
+        "create",
+        p,
+        "--size",
+        "1M",
+        "--layout",
+        "mnemo-demo",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     let out = mnemo(&["pool", "info", p, "--json"]);
     assert!(out.status.success());
@@ -30,7 +48,10 @@ fn create_info_check_round_trip() {
     assert_eq!(v["pool"]["copies"].as_array().unwrap().len(), 2);
     let out = mnemo(&["pool", "info", p]);
     let t = text(&out);
-    assert!(t.contains("copy 0") && t.contains("copy 1") && t.contains("flush"), "{t}");
+    assert!(
+        t.contains("copy 0") && t.contains("copy 1") && t.contains("flush"),
+        "{t}"
+    );
     let out = mnemo(&["pool", "check", p]);
     assert!(out.status.success(), "{}", text(&out));
     for expected in 1..=3 {
@@ -47,7 +68,9 @@ fn check_reports_damage_with_exit_codes() {
     let dir = shm();
     let pool = dir.path().join("p.pool");
     let p = pool.to_str().unwrap();
-    assert!(mnemo(&["pool", "create", p, "--size", "1M"]).status.success());
+    assert!(mnemo(&["pool", "create", p, "--size", "1M"])
+        .status
+        .success());
     let mut bytes = std::fs::read(&pool).unwrap();
     bytes[100] ^= 0x40;
     std::fs::write(&pool, &bytes).unwrap();
@@ -60,7 +83,11 @@ fn check_reports_damage_with_exit_codes() {
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["healthy"], false);
-    let out = mnemo(&["pool", "check", dir.path().join("missing").to_str().unwrap()]);
+    let out = mnemo(&[
+        "pool",
+        "check",
+        dir.path().join("missing").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("no such pool file"), "{}", text(&out));
 }
