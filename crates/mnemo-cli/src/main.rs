@@ -33,6 +33,10 @@ enum Command {
     /// Create, inspect and check pool files.
     #[command(subcommand)]
     Pool(pool::PoolCommand),
+    /// Find the C types a program persists, from its load functions (NVMOVE).
+    ///
+    /// Example: mnemo analyze --load rdbLoad --load loadAppendOnlyFile src/
+    Analyze(mnemo_analyze::AnalyzeArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,5 +50,6 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Pool(cmd) => pool::run(cmd),
+        Command::Analyze(args) => mnemo_analyze::run_cli(args),
     }
 }
