@@ -286,7 +286,7 @@ const COMMANDS: &[CommandSpec] = &[
     spec("decr", 2, WMF, ONE_KEY),
     spec("decrby", 3, WMF, ONE_KEY),
     spec("del", -2, W, ALL_KEYS),
-    spec("echo", 2, Flags::FAST, NO_KEYS),
+    spec("echo", 2, LS.union(Flags::FAST), NO_KEYS),
     spec("exists", -2, RF, ALL_KEYS),
     spec("expire", -3, WF, ONE_KEY),
     spec("flushall", -1, W, NO_KEYS),

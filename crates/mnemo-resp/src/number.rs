@@ -126,6 +126,9 @@ impl I64Text {
 
 /// Formats `value` exactly like C's `printf("%.17g")`, which Redis 7.0 uses for every double
 /// it replies with; infinities are "inf" / "-inf" (Redis special-cases them) and NaN is "nan".
+///
+/// -0.0 is "-0", as printf writes it. Redis's sorted sets never hold -0 (ZADD z -0 m, then
+/// ZSCORE, answers "0"), so the sorted-set layer must store `score + 0.0`.
 pub fn format_f64(value: f64) -> String {
     if value.is_nan() {
         return "nan".to_owned();
