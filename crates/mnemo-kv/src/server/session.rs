@@ -322,7 +322,7 @@ impl Session {
         if !self.authenticated {
             return self.answer_error(
                 b"NOAUTH HELLO must be called with the client already authenticated, otherwise the \
-                  HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+                  HELLO AUTH <user> <pass> option can be used to authenticate the client and \
                   select the RESP protocol version at the same time",
             );
         }
