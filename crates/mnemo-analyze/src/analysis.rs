@@ -537,6 +537,10 @@ struct Pending<'p> {
     function: &'p str,
     val: Val,
     path: Vec<ChainStep>,
+    /// Set when the backtracking went down into a callee through an out-parameter: the caller
+    /// and the index of the call, so the callee's parameters map back to that call's
+    /// arguments only (not to every caller of a utility like `sdscatlen`).
+    entered_from: Option<(&'p str, usize)>,
 }
 
 fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<BacktrackFinding> {
@@ -583,18 +587,19 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
                                 function: function.name.clone(),
                                 site: call.site.clone(),
                             }],
+                            entered_from: None,
                         });
                     }
                 }
             }
-            let mut seen: BTreeSet<(&str, Val)> = BTreeSet::new();
+            let mut seen: BTreeSet<(&str, Val, Option<(&str, usize)>)> = BTreeSet::new();
             let mut reached: BTreeSet<String> = BTreeSet::new();
             while let Some(item) = queue.pop_front() {
                 steps += 1;
                 if steps > BACKTRACK_STEPS_MAX {
                     break;
                 }
-                if !seen.insert((item.function, item.val.clone())) {
+                if !seen.insert((item.function, item.val.clone(), item.entered_from)) {
                     continue;
                 }
                 match &item.val {
@@ -609,74 +614,9 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
                             );
                         }
                     }
-                    Val::Local(_) => {
-                        let Some(f) = program.functions.get(item.function) else {
-                            continue;
-                        };
-                        for flow in f.flows.iter().filter(|fl| fl.target == item.val) {
-                            for val in &flow.from {
-                                push_pending(
-                                    &mut queue,
-                                    item.function,
-                                    val,
-                                    &item.path,
-                                    &f.name,
-                                    &flow.site,
-                                );
-                            }
-                        }
-                        // Out-parameters: `fill(buf, rec)` where `fill` copies its argument
-                        // into its first parameter.
-                        for call in &f.calls {
-                            let Some(callee) = call
-                                .callee
-                                .as_deref()
-                                .and_then(|c| program.functions.get_key_value(c))
-                            else {
-                                continue;
-                            };
-                            for (i, vals) in call.args.iter().enumerate() {
-                                if !vals.contains(&item.val) {
-                                    continue;
-                                }
-                                for flow in callee
-                                    .1
-                                    .flows
-                                    .iter()
-                                    .filter(|fl| fl.target == Val::Param(i))
-                                {
-                                    for val in &flow.from {
-                                        push_pending(
-                                            &mut queue,
-                                            callee.0,
-                                            val,
-                                            &item.path,
-                                            &callee.1.name,
-                                            &flow.site,
-                                        );
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    Val::Local(_) => backtrack_local(program, &item, &mut queue),
                     Val::Param(index) => {
-                        if item.path.len() > BACKTRACK_DEPTH_MAX {
-                            continue;
-                        }
-                        for (caller, call_index) in callers.get(item.function).into_iter().flatten()
-                        {
-                            let Some(f) = program.functions.get(*caller) else {
-                                continue;
-                            };
-                            let Some(call) = f.calls.get(*call_index) else {
-                                continue;
-                            };
-                            for val in call.args.get(*index).into_iter().flatten() {
-                                push_pending(
-                                    &mut queue, caller, val, &item.path, &f.name, &call.site,
-                                );
-                            }
-                        }
+                        backtrack_param(program, &callers, &item, *index, &mut queue)
                     }
                 }
             }
@@ -698,29 +638,92 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
     findings
 }
 
+/// A local variable: what was copied into it, here or by callees through out-parameters.
+fn backtrack_local<'p>(
+    program: &'p Program,
+    item: &Pending<'p>,
+    queue: &mut VecDeque<Pending<'p>>,
+) {
+    let Some((usr, f)) = program.functions.get_key_value(item.function) else {
+        return;
+    };
+    for flow in f.flows.iter().filter(|fl| fl.target == item.val) {
+        for val in &flow.from {
+            let step = (usr.as_str(), f.name.as_str(), &flow.site);
+            push_pending(queue, item, step, val, item.entered_from);
+        }
+    }
+    // Out-parameters: `fill(buf, rec)` where `fill` copies into its first parameter.
+    for (call_index, call) in f.calls.iter().enumerate() {
+        let Some((callee_usr, callee)) = call
+            .callee
+            .as_deref()
+            .and_then(|c| program.functions.get_key_value(c))
+        else {
+            continue;
+        };
+        for (i, vals) in call.args.iter().enumerate() {
+            if !vals.contains(&item.val) {
+                continue;
+            }
+            for flow in callee.flows.iter().filter(|fl| fl.target == Val::Param(i)) {
+                for val in &flow.from {
+                    let step = (callee_usr.as_str(), callee.name.as_str(), &flow.site);
+                    push_pending(queue, item, step, val, Some((usr.as_str(), call_index)));
+                }
+            }
+        }
+    }
+}
+
+/// A parameter: the matching argument at the call that entered this function, or else at
+/// every call site.
+fn backtrack_param<'p>(
+    program: &'p Program,
+    callers: &HashMap<&'p str, Vec<(&'p str, usize)>>,
+    item: &Pending<'p>,
+    index: usize,
+    queue: &mut VecDeque<Pending<'p>>,
+) {
+    let sites: Vec<(&str, usize)> = match item.entered_from {
+        Some(site) => vec![site],
+        None => callers.get(item.function).cloned().unwrap_or_default(),
+    };
+    for (caller, call_index) in sites {
+        let Some((caller_usr, f)) = program.functions.get_key_value(caller) else {
+            continue;
+        };
+        let Some(call) = f.calls.get(call_index) else {
+            continue;
+        };
+        for val in call.args.get(index).into_iter().flatten() {
+            let step = (caller_usr.as_str(), f.name.as_str(), &call.site);
+            push_pending(queue, item, step, val, None);
+        }
+    }
+}
+
 fn push_pending<'p>(
     queue: &mut VecDeque<Pending<'p>>,
-    function: &'p str,
+    from: &Pending<'p>,
+    (function, name, site): (&'p str, &str, &Site),
     val: &Val,
-    path: &[ChainStep],
-    name: &str,
-    site: &Site,
+    entered_from: Option<(&'p str, usize)>,
 ) {
-    if path.len() > BACKTRACK_DEPTH_MAX {
+    if from.path.len() > BACKTRACK_DEPTH_MAX {
         return;
     }
-    let mut path = path.to_vec();
-    path.insert(
-        0,
-        ChainStep {
-            function: name.to_string(),
-            site: site.clone(),
-        },
-    );
+    let mut path = Vec::with_capacity(from.path.len() + 1);
+    path.push(ChainStep {
+        function: name.to_string(),
+        site: site.clone(),
+    });
+    path.extend(from.path.iter().cloned());
     queue.push_back(Pending {
         function,
         val: val.clone(),
         path,
+        entered_from,
     });
 }
 
