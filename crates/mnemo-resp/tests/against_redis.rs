@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use mnemo_resp::command::{self, CommandSpec};
 use mnemo_resp::{
-    encode_command, format_f64, parse_f64, parse_i64, CommandError, Decoder, Reply, ReplyDecoder,
+    encode_command, format_f64, parse_f64, parse_i64, CommandError, Decoder, Protocol, Reply,
+    ReplyDecoder,
 };
 
 /// A redis-server child process, killed on drop.
@@ -379,6 +380,86 @@ fn command_table(redis: &Redis) {
     );
 }
 
+/// Raw reply bytes of one command on `stream`, read until they form one complete reply.
+fn raw_call(stream: &mut TcpStream, args: &[&[u8]]) -> Vec<u8> {
+    let mut request = BytesMut::new();
+    encode_command(args, &mut request);
+    stream.write_all(&request).expect("write");
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 64 * 1024];
+    loop {
+        let mut decoder = ReplyDecoder::new();
+        decoder.feed(&raw);
+        if decoder.next_reply().expect("valid reply").is_some() && decoder.buffered_len() == 0 {
+            return raw;
+        }
+        let read = stream.read(&mut buffer).expect("read");
+        assert!(read > 0, "redis-server closed the connection");
+        raw.extend_from_slice(buffer.get(..read).unwrap_or_default());
+    }
+}
+
+/// Redis's own RESP3 replies, decoded and encoded again by us, must give Redis's bytes in
+/// RESP3, and Redis's RESP2 bytes when encoded for RESP2: the downgrade rules are Redis's.
+fn resp3_downgrades(redis: &Redis) {
+    let mut resp2 = redis.connect();
+    let mut resp3 = redis.connect();
+    raw_call(&mut resp3, &[b"HELLO", b"3"]);
+    let setup: &[&[&[u8]]] = &[
+        &[b"FLUSHALL"],
+        &[b"SET", b"s", b"v"],
+        &[b"HSET", b"h", b"f", b"1", b"g", b"2"],
+        &[b"SADD", b"st", b"a"],
+        &[b"ZADD", b"z", b"1.1", b"m", b"2", b"n"],
+        &[b"RPUSH", b"l", b"a", b"b"],
+        &[b"EXPIRE", b"s", b"1000"],
+    ];
+    for args in setup {
+        raw_call(&mut resp2, args);
+    }
+    let commands: &[&[&[u8]]] = &[
+        &[b"PING"],
+        &[b"GET", b"s"],
+        &[b"GET", b"nosuch"],
+        &[b"HGET", b"h", b"nosuch"],
+        &[b"LPOP", b"nosuch"],
+        &[b"HGETALL", b"h"],
+        &[b"SMEMBERS", b"st"],
+        &[b"ZSCORE", b"z", b"m"],
+        &[b"ZSCORE", b"z", b"nosuch"],
+        &[b"LRANGE", b"l", b"0", b"-1"],
+        &[b"EXISTS", b"s", b"nosuch"],
+        &[b"TYPE", b"h"],
+        &[b"DBSIZE"],
+        &[b"CONFIG", b"GET", b"maxmemory"],
+        &[b"SCAN", b"0", b"MATCH", b"s*"],
+        &[b"INFO", b"keyspace"],
+        &[b"GET"],
+        &[b"HGET", b"s", b"f"],
+    ];
+    for args in commands {
+        let theirs2 = raw_call(&mut resp2, args);
+        let theirs3 = raw_call(&mut resp3, args);
+        let mut decoder = ReplyDecoder::new();
+        decoder.feed(&theirs3);
+        let reply = decoder.next_reply().expect("valid").expect("complete");
+        let (mut ours2, mut ours3) = (BytesMut::new(), BytesMut::new());
+        reply.encode(Protocol::Resp2, &mut ours2);
+        reply.encode(Protocol::Resp3, &mut ours3);
+        let shown = String::from_utf8_lossy(&args.join(&b' ')).into_owned();
+        assert_eq!(
+            ours3.escape_ascii().to_string(),
+            theirs3.escape_ascii().to_string(),
+            "RESP3 {shown}"
+        );
+        assert_eq!(
+            ours2.escape_ascii().to_string(),
+            theirs2.escape_ascii().to_string(),
+            "RESP2 {shown}"
+        );
+    }
+}
+
 #[test]
 fn same_answers_as_redis_server() {
     let Some(redis) = Redis::start() else {
@@ -390,4 +471,5 @@ fn same_answers_as_redis_server() {
     numbers(&redis);
     command_errors(&redis);
     command_table(&redis);
+    resp3_downgrades(&redis);
 }
