@@ -532,6 +532,9 @@ fn suspicion(program: &Program, key: &str, loop_only: bool) -> Option<Suspicion>
     None
 }
 
+/// A call: the calling function's key and the index of the call in its body.
+type CallSite<'p> = (&'p str, usize);
+
 /// One pending step of the backtracking: a value in a function, and how it got to the sink.
 struct Pending<'p> {
     function: &'p str,
@@ -540,7 +543,7 @@ struct Pending<'p> {
     /// Set when the backtracking went down into a callee through an out-parameter: the caller
     /// and the index of the call, so the callee's parameters map back to that call's
     /// arguments only (not to every caller of a utility like `sdscatlen`).
-    entered_from: Option<(&'p str, usize)>,
+    entered_from: Option<CallSite<'p>>,
 }
 
 fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<BacktrackFinding> {
@@ -592,7 +595,7 @@ fn backtrack_strategy(program: &Program, lines: &mut SourceLines) -> Vec<Backtra
                     }
                 }
             }
-            let mut seen: BTreeSet<(&str, Val, Option<(&str, usize)>)> = BTreeSet::new();
+            let mut seen: BTreeSet<(&str, Val, Option<CallSite>)> = BTreeSet::new();
             let mut reached: BTreeSet<String> = BTreeSet::new();
             while let Some(item) = queue.pop_front() {
                 steps += 1;
