@@ -11,3 +11,7 @@ pub const DATABASES: i64 = 1;
 /// Most requests in one batch: bounds the replies held back while a sync point runs and the
 /// size of one transaction. Fifty clients with short pipelines fit comfortably.
 pub const BATCH_REQUESTS_MAX: usize = 1024;
+
+/// Bytes read from a socket per `read` call: a pipelined burst of small requests arrives in
+/// one or two reads without a large per-connection buffer.
+pub const READ_CHUNK_BYTES: usize = 16 * 1024;

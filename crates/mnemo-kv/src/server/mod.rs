@@ -1,10 +1,12 @@
-//! The server's connection layer: sessions (one per client connection) and the group-commit
-//! batch runner. No sockets here yet: the network threads that will drive these are described
-//! in `docs/design/kv-server.md`.
+//! The server's connection layer: sessions (one per client connection), the group-commit
+//! batch runner, and the threads that drive them over TCP. `docs/design/kv-server.md`
+//! describes the design.
 
 mod batch;
 pub mod limits;
+mod net;
 mod session;
 
 pub use batch::{collect_batch, run_batch, Completion, Effect, Engine};
+pub use net::Server;
 pub use session::{Request, Session, SessionConfig};

@@ -1,0 +1,261 @@
+//! The server over real loopback sockets, with a fake in-memory engine standing in for the
+//! storage engine that does not exist yet. Checks the connection layer: pipelining, many
+//! clients, group commit (replies only after a commit), QUIT, and real clients
+//! (redis-cli, redis-benchmark) when Debian's redis-tools are installed.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mnemo_kv::server::{Effect, Engine, Request, Server, SessionConfig};
+use mnemo_resp::bytes::Bytes;
+use mnemo_resp::{errors, parse_i64, Encoder};
+
+/// GET / SET / INCR / DEL / DBSIZE / FLUSHALL / CONFIG GET over a map; counts commits.
+#[derive(Default)]
+struct FakeEngine {
+    map: HashMap<Bytes, Bytes>,
+    commits: Arc<AtomicU64>,
+}
+
+impl Engine for FakeEngine {
+    type Error = std::convert::Infallible;
+
+    fn begin(&mut self) {}
+
+    fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
+        let args = request.command.args();
+        let wrote = Effect {
+            wrote: true,
+            close: false,
+        };
+        match (request.spec.name, args) {
+            ("set", [_, key, value]) => {
+                self.map.insert(key.clone(), value.clone());
+                reply.simple(b"OK");
+                wrote
+            }
+            ("get", [_, key]) => {
+                match self.map.get(key) {
+                    Some(value) => reply.bulk(value),
+                    None => reply.null_bulk(),
+                }
+                Effect::default()
+            }
+            ("incr", [_, key]) => {
+                let current = self.map.get(key).map_or(Some(0), |value| parse_i64(value));
+                match current.and_then(|value| value.checked_add(1)) {
+                    Some(next) => {
+                        self.map.insert(key.clone(), Bytes::from(next.to_string()));
+                        reply.integer(next);
+                        wrote
+                    }
+                    None => {
+                        reply.error(errors::NOT_INTEGER.as_bytes());
+                        Effect::default()
+                    }
+                }
+            }
+            ("del", [_, keys @ ..]) => {
+                let removed = keys
+                    .iter()
+                    .filter(|key| self.map.remove(*key).is_some())
+                    .count();
+                reply.integer(i64::try_from(removed).unwrap_or(i64::MAX));
+                wrote
+            }
+            ("dbsize", _) => {
+                reply.integer(i64::try_from(self.map.len()).unwrap_or(i64::MAX));
+                Effect::default()
+            }
+            ("flushall", _) => {
+                self.map.clear();
+                reply.simple(b"OK");
+                wrote
+            }
+            ("config|get", _) => {
+                reply.map_len(0);
+                Effect::default()
+            }
+            _ => {
+                reply.error(b"ERR not supported by the fake engine");
+                Effect::default()
+            }
+        }
+    }
+
+    fn commit(&mut self) -> Result<(), Self::Error> {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn finish_read_only(&mut self) {}
+}
+
+fn start() -> (Server, Arc<AtomicU64>) {
+    let engine = FakeEngine::default();
+    let commits = Arc::clone(&engine.commits);
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let server = Server::start(listener, engine, SessionConfig::default()).expect("start");
+    (server, commits)
+}
+
+fn connect(server: &Server) -> TcpStream {
+    let stream = TcpStream::connect(server.local_addr()).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    stream
+}
+
+fn read_exactly(stream: &mut TcpStream, len: usize) -> String {
+    let mut bytes = vec![0u8; len];
+    stream.read_exact(&mut bytes).expect("reply");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[test]
+fn pipelined_requests_in_order() {
+    let (server, commits) = start();
+    let mut stream = connect(&server);
+    stream
+        .write_all(b"SET a 1\r\nPING\r\nGET a\r\nINCR n\r\nINCR n\r\nGET\r\nGET nosuch\r\n")
+        .expect("write");
+    let expected = "+OK\r\n+PONG\r\n$1\r\n1\r\n:1\r\n:2\r\n-ERR wrong number of arguments for 'get' command\r\n$-1\r\n";
+    assert_eq!(read_exactly(&mut stream, expected.len()), expected);
+    assert!(commits.load(Ordering::SeqCst) >= 1);
+    stream.write_all(b"QUIT\r\n").expect("write");
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).expect("closed after QUIT");
+    assert_eq!(rest, b"+OK\r\n");
+    server.shutdown().expect("clean shutdown");
+}
+
+#[test]
+fn many_clients_share_commits() {
+    let (server, commits) = start();
+    let clients = 8;
+    let increments = 200;
+    let address = server.local_addr();
+    let threads: Vec<_> = (0..clients)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(address).expect("connect");
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .expect("timeout");
+                let mut reply = [0u8; 64];
+                for _ in 0..increments {
+                    stream
+                        .write_all(b"*2\r\n$4\r\nINCR\r\n$7\r\ncounter\r\n")
+                        .expect("write");
+                    let read = stream.read(&mut reply).expect("reply");
+                    assert_eq!(reply.get(..1), Some(&b":"[..]), "{read} bytes");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("client");
+    }
+    let mut stream = connect(&server);
+    stream.write_all(b"GET counter\r\n").expect("write");
+    let total = (clients * increments).to_string();
+    let expected = format!("${}\r\n{total}\r\n", total.len());
+    assert_eq!(read_exactly(&mut stream, expected.len()), expected);
+    let commits = commits.load(Ordering::SeqCst);
+    assert!(
+        commits <= clients * increments,
+        "at most one commit per write"
+    );
+    eprintln!(
+        "{} writes from {clients} clients in {commits} commits",
+        clients * increments
+    );
+    server.shutdown().expect("clean shutdown");
+}
+
+#[test]
+fn protocol_error_closes_the_connection() {
+    let (server, _) = start();
+    let mut stream = connect(&server);
+    stream.write_all(b"PING\r\n*1\r\n$x\r\n").expect("write");
+    let mut all = Vec::new();
+    stream.read_to_end(&mut all).expect("closed");
+    assert_eq!(
+        all,
+        b"+PONG\r\n-ERR Protocol error: invalid bulk length\r\n"
+    );
+    server.shutdown().expect("clean shutdown");
+}
+
+/// redis-cli and redis-benchmark (Debian's redis-tools) against the server, if installed.
+#[test]
+fn real_clients() {
+    if Command::new("redis-benchmark")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "redis-tools not installed: real-client test skipped (apt-get install redis-tools)"
+        );
+        return;
+    }
+    let (server, commits) = start();
+    let port = server.local_addr().port().to_string();
+    let cli = Command::new("redis-cli")
+        .args(["-p", &port, "SET", "greeting", "hello"])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), "OK");
+    let cli = Command::new("redis-cli")
+        .args(["-p", &port, "GET", "greeting"])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), "hello");
+    let cli = Command::new("redis-cli")
+        .args(["-p", &port, "-3", "PING"])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), "PONG");
+
+    let before = commits.load(Ordering::SeqCst);
+    let bench = Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &port,
+            "-t",
+            "set,get,incr",
+            "-n",
+            "20000",
+            "-c",
+            "20",
+            "-q",
+        ])
+        .output()
+        .expect("redis-benchmark");
+    assert!(
+        bench.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    // -q still prints progress, separated by CRs; keep the final line of each test.
+    let output: Vec<String> = String::from_utf8_lossy(&bench.stdout)
+        .split(['\r', '\n'])
+        .filter(|line| line.contains("requests per second"))
+        .map(|line| line.trim().to_owned())
+        .collect();
+    assert_eq!(output.len(), 3, "{output:?}");
+    let output = output.join("\n");
+    let commits = commits.load(Ordering::SeqCst) - before;
+    // Fake engine, nothing durable: these numbers measure the connection layer alone.
+    eprintln!(
+        "redis-benchmark against the fake engine ({commits} commits for 40000 writes):\n{output}"
+    );
+    server.shutdown().expect("clean shutdown");
+}
