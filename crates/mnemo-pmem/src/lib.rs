@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 
 pub mod cpu;
+pub mod emu;
 pub mod error;
 pub mod file;
 pub mod header;
@@ -33,6 +34,7 @@ pub mod mutant;
 pub mod pool;
 pub mod reserve;
 pub mod sync;
+pub mod track;
 
 pub use error::{Error, MediaError};
 pub use file::FileMedia;

@@ -96,4 +96,16 @@ pub trait Media: Send + Sync + Debug {
 
     /// What this medium is.
     fn info(&self) -> MediaInfo;
+
+    /// Charge the emulated read latency of `len` bytes at `offset` read through mnemo's API
+    /// (approximate: only the NVMM emulator does anything here). Default: nothing.
+    #[inline]
+    fn charge_read(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
+
+    /// Counters of the NVMM emulator, if this medium is emulated. Default: none.
+    fn emulation(&self) -> Option<crate::emu::EmuReport> {
+        None
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! Production builds compile every [`active`] check to `false`. With the `mutants` feature
 //! (enabled only by test harnesses), a test switches one mutant on by name for the length of
-//! a closure ([`with`]); the code at that site then misbehaves the way a real bug would
+//! a closure (`with`); the code at that site then misbehaves the way a real bug would
 //! (skip a flush, write a commit record before its data, skip a checksum). A mutant that
 //! the harness does not catch means the harness is wrong.
 //!
@@ -17,6 +17,9 @@ pub const KNOWN: &[&str] = &[
     "grow.header_first",
     // A header copy is written but never flushed.
     "header.skip_flush",
+    // A sync point takes the dirty bitmap before the PAGEMAP_SCAN results are added to it,
+    // so raw stores found by the scan are flushed one sync point late.
+    "spf.collect_before_scan",
 ];
 
 #[cfg(feature = "mutants")]

@@ -5,7 +5,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, MediaError};
 use crate::file::FileMedia;
@@ -16,6 +16,7 @@ use crate::limits::{
 };
 use crate::media::{Media, MediaInfo, MediaKind};
 use crate::sync::{ByteRange, LocalPolicy, SyncPolicy};
+use crate::track::{TrackStats, Tracker, TrackerOptions, Tracking, TrackingInfo};
 
 /// How to create a pool.
 #[derive(Clone, Debug)]
@@ -92,6 +93,8 @@ pub struct Pool {
     stats: PoolStats,
     was_clean: bool,
     closed: AtomicBool,
+    /// Dirty tracking (SPF), once enabled.
+    tracker: OnceLock<Tracker>,
     /// The file handle holding the advisory lock (file-backed pools).
     _lock: Option<File>,
 }
@@ -219,7 +222,8 @@ impl Pool {
             layout: layout.to_string(),
             creator: format!("mnemo {}", env!("CARGO_PKG_VERSION")),
         };
-        let pool = Pool::init(Box::new(media), path, header, Some(lock))?;
+        let pool = Pool::init(crate::emu::wrap_from_env(media), path, header, Some(lock))?;
+        pool.track_from_env()?;
         if pool.media.info().durability == crate::Durability::Msync {
             // The file's size and blocks are metadata: make them durable before the name.
             pool._lock
@@ -285,6 +289,7 @@ impl Pool {
             stats: PoolStats::default(),
             was_clean: true,
             closed: AtomicBool::new(false),
+            tracker: OnceLock::new(),
             _lock: lock,
         };
         pool.write_copy(&first)?;
@@ -341,7 +346,9 @@ impl Pool {
         media
             .ensure_backed(0, HEADER_COPY_SIZE * 2)
             .map_err(|e| media_error(path, e))?;
-        Pool::attach(Box::new(media), path, header, Some(lock))
+        let pool = Pool::attach(crate::emu::wrap_from_env(media), path, header, Some(lock))?;
+        pool.track_from_env()?;
+        Ok(pool)
     }
 
     /// Open a pool on a medium that already holds one (simulated media in tests).
@@ -389,6 +396,7 @@ impl Pool {
             stats: PoolStats::default(),
             was_clean,
             closed: AtomicBool::new(false),
+            tracker: OnceLock::new(),
             _lock: lock,
         };
         pool.update_header(|h| h.clean_shutdown = false)?;
@@ -451,6 +459,71 @@ impl Pool {
         &self.stats
     }
 
+    /// Turn on dirty tracking (Selective Persistence Flushing, see [`crate::track`]) with
+    /// `mode`: from now on sync points flush only what changed. Raw tracking that the kernel
+    /// refuses falls back to flushing whole ranges (reported in the result, not an error).
+    /// Everything stored before the call is flushed once. Call it before other threads
+    /// store into the pool. Fails if tracking is already on.
+    pub fn enable_tracking(&self, mode: Tracking) -> Result<TrackingInfo, Error> {
+        self.enable_tracking_with(TrackerOptions {
+            mode,
+            force_fallback: false,
+        })
+    }
+
+    /// [`Pool::enable_tracking`] with every option (tests force the fallback here).
+    pub fn enable_tracking_with(&self, options: TrackerOptions) -> Result<TrackingInfo, Error> {
+        if options.mode == Tracking::Off {
+            return Ok(self.tracking());
+        }
+        if self.tracker.get().is_some() {
+            return Err(Error::InvalidArgument(
+                "dirty tracking is already enabled on this pool".into(),
+            ));
+        }
+        let tracker = Tracker::new(
+            self.media.base().as_ptr(),
+            self.size(),
+            self.media.capacity(),
+            options,
+        )
+        .map_err(|e| Error::from_io(&self.name, "allocating the dirty bitmap", e))?;
+        let info = tracker.info().clone();
+        if self.tracker.set(tracker).is_err() {
+            return Err(Error::InvalidArgument(
+                "dirty tracking is already enabled on this pool".into(),
+            ));
+        }
+        // Stores made before tracking began were not seen: make them durable now.
+        self.persist(0, self.size())?;
+        Ok(info)
+    }
+
+    fn track_from_env(&self) -> Result<(), Error> {
+        if let Some(mode) = Tracking::from_env() {
+            self.enable_tracking(mode)?;
+        }
+        Ok(())
+    }
+
+    /// What the sync points of this pool use to narrow their flushes.
+    pub fn tracking(&self) -> TrackingInfo {
+        self.tracker
+            .get()
+            .map(|t| t.info().clone())
+            .unwrap_or_else(TrackingInfo::off)
+    }
+
+    /// Counters of dirty tracking, when on.
+    pub fn tracking_stats(&self) -> Option<&TrackStats> {
+        self.tracker.get().map(Tracker::stats)
+    }
+
+    /// Counters of the NVMM emulator, when the medium is emulated (`MNEMO_EMULATE`).
+    pub fn emulation(&self) -> Option<crate::emu::EmuReport> {
+        self.media.emulation()
+    }
+
     /// Check that `offset..offset+len` lies in the pool.
     pub fn check_range(&self, offset: u64, len: u64) -> Result<(), Error> {
         let size = self.size();
@@ -477,12 +550,33 @@ impl Pool {
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.as_ptr(), bytes.len())
         };
+        if let Some(tracker) = self.tracker.get() {
+            tracker.mark(offset, bytes.len() as u64);
+        }
+        Ok(())
+    }
+
+    /// Copy `bytes` into the pool at `offset` and mark them for the next sync point (the
+    /// same as [`Pool::write`], named for the layers that rely on the marking).
+    pub fn write_tracked(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
+        self.write(offset, bytes)
+    }
+
+    /// Tell dirty tracking that `offset..offset+len` was stored to through [`Pool::ptr`]
+    /// (call after the stores). A no-op while tracking is off.
+    #[inline]
+    pub fn mark_dirty(&self, offset: u64, len: u64) -> Result<(), Error> {
+        if let Some(tracker) = self.tracker.get() {
+            self.check_range(offset, len)?;
+            tracker.mark(offset, len);
+        }
         Ok(())
     }
 
     /// Copy pool bytes at `offset` into `out`.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), Error> {
         let src = self.ptr(offset, out.len() as u64)?;
+        self.media.charge_read(offset, out.len() as u64);
         // SAFETY: as in `write`; the source range is inside the mapping.
         #[allow(unsafe_code)]
         unsafe {
@@ -496,6 +590,9 @@ impl Pool {
     pub fn copy_nodrain(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
         self.check_range(offset, bytes.len() as u64)?;
         self.media.copy_nodrain(offset, bytes);
+        if let Some(tracker) = self.tracker.get() {
+            tracker.mark(offset, bytes.len() as u64);
+        }
         Ok(())
     }
 
@@ -537,9 +634,18 @@ impl Pool {
             self.check_range(range.offset, range.len)?;
             bytes += range.len;
         }
-        self.policy
-            .sync(self.media.as_ref(), ranges)
-            .map_err(|e| media_error(&self.name, e))?;
+        match self.tracker.get() {
+            None => self.policy.sync(self.media.as_ref(), ranges),
+            Some(tracker) => {
+                let _serial = tracker.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
+                let mut narrowed = Vec::new();
+                for range in ranges {
+                    tracker.narrow(*range, &mut |r| narrowed.push(r));
+                }
+                self.policy.sync(self.media.as_ref(), &narrowed)
+            }
+        }
+        .map_err(|e| media_error(&self.name, e))?;
         self.stats.sync_points.fetch_add(1, Ordering::Relaxed);
         self.stats
             .sync_ranges
@@ -585,6 +691,14 @@ impl Pool {
                 .grow(new_size)
                 .map_err(|e| media_error(&self.name, e))?;
             self.write_next(&mut header, next)?;
+        }
+        if let Some(tracker) = self.tracker.get() {
+            let old = self.size.load(Ordering::Acquire);
+            if let Err(e) = tracker.grew(old, new_size) {
+                // The new part is not write-protected: raw stores there would go unseen.
+                tracing::error!("tracking the grown part failed: {e}");
+                return Err(Error::from_io(&self.name, "UFFDIO_REGISTER", e));
+            }
         }
         self.size.store(new_size, Ordering::Release);
         Ok(())
