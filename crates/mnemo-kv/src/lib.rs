@@ -10,6 +10,8 @@
 //!   [`server::Request`]s, replies kept in request order.
 //! - [`server::run_batch`]: group commit: a batch of requests runs in one transaction and its
 //!   replies are released only after the batch's sync point.
+//! - [`server::Server`]: the thread that drives both over TCP (an epoll loop, commands
+//!   executed inline like Redis).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -7,8 +7,6 @@
 //! crash could still erase. A batch without writes has nothing to make durable and skips the
 //! sync point.
 
-use std::sync::mpsc::{Receiver, TryRecvError};
-
 use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::Encoder;
 
@@ -91,24 +89,9 @@ pub fn run_batch<E: Engine>(
     Ok(completions)
 }
 
-/// Waits for one request, then takes whatever else is already queued, up to `max` in all:
-/// batches grow with load without a timer adding latency. `None` once every sender is gone.
-pub fn collect_batch(queue: &Receiver<Request>, max: usize) -> Option<Vec<Request>> {
-    let first = queue.recv().ok()?;
-    let mut batch = vec![first];
-    while batch.len() < max {
-        match queue.try_recv() {
-            Ok(request) => batch.push(request),
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-        }
-    }
-    Some(batch)
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::sync::mpsc;
 
     use mnemo_resp::bytes::Bytes;
 
@@ -267,24 +250,5 @@ mod tests {
         assert!(!s.should_close(), "output not yet taken");
         assert_eq!(&s.take_output()[..], b"+OK\r\n+PONG\r\n");
         assert!(s.should_close());
-    }
-
-    #[test]
-    fn batches_take_what_is_queued() {
-        let (sender, receiver) = mpsc::channel();
-        let mut s = Session::new(1, SessionConfig::default());
-        for request in requests(&mut s, b"GET a\r\nGET b\r\nGET c\r\n") {
-            sender.send(request).expect("receiver alive");
-        }
-        assert_eq!(
-            collect_batch(&receiver, 2).map(|batch| batch.len()),
-            Some(2)
-        );
-        assert_eq!(
-            collect_batch(&receiver, 2).map(|batch| batch.len()),
-            Some(1)
-        );
-        drop(sender);
-        assert!(collect_batch(&receiver, 2).is_none());
     }
 }

@@ -7,6 +7,6 @@ pub mod limits;
 mod net;
 mod session;
 
-pub use batch::{collect_batch, run_batch, Completion, Effect, Engine};
+pub use batch::{run_batch, Completion, Effect, Engine};
 pub use net::Server;
 pub use session::{Request, Session, SessionConfig};

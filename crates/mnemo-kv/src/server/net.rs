@@ -1,20 +1,25 @@
-//! The I/O around sessions and batches: one network thread (an epoll loop over every
-//! connection) and one executor thread (batches, one transaction and one sync point each).
+//! The I/O around sessions and batches: one thread runs an epoll loop over every connection
+//! and executes, like Redis, the commands itself.
 //!
 //! ```text
-//!  sockets ─▶ network thread: read ─▶ Session ─▶ Request ──queue──▶ executor: collect_batch
-//!  sockets ◀─ network thread: write ◀─ Session ◀─ Completion ◀─waker── run_batch (commit first)
+//!  poll ─▶ read every ready socket ─▶ Sessions ─▶ Requests ─▶ run_batch (one transaction,
+//!  poll ◀─ write every released reply ◀─ Sessions ◀─ Completions ◀─ one sync point, then replies)
 //! ```
 //!
-//! Skeleton limits, to lift when the engine lands: the request queue is unbounded (no
-//! backpressure yet), a failed commit closes the batch's connections without a reply (the
-//! client cannot know whether its write landed, which is the truth), and there is one
-//! network thread.
+//! Everything read in one wake-up forms one batch: with one client a batch is one command and
+//! costs no extra latency; with fifty, a batch holds what they sent while the previous sync
+//! point ran. No request crosses a thread: a first version handed requests to a separate
+//! executor thread and reached only 0.3-0.4x Redis's single-client throughput, the two thread
+//! wake-ups per round trip dominating (`examples/connection_ceiling.rs` measures this layer
+//! against Redis in the same run).
+//!
+//! Skeleton limits, to lift when the engine lands: no per-connection backpressure yet, and a
+//! failed commit closes the batch's connections without a reply (the client cannot know
+//! whether its write landed, which is the truth).
 
 use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -22,7 +27,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::BytesMut;
 
-use super::batch::{collect_batch, run_batch, Completion, Engine};
+use super::batch::{run_batch, Engine};
 use super::limits::{BATCH_REQUESTS_MAX, READ_CHUNK_BYTES};
 use super::session::{Request, Session, SessionConfig};
 
@@ -31,24 +36,17 @@ const WAKER: Token = Token(1);
 /// Connection tokens start here; a connection's token is also its session (CLIENT) id.
 const FIRST_CONNECTION: usize = 2;
 
-/// What the executor sends back: a batch's replies, or the sessions of a batch that failed.
-enum Done {
-    Replies(Vec<Completion>),
-    Failed(Vec<u64>),
-}
-
 /// A running server; dropping it does not stop it, [`Server::shutdown`] does.
 #[derive(Debug)]
 pub struct Server {
     local_addr: std::net::SocketAddr,
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
-    network: Option<JoinHandle<io::Result<()>>>,
-    executor: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl Server {
-    /// Serves `listener` with `engine` on two new threads.
+    /// Serves `listener` with `engine` on a new thread.
     pub fn start<E>(
         listener: std::net::TcpListener,
         engine: E,
@@ -63,16 +61,9 @@ impl Server {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let stop = Arc::new(AtomicBool::new(false));
-        let (request_tx, request_rx) = mpsc::channel();
-        let (done_tx, done_rx) = mpsc::channel();
-
-        let executor_waker = Arc::clone(&waker);
-        let executor = std::thread::Builder::new()
-            .name("mnemo-executor".into())
-            .spawn(move || execute(engine, &request_rx, &done_tx, &executor_waker))?;
-        let network_stop = Arc::clone(&stop);
-        let network = std::thread::Builder::new()
-            .name("mnemo-network".into())
+        let thread_stop = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("mnemo-server".into())
             .spawn(move || {
                 let mut network = Network {
                     poll,
@@ -80,17 +71,16 @@ impl Server {
                     connections: HashMap::new(),
                     next_token: FIRST_CONNECTION,
                     config,
-                    requests: request_tx,
-                    done: done_rx,
+                    engine,
+                    batch: Vec::new(),
                 };
-                network.run(&network_stop)
+                network.run(&thread_stop)
             })?;
         Ok(Server {
             local_addr,
             stop,
             waker,
-            network: Some(network),
-            executor: Some(executor),
+            thread: Some(thread),
         })
     }
 
@@ -99,38 +89,15 @@ impl Server {
         self.local_addr
     }
 
-    /// Stops accepting, closes every connection, lets the executor finish its batch, and waits
-    /// for both threads.
+    /// Stops accepting, closes every connection once the batch in progress is done, and waits
+    /// for the server thread.
     pub fn shutdown(mut self) -> io::Result<()> {
         self.stop.store(true, Ordering::SeqCst);
         self.waker.wake()?;
-        let network = self.network.take().map(JoinHandle::join);
-        let executor = self.executor.take().map(JoinHandle::join);
-        if matches!(executor, Some(Err(_))) {
-            return Err(io::Error::other("executor thread panicked"));
-        }
-        match network {
+        match self.thread.take().map(JoinHandle::join) {
             Some(Ok(result)) => result,
-            Some(Err(_)) => Err(io::Error::other("network thread panicked")),
+            Some(Err(_)) => Err(io::Error::other("server thread panicked")),
             None => Ok(()),
-        }
-    }
-}
-
-/// The executor thread: batches until the network thread hangs up.
-fn execute<E: Engine>(
-    mut engine: E,
-    requests: &Receiver<Request>,
-    done: &Sender<Done>,
-    waker: &Waker,
-) {
-    while let Some(batch) = collect_batch(requests, BATCH_REQUESTS_MAX) {
-        let outcome = match run_batch(&mut engine, &batch) {
-            Ok(completions) => Done::Replies(completions),
-            Err(_) => Done::Failed(batch.iter().map(|request| request.session).collect()),
-        };
-        if done.send(outcome).is_err() || waker.wake().is_err() {
-            return;
         }
     }
 }
@@ -141,17 +108,18 @@ struct Connection {
     unsent: BytesMut,
 }
 
-struct Network {
+struct Network<E> {
     poll: Poll,
     listener: TcpListener,
     connections: HashMap<Token, Connection>,
     next_token: usize,
     config: SessionConfig,
-    requests: Sender<Request>,
-    done: Receiver<Done>,
+    engine: E,
+    /// Requests read in this wake-up, in arrival order.
+    batch: Vec<Request>,
 }
 
-impl Network {
+impl<E: Engine> Network<E> {
     fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
         self.poll
             .registry()
@@ -167,10 +135,11 @@ impl Network {
             for event in &events {
                 match event.token() {
                     LISTENER => self.accept()?,
-                    WAKER => self.deliver(),
+                    WAKER => {}
                     token => self.service(token),
                 }
             }
+            self.execute();
         }
         Ok(())
     }
@@ -231,22 +200,20 @@ impl Network {
                 }
             }
         }
-        while let Some(request) = connection.session.poll_request() {
-            if self.requests.send(request).is_err() {
-                open = false;
-                break;
-            }
-        }
+        self.batch
+            .extend(std::iter::from_fn(|| connection.session.poll_request()));
         if !open || !flush(connection) {
             self.close(token);
         }
     }
 
-    /// Hands the executor's replies to their sessions and writes them.
-    fn deliver(&mut self) {
-        while let Ok(done) = self.done.try_recv() {
-            match done {
-                Done::Replies(completions) => {
+    /// Runs what this wake-up read, in batches of at most [`BATCH_REQUESTS_MAX`], and writes
+    /// the replies each batch releases after its sync point.
+    fn execute(&mut self) {
+        let requests = std::mem::take(&mut self.batch);
+        for batch in requests.chunks(BATCH_REQUESTS_MAX) {
+            match run_batch(&mut self.engine, batch) {
+                Ok(completions) => {
                     for completion in completions {
                         let token = session_token(completion.session);
                         let Some(connection) = self.connections.get_mut(&token) else {
@@ -260,9 +227,9 @@ impl Network {
                         }
                     }
                 }
-                Done::Failed(sessions) => {
-                    for session in sessions {
-                        self.close(session_token(session));
+                Err(_) => {
+                    for request in batch {
+                        self.close(session_token(request.session));
                     }
                 }
             }

@@ -1,0 +1,111 @@
+//! The connection layer's ceiling: redis-benchmark against `Server` with an engine that does
+//! no work (SET answers +OK, GET answers nil, every write "commits" instantly), side by side
+//! with redis-server without persistence, in the same run. Whatever the storage engine costs
+//! comes on top of this, so it bounds what `mnemo serve` can reach against Redis.
+//!
+//! `cargo run --release -p mnemo-kv --example connection_ceiling` (needs Debian's
+//! redis-server and redis-tools).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mnemo_kv::server::{Effect, Engine, Request, Server, SessionConfig};
+use mnemo_resp::Encoder;
+
+struct NoWork;
+
+impl Engine for NoWork {
+    type Error = std::convert::Infallible;
+    fn begin(&mut self) {}
+    fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
+        match request.spec.name {
+            "get" => reply.null_bulk(),
+            "config|get" => reply.map_len(0),
+            _ => reply.simple(b"OK"),
+        }
+        Effect {
+            wrote: request
+                .spec
+                .flags
+                .contains(mnemo_resp::command::Flags::WRITE),
+            close: false,
+        }
+    }
+    fn commit(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+    fn finish_read_only(&mut self) {}
+}
+
+/// Requests per second per test, from redis-benchmark's CSV output.
+fn bench(port: u16, clients: &str) -> Vec<(String, f64)> {
+    let output = Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &port.to_string(),
+            "-t",
+            "set,get",
+            "-n",
+            "100000",
+            "-c",
+            clients,
+            "--csv",
+        ])
+        .output()
+        .expect("redis-benchmark (apt-get install redis-tools)");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let mut fields = line.split(',').map(|field| field.trim_matches('"'));
+            Some((fields.next()?.to_owned(), fields.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn start_redis(port: u16) -> Child {
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (apt-get install redis-server)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn main() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let server = Server::start(listener, NoWork, SessionConfig::default()).expect("start");
+    let ours_port = server.local_addr().port();
+    let redis_port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let mut redis = start_redis(redis_port);
+    for clients in ["1", "50"] {
+        let ours = bench(ours_port, clients);
+        let theirs = bench(redis_port, clients);
+        for ((test, ours), (_, theirs)) in ours.iter().zip(&theirs) {
+            println!(
+                "-c {clients:>2} {test}: mnemo connection layer {ours:>9.0}/s, redis (no persistence) {theirs:>9.0}/s, ratio {:.2}",
+                ours / theirs
+            );
+        }
+    }
+    let _ = redis.kill();
+    let _ = redis.wait();
+    server.shutdown().expect("shutdown");
+}
