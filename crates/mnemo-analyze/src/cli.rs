@@ -49,6 +49,11 @@ pub struct AnalyzeArgs {
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
 
+    /// Processes parsing in parallel (default: one per CPU). libclang is single-threaded per
+    /// process, so the extra ones are copies of this program.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+
     /// Compiler flags for every source, after `--` (e.g. `-- -Iinclude -DNDEBUG`).
     #[arg(last = true, value_name = "FLAGS", allow_hyphen_values = true)]
     pub flags: Vec<String>,
@@ -57,12 +62,22 @@ pub struct AnalyzeArgs {
 /// Runs `mnemo analyze`: prints the report (text or JSON) on standard output, errors on
 /// standard error; the exit code is nonzero on errors.
 pub fn run_cli(args: AnalyzeArgs) -> ExitCode {
+    if let Ok(spec) = std::env::var(crate::workers::WORKER_ENV) {
+        // This process was started by another `mnemo analyze` to parse a share of the units.
+        return if crate::workers::work(&spec, &args.paths, &args.flags) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let options = Options {
         paths: args.paths,
         load_functions: args.load,
         extra_flags: args.flags,
         strategy: args.strategy,
         progress: true,
+        jobs: args.jobs.unwrap_or(cpus),
     };
     let report = match analyze(&options) {
         Ok(report) => report,

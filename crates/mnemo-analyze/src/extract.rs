@@ -4,7 +4,7 @@
 //! process at a time and its handles are not `Send`, so all parsing happens on the calling
 //! thread under [`CLANG_LOCK`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -84,55 +84,59 @@ const LIBRARY_FLOWS: &[(&str, usize, &[usize], Option<usize>)] = &[
     ("vsnprintf", 0, &[], Some(3)),
 ];
 
-/// Parses every unit and merges their facts.
+/// Parses the units of `all` listed in `share` (indices), on the calling thread.
+///
+/// File names are shown relative to the directories of all the units, so that every share
+/// of one analysis names files alike. `progress_step` is how many units one parsed unit stands
+/// for on the progress bar (the other shares are parsed by other processes meanwhile).
 ///
 /// # Errors
-/// libclang cannot be loaded, or no unit parsed at all.
-pub(crate) fn extract_all(units: &[Unit], progress: bool) -> Result<Program, Error> {
+/// libclang cannot be loaded.
+pub(crate) fn extract_share(
+    all: &[Unit],
+    share: &[usize],
+    bar: &indicatif::ProgressBar,
+    progress_step: u64,
+) -> Result<Program, Error> {
     let _guard = CLANG_LOCK
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let clang = Clang::new().map_err(|detail| Error::LibclangMissing { detail })?;
     let index = Index::new(&clang, false, false);
-    let roots = roots(units);
-    let bar = progress_bar(units.len(), progress);
     let mut builder = Builder {
         program: Program::default(),
-        roots,
-        files: BTreeSet::new(),
+        roots: roots(all),
         shown: BTreeMap::new(),
         texts: BTreeMap::new(),
     };
-    let mut parsed = 0usize;
-    for unit in units {
+    for unit in share.iter().filter_map(|&i| all.get(i)) {
         bar.set_message(display_name(&unit.file));
         if builder.unit(&index, unit) {
-            parsed += 1;
+            builder.program.units += 1;
         }
-        bar.inc(1);
+        bar.inc(progress_step);
     }
-    bar.finish_and_clear();
-    if parsed == 0 {
-        let first = builder
-            .program
+    Ok(builder.program)
+}
+
+/// Fails when nothing parsed, else counts lines and tidies up.
+pub(crate) fn finish(mut program: Program, tried: usize) -> Result<Program, Error> {
+    if program.units == 0 {
+        let first = program
             .problems
             .first()
             .map(|p| format!("{}: {}", p.file, p.reason))
             .unwrap_or_default();
         return Err(Error::NothingParsed {
-            count: units.len(),
+            count: tried,
             first,
         });
     }
-    let mut program = builder.program;
-    program.units = parsed;
-    program.lines = builder.files.iter().map(|f| count_lines(f)).sum();
-    let defined: BTreeSet<String> = program.functions.keys().cloned().collect();
-    program.externals.retain(|usr, _| !defined.contains(usr));
+    program.finish();
     Ok(program)
 }
 
-fn progress_bar(len: usize, enabled: bool) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(len: usize, enabled: bool) -> indicatif::ProgressBar {
     if !enabled {
         return indicatif::ProgressBar::hidden();
     }
@@ -150,16 +154,6 @@ fn display_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-fn count_lines(path: &Path) -> usize {
-    std::fs::read(path)
-        .map(|bytes| bytecount_newlines(&bytes))
-        .unwrap_or(0)
-}
-
-fn bytecount_newlines(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|&&b| b == b'\n').count()
 }
 
 /// The directories that file names are shown relative to: those holding the units.
@@ -185,8 +179,6 @@ fn roots(units: &[Unit]) -> Vec<PathBuf> {
 struct Builder {
     program: Program,
     roots: Vec<PathBuf>,
-    /// Files whose lines are counted: main files and project headers that define something.
-    files: BTreeSet<PathBuf>,
     /// Names shown for paths, memoized (canonicalizing costs a system call).
     shown: BTreeMap<PathBuf, String>,
     /// Source files read to find operators, by path.
@@ -232,7 +224,7 @@ impl Builder {
                 skipped: false,
             });
         }
-        self.files.insert(unit.file.clone());
+        self.program.files.insert(unit.file.clone());
         let root = tu.get_entity();
         for entity in root.get_children() {
             if entity.is_in_system_header() {
@@ -332,7 +324,7 @@ impl Builder {
             .get_location()
             .and_then(|l| l.get_expansion_location().file)
         {
-            self.files.insert(file.get_path());
+            self.program.files.insert(file.get_path());
         }
         let mut record = Record {
             name: record_name(&def, &site),
@@ -414,7 +406,7 @@ impl Builder {
             .get_location()
             .and_then(|l| l.get_expansion_location().file)
         {
-            self.files.insert(file.get_path());
+            self.program.files.insert(file.get_path());
         }
         let mut walker = BodyWalker {
             builder: self,

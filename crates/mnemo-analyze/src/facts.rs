@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A place in a source file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Site {
     /// Path of the file, as given to or found by the analysis.
     pub file: String,
@@ -24,7 +24,7 @@ impl std::fmt::Display for Site {
 }
 
 /// A struct or union defined in the program's own sources.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     /// `struct name`, `union name`, or the typedef name of an anonymous record.
     pub name: String,
@@ -39,7 +39,7 @@ pub struct Record {
 }
 
 /// What an expression's value may come from, for the backtracking strategy.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Val {
     /// An object (or a pointer to one) of this record type (key into [`Program::records`]).
     Record(String),
@@ -52,7 +52,7 @@ pub enum Val {
 }
 
 /// One write performed by a function.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Write {
     /// Record types written (keys into [`Program::records`]), each with why: the first is the
     /// type of the object written, then the records that contain it through embedded members.
@@ -66,7 +66,7 @@ pub struct Write {
 }
 
 /// One call made by a function.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Call {
     /// USR of the callee when the call is direct.
     pub callee: Option<String>,
@@ -82,7 +82,7 @@ pub struct Call {
 }
 
 /// A flow of data into a local variable (assignment, `memcpy`, `sprintf`, ...).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Flow {
     /// What is written: a [`Val::Local`] or a [`Val::Param`] (an out-parameter).
     pub target: Val,
@@ -93,7 +93,7 @@ pub struct Flow {
 }
 
 /// A function defined in the program's sources.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Function {
     /// Its name.
     pub name: String,
@@ -111,7 +111,7 @@ pub struct Function {
 }
 
 /// A function declared but not defined in the sources (the C library, other libraries).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct External {
     /// Its name.
     pub name: String,
@@ -120,7 +120,7 @@ pub struct External {
 }
 
 /// A source file that did not parse cleanly.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Problem {
     /// The file.
     pub file: String,
@@ -131,7 +131,7 @@ pub struct Problem {
 }
 
 /// Everything extracted from all translation units.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Program {
     /// Records by USR.
     pub records: BTreeMap<String, Record>,
@@ -147,4 +147,43 @@ pub struct Program {
     pub problems: Vec<Problem>,
     /// The file behind each name shown in a [`Site`].
     pub paths: BTreeMap<String, std::path::PathBuf>,
+    /// The files whose lines are counted in `lines`: the units and the project headers that
+    /// define something.
+    pub files: std::collections::BTreeSet<std::path::PathBuf>,
+}
+
+impl Program {
+    /// Adds the facts of another part of the same program (parsed by another worker); what
+    /// both define is kept from `self`.
+    pub fn merge(&mut self, other: Program) {
+        for (key, record) in other.records {
+            self.records.entry(key).or_insert(record);
+        }
+        for (key, function) in other.functions {
+            self.functions.entry(key).or_insert(function);
+        }
+        for (key, external) in other.externals {
+            self.externals.entry(key).or_insert(external);
+        }
+        self.units += other.units;
+        self.problems.extend(other.problems);
+        self.paths.extend(other.paths);
+        self.files.extend(other.files);
+    }
+
+    /// Counts the lines and drops the "externals" that some unit defines.
+    pub(crate) fn finish(&mut self) {
+        self.lines = self
+            .files
+            .iter()
+            .map(|f| {
+                std::fs::read(f)
+                    .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+                    .unwrap_or(0)
+            })
+            .sum();
+        let functions = &self.functions;
+        self.externals.retain(|usr, _| !functions.contains_key(usr));
+        self.problems.sort_by(|a, b| a.file.cmp(&b.file));
+    }
 }

@@ -26,6 +26,7 @@ mod extract;
 pub mod facts;
 mod render;
 pub mod sources;
+mod workers;
 
 use std::path::PathBuf;
 
@@ -49,6 +50,10 @@ pub struct Options {
     pub strategy: Strategy,
     /// Draw a progress bar on standard error (only when it is a terminal).
     pub progress: bool,
+    /// Processes that parse in parallel, this one included. Above 1, the current program is
+    /// re-executed with the same arguments as a worker, so only programs whose arguments lead
+    /// to [`run_cli`] may set it (the `mnemo` binary does); libraries and tests keep 1.
+    pub jobs: usize,
 }
 
 /// Everything that can stop an analysis.
@@ -124,6 +129,6 @@ pub fn analyze(options: &Options) -> Result<Report, Error> {
         return Err(Error::NoLoadFunction);
     }
     let units = sources::discover(&options.paths, &options.extra_flags)?;
-    let program = extract::extract_all(&units, options.progress)?;
+    let program = workers::extract(&units, options.progress, options.jobs)?;
     analysis::run(&program, options, started)
 }

@@ -19,6 +19,7 @@ fn options(path: &str, loads: &[&str], strategy: Strategy) -> Options {
         extra_flags: Vec::new(),
         strategy,
         progress: false,
+        jobs: 1,
     }
 }
 
