@@ -207,9 +207,30 @@ impl Run {
     }
 }
 
+/// Chunk numbers are small distinct integers: a multiply is hash enough (SipHash showed up
+/// in allocation profiles).
+#[derive(Default)]
+struct ChunkHasher(u64);
+
+impl std::hash::Hasher for ChunkHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type RunMap = HashMap<u64, Run, std::hash::BuildHasherDefault<ChunkHasher>>;
+
 #[derive(Debug)]
 struct Arena {
-    runs: HashMap<u64, Run>,
+    runs: RunMap,
     avail: Vec<Vec<u64>>,
 }
 
@@ -307,7 +328,7 @@ impl Allocator {
         };
         let mut arena_list: Vec<Arena> = (0..arenas)
             .map(|_| Arena {
-                runs: HashMap::new(),
+                runs: RunMap::default(),
                 avail: vec![Vec::new(); class_count()],
             })
             .collect();

@@ -3,7 +3,7 @@
 //! # Record (in a lane slot; little-endian; 8-byte aligned)
 //! ```text
 //! 0   magic   u32  "REDO"
-//! 4   crc     u32  CRC-32C of bytes 0..4 and 8..len
+//! 4   crc     u32  CRC-32C of bytes 8..len
 //! 8   seq     u64  global commit sequence number (1, 2, ...)
 //! 16  horizon u64  every record with seq < horizon was fully applied when this one was built
 //! 24  count   u32  number of entries
@@ -87,8 +87,9 @@ fn word(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// CRC-32C of everything after the checksum field (the magic is only a filter).
 fn checksum(record: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&record[0..4]), &record[8..])
+    crc32c::crc32c(&record[8..])
 }
 
 /// Fill in the header of a built record.

@@ -89,14 +89,22 @@ impl TxState {
     }
 }
 
+/// A thread's transactions (one per heap it is in) and spare states to reuse. Boxed, so
+/// taking one out or putting it back moves a pointer, not the state.
+#[derive(Default)]
+#[allow(clippy::vec_box)] // moved in and out on every transaction: a pointer, not ~300 bytes
+struct Txs {
+    active: Vec<Box<TxState>>,
+    spare: Vec<Box<TxState>>,
+}
+
 thread_local! {
-    static ACTIVE: RefCell<Vec<TxState>> = const { RefCell::new(Vec::new()) };
-    static SPARE: RefCell<Vec<TxState>> = const { RefCell::new(Vec::new()) };
+    static TXS: RefCell<Txs> = RefCell::new(Txs::default());
 }
 
 fn with_state<R>(heap_id: u64, f: impl FnOnce(&mut TxState) -> Result<R>) -> Result<R> {
-    ACTIVE.with_borrow_mut(
-        |active| match active.iter_mut().find(|s| s.heap_id == heap_id) {
+    TXS.with_borrow_mut(
+        |txs| match txs.active.iter_mut().find(|s| s.heap_id == heap_id) {
             Some(state) => f(state),
             None => Err(Error::InvalidArgument(
                 "no transaction is active on this thread".into(),
@@ -105,19 +113,31 @@ fn with_state<R>(heap_id: u64, f: impl FnOnce(&mut TxState) -> Result<R>) -> Res
     )
 }
 
-fn take_state(heap_id: u64) -> Option<TxState> {
-    ACTIVE.with_borrow_mut(|active| {
-        let i = active.iter().position(|s| s.heap_id == heap_id)?;
-        Some(active.swap_remove(i))
+/// Leave one nesting level; returns the state if it was the outermost.
+fn leave(heap_id: u64, poison: Option<&str>) -> Result<Option<Box<TxState>>> {
+    TXS.with_borrow_mut(|txs| {
+        let i = txs
+            .active
+            .iter()
+            .position(|s| s.heap_id == heap_id)
+            .ok_or_else(|| {
+                Error::InvalidArgument("no transaction is active on this thread".into())
+            })?;
+        let state = &mut txs.active[i];
+        state.depth -= 1;
+        if let Some(reason) = poison {
+            state.poisoned.get_or_insert_with(|| reason.to_string());
+        }
+        Ok((state.depth == 0).then(|| txs.active.swap_remove(i)))
     })
 }
 
-fn recycle(mut state: TxState) {
+fn recycle(mut state: Box<TxState>) {
     state.on_commit.clear();
     state.on_abort.clear();
-    SPARE.with_borrow_mut(|spare| {
-        if spare.len() < 4 {
-            spare.push(state);
+    TXS.with_borrow_mut(|txs| {
+        if txs.spare.len() < 4 {
+            txs.spare.push(state);
         }
     });
 }
@@ -126,40 +146,23 @@ fn recycle(mut state: TxState) {
 pub(crate) fn begin(heap: &Heap) -> Result<()> {
     let inner = heap.inner();
     inner.check_open()?;
-    let joined =
-        ACTIVE.with_borrow_mut(
-            |active| match active.iter_mut().find(|s| s.heap_id == inner.id) {
-                Some(state) => {
-                    state.depth += 1;
-                    true
-                }
-                None => false,
-            },
-        );
-    if !joined {
-        let mut state = SPARE
-            .with_borrow_mut(|spare| spare.pop())
-            .unwrap_or_default();
-        state.reset(inner.id);
-        ACTIVE.with_borrow_mut(|active| active.push(state));
-    }
+    TXS.with_borrow_mut(|txs| {
+        if let Some(state) = txs.active.iter_mut().find(|s| s.heap_id == inner.id) {
+            state.depth += 1;
+        } else {
+            let mut state = txs.spare.pop().unwrap_or_default();
+            state.reset(inner.id);
+            txs.active.push(state);
+        }
+    });
     Ok(())
 }
 
 /// End one nesting level; the outermost commits.
 pub(crate) fn commit(heap: &Heap) -> Result<()> {
     let inner = heap.inner();
-    let outermost = with_state(inner.id, |s| {
-        s.depth -= 1;
-        Ok(s.depth == 0)
-    })?;
-    if !outermost {
+    let Some(state) = leave(inner.id, None)? else {
         return Ok(());
-    }
-    let Some(state) = take_state(inner.id) else {
-        return Err(Error::InvalidArgument(
-            "no transaction is active on this thread".into(),
-        ));
     };
     if let Some(reason) = state.poisoned.clone() {
         abort_state(inner, state);
@@ -234,7 +237,7 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
     }
 }
 
-fn finish_commit(inner: &Inner, mut state: TxState) {
+fn finish_commit(inner: &Inner, mut state: Box<TxState>) {
     for r in &state.allocs {
         inner.alloc.commit_alloc(r);
     }
@@ -247,7 +250,7 @@ fn finish_commit(inner: &Inner, mut state: TxState) {
     recycle(state);
 }
 
-fn abort_state(inner: &Inner, mut state: TxState) {
+fn abort_state(inner: &Inner, mut state: Box<TxState>) {
     for f in state.frees.iter().rev() {
         inner.alloc.abort_free(f);
     }
@@ -263,15 +266,8 @@ fn abort_state(inner: &Inner, mut state: TxState) {
 /// End one nesting level by aborting: an inner abort dooms the whole (flattened) transaction.
 pub(crate) fn abort(heap: &Heap, reason: &str) {
     let inner = heap.inner();
-    let outermost = with_state(inner.id, |s| {
-        s.depth -= 1;
-        s.poisoned.get_or_insert_with(|| reason.to_string());
-        Ok(s.depth == 0)
-    });
-    if let Ok(true) = outermost {
-        if let Some(state) = take_state(inner.id) {
-            abort_state(inner, state);
-        }
+    if let Ok(Some(state)) = leave(inner.id, Some(reason)) {
+        abort_state(inner, state);
     }
 }
 
