@@ -202,6 +202,9 @@ fn local_commands_answer_like_redis() {
             b"AUTH default pw\r\nPING\r\n",
             b"HELLO 3 AUTH default wrong\r\n",
             b"CLIENT SETNAME x\r\n",
+            b"*11\r\n",
+            b"*10\r\n$4\r\nPING\r\n",
+            b"*1\r\n$16385\r\n",
         ],
     );
     let hello = b"HELLO 3 AUTH default pw SETNAME me\r\nCLIENT GETNAME\r\n";

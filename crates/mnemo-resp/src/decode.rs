@@ -180,7 +180,7 @@ impl Decoder {
 
     /// Whether the connection has authenticated. While it has not (set `false` when a
     /// password is required), requests are limited to [`UNAUTHENTICATED_ARGS_MAX`] arguments
-    /// and bulks to [`UNAUTHENTICATED_BULK_BYTES_MAX`] bytes, as in Redis 7.2.
+    /// and bulks to [`UNAUTHENTICATED_BULK_BYTES_MAX`] bytes, as redis-server 7.0.15 does.
     pub fn set_authenticated(&mut self, authenticated: bool) {
         self.authenticated = authenticated;
     }

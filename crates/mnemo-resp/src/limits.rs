@@ -17,12 +17,12 @@ pub const MULTIBULK_ARGS_MAX: u64 = 1024 * 1024;
 /// never ending a line.
 pub const INLINE_BYTES_MAX: usize = 64 * 1024;
 
-/// Most arguments an unauthenticated connection may announce (Redis 7.2+ behaviour, enabled
-/// only when the embedder calls `Decoder::set_authenticated(false)`): AUTH and HELLO need few.
+/// Most arguments an unauthenticated connection may announce (as redis-server 7.0.15 does when
+/// a password is set; enabled by `Decoder::set_authenticated(false)`): AUTH and HELLO need few.
 pub const UNAUTHENTICATED_ARGS_MAX: u64 = 10;
 
-/// Largest bulk an unauthenticated connection may announce (Redis 7.2+): a password fits, a
-/// 512 MiB allocation by a stranger does not.
+/// Largest bulk an unauthenticated connection may announce (redis-server 7.0.15 likewise): a
+/// password fits, a 512 MiB allocation by a stranger does not.
 pub const UNAUTHENTICATED_BULK_BYTES_MAX: u64 = 16 * 1024;
 
 /// Arguments slots reserved up front for one multibulk request, whatever its header claims:
