@@ -167,6 +167,7 @@ fn local_commands_answer_like_redis() {
             b"SELECT 0\r\n",
             b"SELECT 99\r\n",
             b"SELECT -1\r\n",
+            b"SELECT 99999999999\r\n",
             b"CLIENT SETNAME \"a b\"\r\n",
             b"CLIENT SETNAME app\r\nCLIENT GETNAME\r\n",
             b"CLIENT GETNAME\r\n",

@@ -53,6 +53,33 @@ pub const ZADD_GT_LT_NX: &str = "ERR GT, LT, and/or NX options at the same time 
 /// ZADD INCR with more than one score-member pair.
 pub const ZADD_INCR_PAIR: &str = "ERR INCR option supports a single increment-element pair";
 
+/// A 32-bit integer argument (SELECT) outside `i32`; "must between" is Redis's wording.
+pub const NOT_I32: &str =
+    "ERR value is out of range, value must between -2147483648 and 2147483647";
+/// INCRBYFLOAT / HINCRBYFLOAT whose result is not finite.
+pub const INCR_NOT_FINITE: &str = "ERR increment would produce NaN or Infinity";
+/// ZRANGE ... BYLEX with a bound that does not start with '[', '(', '-' or '+'.
+pub const LEX_RANGE_INVALID: &str = "ERR min or max not valid string range item";
+/// ZRANGE ... LIMIT without BYSCORE or BYLEX.
+pub const ZRANGE_LIMIT_WITHOUT_BY: &str =
+    "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX";
+/// ZRANGE ... BYLEX WITHSCORES.
+pub const ZRANGE_BYLEX_WITHSCORES: &str =
+    "ERR syntax error, WITHSCORES not supported in combination with BYLEX";
+/// EXPIRE with NX and any of XX, GT, LT.
+pub const EXPIRE_NX_WITH_OTHERS: &str =
+    "ERR NX and XX, GT or LT options at the same time are not compatible";
+/// EXPIRE with both GT and LT.
+pub const EXPIRE_GT_AND_LT: &str = "ERR GT and LT options at the same time are not compatible";
+
+/// `ERR Unknown option or number of arguments for CONFIG SET - '<option>'`.
+pub fn config_set_unknown(option: &[u8]) -> Vec<u8> {
+    let mut text = b"ERR Unknown option or number of arguments for CONFIG SET - '".to_vec();
+    text.extend_from_slice(option);
+    text.push(b'\'');
+    text
+}
+
 /// `ERR invalid expire time in '<command>' command` (SET EX 0, EXPIRE overflow, ...).
 pub fn invalid_expire_time(command: &str) -> String {
     format!("ERR invalid expire time in '{command}' command")

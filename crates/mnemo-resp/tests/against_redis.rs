@@ -10,7 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use mnemo_resp::command::{self, CommandSpec};
 use mnemo_resp::{
     encode_command, format_f64, parse_f64, parse_i64, CommandError, Decoder, Protocol, Reply,
@@ -460,6 +460,111 @@ fn resp3_downgrades(redis: &Redis) {
     }
 }
 
+/// Each error text of `errors` is what Redis replies to a command that provokes it.
+fn error_texts(redis: &Redis) {
+    use mnemo_resp::errors;
+    let mut stream = redis.connect();
+    let setup: &[&[&[u8]]] = &[
+        &[b"FLUSHALL"],
+        &[b"SET", b"s", b"v"],
+        &[b"SET", b"big", b"9223372036854775807"],
+        &[b"SET", b"n", b"1"],
+        &[b"HSET", b"h", b"f", b"v"],
+        &[b"RPUSH", b"l", b"a"],
+        &[b"ZADD", b"z", b"1", b"m"],
+    ];
+    for args in setup {
+        Redis::call(&mut stream, args);
+    }
+    let set_unknown = errors::config_set_unknown(b"nosuch");
+    let expire_time = errors::invalid_expire_time("set");
+    let cases: &[(&[&[u8]], &[u8])] = &[
+        (
+            &[b"SET", b"s", b"v", b"NX", b"XX"],
+            errors::SYNTAX.as_bytes(),
+        ),
+        (&[b"INCR", b"s"], errors::NOT_INTEGER.as_bytes()),
+        (&[b"ZADD", b"z", b"x", b"m"], errors::NOT_FLOAT.as_bytes()),
+        (
+            &[b"ZRANGE", b"z", b"a", b"b", b"BYSCORE"],
+            errors::MIN_MAX_NOT_FLOAT.as_bytes(),
+        ),
+        (&[b"GET", b"h"], errors::WRONG_TYPE.as_bytes()),
+        (&[b"AUTH", b"x"], errors::AUTH_NOT_CONFIGURED.as_bytes()),
+        (&[b"INCR", b"big"], errors::OVERFLOW.as_bytes()),
+        (
+            &[b"HINCRBY", b"h", b"f", b"1"],
+            errors::HASH_VALUE_NOT_INTEGER.as_bytes(),
+        ),
+        (&[b"LPOP", b"l", b"-1"], errors::MUST_BE_POSITIVE.as_bytes()),
+        (
+            &[b"SELECT", b"16"],
+            errors::DB_INDEX_OUT_OF_RANGE.as_bytes(),
+        ),
+        (&[b"SELECT", b"99999999999"], errors::NOT_I32.as_bytes()),
+        (&[b"SCAN", b"x"], errors::INVALID_CURSOR.as_bytes()),
+        (
+            &[b"LSET", b"nosuch", b"0", b"x"],
+            errors::NO_SUCH_KEY.as_bytes(),
+        ),
+        (
+            &[b"LSET", b"l", b"5", b"x"],
+            errors::INDEX_OUT_OF_RANGE.as_bytes(),
+        ),
+        (&[b"HELLO", b"4"], errors::NO_PROTO.as_bytes()),
+        (
+            &[b"CLIENT", b"SETNAME", b"a b"],
+            errors::INVALID_CLIENT_NAME.as_bytes(),
+        ),
+        (
+            &[b"ZADD", b"z", b"XX", b"NX", b"1", b"m"],
+            errors::ZADD_XX_AND_NX.as_bytes(),
+        ),
+        (
+            &[b"ZADD", b"z", b"GT", b"LT", b"1", b"m"],
+            errors::ZADD_GT_LT_NX.as_bytes(),
+        ),
+        (
+            &[b"ZADD", b"z", b"INCR", b"1", b"m", b"2", b"n"],
+            errors::ZADD_INCR_PAIR.as_bytes(),
+        ),
+        (
+            &[b"INCRBYFLOAT", b"n", b"inf"],
+            errors::INCR_NOT_FINITE.as_bytes(),
+        ),
+        (
+            &[b"ZRANGE", b"z", b"a", b"b", b"BYLEX"],
+            errors::LEX_RANGE_INVALID.as_bytes(),
+        ),
+        (
+            &[b"ZRANGE", b"z", b"0", b"1", b"LIMIT", b"0", b"1"],
+            errors::ZRANGE_LIMIT_WITHOUT_BY.as_bytes(),
+        ),
+        (
+            &[b"ZRANGE", b"z", b"[a", b"[b", b"BYLEX", b"WITHSCORES"],
+            errors::ZRANGE_BYLEX_WITHSCORES.as_bytes(),
+        ),
+        (
+            &[b"EXPIRE", b"s", b"10", b"NX", b"XX"],
+            errors::EXPIRE_NX_WITH_OTHERS.as_bytes(),
+        ),
+        (
+            &[b"EXPIRE", b"s", b"10", b"GT", b"LT"],
+            errors::EXPIRE_GT_AND_LT.as_bytes(),
+        ),
+        (&[b"CONFIG", b"SET", b"nosuch", b"1"], &set_unknown),
+        (&[b"SET", b"s", b"v", b"EX", b"0"], expire_time.as_bytes()),
+    ];
+    for (args, text) in cases {
+        let shown = String::from_utf8_lossy(&args.join(&b' ')).into_owned();
+        assert_eq!(
+            Redis::call(&mut stream, args),
+            Reply::Error(Bytes::copy_from_slice(text)),
+            "{shown}"
+        );
+    }
+}
+
 #[test]
 fn same_answers_as_redis_server() {
     let Some(redis) = Redis::start() else {
@@ -472,4 +577,5 @@ fn same_answers_as_redis_server() {
     command_errors(&redis);
     command_table(&redis);
     resp3_downgrades(&redis);
+    error_texts(&redis);
 }

@@ -357,7 +357,7 @@ impl Session {
         match index {
             None => self.answer_error(errors::NOT_INTEGER.as_bytes()),
             Some(index) if i32::try_from(index).is_err() => {
-                self.answer_error(b"ERR value is out of range")
+                self.answer_error(errors::NOT_I32.as_bytes())
             }
             Some(index) if !(0..DATABASES).contains(&index) => {
                 self.answer_error(errors::DB_INDEX_OUT_OF_RANGE.as_bytes())
