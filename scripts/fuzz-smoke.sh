@@ -2,6 +2,7 @@
 # Smoke-runs every cargo-fuzz target in fuzz/Cargo.toml for FUZZ_SECONDS each (default 20).
 # Fails if a target fails to build or finds a crash; the crashing input is left in
 # fuzz/artifacts/<target>/ and its path is printed. Installs cargo-fuzz if it is missing.
+# A libFuzzer dictionary in fuzz/dicts/<target>.dict is used when present.
 #
 # The stable toolchain is enough: RUSTC_BOOTSTRAP=1 unlocks the nightly-only sanitizer
 # flags cargo-fuzz passes to rustc.
@@ -35,7 +36,11 @@ for target in "${targets[@]}"; do
     echo "fuzz-smoke: $target for ${seconds}s" >&2
     log="$(mktemp)"
     # -max_total_time bounds the run; -timeout flags a single input that hangs for 10 s.
-    if cargo fuzz run "$target" -- -max_total_time="$seconds" -timeout=10 >"$log" 2>&1; then
+    options=(-max_total_time="$seconds" -timeout=10)
+    if [ -f "dicts/$target.dict" ]; then
+        options+=(-dict="dicts/$target.dict")
+    fi
+    if cargo fuzz run "$target" -- "${options[@]}" >"$log" 2>&1; then
         grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 | sed "s/^/fuzz-smoke: $target: /" >&2 || true
     else
         tail -n 40 "$log" >&2
