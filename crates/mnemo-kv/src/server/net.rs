@@ -149,9 +149,18 @@ impl<E: Engine> Network<E> {
             let (mut stream, _) = match self.listener.accept() {
                 Ok(accepted) => accepted,
                 Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                // A connection that failed before we took it (reset): not the listener's fault.
-                Err(_) => continue,
+                // Interrupted, or a connection reset before we took it: try the next one.
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    continue
+                }
+                // Out of descriptors or memory: retrying now would spin. Connections still
+                // queued are taken at the listener's next event.
+                Err(_) => return Ok(()),
             };
             let token = Token(self.next_token);
             self.next_token += 1;
