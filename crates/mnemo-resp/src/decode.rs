@@ -17,8 +17,9 @@
 //! - An empty inline line is consumed silently.
 //!
 //! One divergence: Redis searches lines with `strchr`, which stops at a NUL byte, so a NUL in
-//! a length line makes Redis wait for more input; we find the CR and report the malformed
-//! length at once.
+//! a length line or an inline request makes Redis wait for more input (until the 64 KiB
+//! limit). We find the line end regardless: a malformed length is reported at once, and an
+//! inline request is split up to its NUL, as Redis's `sdssplitargs` would split it.
 
 use bytes::{Buf, Bytes, BytesMut};
 
