@@ -320,6 +320,10 @@ impl Builder {
             return Some(usr);
         }
         let site = self.site(&def);
+        if site.file.is_empty() {
+            // A compiler builtin such as `__va_list_tag`: not the program's own.
+            return None;
+        }
         if let Some(file) = def
             .get_location()
             .and_then(|l| l.get_expansion_location().file)
