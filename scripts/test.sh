@@ -12,6 +12,8 @@ packages=(
     clang-14          # mnemo analyze tests: system headers of the C front end
     pmdk-tools        # peer tool in benchmarks and pool-format comparisons
     fonts-dejavu-core # benchmark plots measure text with this font
+    redis-tools       # redis-cli and redis-benchmark: real clients of mnemo serve
+    redis-server      # differential tests: the same requests against real Redis
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -22,6 +24,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# Tests that need an external program fail instead of skipping when it is missing.
+export MNEMO_REQUIRE_TOOLS=1
 
 log "cargo test --workspace"
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/mnemo-test.log
