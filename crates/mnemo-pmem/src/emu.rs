@@ -124,6 +124,7 @@ impl EmuConfig {
             "stt-ram" => EmuConfig {
                 line_ns: 40.0,
                 wbarrier_ns: 200.0,
+                write_gbps: DRAM_WRITE_GBPS,
                 read_ns: 100.0,
                 ..base
             },
@@ -511,8 +512,9 @@ impl<M: Media> EmulatedMedia<M> {
         &self.inner
     }
 
-    fn record_flush(&self, offset: u64, len: u64) {
-        let now = Clock::get().now_ps();
+    /// Add a flush that began at `now` (taken before the real flush, so its time counts
+    /// toward the model instead of on top of it).
+    fn record_flush(&self, offset: u64, len: u64, now: u64) {
         EPOCH.with(|e| {
             let mut epoch = e.get();
             self.device.model.flush(&mut epoch, offset, len, now);
@@ -589,8 +591,9 @@ impl<M: Media> Media for EmulatedMedia<M> {
     }
 
     fn flush(&self, offset: u64, len: u64) {
+        let now = Clock::get().now_ps();
         self.inner.flush(offset, len);
-        self.record_flush(offset, len);
+        self.record_flush(offset, len, now);
     }
 
     fn drain(&self) -> Result<(), MediaError> {
@@ -600,8 +603,9 @@ impl<M: Media> Media for EmulatedMedia<M> {
     }
 
     fn copy_nodrain(&self, offset: u64, src: &[u8]) {
+        let now = Clock::get().now_ps();
         self.inner.copy_nodrain(offset, src);
-        self.record_flush(offset, src.len() as u64);
+        self.record_flush(offset, src.len() as u64, now);
     }
 
     fn info(&self) -> MediaInfo {
@@ -730,7 +734,7 @@ mod tests {
         assert_eq!(c.line_ns, 55.0);
         assert_eq!(c.flush_mode, FlushMode::Ordered);
         assert_eq!(c.media_gran, 64, "not a power of two: ignored");
-        assert_eq!(c.write_gbps, 0.0);
+        assert_eq!(c.write_gbps, DRAM_WRITE_GBPS, "not a number: ignored");
         assert!(EmuConfig::from(&|_| None).is_none());
         assert!(EmuConfig::from(&|k| (k == "MNEMO_EMULATE").then(|| "bogus".into())).is_none());
     }

@@ -42,12 +42,13 @@ pub const GMSYNC_RANGES_MAX: usize = 1024;
 /// enough to outlast a forked child's moment between fork and exec, short enough for a person.
 pub const LOCK_WAIT_MS: u64 = 200;
 
-/// A sync point of a tracked pool flushes a range whole once more than this share of it
-/// (in thousandths) is dirty. Flushing a dirty line costs about the same whether reached by
-/// the bitmap or by a linear sweep, but the sweep has no per-run bookkeeping and its clean
-/// lines cost only 3-5 ns; measured here (`mnemo-bench` `spf`, break-even sweep), narrowing
-/// stops paying at about this share.
-pub const SPF_DIRTY_PERMILLE_MAX: u64 = 500;
+/// What one run of consecutive dirty lines costs a narrowed flush, in lines of a linear
+/// sweep. A sync point flushes a range whole when `dirty lines + runs * this` exceeds the
+/// range's lines. Measured here (`mnemo-bench` `spf`, break-even sweep over 64 MiB): a
+/// linear sweep costs ~2.5 ns per line, scattered short runs 30-160 ns each, long runs ~4
+/// ns per line; bitmap narrowing stopped paying between 2 % and 5 % of lines dirty at
+/// random, page narrowing only near 50 % of pages. 30 puts both crossovers there.
+pub const SPF_RUN_COST_LINES: u64 = 30;
 
 /// Page regions fetched per `PAGEMAP_SCAN` call (24 bytes each, on the stack); a scan with
 /// more dirty runs continues where the kernel stopped.

@@ -22,6 +22,10 @@
 //! when the kernel lacks the interfaces (or `MNEMO_SPF_FALLBACK=flush-all` forces it). The
 //! fallback is announced in the log and by [`crate::Pool::tracking`]; it is never an error.
 //!
+//! A range whose narrowed flush would cost more than a linear sweep is flushed whole:
+//! `dirty lines + runs * limits::SPF_RUN_COST_LINES > lines of the range` (the measured
+//! break-even; `MNEMO_SPF_NARROW_ALWAYS=1` disables the switch, for the benchmark).
+//!
 //! ## Modes ([`Tracking`])
 //! Off by default: tracking changes what a sync point flushes, so it is only correct when
 //! every store is seen, and a program must say so. `Api` promises that every store into the
@@ -46,7 +50,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::limits::{CACHE_LINE, PAGE_SIZE, SPF_DIRTY_PERMILLE_MAX, SPF_SCAN_REGIONS};
+use crate::limits::{CACHE_LINE, PAGE_SIZE, SPF_RUN_COST_LINES, SPF_SCAN_REGIONS};
 use crate::sync::ByteRange;
 
 /// Which stores a pool's sync points track.
@@ -655,6 +659,8 @@ pub struct Tracker {
     bitmap: DirtyBitmap,
     uffd: Option<Uffd>,
     base: u64,
+    /// Never flush a range whole (benchmarks of the break-even).
+    narrow_always: bool,
     /// Bytes from offset 0 registered with userfaultfd.
     tracked_len: AtomicU64,
     /// Held across collect + flush + fence of a sync point.
@@ -730,6 +736,7 @@ impl Tracker {
             tracked_len: AtomicU64::new(if uffd.is_some() { len } else { 0 }),
             uffd,
             base: base as u64,
+            narrow_always: std::env::var("MNEMO_SPF_NARROW_ALWAYS").is_ok_and(|v| v.trim() == "1"),
             sync_lock: Mutex::new(()),
             stats: TrackStats::default(),
         })
@@ -818,7 +825,9 @@ impl Tracker {
         if !early {
             dirty = self.bitmap.collect(range, &mut |r| runs.push(r));
         }
-        if dirty.saturating_mul(1000) > range.len.saturating_mul(SPF_DIRTY_PERMILLE_MAX) {
+        let cost_lines =
+            dirty / CACHE_LINE + (runs.len() as u64).saturating_mul(SPF_RUN_COST_LINES);
+        if !self.narrow_always && cost_lines > range.len.div_ceil(CACHE_LINE) {
             self.stats.whole_ranges.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .flushed_bytes
