@@ -14,8 +14,9 @@ pub enum Error {
         /// What is wrong with it.
         detail: String,
     },
-    /// The region holds no log (both header copies are zero): create one first.
-    #[error("no log in region {start}..{end} (both header copies are empty); create one with Log::create")]
+    /// The region holds no log: never created, or its creation did not complete (one header
+    /// copy empty, the other empty or torn). Create one with [`crate::Log::create`].
+    #[error("no log in region {start}..{end} (never created, or creation did not complete); create one with Log::create")]
     NotFormatted {
         /// First pool offset of the region.
         start: u64,

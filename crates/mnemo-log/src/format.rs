@@ -16,7 +16,8 @@
 //!
 //! ```text
 //! length word: bit 63 torn bit | bit 62 "batch continues" | bits 32..62 length in bytes
-//!              | bits 0..32 CRC-32C(lsn as u64 LE, (length | more << 30) as u32 LE, payload)
+//!              | bits 0..32 CRC-32C(lsn_word u64 LE, (length | more << 30) u64 LE,
+//!                                   payload words with torn bits clear, u64 LE each)
 //! payload:     groups of 63 bytes in 8 words; a word carries 7 bytes in bits 0..56 and
 //!              7 bits of the group's last 7 bytes in bits 56..63 (word i: bits 7i..7i+7)
 //! ```
@@ -114,14 +115,31 @@ pub fn payload_max_for(words: u64) -> u64 {
     (63 * (k / 8) + 7 * (k % 8)).min(ENTRY_LEN_MAX)
 }
 
-/// CRC-32C of a record: binds payload, length, batch flag and position together, so a stale
-/// or misplaced record never passes as the one expected at `lsn_word`.
-pub fn record_crc(lsn_word: u64, len: usize, more: bool, payload: &[u8]) -> u32 {
-    let mut prefix = [0u8; 12];
+/// Bytes of the checksum input before the payload words.
+pub const CRC_PREFIX: usize = 16;
+
+/// The checksum input before the payload words: the record's logical word index and its tag
+/// (`len | more << 30`), each a u64 LE. Binding the position makes a stale or misplaced record
+/// fail as the one expected at `lsn_word`.
+#[inline]
+pub fn crc_prefix(lsn_word: u64, len: usize, more: bool) -> [u8; CRC_PREFIX] {
+    let mut prefix = [0u8; CRC_PREFIX];
     prefix[..8].copy_from_slice(&lsn_word.to_le_bytes());
-    let tag = len as u32 | (u32::from(more) << 30);
+    let tag = len as u64 | (u64::from(more) << 30);
     prefix[8..].copy_from_slice(&tag.to_le_bytes());
-    crc32c::crc32c_append(crc32c::crc32c(&prefix), payload)
+    prefix
+}
+
+/// CRC-32C of a record: [`crc_prefix`] then every payload word with its torn bit clear, as
+/// u64 LE. (Over the packed words rather than the payload bytes: the writer stages the words
+/// anyway, and the reader checks them before unpacking.)
+pub fn record_crc(lsn_word: u64, len: usize, more: bool, words: &[u64]) -> u32 {
+    let mut bytes = Vec::with_capacity(CRC_PREFIX + 8 * words.len());
+    bytes.extend_from_slice(&crc_prefix(lsn_word, len, more));
+    for word in words {
+        bytes.extend_from_slice(&(word & !TORN_BIT).to_le_bytes());
+    }
+    crc32c::crc32c(&bytes)
 }
 
 /// The length word of a record (torn bit clear).
@@ -155,11 +173,19 @@ pub fn parse_length_word(word: u64) -> LengthWord {
 /// Pack `payload` into words (torn bits clear), calling `out` once per word in order.
 #[inline]
 pub fn encode_payload(payload: &[u8], mut out: impl FnMut(u64)) {
-    let mut groups = payload.chunks_exact(GROUP_BYTES);
-    for group in &mut groups {
-        encode_group(group, &mut out);
+    let mut at = 0;
+    // Full groups with a byte to spare after them are read in place (8-byte loads).
+    while at + GROUP_BYTES < payload.len() {
+        let load = |i: usize| {
+            u64::from_le_bytes(payload[at + i..at + i + 8].try_into().unwrap_or_default()) & LOW56
+        };
+        let extra = load(56);
+        for i in 0..8 {
+            out(load(7 * i) | (((extra >> (7 * i)) & 0x7f) << 56));
+        }
+        at += GROUP_BYTES;
     }
-    let rest = groups.remainder();
+    let rest = &payload[at..];
     if !rest.is_empty() {
         encode_group(rest, &mut out);
     }

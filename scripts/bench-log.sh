@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Log append benchmark: mnemo-log against libpmemlog (PMDK 1.12) in the same run, both on a
+# pool on /dev/shm with cache flushes + fences (mnemo: tmpfs is flushed with clwb/sfence;
+# libpmemlog: PMEM_IS_PMEM_FORCE=1). Rounds alternate the two programs so machine load hits
+# both alike; each program reports the median of its runs, and the script the median of the
+# rounds. Writes bench/results/log-append.csv.
+#
+# usage: scripts/bench-log.sh          (LOG_BENCH_N, LOG_BENCH_RUNS, LOG_BENCH_ROUNDS,
+#                                       LOG_BENCH_LEN override the defaults below)
+# needs: cc, libpmemlog-dev (apt-get install libpmemlog-dev), cargo, python3
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export LOG_BENCH_N=${LOG_BENCH_N:-1000000}
+export LOG_BENCH_RUNS=${LOG_BENCH_RUNS:-5}
+export LOG_BENCH_LEN=${LOG_BENCH_LEN:-64}
+rounds=${LOG_BENCH_ROUNDS:-3}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-log}
+out=bench/results/log-append.csv
+
+if [ ! -e /usr/include/libpmemlog.h ]; then
+    echo "libpmemlog.h not found: apt-get install libpmemlog-dev" >&2
+    exit 1
+fi
+peer="$CARGO_TARGET_DIR/pmemlog-append"
+mkdir -p "$CARGO_TARGET_DIR"
+cc -O2 -Wall -Wextra -o "$peer" bench/pmemlog/append.c -lpmemlog
+cargo bench -p mnemo-log --bench append --no-run 2>/dev/null
+ours=$(cargo bench -p mnemo-log --bench append --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "append" and m.get("executable"):
+        print(m["executable"])')
+
+raw=$(mktemp)
+trap 'rm -f "$raw"' EXIT
+for round in $(seq 1 "$rounds"); do
+    echo "# round $round/$rounds" >&2
+    "$ours" >>"$raw"
+    PMEM_IS_PMEM_FORCE=1 "$peer" "/dev/shm/pmemlog-bench.$$" "$LOG_BENCH_N" "$LOG_BENCH_RUNS" "$LOG_BENCH_LEN" >>"$raw"
+done
+
+python3 - "$raw" "$out" "$rounds" <<'PY'
+import csv, datetime, statistics, sys, platform
+raw, out, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
+rows = {}
+for line in open(raw):
+    f = line.strip().split(",")
+    if len(f) == 7:
+        rows.setdefault(f[0], []).append(f)
+cpu = "unknown"
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name"):
+        cpu = line.split(":", 1)[1].strip()
+        break
+def median_row(rs):
+    rs = sorted(rs, key=lambda r: float(r[3]))
+    return rs[len(rs) // 2]
+peer = median_row(rows["pmemlog"])
+peer_ns = float(peer[3])
+when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+with open(out, "w", newline="") as fh:
+    w = csv.writer(fh)
+    w.writerow(["date", "cpu", "impl", "payload_bytes", "appends_per_run", "rounds",
+                "ns_per_append", "appends_per_s", "fences_per_append", "lines_per_append",
+                "speedup_vs_pmemlog"])
+    for name in ["mnemo-log", "mnemo-log-batch8", "pmemlog"]:
+        if name not in rows:
+            continue
+        r = median_row(rows[name])
+        ns = float(r[3])
+        w.writerow([when, cpu, name, r[1], r[2], rounds, f"{ns:.1f}", f"{1e9/ns:.0f}",
+                    r[5], r[6], f"{peer_ns/ns:.2f}"])
+        print(f"{name:18} {ns:8.1f} ns/append {1e9/ns/1e6:6.2f} M/s  fences {r[5]}  lines {r[6]}"
+              f"  x{peer_ns/ns:.2f} vs pmemlog")
+print(f"written {out}")
+PY
