@@ -25,7 +25,7 @@ use bytes::{Buf, Bytes, BytesMut};
 
 use crate::inline;
 use crate::limits::{
-    ARGS_RESERVE_MAX, BULK_BYTES_MAX, INLINE_BYTES_MAX, MULTIBULK_ARGS_MAX,
+    ARGS_RESERVE_MAX, BULK_BYTES_MAX, IDLE_BUFFER_BYTES_MAX, INLINE_BYTES_MAX, MULTIBULK_ARGS_MAX,
     UNAUTHENTICATED_ARGS_MAX, UNAUTHENTICATED_BULK_BYTES_MAX,
 };
 use crate::number::parse_i64;
@@ -222,7 +222,12 @@ impl Decoder {
             return Err(error.clone());
         }
         match self.decode() {
-            Ok(command) => Ok(command),
+            Ok(command) => {
+                if self.buffer.is_empty() && self.buffer.capacity() > IDLE_BUFFER_BYTES_MAX {
+                    self.buffer = BytesMut::new();
+                }
+                Ok(command)
+            }
             Err(error) => {
                 self.failed = Some(error.clone());
                 self.buffer.clear();
@@ -573,6 +578,23 @@ mod tests {
         };
         // Both point into the same frozen request: the key starts 9 bytes after the name.
         assert_eq!(key.as_ptr() as usize - name.as_ptr() as usize, 9);
+    }
+
+    #[test]
+    fn large_requests_do_not_pin_memory() {
+        let mut decoder = Decoder::new();
+        let value = vec![b'v'; 4 * 1024 * 1024];
+        let mut request =
+            format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", value.len()).into_bytes();
+        request.extend_from_slice(&value);
+        request.extend_from_slice(b"\r\n");
+        decoder.feed(&request);
+        let command = decoder.next_command().expect("valid").expect("complete");
+        assert_eq!(
+            command.args().get(2).map(|arg| arg.len()),
+            Some(value.len())
+        );
+        assert!(decoder.buffer_mut().capacity() <= IDLE_BUFFER_BYTES_MAX);
     }
 
     #[test]

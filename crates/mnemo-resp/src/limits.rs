@@ -25,6 +25,11 @@ pub const UNAUTHENTICATED_ARGS_MAX: u64 = 10;
 /// password fits, a 512 MiB allocation by a stranger does not.
 pub const UNAUTHENTICATED_BULK_BYTES_MAX: u64 = 16 * 1024;
 
+/// Capacity an empty receive buffer may keep between requests. After a large request (a
+/// 100 MiB SET) the buffer is dropped instead, so an idle connection does not pin that memory
+/// (Redis shrinks idle query buffers for the same reason).
+pub const IDLE_BUFFER_BYTES_MAX: usize = 64 * 1024;
+
 /// Arguments slots reserved up front for one multibulk request, whatever its header claims:
 /// the header is untrusted, so growth beyond this is paid for by bytes actually received.
 pub const ARGS_RESERVE_MAX: usize = 1024;

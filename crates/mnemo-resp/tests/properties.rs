@@ -112,7 +112,7 @@ fn reply(depth: u32) -> BoxedStrategy<Reply> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// A command encoded as clients encode it decodes to the same arguments.
     #[test]
