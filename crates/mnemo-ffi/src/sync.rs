@@ -1,0 +1,128 @@
+//! `mnemo_msync` and `mnemo_gmsync` over raw stores, and the retirement of redo records
+//! that raw stores would otherwise race at recovery.
+
+use std::sync::atomic::Ordering;
+
+use mnemo_heap::PPtr;
+use mnemo_pmem::limits::GMSYNC_RANGES_MAX;
+use mnemo_pmem::ByteRange;
+
+use crate::error::{Failure, Result};
+use crate::handle::{lock, PoolEntry};
+use crate::tx;
+
+/// Name of the 8-byte root a retiring transaction writes (names starting "mnemo." are
+/// reserved for the library).
+pub const RETIRE_ROOT: &str = "mnemo.ffi.retire";
+
+/// Check that `offset..offset+len` lies in the heap's data area (objects and regions).
+pub fn check_data(entry: &PoolEntry, offset: u64, len: u64) -> Result<()> {
+    let lo = entry.heap.geometry().zones_offset;
+    let size = entry.heap.pool().size();
+    match offset.checked_add(len) {
+        Some(end) if offset >= lo && end <= size => Ok(()),
+        _ => Err(Failure::invalid(format!(
+            "range {offset:#x}+{len} is outside the pool's data area ({lo:#x}..{size:#x})"
+        ))),
+    }
+}
+
+/// The pool offset of address `addr` (which must lie in the mapping's data area with `len`
+/// bytes after it).
+pub fn offset_of(entry: &PoolEntry, addr: usize, len: u64) -> Result<u64> {
+    let base = entry.heap.pool().ptr(0, 0)?.as_ptr() as usize;
+    let offset = addr
+        .checked_sub(base)
+        .ok_or_else(|| Failure::invalid(format!("address {addr:#x} is not in the pool")))?
+        as u64;
+    check_data(entry, offset, len)?;
+    Ok(offset)
+}
+
+/// Run `f` on this thread, or on a helper thread when this thread has a transaction open on
+/// the pool (the heap would otherwise join `f`'s transaction to it).
+fn outside_tx<R: Send>(entry: &PoolEntry, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+    if !tx::open_on(entry.handle) {
+        return f();
+    }
+    std::thread::scope(|s| {
+        s.spawn(f)
+            .join()
+            .unwrap_or_else(|_| Err(Failure::new(crate::error::code::EPANIC, "helper panicked")))
+    })
+}
+
+/// Commit one transaction built by `body` and note what it wrote as replayable.
+fn commit_tracked(
+    entry: &PoolEntry,
+    written: &[ByteRange],
+    body: impl FnOnce(&mnemo_heap::Tx<'_>) -> mnemo_heap::Result<()>,
+) -> Result<()> {
+    let started = entry.epoch.fetch_add(1, Ordering::AcqRel);
+    entry.heap.transaction(body)?;
+    let ended = entry.epoch.fetch_add(1, Ordering::AcqRel);
+    lock(&entry.replayable).committed(started, ended, written);
+    Ok(())
+}
+
+/// Make every redo record committed so far unreplayable: commit one more record (any later
+/// record's horizon lies above every record that ended before it started).
+pub fn retire(entry: &PoolEntry) -> Result<()> {
+    outside_tx(entry, || {
+        let offset = entry.heap.nvalloc(RETIRE_ROOT, 8)?;
+        let word = PPtr::<u64>::from_offset(offset);
+        commit_tracked(entry, &[ByteRange::new(offset, 8)], |tx| {
+            let n = tx.read(word)?;
+            tx.write(word, &n.wrapping_add(1))
+        })
+    })
+}
+
+/// Retire if a replayable record wrote any byte of `ranges`.
+pub fn retire_if_overlapping(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
+    let overlapping = {
+        let replayable = lock(&entry.replayable);
+        ranges.iter().any(|&r| replayable.overlaps(r))
+    };
+    if overlapping {
+        retire(entry)?;
+    }
+    Ok(())
+}
+
+/// `mnemo_msync`: one sync point over one range.
+pub fn msync(entry: &PoolEntry, range: ByteRange) -> Result<()> {
+    retire_if_overlapping(entry, &[range])?;
+    entry.heap.pool().msync(range.offset, range.len)?;
+    Ok(())
+}
+
+/// `mnemo_gmsync`: the ranges' current contents become durable together. One redo record
+/// holds a copy of every range (fence 1: from here recovery completes the call), then the
+/// ranges are flushed in place (fence 2). A crash during the call is therefore equivalent to
+/// a crash just before it or just after it returned.
+pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
+    if ranges.len() > GMSYNC_RANGES_MAX {
+        return Err(Failure::invalid(format!(
+            "{} ranges; at most {GMSYNC_RANGES_MAX} per call",
+            ranges.len()
+        )));
+    }
+    let ranges: Vec<ByteRange> = ranges.iter().copied().filter(|r| r.len > 0).collect();
+    if ranges.is_empty() {
+        return Ok(());
+    }
+    outside_tx(entry, || {
+        commit_tracked(entry, &ranges, |tx| {
+            let pool = entry.heap.pool();
+            let mut bytes = Vec::new();
+            for r in &ranges {
+                bytes.clear();
+                bytes.resize(r.len as usize, 0);
+                pool.read(r.offset, &mut bytes)?;
+                tx.write_bytes(r.offset, &bytes)?;
+            }
+            Ok(())
+        })
+    })
+}
