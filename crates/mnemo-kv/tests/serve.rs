@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mnemo_kv::server::{Effect, Engine, Request, Server, SessionConfig};
+use mnemo_kv::server::{Effect, Engine, EventLoop, Request, Server, SessionConfig};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::{errors, parse_i64, Encoder};
 
@@ -191,6 +191,32 @@ fn protocol_error_closes_the_connection() {
         b"+PONG\r\n-ERR Protocol error: invalid bulk length\r\n"
     );
     server.shutdown().expect("clean shutdown");
+}
+
+/// The loop can run on the caller's thread with a borrowed engine (one that borrows its heap),
+/// and is stopped from another thread.
+#[test]
+fn event_loop_with_a_borrowed_engine() {
+    let mut engine = FakeEngine::default();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let (event_loop, stopper) = EventLoop::new(listener, SessionConfig::default()).expect("loop");
+    let address = event_loop.local_addr();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut stream = TcpStream::connect(address).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            stream.write_all(b"SET kept yes\r\n").expect("write");
+            assert_eq!(read_exactly(&mut stream, 5), "+OK\r\n");
+            stopper.stop().expect("stop");
+        });
+        event_loop.run(&mut engine).expect("clean stop");
+    });
+    assert_eq!(
+        engine.map.get(&b"kept"[..]).map(|value| &value[..]),
+        Some(&b"yes"[..])
+    );
 }
 
 /// redis-cli and redis-benchmark (Debian's redis-tools) against the server, if installed.

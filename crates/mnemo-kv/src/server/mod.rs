@@ -8,5 +8,5 @@ mod net;
 mod session;
 
 pub use batch::{run_batch, Completion, Effect, Engine};
-pub use net::Server;
+pub use net::{EventLoop, Server, Stopper};
 pub use session::{Request, Session, SessionConfig};

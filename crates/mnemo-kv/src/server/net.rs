@@ -36,12 +36,42 @@ const WAKER: Token = Token(1);
 /// Connection tokens start here; a connection's token is also its session (CLIENT) id.
 const FIRST_CONNECTION: usize = 2;
 
-/// A running server; dropping it does not stop it, [`Server::shutdown`] does.
+/// Stops an [`EventLoop`] from any thread (a signal handler's thread, a test).
+#[derive(Clone, Debug)]
+pub struct Stopper {
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+}
+
+impl Stopper {
+    /// Asks the loop to return after the batch in progress; its connections are closed.
+    pub fn stop(&self) -> io::Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.waker.wake()
+    }
+}
+
+/// The server loop, run on the caller's thread by [`EventLoop::run`]: the engine is only
+/// borrowed, so it may borrow the pool or heap it lives in.
+#[derive(Debug)]
+pub struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    local_addr: std::net::SocketAddr,
+    connections: HashMap<Token, Connection>,
+    next_token: usize,
+    config: SessionConfig,
+    stop: Arc<AtomicBool>,
+    /// Requests read in this wake-up, in arrival order.
+    batch: Vec<Request>,
+}
+
+/// A server running [`EventLoop`] on a thread of its own; dropping it does not stop it,
+/// [`Server::shutdown`] does.
 #[derive(Debug)]
 pub struct Server {
     local_addr: std::net::SocketAddr,
-    stop: Arc<AtomicBool>,
-    waker: Arc<Waker>,
+    stopper: Stopper,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
 
@@ -49,37 +79,20 @@ impl Server {
     /// Serves `listener` with `engine` on a new thread.
     pub fn start<E>(
         listener: std::net::TcpListener,
-        engine: E,
+        mut engine: E,
         config: SessionConfig,
     ) -> io::Result<Server>
     where
         E: Engine + Send + 'static,
     {
-        listener.set_nonblocking(true)?;
-        let local_addr = listener.local_addr()?;
-        let listener = TcpListener::from_std(listener);
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread_stop = Arc::clone(&stop);
+        let (event_loop, stopper) = EventLoop::new(listener, config)?;
+        let local_addr = event_loop.local_addr();
         let thread = std::thread::Builder::new()
             .name("mnemo-server".into())
-            .spawn(move || {
-                let mut network = Network {
-                    poll,
-                    listener,
-                    connections: HashMap::new(),
-                    next_token: FIRST_CONNECTION,
-                    config,
-                    engine,
-                    batch: Vec::new(),
-                };
-                network.run(&thread_stop)
-            })?;
+            .spawn(move || event_loop.run(&mut engine))?;
         Ok(Server {
             local_addr,
-            stop,
-            waker,
+            stopper,
             thread: Some(thread),
         })
     }
@@ -92,8 +105,7 @@ impl Server {
     /// Stops accepting, closes every connection once the batch in progress is done, and waits
     /// for the server thread.
     pub fn shutdown(mut self) -> io::Result<()> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.waker.wake()?;
+        self.stopper.stop()?;
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(result)) => result,
             Some(Err(_)) => Err(io::Error::other("server thread panicked")),
@@ -102,30 +114,54 @@ impl Server {
     }
 }
 
+#[derive(Debug)]
 struct Connection {
     stream: TcpStream,
     session: Session,
     unsent: BytesMut,
 }
 
-struct Network<E> {
-    poll: Poll,
-    listener: TcpListener,
-    connections: HashMap<Token, Connection>,
-    next_token: usize,
-    config: SessionConfig,
-    engine: E,
-    /// Requests read in this wake-up, in arrival order.
-    batch: Vec<Request>,
-}
+impl EventLoop {
+    /// A loop serving `listener`, and the handle that stops it.
+    pub fn new(
+        listener: std::net::TcpListener,
+        config: SessionConfig,
+    ) -> io::Result<(EventLoop, Stopper)> {
+        listener.set_nonblocking(true)?;
+        let local_addr = listener.local_addr()?;
+        let mut listener = TcpListener::from_std(listener);
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopper = Stopper {
+            stop: Arc::clone(&stop),
+            waker,
+        };
+        let event_loop = EventLoop {
+            poll,
+            listener,
+            local_addr,
+            connections: HashMap::new(),
+            next_token: FIRST_CONNECTION,
+            config,
+            stop,
+            batch: Vec::new(),
+        };
+        Ok((event_loop, stopper))
+    }
 
-impl<E: Engine> Network<E> {
-    fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
-        self.poll
-            .registry()
-            .register(&mut self.listener, LISTENER, Interest::READABLE)?;
+    /// The address the loop listens on.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until [`Stopper::stop`]: every wake-up reads all ready connections, runs what
+    /// they sent as batches on `engine`, and writes the replies each batch releases.
+    pub fn run<E: Engine>(mut self, engine: &mut E) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
-        while !stop.load(Ordering::SeqCst) {
+        while !self.stop.load(Ordering::SeqCst) {
             if let Err(error) = self.poll.poll(&mut events, None) {
                 if error.kind() == ErrorKind::Interrupted {
                     continue;
@@ -139,7 +175,7 @@ impl<E: Engine> Network<E> {
                     token => self.service(token),
                 }
             }
-            self.execute();
+            self.execute(engine);
         }
         Ok(())
     }
@@ -218,10 +254,10 @@ impl<E: Engine> Network<E> {
 
     /// Runs what this wake-up read, in batches of at most [`BATCH_REQUESTS_MAX`], and writes
     /// the replies each batch releases after its sync point.
-    fn execute(&mut self) {
+    fn execute<E: Engine>(&mut self, engine: &mut E) {
         let requests = std::mem::take(&mut self.batch);
         for batch in requests.chunks(BATCH_REQUESTS_MAX) {
-            match run_batch(&mut self.engine, batch) {
+            match run_batch(engine, batch) {
                 Ok(completions) => {
                     for completion in completions {
                         let token = session_token(completion.session);
