@@ -680,4 +680,41 @@ mod tests {
         );
         assert!(s.should_close());
     }
+
+    /// Random byte streams built from RESP fragments and command names: the session never
+    /// panics, and every request handed out gets exactly one reply slot.
+    #[test]
+    fn random_streams_never_panic() {
+        let fragments: &[&[u8]] = &[
+            b"*", b"$", b"\r\n", b"1", b"2", b"3", b"-1", b"0", b"\"", b"'", b" ", b"\\x41", b"\n",
+            b"PING", b"HELLO", b"AUTH", b"CLIENT", b"SETNAME", b"GETNAME", b"COMMAND", b"INFO",
+            b"DOCS", b"SELECT", b"QUIT", b"GET", b"SET", b"ECHO", b"3", b"2", b"x", b"\xff", b"\0",
+        ];
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..2000 {
+            let mut input = Vec::new();
+            let pieces = next() % 40;
+            for _ in 0..pieces {
+                let index = usize::try_from(next() % fragments.len() as u64).unwrap_or(0);
+                input.extend_from_slice(fragments.get(index).copied().unwrap_or_default());
+            }
+            let password = (round % 3 == 0).then_some("pw");
+            let mut s = session(password);
+            for chunk in input.chunks(usize::try_from(next() % 7 + 1).unwrap_or(1)) {
+                s.receive(chunk);
+                while s.poll_request().is_some() {
+                    assert_eq!(s.in_flight(), 1);
+                    s.complete(b"+X\r\n", false);
+                }
+                let _ = s.take_output();
+            }
+            assert_eq!(s.in_flight(), 0);
+        }
+    }
 }
