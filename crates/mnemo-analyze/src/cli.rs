@@ -22,8 +22,22 @@ use crate::{analyze, render, Options, Strategy};
 /// parsed with `-I` for its header directories and the flags given after `--`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = "\
+How it works:
+  Any struct or union a program creates or modifies while it restores its state at
+  start-up holds persistent state (NVMOVE). From the --load functions, the call graph
+  is walked breadth-first, each function once; every assignment, ++/--, and write
+  through memcpy/strcpy/memset/read/fread/fgets/sscanf... is followed to the type of
+  the object written and to the structs that embed it by value. Reported: each type of
+  the program's own sources (not system headers) with its definition and the chain of
+  calls down to the statement that writes it. Functions taking no pointers are skipped,
+  the C library is not entered, calls through function pointers are listed as
+  unresolved, and iterator-like types and alignment variants are flagged as likely
+  false positives. Sources are parsed with libclang (apt-get install libclang-14-dev):
+  a directory's compile_commands.json when present, else every .c file under it with
+  -I for its header directories and the flags after --.
+
 Examples:
-  mnemo analyze --load rdbLoad --load loadAppendOnlyFile redis/src -- -DHAVE_CONFIG_H
+  mnemo analyze --load rdbLoad --load loadAppendOnlyFiles redis/src -- -Ideps/hiredis
   mnemo analyze --load load_records --json app/
   mnemo analyze --load load_records --strategy both app/ -- -Iinclude -DNDEBUG
 

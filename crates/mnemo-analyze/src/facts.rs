@@ -187,3 +187,43 @@ impl Program {
         self.problems.sort_by(|a, b| a.file.cmp(&b.file));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(name: &str) -> Function {
+        Function {
+            name: name.into(),
+            ..Function::default()
+        }
+    }
+
+    #[test]
+    fn merge_keeps_the_first_definition_and_sums_units() {
+        let mut a = Program {
+            units: 2,
+            ..Program::default()
+        };
+        a.functions.insert("c:@F@f".into(), function("f"));
+        a.externals.insert(
+            "c:@F@g".into(),
+            External {
+                name: "g".into(),
+                system: false,
+            },
+        );
+        let mut b = Program {
+            units: 3,
+            ..Program::default()
+        };
+        b.functions.insert("c:@F@f".into(), function("f-again"));
+        b.functions.insert("c:@F@g".into(), function("g"));
+        a.merge(b);
+        a.finish();
+        assert_eq!(a.units, 5);
+        assert_eq!(a.functions["c:@F@f"].name, "f");
+        // g is defined by the other part: no longer external.
+        assert!(a.externals.is_empty());
+    }
+}

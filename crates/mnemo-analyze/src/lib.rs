@@ -132,3 +132,18 @@ pub fn analyze(options: &Options) -> Result<Report, Error> {
     let program = workers::extract(&units, options.progress, options.jobs)?;
     analysis::run(&program, options, started)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn missing_libclang_says_how_to_install_it() {
+        let e = Error::LibclangMissing {
+            detail: "couldn't find any valid shared libraries".into(),
+        };
+        let text = e.to_string();
+        assert!(text.contains("apt-get install libclang-14-dev"), "{text}");
+        assert!(text.contains("LIBCLANG_PATH"), "{text}");
+    }
+}
