@@ -1,0 +1,1242 @@
+//! The data commands: argument parsing and validation first, then the mutation, so a command
+//! that fails with WRONGTYPE or a syntax error leaves the keyspace as it found it.
+
+use mnemo_resp::bytes::Bytes;
+use mnemo_resp::{errors, parse_f64, parse_i64, Reply};
+
+use super::dict::{self, entry_field, tag, Value};
+use super::glob;
+use super::keyspace::{Ctx, Score, WrongType, SEED};
+use super::limits::{SCAN_VISITS_PER_COUNT, VALUE_BYTES_MAX};
+use super::list;
+use super::store::{self, Result};
+
+/// A command the engine runs: (name, Redis arity, writes).
+pub const TABLE: &[(&str, i32, bool)] = &[
+    ("append", 3, true),
+    ("config", -2, false),
+    ("dbsize", 1, false),
+    ("decr", 2, true),
+    ("decrby", 3, true),
+    ("del", -2, true),
+    ("echo", 2, false),
+    ("exists", -2, false),
+    ("expire", -3, true),
+    ("flushall", -1, true),
+    ("flushdb", -1, true),
+    ("get", 2, false),
+    ("getset", 3, true),
+    ("hdel", -3, true),
+    ("hexists", 3, false),
+    ("hget", 3, false),
+    ("hgetall", 2, false),
+    ("hincrby", 4, true),
+    ("hlen", 2, false),
+    ("hmset", -4, true),
+    ("hset", -4, true),
+    ("incr", 2, true),
+    ("incrby", 3, true),
+    ("info", -1, false),
+    ("keys", 2, false),
+    ("lindex", 3, false),
+    ("llen", 2, false),
+    ("lpop", -2, true),
+    ("lpush", -3, true),
+    ("lrange", 4, false),
+    ("mget", -2, false),
+    ("mset", -3, true),
+    ("persist", 2, true),
+    ("pexpire", -3, true),
+    ("ping", -1, false),
+    ("pttl", 2, false),
+    ("rpop", -2, true),
+    ("rpush", -3, true),
+    ("sadd", -3, true),
+    ("scan", -2, false),
+    ("scard", 2, false),
+    ("select", 2, false),
+    ("set", -3, true),
+    ("shutdown", -1, false),
+    ("sismember", 3, false),
+    ("smembers", 2, false),
+    ("spop", -2, true),
+    ("srem", -3, true),
+    ("strlen", 2, false),
+    ("ttl", 2, false),
+    ("type", 2, false),
+    ("zadd", -4, true),
+    ("zcard", 2, false),
+    ("zincrby", 4, true),
+    ("zpopmin", -2, true),
+    ("zrange", -4, false),
+    ("zrem", -3, true),
+    ("zscore", 3, false),
+];
+
+pub(crate) fn err(text: &'static str) -> Reply {
+    Reply::Error(Bytes::from_static(text.as_bytes()))
+}
+
+pub(crate) fn err_owned(text: String) -> Reply {
+    Reply::Error(Bytes::from(text))
+}
+
+fn wrongtype() -> Reply {
+    err(errors::WRONG_TYPE)
+}
+
+fn bulk(v: Vec<u8>) -> Reply {
+    Reply::Bulk(Bytes::from(v))
+}
+
+fn int(v: u64) -> Reply {
+    Reply::Integer(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// Unwraps a typed lookup or replies WRONGTYPE.
+macro_rules! typed {
+    ($ctx:expr, $found:expr, $tag:expr) => {
+        match super::keyspace::typed($found, $tag) {
+            Ok(found) => found,
+            Err(WrongType) => return Ok(wrongtype()),
+        }
+    };
+}
+
+/// Parses an integer argument or replies NOT_INTEGER.
+macro_rules! integer {
+    ($arg:expr) => {
+        match parse_i64($arg) {
+            Some(v) => v,
+            None => return Ok(err(errors::NOT_INTEGER)),
+        }
+    };
+}
+
+fn eq(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// Runs one data command (`name` lower-case, arity already checked).
+pub fn run(ctx: &mut Ctx<'_, '_>, name: &str, args: &[Bytes]) -> Result<Reply> {
+    let a = args;
+    match name {
+        "get" => get(ctx, &a[1]),
+        "set" => set(ctx, a),
+        "getset" => getset(ctx, &a[1], &a[2]),
+        "append" => append(ctx, &a[1], &a[2]),
+        "strlen" => strlen(ctx, &a[1]),
+        "incr" => incr(ctx, &a[1], 1),
+        "decr" => incr(ctx, &a[1], -1),
+        "incrby" => Ok(match parse_i64(&a[2]) {
+            Some(by) => return incr(ctx, &a[1], by),
+            None => err(errors::NOT_INTEGER),
+        }),
+        "decrby" => Ok(match parse_i64(&a[2]) {
+            Some(i64::MIN) => err("ERR decrement would overflow"),
+            Some(by) => return incr(ctx, &a[1], -by),
+            None => err(errors::NOT_INTEGER),
+        }),
+        "mget" => mget(ctx, &a[1..]),
+        "mset" => mset(ctx, a),
+        "del" => del(ctx, &a[1..]),
+        "exists" => exists(ctx, &a[1..]),
+        "expire" => expire(ctx, a, 1000, "expire"),
+        "pexpire" => expire(ctx, a, 1, "pexpire"),
+        "ttl" => ttl(ctx, &a[1], false),
+        "pttl" => ttl(ctx, &a[1], true),
+        "persist" => persist(ctx, &a[1]),
+        "type" => Ok(Reply::Simple(Bytes::from_static(
+            super::keyspace::type_name(ctx.lookup(&a[1])?.map_or(0, |f| f.entry.tag)).as_bytes(),
+        ))),
+        "keys" => keys(ctx, &a[1]),
+        "scan" => scan(ctx, a),
+        "dbsize" => Ok(int(dict::Header::read(ctx.tx, ctx.keyspace()?)?.count)),
+        "flushall" | "flushdb" => flush(ctx, a),
+        "lpush" => push(ctx, a, true),
+        "rpush" => push(ctx, a, false),
+        "lpop" => pop(ctx, a, true),
+        "rpop" => pop(ctx, a, false),
+        "lrange" => lrange(ctx, a),
+        "llen" => llen(ctx, &a[1]),
+        "lindex" => lindex(ctx, a),
+        "sadd" => sadd(ctx, a),
+        "srem" => srem(ctx, a),
+        "smembers" => smembers(ctx, &a[1]),
+        "scard" => card(ctx, &a[1], tag::SET),
+        "sismember" => sismember(ctx, &a[1], &a[2]),
+        "spop" => spop(ctx, a),
+        "hset" => hset(ctx, a, false),
+        "hmset" => hset(ctx, a, true),
+        "hget" => hget(ctx, &a[1], &a[2]),
+        "hgetall" => hgetall(ctx, &a[1]),
+        "hdel" => hdel(ctx, a),
+        "hlen" => card(ctx, &a[1], tag::HASH),
+        "hexists" => hexists(ctx, &a[1], &a[2]),
+        "hincrby" => hincrby(ctx, a),
+        "zadd" => zadd(ctx, a),
+        "zscore" => zscore(ctx, &a[1], &a[2]),
+        "zincrby" => zincrby(ctx, a),
+        "zcard" => card(ctx, &a[1], tag::ZSET),
+        "zrem" => zrem(ctx, a),
+        "zrange" => zrange(ctx, a),
+        "zpopmin" => zpopmin(ctx, a),
+        _ => Ok(err("ERR unknown command")),
+    }
+}
+
+// ---- strings ----
+
+fn get(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
+    let found = typed!(ctx, ctx.lookup(key)?, tag::STRING);
+    Ok(match found {
+        Some(f) => bulk(f.entry.string(ctx.tx)?),
+        None => Reply::NullBulk,
+    })
+}
+
+/// Milliseconds from an EX/PX-style argument, or the error reply.
+fn expire_at(
+    ctx: &Ctx<'_, '_>,
+    arg: &[u8],
+    unit: i64,
+    absolute: bool,
+    cmd: &str,
+) -> std::result::Result<i64, Reply> {
+    let v = parse_i64(arg).ok_or_else(|| err(errors::NOT_INTEGER))?;
+    let invalid = || err_owned(errors::invalid_expire_time(cmd));
+    if v <= 0 {
+        return Err(invalid());
+    }
+    let ms = v.checked_mul(unit).ok_or_else(invalid)?;
+    if absolute {
+        Ok(ms)
+    } else {
+        ms.checked_add(ctx.now).ok_or_else(invalid)
+    }
+}
+
+fn set(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let (mut nx, mut xx, mut get, mut keep) = (false, false, false, false);
+    let mut expire: Option<i64> = None;
+    let mut i = 3;
+    while i < a.len() {
+        let opt = &a[i];
+        let has_next = i + 1 < a.len();
+        if eq(opt, "nx") && !xx {
+            nx = true;
+        } else if eq(opt, "xx") && !nx {
+            xx = true;
+        } else if eq(opt, "get") {
+            get = true;
+        } else if eq(opt, "keepttl") && expire.is_none() {
+            keep = true;
+        } else if (eq(opt, "ex") || eq(opt, "px") || eq(opt, "exat") || eq(opt, "pxat"))
+            && expire.is_none()
+            && !keep
+            && has_next
+        {
+            let unit = if eq(opt, "ex") || eq(opt, "exat") {
+                1000
+            } else {
+                1
+            };
+            let absolute = opt.len() == 4;
+            match expire_at(ctx, &a[i + 1], unit, absolute, "set") {
+                Ok(at) => expire = Some(at),
+                Err(reply) => return Ok(reply),
+            }
+            i += 1;
+        } else {
+            return Ok(err(errors::SYNTAX));
+        }
+        i += 1;
+    }
+    let key = &a[1];
+    let found = ctx.lookup_write(key)?;
+    if get && found.as_ref().is_some_and(|f| f.entry.tag != tag::STRING) {
+        return Ok(wrongtype());
+    }
+    let old = match (&found, get) {
+        (Some(f), true) => bulk(f.entry.string(ctx.tx)?),
+        _ => Reply::NullBulk,
+    };
+    if (nx && found.is_some()) || (xx && found.is_none()) {
+        return Ok(if get { old } else { Reply::NullBulk });
+    }
+    let new_expire = if keep {
+        None
+    } else {
+        Some(expire.unwrap_or(0))
+    };
+    if let Some(at) = expire {
+        if at <= ctx.now {
+            // Already in the past (EXAT/PXAT): Redis deletes the key.
+            if let Some(f) = &found {
+                ctx.delete(f)?;
+            }
+            return Ok(if get { old } else { Reply::ok() });
+        }
+    }
+    ctx.put_string(key, found.as_ref(), &a[2], new_expire)?;
+    Ok(if get { old } else { Reply::ok() })
+}
+
+fn getset(ctx: &mut Ctx<'_, '_>, key: &[u8], value: &[u8]) -> Result<Reply> {
+    let found = typed!(ctx, ctx.lookup_write(key)?, tag::STRING);
+    let old = match &found {
+        Some(f) => bulk(f.entry.string(ctx.tx)?),
+        None => Reply::NullBulk,
+    };
+    ctx.put_string(key, found.as_ref(), value, Some(0))?;
+    Ok(old)
+}
+
+fn append(ctx: &mut Ctx<'_, '_>, key: &[u8], tail: &[u8]) -> Result<Reply> {
+    let found = typed!(ctx, ctx.lookup_write(key)?, tag::STRING);
+    Ok(match found {
+        Some(f) => {
+            if f.entry.vlen + tail.len() as u64 > VALUE_BYTES_MAX {
+                return Ok(err(errors::STRING_TOO_LONG));
+            }
+            int(ctx.append(&f, tail)?)
+        }
+        None => {
+            ctx.put_string(key, None, tail, Some(0))?;
+            int(tail.len() as u64)
+        }
+    })
+}
+
+fn strlen(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
+    let found = typed!(ctx, ctx.lookup(key)?, tag::STRING);
+    Ok(int(found.map_or(0, |f| f.entry.vlen)))
+}
+
+fn incr(ctx: &mut Ctx<'_, '_>, key: &[u8], by: i64) -> Result<Reply> {
+    let found = typed!(ctx, ctx.lookup_write(key)?, tag::STRING);
+    let current = match &found {
+        Some(f) => {
+            let v = f.entry.string(ctx.tx)?;
+            match parse_i64(&v) {
+                Some(n) => n,
+                None => return Ok(err(errors::NOT_INTEGER)),
+            }
+        }
+        None => 0,
+    };
+    let Some(next) = current.checked_add(by) else {
+        return Ok(err(errors::OVERFLOW));
+    };
+    let mut text = Vec::with_capacity(20);
+    mnemo_resp::write_i64(&mut text, next);
+    ctx.put_string(key, found.as_ref(), &text, None)?;
+    Ok(Reply::Integer(next))
+}
+
+fn mget(ctx: &mut Ctx<'_, '_>, keys: &[Bytes]) -> Result<Reply> {
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        out.push(match ctx.lookup(key)? {
+            Some(f) if f.entry.tag == tag::STRING => bulk(f.entry.string(ctx.tx)?),
+            _ => Reply::NullBulk,
+        });
+    }
+    Ok(Reply::Array(out))
+}
+
+fn mset(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    if a.len() % 2 == 0 {
+        return Ok(err("ERR wrong number of arguments for 'mset' command"));
+    }
+    for pair in a[1..].chunks_exact(2) {
+        let found = ctx.lookup_write(&pair[0])?;
+        ctx.put_string(&pair[0], found.as_ref(), &pair[1], Some(0))?;
+    }
+    Ok(Reply::ok())
+}
+
+// ---- keys ----
+
+fn del(ctx: &mut Ctx<'_, '_>, keys: &[Bytes]) -> Result<Reply> {
+    let mut n = 0;
+    for key in keys {
+        if let Some(f) = ctx.lookup_write(key)? {
+            ctx.delete(&f)?;
+            n += 1;
+        }
+    }
+    Ok(int(n))
+}
+
+fn exists(ctx: &mut Ctx<'_, '_>, keys: &[Bytes]) -> Result<Reply> {
+    let mut n = 0;
+    for key in keys {
+        if ctx.lookup(key)?.is_some() {
+            n += 1;
+        }
+    }
+    Ok(int(n))
+}
+
+fn expire(ctx: &mut Ctx<'_, '_>, a: &[Bytes], unit: i64, cmd: &str) -> Result<Reply> {
+    let v = integer!(&a[2]);
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &a[3..] {
+        if eq(opt, "nx") {
+            nx = true;
+        } else if eq(opt, "xx") {
+            xx = true;
+        } else if eq(opt, "gt") {
+            gt = true;
+        } else if eq(opt, "lt") {
+            lt = true;
+        } else {
+            return Ok(err_owned(format!(
+                "ERR Unsupported option {}",
+                String::from_utf8_lossy(opt)
+            )));
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Ok(err(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if gt && lt {
+        return Ok(err(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
+    }
+    let invalid = || err_owned(errors::invalid_expire_time(cmd));
+    let Some(at) = v.checked_mul(unit).and_then(|ms| ms.checked_add(ctx.now)) else {
+        return Ok(invalid());
+    };
+    let Some(f) = ctx.lookup_write(&a[1])? else {
+        return Ok(Reply::Integer(0));
+    };
+    let current = f.entry.expire;
+    let blocked = (nx && current != 0)
+        || (xx && current == 0)
+        || (gt && (current == 0 || at <= current))
+        || (lt && current != 0 && at >= current);
+    if blocked {
+        return Ok(Reply::Integer(0));
+    }
+    if at <= ctx.now {
+        ctx.delete(&f)?;
+    } else {
+        ctx.set_expire(&f.entry, at)?;
+    }
+    Ok(Reply::Integer(1))
+}
+
+fn ttl(ctx: &mut Ctx<'_, '_>, key: &[u8], ms: bool) -> Result<Reply> {
+    Ok(Reply::Integer(match ctx.lookup(key)? {
+        None => -2,
+        Some(f) if f.entry.expire == 0 => -1,
+        Some(f) => {
+            let left = (f.entry.expire - ctx.now).max(0);
+            if ms {
+                left
+            } else {
+                (left + 500) / 1000
+            }
+        }
+    }))
+}
+
+fn persist(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
+    Ok(match ctx.lookup_write(key)? {
+        Some(f) if f.entry.expire != 0 => {
+            ctx.set_expire(&f.entry, 0)?;
+            Reply::Integer(1)
+        }
+        _ => Reply::Integer(0),
+    })
+}
+
+fn keys(ctx: &mut Ctx<'_, '_>, pattern: &[u8]) -> Result<Reply> {
+    let ks = ctx.keyspace()?;
+    let mut out = Vec::new();
+    let all = pattern == b"*";
+    let now = ctx.now;
+    dict::for_each(ctx.tx, ks, |e| {
+        if e.expire == 0 || e.expire > now {
+            let key = e.key(ctx.tx)?;
+            if all || glob::matches(pattern, &key) {
+                out.push(bulk(key));
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(Reply::Array(out))
+}
+
+fn scan(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let cursor = match std::str::from_utf8(&a[1])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        Some(c) => c,
+        None => return Ok(err(errors::INVALID_CURSOR)),
+    };
+    let (mut pattern, mut count, mut kind): (Option<&[u8]>, u64, Option<&[u8]>) = (None, 10, None);
+    let mut i = 2;
+    while i < a.len() {
+        if i + 1 >= a.len() {
+            return Ok(err(errors::SYNTAX));
+        }
+        if eq(&a[i], "match") {
+            pattern = Some(&a[i + 1])
+                .filter(|p| p.as_ref() != b"*")
+                .map(|p| &p[..]);
+        } else if eq(&a[i], "count") {
+            let n = integer!(&a[i + 1]);
+            if n < 1 {
+                return Ok(err(errors::SYNTAX));
+            }
+            count = n as u64;
+        } else if eq(&a[i], "type") {
+            kind = Some(&a[i + 1]);
+        } else {
+            return Ok(err(errors::SYNTAX));
+        }
+        i += 2;
+    }
+    let ks = ctx.keyspace()?;
+    let now = ctx.now;
+    let mut found = Vec::new();
+    let mut cursor = cursor;
+    let mut visits = count.saturating_mul(SCAN_VISITS_PER_COUNT);
+    loop {
+        cursor = dict::scan(ctx.tx, ks, cursor, |e| {
+            if e.expire != 0 && e.expire <= now {
+                return Ok(());
+            }
+            if kind.is_some_and(|k| !eq(k, super::keyspace::type_name(e.tag))) {
+                return Ok(());
+            }
+            let key = e.key(ctx.tx)?;
+            if pattern.is_none_or(|p| glob::matches(p, &key)) {
+                found.push(bulk(key));
+            }
+            Ok(())
+        })?;
+        visits = visits.saturating_sub(1);
+        if cursor == 0 || found.len() as u64 >= count || visits == 0 {
+            break;
+        }
+    }
+    Ok(Reply::Array(vec![
+        bulk(cursor.to_string().into_bytes()),
+        Reply::Array(found),
+    ]))
+}
+
+fn flush(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    match a.get(1) {
+        None => {}
+        Some(mode) if a.len() == 2 && (eq(mode, "sync") || eq(mode, "async")) => {}
+        Some(_) => return Ok(err(errors::SYNTAX)),
+    }
+    let old = ctx.keyspace()?;
+    let h = dict::Header::read(ctx.tx, old)?;
+    if h.count == 0 {
+        return Ok(Reply::ok());
+    }
+    let new = dict::create(ctx.tx, dict::Kind::Keyspace)?;
+    store::set_word(ctx.tx, ctx.root + super::keyspace::root::KEYSPACE, new)?;
+    // The old table and everything in it is freed a bounded amount per batch.
+    let head = store::word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM)?;
+    store::set_word(ctx.tx, old + dict::field::RECLAIM_NEXT, head)?;
+    store::set_word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM, old)?;
+    ctx.zcache.clear();
+    Ok(Reply::ok())
+}
+
+// ---- lists ----
+
+fn push(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
+    let found = typed!(ctx, ctx.lookup_write(&a[1])?, tag::LIST);
+    let l = match found {
+        Some(f) => f.entry.val,
+        None => ctx.create_container(&a[1], tag::LIST)?,
+    };
+    let mut len = 0;
+    for value in &a[2..] {
+        len = list::push(ctx.tx, l, left, value)?;
+    }
+    Ok(int(len))
+}
+
+/// Parses an optional count argument: Ok(None) without one, Err(reply) if invalid.
+fn count_arg(a: &[Bytes], at: usize) -> std::result::Result<Option<u64>, Reply> {
+    match a.get(at) {
+        None => Ok(None),
+        Some(_) if a.len() > at + 1 => Err(err(errors::SYNTAX)),
+        Some(arg) => match parse_i64(arg) {
+            Some(n) if n >= 0 => Ok(Some(n as u64)),
+            _ => Err(err(errors::MUST_BE_POSITIVE)),
+        },
+    }
+}
+
+fn pop(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
+    let count = match count_arg(a, 2) {
+        Ok(c) => c,
+        Err(reply) => return Ok(reply),
+    };
+    let found = typed!(ctx, ctx.lookup_write(&a[1])?, tag::LIST);
+    let Some(f) = found else {
+        return Ok(if count.is_some() {
+            Reply::NullArray
+        } else {
+            Reply::NullBulk
+        });
+    };
+    let l = f.entry.val;
+    let mut out = Vec::new();
+    for _ in 0..count.unwrap_or(1) {
+        match list::pop(ctx.tx, l, left)? {
+            Some(v) => out.push(bulk(v)),
+            None => break,
+        }
+    }
+    if list::Header::read(ctx.tx, l)?.len == 0 {
+        ctx.delete(&f)?;
+    }
+    Ok(match count {
+        Some(_) => Reply::Array(out),
+        None => out.pop().unwrap_or(Reply::NullBulk),
+    })
+}
+
+/// Redis's index normalisation for ranges: Some((start, stop)) inclusive, None if empty.
+fn clamp_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    let start = if start < 0 {
+        (start + len).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 { stop + len } else { stop };
+    if start > stop || start >= len {
+        return None;
+    }
+    Some((start as u64, stop.min(len - 1) as u64))
+}
+
+fn lrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let (start, stop) = (integer!(&a[2]), integer!(&a[3]));
+    let found = typed!(ctx, ctx.lookup(&a[1])?, tag::LIST);
+    let Some(f) = found else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let len = list::Header::read(ctx.tx, f.entry.val)?.len;
+    Ok(Reply::Array(match clamp_range(start, stop, len) {
+        Some((s, e)) => list::range(ctx.tx, f.entry.val, s, e)?
+            .into_iter()
+            .map(bulk)
+            .collect(),
+        None => Vec::new(),
+    }))
+}
+
+fn llen(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
+    let found = typed!(ctx, ctx.lookup(key)?, tag::LIST);
+    Ok(int(match found {
+        Some(f) => list::Header::read(ctx.tx, f.entry.val)?.len,
+        None => 0,
+    }))
+}
+
+fn lindex(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let index = integer!(&a[2]);
+    let found = typed!(ctx, ctx.lookup(&a[1])?, tag::LIST);
+    let Some(f) = found else {
+        return Ok(Reply::NullBulk);
+    };
+    let len = list::Header::read(ctx.tx, f.entry.val)?.len;
+    let len_i = i64::try_from(len).unwrap_or(i64::MAX);
+    let i = if index < 0 { index + len_i } else { index };
+    if i < 0 || i >= len_i {
+        return Ok(Reply::NullBulk);
+    }
+    let mut v = list::range(ctx.tx, f.entry.val, i as u64, i as u64)?;
+    Ok(v.pop().map_or(Reply::NullBulk, bulk))
+}
+
+// ---- sets and hashes (nested tables) ----
+
+/// A lookup result, or the key has another type.
+type Typed<T> = std::result::Result<T, WrongType>;
+
+/// The nested table of `key` if it has type `t`, creating it when `create`.
+fn container(ctx: &mut Ctx<'_, '_>, key: &[u8], t: u8, create: bool) -> Result<Typed<Option<u64>>> {
+    let found = if create {
+        ctx.lookup_write(key)?
+    } else {
+        ctx.lookup(key)?
+    };
+    let found = match super::keyspace::typed(found, t) {
+        Ok(f) => f,
+        Err(w) => return Ok(Err(w)),
+    };
+    Ok(Ok(match found {
+        Some(f) => Some(f.entry.val),
+        None if create => Some(ctx.create_container(key, t)?),
+        None => None,
+    }))
+}
+
+macro_rules! container {
+    ($ctx:expr, $key:expr, $tag:expr, $create:expr) => {
+        match container($ctx, $key, $tag, $create)? {
+            Ok(c) => c,
+            Err(WrongType) => return Ok(wrongtype()),
+        }
+    };
+}
+
+/// Deletes `key` if its nested table is now empty.
+fn drop_if_empty(ctx: &mut Ctx<'_, '_>, key: &[u8], d: u64) -> Result<()> {
+    if dict::Header::read(ctx.tx, d)?.count == 0 {
+        if let Some(f) = ctx.lookup_write(key)? {
+            ctx.delete(&f)?;
+        }
+    }
+    Ok(())
+}
+
+fn sadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let Some(d) = container!(ctx, &a[1], tag::SET, true) else {
+        return Ok(Reply::Integer(0));
+    };
+    let mut added = 0;
+    for member in &a[2..] {
+        dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
+        if dict::find(ctx.tx, d, SEED, member)?.is_none() {
+            let hash = store::hash(SEED, member);
+            let e = dict::new_entry(ctx.tx, tag::MEMBER, member, hash, 0, Value::None)?;
+            dict::insert(ctx.tx, d, e, hash)?;
+            added += 1;
+        }
+    }
+    Ok(int(added))
+}
+
+/// Removes members (set, hash fields, sorted-set members) from a table; returns how many.
+fn remove_members(ctx: &mut Ctx<'_, '_>, d: u64, members: &[Bytes], zset: bool) -> Result<u64> {
+    let mut removed = 0;
+    for member in members {
+        dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
+        if let Some(f) = dict::find(ctx.tx, d, SEED, member)? {
+            dict::unlink(ctx.tx, d, &f)?;
+            ctx.drop_value(&f.entry)?;
+            store::free(ctx.tx, f.entry.off)?;
+            if zset {
+                let score = Score(f.entry.score());
+                ctx.zindex(d)?.remove(&(score, member.to_vec()));
+                ctx.zdirty(d);
+            }
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+fn srem(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let Some(d) = container!(ctx, &a[1], tag::SET, false) else {
+        return Ok(Reply::Integer(0));
+    };
+    let n = remove_members(ctx, d, &a[2..], false)?;
+    drop_if_empty(ctx, &a[1], d)?;
+    Ok(int(n))
+}
+
+fn members(ctx: &mut Ctx<'_, '_>, d: u64) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    dict::for_each(ctx.tx, d, |e| {
+        out.push(e.key(ctx.tx)?);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+fn smembers(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
+    let Some(d) = container!(ctx, key, tag::SET, false) else {
+        return Ok(Reply::Set(Vec::new()));
+    };
+    Ok(Reply::Set(members(ctx, d)?.into_iter().map(bulk).collect()))
+}
+
+fn card(ctx: &mut Ctx<'_, '_>, key: &[u8], t: u8) -> Result<Reply> {
+    let Some(d) = container!(ctx, key, t, false) else {
+        return Ok(Reply::Integer(0));
+    };
+    Ok(int(dict::Header::read(ctx.tx, d)?.count))
+}
+
+fn sismember(ctx: &mut Ctx<'_, '_>, key: &[u8], member: &[u8]) -> Result<Reply> {
+    let Some(d) = container!(ctx, key, tag::SET, false) else {
+        return Ok(Reply::Integer(0));
+    };
+    Ok(Reply::Integer(i64::from(
+        dict::find(ctx.tx, d, SEED, member)?.is_some(),
+    )))
+}
+
+fn spop(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let count = match count_arg(a, 2) {
+        Ok(c) => c,
+        Err(reply) => return Ok(reply),
+    };
+    let Some(d) = container!(ctx, &a[1], tag::SET, false) else {
+        return Ok(match count {
+            Some(_) => Reply::Set(Vec::new()),
+            None => Reply::NullBulk,
+        });
+    };
+    let mut out = Vec::new();
+    for _ in 0..count.unwrap_or(1) {
+        dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
+        let mut rng = || ctx_random(ctx.rng);
+        let Some(f) = dict::random(ctx.tx, d, &mut rng)? else {
+            break;
+        };
+        out.push(bulk(f.entry.key(ctx.tx)?));
+        dict::unlink(ctx.tx, d, &f)?;
+        store::free(ctx.tx, f.entry.off)?;
+    }
+    drop_if_empty(ctx, &a[1], d)?;
+    Ok(match count {
+        Some(_) => Reply::Set(out),
+        None => out.pop().unwrap_or(Reply::NullBulk),
+    })
+}
+
+fn ctx_random(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+fn hset(ctx: &mut Ctx<'_, '_>, a: &[Bytes], hmset: bool) -> Result<Reply> {
+    if a.len() % 2 != 0 {
+        let name = if hmset { "hmset" } else { "hset" };
+        return Ok(err_owned(format!(
+            "ERR wrong number of arguments for '{name}' command"
+        )));
+    }
+    let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
+        return Ok(Reply::Integer(0));
+    };
+    let mut added = 0;
+    for pair in a[2..].chunks_exact(2) {
+        dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
+        let found = dict::find(ctx.tx, d, SEED, &pair[0])?;
+        if found.is_none() {
+            added += 1;
+        }
+        ctx.put_string_in(
+            d,
+            tag::STRING,
+            &pair[0],
+            found.as_ref(),
+            &pair[1],
+            None,
+            false,
+        )?;
+    }
+    Ok(if hmset { Reply::ok() } else { int(added) })
+}
+
+fn hget(ctx: &mut Ctx<'_, '_>, key: &[u8], field: &[u8]) -> Result<Reply> {
+    let Some(d) = container!(ctx, key, tag::HASH, false) else {
+        return Ok(Reply::NullBulk);
+    };
+    Ok(match dict::find(ctx.tx, d, SEED, field)? {
+        Some(f) => bulk(f.entry.string(ctx.tx)?),
+        None => Reply::NullBulk,
+    })
+}
+
+fn hgetall(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
+    let Some(d) = container!(ctx, key, tag::HASH, false) else {
+        return Ok(Reply::Map(Vec::new()));
+    };
+    let mut out = Vec::new();
+    dict::for_each(ctx.tx, d, |e| {
+        out.push((bulk(e.key(ctx.tx)?), bulk(e.string(ctx.tx)?)));
+        Ok(true)
+    })?;
+    Ok(Reply::Map(out))
+}
+
+fn hdel(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let Some(d) = container!(ctx, &a[1], tag::HASH, false) else {
+        return Ok(Reply::Integer(0));
+    };
+    let n = remove_members(ctx, d, &a[2..], false)?;
+    drop_if_empty(ctx, &a[1], d)?;
+    Ok(int(n))
+}
+
+fn hexists(ctx: &mut Ctx<'_, '_>, key: &[u8], field: &[u8]) -> Result<Reply> {
+    let Some(d) = container!(ctx, key, tag::HASH, false) else {
+        return Ok(Reply::Integer(0));
+    };
+    Ok(Reply::Integer(i64::from(
+        dict::find(ctx.tx, d, SEED, field)?.is_some(),
+    )))
+}
+
+fn hincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let by = integer!(&a[3]);
+    let existing = container!(ctx, &a[1], tag::HASH, false);
+    let field = &a[2];
+    let current = match existing {
+        Some(d) => match dict::find(ctx.tx, d, SEED, field)? {
+            Some(f) => match parse_i64(&f.entry.string(ctx.tx)?) {
+                Some(n) => n,
+                None => return Ok(err(errors::HASH_VALUE_NOT_INTEGER)),
+            },
+            None => 0,
+        },
+        None => 0,
+    };
+    let Some(next) = current.checked_add(by) else {
+        return Ok(err(errors::OVERFLOW));
+    };
+    let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
+        return Ok(Reply::Integer(0));
+    };
+    dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
+    let found = dict::find(ctx.tx, d, SEED, field)?;
+    let mut text = Vec::with_capacity(20);
+    mnemo_resp::write_i64(&mut text, next);
+    ctx.put_string_in(d, tag::STRING, field, found.as_ref(), &text, None, false)?;
+    Ok(Reply::Integer(next))
+}
+
+// ---- sorted sets ----
+
+/// Sets a member's score in a sorted set's table and index; true if it was added.
+fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Result<bool> {
+    dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
+    let found = dict::find(ctx.tx, d, SEED, member)?;
+    ctx.zdirty(d);
+    match found {
+        Some(f) => {
+            let old = f.entry.score();
+            store::set_word(ctx.tx, f.entry.off + entry_field::VAL, score.to_bits())?;
+            let index = ctx.zindex(d)?;
+            index.remove(&(Score(old), member.to_vec()));
+            index.insert((Score(score), member.to_vec()));
+            Ok(false)
+        }
+        None => {
+            let hash = store::hash(SEED, member);
+            let e = dict::new_entry(
+                ctx.tx,
+                tag::SCORED,
+                member,
+                hash,
+                0,
+                Value::Word(score.to_bits()),
+            )?;
+            dict::insert(ctx.tx, d, e, hash)?;
+            ctx.zindex(d)?.insert((Score(score), member.to_vec()));
+            Ok(true)
+        }
+    }
+}
+
+fn zadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
+        (false, false, false, false, false, false);
+    let mut i = 2;
+    while i < a.len() {
+        let o = &a[i];
+        if eq(o, "nx") {
+            nx = true;
+        } else if eq(o, "xx") {
+            xx = true;
+        } else if eq(o, "gt") {
+            gt = true;
+        } else if eq(o, "lt") {
+            lt = true;
+        } else if eq(o, "ch") {
+            ch = true;
+        } else if eq(o, "incr") {
+            incr = true;
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    let pairs = &a[i..];
+    if pairs.is_empty() || pairs.len() % 2 != 0 {
+        return Ok(err(errors::SYNTAX));
+    }
+    if nx && xx {
+        return Ok(err(errors::ZADD_XX_AND_NX));
+    }
+    if ((gt || lt) && nx) || (gt && lt) {
+        return Ok(err(errors::ZADD_GT_LT_NX));
+    }
+    if incr && pairs.len() > 2 {
+        return Ok(err(errors::ZADD_INCR_PAIR));
+    }
+    let mut scores = Vec::with_capacity(pairs.len() / 2);
+    for pair in pairs.chunks_exact(2) {
+        match parse_f64(&pair[0]) {
+            Some(s) if !s.is_nan() => scores.push(s),
+            _ => return Ok(err(errors::NOT_FLOAT)),
+        }
+    }
+    // Nothing can be added with XX to a missing key: no key is created.
+    let existing = container!(ctx, &a[1], tag::ZSET, false);
+    if existing.is_none() && xx {
+        return Ok(if incr {
+            Reply::NullBulk
+        } else {
+            Reply::Integer(0)
+        });
+    }
+    // Check INCR's NaN before creating anything.
+    let mut plan = Vec::with_capacity(scores.len());
+    for (pair, score) in pairs.chunks_exact(2).zip(scores) {
+        let current = match existing {
+            Some(d) => dict::find(ctx.tx, d, SEED, &pair[1])?.map(|f| f.entry.score()),
+            None => None,
+        };
+        let mut target = score;
+        if incr {
+            target = current.unwrap_or(0.0) + score;
+            if target.is_nan() {
+                return Ok(err("ERR resulting score is not a number (NaN)"));
+            }
+        }
+        let skip = match current {
+            Some(c) => nx || (gt && target <= c) || (lt && target >= c),
+            None => xx,
+        };
+        plan.push((&pair[1], current, target, skip));
+    }
+    if plan.iter().all(|p| p.3) && existing.is_none() {
+        return Ok(if incr {
+            Reply::NullBulk
+        } else {
+            Reply::Integer(0)
+        });
+    }
+    let Some(d) = container!(ctx, &a[1], tag::ZSET, true) else {
+        return Ok(Reply::Integer(0));
+    };
+    let (mut added, mut changed) = (0, 0);
+    let mut last = None;
+    for (member, current, target, skip) in plan {
+        if skip {
+            continue;
+        }
+        if current == Some(target) {
+            last = Some(target);
+            continue;
+        }
+        if zset_score(ctx, d, member, target)? {
+            added += 1;
+        } else {
+            changed += 1;
+        }
+        last = Some(target);
+    }
+    Ok(if incr {
+        last.map_or(Reply::NullBulk, Reply::Double)
+    } else if ch {
+        int(added + changed)
+    } else {
+        int(added)
+    })
+}
+
+fn zscore(ctx: &mut Ctx<'_, '_>, key: &[u8], member: &[u8]) -> Result<Reply> {
+    let Some(d) = container!(ctx, key, tag::ZSET, false) else {
+        return Ok(Reply::NullBulk);
+    };
+    Ok(match dict::find(ctx.tx, d, SEED, member)? {
+        Some(f) => Reply::Double(f.entry.score()),
+        None => Reply::NullBulk,
+    })
+}
+
+fn zincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let by = match parse_f64(&a[2]) {
+        Some(v) if !v.is_nan() => v,
+        _ => return Ok(err(errors::NOT_FLOAT)),
+    };
+    let existing = container!(ctx, &a[1], tag::ZSET, false);
+    let current = match existing {
+        Some(d) => dict::find(ctx.tx, d, SEED, &a[3])?.map_or(0.0, |f| f.entry.score()),
+        None => 0.0,
+    };
+    let next = current + by;
+    if next.is_nan() {
+        return Ok(err("ERR resulting score is not a number (NaN)"));
+    }
+    let Some(d) = container!(ctx, &a[1], tag::ZSET, true) else {
+        return Ok(Reply::NullBulk);
+    };
+    zset_score(ctx, d, &a[3], next)?;
+    Ok(Reply::Double(next))
+}
+
+fn zrem(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
+        return Ok(Reply::Integer(0));
+    };
+    let n = remove_members(ctx, d, &a[2..], true)?;
+    drop_if_empty(ctx, &a[1], d)?;
+    Ok(int(n))
+}
+
+/// A ZRANGE BYSCORE bound: value and exclusiveness.
+fn score_bound(arg: &[u8]) -> Option<(f64, bool)> {
+    let (text, exclusive) = match arg.strip_prefix(b"(") {
+        Some(rest) => (rest, true),
+        None => (arg, false),
+    };
+    parse_f64(text)
+        .filter(|v| !v.is_nan())
+        .map(|v| (v, exclusive))
+}
+
+fn scored_reply(items: Vec<(f64, Vec<u8>)>, with_scores: bool, resp3: bool) -> Reply {
+    let mut out = Vec::new();
+    for (score, member) in items {
+        if !with_scores {
+            out.push(bulk(member));
+        } else if resp3 {
+            out.push(Reply::Array(vec![bulk(member), Reply::Double(score)]));
+        } else {
+            out.push(bulk(member));
+            out.push(Reply::Double(score));
+        }
+    }
+    Reply::Array(out)
+}
+
+fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let (mut by_score, mut rev, mut with_scores) = (false, false, false);
+    let mut limit: Option<(i64, i64)> = None;
+    let mut i = 4;
+    while i < a.len() {
+        let o = &a[i];
+        if eq(o, "byscore") {
+            by_score = true;
+        } else if eq(o, "rev") {
+            rev = true;
+        } else if eq(o, "withscores") {
+            with_scores = true;
+        } else if eq(o, "limit") && i + 2 < a.len() {
+            limit = Some((integer!(&a[i + 1]), integer!(&a[i + 2])));
+            i += 2;
+        } else {
+            return Ok(err(errors::SYNTAX));
+        }
+        i += 1;
+    }
+    if limit.is_some() && !by_score {
+        return Ok(err(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
+    }
+    let resp3 = ctx.resp3;
+    if by_score {
+        let (lo_arg, hi_arg) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };
+        let (Some(lo), Some(hi)) = (score_bound(lo_arg), score_bound(hi_arg)) else {
+            return Ok(err(errors::MIN_MAX_NOT_FLOAT));
+        };
+        let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
+            return Ok(Reply::Array(Vec::new()));
+        };
+        let index = ctx.zindex(d)?;
+        let inside = |s: f64| {
+            (if lo.1 { s > lo.0 } else { s >= lo.0 }) && (if hi.1 { s < hi.0 } else { s <= hi.0 })
+        };
+        let (offset, count) = limit.unwrap_or((0, -1));
+        if offset < 0 {
+            return Ok(Reply::Array(Vec::new()));
+        }
+        let take = if count < 0 {
+            usize::MAX
+        } else {
+            count as usize
+        };
+        let pick = |it: &mut dyn Iterator<Item = &(Score, Vec<u8>)>| -> Vec<(f64, Vec<u8>)> {
+            it.filter(|(s, _)| inside(s.0))
+                .skip(offset as usize)
+                .take(take)
+                .map(|(s, m)| (s.0, m.clone()))
+                .collect()
+        };
+        let items = if rev {
+            pick(&mut index.iter().rev())
+        } else {
+            pick(&mut index.iter())
+        };
+        return Ok(scored_reply(items, with_scores, resp3));
+    }
+    let (start, stop) = (integer!(&a[2]), integer!(&a[3]));
+    let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let index = ctx.zindex(d)?;
+    let Some((s, e)) = clamp_range(start, stop, index.len() as u64) else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let n = (e - s + 1) as usize;
+    let items: Vec<(f64, Vec<u8>)> = if rev {
+        index
+            .iter()
+            .rev()
+            .skip(s as usize)
+            .take(n)
+            .map(|(sc, m)| (sc.0, m.clone()))
+            .collect()
+    } else {
+        index
+            .iter()
+            .skip(s as usize)
+            .take(n)
+            .map(|(sc, m)| (sc.0, m.clone()))
+            .collect()
+    };
+    Ok(scored_reply(items, with_scores, resp3))
+}
+
+fn zpopmin(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let count = match count_arg(a, 2) {
+        Ok(c) => c,
+        Err(reply) => return Ok(reply),
+    };
+    let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let mut popped = Vec::new();
+    for _ in 0..count.unwrap_or(1) {
+        let Some(first) = ctx.zindex(d)?.first().cloned() else {
+            break;
+        };
+        let member = Bytes::from(first.1.clone());
+        remove_members(ctx, d, std::slice::from_ref(&member), true)?;
+        popped.push((first.0 .0, first.1));
+    }
+    drop_if_empty(ctx, &a[1], d)?;
+    let resp3 = ctx.resp3 && count.is_some();
+    Ok(scored_reply(popped, true, resp3))
+}

@@ -1,0 +1,449 @@
+//! The keyspace as commands see it: lookups with lazy expiry, typed access, string values,
+//! deletion with lazy freeing of big values (the reclaim queue), and the volatile sorted-set
+//! indexes.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use mnemo_heap::Tx;
+
+use super::dict::{self, entry_field, field, tag, Entry, Found, Header, Kind, Value};
+use super::limits::{FREE_INLINE_ELEMENTS_MAX, INLINE_VALUE_BYTES_MAX};
+use super::list;
+use super::store::{self, corrupt, Result};
+
+/// The hash seed of every table (persistent: it must never change).
+pub const SEED: u64 = 0x6d6e_656d_6f2d_6b76;
+
+/// Root word offsets (the root named [`super::ROOT_NAME`]).
+pub mod root {
+    /// The keyspace table.
+    pub const KEYSPACE: u64 = 16;
+    /// First object of the reclaim queue.
+    pub const RECLAIM: u64 = 24;
+}
+
+/// A score ordered as Redis orders sorted-set members: by score, `-0` equal to `0`.
+#[derive(Clone, Copy, Debug)]
+pub struct Score(pub f64);
+
+impl Score {
+    fn key(self) -> f64 {
+        if self.0 == 0.0 {
+            0.0
+        } else {
+            self.0
+        }
+    }
+}
+impl PartialEq for Score {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key().total_cmp(&other.key())
+    }
+}
+
+/// One sorted set's order: (score, member).
+pub type ZIndex = BTreeSet<(Score, Vec<u8>)>;
+
+/// Volatile ordered indexes of sorted sets, keyed by their table's offset, built on first
+/// use after open (one scan of that set only). Indexes changed by the open batch are
+/// dropped if it aborts, and rebuilt from the pool when next used.
+#[derive(Debug, Default)]
+pub struct ZCache {
+    map: HashMap<u64, ZIndex>,
+    dirty: HashSet<u64>,
+}
+
+impl ZCache {
+    /// The batch committed: its changes are the truth now.
+    pub fn committed(&mut self) {
+        self.dirty.clear();
+    }
+
+    /// The batch aborted: forget what it changed.
+    pub fn aborted(&mut self) {
+        for d in self.dirty.drain() {
+            self.map.remove(&d);
+        }
+    }
+
+    /// Forget everything (FLUSHALL).
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.dirty.clear();
+    }
+
+    fn forget(&mut self, d: u64) {
+        self.map.remove(&d);
+    }
+}
+
+/// What a command works with: the batch's transaction and the engine's volatile state.
+#[derive(Debug)]
+pub struct Ctx<'a, 'h> {
+    /// The batch's transaction.
+    pub tx: &'a Tx<'h>,
+    /// Offset of the root.
+    pub root: u64,
+    /// The batch's clock (Unix ms), fixed for the batch so replays repeat it.
+    pub now: i64,
+    /// Random state (SPOP), reset for replays.
+    pub rng: &'a mut u64,
+    /// Sorted-set indexes.
+    pub zcache: &'a mut ZCache,
+    /// Whether the reply is RESP3.
+    pub resp3: bool,
+}
+
+/// A key's value type, as TYPE names it.
+pub fn type_name(t: u8) -> &'static str {
+    match t {
+        tag::STRING => "string",
+        tag::LIST => "list",
+        tag::HASH => "hash",
+        tag::SET => "set",
+        tag::ZSET => "zset",
+        _ => "none",
+    }
+}
+
+/// The value is of another type than the command needs.
+#[derive(Debug)]
+pub struct WrongType;
+
+/// A live key's entry if it has type `t`; `Err(WrongType)` if it has another.
+pub fn typed(found: Option<Found>, t: u8) -> std::result::Result<Option<Found>, WrongType> {
+    match found {
+        Some(f) if f.entry.tag != t => Err(WrongType),
+        other => Ok(other),
+    }
+}
+
+impl Ctx<'_, '_> {
+    /// The keyspace table.
+    pub fn keyspace(&self) -> Result<u64> {
+        store::word(self.tx, self.root + root::KEYSPACE)
+    }
+
+    fn expired(&self, e: &Entry) -> bool {
+        e.expire != 0 && e.expire <= self.now
+    }
+
+    /// Finds a live key (expired keys read as missing; reads do not delete them).
+    pub fn lookup(&self, key: &[u8]) -> Result<Option<Found>> {
+        let ks = self.keyspace()?;
+        Ok(dict::find(self.tx, ks, SEED, key)?.filter(|f| !self.expired(&f.entry)))
+    }
+
+    /// Finds a key for a write: moves a bucket if the keyspace is resizing, and deletes the
+    /// key first if it has expired.
+    pub fn lookup_write(&mut self, key: &[u8]) -> Result<Option<Found>> {
+        let ks = self.keyspace()?;
+        dict::step(self.tx, ks, super::limits::REHASH_BUCKETS_PER_OP)?;
+        match dict::find(self.tx, ks, SEED, key)? {
+            Some(f) if self.expired(&f.entry) => {
+                self.delete(&f)?;
+                Ok(None)
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Deletes a found keyspace entry and its value.
+    pub fn delete(&mut self, found: &Found) -> Result<()> {
+        let ks = self.keyspace()?;
+        dict::unlink(self.tx, ks, found)?;
+        if found.entry.expire != 0 {
+            self.add_expires(ks, -1)?;
+        }
+        self.drop_value(&found.entry)?;
+        store::free(self.tx, found.entry.off)
+    }
+
+    fn add_expires(&self, ks: u64, delta: i64) -> Result<()> {
+        let n = store::word(self.tx, ks + field::EXTRA)?;
+        store::set_word(self.tx, ks + field::EXTRA, n.saturating_add_signed(delta))
+    }
+
+    /// Frees what an entry's value owns (not the entry): a string's own allocation, a
+    /// container at once if small, else through the reclaim queue.
+    pub fn drop_value(&mut self, e: &Entry) -> Result<()> {
+        match e.tag {
+            tag::STRING if !e.is_inline() => store::free(self.tx, e.val)?,
+            tag::LIST => {
+                let h = list::Header::read(self.tx, e.val)?;
+                if h.len <= FREE_INLINE_ELEMENTS_MAX {
+                    let mut budget = u64::MAX;
+                    list::destroy_step(self.tx, e.val, &mut budget)?;
+                } else {
+                    self.enqueue(e.val, list::RECLAIM_NEXT)?;
+                }
+            }
+            tag::HASH | tag::SET | tag::ZSET => {
+                self.zcache.forget(e.val);
+                let h = Header::read(self.tx, e.val)?;
+                if h.count <= FREE_INLINE_ELEMENTS_MAX {
+                    let mut budget = u64::MAX;
+                    self.destroy_table_step(e.val, &mut budget)?;
+                } else {
+                    self.enqueue(e.val, field::RECLAIM_NEXT)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, object: u64, link_at: u64) -> Result<()> {
+        let head = store::word(self.tx, self.root + root::RECLAIM)?;
+        store::set_word(self.tx, object + link_at, head)?;
+        store::set_word(self.tx, self.root + root::RECLAIM, object)
+    }
+
+    /// Frees up to about `budget` entries of a table (from its reclaim cursor); true once
+    /// the table is gone.
+    pub fn destroy_table_step(&mut self, d: u64, budget: &mut u64) -> Result<bool> {
+        let h = Header::read(self.tx, d)?;
+        let total = h.size0 + if h.t1 != 0 { h.size1 } else { 0 };
+        let mut cursor = h.cursor;
+        while cursor < total {
+            if *budget == 0 {
+                store::set_word(self.tx, d + field::CURSOR, cursor)?;
+                return Ok(false);
+            }
+            let slot = if cursor < h.size0 {
+                h.t0 + cursor * 8
+            } else {
+                h.t1 + (cursor - h.size0) * 8
+            };
+            let mut at = store::word(self.tx, slot)?;
+            let mut steps = 0;
+            while at != 0 {
+                let e = Entry::read(self.tx, at)?;
+                self.drop_value(&e)?;
+                store::free(self.tx, at)?;
+                *budget = budget.saturating_sub(1);
+                at = e.next;
+                steps += 1;
+                if steps > h.count + 1 {
+                    return corrupt(format!("{d:#x}: a cycle in a chain"));
+                }
+            }
+            cursor += 1;
+        }
+        dict::free_structure(self.tx, d, &h)?;
+        *budget = budget.saturating_sub(1);
+        Ok(true)
+    }
+
+    /// Frees up to `budget` allocations from the reclaim queue.
+    pub fn reclaim_step(&mut self, mut budget: u64) -> Result<()> {
+        while budget > 0 {
+            let head = store::word(self.tx, self.root + root::RECLAIM)?;
+            if head == 0 {
+                return Ok(());
+            }
+            let kind = Kind::decode(store::word(self.tx, head)?)?;
+            let (next, done) = if kind == Kind::List {
+                let next = store::word(self.tx, head + list::RECLAIM_NEXT)?;
+                (next, list::destroy_step(self.tx, head, &mut budget)?)
+            } else {
+                let next = store::word(self.tx, head + field::RECLAIM_NEXT)?;
+                (next, self.destroy_table_step(head, &mut budget)?)
+            };
+            if !done {
+                return Ok(());
+            }
+            store::set_word(self.tx, self.root + root::RECLAIM, next)?;
+        }
+        Ok(())
+    }
+
+    /// Sets a key's expiry (0: none), keeping the count of keys with one.
+    pub fn set_expire(&self, e: &Entry, expire: i64) -> Result<()> {
+        if e.expire == expire {
+            return Ok(());
+        }
+        let ks = self.keyspace()?;
+        store::set_word(self.tx, e.off + entry_field::EXPIRE, expire as u64)?;
+        match (e.expire != 0, expire != 0) {
+            (false, true) => self.add_expires(ks, 1),
+            (true, false) => self.add_expires(ks, -1),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stores a string value for `key`. `found` is the key's live entry if any (any type);
+    /// `expire`: None keeps the current expiry, Some(0) clears it.
+    pub fn put_string(
+        &mut self,
+        key: &[u8],
+        found: Option<&Found>,
+        value: &[u8],
+        expire: Option<i64>,
+    ) -> Result<()> {
+        let ks = self.keyspace()?;
+        self.put_string_in(ks, tag::STRING, key, found, value, expire, true)
+    }
+
+    /// [`Ctx::put_string`] into any table (`d`); `keyspace` says whether expiry counts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_string_in(
+        &mut self,
+        d: u64,
+        t: u8,
+        key: &[u8],
+        found: Option<&Found>,
+        value: &[u8],
+        expire: Option<i64>,
+        keyspace: bool,
+    ) -> Result<()> {
+        let len = value.len() as u64;
+        if let Some(f) = found {
+            let e = &f.entry;
+            if e.tag == tag::STRING && e.is_inline() && len <= e.vcap {
+                store::set_bytes(self.tx, e.inline_at(), value)?;
+                store::set_word(self.tx, e.off + entry_field::VLEN, len | e.vcap << 32)?;
+                if let Some(x) = expire {
+                    self.set_expire(e, x)?;
+                }
+                return Ok(());
+            }
+        }
+        let old_expire = found.map_or(0, |f| f.entry.expire);
+        let new_expire = expire.unwrap_or(old_expire);
+        let new = self.string_entry(t, key, value, new_expire, found.map(|f| f.entry.hash))?;
+        match found {
+            Some(f) => {
+                dict::replace(self.tx, f, new)?;
+                self.drop_value(&f.entry)?;
+                store::free(self.tx, f.entry.off)?;
+                if keyspace && (old_expire != 0) != (new_expire != 0) {
+                    self.add_expires(d, if new_expire != 0 { 1 } else { -1 })?;
+                }
+            }
+            None => {
+                let hash = store::hash(SEED, key);
+                dict::insert(self.tx, d, new, hash)?;
+                if keyspace && new_expire != 0 {
+                    self.add_expires(d, 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn string_entry(
+        &self,
+        t: u8,
+        key: &[u8],
+        value: &[u8],
+        expire: i64,
+        hash: Option<u64>,
+    ) -> Result<u64> {
+        let hash = hash.unwrap_or_else(|| store::hash(SEED, key));
+        let len = value.len() as u64;
+        if len <= INLINE_VALUE_BYTES_MAX {
+            let cap = len.next_multiple_of(8).max(8);
+            dict::new_entry(self.tx, t, key, hash, expire, Value::Inline(value, cap))
+        } else {
+            let blob = store::alloc(self.tx, len)?;
+            store::set_bytes(self.tx, blob, value)?;
+            dict::new_entry(self.tx, t, key, hash, expire, Value::Blob(blob, len, len))
+        }
+    }
+
+    /// Appends to a string entry (in place when it fits, else into a new allocation with
+    /// room to grow); returns the new length.
+    pub fn append(&mut self, f: &Found, tail: &[u8]) -> Result<u64> {
+        let e = &f.entry;
+        let len = e.vlen + tail.len() as u64;
+        if len <= e.vcap && tail.len() as u64 <= super::limits::APPEND_IN_PLACE_BYTES_MAX {
+            let at = if e.is_inline() { e.inline_at() } else { e.val };
+            store::set_bytes(self.tx, at + e.vlen, tail)?;
+            store::set_word(self.tx, e.off + entry_field::VLEN, len | e.vcap << 32)?;
+            return Ok(len);
+        }
+        let mut value = e.string(self.tx)?;
+        value.extend_from_slice(tail);
+        if len <= INLINE_VALUE_BYTES_MAX {
+            let key = e.key(self.tx)?;
+            self.put_string(&key, Some(f), &value, None)?;
+            return Ok(len);
+        }
+        let cap = (len * 2).min(super::limits::VALUE_BYTES_MAX).max(len);
+        let blob = store::alloc(self.tx, cap)?;
+        store::set_bytes(self.tx, blob, &value)?;
+        if e.is_inline() {
+            let key = e.key(self.tx)?;
+            let new = dict::new_entry(
+                self.tx,
+                e.tag,
+                &key,
+                e.hash,
+                e.expire,
+                Value::Blob(blob, len, cap),
+            )?;
+            dict::replace(self.tx, f, new)?;
+            store::free(self.tx, e.off)?;
+        } else {
+            store::free(self.tx, e.val)?;
+            store::set_words(self.tx, e.off + entry_field::VAL, &[blob, len | cap << 32])?;
+        }
+        Ok(len)
+    }
+
+    /// Creates `key` holding a new empty container of type `t` (LIST, HASH, SET, ZSET);
+    /// returns the container's offset.
+    pub fn create_container(&mut self, key: &[u8], t: u8) -> Result<u64> {
+        let object = match t {
+            tag::LIST => list::create(self.tx)?,
+            tag::HASH => dict::create(self.tx, Kind::Hash)?,
+            tag::SET => dict::create(self.tx, Kind::Set)?,
+            tag::ZSET => {
+                let d = dict::create(self.tx, Kind::Zset)?;
+                self.zcache.map.insert(d, ZIndex::new());
+                self.zcache.dirty.insert(d);
+                d
+            }
+            other => return corrupt(format!("no container of tag {other}")),
+        };
+        let ks = self.keyspace()?;
+        let hash = store::hash(SEED, key);
+        let e = dict::new_entry(self.tx, t, key, hash, 0, Value::Word(object))?;
+        dict::insert(self.tx, ks, e, hash)?;
+        Ok(object)
+    }
+
+    /// The sorted set's order index, built from the pool on first use.
+    pub fn zindex(&mut self, d: u64) -> Result<&mut ZIndex> {
+        if !self.zcache.map.contains_key(&d) {
+            let mut index = ZIndex::new();
+            dict::for_each(self.tx, d, |e| {
+                index.insert((Score(e.score()), e.key(self.tx)?));
+                Ok(true)
+            })?;
+            self.zcache.map.insert(d, index);
+        }
+        match self.zcache.map.get_mut(&d) {
+            Some(index) => Ok(index),
+            None => corrupt("sorted-set index vanished"),
+        }
+    }
+
+    /// Marks a sorted set's index as changed by this batch.
+    pub fn zdirty(&mut self, d: u64) {
+        self.zcache.dirty.insert(d);
+    }
+}

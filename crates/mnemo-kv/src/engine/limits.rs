@@ -1,0 +1,36 @@
+//! Every limit of the engine, in one place, each with its reason.
+
+/// Largest string, key or element: Redis's default `proto-max-bulk-len` (512 MiB); also the
+/// largest length believed when read from the pool (a larger one is corruption).
+pub const VALUE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+/// Values up to this size live inside their table entry (one allocation, updated in place
+/// when they fit); larger ones get an allocation of their own (written unlogged when fresh).
+pub const INLINE_VALUE_BYTES_MAX: u64 = 256;
+/// An APPEND of at most this many bytes into spare capacity is logged in place; a larger
+/// one copies the value into a fresh allocation (which needs no redo logging).
+pub const APPEND_IN_PLACE_BYTES_MAX: u64 = 4096;
+/// Buckets of a new table (keyspace and nested): tiny, tables grow by doubling.
+pub const BUCKETS_MIN: u64 = 8;
+/// Largest bucket array: 2^27 * 8 B = 1 GiB, the heap's largest allocation.
+pub const BUCKETS_MAX: u64 = 1 << 27;
+/// Buckets moved per table operation while a table is resizing (Redis moves one as well);
+/// with the load factor of 1 this keeps every operation O(1).
+pub const REHASH_BUCKETS_PER_OP: u64 = 1;
+/// Extra keyspace buckets moved per committed batch, so a resize finishes under writes.
+pub const REHASH_BUCKETS_PER_BATCH: u64 = 16;
+/// Empty buckets a rehash step may skip per bucket it should move (bounds its cost).
+pub const REHASH_EMPTY_VISITS: u64 = 10;
+/// Keyspace buckets the active expiry examines per committed batch.
+pub const EXPIRE_BUCKETS_PER_BATCH: u64 = 32;
+/// Allocations freed per committed batch from the reclaim queue (lazily freed big values):
+/// bounds the work and the redo record a DEL or FLUSHALL adds to later batches.
+pub const RECLAIM_FREES_PER_BATCH: u64 = 256;
+/// A container with at most this many elements is freed inside the command that drops it;
+/// a larger one goes to the reclaim queue.
+pub const FREE_INLINE_ELEMENTS_MAX: u64 = 64;
+/// Element slots per list segment: one 544-byte allocation serves 64 pushes.
+pub const LIST_SEGMENT_SLOTS: u64 = 64;
+/// Bucket visits of one SCAN call per element asked for with COUNT (Redis uses 10 as well).
+pub const SCAN_VISITS_PER_COUNT: u64 = 10;
+/// Attempts at a random non-empty bucket before SPOP falls back to a linear search.
+pub const RANDOM_BUCKET_TRIES: u32 = 64;

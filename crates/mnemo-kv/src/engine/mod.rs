@@ -1,0 +1,685 @@
+//! The storage engine of `mnemo serve`: a Redis-compatible keyspace that lives in a pool, on
+//! the persistent heap and its transactions (`docs/design/kv-engine.md`).
+//!
+//! - [`PersistentEngine`] implements [`crate::server::Engine`]: one heap transaction per
+//!   batch, committed with one sync point; replies are released by the server after it.
+//! - Everything is in the pool and found again through one root ([`ROOT_NAME`]): open reads
+//!   a few words and serves at once. The only volatile state is the order index of each
+//!   sorted set, rebuilt on the first access to that set after open.
+//! - A command that fails changes nothing: data commands validate before they mutate; a
+//!   command that fails inside the heap (pool full, corrupt data) is undone by aborting the
+//!   batch's transaction and replaying the batch's earlier write commands (the heap has no
+//!   savepoints), with the same clock and random state so they do exactly what they did.
+//!
+//! The engine borrows its [`Heap`] and holds an open transaction, which the heap binds to
+//! the thread that began it: create the engine on the executor thread.
+
+#![deny(unsafe_code)]
+
+mod commands;
+pub mod dict;
+mod glob;
+mod keyspace;
+pub mod limits;
+pub mod list;
+mod store;
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use mnemo_heap::{Heap, HeapOptions, PPtr, TxHandle};
+use mnemo_resp::bytes::Bytes;
+use mnemo_resp::{errors, CommandError, Encoder, Protocol, Reply};
+
+use crate::server::{Effect, Engine, Request};
+use dict::{tag, Kind};
+use keyspace::{root, Ctx, ZCache, SEED};
+pub use store::EngineError;
+
+/// Name of the heap root holding the keyspace.
+pub const ROOT_NAME: &str = "kv.keyspace";
+/// First word of the root: "MNEMOKV" and a NUL.
+pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MNEMOKV\0");
+/// Layout version of the keyspace (root word 1).
+pub const LAYOUT_VERSION: u64 = 1;
+
+/// Heap options suited to the engine when creating a pool: one executor commits, so few
+/// lanes; big lane logs so a batch of large commands (MSET of thousands of keys) fits one
+/// redo record (a record may use half a lane log).
+pub fn heap_options() -> HeapOptions {
+    HeapOptions {
+        lane_count: 4,
+        lane_log_size: 16 << 20,
+        ..HeapOptions::default()
+    }
+}
+
+/// Counters the engine keeps (volatile; INFO reports them).
+#[derive(Clone, Debug, Default)]
+pub struct EngineStats {
+    /// Commands executed (replays not counted).
+    pub commands: u64,
+    /// Batches committed with a sync point.
+    pub commits: u64,
+    /// Batches finished without writes.
+    pub read_only_batches: u64,
+    /// Commands undone because they failed inside the heap.
+    pub rollbacks: u64,
+    /// Extra commits made because a batch outgrew one redo record.
+    pub split_commits: u64,
+    /// Unix time (s) of the last commit.
+    pub last_commit_unix: u64,
+    /// Housekeeping steps that failed (undone; retried with the next batch).
+    pub housekeeping_errors: u64,
+}
+
+/// Extra INFO lines from the server: called with a section name ("clients", "server"...),
+/// appends `field:value\r\n` lines.
+pub type InfoHook<'h> = Box<dyn Fn(&str, &mut String) + 'h>;
+
+/// The persistent keyspace; see the module documentation.
+pub struct PersistentEngine<'h> {
+    heap: &'h Heap,
+    root: u64,
+    txn: Option<TxHandle<'h>>,
+    /// Write commands run in the open transaction, for replay after a failure.
+    log: Vec<Vec<Bytes>>,
+    poisoned: Option<String>,
+    now: i64,
+    clock: Option<i64>,
+    rng: u64,
+    rng_batch: u64,
+    zcache: ZCache,
+    expire_cursor: u64,
+    stats: EngineStats,
+    info_hook: Option<InfoHook<'h>>,
+}
+
+impl std::fmt::Debug for PersistentEngine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersistentEngine")
+            .field("root", &self.root)
+            .field("in_batch", &self.txn.is_some())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl<'h> PersistentEngine<'h> {
+    /// Opens the keyspace in `heap`, creating it on first use. Reads the root and the
+    /// keyspace table's header only: no scan, no replay. Corrupt root or header: an error.
+    pub fn open(heap: &'h Heap) -> Result<PersistentEngine<'h>, EngineError> {
+        let root_ptr = heap.root::<[u64; 8]>(ROOT_NAME)?;
+        let root = root_ptr.offset();
+        let words = heap.get(root_ptr)?;
+        heap.transaction(|tx| -> mnemo_heap::Result<Result<(), EngineError>> {
+            if words[0] == 0 {
+                if words.iter().any(|&w| w != 0) {
+                    return Ok(store::corrupt("keyspace root without magic"));
+                }
+                let ks = match dict::create(tx, Kind::Keyspace) {
+                    Ok(ks) => ks,
+                    Err(EngineError::Heap(e)) => return Err(e),
+                    Err(e) => return Ok(Err(e)),
+                };
+                tx.write(
+                    PPtr::<[u64; 4]>::from_offset(root),
+                    &[ROOT_MAGIC, LAYOUT_VERSION, ks, 0],
+                )?;
+                return Ok(Ok(()));
+            }
+            if words[0] != ROOT_MAGIC {
+                return Ok(store::corrupt(format!(
+                    "root {ROOT_NAME:?} does not hold a mnemo keyspace (magic {:#x})",
+                    words[0]
+                )));
+            }
+            if words[1] != LAYOUT_VERSION {
+                return Ok(store::corrupt(format!(
+                    "keyspace layout version {} (this build reads {LAYOUT_VERSION})",
+                    words[1]
+                )));
+            }
+            let checked = dict::Header::read(tx, words[2]).and_then(|h| {
+                if h.kind == Kind::Keyspace {
+                    Ok(())
+                } else {
+                    store::corrupt("the keyspace root points at another kind of table")
+                }
+            });
+            Ok(checked)
+        })??;
+        let seed = unix_ms() as u64 | 1;
+        Ok(PersistentEngine {
+            heap,
+            root,
+            txn: None,
+            log: Vec::new(),
+            poisoned: None,
+            now: 0,
+            clock: None,
+            rng: seed,
+            rng_batch: seed,
+            zcache: ZCache::default(),
+            expire_cursor: 0,
+            stats: EngineStats::default(),
+            info_hook: None,
+        })
+    }
+
+    /// The heap underneath.
+    pub fn heap(&self) -> &'h Heap {
+        self.heap
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Fixes the clock (Unix ms) for tests; None returns to the system clock.
+    pub fn set_clock(&mut self, now_ms: Option<i64>) {
+        self.clock = now_ms;
+    }
+
+    /// Lets the server add lines to INFO sections (clients, server...).
+    pub fn set_info_hook(&mut self, hook: InfoHook<'h>) {
+        self.info_hook = Some(hook);
+    }
+
+    /// Runs one command (arguments, name first) in the open batch and returns its reply:
+    /// the seam without the server's [`Request`] (tests, tools). Opens a batch if none is.
+    pub fn execute_args(&mut self, args: &[Bytes], protocol: Protocol) -> (Reply, Effect) {
+        if self.txn.is_none() {
+            self.begin();
+        }
+        let name = lower_name(args.first().map_or(&[][..], |a| &a[..]));
+        let Some(&(full_name, arity, writes)) = commands::TABLE.iter().find(|(n, _, _)| *n == name)
+        else {
+            let text = CommandError::unknown_command(args).reply_text();
+            return (Reply::Error(Bytes::from(text)), Effect::default());
+        };
+        let argc = args.len() as i64;
+        let arity = i64::from(arity);
+        if (arity >= 0 && argc != arity) || (arity < 0 && argc < -arity) {
+            let text = CommandError::WrongArity { full_name }.reply_text();
+            return (Reply::Error(Bytes::from(text)), Effect::default());
+        }
+        let effect = Effect {
+            wrote: writes,
+            close: full_name == "shutdown",
+        };
+        self.stats.commands += 1;
+        if let Some(reason) = &self.poisoned {
+            return (
+                commands::err_owned(format!("ERR batch failed: {reason}")),
+                effect,
+            );
+        }
+        let resp3 = protocol == Protocol::Resp3;
+        let reply = match full_name {
+            "ping" => Ok(match args.get(1) {
+                Some(text) => Reply::Bulk(text.clone()),
+                None => Reply::Simple(Bytes::from_static(b"PONG")),
+            }),
+            "echo" => Ok(Reply::Bulk(args[1].clone())),
+            "select" => Ok(match args[1].as_ref() {
+                b"0" => Reply::ok(),
+                _ => commands::err(errors::DB_INDEX_OUT_OF_RANGE),
+            }),
+            "shutdown" => Ok(Reply::ok()),
+            "info" => Ok(self.info(&args[1..])),
+            "config" => Ok(config(args)),
+            _ => self.run_data(full_name, args, resp3),
+        };
+        let reply = match reply {
+            Ok(reply) => {
+                if writes {
+                    self.log.push(args.to_vec());
+                }
+                reply
+            }
+            Err(e) => self.recover(e, full_name, args, resp3),
+        };
+        (reply, effect)
+    }
+
+    fn run_data(&mut self, name: &str, args: &[Bytes], resp3: bool) -> Result<Reply, EngineError> {
+        let Some(txn) = self.txn.as_deref() else {
+            return store::corrupt("no open batch");
+        };
+        let mut ctx = Ctx {
+            tx: txn,
+            root: self.root,
+            now: self.now,
+            rng: &mut self.rng,
+            zcache: &mut self.zcache,
+            resp3,
+        };
+        commands::run(&mut ctx, name, args)
+    }
+
+    /// A command failed inside the heap: undo it (abort, replay the batch so far), commit
+    /// early and retry once if the batch outgrew a redo record, else reply the error.
+    fn recover(&mut self, e: EngineError, name: &str, args: &[Bytes], resp3: bool) -> Reply {
+        self.stats.rollbacks += 1;
+        if let Err(failed) = self.rollback_and_replay() {
+            self.poisoned = Some(failed.to_string());
+            return commands::err_owned(format!("ERR batch failed: {failed}"));
+        }
+        let e = if e.is_too_large() && !self.log.is_empty() {
+            match self.commit_open() {
+                Ok(()) => {
+                    self.stats.split_commits += 1;
+                    self.begin_txn();
+                    match self.run_data(name, args, resp3) {
+                        Ok(reply) => {
+                            self.log.push(args.to_vec());
+                            return reply;
+                        }
+                        Err(again) => {
+                            if let Err(failed) = self.rollback_and_replay() {
+                                self.poisoned = Some(failed.to_string());
+                            }
+                            again
+                        }
+                    }
+                }
+                Err(failed) => {
+                    self.poisoned = Some(failed.to_string());
+                    failed
+                }
+            }
+        } else {
+            e
+        };
+        if e.is_out_of_space() {
+            commands::err(errors::OUT_OF_MEMORY)
+        } else if e.is_too_large() {
+            commands::err_owned(format!(
+                "ERR command too large for one pool transaction ({e}); split it"
+            ))
+        } else {
+            commands::err_owned(format!("ERR {e}"))
+        }
+    }
+
+    fn begin_txn(&mut self) {
+        match self.heap.begin() {
+            Ok(txn) => self.txn = Some(txn),
+            Err(e) => self.poisoned = Some(e.to_string()),
+        }
+    }
+
+    fn rollback_and_replay(&mut self) -> Result<(), EngineError> {
+        if let Some(txn) = self.txn.take() {
+            txn.abort();
+        }
+        self.zcache.aborted();
+        self.begin_txn();
+        self.rng = self.rng_batch;
+        let log = std::mem::take(&mut self.log);
+        let mut result = Ok(());
+        for args in &log {
+            let name = lower_name(&args[0]);
+            let Some(&(full_name, _, _)) = commands::TABLE.iter().find(|(n, _, _)| *n == name)
+            else {
+                continue;
+            };
+            if let Err(e) = self.run_data(full_name, args, false) {
+                result = Err(EngineError::ReplayFailed(e.to_string()));
+                break;
+            }
+        }
+        self.log = log;
+        result
+    }
+
+    /// Commits the open transaction (one sync point).
+    fn commit_open(&mut self) -> Result<(), EngineError> {
+        let Some(txn) = self.txn.take() else {
+            return Ok(());
+        };
+        match txn.commit() {
+            Ok(()) => {
+                self.zcache.committed();
+                self.log.clear();
+                self.rng_batch = self.rng;
+                self.stats.commits += 1;
+                self.stats.last_commit_unix = (self.now / 1000).max(0) as u64;
+                Ok(())
+            }
+            Err(e) => {
+                self.zcache.aborted();
+                self.log.clear();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Bounded background work done with a committing batch: keyspace resize steps, active
+    /// expiry of a few buckets, lazy freeing from the reclaim queue.
+    fn housekeeping(&mut self) -> Result<(), EngineError> {
+        let Some(txn) = self.txn.as_deref() else {
+            return Ok(());
+        };
+        let mut ctx = Ctx {
+            tx: txn,
+            root: self.root,
+            now: self.now,
+            rng: &mut self.rng,
+            zcache: &mut self.zcache,
+            resp3: false,
+        };
+        let ks = ctx.keyspace()?;
+        dict::step(ctx.tx, ks, limits::REHASH_BUCKETS_PER_BATCH)?;
+        let h = dict::Header::read(ctx.tx, ks)?;
+        if h.extra > 0 {
+            let mut cursor = self.expire_cursor;
+            let mut expired = Vec::new();
+            for _ in 0..limits::EXPIRE_BUCKETS_PER_BATCH {
+                let now = ctx.now;
+                cursor = dict::scan(ctx.tx, ks, cursor, |e| {
+                    if e.expire != 0 && e.expire <= now {
+                        expired.push(e.key(ctx.tx)?);
+                    }
+                    Ok(())
+                })?;
+                if cursor == 0 {
+                    break;
+                }
+            }
+            self.expire_cursor = cursor;
+            for key in expired {
+                ctx.lookup_write(&key)?;
+            }
+        }
+        ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)
+    }
+
+    /// Validates the whole keyspace (every table's structure and count, every list's chain)
+    /// and returns the number of keys. Reads everything: for tests and checkers.
+    pub fn check(&mut self) -> Result<u64, EngineError> {
+        let opened = self.txn.is_none();
+        if opened {
+            self.begin_txn();
+        }
+        let result = self.check_open();
+        if opened {
+            self.finish_read_only();
+        }
+        result
+    }
+
+    fn check_open(&self) -> Result<u64, EngineError> {
+        let Some(tx) = self.txn.as_deref() else {
+            return store::corrupt("no open batch");
+        };
+        let ks = store::word(tx, self.root + root::KEYSPACE)?;
+        let n = dict::check(tx, ks, SEED)?;
+        let mut expires = 0;
+        let mut result = Ok(());
+        dict::for_each(tx, ks, |e| {
+            if e.expire != 0 {
+                expires += 1;
+            }
+            let checked = match e.tag {
+                tag::LIST => list::check(tx, e.val).map(|_| ()),
+                tag::HASH | tag::SET | tag::ZSET => dict::check(tx, e.val, SEED).map(|_| ()),
+                _ => Ok(()),
+            };
+            if let Err(err) = checked {
+                result = Err(err);
+                return Ok(false);
+            }
+            Ok(true)
+        })?;
+        result?;
+        if expires != dict::Header::read(tx, ks)?.extra {
+            return store::corrupt("expiry count does not match the keys with an expiry");
+        }
+        Ok(n)
+    }
+
+    fn info(&self, args: &[Bytes]) -> Reply {
+        let wanted: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+            .collect();
+        let all = wanted.is_empty()
+            || wanted
+                .iter()
+                .any(|w| w == "all" || w == "everything" || w == "default");
+        let mut out = String::new();
+        let sections = [
+            "server",
+            "clients",
+            "memory",
+            "persistence",
+            "stats",
+            "keyspace",
+            "pool",
+        ];
+        for section in sections {
+            if !all && !wanted.iter().any(|w| w == section) {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push_str("\r\n");
+            }
+            let mut title = section.to_string();
+            title[..1].make_ascii_uppercase();
+            let _ = write!(out, "# {title}\r\n");
+            self.info_section(section, &mut out);
+            if let Some(hook) = &self.info_hook {
+                hook(section, &mut out);
+            }
+        }
+        Reply::Verbatim {
+            format: *b"txt",
+            text: Bytes::from(out),
+        }
+    }
+
+    fn info_section(&self, section: &str, out: &mut String) {
+        let heap_stats = self.heap.stats();
+        let pool = self.heap.pool();
+        let mut line = |k: &str, v: &dyn std::fmt::Display| {
+            let _ = write!(out, "{k}:{v}\r\n");
+        };
+        match section {
+            "server" => {
+                line("redis_version", &"7.0.0");
+                line("mnemo_version", &env!("CARGO_PKG_VERSION"));
+                line("redis_mode", &"standalone");
+                line("process_id", &std::process::id());
+            }
+            "memory" => {
+                line("used_memory", &heap_stats.used_bytes);
+                line("used_memory_human", &human(heap_stats.used_bytes));
+                line("maxmemory", &pool.size());
+                line("maxmemory_policy", &"noeviction");
+                line(
+                    "mem_fragmentation_ratio",
+                    &format!("{:.2}", 1.0 + heap_stats.fragmentation()),
+                );
+            }
+            "persistence" => {
+                let s = pool.stats();
+                let load =
+                    |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+                line("loading", &0);
+                line("durability", &"every write, at its batch's sync point");
+                line("sync_points", &load(&s.sync_points));
+                line("sync_ranges", &load(&s.sync_ranges));
+                line("bytes_synced", &load(&s.sync_bytes));
+                line("batches_committed", &self.stats.commits);
+                line("last_commit_time", &self.stats.last_commit_unix);
+                line("rdb_changes_since_last_save", &0);
+                line("aof_enabled", &0);
+            }
+            "stats" => {
+                line("total_commands_processed", &self.stats.commands);
+                line("read_only_batches", &self.stats.read_only_batches);
+                line("command_rollbacks", &self.stats.rollbacks);
+                line("split_commits", &self.stats.split_commits);
+                line("housekeeping_errors", &self.stats.housekeeping_errors);
+            }
+            "keyspace" => {
+                if let Some((keys, expires)) = self.key_counts() {
+                    if keys > 0 {
+                        line("db0", &format!("keys={keys},expires={expires},avg_ttl=0"));
+                    }
+                }
+            }
+            "pool" => {
+                line("pool_path", &pool.name().display());
+                line("pool_size", &pool.size());
+                line("pool_used", &heap_stats.used_bytes);
+                line("pool_free", &heap_stats.free_bytes);
+                line("pool_chunks", &heap_stats.chunks);
+                line("pool_chunks_free", &heap_stats.chunks_free);
+                line(
+                    "pool_fragmentation",
+                    &format!("{:.4}", heap_stats.fragmentation()),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn key_counts(&self) -> Option<(u64, u64)> {
+        let tx = self.txn.as_deref()?;
+        let ks = store::word(tx, self.root + root::KEYSPACE).ok()?;
+        let h = dict::Header::read(tx, ks).ok()?;
+        Some((h.count, h.extra))
+    }
+}
+
+fn human(bytes: u64) -> String {
+    let units = ["B", "K", "M", "G", "T"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2}{}", units[u])
+}
+
+/// CONFIG GET / SET / RESETSTAT. Values describe mnemo's behaviour in Redis's terms.
+fn config(args: &[Bytes]) -> Reply {
+    const PARAMS: &[(&str, &str)] = &[
+        ("appendfsync", "always"),
+        ("appendonly", "no"),
+        ("databases", "1"),
+        ("maxclients", "10000"),
+        ("maxmemory", "0"),
+        ("maxmemory-policy", "noeviction"),
+        ("proto-max-bulk-len", "536870912"),
+        ("save", ""),
+        ("timeout", "0"),
+        ("tcp-keepalive", "300"),
+    ];
+    let sub = args
+        .get(1)
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+        .unwrap_or_default();
+    match sub.as_str() {
+        "get" if args.len() >= 3 => {
+            let mut pairs = Vec::new();
+            for (name, value) in PARAMS {
+                if args[2..]
+                    .iter()
+                    .any(|p| glob::matches(&p.to_ascii_lowercase(), name.as_bytes()))
+                {
+                    pairs.push((
+                        Reply::Bulk(Bytes::from_static(name.as_bytes())),
+                        Reply::Bulk(Bytes::from_static(value.as_bytes())),
+                    ));
+                }
+            }
+            Reply::Map(pairs)
+        }
+        "set" if args.len() >= 4 => commands::err_owned(format!(
+            "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+            String::from_utf8_lossy(&args[2])
+        )),
+        "resetstat" => Reply::ok(),
+        "get" | "set" => commands::err_owned(format!(
+            "ERR wrong number of arguments for 'config|{sub}' command"
+        )),
+        _ => Reply::Error(Bytes::from(
+            CommandError::UnknownSubcommand {
+                container: "CONFIG",
+                subcommand: args.get(1).map(|s| s.to_vec()).unwrap_or_default(),
+            }
+            .reply_text(),
+        )),
+    }
+}
+
+/// The lower-case command name (names longer than any command map to "").
+fn lower_name(name: &[u8]) -> String {
+    if name.len() > 16 {
+        return String::new();
+    }
+    String::from_utf8_lossy(name).to_ascii_lowercase()
+}
+
+impl Engine for PersistentEngine<'_> {
+    type Error = EngineError;
+
+    fn begin(&mut self) {
+        if let Some(txn) = self.txn.take() {
+            txn.abort();
+            self.zcache.aborted();
+        }
+        self.log.clear();
+        self.poisoned = None;
+        self.now = self.clock.unwrap_or_else(unix_ms);
+        self.rng_batch = self.rng;
+        self.begin_txn();
+    }
+
+    fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
+        let (value, effect) = self.execute_args(request.command.args(), reply.protocol());
+        if !(effect.close && matches!(value, Reply::Simple(_))) {
+            reply.reply(&value);
+        }
+        effect
+    }
+
+    fn commit(&mut self) -> Result<(), EngineError> {
+        if let Some(reason) = self.poisoned.take() {
+            if let Some(txn) = self.txn.take() {
+                txn.abort();
+            }
+            self.zcache.aborted();
+            self.log.clear();
+            return Err(EngineError::ReplayFailed(reason));
+        }
+        if self.housekeeping().is_err() {
+            // Housekeeping is retried with the next batch; undo its partial work only.
+            self.stats.housekeeping_errors += 1;
+            self.rollback_and_replay()?;
+        }
+        self.commit_open()
+    }
+
+    fn finish_read_only(&mut self) {
+        if let Some(txn) = self.txn.take() {
+            txn.abort();
+        }
+        self.zcache.aborted();
+        self.log.clear();
+        self.poisoned = None;
+        self.stats.read_only_batches += 1;
+    }
+}
