@@ -299,10 +299,14 @@ pub struct Allocator {
     chunks: Mutex<Chunks>,
     arenas: Box<[Mutex<Arena>]>,
     next_arena: AtomicUsize,
+    /// Process-unique identity, for the thread-local hint.
+    instance: u64,
 }
 
 thread_local! {
-    static ARENA_HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    // (instance, hint): a thread's choice, per instance so a new heap starts afresh
+    // (deterministic lane and arena choice for the crash simulator's replays).
+    static ARENA_HINT: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -402,14 +406,15 @@ impl Allocator {
             chunks: Mutex::new(chunks),
             arenas: arena_list.into_iter().map(Mutex::new).collect(),
             next_arena: AtomicUsize::new(0),
+            instance: crate::next_instance(),
         })
     }
 
     fn my_arena(&self) -> usize {
-        let mut hint = ARENA_HINT.with(|h| h.get());
-        if hint == usize::MAX {
+        let (instance, mut hint) = ARENA_HINT.with(|h| h.get());
+        if instance != self.instance {
             hint = self.next_arena.fetch_add(1, Ordering::Relaxed);
-            ARENA_HINT.with(|h| h.set(hint));
+            ARENA_HINT.with(|h| h.set((self.instance, hint)));
         }
         hint % self.arenas.len()
     }

@@ -206,9 +206,7 @@ impl Geometry {
         if raw.magic != HEAP_MAGIC {
             return Err(Error::NotAHeap(format!("no heap magic at offset {base}")));
         }
-        if crc32c::crc32c(&bytes[..bytes.len() - 4]) != raw.checksum.get()
-            && !mnemo_pmem::mutant::active("heap.superblock_skip_checksum")
-        {
+        if crc32c::crc32c(&bytes[..bytes.len() - 4]) != raw.checksum.get() {
             return Err(Error::Corrupt("heap superblock checksum mismatch".into()));
         }
         if raw.version.get() != HEAP_VERSION {

@@ -41,7 +41,6 @@
 //! | `redo.skip_checksum` | recovery replays records whose checksum does not match |
 //! | `redo.no_horizon` | records carry horizon 0, so applied records are replayed over newer data |
 //! | `alloc.skip_bitmap` | a transactional allocation does not log its bitmap bit (double allocation after reopen) |
-//! | `heap.superblock_skip_checksum` | open accepts a superblock with a bad checksum |
 #![deny(unsafe_code)]
 
 mod alloc;
@@ -58,6 +57,12 @@ pub use heap::{Heap, HeapOptions};
 pub use pptr::{PPtr, Persist};
 pub use tx::{Tx, TxHandle};
 
+/// A process-unique number for volatile per-instance state.
+pub(crate) fn next_instance() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The mutants of this crate (see the crate documentation).
 pub const MUTANTS: &[&str] = &[
     "tx.apply_before_commit",
@@ -66,5 +71,4 @@ pub const MUTANTS: &[&str] = &[
     "redo.skip_checksum",
     "redo.no_horizon",
     "alloc.skip_bitmap",
-    "heap.superblock_skip_checksum",
 ];

@@ -365,10 +365,14 @@ pub struct Lanes {
     durable_horizon: AtomicU64,
     /// Round-robin start for threads without a lane preference.
     next_hint: AtomicUsize,
+    /// Process-unique identity, for the thread-local hint.
+    instance: u64,
 }
 
 thread_local! {
-    static LANE_HINT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    // (instance, hint): a thread's choice, per instance so a new heap starts afresh
+    // (deterministic lane and arena choice for the crash simulator's replays).
+    static LANE_HINT: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// A held lane.
@@ -399,16 +403,17 @@ impl Lanes {
             counter: AtomicU64::new(next_seq),
             durable_horizon: AtomicU64::new(horizon),
             next_hint: AtomicUsize::new(0),
+            instance: crate::next_instance(),
         }
     }
 
     /// Hold a lane: this thread's usual one if free, else any free one, else wait for the usual.
     pub fn acquire(&self) -> LaneGuard<'_> {
         let n = self.lanes.len();
-        let mut hint = LANE_HINT.with(|h| h.get());
-        if hint == usize::MAX {
+        let (instance, mut hint) = LANE_HINT.with(|h| h.get());
+        if instance != self.instance {
             hint = self.next_hint.fetch_add(1, Ordering::Relaxed);
-            LANE_HINT.with(|h| h.set(hint));
+            LANE_HINT.with(|h| h.set((self.instance, hint)));
         }
         let first = hint % n;
         for k in 0..n {
