@@ -184,8 +184,12 @@ fn info(args: &InspectArgs) -> ExitCode {
         Err(code) => return code,
     };
     let choice = cpu::choice();
+    // Sync-point narrowing and NVMM emulation as a process opening this pool would get them.
+    let (spf_raw, spf_why) = mnemo_pmem::track::detect();
+    let emulation = mnemo_pmem::emu::EmuConfig::from_env();
     if args.json {
-        let out = serde_json::json!({ "pool": report, "persistence": choice });
+        let out = serde_json::json!({ "pool": report, "persistence": choice,
+            "spf": { "raw": spf_raw, "reason": spf_why }, "emulation": emulation });
         println!("{out:#}");
         return ExitCode::SUCCESS;
     }
@@ -226,6 +230,11 @@ fn info(args: &InspectArgs) -> ExitCode {
             "copy {}      @{:<5} {}{}",
             copy.index, copy.offset, copy.state, mark
         );
+    }
+    println!("spf         raw stores: {} ({spf_why})", spf_raw.name());
+    match &emulation {
+        Some(c) => println!("emulation   {} (MNEMO_EMULATE)", c.preset),
+        None => println!("emulation   off"),
     }
     println!(
         "in use      {}",
