@@ -330,8 +330,18 @@ impl Builder {
         {
             self.program.files.insert(file.get_path());
         }
+        let mut name = record_name(&def, &site);
+        if name.contains("<anonymous at ") {
+            if let Some(member) = self.member_name(&def) {
+                name = member;
+            }
+            // Naming it may have registered it, through its parent's nested records.
+            if self.program.records.contains_key(&usr) {
+                return Some(usr);
+            }
+        }
         let mut record = Record {
-            name: record_name(&def, &site),
+            name,
             site,
             fields: Vec::new(),
             packed: false,
@@ -369,6 +379,34 @@ impl Builder {
             self.record_key(child);
         }
         Some(usr)
+    }
+
+    /// A name for an anonymous record that is the type of a member of another record:
+    /// `union <struct _rio.io>` for `struct _rio { union { ... } io; }`.
+    fn member_name(&mut self, def: &Entity) -> Option<String> {
+        let parent = def.get_semantic_parent()?;
+        let parent_key = self.record_key(parent)?;
+        let usr = def.get_usr()?;
+        let field = parent.get_children().into_iter().find(|c| {
+            c.get_kind() == EntityKind::FieldDecl
+                && c.get_type()
+                    .and_then(|t| array_or_self(t.get_canonical_type()).get_declaration())
+                    .and_then(|d| d.get_usr())
+                    .is_some_and(|u| u == usr)
+        })?;
+        let field = field.get_name().filter(|n| !n.is_empty())?;
+        let parent_name = &self.program.records.get(&parent_key)?.name;
+        // `union <struct _rio.io>` nests as `struct <struct _rio.io.file>`.
+        let path = match (parent_name.find('<'), parent_name.ends_with('>')) {
+            (Some(open), true) => parent_name[open + 1..parent_name.len() - 1].to_string(),
+            _ => parent_name.clone(),
+        };
+        let keyword = if def.get_kind() == EntityKind::UnionDecl {
+            "union"
+        } else {
+            "struct"
+        };
+        Some(format!("{keyword} <{path}.{field}>"))
     }
 
     /// The record written when an object of type `ty` is written (arrays count as their
@@ -449,6 +487,14 @@ fn record_name(def: &Entity, site: &Site) -> String {
         }
     }
     format!("{keyword} <anonymous at {site}>")
+}
+
+/// The element type of (possibly nested) arrays, or the type itself.
+fn array_or_self(mut ty: Type) -> Type {
+    while let Some(element) = array_element(&ty) {
+        ty = element.get_canonical_type();
+    }
+    ty
 }
 
 fn array_element<'tu>(ty: &Type<'tu>) -> Option<Type<'tu>> {

@@ -402,3 +402,22 @@ fn report_serializes_to_json() {
     assert_eq!(json["load"]["findings"][0]["name"], "struct record");
     assert_eq!(json["load"]["findings"][0]["definition"]["line"], 6);
 }
+
+#[test]
+fn anonymous_members_are_named_by_their_path() {
+    let report = run("anonymous.c", &["open_file"]);
+    assert_eq!(
+        names(&report),
+        plain(&[
+            "struct <struct stream.io.file>",
+            "struct stream",
+            "union <struct stream.io>"
+        ])
+    );
+    assert_eq!(
+        whys(finding(&report, "union <struct stream.io>")),
+        vec!["embeds the written object in field `file`"]
+    );
+    // The four records: stream, its union, and the union's two structs.
+    assert_eq!(report.summary.types_in_program, 4);
+}
