@@ -18,6 +18,29 @@
 //!    types), then flags the likely false positives.
 //!
 //! The `mnemo` binary calls [`run_cli`] with [`AnalyzeArgs`]; tools and tests call [`analyze`].
+//!
+//! # The rules (each has a test program in `tests/c/`)
+//!
+//! - **Writes**: `=`, compound assignment, `++`/`--`, the written arguments of library calls
+//!   (`memcpy`, `memset`, `strcpy`, `sprintf`, `read`, `fread`, `fgets`, the outputs of
+//!   `sscanf`, ...), and local struct variables with an initializer (they create an object).
+//! - **The type written** is that of the object written (arrays by element; typedefs and
+//!   pointers resolved through canonical types). Walking out through member accesses, the record
+//!   owning each member counts too, *as long as containment is by value*: `o->mid.in.count = 1`
+//!   writes `struct inner` (field `count`), and `struct middle` and `struct outer`, which embed
+//!   it; `o->ext->count = 2` writes only `struct inner`, because `outer` holds a pointer to it
+//!   and its own bytes do not change. Embedded arrays (`h->items[2].count`) are containment by
+//!   value too.
+//! - **Only the program's records** count: not those of system headers, not compiler builtins.
+//! - **Breadth-first** from the load functions, each function once, so the evidence chain of
+//!   each type is a shortest one. Functions whose parameters are all non-pointer scalars (or
+//!   none) are skipped, except the load functions themselves; functions without a body in the
+//!   sources (the C library) are not entered; calls through function pointers are listed as
+//!   unresolved.
+//! - **Likely false positives** are flagged, not dropped: iterators (by name, or written only
+//!   in `for` headers), alignment variants (the same fields as another type, plus a variant name,
+//!   a `packed`/`aligned` attribute, or padding fields) and, for backtracking, types that reach
+//!   only `stderr`/`stdout`.
 #![forbid(unsafe_code)]
 
 mod analysis;
