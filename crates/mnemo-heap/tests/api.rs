@@ -571,3 +571,58 @@ fn stats_report_classes_and_fragmentation() {
     assert_eq!(stats.used_bytes, 3200);
     assert!(stats.fragmentation() > 0.0 && stats.fragmentation() < 1.0);
 }
+
+#[test]
+fn damaged_metadata_is_an_error_never_a_panic() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let g = heap.geometry();
+    let root = heap.root::<[u64; 4]>("root").unwrap();
+    let mut objs = Vec::new();
+    for i in 0..50u64 {
+        objs.push(
+            heap.transaction(|tx| {
+                let o = tx.alloc_bytes([24, 300, 100_000][i as usize % 3])?;
+                tx.write_bytes(o, &i.to_le_bytes())?;
+                tx.write(root, &[i; 4])?;
+                Ok(o)
+            })
+            .unwrap(),
+        );
+    }
+    let first_run = objs[0] - objs[0] % (256 << 10);
+    drop(heap);
+    let pristine = std::fs::read(&path).unwrap();
+    // Areas recovery and open read: superblock, TOC, lanes, zone table, a run's bitmap.
+    let areas = [
+        (g.base, 256),
+        (g.toc_offset, 256),
+        (g.lanes_offset, g.lane_log_size * 2),
+        (g.zones_offset, 64),
+        (first_run, 64),
+    ];
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut outcomes = [0usize; 2];
+    for round in 0..200 {
+        let mut bytes = pristine.clone();
+        let (start, len) = areas[round % areas.len()];
+        for _ in 0..1 + round % 4 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = (start + x % len) as usize;
+            bytes[at] = (x >> 32) as u8;
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let result =
+            std::panic::catch_unwind(|| Heap::open_file(&path).map(|h| h.live_allocations().len()));
+        match result {
+            Ok(Ok(_)) => outcomes[0] += 1,
+            Ok(Err(_)) => outcomes[1] += 1,
+            Err(_) => {
+                panic!("open panicked on damaged metadata (round {round}, area at {start:#x})")
+            }
+        }
+    }
+    assert!(outcomes[1] > 0, "no damage was ever detected: {outcomes:?}");
+}
