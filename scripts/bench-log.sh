@@ -38,6 +38,8 @@ trap 'rm -f "$raw"' EXIT
 for round in $(seq 1 "$rounds"); do
     echo "# round $round/$rounds" >&2
     "$ours" >>"$raw"
+    # The pool's copy path with non-temporal stores for copies from 64 bytes (default 256).
+    MNEMO_MOVNT_THRESHOLD=64 LOG_BENCH_TAG=-movnt64 "$ours" | grep -- '-local' >>"$raw"
     PMEM_IS_PMEM_FORCE=1 "$peer" "/dev/shm/pmemlog-bench.$$" "$LOG_BENCH_N" "$LOG_BENCH_RUNS" "$LOG_BENCH_LEN" >>"$raw"
 done
 
@@ -47,7 +49,7 @@ raw, out, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = {}
 for line in open(raw):
     f = line.strip().split(",")
-    if len(f) == 7:
+    if len(f) == 8:
         rows.setdefault(f[0], []).append(f)
 cpu = "unknown"
 for line in open("/proc/cpuinfo"):
@@ -62,17 +64,24 @@ peer_ns = float(peer[3])
 when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 with open(out, "w", newline="") as fh:
     w = csv.writer(fh)
-    w.writerow(["date", "cpu", "impl", "payload_bytes", "appends_per_run", "rounds",
-                "ns_per_append", "appends_per_s", "fences_per_append", "lines_per_append",
-                "speedup_vs_pmemlog"])
-    for name in ["mnemo-log", "mnemo-log-batch8", "pmemlog"]:
+    w.writerow(["date", "cpu", "load_avg_1m", "impl", "payload_bytes", "appends_per_run",
+                "rounds", "ns_per_append", "appends_per_s", "speedup_vs_pmemlog",
+                "cpu_ns_per_append", "cpu_appends_per_s", "cpu_speedup_vs_pmemlog",
+                "fences_per_append", "lines_per_append"])
+    load = open("/proc/loadavg").read().split()[0]
+    peer_cpu = statistics.median(float(r[7]) for r in rows["pmemlog"])
+    for name in ["mnemo-log", "mnemo-log-local", "mnemo-log-local-movnt64",
+                 "mnemo-log-batch8", "pmemlog"]:
         if name not in rows:
             continue
         r = median_row(rows[name])
         ns = float(r[3])
-        w.writerow([when, cpu, name, r[1], r[2], rounds, f"{ns:.1f}", f"{1e9/ns:.0f}",
-                    r[5], r[6], f"{peer_ns/ns:.2f}"])
-        print(f"{name:18} {ns:8.1f} ns/append {1e9/ns/1e6:6.2f} M/s  fences {r[5]}  lines {r[6]}"
-              f"  x{peer_ns/ns:.2f} vs pmemlog")
+        cpu_ns = statistics.median(float(x[7]) for x in rows[name])
+        w.writerow([when, cpu, load, name, r[1], r[2], rounds, f"{ns:.1f}", f"{1e9/ns:.0f}",
+                    f"{peer_ns/ns:.2f}", f"{cpu_ns:.1f}", f"{1e9/cpu_ns:.0f}",
+                    f"{peer_cpu/cpu_ns:.2f}", r[5], r[6]])
+        print(f"{name:17} wall {ns:7.1f} ns {1e9/ns/1e6:5.2f} M/s x{peer_ns/ns:.2f} | "
+              f"cpu {cpu_ns:7.1f} ns {1e9/cpu_ns/1e6:5.2f} M/s x{peer_cpu/cpu_ns:.2f} | "
+              f"fences {r[5]} lines {r[6]}  (load {load})")
 print(f"written {out}")
 PY

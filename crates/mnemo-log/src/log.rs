@@ -19,10 +19,6 @@ const CACHE_LINE: u64 = mnemo_pmem::limits::CACHE_LINE;
 const STAGE_WORDS: usize = 15;
 const STAGE_BYTES: usize = CRC_PREFIX + 8 * STAGE_WORDS;
 
-/// The staging buffer, 8-byte aligned so the checksum runs on whole words.
-#[repr(C, align(8))]
-struct Stage([u8; STAGE_BYTES]);
-
 /// Log sequence number: the logical byte position of an entry in the log's unbounded stream
 /// (a multiple of 8). LSNs grow strictly with every entry, survive reopen, and are never
 /// reused; they are not dense (an entry of `n` bytes advances the next LSN by its record size).
@@ -102,6 +98,10 @@ pub struct Log<P: Deref<Target = Pool>> {
     entries: u64,
     stats: Stats,
     state: State,
+    /// Appends are sync points of the pool (the default), or local persists.
+    sync_points: bool,
+    /// The words of the records being appended in local mode, as bytes.
+    staged: Vec<u8>,
 }
 
 /// A position in the ring and the torn bit a write there carries now.
@@ -184,6 +184,53 @@ fn lines_of(offset: u64, len: u64) -> u64 {
     }
 }
 
+/// Staging for small records: the checksum prefix and the payload words, 8-byte aligned so
+/// one CRC call runs on whole words and the payload is packed once.
+#[repr(C, align(8))]
+struct Stage([u8; STAGE_BYTES]);
+
+/// Encode one record at logical word `at` (`cursor` at it): hand each word, torn bit set for
+/// its position, to `put` with its ring position. The cursor ends after the record.
+#[inline]
+fn encode_record(
+    cap: u64,
+    cursor: &mut Cursor,
+    at: u64,
+    data: &[u8],
+    more: bool,
+    mut put: impl FnMut(u64, u64),
+) {
+    let words = payload_words(data.len());
+    let mut stage = Stage([0; STAGE_BYTES]);
+    let mut large = Vec::new();
+    let crc = if words <= STAGE_WORDS {
+        stage.0[..CRC_PREFIX].copy_from_slice(&crc_prefix(at, data.len(), more));
+        let mut end = CRC_PREFIX;
+        encode_payload(data, |word| {
+            stage.0[end..end + 8].copy_from_slice(&word.to_le_bytes());
+            end += 8;
+        });
+        crc32c::crc32c(&stage.0[..end])
+    } else {
+        large.reserve_exact(words);
+        encode_payload(data, |word| large.push(word));
+        record_crc(at, data.len(), more, &large)
+    };
+    let mut emit = |word: u64| {
+        put(cursor.pos, with_sense(word, cursor.sense));
+        cursor.advance(cap);
+    };
+    emit(length_word(data.len(), more, crc));
+    if words <= STAGE_WORDS {
+        let end = CRC_PREFIX + 8 * words;
+        for w in stage.0[CRC_PREFIX..end].chunks_exact(8) {
+            emit(u64::from_le_bytes(w.try_into().unwrap_or_default()));
+        }
+    } else {
+        large.into_iter().for_each(emit);
+    }
+}
+
 impl<P: Deref<Target = Pool>> Log<P> {
     /// Format `range` (pool offsets; start 64-byte aligned) as an empty log and return it.
     /// Whatever the region held is overwritten. Costs four fences and a pass over the area.
@@ -210,6 +257,8 @@ impl<P: Deref<Target = Pool>> Log<P> {
             entries: 0,
             stats: Stats::default(),
             state: State::Open,
+            sync_points: true,
+            staged: Vec::new(),
             start,
             end,
             pool,
@@ -265,6 +314,8 @@ impl<P: Deref<Target = Pool>> Log<P> {
             entries: 0,
             stats: Stats::default(),
             state: State::Open,
+            sync_points: true,
+            staged: Vec::new(),
             start,
             end,
             pool,
@@ -279,12 +330,8 @@ impl<P: Deref<Target = Pool>> Log<P> {
         self.check_open()?;
         let words = self.words_for(data.len())?;
         self.check_free(words)?;
-        let area = Area::new(&self.pool, self.area, self.cap)?;
-        let mut cursor = self.next;
-        self.put_record(&area, &mut cursor, self.tail, data, false);
-        self.sync(words)?;
         let lsn = Lsn::of_word(self.tail);
-        self.commit(words, 1, cursor);
+        self.write_records(std::slice::from_ref(&data), words)?;
         Ok(lsn)
     }
 
@@ -296,22 +343,29 @@ impl<P: Deref<Target = Pool>> Log<P> {
             return Ok(Vec::new());
         }
         let mut words = 0u64;
+        let mut lsns = Vec::with_capacity(batch.len());
         for data in batch {
+            lsns.push(Lsn::of_word(self.tail + words));
             words += self.words_for(data.len())?;
         }
         self.check_free(words)?;
-        let area = Area::new(&self.pool, self.area, self.cap)?;
-        let mut cursor = self.next;
-        let mut lsns = Vec::with_capacity(batch.len());
-        let mut at = self.tail;
-        for (i, data) in batch.iter().enumerate() {
-            lsns.push(Lsn::of_word(at));
-            self.put_record(&area, &mut cursor, at, data, i + 1 < batch.len());
-            at += record_words(data.len());
-        }
-        self.sync(words)?;
-        self.commit(words, batch.len() as u64, cursor);
+        self.write_records(batch, words)?;
         Ok(lsns)
+    }
+
+    /// Whether appends are sync points of the pool (the default: `Pool::gmsync`, which the
+    /// replication pipeline sees) or local persists (`Pool::copy_nodrain` + `Pool::drain`:
+    /// one fence too, not seen by replication; for logs internal to a layer whose own commit
+    /// is the sync point, as `Pool::persist` is for metadata). Local appends take the pool's
+    /// copy path, so they use non-temporal stores wherever the pool does
+    /// (`MNEMO_MOVNT_THRESHOLD`).
+    pub fn set_sync_points(&mut self, on: bool) {
+        self.sync_points = on;
+    }
+
+    /// See [`Log::set_sync_points`].
+    pub fn sync_points(&self) -> bool {
+        self.sync_points
     }
 
     /// Iterate over the live entries, oldest first. Each entry is checked again as it is read.
@@ -457,43 +511,69 @@ impl<P: Deref<Target = Pool>> Log<P> {
         Ok(())
     }
 
-    /// Store one record's words at `cursor` (logical word `at`); no flush, no fence. Small
-    /// records are staged on the stack with their checksum prefix, so one CRC call covers
-    /// the record and the payload is packed once.
-    #[inline]
-    fn put_record(&self, area: &Area<'_>, cursor: &mut Cursor, at: u64, data: &[u8], more: bool) {
-        let words = payload_words(data.len());
-        let mut stage = Stage([0; STAGE_BYTES]);
-        let staged = if words <= STAGE_WORDS {
-            stage.0[..CRC_PREFIX].copy_from_slice(&crc_prefix(at, data.len(), more));
-            let mut end = CRC_PREFIX;
-            encode_payload(data, |word| {
-                stage.0[end..end + 8].copy_from_slice(&word.to_le_bytes());
-                end += 8;
-            });
-            Some(end)
-        } else {
-            None
-        };
-        let (crc, large) = match staged {
-            Some(end) => (crc32c::crc32c(&stage.0[..end]), Vec::new()),
-            None => {
-                let mut large = Vec::with_capacity(words);
-                encode_payload(data, |word| large.push(word));
-                (record_crc(at, data.len(), more, &large), large)
+    /// Write the records of `batch` (`words` words in all, known to fit) at the tail, make
+    /// them durable with one fence, and advance the tail.
+    fn write_records(&mut self, batch: &[&[u8]], words: u64) -> Result<(), Error> {
+        let cap = self.cap;
+        let mut cursor = self.next;
+        let mut at = self.tail;
+        if self.sync_points {
+            let area = Area::new(&self.pool, self.area, cap)?;
+            for (i, data) in batch.iter().enumerate() {
+                let more = i + 1 < batch.len();
+                encode_record(cap, &mut cursor, at, data, more, |pos, word| {
+                    area.store(pos, word)
+                });
+                at += record_words(data.len());
             }
-        };
-        let mut put = |word: u64| {
-            area.store(cursor.pos, with_sense(word, cursor.sense));
-            cursor.advance(self.cap);
-        };
-        put(length_word(data.len(), more, crc));
-        match staged {
-            Some(end) => stage.0[CRC_PREFIX..end]
-                .chunks_exact(8)
-                .for_each(|w| put(u64::from_le_bytes(w.try_into().unwrap_or_default()))),
-            None => large.into_iter().for_each(put),
+            self.sync(words)?;
+        } else {
+            let mut staged = std::mem::take(&mut self.staged);
+            staged.clear();
+            for (i, data) in batch.iter().enumerate() {
+                let more = i + 1 < batch.len();
+                encode_record(cap, &mut cursor, at, data, more, |_, word| {
+                    staged.extend_from_slice(&word.to_le_bytes())
+                });
+                at += record_words(data.len());
+            }
+            let result = self.persist_staged(&staged);
+            self.staged = staged;
+            result?;
         }
+        self.commit(words, batch.len() as u64, cursor);
+        Ok(())
+    }
+
+    /// Local mode: copy the staged words to the tail through the pool's copy path (flushed,
+    /// non-temporal where the pool chooses), then one fence.
+    fn persist_staged(&mut self, staged: &[u8]) -> Result<(), Error> {
+        let pos = self.next.pos;
+        let words = staged.len() as u64 / 8;
+        let first = words.min(self.cap - pos);
+        let (a, b) = staged.split_at(first as usize * 8);
+        let flush = !mutant::active("log.skip_flush");
+        let result = (|| {
+            for (offset, bytes) in [(self.area + pos * 8, a), (self.area, b)] {
+                if bytes.is_empty() {
+                    continue;
+                }
+                if flush {
+                    self.pool.copy_nodrain(offset, bytes)?;
+                } else {
+                    self.pool.write(offset, bytes)?;
+                }
+            }
+            self.pool.drain()
+        })();
+        if let Err(err) = result {
+            self.state = State::Poisoned;
+            return Err(err.into());
+        }
+        self.stats.fences += 1;
+        self.stats.lines_flushed +=
+            lines_of(self.area + pos * 8, a.len() as u64) + lines_of(self.area, b.len() as u64);
+        Ok(())
     }
 
     /// Make `words` words from the tail durable: one sync point (flush + one fence), two ranges
