@@ -1,0 +1,678 @@
+//! [`SimMedia`]: a simulated persistent medium that knows what a power failure may lose.
+//!
+//! See the crate documentation for the model. In short: the program's stores land in
+//! ordinary memory (the *volatile* view, at a fixed address); the simulator keeps a second
+//! copy, the *durable image*. [`Media::flush`] snapshots the covered cache lines,
+//! [`Media::drain`] writes those snapshots into the durable image. A crash image is the
+//! durable image plus any subset of the *pending units*: the 8-byte words (or, in
+//! [`Granularity::Line`], the cache lines) where the volatile view differs from the durable
+//! image.
+#![allow(unsafe_code)]
+
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use mnemo_pmem::cpu::FlushKind;
+use mnemo_pmem::limits::{CACHE_LINE, PAGE_SIZE};
+use mnemo_pmem::reserve::Reservation;
+use mnemo_pmem::{Durability, Media, MediaError, MediaInfo, MediaKind};
+
+const LINE: usize = CACHE_LINE as usize;
+const WORD: usize = 8;
+
+/// The unit a crash may keep or lose independently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Granularity {
+    /// Strict (the default): every pending 8-byte word independently old or new. The only
+    /// guarantee x86 gives is 8-byte atomicity of aligned stores; ARM and CXL give no more.
+    #[default]
+    Word,
+    /// Per cache line: all pending words of a line together, old or new. Models a line
+    /// written back whole at one moment; weaker than x86 (which may persist any *prefix* of
+    /// a line's stores, and a diffing model does not know their order). Fewer images.
+    Line,
+}
+
+/// Options of a simulated medium.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimOptions {
+    /// What a crash may tear.
+    pub granularity: Granularity,
+    /// Record a [`CrashPoint`] at every fence, growth, acknowledgement and at the end.
+    pub record: bool,
+    /// Mutant "dropped flush": ignore the flush call with this index (0-based, counting
+    /// every [`Media::flush`] and [`Media::copy_nodrain`]).
+    pub drop_flush: Option<u64>,
+    /// Mutant "dropped fence": the fence with this index (0-based) makes nothing durable.
+    pub drop_fence: Option<u64>,
+}
+
+/// Where in a run a crash point was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointKind {
+    /// Just before fence number `n` (0-based) takes effect.
+    Fence(u64),
+    /// Just before growth number `n` (0-based).
+    Grow(u64),
+    /// Right after the harness was told that operation number `n` (1-based count) was
+    /// acknowledged.
+    Ack(usize),
+    /// When the run (or the recovery) returned.
+    End,
+}
+
+impl std::fmt::Display for PointKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PointKind::Fence(n) => write!(f, "fence #{n}"),
+            PointKind::Grow(n) => write!(f, "grow #{n}"),
+            PointKind::Ack(n) => write!(f, "ack of op #{n}"),
+            PointKind::End => write!(f, "end of run"),
+        }
+    }
+}
+
+/// One pending 8-byte word: its offset and the value the program last stored there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Word {
+    /// Offset of the word in the medium (a multiple of 8).
+    pub offset: u64,
+    /// Value in the volatile view (little-endian bytes as a `u64`).
+    pub new: u64,
+    /// Value in the durable image.
+    pub old: u64,
+}
+
+/// A moment where the simulator may crash, with everything needed to build its images.
+#[derive(Clone, Debug)]
+pub struct CrashPoint {
+    /// Where in the run.
+    pub kind: PointKind,
+    /// Operations acknowledged so far.
+    pub acked: usize,
+    /// The durable image at this moment.
+    pub durable: Arc<Vec<u8>>,
+    /// Every pending word, by offset.
+    pub words: Vec<Word>,
+    /// The independent units: ranges of `words` (one word each in [`Granularity::Word`]).
+    pub units: Vec<Range<u32>>,
+}
+
+/// A simulated persistent medium. Cheap to clone: clones share the same memory, so a test
+/// keeps a handle while the pool owns another.
+#[derive(Clone, Debug)]
+pub struct SimMedia {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Always `Some` until dropped (then handed to the spare list).
+    reservation: Option<Reservation>,
+    base: NonNull<u8>,
+    capacity: u64,
+    len: AtomicU64,
+    state: Mutex<State>,
+}
+
+// SAFETY: `base` points into `reservation`, which is Send + Sync; every access to the bytes
+// behind it goes through the methods of `SimMedia`, whose callers are single-threaded
+// workloads (crate docs) or hold the state lock.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+/// Most recycled reservations kept per thread.
+const SPARES_MAX: usize = 8;
+
+thread_local! {
+    /// Reservations of dropped media with the bytes they had mapped: mapping fresh memory for
+    /// every crash image costs a page fault per page, recycling costs a `memset`.
+    static SPARES: std::cell::RefCell<Vec<(Reservation, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let mapped = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .mapped;
+        if let Some(reservation) = self.reservation.take() {
+            SPARES.with(|s| {
+                let mut spares = s.borrow_mut();
+                if spares.len() < SPARES_MAX {
+                    spares.push((reservation, mapped));
+                }
+            });
+        }
+    }
+}
+
+fn reservation(capacity: u64) -> (Reservation, u64) {
+    let capacity = capacity.next_multiple_of(PAGE_SIZE);
+    let spare = SPARES.with(|s| {
+        let mut spares = s.borrow_mut();
+        let found = spares.iter().position(|(r, _)| r.capacity() == capacity);
+        found.map(|i| spares.swap_remove(i))
+    });
+    spare.unwrap_or_else(|| {
+        (
+            Reservation::new(capacity).expect("reserving address space for a simulated medium"),
+            0,
+        )
+    })
+}
+
+#[derive(Debug)]
+struct State {
+    options: SimOptions,
+    /// The durable image; always `len` bytes long.
+    durable: Vec<u8>,
+    /// Shared copy of `durable` handed to crash points; `None` after `durable` changed.
+    durable_shared: Option<Arc<Vec<u8>>>,
+    /// Bytes mapped read-write from the start of the reservation (may exceed the length
+    /// when the reservation was recycled; those bytes are stale until grown into).
+    mapped: u64,
+    /// Snapshots taken by flushes and not yet fenced, in flush order (a later snapshot of
+    /// the same line wins).
+    flushed: Vec<(u64, [u8; LINE])>,
+    flushes: u64,
+    fences: u64,
+    grows: u64,
+    acked: usize,
+    points: Vec<CrashPoint>,
+}
+
+impl SimMedia {
+    /// An empty medium (length 0) that may grow to `capacity` bytes, strict mode, not
+    /// recording. `Pool::create_on` grows it to the pool size.
+    ///
+    /// # Panics
+    /// If `capacity` bytes of address space cannot be reserved (a test environment problem).
+    pub fn new(capacity: u64) -> SimMedia {
+        SimMedia::with_options(capacity, SimOptions::default())
+    }
+
+    /// An empty medium with `options`.
+    ///
+    /// # Panics
+    /// As [`SimMedia::new`].
+    pub fn with_options(capacity: u64, options: SimOptions) -> SimMedia {
+        let (reservation, mapped) = reservation(capacity);
+        let state = State {
+            options,
+            durable: Vec::new(),
+            durable_shared: None,
+            mapped,
+            flushed: Vec::new(),
+            flushes: 0,
+            fences: 0,
+            grows: 0,
+            acked: 0,
+            points: Vec::new(),
+        };
+        let inner = Inner {
+            base: reservation.base(),
+            capacity: reservation.capacity(),
+            reservation: Some(reservation),
+            len: AtomicU64::new(0),
+            state: Mutex::new(state),
+        };
+        SimMedia {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// A medium whose volatile view and durable image both hold `image` (as after a reboot):
+    /// length `image.len()` rounded up to a page (zero-padded), capacity at least that.
+    ///
+    /// # Panics
+    /// As [`SimMedia::new`].
+    pub fn from_image(image: &[u8], capacity: u64, options: SimOptions) -> SimMedia {
+        let len = (image.len() as u64).next_multiple_of(PAGE_SIZE);
+        let media = SimMedia::with_options(capacity.max(len), options);
+        {
+            let mut st = media.state();
+            media
+                .map(&mut st, 0, len)
+                .expect("mapping simulated memory");
+            st.durable = image.to_vec();
+            st.durable.resize(len as usize, 0);
+            // SAFETY: `0..len` is mapped read-write (and zeroed) and nothing else refers to
+            // it yet; `image` is a separate Rust slice of at most `len` bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(image.as_ptr(), media.base().as_ptr(), image.len())
+            };
+        }
+        media.inner.len.store(len, Ordering::Release);
+        media
+    }
+
+    /// A new medium holding only this one's durable image: what a reboot after a crash that
+    /// lost every pending unit would find. Not recording.
+    pub fn crash(&self) -> SimMedia {
+        let st = self.state();
+        SimMedia::from_image(
+            &st.durable,
+            self.capacity(),
+            SimOptions {
+                record: false,
+                ..st.options
+            },
+        )
+    }
+
+    /// A copy of the durable image.
+    pub fn durable_image(&self) -> Vec<u8> {
+        self.state().durable.clone()
+    }
+
+    /// A copy of the volatile view (what the program sees).
+    pub fn volatile_image(&self) -> Vec<u8> {
+        let _st = self.state();
+        self.volatile().to_vec()
+    }
+
+    /// Flush calls so far (including [`Media::copy_nodrain`]).
+    pub fn flushes(&self) -> u64 {
+        self.state().flushes
+    }
+
+    /// Fence calls so far.
+    pub fn fences(&self) -> u64 {
+        self.state().fences
+    }
+
+    /// Pending 8-byte words right now (volatile differs from durable).
+    pub fn pending_words(&self) -> usize {
+        let st = self.state();
+        self.pending(&st).0.len()
+    }
+
+    /// Start or stop recording crash points.
+    pub fn set_recording(&self, record: bool) {
+        self.state().options.record = record;
+    }
+
+    /// Tell the simulator that an operation was acknowledged; records a crash point.
+    pub fn mark_ack(&self) {
+        let mut st = self.state();
+        st.acked += 1;
+        let n = st.acked;
+        self.record(&mut st, PointKind::Ack(n));
+    }
+
+    /// Record the final crash point of a run.
+    pub fn mark_end(&self) {
+        let mut st = self.state();
+        self.record(&mut st, PointKind::End);
+    }
+
+    /// Take the crash points recorded so far.
+    pub fn take_points(&self) -> Vec<CrashPoint> {
+        std::mem::take(&mut self.state().points)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Make `from..to` mapped and zero (`from` is the current length).
+    fn map(&self, st: &mut State, from: u64, to: u64) -> Result<(), MediaError> {
+        let stale_end = st.mapped.min(to);
+        if from < stale_end {
+            // SAFETY: `from..stale_end` lies in the mapped part of our reservation and beyond
+            // the medium's length, so the program holds no reference into it.
+            unsafe {
+                std::ptr::write_bytes(
+                    self.base().as_ptr().add(from as usize),
+                    0,
+                    (stale_end - from) as usize,
+                )
+            };
+        }
+        if to > st.mapped {
+            let start = st.mapped.max(from);
+            let reservation = self
+                .inner
+                .reservation
+                .as_ref()
+                .expect("reservation present while the medium lives");
+            reservation
+                .map_anonymous(start, to - start)
+                .map_err(|e| MediaError::io("mmap", e))?;
+            st.mapped = to;
+        }
+        Ok(())
+    }
+
+    /// The volatile view. Callers hold the state lock, so no simulator call changes the
+    /// length meanwhile; workloads are single-threaded (see the crate docs), so the program
+    /// does not store into it meanwhile either.
+    fn volatile(&self) -> &[u8] {
+        let len = self.inner.len.load(Ordering::Acquire) as usize;
+        // SAFETY: `base..base+len` is mapped read-write for the life of `inner` (mappings are
+        // only ever added); see above for why no store races with this read.
+        unsafe { std::slice::from_raw_parts(self.base().as_ptr(), len) }
+    }
+
+    /// Every word where the volatile view differs from the durable image, and the units.
+    fn pending(&self, st: &State) -> (Vec<Word>, Vec<Range<u32>>) {
+        let volatile = self.volatile();
+        let mut words = Vec::new();
+        let mut units = Vec::new();
+        let lines = volatile
+            .chunks_exact(LINE)
+            .zip(st.durable.chunks_exact(LINE));
+        for (index, (now, then)) in lines.enumerate() {
+            if now == then {
+                continue;
+            }
+            let first = words.len() as u32;
+            for (w, (a, b)) in now
+                .chunks_exact(WORD)
+                .zip(then.chunks_exact(WORD))
+                .enumerate()
+            {
+                if a != b {
+                    let offset = (index * LINE + w * WORD) as u64;
+                    words.push(Word {
+                        offset,
+                        new: le64(a),
+                        old: le64(b),
+                    });
+                    if st.options.granularity == Granularity::Word {
+                        units.push(words.len() as u32 - 1..words.len() as u32);
+                    }
+                }
+            }
+            if st.options.granularity == Granularity::Line {
+                units.push(first..words.len() as u32);
+            }
+        }
+        (words, units)
+    }
+
+    fn record(&self, st: &mut State, kind: PointKind) {
+        if !st.options.record {
+            return;
+        }
+        let (words, units) = self.pending(st);
+        let durable = match &st.durable_shared {
+            Some(shared) => Arc::clone(shared),
+            None => {
+                let shared = Arc::new(st.durable.clone());
+                st.durable_shared = Some(Arc::clone(&shared));
+                shared
+            }
+        };
+        let acked = st.acked;
+        st.points.push(CrashPoint {
+            kind,
+            acked,
+            durable,
+            words,
+            units,
+        });
+    }
+
+    fn assert_range(&self, offset: u64, len: u64) {
+        let end = offset.checked_add(len);
+        assert!(
+            end.is_some_and(|end| end <= self.len()),
+            "simulated media range {offset}+{len} outside the medium of {} bytes",
+            self.len()
+        );
+    }
+}
+
+fn le64(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; WORD];
+    b.copy_from_slice(bytes);
+    u64::from_le_bytes(b)
+}
+
+impl Media for SimMedia {
+    fn base(&self) -> NonNull<u8> {
+        self.inner.base
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len.load(Ordering::Acquire)
+    }
+
+    fn capacity(&self) -> u64 {
+        self.inner.capacity
+    }
+
+    /// Growth is modelled as atomic and immediately durable: the new bytes are zero in both
+    /// views. (A real file's new length needs the file system's own journal; that is below
+    /// this model.)
+    fn grow(&self, new_len: u64) -> Result<(), MediaError> {
+        let mut st = self.state();
+        let old_len = self.len();
+        if new_len <= old_len {
+            return Ok(());
+        }
+        if new_len > self.capacity() {
+            return Err(MediaError::CapacityExceeded {
+                requested: new_len,
+                capacity: self.capacity(),
+            });
+        }
+        let new_len = new_len.next_multiple_of(PAGE_SIZE);
+        let n = st.grows;
+        self.record(&mut st, PointKind::Grow(n));
+        st.grows += 1;
+        self.map(&mut st, old_len, new_len)?;
+        st.durable.resize(new_len as usize, 0);
+        st.durable_shared = None;
+        self.inner.len.store(new_len, Ordering::Release);
+        Ok(())
+    }
+
+    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.capacity() => Ok(()),
+            _ => Err(MediaError::CapacityExceeded {
+                requested: offset.saturating_add(len),
+                capacity: self.capacity(),
+            }),
+        }
+    }
+
+    fn flush(&self, offset: u64, len: u64) {
+        self.assert_range(offset, len);
+        let mut st = self.state();
+        let n = st.flushes;
+        st.flushes += 1;
+        if st.options.drop_flush == Some(n) || len == 0 {
+            return;
+        }
+        let first = offset - offset % CACHE_LINE;
+        let end = (offset + len).next_multiple_of(CACHE_LINE).min(self.len());
+        let volatile = self.volatile();
+        for line in (first..end).step_by(LINE) {
+            let mut snap = [0u8; LINE];
+            snap.copy_from_slice(&volatile[line as usize..line as usize + LINE]);
+            st.flushed.push((line, snap));
+        }
+    }
+
+    fn drain(&self) -> Result<(), MediaError> {
+        let mut st = self.state();
+        let n = st.fences;
+        self.record(&mut st, PointKind::Fence(n));
+        st.fences += 1;
+        if st.options.drop_fence == Some(n) {
+            return Ok(());
+        }
+        let flushed = std::mem::take(&mut st.flushed);
+        if !flushed.is_empty() {
+            st.durable_shared = None;
+        }
+        for (line, snap) in flushed {
+            st.durable[line as usize..line as usize + LINE].copy_from_slice(&snap);
+        }
+        Ok(())
+    }
+
+    fn copy_nodrain(&self, offset: u64, src: &[u8]) {
+        self.assert_range(offset, src.len() as u64);
+        {
+            let _st = self.state();
+            // SAFETY: the destination lies within the mapped medium (asserted above); `src` is
+            // a Rust slice and cannot alias the simulated memory mutably.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr(),
+                    self.base().as_ptr().add(offset as usize),
+                    src.len(),
+                )
+            };
+        }
+        self.flush(offset, src.len() as u64);
+    }
+
+    fn info(&self) -> MediaInfo {
+        MediaInfo {
+            kind: MediaKind::Simulated,
+            durability: Durability::CpuFlush,
+            flush: FlushKind::Clwb,
+            reason:
+                "simulated medium (mnemo-testkit): flush snapshots lines, fence makes them durable"
+                    .into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(m: &SimMedia, offset: u64, bytes: &[u8]) {
+        assert!(offset + bytes.len() as u64 <= m.len());
+        // SAFETY: in range (asserted), single-threaded test.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                m.base().as_ptr().add(offset as usize),
+                bytes.len(),
+            )
+        };
+    }
+
+    #[test]
+    fn flush_then_fence_makes_durable() {
+        let m = SimMedia::new(1 << 20);
+        m.grow(PAGE_SIZE).unwrap();
+        store(&m, 8, &[1; 8]);
+        assert_eq!(m.pending_words(), 1);
+        m.drain().unwrap();
+        assert_eq!(
+            m.pending_words(),
+            1,
+            "a fence without a flush persists nothing"
+        );
+        m.flush(8, 8);
+        store(&m, 16, &[2; 8]);
+        m.drain().unwrap();
+        assert_eq!(m.durable_image()[8..16], [1; 8]);
+        assert_eq!(
+            m.durable_image()[16..24],
+            [0; 8],
+            "stored after the flush snapshot"
+        );
+        assert_eq!(m.pending_words(), 1);
+    }
+
+    #[test]
+    fn points_record_pending_words() {
+        let m = SimMedia::with_options(
+            1 << 20,
+            SimOptions {
+                record: true,
+                ..SimOptions::default()
+            },
+        );
+        m.grow(PAGE_SIZE).unwrap();
+        store(&m, 0, &[9; 24]);
+        m.flush(0, 24);
+        m.drain().unwrap();
+        let points = m.take_points();
+        assert_eq!(points.len(), 2);
+        assert_eq!(points[1].kind, PointKind::Fence(0));
+        assert_eq!(points[1].words.len(), 3);
+        assert_eq!(points[1].units.len(), 3);
+    }
+
+    #[test]
+    fn line_granularity_groups_words() {
+        let options = SimOptions {
+            record: true,
+            granularity: Granularity::Line,
+            ..SimOptions::default()
+        };
+        let m = SimMedia::with_options(1 << 20, options);
+        m.grow(PAGE_SIZE).unwrap();
+        store(&m, 0, &[9; 80]);
+        m.mark_end();
+        let p = &m.take_points()[1];
+        assert_eq!(p.words.len(), 10);
+        assert_eq!(p.units, vec![0..8, 8..10]);
+    }
+
+    #[test]
+    fn dropped_flush_and_fence() {
+        let m = SimMedia::with_options(
+            1 << 20,
+            SimOptions {
+                drop_flush: Some(0),
+                ..SimOptions::default()
+            },
+        );
+        m.grow(PAGE_SIZE).unwrap();
+        store(&m, 0, &[1; 8]);
+        m.flush(0, 8);
+        m.drain().unwrap();
+        assert_eq!(m.pending_words(), 1);
+        let m = SimMedia::with_options(
+            1 << 20,
+            SimOptions {
+                drop_fence: Some(0),
+                ..SimOptions::default()
+            },
+        );
+        m.grow(PAGE_SIZE).unwrap();
+        store(&m, 0, &[1; 8]);
+        m.flush(0, 8);
+        m.drain().unwrap();
+        assert_eq!(m.pending_words(), 1);
+        m.drain().unwrap();
+        assert_eq!(
+            m.pending_words(),
+            0,
+            "the next fence persists the earlier flush"
+        );
+    }
+
+    #[test]
+    fn base_is_stable_across_growth_and_images_round_trip() {
+        let m = SimMedia::new(1 << 20);
+        m.grow(PAGE_SIZE).unwrap();
+        let base = m.base();
+        m.grow(8 * PAGE_SIZE).unwrap();
+        assert_eq!(base, m.base());
+        store(&m, 5000, b"hello");
+        m.copy_nodrain(6000, b"world");
+        m.drain().unwrap();
+        let c = m.crash();
+        assert_eq!(c.len(), 8 * PAGE_SIZE);
+        assert_eq!(&c.volatile_image()[6000..6005], b"world");
+        assert_eq!(&c.volatile_image()[5000..5005], &[0; 5]);
+        assert!(m.grow(2 << 20).is_err());
+    }
+}
