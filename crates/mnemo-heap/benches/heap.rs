@@ -162,6 +162,17 @@ fn main() {
         pmdk_per_s: None,
     });
     let (ns, fences, lines) = measure(&counters, n, |i| {
+        pool.write(word.offset(), &i.to_le_bytes()).unwrap();
+        pool.msync(word.offset(), 8).unwrap();
+    });
+    rows.push(Row {
+        name: "sync point: store+msync (policy)",
+        ns,
+        fences,
+        lines,
+        pmdk_per_s: None,
+    });
+    let (ns, fences, lines) = measure(&counters, n, |i| {
         heap.transaction(|tx| tx.write(word, &i)).unwrap()
     });
     rows.push(Row {

@@ -1,0 +1,425 @@
+//! Crash-image tests of the heap under mnemo-testkit's simulator: every fence of the workloads
+//! is a crash point; each crash image is recovered (pool open, heap recovery) and checked.
+//!
+//! Invariants checked on every recovered image (`observe`):
+//! * no leak: every live allocation is published (a root, a named region, or an object the
+//!   root table points to), and no published pointer dangles (each is a live allocation);
+//! * no double allocation: live allocations do not overlap;
+//! * objects are whole: each object carries its tag twice, in two cache lines, and both match;
+//! * acknowledged operations are present, the one in flight is all-or-nothing (the model
+//!   state: table of (slot, tag, size), counter, regions).
+//!
+//! `every_mutant_is_caught` switches each mutant of this crate on and requires a failure.
+
+use std::path::Path;
+
+use mnemo_heap::{Error, Heap, HeapOptions, PPtr};
+use mnemo_pmem::Pool;
+use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
+
+const SLOTS: usize = 8;
+const SIZES: [u64; 3] = [128, 400, 70_000];
+
+fn options() -> HeapOptions {
+    HeapOptions {
+        lane_count: 2,
+        lane_log_size: 8192,
+        toc_entries: 16,
+        arenas: 1,
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Model {
+    /// Per slot: (tag, size index) of the object it points to.
+    table: [Option<(u64, usize)>; SLOTS],
+    counter: u64,
+    /// Named regions: (name, first word).
+    regions: Vec<(String, u64)>,
+}
+
+/// Which operations a workload runs.
+#[derive(Clone, Copy, Debug)]
+enum Mix {
+    /// Inserts, updates, deletes, an aborted transaction.
+    Transactions,
+    /// Allocation-heavy: many objects, frees, reuse, a large object, growth.
+    Allocator,
+    /// Named regions, roots, atomic and shadow updates.
+    Toc,
+}
+
+struct HeapWorkload {
+    mix: Mix,
+    ops: usize,
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+struct Roots {
+    table: PPtr<[PPtr<u64>; SLOTS]>,
+    counter: PPtr<u64>,
+}
+
+/// Both roots, created together by one transaction (the inner ones join it).
+fn roots(heap: &Heap) -> Result<Roots, String> {
+    heap.transaction(|_| {
+        Ok(Roots {
+            table: heap.root("table")?,
+            counter: heap.root("counter")?,
+        })
+    })
+    .map_err(err)
+}
+
+fn slot_ptr(roots: &Roots, i: usize) -> PPtr<PPtr<u64>> {
+    roots.table.byte_add(i as u64 * 8)
+}
+
+/// Write an object: tag at offset 0 and at offset 64 (another cache line).
+fn write_object(tx: &mnemo_heap::Tx<'_>, obj: u64, tag: u64) -> mnemo_heap::Result<()> {
+    tx.write_bytes(obj, &tag.to_le_bytes())?;
+    tx.write_bytes(obj + 64, &tag.to_le_bytes())
+}
+
+impl HeapWorkload {
+    fn step(
+        &self,
+        heap: &Heap,
+        r: &Roots,
+        model: &mut Model,
+        choice: u64,
+        tag: u64,
+    ) -> Result<(), String> {
+        let slot = (choice >> 8) as usize % SLOTS;
+        let size = (choice >> 16) as usize % SIZES.len();
+        let kind = choice % 8;
+        match (self.mix, kind, model.table[slot]) {
+            (Mix::Toc, 0 | 1, _) => {
+                let name = format!("region{}", slot % 3);
+                if let Some(i) = model.regions.iter().position(|(n, _)| *n == name) {
+                    heap.nvfree(&name).map_err(err)?;
+                    model.regions.remove(i);
+                } else {
+                    let off = heap.nvalloc(&name, 200).map_err(err)?;
+                    heap.transaction(|tx| tx.write_bytes(off, &tag.to_le_bytes()))
+                        .map_err(err)?;
+                    model.regions.push((name, tag));
+                    model.regions.sort();
+                }
+            }
+            (Mix::Toc, 2, _) => {
+                // A logged write of the counter, then an atomic update of the same word.
+                heap.transaction(|tx| tx.write(r.counter, &tag))
+                    .map_err(err)?;
+                heap.atomic_update(r.counter, tag + 1).map_err(err)?;
+                model.counter = tag + 1;
+            }
+            (Mix::Toc, 3 | 4, _) => {
+                let slot_p = slot_ptr(r, slot);
+                // The new version is a whole `[u64; 16]` object, tags at words 0 and 8.
+                heap.shadow_update(slot_p.cast::<PPtr<[u64; 16]>>(), |_| {
+                    let mut v = [0u64; 16];
+                    v[0] = tag;
+                    v[8] = tag;
+                    v
+                })
+                .map_err(err)?;
+                model.table[slot] = Some((tag, 0));
+            }
+            (Mix::Transactions, 6, _) | (Mix::Allocator, 6, _) => {
+                // Aborted: nothing may remain.
+                let result = heap.transaction(|tx| {
+                    let obj = tx.alloc_bytes(SIZES[size])?;
+                    write_object(tx, obj, tag)?;
+                    tx.write(slot_ptr(r, slot), &PPtr::from_offset(obj))?;
+                    Err::<(), _>(Error::InvalidArgument("abort".into()))
+                });
+                if result.is_ok() {
+                    return Err("aborted transaction committed".into());
+                }
+            }
+            (_, _, None) => {
+                let size = if matches!(self.mix, Mix::Transactions) {
+                    size.min(1)
+                } else {
+                    size
+                };
+                heap.transaction(|tx| {
+                    let obj = tx.alloc_bytes(SIZES[size])?;
+                    write_object(tx, obj, tag)?;
+                    tx.write(slot_ptr(r, slot), &PPtr::from_offset(obj))?;
+                    let c = tx.read(r.counter)?;
+                    tx.write(r.counter, &(c + 1))
+                })
+                .map_err(err)?;
+                model.table[slot] = Some((tag, size));
+                model.counter += 1;
+            }
+            (_, 0..=2, Some(_)) => {
+                heap.transaction(|tx| {
+                    let obj: PPtr<u64> = tx.read(slot_ptr(r, slot))?;
+                    tx.free(obj)?;
+                    tx.write(slot_ptr(r, slot), &PPtr::null())
+                })
+                .map_err(err)?;
+                model.table[slot] = None;
+            }
+            (_, _, Some((_, s))) => {
+                heap.transaction(|tx| {
+                    let obj: PPtr<u64> = tx.read(slot_ptr(r, slot))?;
+                    write_object(tx, obj.offset(), tag)
+                })
+                .map_err(err)?;
+                model.table[slot] = Some((tag, s));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn size_index(heap: &Heap, off: u64) -> Result<usize, String> {
+    let usable = heap
+        .usable_size(off)
+        .ok_or_else(|| format!("published object {off:#x} is not allocated (dangling)"))?;
+    SIZES
+        .iter()
+        .position(|&s| s <= usable && (usable < s * 2 || s > 65536))
+        .ok_or_else(|| format!("object {off:#x} has unexpected size {usable}"))
+}
+
+impl Workload for HeapWorkload {
+    type State = Option<Model>;
+    type Recovered = Option<Heap>;
+
+    fn name(&self) -> String {
+        format!("heap-{:?}-{}", self.mix, self.ops)
+    }
+
+    fn capacity(&self) -> u64 {
+        2 << 20
+    }
+
+    fn initial(&self) -> Option<Model> {
+        None
+    }
+
+    fn run(&self, run: &mut Run<Option<Model>>) -> Result<(), String> {
+        let geometry_probe = mnemo_heap::layout::Geometry::new(8192, 2, 8192, 16);
+        let size = geometry_probe.size_for_chunks(3);
+        let p = Pool::create_on(
+            Box::new(run.media()),
+            Path::new("heap"),
+            &pool::create_options(size, 2 << 20),
+        )
+        .map_err(err)?;
+        let heap = Heap::create(p, &options()).map_err(err)?;
+        let r = roots(&heap)?;
+        let mut model = Model::default();
+        run.ack(Some(model.clone()));
+        for _ in 0..self.ops {
+            let choice = run.rng().next_u64();
+            let tag = run.rng().next_u64() >> 8;
+            self.step(&heap, &r, &mut model, choice, tag)?;
+            run.ack(Some(model.clone()));
+        }
+        Ok(())
+    }
+
+    fn recover(&self, media: SimMedia) -> Result<Option<Heap>, String> {
+        let Some(p) = pool::open(media)? else {
+            return Ok(None);
+        };
+        match Heap::open_with(p, &options()) {
+            Ok(heap) => Ok(Some(heap)),
+            // A crash while the heap was being created: its superblock is written last.
+            Err(Error::NotAHeap(_)) => Ok(None),
+            Err(Error::Corrupt(m)) if m.contains("superblock checksum") => Ok(None),
+            Err(e) => Err(format!("heap recovery failed: {e}")),
+        }
+    }
+
+    fn observe(&self, heap: &Option<Heap>) -> Result<Option<Model>, String> {
+        let Some(heap) = heap else { return Ok(None) };
+        let live = heap.live_allocations();
+        for w in live.windows(2) {
+            if w[0].0 + w[0].1 > w[1].0 {
+                return Err(format!("allocations overlap: {w:?}"));
+            }
+        }
+        let regions = heap.regions().map_err(err)?;
+        let mut published: Vec<u64> = regions.iter().map(|r| r.1).collect();
+        let mut model = Model::default();
+        let table = regions.iter().find(|r| r.0 == "table");
+        let counter = regions.iter().find(|r| r.0 == "counter");
+        if let (Some(t), Some(c)) = (table, counter) {
+            model.counter = heap.get(PPtr::<u64>::from_offset(c.1)).map_err(err)?;
+            let slots: [PPtr<u64>; SLOTS] = heap.get(PPtr::from_offset(t.1)).map_err(err)?;
+            for (i, obj) in slots.iter().enumerate() {
+                if obj.is_null() {
+                    continue;
+                }
+                let size = size_index(heap, obj.offset())?;
+                let a: u64 = heap.get(*obj).map_err(err)?;
+                let b: u64 = heap.get(obj.byte_add::<u64>(64)).map_err(err)?;
+                if a != b {
+                    return Err(format!("object in slot {i} is torn: {a:#x} / {b:#x}"));
+                }
+                model.table[i] = Some((a, size));
+                published.push(obj.offset());
+            }
+        } else if table.is_some() != counter.is_some() {
+            // Roots are created one per transaction; one without the other is a legal
+            // in-flight state only before the first ack, which the model cannot express.
+            return Err("only one of the two roots exists".into());
+        }
+        for r in &regions {
+            if r.0.starts_with("region") {
+                let first: u64 = heap.get(PPtr::from_offset(r.1)).map_err(err)?;
+                model.regions.push((r.0.clone(), first));
+            }
+        }
+        model.regions.sort();
+        published.sort();
+        let live_offsets: Vec<u64> = live.iter().map(|l| l.0).collect();
+        if live_offsets != published {
+            let leaked: Vec<_> = live_offsets
+                .iter()
+                .filter(|o| !published.contains(o))
+                .collect();
+            let dangling: Vec<_> = published
+                .iter()
+                .filter(|o| !live_offsets.contains(o))
+                .collect();
+            return Err(format!(
+                "leaked allocations {leaked:x?}, dangling pointers {dangling:x?}"
+            ));
+        }
+        if table.is_none() {
+            return Ok(Some(Model::default()));
+        }
+        Ok(Some(model))
+    }
+
+    fn accept(
+        &self,
+        observed: &Option<Model>,
+        acked: &Option<Model>,
+        in_flight: Option<&Option<Model>>,
+    ) -> Result<(), String> {
+        if observed == acked || in_flight == Some(observed) {
+            return Ok(());
+        }
+        // A region being created and then written (two transactions) may be seen created
+        // and zeroed; an atomic_update after its logged write may be seen with either value.
+        if let (Some(o), Some(a), Some(Some(f))) = (observed, acked, in_flight) {
+            let mut relaxed = o.clone();
+            for (name, first) in relaxed.regions.iter_mut() {
+                if *first == 0 {
+                    if let Some((_, v)) = f.regions.iter().find(|(n, _)| n == name) {
+                        *first = *v;
+                    }
+                }
+            }
+            if relaxed == *f {
+                return Ok(());
+            }
+            if o.counter + 1 == f.counter
+                && (Model {
+                    counter: f.counter,
+                    ..o.clone()
+                }) == *f
+                && o.counter != a.counter
+            {
+                return Ok(());
+            }
+        }
+        Err(format!("observed {observed:?}; acceptable: {acked:?} (acknowledged) or {in_flight:?} (in flight)"))
+    }
+
+    fn follow_on(&self, heap: Option<Heap>, media: &SimMedia) -> Result<(), String> {
+        let Some(heap) = heap else { return Ok(()) };
+        // One more allocation must not collide with anything live, and the result survives.
+        let live = heap.live_allocations();
+        let off = heap.pmalloc(128).map_err(err)?;
+        if live.iter().any(|&(o, s)| o <= off && off < o + s) {
+            return Err(format!(
+                "follow-on allocation {off:#x} overlaps a live object"
+            ));
+        }
+        heap.pfree(off).map_err(err)?;
+        drop(heap);
+        let again = self.recover(media.crash())?;
+        self.observe(&again).map(|_| ())
+    }
+}
+
+/// Sampling narrowed so the crate's debug test run stays short; `MNEMO_SOAK=1` widens it.
+fn config(seed: u64) -> Config {
+    let mut config = Config::from_env(seed);
+    if !mnemo_testkit::soak() {
+        config.sampling.exhaustive_max = 6;
+        config.sampling.pairs_all_max = 12;
+        config.sampling.pairs_sampled = 24;
+        config.sampling.random = 24;
+        config.depth2_every = 16;
+        config.depth2_images = 4;
+        config.follow_on_every = 8;
+    }
+    config.threads = 2;
+    config
+}
+
+fn check(mix: Mix, ops: usize, seeds: std::ops::Range<u64>) {
+    for seed in seeds {
+        let report = explore(&HeapWorkload { mix, ops }, &config(seed));
+        eprintln!("{}", report.summary(&format!("heap {mix:?} seed {seed}")));
+        report.assert_ok();
+    }
+}
+
+#[test]
+fn crash_transactions() {
+    check(Mix::Transactions, 8, 1..2);
+}
+
+#[test]
+fn crash_allocator() {
+    check(Mix::Allocator, 8, 11..12);
+}
+
+#[test]
+fn crash_toc_roots_atomic_shadow() {
+    check(Mix::Toc, 8, 21..22);
+}
+
+#[test]
+fn every_mutant_is_caught() {
+    let mut missed = Vec::new();
+    for &name in mnemo_heap::MUTANTS {
+        let mut caught = None;
+        'search: for mix in [Mix::Transactions, Mix::Toc, Mix::Allocator] {
+            for seed in 1..4 {
+                let mut config = self::config(seed);
+                config.mutant = Some(name);
+                config.stop_at_first_failure = true;
+                config.threads = 2;
+                let report = explore(&HeapWorkload { mix, ops: 8 }, &config);
+                if let Some(f) = report.failures.first() {
+                    caught = Some(f.to_string());
+                    break 'search;
+                }
+            }
+        }
+        match caught {
+            Some(f) => eprintln!(
+                "mutant {name} caught: {}",
+                f.lines().next().unwrap_or_default()
+            ),
+            None => missed.push(name),
+        }
+    }
+    assert!(missed.is_empty(), "mutants not caught: {missed:?}");
+}
