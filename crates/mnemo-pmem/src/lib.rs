@@ -11,6 +11,11 @@
 //! * [`Pool::msync`] and [`Pool::gmsync`] are the *sync points*: the one durability call of
 //!   the library. They hand the ranges to the pool's [`SyncPolicy`] (today "local": flush and
 //!   fence, or `msync(2)` for a page-cache file; later replication modes).
+//! * [`track`] narrows sync points to what changed (Selective Persistence Flushing): a line
+//!   bitmap for stores through the API, userfaultfd write-protect + `PAGEMAP_SCAN` for raw
+//!   stores, flush-all as the fallback. Off unless [`Pool::enable_tracking`] or `MNEMO_SPF`.
+//! * [`emu`] emulates slower persistent memories (PCM, STT-RAM, Optane, CXL) by charging
+//!   modelled delays at flushes and fences (`MNEMO_EMULATE=<preset>`).
 //! * [`cpu`] picks the best flush instruction once (clwb, clflushopt, clflush, or none on
 //!   platforms whose caches are persistent), with environment overrides.
 //!

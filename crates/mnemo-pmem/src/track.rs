@@ -149,6 +149,35 @@ pub struct TrackStats {
     pub scanned_dirty_pages: AtomicU64,
 }
 
+/// A copy of [`TrackStats`] for reports (the key-value server's INFO, logs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TrackReport {
+    /// Bytes the sync points named.
+    pub named_bytes: u64,
+    /// Bytes the sync points flushed after narrowing.
+    pub flushed_bytes: u64,
+    /// Ranges flushed whole by the break-even rule (or a fallback).
+    pub whole_ranges: u64,
+    /// `PAGEMAP_SCAN` calls.
+    pub scans: u64,
+    /// Pages the scans reported written.
+    pub scanned_dirty_pages: u64,
+}
+
+impl TrackStats {
+    /// The counters now.
+    pub fn report(&self) -> TrackReport {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TrackReport {
+            named_bytes: get(&self.named_bytes),
+            flushed_bytes: get(&self.flushed_bytes),
+            whole_ranges: get(&self.whole_ranges),
+            scans: get(&self.scans),
+            scanned_dirty_pages: get(&self.scanned_dirty_pages),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Tier 1: the bitmap.
 

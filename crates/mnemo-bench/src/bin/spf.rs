@@ -577,6 +577,43 @@ fn off_cost(summary: &mut serde_json::Value) {
     });
 }
 
+/// Tier 1's marking cost: 64 B `Pool::write`s (sequential and random over 64 MiB) with
+/// tracking off and with the bitmap on.
+fn mark_cost(summary: &mut serde_json::Value) {
+    let region = 64 * MIB;
+    let off = make_pool(region, None, None);
+    prefill(&off.pool);
+    let on = make_pool(region, None, None);
+    prefill(&on.pool);
+    on.pool.enable_tracking(Tracking::Api).expect("tracking");
+    let data = off.pool.data_offset();
+    let lines = region / 64;
+    let buf = [7u8; 64];
+    let ops = 1u64 << 20;
+    let run = |pool: &Pool, random: bool| {
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            for i in 0..ops {
+                let line = if random { mix(i) % lines } else { i % lines };
+                pool.write(data + line * 64, &buf).expect("write");
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / ops as f64);
+            pool.msync(data, region).expect("msync");
+        }
+        best
+    };
+    let (seq_off, seq_on) = (run(&off.pool, false), run(&on.pool, false));
+    let (rnd_off, rnd_on) = (run(&off.pool, true), run(&on.pool, true));
+    eprintln!(
+        "mark cost, 64 B Pool::write: sequential {seq_off:.1} -> {seq_on:.1} ns, random {rnd_off:.1} -> {rnd_on:.1} ns (tracking off -> bitmap)"
+    );
+    summary["mark_cost_64b_write_ns"] = serde_json::json!({
+        "sequential_off": seq_off, "sequential_bitmap": seq_on,
+        "random_off": rnd_off, "random_bitmap": rnd_on,
+    });
+}
+
 fn main() {
     for var in ["MNEMO_EMULATE", "MNEMO_SPF", "MNEMO_SPF_FALLBACK"] {
         if std::env::var_os(var).is_some() {
@@ -591,6 +628,9 @@ fn main() {
     let mut summary = serde_json::json!({ "machine": machine() });
     if want("off") {
         off_cost(&mut summary);
+    }
+    if want("mark") {
+        mark_cost(&mut summary);
     }
     if want("fig5") {
         let mut rows = Vec::new();
