@@ -242,7 +242,17 @@ impl Builder {
                     return;
                 };
                 if entity.is_definition() {
-                    if !self.program.functions.contains_key(&usr) {
+                    // One tree may hold several programs defining the same external name
+                    // (Redis's server, cli and benchmark each define `_serverAssert`): keep
+                    // the definition that comes first in the source order, whatever order the
+                    // units are parsed in.
+                    let site = self.site(&entity);
+                    let earlier = self
+                        .program
+                        .functions
+                        .get(&usr)
+                        .is_none_or(|existing| site < existing.site);
+                    if earlier {
                         let function = self.function(entity);
                         self.program.functions.insert(usr, function);
                     }

@@ -153,14 +153,25 @@ pub struct Program {
 }
 
 impl Program {
-    /// Adds the facts of another part of the same program (parsed by another worker); what
-    /// both define is kept from `self`.
+    /// Adds the facts of another part of the same program (parsed by another worker). What
+    /// both define is kept from the definition that comes first in source order, as when one
+    /// process parses everything.
     pub fn merge(&mut self, other: Program) {
         for (key, record) in other.records {
-            self.records.entry(key).or_insert(record);
+            match self.records.get(&key) {
+                Some(mine) if mine.site <= record.site => {}
+                _ => {
+                    self.records.insert(key, record);
+                }
+            }
         }
         for (key, function) in other.functions {
-            self.functions.entry(key).or_insert(function);
+            match self.functions.get(&key) {
+                Some(mine) if mine.site <= function.site => {}
+                _ => {
+                    self.functions.insert(key, function);
+                }
+            }
         }
         for (key, external) in other.externals {
             self.externals.entry(key).or_insert(external);
@@ -217,7 +228,9 @@ mod tests {
             units: 3,
             ..Program::default()
         };
-        b.functions.insert("c:@F@f".into(), function("f-again"));
+        let mut later = function("f-again");
+        later.site.line = 9;
+        b.functions.insert("c:@F@f".into(), later);
         b.functions.insert("c:@F@g".into(), function("g"));
         a.merge(b);
         a.finish();
