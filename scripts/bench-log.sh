@@ -3,7 +3,7 @@
 # pool on /dev/shm with cache flushes + fences (mnemo: tmpfs is flushed with clwb/sfence;
 # libpmemlog: PMEM_IS_PMEM_FORCE=1). Rounds alternate the two programs so machine load hits
 # both alike; each program reports the median of its runs, and the script the median of the
-# rounds. Writes bench/results/log-append.csv.
+# rounds. Writes bench/results/log-append.csv and bench/plots/log-append.svg.
 #
 # usage: scripts/bench-log.sh          (LOG_BENCH_N, LOG_BENCH_RUNS, LOG_BENCH_ROUNDS,
 #                                       LOG_BENCH_LEN override the defaults below)
@@ -84,4 +84,36 @@ with open(out, "w", newline="") as fh:
               f"cpu {cpu_ns:7.1f} ns {1e9/cpu_ns/1e6:5.2f} M/s x{peer_cpu/cpu_ns:.2f} | "
               f"fences {r[5]} lines {r[6]}  (load {load})")
 print(f"written {out}")
+
+# A bar chart of the same figures (no plotting library needed): ns per append, wall and CPU.
+plot = out.replace("results/", "plots/").replace(".csv", ".svg")
+data = [r for r in csv.DictReader(open(out))]
+width, bar, gap, left = 760, 16, 14, 190
+top = 50
+height = top + len(data) * (2 * bar + gap) + 40
+scale = (width - left - 90) / max(float(r["ns_per_append"]) for r in data)
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+       f'font-family="sans-serif" font-size="12">',
+       f'<text x="10" y="20" font-size="14">64-byte log append on /dev/shm: ns per append '
+       f'(lower is better), load {data[0]["load_avg_1m"]}</text>',
+       f'<rect x="{left}" y="30" width="12" height="10" fill="#4878a8"/>'
+       f'<text x="{left + 16}" y="39">wall clock</text>'
+       f'<rect x="{left + 100}" y="30" width="12" height="10" fill="#e0a040"/>'
+       f'<text x="{left + 116}" y="39">thread CPU time</text>']
+y = top
+for r in data:
+    wall, cpu_t = float(r["ns_per_append"]), float(r["cpu_ns_per_append"])
+    svg.append(f'<text x="10" y="{y + bar + 4}">{r["impl"]}</text>')
+    svg.append(f'<rect x="{left}" y="{y}" width="{wall * scale:.1f}" height="{bar}" fill="#4878a8"/>')
+    svg.append(f'<text x="{left + wall * scale + 4:.1f}" y="{y + 12}">{wall:.0f} '
+               f'(x{r["speedup_vs_pmemlog"]})</text>')
+    svg.append(f'<rect x="{left}" y="{y + bar}" width="{cpu_t * scale:.1f}" height="{bar}" fill="#e0a040"/>')
+    svg.append(f'<text x="{left + cpu_t * scale + 4:.1f}" y="{y + bar + 12}">{cpu_t:.0f} '
+               f'(x{r["cpu_speedup_vs_pmemlog"]})</text>')
+    y += 2 * bar + gap
+svg.append(f'<text x="10" y="{height - 12}">fences/append: mnemo 1, batch8 0.125, pmemlog 2; '
+           f'lines/append: mnemo 2, pmemlog 2. {data[0]["date"]}</text>')
+svg.append('</svg>')
+open(plot, "w").write("\n".join(svg) + "\n")
+print(f"written {plot}")
 PY

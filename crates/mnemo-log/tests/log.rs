@@ -667,3 +667,20 @@ fn random_garbage_never_panics() {
         }
     }
 }
+
+#[test]
+fn handles_can_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Log<&Pool>>();
+    send_sync::<Log<std::sync::Arc<Pool>>>();
+    send_sync::<Log<Box<Pool>>>();
+    let dir = shm_dir();
+    let pool = std::sync::Arc::new(new_pool(&dir));
+    let range = region(&pool, 4096);
+    let mut log = Log::create(pool.clone(), range.clone()).expect("create");
+    let lsn = std::thread::spawn(move || log.append(b"from a thread").expect("append"))
+        .join()
+        .expect("thread");
+    let (log, n) = Log::open(pool, range).expect("open");
+    assert_eq!((n, contents(&log)[0].0), (1, lsn));
+}
