@@ -31,8 +31,9 @@
  *      allocations and frees of a transaction take effect together, durably, at commit; or
  *      none does (abort, crash before the commit point, or an earlier failing call).
  *   4. Raw stores plus mnemo_msync()/mnemo_gmsync(): the program stores through addresses and
- *      then names the ranges it changed (Mojim's interface). See mnemo_gmsync() for exactly
- *      what "atomic" means for stores that were made before the call.
+ *      then names the ranges it changed (Mojim's interface). mnemo_gmsync() makes ranges
+ *      that it names again and again move all-or-nothing from one call's state to the
+ *      next; read its comment for exactly what that means for stores made before the call.
  *
  *   THE REDO RULE. Transactions use redo logging: mnemo_tx_write() records the new bytes and
  *   the pool itself changes only at commit. Therefore, inside a transaction:
@@ -98,12 +99,16 @@ extern "C" {
  * and per mnemo_tx_write 16 bytes plus the length rounded up to 8 (32 bytes only, when the
  * written memory was allocated by the same transaction), 24 bytes per allocation or free
  * (allocations from one bitmap word share one). A larger transaction fails with
- * MNEMO_ETXTOOBIG. mnemo_gmsync() uses one record for all its ranges.
+ * MNEMO_ETXTOOBIG.
  */
 #define MNEMO_TX_RECORD_MAX 32768
 
 /** Most ranges one mnemo_gmsync() call may name. */
 #define MNEMO_GMSYNC_RANGES_MAX 1024
+
+/** Bytes of mnemo_gmsync()'s snapshot record: 32, plus per range 16 and its length rounded
+ * up to 8. */
+#define MNEMO_GMSYNC_RECORD_MAX 65536
 
 /**
  * Metadata of the heap in a new pool (table of contents, 16 lane logs, the first chunk
@@ -139,7 +144,8 @@ enum mnemo_error {
                                   open */
     MNEMO_ENOSPC = -7,       /**< out of space: the pool is full and cannot grow (size_max
                                   reached or medium full), or the table of names is full */
-    MNEMO_ETXTOOBIG = -8,    /**< the transaction (or gmsync) exceeds MNEMO_TX_RECORD_MAX */
+    MNEMO_ETXTOOBIG = -8,    /**< a transaction exceeds MNEMO_TX_RECORD_MAX, or a gmsync
+                                  MNEMO_GMSYNC_RECORD_MAX */
     MNEMO_ENAMETOOLONG = -9, /**< a name longer than MNEMO_NAME_MAX bytes */
     MNEMO_EBADFREE = -10,    /**< free of an offset that is not the start of a live
                                   allocation (never allocated, or already freed) */
@@ -344,9 +350,10 @@ uint64_t mnemo_offset(mnemo_pool *pool, const void *ptr);
  * Make the @p len bytes at @p addr durable: every store made to them before the call is on
  * media when it returns (flush, one fence). Not atomic beyond single aligned 8-byte words:
  * a crash during the call may leave some cache lines of the range new and others old.
- * If a committed transaction wrote some of these bytes and its record could still be
- * replayed, that record is first retired (one extra small commit), so recovery will never
- * put the transaction's older bytes back over the synced ones.
+ * Recovery never puts older bytes back over the synced ones: if a committed transaction
+ * wrote some of these bytes and its redo record could still be replayed, that record is
+ * first retired (one extra small commit); if the last mnemo_gmsync() named some of them, its
+ * snapshot is released (one extra fence).
  * @param pool the pool
  * @param addr first byte, in the pool's data area
  * @param len  bytes (0: nothing to do)
@@ -357,41 +364,50 @@ uint64_t mnemo_offset(mnemo_pool *pool, const void *ptr);
 int mnemo_msync(mnemo_pool *pool, const void *addr, size_t len);
 
 /**
- * Make several ranges durable together (Mojim's gmsync).
+ * Make several ranges durable together (Mojim's gmsync), all-or-nothing for ranges that
+ * the previous gmsync on the pool also named.
  *
- * What "atomic" means here. Stores made *before* the call are plain stores: the CPU may
- * write any of their cache lines back to media at any moment, before anyone asks, so no
- * library can make them all-or-nothing after the fact. What mnemo_gmsync() guarantees is
- * that the call itself is atomic: a crash at any point during it leaves the pool as a crash
- * just before the call would have, or as one just after it returned. Concretely:
- *   1. the current contents of all ranges are copied into one redo record, which is made
- *      durable (fence 1: the commit point);
- *   2. the ranges are flushed in place (fence 2) and the call returns.
- * A crash before the commit point: each cache line of the ranges holds either its
- * contents from before the stores or from after (as with any crash before a sync). A crash
- * after the commit point: recovery (mnemo_pool_open) writes every range back exactly as it
- * was at the call, so all ranges are complete and mutually consistent. On return all ranges
- * are durable.
+ * What "atomic" can mean here. The bytes being synced were changed *before* the call by
+ * plain stores, and the CPU may write any of their cache lines back to media at any moment,
+ * before anyone asks. Nothing done inside the call can take such an early write-back back;
+ * only a copy taken *earlier* can. So each mnemo_gmsync keeps one:
+ *   1. it copies the current contents of all ranges into a snapshot record (in the
+ *      reserved region "mnemo.ffi.gmsync"), then flushes the record and the ranges and
+ *      issues one fence: the commit point; on return all ranges are durable;
+ *   2. mnemo_pool_open applies the newest complete snapshot record again.
+ * After a crash:
+ *   - if the call reached its commit point, every range holds exactly its contents at the
+ *     call;
+ *   - if not, every byte that the *previous* mnemo_gmsync on this pool named holds what that
+ *     call made durable: stores made to it since are rolled back, even those the CPU had
+ *     already written back. Bytes the previous call did not name hold, per aligned 8-byte
+ *     word, their old or their new value (as after any crash before a sync).
+ * So a set of ranges that a program updates with raw stores and publishes with repeated
+ * gmsync calls naming the same ranges (a log's size, a record rewritten in place) moves from
+ * one gmsync'ed state to the next, all or nothing; call mnemo_gmsync once on them (e.g. right
+ * after creating them) to start. New data written next to them (a log entry beyond the
+ * published size) is not rolled back but stays unpublished. The tests explore every crash
+ * image of this under a simulator (crates/mnemo-ffi/tests/crash.rs).
  *
- * Consequences for programs. Write the data first and the value that publishes it (a
- * count, a pointer) last, so that a crash *before* the call, which may persist any subset of
- * lines, never exposes a published but incomplete entry; or keep the published value in a
- * range the program only ever changes through gmsync-consistent checks (see the Mojim
- * example). For updates that must be all-or-nothing however early the crash comes, use a
- * transaction (mnemo_tx_write), which buffers the new bytes instead of storing them.
+ * The snapshot stops applying to bytes that become durable otherwise, so it never puts old
+ * bytes back over newer durable ones: mnemo_msync() of them, mnemo_tx_write() to them, and
+ * mnemo_pfree()/mnemo_tx_free()/mnemo_nvfree() of memory holding them release it first (one
+ * extra fence; the rollback protection of the whole snapshot ends until the next gmsync).
+ * Raw stores to snapshot bytes that are never synced are undone at the next open.
  *
- * Cost: 2 fences plus copying the ranges; the ranges' total size is limited by
- * MNEMO_TX_RECORD_MAX (24 + 16 bytes per range of overhead). Other threads must not store to
- * the ranges during the call. Called while the thread has a transaction open on the pool,
- * it does not join it (it commits on its own, through a helper thread).
+ * Rules: the ranges must lie in allocated objects or regions; other threads must not store
+ * to them during the call; concurrent gmsync calls on one pool are serialised. The record
+ * holds 32 bytes plus, per range, 16 bytes and the length rounded up to 8: at most
+ * MNEMO_GMSYNC_RECORD_MAX. Cost: copying the ranges, one fence (two on the first call,
+ * which creates the region). Called while the thread has a transaction open, it does not
+ * join it.
  * @param pool   the pool
- * @param ranges @p n ranges in the pool's data area (zero-length ones are ignored; they may
- *               overlap)
+ * @param ranges @p n ranges in the pool's data area (zero-length ones are ignored)
  * @param n      number of ranges, at most MNEMO_GMSYNC_RANGES_MAX (0: nothing to do)
- * @return MNEMO_OK or an error (the pool is unchanged by a failed call).
+ * @return MNEMO_OK or an error (on error nothing was synced or recorded).
  * Errors: MNEMO_EINVAL (NULL ranges with n > 0, NULL addr, range outside the data area, too
- * many ranges), MNEMO_ETXTOOBIG (the ranges do not fit one record), MNEMO_EBADHANDLE,
- * MNEMO_ECLOSED, MNEMO_ENOSPC, MNEMO_EIO.
+ * many ranges), MNEMO_ETXTOOBIG (the ranges do not fit the record), MNEMO_ENOSPC (no room
+ * for the record's region), MNEMO_EBADHANDLE, MNEMO_ECLOSED, MNEMO_EIO.
  */
 int mnemo_gmsync(mnemo_pool *pool, const struct mnemo_range *ranges, size_t n);
 
@@ -414,7 +430,8 @@ int mnemo_tx_begin(mnemo_pool *pool, mnemo_tx **tx);
 /**
  * Store @p len bytes from @p src at offset @p off when the transaction commits. The bytes
  * are copied now (src may be reused at once). Plain loads see them only after the commit;
- * mnemo_tx_read() sees them now.
+ * mnemo_tx_read() sees them now. Bytes covered by the last mnemo_gmsync() snapshot release
+ * it (see there).
  * @param tx  an open level of this thread's transaction
  * @param off offset in the data area (an object, a region)
  * @param src the bytes (may be NULL if len is 0)

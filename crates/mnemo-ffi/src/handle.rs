@@ -117,6 +117,31 @@ pub struct PoolEntry {
     pub replayable: Mutex<Replayable>,
     /// Regions (offsets) with an open log handle: one handle per log.
     pub open_logs: Mutex<HashSet<u64>>,
+    /// The gmsync snapshot record's volatile state.
+    pub snapshot: Mutex<crate::snapshot::Snapshot>,
+}
+
+impl PoolEntry {
+    /// A new entry for `heap`, under handle value `handle`.
+    pub fn new(handle: usize, heap: Heap) -> PoolEntry {
+        PoolEntry {
+            handle,
+            heap,
+            open_txs: AtomicU64::new(0),
+            epoch: AtomicU64::new(1),
+            replayable: Mutex::default(),
+            open_logs: Mutex::default(),
+            snapshot: Mutex::default(),
+        }
+    }
+
+    /// An entry for `heap` after the recovery this layer adds: the newest gmsync snapshot
+    /// record is applied again.
+    pub fn open(handle: usize, heap: Heap) -> Result<PoolEntry> {
+        let entry = PoolEntry::new(handle, heap);
+        crate::snapshot::recover(&entry)?;
+        Ok(entry)
+    }
 }
 
 /// Lets a [`Log`] hold its pool through a clone of the heap (keeps the pool open).

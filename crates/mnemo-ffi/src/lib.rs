@@ -10,8 +10,9 @@
 //! * handles are table entries, not pointers ([`handle`]): a closed or bogus handle is an
 //!   error, never a use after free; a NULL pointer argument is `MNEMO_EINVAL`;
 //! * transactions keep one level per `mnemo_tx_begin` on a thread-local stack ([`tx`]);
-//! * `mnemo_gmsync` copies the ranges into one redo record, so a crash during the call is the
-//!   same as a crash just before it or just after it ([`sync`]).
+//! * `mnemo_msync`/`mnemo_gmsync` are sync points of the pool; before flushing they retire
+//!   a transaction's redo record that could otherwise replay older bytes over the synced
+//!   ones; why gmsync is one fence and not a redo record is explained in [`sync::gmsync`].
 //!
 //! Exported symbols are listed in `exports.txt`; `tests/exports.rs` compares that list with
 //! `nm -D` of the built library and with the header. The C programs under `examples/c` are
@@ -19,13 +20,13 @@
 
 pub mod error;
 pub mod handle;
+pub mod snapshot;
 pub mod sync;
 pub mod tx;
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use mnemo_heap::{Heap, HeapOptions};
@@ -144,18 +145,20 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize, what: &str) -> Result<&'a [u8]
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
-fn register_pool(heap: Heap) -> usize {
+fn register_pool(heap: Heap) -> Result<usize> {
     let handle = handle::new_handle(Kind::Pool);
-    let entry = PoolEntry {
-        handle,
-        heap,
-        open_txs: AtomicU64::new(0),
-        epoch: AtomicU64::new(1),
-        replayable: Mutex::default(),
-        open_logs: Mutex::default(),
-    };
+    let entry = PoolEntry::open(handle, heap)?;
     handle::write().pools.insert(handle, Arc::new(entry));
-    handle
+    Ok(handle)
+}
+
+/// Before something else makes the object at `off` durable or frees it: the gmsync snapshot
+/// must not put its old bytes back.
+fn release_object(entry: &PoolEntry, off: u64) -> Result<()> {
+    if let Some(size) = entry.heap.usable_size(off) {
+        snapshot::release(entry, &[ByteRange::new(off, size)])?;
+    }
+    Ok(())
 }
 
 fn pool_of(pool: *mut MnemoPool) -> Result<Arc<PoolEntry>> {
@@ -208,7 +211,7 @@ pub unsafe extern "C" fn mnemo_pool_create(
             )));
         }
         let heap = Heap::create_file(path, size, size_max, &HeapOptions::default())?;
-        put(pool, register_pool(heap) as *mut MnemoPool, "pool")
+        put(pool, register_pool(heap)? as *mut MnemoPool, "pool")
     })
 }
 
@@ -224,7 +227,7 @@ pub unsafe extern "C" fn mnemo_pool_open(path: *const c_char, pool: *mut *mut Mn
         let path = unsafe { c_str(path, "path") }?;
         let path = Path::new(OsStr::from_bytes(path.to_bytes()));
         let heap = Heap::open_file(path)?;
-        put(pool, register_pool(heap) as *mut MnemoPool, "pool")
+        put(pool, register_pool(heap)? as *mut MnemoPool, "pool")
     })
 }
 
@@ -296,6 +299,9 @@ pub unsafe extern "C" fn mnemo_nvfree(pool: *mut MnemoPool, name: *const c_char)
         let entry = pool_of(pool)?;
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
+        if let Some((off, size)) = entry.heap.region(name)? {
+            snapshot::release(&entry, &[ByteRange::new(off, size)])?;
+        }
         entry.heap.nvfree(name)?;
         Ok(())
     })
@@ -386,6 +392,7 @@ pub extern "C" fn mnemo_pfree(pool: *mut MnemoPool, off: u64) -> c_int {
     guard("mnemo_pfree", || {
         let entry = pool_of(pool)?;
         refuse_region_free(&entry, off)?;
+        release_object(&entry, off)?;
         entry.heap.pfree(off)?;
         Ok(())
     })
@@ -447,7 +454,7 @@ pub extern "C" fn mnemo_msync(pool: *mut MnemoPool, addr: *const c_void, len: us
     })
 }
 
-/// Make several ranges durable together (see the header for the exact guarantee).
+/// Make several ranges durable in one sync point (see the header for the exact guarantee).
 ///
 /// # Safety
 /// `ranges` points to `n` readable `struct mnemo_range` (or is NULL with `n` 0).
@@ -523,7 +530,9 @@ pub unsafe extern "C" fn mnemo_tx_write(
 ) -> c_int {
     guard("mnemo_tx_write", || {
         let h = tx_of(tx);
+        let entry = tx::pool_of(h)?;
         tx::with(h, |t| {
+            snapshot::release(&entry, &[ByteRange::new(off, len as u64)])?;
             // SAFETY: forwarded from this function's contract.
             let data = unsafe { bytes(src, len, "src") }?;
             t.write_bytes(off, data)?;
@@ -589,6 +598,7 @@ pub extern "C" fn mnemo_tx_free(tx: *mut MnemoTx, off: u64) -> c_int {
         let entry = tx::pool_of(h)?;
         tx::with(h, |t| {
             refuse_region_free(&entry, off)?;
+            release_object(&entry, off)?;
             Ok(t.free_offset(off)?)
         })?;
         tx::note_write(h, None);

@@ -41,7 +41,7 @@ pub fn offset_of(entry: &PoolEntry, addr: usize, len: u64) -> Result<u64> {
 
 /// Run `f` on this thread, or on a helper thread when this thread has a transaction open on
 /// the pool (the heap would otherwise join `f`'s transaction to it).
-fn outside_tx<R: Send>(entry: &PoolEntry, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+pub fn outside_tx<R: Send>(entry: &PoolEntry, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     if !tx::open_on(entry.handle) {
         return f();
     }
@@ -53,7 +53,7 @@ fn outside_tx<R: Send>(entry: &PoolEntry, f: impl FnOnce() -> Result<R> + Send) 
 }
 
 /// Commit one transaction built by `body` and note what it wrote as replayable.
-fn commit_tracked(
+pub fn commit_tracked(
     entry: &PoolEntry,
     written: &[ByteRange],
     body: impl FnOnce(&mnemo_heap::Tx<'_>) -> mnemo_heap::Result<()>,
@@ -92,15 +92,24 @@ pub fn retire_if_overlapping(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<
 
 /// `mnemo_msync`: one sync point over one range.
 pub fn msync(entry: &PoolEntry, range: ByteRange) -> Result<()> {
+    crate::snapshot::release(entry, &[range])?;
     retire_if_overlapping(entry, &[range])?;
     entry.heap.pool().msync(range.offset, range.len)?;
     Ok(())
 }
 
-/// `mnemo_gmsync`: the ranges' current contents become durable together. One redo record
-/// holds a copy of every range (fence 1: from here recovery completes the call), then the
-/// ranges are flushed in place (fence 2). A crash during the call is therefore equivalent to
-/// a crash just before it or just after it returned.
+/// `mnemo_gmsync`: the ranges' current contents become durable in one sync point, with a
+/// snapshot record that makes ranges updated again and again all-or-nothing
+/// ([`crate::snapshot`]).
+///
+/// Why a snapshot and not just a redo record of this call. The stores being synced were made
+/// before the call with plain stores, and the CPU may write any of their cache lines back at
+/// any moment before the call: nothing done *inside* the call can undo that. A redo record of
+/// the call's ranges (commit, apply, flush: two fences) therefore reaches exactly the crash
+/// states that flushing the ranges and one fence reaches. What can undo early write-backs is
+/// a copy taken *earlier*: the previous gmsync's record, applied again at recovery when the
+/// current call did not reach its commit point. `tests/crash.rs` explores all three designs
+/// under the crash simulator.
 pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     if ranges.len() > GMSYNC_RANGES_MAX {
         return Err(Failure::invalid(format!(
@@ -112,17 +121,14 @@ pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     if ranges.is_empty() {
         return Ok(());
     }
-    outside_tx(entry, || {
-        commit_tracked(entry, &ranges, |tx| {
-            let pool = entry.heap.pool();
-            let mut bytes = Vec::new();
-            for r in &ranges {
-                bytes.clear();
-                bytes.resize(r.len as usize, 0);
-                pool.read(r.offset, &mut bytes)?;
-                tx.write_bytes(r.offset, &bytes)?;
-            }
-            Ok(())
-        })
-    })
+    retire_if_overlapping(entry, &ranges)?;
+    crate::snapshot::gmsync(entry, &ranges)
+}
+
+/// The variant without a snapshot: flush the ranges, one fence (kept for the crash test that
+/// compares the designs).
+pub fn gmsync_one_fence(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
+    retire_if_overlapping(entry, ranges)?;
+    entry.heap.pool().gmsync(ranges)?;
+    Ok(())
 }

@@ -230,8 +230,10 @@ static void transactions(mnemo_pool *p)
     TRUE(bytes[100] == 7);
 
     /* gmsync larger than a record; bad ranges. */
-    struct mnemo_range huge = { bytes, 40000 };
+    struct mnemo_range huge = { bytes, 64 << 10 };
     EXPECT(mnemo_gmsync(p, &huge, 1), MNEMO_ETXTOOBIG);
+    struct mnemo_range large = { bytes, 40000 };
+    OK(mnemo_gmsync(p, &large, 1));
     struct mnemo_range outside = { &off, 8 };
     EXPECT(mnemo_gmsync(p, &outside, 1), MNEMO_EINVAL);
     EXPECT(mnemo_gmsync(p, NULL, 1), MNEMO_EINVAL);
@@ -391,6 +393,66 @@ static void raw_after_tx(void)
     }
 }
 
+/* The gmsync snapshot is applied at every open; what became durable later through a
+ * transaction, an msync or a free must win over it. */
+static void after_gmsync(void)
+{
+    mnemo_pool *p;
+    uint64_t x, obj;
+    OK(mnemo_pool_create(path_of("snap.pool"), 8 << 20, 0, &p));
+    OK(mnemo_nvalloc(p, "x", 24, &x));
+    uint64_t *w = mnemo_direct(p, x);
+    OK(mnemo_pmalloc(p, 64, &obj));
+    uint64_t *o = mnemo_direct(p, obj);
+    w[0] = 1;
+    w[1] = 1;
+    w[2] = 1;
+    *o = 7;
+    struct mnemo_range r[2] = { { w, 24 }, { o, 8 } };
+    OK(mnemo_gmsync(p, r, 2));
+    w[2] = 9; /* raw store, never synced: the snapshot puts 1 back at the next open */
+    OK(mnemo_pool_close(p));
+    OK(mnemo_pool_open(path_of("snap.pool"), &p));
+    w = mnemo_direct(p, x);
+    TRUE(w[0] == 1 && w[2] == 1);
+    /* A transaction writes w[0]: the snapshot must not undo it. */
+    mnemo_tx *tx;
+    uint64_t two = 2;
+    OK(mnemo_tx_begin(p, &tx));
+    OK(mnemo_tx_write(tx, x, &two, 8));
+    OK(mnemo_tx_commit(tx));
+    OK(mnemo_pool_close(p));
+    OK(mnemo_pool_open(path_of("snap.pool"), &p));
+    w = mnemo_direct(p, x);
+    TRUE(w[0] == 2);
+    /* gmsync again, then msync of a raw store: the msync'ed value wins. */
+    w[1] = 3;
+    struct mnemo_range r1 = { &w[1], 8 };
+    OK(mnemo_gmsync(p, &r1, 1));
+    w[1] = 4;
+    OK(mnemo_msync(p, &w[1], 8));
+    OK(mnemo_pool_close(p));
+    OK(mnemo_pool_open(path_of("snap.pool"), &p));
+    w = mnemo_direct(p, x);
+    TRUE(w[1] == 4);
+    /* gmsync of an object, then the object is freed and the memory reused. */
+    o = mnemo_direct(p, obj);
+    *o = 8;
+    struct mnemo_range ro = { o, 8 };
+    OK(mnemo_gmsync(p, &ro, 1));
+    OK(mnemo_pfree(p, obj));
+    uint64_t again;
+    OK(mnemo_pmalloc(p, 64, &again));
+    uint64_t *n = mnemo_direct(p, again);
+    *n = 5;
+    OK(mnemo_msync(p, n, 8));
+    OK(mnemo_pool_close(p));
+    OK(mnemo_pool_open(path_of("snap.pool"), &p));
+    n = mnemo_direct(p, again);
+    TRUE(*n == 5);
+    OK(mnemo_pool_close(p));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -408,6 +470,7 @@ int main(int argc, char **argv)
     OK(mnemo_pool_close(p));
     out_of_space();
     raw_after_tx();
+    after_gmsync();
     /* Everything above left the pool consistent: it opens and works. */
     OK(mnemo_pool_open(path_of("main.pool"), &p));
     uint64_t off;

@@ -7,13 +7,16 @@
  *   mojim POOL append N      do N accesses
  *   mojim POOL check TOTAL   check that TOTAL accesses were made, all of them logged
  *
- * Why the entries carry a check word. The program stores the entry and then the size with
- * plain stores before calling gmsync. A crash *during* gmsync is harmless (after its commit
- * point recovery completes both ranges; before it, neither was promised), but a crash just
- * *before* the call may find some of those cache lines already written back by the CPU:
- * possibly the new size without the entry. So at start the program trusts the size only as
- * far as the entries check out, and repairs it (one msync). With a transaction
- * (mnemo_tx_write) no such check is needed; gmsync trades it for raw stores at full speed.
+ * Why this is crash-safe even against a power failure. The program stores the entry and
+ * the new size with plain stores before calling gmsync, and the CPU may write either back
+ * early: a crash just before the call could find the new size on media without its entry.
+ * mnemo_gmsync keeps a snapshot of the ranges it synced last (here: the previous entry and
+ * the size) and recovery puts it back when a later call did not reach its commit point; so
+ * after any crash the size is that of the last completed gmsync, and every entry up to it is
+ * complete. The slot being written is never inside the published window (the ring has one
+ * spare slot), so a half-written entry is never visible. The program calls gmsync once on
+ * the size at start, which (the first time) starts that protection. Entries carry a check word only
+ * so that `check` can prove it.
  */
 #include <mnemo.h>
 
@@ -22,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ENTRIES 64
+#define ENTRIES 64          /* slots; the published window is the last ENTRIES - 1 */
 
 struct entry {
     uint64_t seq;       /* 1, 2, ... */
@@ -32,7 +35,7 @@ struct entry {
 
 struct state {
     uint64_t access_count;
-    uint64_t log_size;  /* entries in use; the ring holds the last ENTRIES */
+    uint64_t log_size;  /* entries appended; the last ENTRIES - 1 are kept */
     uint64_t reserved[6];
     struct entry log[ENTRIES];
 };
@@ -66,18 +69,12 @@ static int entry_ok(const struct entry *e, uint64_t seq)
     return e->seq == seq && e->check == check_of(e);
 }
 
-/* Trust log_size only as far as the entries check out (see the comment at the top). */
-static void recover(struct state *s)
+/* Every run starts with a gmsync of the size: the first one ever starts its all-or-nothing
+ * protection (later ones cost one fence and change nothing). */
+static void start(struct state *s)
 {
-    uint64_t size = s->log_size;
-    while (size > 0 && !entry_ok(&s->log[(size - 1) % ENTRIES], size))
-        size--;
-    if (size != s->log_size) {
-        fprintf(stderr, "mojim: log size %llu repaired to %llu\n",
-                (unsigned long long)s->log_size, (unsigned long long)size);
-        s->log_size = size;
-        TRY(mnemo_msync(pool, &s->log_size, sizeof s->log_size));
-    }
+    struct mnemo_range size = { &s->log_size, sizeof s->log_size };
+    TRY(mnemo_gmsync(pool, &size, 1));
 }
 
 static void access_once(struct state *s)
@@ -116,7 +113,7 @@ static int check(struct state *s, uint64_t total)
                 (unsigned long long)s->log_size, (unsigned long long)total);
         errors++;
     }
-    uint64_t first = s->log_size > ENTRIES ? s->log_size - ENTRIES + 1 : 1;
+    uint64_t first = s->log_size > ENTRIES - 1 ? s->log_size - (ENTRIES - 1) + 1 : 1;
     for (uint64_t seq = first; seq <= s->log_size; seq++) {
         const struct entry *e = &s->log[(seq - 1) % ENTRIES];
         char want[48];
@@ -147,7 +144,7 @@ int main(int argc, char **argv)
     void *p;
     TRY(mnemo_root(pool, "mojim", sizeof(struct state), &p));
     struct state *s = p;
-    recover(s);
+    start(s);
     uint64_t n = strtoull(argv[3], NULL, 10);
     int status = 0;
     if (strcmp(argv[2], "append") == 0) {
