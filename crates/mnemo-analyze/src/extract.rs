@@ -114,7 +114,9 @@ pub(crate) fn extract_share(
         if builder.unit(&index, unit) {
             builder.program.units += 1;
         }
-        bar.inc(progress_step);
+        // Shares differ in size by one unit: never count past the total.
+        let total = bar.length().unwrap_or(u64::MAX);
+        bar.set_position((bar.position() + progress_step).min(total));
     }
     Ok(builder.program)
 }

@@ -43,6 +43,7 @@ pub(crate) fn extract(units: &[Unit], progress: bool, jobs: usize) -> Result<Pro
     }
     let children: Vec<_> = (1..jobs).map(|k| (k, spawn(k, jobs))).collect();
     let mut program = extract_share(units, &share(units.len(), 0, jobs), &bar, jobs as u64)?;
+    bar.set_message("waiting for the other workers");
     for (k, child) in children {
         match child.and_then(collect) {
             Some(part) => program.merge(part),
