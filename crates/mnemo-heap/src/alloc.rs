@@ -776,16 +776,43 @@ impl Allocator {
         }
     }
 
-    /// The transaction that freed `f` committed: the space is reusable now.
-    pub fn commit_free(&self, f: &PendingFree) {
+    /// The transaction that freed `f` committed: the space is reusable now. A run left empty
+    /// while its arena has another run of the class with room goes back to the chunk pool;
+    /// `release_run` makes that durable (a record of its own setting the chunk entry to free).
+    pub fn commit_free(&self, f: &PendingFree, release_run: &dyn Fn(u64) -> Result<()>) {
         match f.kind {
             Kind::Small { arena, chunk, unit } => {
-                self.with_unit(arena, chunk, unit, |run, w, bit| {
-                    run.used[w] &= !bit;
-                    run.reserved[w] &= !bit;
-                    run.pending[w] &= !bit;
-                    run.free += 1;
-                })
+                let mut guard = lock(&self.arenas[arena as usize]);
+                let Some(run) = guard.runs.get_mut(&chunk) else {
+                    return;
+                };
+                let (w, bit) = ((unit / 64) as usize, 1u64 << (unit % 64));
+                run.used[w] &= !bit;
+                run.reserved[w] &= !bit;
+                run.pending[w] &= !bit;
+                run.free += 1;
+                let (class, empty) = (run.class, run.free == run.units);
+                guard.list(chunk);
+                if !empty {
+                    return;
+                }
+                let other = guard.avail[class as usize]
+                    .iter()
+                    .any(|&c| c != chunk && guard.runs.get(&c).is_some_and(|r| r.free > 0));
+                if !other {
+                    return;
+                }
+                let Some(run) = guard.runs.remove(&chunk) else {
+                    return;
+                };
+                if let Err(e) = release_run(chunk) {
+                    tracing::debug!("releasing empty run {chunk} failed: {e}");
+                    guard.runs.insert(chunk, run);
+                    return;
+                }
+                guard.avail[class as usize].retain(|&c| c != chunk);
+                drop(guard);
+                lock(&self.chunks).insert_span(chunk, 1);
             }
             Kind::Large { chunk, chunks: n } => lock(&self.chunks).insert_span(chunk, n as u64),
         }

@@ -114,13 +114,18 @@ impl Inner {
     /// cleared and flushed by the caller; one extra fence orders it before the entry).
     pub(crate) fn publish_run(&self, chunk: u64, class: u8) -> Result<()> {
         self.pool.drain()?;
+        self.set_chunk_entry(chunk, ChunkEntry::Run { class })
+    }
+
+    /// Store a chunk-table entry through a record of its own.
+    pub(crate) fn set_chunk_entry(&self, chunk: u64, entry: ChunkEntry) -> Result<()> {
         let mut lane = self.lanes.acquire();
         redo::start(&mut lane.buf);
-        let entry = ChunkEntry::Run { class }.encode();
+        let value = entry.encode();
         redo::push_data(
             &mut lane.buf,
             self.geometry.chunk_entry_offset(chunk),
-            &entry.to_le_bytes(),
+            &value.to_le_bytes(),
         );
         let allowed = |o: u64, l: u64| self.allowed(o, l);
         self.lanes.commit(

@@ -13,6 +13,7 @@ use mnemo_pmem::ByteRange;
 use crate::alloc::{MetaOp, PendingFree, Reservation};
 use crate::error::{Error, Result};
 use crate::heap::{Heap, Inner};
+use crate::layout::ChunkEntry;
 use crate::pptr::{PPtr, Persist};
 use crate::redo;
 
@@ -242,7 +243,9 @@ fn finish_commit(inner: &Inner, mut state: Box<TxState>) {
         inner.alloc.commit_alloc(r);
     }
     for f in &state.frees {
-        inner.alloc.commit_free(f);
+        inner
+            .alloc
+            .commit_free(f, &|chunk| inner.set_chunk_entry(chunk, ChunkEntry::Free));
     }
     for hook in state.on_commit.drain(..) {
         hook(inner);

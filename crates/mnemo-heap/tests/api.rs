@@ -626,3 +626,30 @@ fn damaged_metadata_is_an_error_never_a_panic() {
     }
     assert!(outcomes[1] > 0, "no damage was ever detected: {outcomes:?}");
 }
+
+#[test]
+fn empty_runs_return_to_the_chunk_pool() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let offs: Vec<u64> = (0..10_000).map(|_| heap.pmalloc(64).unwrap()).collect();
+    let runs = |h: &Heap| {
+        h.stats()
+            .classes
+            .iter()
+            .find(|c| c.size == 64)
+            .map_or(0, |c| c.runs)
+    };
+    assert!(runs(&heap) >= 3);
+    let free_chunks = heap.stats().chunks_free;
+    for chunk in offs.chunks(100) {
+        heap.transaction(|tx| chunk.iter().try_for_each(|&o| tx.free_offset(o)))
+            .unwrap();
+    }
+    assert_eq!(runs(&heap), 1, "all but one empty run released");
+    assert!(heap.stats().chunks_free >= free_chunks + 2);
+    let heap = reopen(heap, &path);
+    assert_eq!(runs(&heap), 1);
+    assert!(heap.live_allocations().is_empty());
+    // The released chunks serve a large allocation.
+    heap.pmalloc(512 << 10).unwrap();
+}
