@@ -38,6 +38,7 @@ pub mod media;
 pub mod mutant;
 pub mod pool;
 pub mod reserve;
+mod segv;
 pub mod sync;
 pub mod track;
 

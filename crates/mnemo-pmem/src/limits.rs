@@ -53,3 +53,8 @@ pub const SPF_RUN_COST_LINES: u64 = 30;
 /// Page regions fetched per `PAGEMAP_SCAN` call (24 bytes each, on the stack); a scan with
 /// more dirty runs continues where the kernel stopped.
 pub const SPF_SCAN_REGIONS: usize = 512;
+
+/// Largest region the mprotect + SIGSEGV fallback tracks. Every boundary between protected
+/// and unprotected pages splits a kernel VMA and a process may have 65530; 4096 pages leave
+/// room. Faults cost 9-15 us each here, so larger regions are better flushed whole.
+pub const SPF_MPROTECT_BYTES_MAX: u64 = 16 << 20;

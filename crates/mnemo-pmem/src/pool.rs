@@ -85,6 +85,9 @@ pub struct PoolStats {
 /// An open pool: a [`Media`] whose first 8 KiB hold the two header copies.
 #[derive(Debug)]
 pub struct Pool {
+    /// Dirty tracking (SPF), once enabled. Declared first: dropped before the medium is
+    /// unmapped (the mprotect fallback restores the mapping's protection on drop).
+    tracker: OnceLock<Tracker>,
     media: Box<dyn Media>,
     name: PathBuf,
     header: Mutex<Header>,
@@ -93,8 +96,6 @@ pub struct Pool {
     stats: PoolStats,
     was_clean: bool,
     closed: AtomicBool,
-    /// Dirty tracking (SPF), once enabled.
-    tracker: OnceLock<Tracker>,
     /// The file handle holding the advisory lock (file-backed pools).
     _lock: Option<File>,
 }
@@ -467,7 +468,7 @@ impl Pool {
     pub fn enable_tracking(&self, mode: Tracking) -> Result<TrackingInfo, Error> {
         self.enable_tracking_with(TrackerOptions {
             mode,
-            force_fallback: false,
+            fallback: None,
         })
     }
 

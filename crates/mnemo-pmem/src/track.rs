@@ -18,9 +18,11 @@
 //!   atomically as it reports it (`PM_SCAN_WP_MATCHING`), so a store racing the scan lands
 //!   either in this sync point or in the next one, never in neither.
 //!
-//! Tier 2 falls back, detected at run time, to flushing everything ([`RawMethod::FlushAll`])
-//! when the kernel lacks the interfaces (or `MNEMO_SPF_FALLBACK=flush-all` forces it). The
-//! fallback is announced in the log and by [`crate::Pool::tracking`]; it is never an error.
+//! Tier 2 falls back, detected at run time, to write faults on read-only pages
+//! ([`RawMethod::Mprotect`], pools up to 16 MiB) and otherwise to flushing everything
+//! ([`RawMethod::FlushAll`]) when the kernel lacks the interfaces
+//! (`MNEMO_SPF_FALLBACK=mprotect|flush-all` forces one). The fallback is announced in the log
+//! and by [`crate::Pool::tracking`]; it is never an error.
 //!
 //! A range whose narrowed flush would cost more than a linear sweep is flushed whole:
 //! `dirty lines + runs * limits::SPF_RUN_COST_LINES > lines of the range` (the measured
@@ -47,10 +49,12 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::limits::{CACHE_LINE, PAGE_SIZE, SPF_RUN_COST_LINES, SPF_SCAN_REGIONS};
+use crate::limits::{
+    CACHE_LINE, PAGE_SIZE, SPF_MPROTECT_BYTES_MAX, SPF_RUN_COST_LINES, SPF_SCAN_REGIONS,
+};
 use crate::sync::ByteRange;
 
 /// Which stores a pool's sync points track.
@@ -97,6 +101,9 @@ pub enum RawMethod {
     None,
     /// userfaultfd asynchronous write-protect + `PAGEMAP_SCAN` (per 4 KiB page).
     UffdWpAsync,
+    /// Fallback for pools up to `limits::SPF_MPROTECT_BYTES_MAX`: pages mapped read-only,
+    /// the first store to each faults into a SIGSEGV handler that records it.
+    Mprotect,
     /// Fallback: sync points flush whole ranges.
     FlushAll,
 }
@@ -107,6 +114,7 @@ impl RawMethod {
         match self {
             RawMethod::None => "none",
             RawMethod::UffdWpAsync => "uffd-wp-async+pagemap-scan",
+            RawMethod::Mprotect => "mprotect+sigsegv",
             RawMethod::FlushAll => "flush-all",
         }
     }
@@ -657,23 +665,99 @@ impl Uffd {
 /// Detect whether raw-store tracking works in this process, without tracking anything.
 /// Returns the method and why.
 pub fn detect() -> (RawMethod, String) {
-    if let Some(forced) = forced_fallback() {
-        return (RawMethod::FlushAll, forced);
+    if let Some((method, why)) = forced_fallback() {
+        return (method, why);
     }
     match Uffd::open() {
         Ok(_) => (
             RawMethod::UffdWpAsync,
             "userfaultfd WP_ASYNC and PAGEMAP_SCAN available".into(),
         ),
-        Err(why) => (RawMethod::FlushAll, format!("{why}; flushing whole ranges")),
+        Err(why) => (
+            RawMethod::Mprotect,
+            format!("{why}; mprotect + SIGSEGV for pools up to 16 MiB, flush-all above"),
+        ),
     }
 }
 
-fn forced_fallback() -> Option<String> {
+/// The fallback `MNEMO_SPF_FALLBACK` forces, if any.
+fn forced_fallback() -> Option<(RawMethod, String)> {
     let v = std::env::var("MNEMO_SPF_FALLBACK").ok()?;
     match v.trim() {
-        "flush-all" | "1" => Some("MNEMO_SPF_FALLBACK=flush-all (forced)".into()),
-        _ => None,
+        "flush-all" | "1" => Some((
+            RawMethod::FlushAll,
+            "MNEMO_SPF_FALLBACK=flush-all (forced)".into(),
+        )),
+        "mprotect" => Some((
+            RawMethod::Mprotect,
+            "MNEMO_SPF_FALLBACK=mprotect (forced)".into(),
+        )),
+        other => {
+            tracing::warn!("MNEMO_SPF_FALLBACK={other:?} is not flush-all or mprotect; ignored");
+            None
+        }
+    }
+}
+
+/// Raw tracking as chosen for one mapping.
+struct RawChoice {
+    method: RawMethod,
+    reason: String,
+    uffd: Option<Uffd>,
+    segv: Option<crate::segv::Region>,
+}
+
+fn choose_raw(base: u64, len: u64, fallback: Option<RawMethod>) -> RawChoice {
+    let flush_all = |reason: String| RawChoice {
+        method: RawMethod::FlushAll,
+        reason,
+        uffd: None,
+        segv: None,
+    };
+    let mprotect = |why: String| {
+        if len > SPF_MPROTECT_BYTES_MAX {
+            return flush_all(format!(
+                "{why}; the pool ({len} bytes) is too large for mprotect tracking \
+                 (at most {SPF_MPROTECT_BYTES_MAX}); flushing whole ranges"
+            ));
+        }
+        let region = usize::try_from(base)
+            .ok()
+            .zip(usize::try_from(len).ok())
+            .ok_or_else(|| "address out of range".to_string())
+            .and_then(|(b, l)| crate::segv::Region::new(b, l));
+        match region {
+            Ok(region) => RawChoice {
+                method: RawMethod::Mprotect,
+                reason: format!("{why}; mprotect + SIGSEGV"),
+                uffd: None,
+                segv: Some(region),
+            },
+            Err(e) => flush_all(format!(
+                "{why}; mprotect tracking: {e}; flushing whole ranges"
+            )),
+        }
+    };
+    let forced = match fallback {
+        Some(method) => Some((method, "fallback forced by option".to_string())),
+        None => forced_fallback(),
+    };
+    match forced {
+        Some((RawMethod::Mprotect, why)) => return mprotect(why),
+        Some((_, why)) => return flush_all(why),
+        None => {}
+    }
+    match Uffd::open() {
+        Ok(u) => match u.track(base, len) {
+            Ok(()) => RawChoice {
+                method: RawMethod::UffdWpAsync,
+                reason: "userfaultfd WP_ASYNC + PAGEMAP_SCAN".to_string(),
+                uffd: Some(u),
+                segv: None,
+            },
+            Err(e) => mprotect(format!("UFFDIO_REGISTER/WRITEPROTECT: {e}")),
+        },
+        Err(why) => mprotect(why),
     }
 }
 
@@ -687,6 +771,10 @@ pub struct Tracker {
     info: TrackingInfo,
     bitmap: DirtyBitmap,
     uffd: Option<Uffd>,
+    /// The mprotect fallback's region.
+    segv: Option<crate::segv::Region>,
+    /// Raw tracking lost track of some pages (a failed re-protect): flush whole from now on.
+    broken: AtomicBool,
     base: u64,
     /// Never flush a range whole (benchmarks of the break-even).
     narrow_always: bool,
@@ -702,8 +790,9 @@ pub struct Tracker {
 pub struct TrackerOptions {
     /// The mode.
     pub mode: Tracking,
-    /// Force the flush-all fallback for raw stores (as `MNEMO_SPF_FALLBACK=flush-all`).
-    pub force_fallback: bool,
+    /// Skip detection and use this method for raw stores: [`RawMethod::FlushAll`] or
+    /// [`RawMethod::Mprotect`] (as `MNEMO_SPF_FALLBACK`); tests simulate old kernels so.
+    pub fallback: Option<RawMethod>,
 }
 
 impl Tracker {
@@ -716,40 +805,25 @@ impl Tracker {
         options: TrackerOptions,
     ) -> std::io::Result<Tracker> {
         let bitmap = DirtyBitmap::new(capacity)?;
-        let mut uffd = None;
-        let (raw, reason) = match options.mode {
-            Tracking::Off => (RawMethod::None, "tracking off".to_string()),
-            Tracking::Api => (
-                RawMethod::None,
-                "api: stores through mnemo's API mark a line bitmap".to_string(),
-            ),
-            Tracking::Raw => {
-                let forced = if options.force_fallback {
-                    Some("fallback forced by option".to_string())
+        let choice = match options.mode {
+            Tracking::Off | Tracking::Api => RawChoice {
+                method: RawMethod::None,
+                reason: if options.mode == Tracking::Off {
+                    "tracking off".to_string()
                 } else {
-                    forced_fallback()
-                };
-                match forced {
-                    Some(why) => (RawMethod::FlushAll, why),
-                    None => match Uffd::open() {
-                        Ok(u) => match u.track(base as u64, len) {
-                            Ok(()) => {
-                                uffd = Some(u);
-                                (
-                                    RawMethod::UffdWpAsync,
-                                    "userfaultfd WP_ASYNC + PAGEMAP_SCAN".to_string(),
-                                )
-                            }
-                            Err(e) => (
-                                RawMethod::FlushAll,
-                                format!("UFFDIO_REGISTER/WRITEPROTECT: {e}; flushing whole ranges"),
-                            ),
-                        },
-                        Err(why) => (RawMethod::FlushAll, format!("{why}; flushing whole ranges")),
-                    },
-                }
-            }
+                    "api: stores through mnemo's API mark a line bitmap".to_string()
+                },
+                uffd: None,
+                segv: None,
+            },
+            Tracking::Raw => choose_raw(base as u64, len, options.fallback),
         };
+        let RawChoice {
+            method: raw,
+            reason,
+            uffd,
+            segv,
+        } = choice;
         if raw == RawMethod::FlushAll {
             tracing::warn!("dirty tracking of raw stores unavailable: {reason}");
         } else {
@@ -762,8 +836,14 @@ impl Tracker {
                 reason,
             },
             bitmap,
-            tracked_len: AtomicU64::new(if uffd.is_some() { len } else { 0 }),
+            tracked_len: AtomicU64::new(match (&uffd, &segv) {
+                (Some(_), _) => len,
+                (None, Some(region)) => region.len() as u64,
+                (None, None) => 0,
+            }),
             uffd,
+            segv,
+            broken: AtomicBool::new(false),
             base: base as u64,
             narrow_always: std::env::var("MNEMO_SPF_NARROW_ALWAYS").is_ok_and(|v| v.trim() == "1"),
             sync_lock: Mutex::new(()),
@@ -823,7 +903,37 @@ impl Tracker {
         if early {
             dirty = self.bitmap.collect(range, &mut |r| runs.push(r));
         }
-        if self.info.mode == Tracking::Raw {
+        if self.info.mode == Tracking::Raw && self.broken.load(Ordering::Acquire) {
+            return whole(self, out);
+        }
+        if self.info.mode == Tracking::Raw && self.uffd.is_none() {
+            let tracked = self.tracked_len.load(Ordering::Acquire);
+            let Some(region) = self.segv.as_ref().filter(|_| range.end() <= tracked) else {
+                // Raw stores outside tracking (flush-all fallback, or beyond the tracked part).
+                return whole(self, out);
+            };
+            let first = (range.offset / PAGE_SIZE) as usize;
+            let count = (range.end().div_ceil(PAGE_SIZE) - range.offset / PAGE_SIZE) as usize;
+            let taken = region.take(first, count, &mut |page, pages| {
+                self.bitmap.mark_pages(page as u64, pages as u64);
+            });
+            match taken {
+                Ok(pages) => {
+                    self.stats
+                        .scanned_dirty_pages
+                        .fetch_add(pages, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    // Pages whose bits were taken may be writable and unrecorded now.
+                    tracing::error!(
+                        "mprotect failed: {e}; sync points flush whole ranges from now on"
+                    );
+                    self.broken.store(true, Ordering::Release);
+                    return whole(self, out);
+                }
+            }
+        }
+        if self.info.mode == Tracking::Raw && self.segv.is_none() {
             let tracked = self.tracked_len.load(Ordering::Acquire);
             let Some(uffd) = self.uffd.as_ref().filter(|_| range.end() <= tracked) else {
                 // Raw stores outside tracking (fallback, or beyond the tracked part).

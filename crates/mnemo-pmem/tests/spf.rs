@@ -150,9 +150,23 @@ fn too_dirty_ranges_are_flushed_whole() {
 
 #[test]
 fn raw_stores_are_found_by_the_scan() {
+    raw_stores_are_found(None);
+}
+
+#[test]
+fn raw_stores_are_found_by_write_faults() {
+    raw_stores_are_found(Some(RawMethod::Mprotect));
+}
+
+fn raw_stores_are_found(fallback: Option<RawMethod>) {
     let dir = shm_dir();
     let (pool, log, flushed) = recording_pool(dir.path(), 4 << 20);
-    let info = pool.enable_tracking(Tracking::Raw).unwrap();
+    let info = pool
+        .enable_tracking_with(TrackerOptions {
+            mode: Tracking::Raw,
+            fallback,
+        })
+        .unwrap();
     let data = pool.data_offset();
     let whole = (4 << 20) - data;
     log.lock().unwrap().clear();
@@ -163,7 +177,7 @@ fn raw_stores_are_found_by_the_scan() {
     let pages: Vec<u64> = log.lock().unwrap().iter().map(|&(p, _)| p).collect();
     assert!(pages.contains(&40) && pages.contains(&900), "{pages:?}");
     match info.raw {
-        RawMethod::UffdWpAsync => {
+        RawMethod::UffdWpAsync | RawMethod::Mprotect => {
             assert_eq!(
                 flushed.load(Ordering::Relaxed),
                 2 * PAGE,
@@ -192,7 +206,7 @@ fn forced_fallback_flushes_everything() {
     let info = pool
         .enable_tracking_with(TrackerOptions {
             mode: Tracking::Raw,
-            force_fallback: true,
+            fallback: Some(RawMethod::FlushAll),
         })
         .unwrap();
     assert_eq!(info.raw, RawMethod::FlushAll);
@@ -212,7 +226,13 @@ fn forced_fallback_flushes_everything() {
 /// only grow). Finally every page's last flushed value equals memory.
 #[test]
 fn a_store_during_a_scan_is_never_missed() {
-    race(Duration::from_secs(20));
+    race(Duration::from_secs(20), None);
+}
+
+/// The same race against the mprotect + SIGSEGV fallback.
+#[test]
+fn a_store_during_a_reprotect_is_never_missed() {
+    race(Duration::from_secs(10), Some(RawMethod::Mprotect));
 }
 
 /// The oracle can fail: a sync point that flushes what its scan found one sync point late
@@ -222,16 +242,23 @@ fn a_store_during_a_scan_is_never_missed() {
 #[test]
 fn the_race_oracle_catches_late_flushes() {
     let caught = std::panic::catch_unwind(|| {
-        mnemo_pmem::mutant::with("spf.collect_before_scan", || race(Duration::from_secs(5)))
+        mnemo_pmem::mutant::with("spf.collect_before_scan", || {
+            race(Duration::from_secs(5), None)
+        })
     });
     assert!(caught.is_err(), "a broken scan went unnoticed");
 }
 
-fn race(limit: Duration) {
+fn race(limit: Duration, fallback: Option<RawMethod>) {
     let dir = shm_dir();
     let size = 2u64 << 20;
     let (pool, log, _flushed) = recording_pool(dir.path(), size);
-    let info = pool.enable_tracking(Tracking::Raw).unwrap();
+    let info = pool
+        .enable_tracking_with(TrackerOptions {
+            mode: Tracking::Raw,
+            fallback,
+        })
+        .unwrap();
     eprintln!("raw tracking: {:?} ({})", info.raw, info.reason);
     let pool = Arc::new(pool);
     let data = pool.data_offset();

@@ -10,7 +10,7 @@ use mnemo_testkit::{SimMedia, SimRng};
 
 const SIZE: u64 = 256 << 10;
 
-fn run(mode: Tracking, force_fallback: bool, raw_stores: bool, seed: u64) -> RawMethod {
+fn run(mode: Tracking, fallback: Option<RawMethod>, raw_stores: bool, seed: u64) -> RawMethod {
     let sim = SimMedia::new(4 * SIZE);
     let pool = Pool::create_on(
         Box::new(sim.clone()),
@@ -19,10 +19,7 @@ fn run(mode: Tracking, force_fallback: bool, raw_stores: bool, seed: u64) -> Raw
     )
     .unwrap();
     let info = pool
-        .enable_tracking_with(TrackerOptions {
-            mode,
-            force_fallback,
-        })
+        .enable_tracking_with(TrackerOptions { mode, fallback })
         .unwrap();
     let mut rng = SimRng::new(seed);
     let data = pool.data_offset();
@@ -80,21 +77,32 @@ fn run(mode: Tracking, force_fallback: bool, raw_stores: bool, seed: u64) -> Raw
 #[test]
 fn api_tracking_loses_nothing() {
     for seed in 1..=3 {
-        run(Tracking::Api, false, false, seed);
+        run(Tracking::Api, None, false, seed);
     }
 }
 
 #[test]
 fn raw_tracking_loses_nothing() {
     for seed in 1..=3 {
-        let method = run(Tracking::Raw, false, true, seed);
+        let method = run(Tracking::Raw, None, true, seed);
         eprintln!("raw tracking on the simulator: {method:?}");
     }
 }
 
 #[test]
+fn mprotect_tracking_loses_nothing() {
+    assert_eq!(
+        run(Tracking::Raw, Some(RawMethod::Mprotect), true, 5),
+        RawMethod::Mprotect
+    );
+}
+
+#[test]
 fn forced_fallback_loses_nothing() {
-    assert_eq!(run(Tracking::Raw, true, true, 7), RawMethod::FlushAll);
+    assert_eq!(
+        run(Tracking::Raw, Some(RawMethod::FlushAll), true, 7),
+        RawMethod::FlushAll
+    );
 }
 
 /// The check can fail: sync points that flush what the scan found one sync point late leave
@@ -103,7 +111,7 @@ fn forced_fallback_loses_nothing() {
 fn late_flushes_are_caught() {
     let caught = std::panic::catch_unwind(|| {
         mnemo_pmem::mutant::with("spf.collect_before_scan", || {
-            run(Tracking::Raw, false, true, 11)
+            run(Tracking::Raw, None, true, 11)
         })
     });
     let method = mnemo_pmem::track::detect().0;

@@ -1,0 +1,272 @@
+//! The mprotect + SIGSEGV fallback of raw-store tracking, for small regions on kernels
+//! without userfaultfd's asynchronous write-protect.
+//!
+//! A tracked region is mapped read-only. The first store to a page faults; the handler
+//! makes the page writable again, then sets the page's bit, and returns, so the store is
+//! retried and lands. A sync point takes the bits of its range, write-protects those pages
+//! again, and only then flushes them: a store that lands before the re-protection is
+//! flushed, one after it faults again and is taken by the next sync point. (The handler
+//! unprotects *before* setting the bit: the other order would let a sync point take the bit
+//! and re-protect between the two, after which the handler's unprotect leaves a writable page
+//! with no bit: stores lost for good.)
+//!
+//! Costs 9-15 us per first store to a page per epoch here, and every protected/unprotected
+//! boundary splits a kernel VMA (65530 per process), hence only regions up to
+//! `limits::SPF_MPROTECT_BYTES_MAX`. Kernel writes into a protected page (`read(2)` into pool
+//! memory) fail with EFAULT instead of faulting: a known limit of this method.
+//!
+//! The handler is async-signal-safe: it reads a fixed table of atomics, calls `mprotect`,
+//! and chains to the previous handler (Rust's stack-overflow handler, or the default action)
+//! for faults that are not ours. Page bitmaps are never freed (a handler on another thread
+//! may still hold one); they are small (a bit per page of at most 16 MiB: 512 bytes).
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::limits::PAGE_SIZE;
+
+const SLOTS: usize = 16;
+
+struct Slot {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    bits: AtomicPtr<AtomicU64>,
+}
+
+static TABLE: [Slot; SLOTS] = [const {
+    Slot {
+        start: AtomicUsize::new(0),
+        end: AtomicUsize::new(0),
+        bits: AtomicPtr::new(null_mut()),
+    }
+}; SLOTS];
+
+/// Serializes claiming and releasing slots (never taken by the handler).
+static CLAIM: Mutex<()> = Mutex::new(());
+
+struct OldAction(libc::sigaction);
+// SAFETY: a sigaction is plain data (a handler address, flags, a mask); it is written once
+// before our handler is installed and only read afterwards.
+unsafe impl Sync for OldAction {}
+// SAFETY: as above.
+unsafe impl Send for OldAction {}
+
+static OLD: OnceLock<OldAction> = OnceLock::new();
+static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+
+const PAGE: usize = PAGE_SIZE as usize;
+
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo_t.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for slot in &TABLE {
+        let start = slot.start.load(Ordering::Acquire);
+        if start == 0 || addr < start || addr >= slot.end.load(Ordering::Acquire) {
+            continue;
+        }
+        let bits = slot.bits.load(Ordering::Acquire);
+        if bits.is_null() {
+            continue;
+        }
+        let page = (addr - start) / PAGE;
+        let page_addr = start + page * PAGE;
+        // SAFETY: the page lies in a region this module protected; making it writable again
+        // restores the mapping's original protection.
+        let r = unsafe {
+            libc::mprotect(
+                page_addr as *mut c_void,
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if r != 0 {
+            break;
+        }
+        // SAFETY: `bits` points to a leaked array with a bit for every page of the slot's
+        // region (`Region::new`), never freed.
+        unsafe { (*bits.add(page / 64)).fetch_or(1 << (page % 64), Ordering::SeqCst) };
+        return;
+    }
+    chain(sig, info, ctx);
+}
+
+/// Hand a fault that is not ours to the handler that was there before.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    if let Some(old) = OLD.get() {
+        let action = old.0.sa_sigaction;
+        if action != libc::SIG_DFL && action != libc::SIG_IGN {
+            if old.0.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: the previous handler was installed with SA_SIGINFO, so it has
+                // this signature.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+                    unsafe { std::mem::transmute(action) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: a handler installed without SA_SIGINFO takes the signal number.
+                let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(action) };
+                f(sig);
+            }
+            return;
+        }
+    }
+    // Default action: restore it and return; the faulting access repeats and the process
+    // dies of it as it would have without us.
+    // SAFETY: an all-zero sigaction with SIG_DFL is a valid argument; sigaction is
+    // async-signal-safe.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &dfl, null_mut());
+    }
+}
+
+fn install() -> Result<(), String> {
+    INSTALLED
+        .get_or_init(|| {
+            // SAFETY: zeroed sigaction structs are valid; we read the current action first
+            // and keep it before installing ours, so the handler can always chain.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(libc::SIGSEGV, null_mut(), &mut old) != 0 {
+                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+                }
+                let _ = OLD.set(OldAction(old));
+                let mut new: libc::sigaction = std::mem::zeroed();
+                new.sa_sigaction = handler as *const () as usize;
+                new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+                libc::sigemptyset(&mut new.sa_mask);
+                if libc::sigaction(libc::SIGSEGV, &new, null_mut()) != 0 {
+                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+                }
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+fn protect(addr: usize, len: usize, writable: bool) -> std::io::Result<()> {
+    let prot = if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: callers pass page-aligned ranges of a region registered here, which belongs to
+    // a live shared mapping of its pool; only the protection changes.
+    let r = unsafe { libc::mprotect(addr as *mut c_void, len, prot) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A region tracked by write faults.
+#[derive(Debug)]
+pub(crate) struct Region {
+    slot: usize,
+    start: usize,
+    len: usize,
+    bits: &'static [AtomicU64],
+}
+
+impl Region {
+    /// Protect `start..start+len` (page aligned) and track stores into it.
+    pub(crate) fn new(start: usize, len: usize) -> Result<Region, String> {
+        if start % PAGE != 0 || len % PAGE != 0 || len == 0 {
+            return Err("region not page aligned".into());
+        }
+        install()?;
+        let pages = len / PAGE;
+        let bits: &'static [AtomicU64] = Box::leak(
+            (0..pages.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
+        let _claim = CLAIM.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = TABLE
+            .iter()
+            .position(|s| s.start.load(Ordering::Acquire) == 0)
+            .ok_or_else(|| format!("more than {SLOTS} regions tracked by mprotect"))?;
+        let s = &TABLE[slot];
+        s.bits.store(bits.as_ptr().cast_mut(), Ordering::Release);
+        s.end.store(start + len, Ordering::Release);
+        s.start.store(start, Ordering::Release);
+        if let Err(e) = protect(start, len, false) {
+            s.start.store(0, Ordering::Release);
+            return Err(format!("mprotect: {e}"));
+        }
+        Ok(Region {
+            slot,
+            start,
+            len,
+            bits,
+        })
+    }
+
+    /// Bytes tracked from the region's start.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Take the written pages of `first..first+count` (page indices in the region),
+    /// write-protect them again, and report each run (first page, pages) to `out`. Runs are
+    /// reported only after their protection is back; an error leaves pages untracked.
+    pub(crate) fn take(
+        &self,
+        first: usize,
+        count: usize,
+        out: &mut dyn FnMut(usize, usize),
+    ) -> std::io::Result<u64> {
+        let end = (first + count).min(self.len / PAGE);
+        let mut run: Option<(usize, usize)> = None;
+        let mut pages = 0;
+        let mut flush_run = |run: &mut Option<(usize, usize)>| -> std::io::Result<()> {
+            if let Some((a, n)) = run.take() {
+                protect(self.start + a * PAGE, n * PAGE, false)?;
+                out(a, n);
+            }
+            Ok(())
+        };
+        let mut page = first;
+        while page < end {
+            let word = page / 64;
+            let lo = page % 64;
+            let hi = (end - word * 64).min(64);
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            let mut taken = self.bits[word].fetch_and(!mask, Ordering::SeqCst) & mask;
+            while taken != 0 {
+                let bit = taken.trailing_zeros() as usize;
+                taken &= taken - 1;
+                let p = word * 64 + bit;
+                pages += 1;
+                match &mut run {
+                    Some((a, n)) if *a + *n == p => *n += 1,
+                    _ => {
+                        flush_run(&mut run)?;
+                        run = Some((p, 1));
+                    }
+                }
+            }
+            page = (word + 1) * 64;
+        }
+        flush_run(&mut run)?;
+        Ok(pages)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let _claim = CLAIM.lock().unwrap_or_else(|p| p.into_inner());
+        TABLE[self.slot].start.store(0, Ordering::Release);
+        if let Err(e) = protect(self.start, self.len, true) {
+            tracing::warn!("restoring write access after mprotect tracking: {e}");
+        }
+    }
+}
