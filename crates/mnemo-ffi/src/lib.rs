@@ -93,6 +93,20 @@ pub type MnemoLogFn = Option<
 /// Smallest log region `mnemo_log_open` accepts.
 pub const LOG_SIZE_MIN: u64 = 256;
 
+/// `MNEMO_POOL_SIZE_MIN`: the smallest pool that holds a heap with the default options.
+pub fn pool_size_min() -> u64 {
+    use mnemo_heap::layout::{
+        Geometry, LANE_COUNT_DEFAULT, LANE_LOG_SIZE_DEFAULT, TOC_ENTRIES_DEFAULT,
+    };
+    Geometry::new(
+        mnemo_pmem::limits::DATA_OFFSET,
+        LANE_COUNT_DEFAULT,
+        LANE_LOG_SIZE_DEFAULT,
+        TOC_ENTRIES_DEFAULT,
+    )
+    .size_for_chunks(1)
+}
+
 /// Address reserved for pools when the caller passes `size_max` 0.
 const SIZE_MAX_DEFAULT: u64 = mnemo_pmem::limits::RESERVE_DEFAULT;
 
@@ -210,7 +224,24 @@ pub unsafe extern "C" fn mnemo_pool_create(
                 "size_max {size_max} is smaller than size {size}"
             )));
         }
-        let heap = Heap::create_file(path, size, size_max, &HeapOptions::default())?;
+        let needed = pool_size_min();
+        if size_max < needed {
+            return Err(Failure::new(
+                code::ENOSPC,
+                format!("size_max {size_max} cannot hold the heap's metadata: a pool needs at least {needed} bytes (MNEMO_POOL_SIZE_MIN)"),
+            ));
+        }
+        let existed = path.exists();
+        let heap = match Heap::create_file(path, size, size_max, &HeapOptions::default()) {
+            Ok(heap) => heap,
+            Err(e) => {
+                // The pool file may exist without a heap: remove what this call created.
+                if !existed && !matches!(e, mnemo_heap::Error::Pool(_)) {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e.into());
+            }
+        };
         put(pool, register_pool(heap)? as *mut MnemoPool, "pool")
     })
 }

@@ -149,3 +149,39 @@ fn header_error_codes_equal_the_library() {
         "mnemo.h declares codes the library does not know"
     );
 }
+
+/// `#define NAME VALUE` of the header, as a number.
+fn define(text: &str, name: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("#define {name} ")))
+        .unwrap_or_else(|| panic!("mnemo.h lacks #define {name}"));
+    let value: String = line[format!("#define {name} ").len()..]
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    value.parse().expect("a number")
+}
+
+#[test]
+fn header_limits_equal_the_library() {
+    let text = header();
+    assert_eq!(define(&text, "MNEMO_POOL_SIZE_MIN"), mnemo::pool_size_min());
+    assert_eq!(
+        define(&text, "MNEMO_NAME_MAX"),
+        mnemo_heap::layout::NAME_MAX as u64
+    );
+    assert_eq!(
+        define(&text, "MNEMO_TX_RECORD_MAX"),
+        mnemo_heap::layout::LANE_LOG_SIZE_DEFAULT / 2
+    );
+    assert_eq!(
+        define(&text, "MNEMO_GMSYNC_RANGES_MAX"),
+        mnemo_pmem::limits::GMSYNC_RANGES_MAX as u64
+    );
+    assert_eq!(
+        define(&text, "MNEMO_GMSYNC_RECORD_MAX"),
+        mnemo::snapshot::SLOT_SIZE
+    );
+    assert_eq!(define(&text, "MNEMO_LOG_SIZE_MIN"), mnemo::LOG_SIZE_MIN);
+}

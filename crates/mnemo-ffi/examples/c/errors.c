@@ -282,8 +282,12 @@ static void out_of_space(void)
     OK(mnemo_pool_open(path_of("small.pool"), &p));
     OK(mnemo_pfree(p, offs[0]));
     OK(mnemo_pool_close(p));
-    /* A pool whose maximum cannot hold the heap at all. */
+    /* A pool whose maximum cannot hold the heap at all; the smallest that can. */
     EXPECT(mnemo_pool_create(path_of("tiny.pool"), 1 << 20, 1 << 20, &p), MNEMO_ENOSPC);
+    OK(mnemo_pool_create(path_of("tiny.pool"), 1 << 20, MNEMO_POOL_SIZE_MIN, &p));
+    OK(mnemo_pool_close(p));
+    EXPECT(mnemo_pool_create(path_of("tinier.pool"), 1 << 20, MNEMO_POOL_SIZE_MIN - 4096, &p),
+           MNEMO_ENOSPC);
 }
 
 static int count_entries(void *ctx, uint64_t lsn, const void *data, size_t len)
@@ -393,6 +397,93 @@ static void raw_after_tx(void)
     }
 }
 
+/* Several threads at once: each its own transactions on its own region, allocations and
+ * frees, and appends to one shared log. */
+#define THREADS 4
+#define ROUNDS 200
+
+struct job {
+    mnemo_pool *pool;
+    mnemo_log *log;
+    int index;
+    int failures;
+};
+
+static void *thread_work(void *arg)
+{
+    struct job *j = arg;
+    char name[16];
+    snprintf(name, sizeof name, "thread-%d", j->index);
+    uint64_t region;
+    if (mnemo_nvalloc(j->pool, name, 64, &region) != MNEMO_OK)
+        j->failures++;
+    for (uint64_t k = 1; k <= ROUNDS; k++) {
+        mnemo_tx *tx;
+        uint64_t obj, scratch;
+        int rc = mnemo_tx_begin(j->pool, &tx);
+        rc = rc ? rc : mnemo_tx_alloc(tx, 48, &obj);
+        rc = rc ? rc : mnemo_tx_write(tx, obj, &k, 8);
+        rc = rc ? rc : mnemo_tx_write(tx, region, &k, 8);
+        rc = rc ? rc : mnemo_tx_free(tx, obj);
+        rc = rc ? rc : mnemo_tx_commit(tx);
+        rc = rc ? rc : mnemo_pmalloc(j->pool, 16 + k, &scratch);
+        rc = rc ? rc : mnemo_pfree(j->pool, scratch);
+        if (k % 4 == 0)
+            rc = rc ? rc : mnemo_log_append(j->log, &k, sizeof k, NULL);
+        if (rc != MNEMO_OK) {
+            fprintf(stderr, "thread %d round %llu: %s\n", j->index, (unsigned long long)k,
+                    mnemo_errormsg());
+            j->failures++;
+            break;
+        }
+    }
+    uint64_t *word = mnemo_direct(j->pool, region);
+    if (word == NULL || *word != ROUNDS)
+        j->failures++;
+    return NULL;
+}
+
+static int count_all(void *ctx, uint64_t lsn, const void *data, size_t len)
+{
+    (void)lsn;
+    (void)data;
+    *(uint64_t *)ctx += len == 8;
+    return 0;
+}
+
+static void threads(void)
+{
+    mnemo_pool *p;
+    mnemo_log *log;
+    OK(mnemo_pool_create(path_of("threads.pool"), 8 << 20, 0, &p));
+    OK(mnemo_log_open(p, "shared-log", 64 << 10, &log));
+    pthread_t t[THREADS];
+    struct job jobs[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        jobs[i] = (struct job){ p, log, i, 0 };
+        pthread_create(&t[i], NULL, thread_work, &jobs[i]);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        TRUE(jobs[i].failures == 0);
+    }
+    OK(mnemo_pool_close(p));
+    OK(mnemo_pool_open(path_of("threads.pool"), &p));
+    OK(mnemo_log_open(p, "shared-log", 64 << 10, &log));
+    uint64_t entries = 0;
+    OK(mnemo_log_iterate(log, count_all, &entries));
+    TRUE(entries == THREADS * ROUNDS / 4);
+    for (int i = 0; i < THREADS; i++) {
+        char name[16];
+        uint64_t region;
+        snprintf(name, sizeof name, "thread-%d", i);
+        OK(mnemo_region(p, name, &region, NULL));
+        uint64_t *word = mnemo_direct(p, region);
+        TRUE(word != NULL && *word == ROUNDS);
+    }
+    OK(mnemo_pool_close(p));
+}
+
 /* The gmsync snapshot is applied at every open; what became durable later through a
  * transaction, an msync or a free must win over it. */
 static void after_gmsync(void)
@@ -471,6 +562,7 @@ int main(int argc, char **argv)
     out_of_space();
     raw_after_tx();
     after_gmsync();
+    threads();
     /* Everything above left the pool consistent: it opens and works. */
     OK(mnemo_pool_open(path_of("main.pool"), &p));
     uint64_t off;
