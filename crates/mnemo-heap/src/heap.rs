@@ -194,6 +194,8 @@ impl Heap {
     }
 
     /// Format a new heap in `pool` (whose data area must be unused) and open it.
+    ///
+    /// Errors: `InvalidArgument` (options), `OutOfSpace` (the pool cannot hold the metadata), `Pool`.
     pub fn create(pool: Pool, options: &HeapOptions) -> Result<Heap> {
         if options.lane_count == 0 || options.lane_count > LANE_COUNT_MAX {
             return Err(Error::InvalidArgument(format!(
@@ -259,6 +261,8 @@ impl Heap {
 
     /// Open the heap in `pool`: recover (replay committed records), then rebuild the
     /// allocator and the table of contents from media.
+    ///
+    /// Errors: `NotAHeap`, `Corrupt` (superblock, record entries, chunk tables, TOC), `Pool`.
     pub fn open(pool: Pool) -> Result<Heap> {
         Heap::open_with(pool, &HeapOptions::default())
     }
@@ -331,6 +335,8 @@ impl Heap {
     }
 
     /// Read a copy of the value at `ptr` (committed state; not a transaction's pending writes).
+    ///
+    /// Errors: `Closed`, `InvalidArgument` (outside the data area).
     pub fn get<T: Persist>(&self, ptr: PPtr<T>) -> Result<T> {
         let mut value = T::new_zeroed();
         self.read_bytes(ptr.offset(), value.as_mut_bytes())?;
@@ -355,9 +361,35 @@ impl Heap {
         Ok(TxHandle::new(self))
     }
 
+    /// C-ABI style: begin (or join) this thread's transaction on this heap, without a handle.
+    /// Work on it through [`Heap::tx`]; end it with [`Heap::tx_commit`] or [`Heap::tx_abort`]
+    /// (once per `tx_begin`).
+    pub fn tx_begin(&self) -> Result<()> {
+        tx::begin(self)
+    }
+
+    /// A handle to this thread's current transaction on this heap (its calls fail with
+    /// `InvalidArgument` if there is none).
+    pub fn tx(&self) -> Tx<'_> {
+        Tx::new(self)
+    }
+
+    /// End one level begun by [`Heap::tx_begin`]; the outermost level commits.
+    pub fn tx_commit(&self) -> Result<()> {
+        tx::commit(self)
+    }
+
+    /// Abort the transaction begun by [`Heap::tx_begin`] (the whole transaction, at its
+    /// outermost level).
+    pub fn tx_abort(&self) {
+        tx::abort(self, "aborted by the caller")
+    }
+
     /// Run `f` as one durable, atomic transaction: all its writes, allocations and frees take
     /// effect together at commit, or none does (on `Err` or panic, which is re-raised after
     /// the abort). Called inside another transaction on this heap, it joins it.
+    ///
+    /// Errors: `Closed`, whatever `f` returns, `TransactionTooLarge`, `Aborted` (an inner transaction failed), `Pool`.
     pub fn transaction<R>(&self, f: impl FnOnce(&Tx<'_>) -> Result<R>) -> Result<R> {
         let handle = self.begin()?;
         match catch_unwind(AssertUnwindSafe(|| f(&handle))) {
@@ -378,6 +410,8 @@ impl Heap {
 
     /// Allocate `size` bytes (contents unspecified) in a transaction of its own (or the
     /// thread's current one). Leaks if never published: prefer [`Heap::alloc_into`].
+    ///
+    /// Errors: `Closed`, `InvalidArgument` (0 bytes), `OutOfSpace`.
     pub fn pmalloc(&self, size: u64) -> Result<u64> {
         self.transaction(|tx| tx.alloc_bytes(size))
     }
@@ -400,6 +434,8 @@ impl Heap {
     }
 
     /// Free the object at `offset` (a transaction of its own, or the current one).
+    ///
+    /// Errors: `Closed`, `InvalidFree` (not the start of a live allocation, or already freed).
     pub fn pfree(&self, offset: u64) -> Result<()> {
         self.transaction(|tx| tx.free_offset(offset))
     }
@@ -412,6 +448,8 @@ impl Heap {
     /// Consistent update 1: store an 8-byte value with one aligned store and make it durable
     /// (one fence; a sync point). Not transactional: use it on words no concurrent
     /// transaction writes.
+    ///
+    /// Errors: `Closed`, `InvalidArgument` (size not 8, misaligned, outside the data area).
     pub fn atomic_update<T: Persist>(&self, ptr: PPtr<T>, value: T) -> Result<()> {
         let inner = &*self.inner;
         inner.check_open()?;
@@ -437,6 +475,8 @@ impl Heap {
     /// Consistent update 3, shadow update: build a new version of the object `slot` points
     /// to in a fresh allocation, then publish it and free the old version in one redo record.
     /// `build` receives the current version (None if the slot is null).
+    ///
+    /// Errors: `Closed`, `OutOfSpace`, `InvalidFree` (the slot held a pointer to no live object).
     pub fn shadow_update<T: Persist>(
         &self,
         slot: PPtr<PPtr<T>>,
@@ -463,6 +503,8 @@ impl Heap {
 
     /// Temporality's `nvalloc`: the region named `name`, created zeroed with `size` bytes if
     /// it does not exist. An existing region of another size is an error.
+    ///
+    /// Errors: `Closed`, `NameTooLong`, `InvalidName`, `InvalidArgument` (size 0), `SizeMismatch`, `TocFull`, `NameBusy`, `OutOfSpace`.
     pub fn nvalloc(&self, name: &str, size: u64) -> Result<u64> {
         check_name(name)?;
         if size == 0 {
@@ -530,6 +572,8 @@ impl Heap {
     }
 
     /// Temporality's `nvfree`: free the region named `name` and remove the name.
+    ///
+    /// Errors: `Closed`, `NameTooLong`, `InvalidName`, `NoSuchRegion`, `NameBusy`.
     pub fn nvfree(&self, name: &str) -> Result<()> {
         check_name(name)?;
         self.transaction(|tx| {

@@ -653,3 +653,31 @@ fn empty_runs_return_to_the_chunk_pool() {
     // The released chunks serve a large allocation.
     heap.pmalloc(512 << 10).unwrap();
 }
+
+#[test]
+fn handle_free_begin_commit_abort_for_the_c_abi() {
+    let dir = shm_dir();
+    let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
+    let a = heap.root::<u64>("a").unwrap();
+    assert!(
+        matches!(heap.tx().write(a, &1), Err(Error::InvalidArgument(_))),
+        "no transaction yet"
+    );
+    heap.tx_begin().unwrap();
+    heap.tx().write(a, &1).unwrap();
+    heap.tx_begin().unwrap(); // nested: joins
+    let obj = heap.tx().alloc::<u64>().unwrap();
+    heap.tx_commit().unwrap();
+    assert_eq!(heap.get(a).unwrap(), 0);
+    heap.tx_commit().unwrap();
+    assert_eq!(heap.get(a).unwrap(), 1);
+    assert!(heap.usable_size(obj.offset()).is_some());
+    heap.tx_begin().unwrap();
+    heap.tx().write(a, &2).unwrap();
+    heap.tx_abort();
+    assert_eq!(heap.get(a).unwrap(), 1);
+    assert!(
+        matches!(heap.tx_commit(), Err(Error::InvalidArgument(_))),
+        "nothing to commit"
+    );
+}
