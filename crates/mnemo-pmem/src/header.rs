@@ -254,7 +254,13 @@ impl Header {
             .iter()
             .position(|&b| b == 0)
             .unwrap_or(raw.creator.len());
-        let creator = String::from_utf8_lossy(&raw.creator[..creator_len]).into_owned();
+        let mut creator = String::from_utf8_lossy(&raw.creator[..creator_len]).into_owned();
+        // Invalid UTF-8 widens (each bad byte becomes U+FFFD, 3 bytes): cut back to what the
+        // field holds, at a character boundary, so the header re-encodes to itself (encode's
+        // pair assertion panicked on such a header at open; found by the testkit's fuzzing).
+        while creator.len() > raw.creator.len() {
+            creator.pop();
+        }
         Ok(Header {
             format_version: version,
             generation: raw.generation.get(),
@@ -350,6 +356,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn creator_that_is_not_utf8_round_trips() {
+        let mut bytes = sample().encode();
+        bytes[152..184].copy_from_slice(&[0xff; 32]);
+        let sum = checksum(&bytes);
+        bytes[CHECKSUM_OFFSET..].copy_from_slice(&sum.to_le_bytes());
+        let header = Header::decode(&bytes).expect("valid apart from the creator's encoding");
+        assert_eq!(Header::decode(&header.encode()), Ok(header));
     }
 
     #[test]
