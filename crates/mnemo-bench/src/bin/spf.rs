@@ -158,6 +158,7 @@ fn timed_msync(pool: &Pool, offset: u64, len: u64) -> f64 {
 enum Method {
     FlushAll,
     SpfPages,
+    SpfMprotect,
     SpfBitmap,
     KernelMsync,
 }
@@ -167,6 +168,7 @@ impl Method {
         match self {
             Method::FlushAll => "flush every line",
             Method::SpfPages => "SPF pages (uffd)",
+            Method::SpfMprotect => "SPF pages (mprotect fallback)",
             Method::SpfBitmap => "SPF bitmap",
             Method::KernelMsync => "kernel msync (ext4)",
         }
@@ -261,6 +263,23 @@ fn fig5(sizes: &[u64], rows: &mut Vec<String>, summary: &mut serde_json::Value) 
     let points = sweep(&bitmap.pool, Method::SpfBitmap, sizes);
     push(rows, "native", Method::SpfBitmap, &points, &mut series);
     drop(bitmap);
+    // The mprotect fallback, on pools up to its size limit.
+    let small: Vec<u64> = sizes
+        .iter()
+        .copied()
+        .filter(|&s| s <= mnemo_pmem::limits::SPF_MPROTECT_BYTES_MAX - 8192)
+        .collect();
+    let mp = make_pool(*small.last().unwrap_or(&KIB), None, None);
+    prefill(&mp.pool);
+    mp.pool
+        .enable_tracking_with(mnemo_pmem::track::TrackerOptions {
+            mode: Tracking::Raw,
+            fallback: Some(mnemo_pmem::track::RawMethod::Mprotect),
+        })
+        .expect("tracking");
+    let points = sweep(&mp.pool, Method::SpfMprotect, &small);
+    push(rows, "native", Method::SpfMprotect, &points, &mut series);
+    drop(mp);
     let disk = make_pool(max, Some(Path::new("/var/tmp")), None);
     let points = sweep(&disk.pool, Method::KernelMsync, sizes);
     push(rows, "native", Method::KernelMsync, &points, &mut series);
