@@ -21,6 +21,8 @@ struct LogWorkload {
     area: u64,
     /// Operations after create.
     ops: u32,
+    /// Appends as sync points (true), local persists (false), or chosen by the seed (None).
+    sync_points: Option<bool>,
 }
 
 impl LogWorkload {
@@ -44,7 +46,10 @@ impl Workload for LogWorkload {
     type Recovered = Recovered;
 
     fn name(&self) -> String {
-        format!("log(area {}, ops {})", self.area, self.ops)
+        format!(
+            "log(area {}, ops {}, sync points {:?})",
+            self.area, self.ops, self.sync_points
+        )
     }
 
     fn initial(&self) -> State {
@@ -57,7 +62,8 @@ impl Workload for LogWorkload {
             Pool::create_on(Box::new(run.media()), Path::new("log"), &options).map_err(err)?;
         let mut log = Log::create(Box::new(pool), self.range()).map_err(err)?;
         // Half the runs append through the pool's copy path (local mode) instead of sync points.
-        log.set_sync_points(run.rng().chance(0.5));
+        let chosen = run.rng().chance(0.5);
+        log.set_sync_points(self.sync_points.unwrap_or(chosen));
         let mut model: Vec<(u64, Vec<u8>)> = Vec::new();
         run.ack(Some(model.clone()));
         for _ in 0..self.ops {
@@ -181,7 +187,14 @@ fn log_survives_every_crash_image() {
     let mut total = Report::default();
     let started = std::time::Instant::now();
     for seed in 0..seeds {
-        let report = explore(&LogWorkload { area: 512, ops: 40 }, &config(seed));
+        let report = explore(
+            &LogWorkload {
+                area: 512,
+                ops: 40,
+                sync_points: None,
+            },
+            &config(seed),
+        );
         report.assert_ok();
         total.merge(&report);
     }
@@ -191,6 +204,7 @@ fn log_survives_every_crash_image() {
         &LogWorkload {
             area: 1024,
             ops: 20,
+            sync_points: None,
         },
         &line,
     );
@@ -206,23 +220,36 @@ fn log_survives_every_crash_image() {
     assert!(total.follow_ons > 0);
 }
 
-/// Each of the log's mutants is caught by the harness.
+/// Each of the log's mutants is caught by the harness, with appends in either mode.
 #[test]
 fn log_mutants_are_caught() {
     for &mutant in mnemo_log::MUTANTS {
-        let mut caught = false;
-        for seed in 0..4 {
-            let mut config = config(seed);
-            config.mutant = Some(mutant);
-            config.stop_at_first_failure = true;
-            config.follow_on_every = 1;
-            let report = explore(&LogWorkload { area: 512, ops: 40 }, &config);
-            if !report.is_ok() {
-                eprintln!("{mutant}: caught (seed {seed}): {}", report.failures[0]);
-                caught = true;
-                break;
+        for sync_points in [true, false] {
+            let workload = LogWorkload {
+                area: 512,
+                ops: 40,
+                sync_points: Some(sync_points),
+            };
+            let mut caught = false;
+            for seed in 0..4 {
+                let mut config = config(seed);
+                config.mutant = Some(mutant);
+                config.stop_at_first_failure = true;
+                config.follow_on_every = 1;
+                let report = explore(&workload, &config);
+                if !report.is_ok() {
+                    eprintln!(
+                        "{mutant} (sync points {sync_points}): caught: {}",
+                        report.failures[0]
+                    );
+                    caught = true;
+                    break;
+                }
             }
+            assert!(
+                caught,
+                "mutant {mutant} was not caught (sync points {sync_points})"
+            );
         }
-        assert!(caught, "mutant {mutant} was not caught");
     }
 }
