@@ -78,7 +78,8 @@ pub struct AnalyzeArgs {
 pub fn run_cli(args: AnalyzeArgs) -> ExitCode {
     if let Ok(spec) = std::env::var(crate::workers::WORKER_ENV) {
         // This process was started by another `mnemo analyze` to parse a share of the units.
-        return if crate::workers::work(&spec, &args.paths, &args.flags) {
+        let flows = args.strategy.runs_backtrack();
+        return if crate::workers::work(&spec, &args.paths, &args.flags, flows) {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE

@@ -88,7 +88,8 @@ const LIBRARY_FLOWS: &[(&str, usize, &[usize], Option<usize>)] = &[
 ///
 /// File names are shown relative to the directories of all the units, so that every share
 /// of one analysis names files alike. `progress_step` is how many units one parsed unit stands
-/// for on the progress bar (the other shares are parsed by other processes meanwhile).
+/// for on the progress bar (the other shares are parsed by other processes meanwhile). `flows`
+/// records the data flows that only the backtracking strategy needs.
 ///
 /// # Errors
 /// libclang cannot be loaded.
@@ -97,6 +98,7 @@ pub(crate) fn extract_share(
     share: &[usize],
     bar: &indicatif::ProgressBar,
     progress_step: u64,
+    flows: bool,
 ) -> Result<Program, Error> {
     let _guard = CLANG_LOCK
         .lock()
@@ -106,6 +108,7 @@ pub(crate) fn extract_share(
     let mut builder = Builder {
         program: Program::default(),
         roots: roots(all),
+        flows,
         shown: BTreeMap::new(),
         texts: BTreeMap::new(),
     };
@@ -181,6 +184,9 @@ fn roots(units: &[Unit]) -> Vec<PathBuf> {
 struct Builder {
     program: Program,
     roots: Vec<PathBuf>,
+    /// Record what values flow where (call arguments, copies): only the backtracking strategy
+    /// needs it, and it costs a tenth of the extraction.
+    flows: bool,
     /// Names shown for paths, memoized (canonicalizing costs a system call).
     shown: BTreeMap<PathBuf, String>,
     /// Source files read to find operators, by path.
@@ -1023,6 +1029,9 @@ impl BodyWalker<'_> {
     /// What the value of `e` may come from (over-approximated: every variable and member it
     /// mentions, outside `sizeof`).
     fn vals(&mut self, e: Entity, out: &mut Vec<Val>) {
+        if !self.builder.flows {
+            return;
+        }
         match e.get_kind() {
             EntityKind::UnaryExpr => {}
             EntityKind::DeclRefExpr => {

@@ -152,7 +152,8 @@ pub fn analyze(options: &Options) -> Result<Report, Error> {
         return Err(Error::NoLoadFunction);
     }
     let units = sources::discover(&options.paths, &options.extra_flags)?;
-    let program = workers::extract(&units, options.progress, options.jobs)?;
+    let flows = options.strategy.runs_backtrack();
+    let program = workers::extract(&units, options.progress, options.jobs, flows)?;
     analysis::run(&program, options, started)
 }
 

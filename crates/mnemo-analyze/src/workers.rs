@@ -32,23 +32,34 @@ fn share(units: usize, k: usize, n: usize) -> Vec<usize> {
 ///
 /// # Errors
 /// libclang cannot be loaded, or no unit parsed.
-pub(crate) fn extract(units: &[Unit], progress: bool, jobs: usize) -> Result<Program, Error> {
+pub(crate) fn extract(
+    units: &[Unit],
+    progress: bool,
+    jobs: usize,
+    flows: bool,
+) -> Result<Program, Error> {
     let jobs = jobs.clamp(1, JOBS_MAX).min(units.len().max(1));
     let bar = progress_bar(units.len(), progress);
     if jobs == 1 || units.len() < PARALLEL_UNITS_MIN {
         let all: Vec<usize> = (0..units.len()).collect();
-        let program = extract_share(units, &all, &bar, 1)?;
+        let program = extract_share(units, &all, &bar, 1, flows)?;
         bar.finish_and_clear();
         return finish(program, units.len());
     }
     let children: Vec<_> = (1..jobs).map(|k| (k, spawn(k, jobs))).collect();
-    let mut program = extract_share(units, &share(units.len(), 0, jobs), &bar, jobs as u64)?;
+    let mut program = extract_share(
+        units,
+        &share(units.len(), 0, jobs),
+        &bar,
+        jobs as u64,
+        flows,
+    )?;
     bar.set_message("waiting for the other workers");
     for (k, child) in children {
         match child.and_then(collect) {
             Some(part) => program.merge(part),
             None => {
-                let part = extract_share(units, &share(units.len(), k, jobs), &bar, 1)?;
+                let part = extract_share(units, &share(units.len(), k, jobs), &bar, 1, flows)?;
                 program.merge(part);
             }
         }
@@ -93,7 +104,12 @@ fn collect((mut child, reader): Worker) -> Option<Program> {
 
 /// The worker side: parses share `K/N` (from [`WORKER_ENV`]) and prints the facts as JSON.
 /// Returns false when the specification or the analysis fails.
-pub(crate) fn work(spec: &str, paths: &[std::path::PathBuf], flags: &[String]) -> bool {
+pub(crate) fn work(
+    spec: &str,
+    paths: &[std::path::PathBuf],
+    flags: &[String],
+    flows: bool,
+) -> bool {
     let Some((k, n)) = spec.split_once('/') else {
         return false;
     };
@@ -107,7 +123,7 @@ pub(crate) fn work(spec: &str, paths: &[std::path::PathBuf], flags: &[String]) -
         return false;
     };
     let hidden = indicatif::ProgressBar::hidden();
-    let Ok(program) = extract_share(&units, &share(units.len(), k, n), &hidden, 1) else {
+    let Ok(program) = extract_share(&units, &share(units.len(), k, n), &hidden, 1, flows) else {
         return false;
     };
     match serde_json::to_string(&program) {
