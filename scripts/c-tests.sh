@@ -5,7 +5,8 @@
 #   hashtable  insert/lookup/delete in one run, found again by a second; and a kill -9 loop:
 #              run the workload, kill it mid-way, reopen, check invariants and that every
 #              acknowledged operation survived
-#   mojim      counter with msync, log entry + size with gmsync; a second run checks
+#   mojim      counter with msync, log entry + size with gmsync; a second run checks; and a
+#              kill -9 loop (entries complete, counter and size consistent, acks kept)
 # Prints "N passed, M failed" last; exits nonzero if any failed.
 # Environment: CARGO_TARGET_DIR (respected), KILL_ROUNDS (default 5).
 set -uo pipefail
@@ -96,6 +97,23 @@ kill_loop() { # kill_loop BINARY POOL: run, kill -9 mid-way, verify; ROUNDS time
     "$bin" "$pool" verify $((acked + 100))
 }
 
+kill_mojim() { # kill_mojim BINARY POOL: append, kill -9 mid-way, verify; ROUNDS times
+    local bin=$1 pool=$2 acked=0 round last
+    for round in $(seq 1 "$rounds"); do
+        MOJIM_ACK=1 "$bin" "$pool" append 1000000000 >"$tmp/acks" 2>"$tmp/worker.err" &
+        worker=$!
+        sleep "0.$((RANDOM % 4 + 1))"
+        kill -9 "$worker" 2>/dev/null
+        wait "$worker" 2>/dev/null
+        worker=
+        last=$(tail -n 1 "$tmp/acks" 2>/dev/null)
+        [[ $last =~ ^[0-9]+$ ]] && acked=$last
+        echo "round $round: killed after $acked acknowledged appends"
+        "$bin" "$pool" verify "$acked" || return 1
+    done
+    [ "$acked" -gt 0 ] || { echo "no append was acknowledged"; return 1; }
+}
+
 for variant in shared static; do
     bin=$tmp/bin
     [ -x "$bin/errors-$variant" ] || continue
@@ -121,6 +139,7 @@ for variant in shared static; do
     check "hashtable kill -9 loop ($variant)" kill_loop "$ht" "$d/kill.pool"
 
     mj=$bin/mojim-$variant
+    check "mojim kill -9 loop ($variant)" kill_mojim "$mj" "$d/mojim-kill.pool"
     check "mojim first run ($variant)" "$mj" "$d/mojim.pool" append 10
     check "mojim second run ($variant)" "$mj" "$d/mojim.pool" append 90
     check "mojim check ($variant)" expect_output "check: ok: 100 accesses, 100 entries logged" \

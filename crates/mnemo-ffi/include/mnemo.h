@@ -253,7 +253,8 @@ int mnemo_pool_close(mnemo_pool *pool);
  * @param size size in bytes (> 0); must equal the size of an existing region
  * @param off  receives the region's offset
  * @return MNEMO_OK or an error.
- * Errors: MNEMO_EINVAL (NULL argument, empty name, size 0), MNEMO_ENAMETOOLONG,
+ * Errors: MNEMO_EINVAL (NULL argument, empty name, a name starting with "mnemo.", size 0),
+ * MNEMO_ENAMETOOLONG,
  * MNEMO_EMISMATCH (exists with another size), MNEMO_ENOSPC (pool or table of names full),
  * MNEMO_EBUSY (another thread is creating or freeing the name), MNEMO_ETXTOOBIG (in a
  * transaction that becomes too large), MNEMO_EBADHANDLE, MNEMO_ECLOSED, MNEMO_EIO.
@@ -265,7 +266,8 @@ int mnemo_nvalloc(mnemo_pool *pool, const char *name, uint64_t size, uint64_t *o
  * @param pool the pool
  * @param name the region's name
  * @return MNEMO_OK or an error.
- * Errors: MNEMO_EINVAL, MNEMO_ENAMETOOLONG, MNEMO_ENOENT (no such region), MNEMO_EBUSY,
+ * Errors: MNEMO_EINVAL (NULL, empty or reserved name), MNEMO_ENAMETOOLONG, MNEMO_ENOENT (no
+ * such region), MNEMO_EBUSY,
  * MNEMO_ETXTOOBIG, MNEMO_EBADHANDLE, MNEMO_ECLOSED, MNEMO_EIO.
  */
 int mnemo_nvfree(mnemo_pool *pool, const char *name);
@@ -516,7 +518,7 @@ int mnemo_tx_abort(mnemo_tx *tx);
  *             plus 8 bytes per 63 bytes (or part) plus 8
  * @param log  receives the handle
  * @return MNEMO_OK or an error.
- * Errors: MNEMO_EINVAL (NULL argument, size too small), MNEMO_ENAMETOOLONG,
+ * Errors: MNEMO_EINVAL (NULL argument, reserved name, size too small), MNEMO_ENAMETOOLONG,
  * MNEMO_EMISMATCH (the region has another size), MNEMO_EBUSY (already open in this
  * process), MNEMO_ETXSTATE (called inside a transaction on the pool), MNEMO_ECORRUPT,
  * MNEMO_ENOSPC, MNEMO_EBADHANDLE, MNEMO_ECLOSED, MNEMO_EIO.

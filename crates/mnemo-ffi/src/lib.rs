@@ -146,6 +146,16 @@ unsafe fn name_str<'a>(s: *const c_char) -> Result<&'a str> {
         .map_err(|_| Failure::invalid("the name is not valid UTF-8"))
 }
 
+/// Names starting with "mnemo." belong to the library (its retire root, the gmsync snapshot).
+fn reserved(name: &str) -> Result<()> {
+    if name.starts_with("mnemo.") {
+        return Err(Failure::invalid(format!(
+            "region name {name:?}: names starting with \"mnemo.\" are reserved for the library"
+        )));
+    }
+    Ok(())
+}
+
 /// # Safety
 /// `p` is NULL only if `len` is 0; otherwise it points to `len` readable bytes.
 unsafe fn bytes<'a>(p: *const c_void, len: usize, what: &str) -> Result<&'a [u8]> {
@@ -316,6 +326,7 @@ pub unsafe extern "C" fn mnemo_nvalloc(
         let entry = pool_of(pool)?;
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
+        reserved(name)?;
         put(off, entry.heap.nvalloc(name, size)?, "off")
     })
 }
@@ -330,6 +341,7 @@ pub unsafe extern "C" fn mnemo_nvfree(pool: *mut MnemoPool, name: *const c_char)
         let entry = pool_of(pool)?;
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
+        reserved(name)?;
         if let Some((off, size)) = entry.heap.region(name)? {
             snapshot::release(&entry, &[ByteRange::new(off, size)])?;
         }
@@ -395,6 +407,7 @@ pub unsafe extern "C" fn mnemo_root(
         let entry = pool_of(pool)?;
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
+        reserved(name)?;
         let offset = entry.heap.nvalloc(name, size)?;
         let address = entry.heap.pool().ptr(offset, size)?;
         put(ptr, address.as_ptr().cast::<c_void>(), "ptr")
@@ -668,6 +681,7 @@ pub unsafe extern "C" fn mnemo_log_open(
         let entry = pool_of(pool)?;
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
+        reserved(name)?;
         if tx::open_on(entry.handle) {
             return Err(Failure::new(
                 code::ETXSTATE,

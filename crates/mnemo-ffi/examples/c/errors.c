@@ -120,6 +120,8 @@ static void names_and_frees(mnemo_pool *p)
     long_name[MNEMO_NAME_MAX] = 0; /* exactly the limit: fits */
     OK(mnemo_nvalloc(p, long_name, 64, &off));
     EXPECT(mnemo_nvalloc(p, "", 64, &off), MNEMO_EINVAL);
+    EXPECT(mnemo_nvalloc(p, "mnemo.mine", 64, &off), MNEMO_EINVAL); /* reserved */
+    EXPECT(mnemo_nvfree(p, "mnemo.ffi.gmsync"), MNEMO_EINVAL);
     EXPECT(mnemo_nvalloc(p, NULL, 64, &off), MNEMO_EINVAL);
     EXPECT(mnemo_nvalloc(p, "r", 0, &off), MNEMO_EINVAL);
     uint64_t r;

@@ -4,8 +4,10 @@
  * to an application log and updates the log's size, making both durable together with
  * mnemo_gmsync.
  *
- *   mojim POOL append N      do N accesses
+ *   mojim POOL append N      do N accesses (MOJIM_ACK=1: print the log size after each)
  *   mojim POOL check TOTAL   check that TOTAL accesses were made, all of them logged
+ *   mojim POOL verify ACKED  after a crash: entries complete, counter and size consistent,
+ *                            at least ACKED accesses logged
  *
  * Why this is crash-safe even against a power failure. The program stores the entry and
  * the new size with plain stores before calling gmsync, and the CPU may write either back
@@ -69,26 +71,29 @@ static int entry_ok(const struct entry *e, uint64_t seq)
     return e->seq == seq && e->check == check_of(e);
 }
 
+static void append_entry(struct state *s);
+
 /* Every run starts with a gmsync of the size: the first one ever starts its all-or-nothing
- * protection (later ones cost one fence and change nothing). */
+ * protection (later ones cost one fence and change nothing). Then it logs an access whose
+ * entry a crash lost (the counter is synced before the entry). */
 static void start(struct state *s)
 {
     struct mnemo_range size = { &s->log_size, sizeof s->log_size };
     TRY(mnemo_gmsync(pool, &size, 1));
+    /* A crash between an access's counter and its entry: log the access now. */
+    while (s->log_size < s->access_count)
+        append_entry(s);
 }
 
-static void access_once(struct state *s)
+/* Append the entry of access number log_size + 1 and publish it. */
+static void append_entry(struct state *s)
 {
-    /* 1. The access counter: an aligned 8-byte store, durable with one msync. */
-    s->access_count++;
-    TRY(mnemo_msync(pool, &s->access_count, sizeof s->access_count));
-
-    /* 2. Append a log entry and bump the size: the entry first, the size last... */
+    /* The entry first, the size last... */
     uint64_t seq = s->log_size + 1;
     struct entry *e = &s->log[(seq - 1) % ENTRIES];
     e->seq = seq;
     memset(e->text, 0, sizeof e->text);
-    snprintf(e->text, sizeof e->text, "access %llu", (unsigned long long)s->access_count);
+    snprintf(e->text, sizeof e->text, "access %llu", (unsigned long long)seq);
     e->check = check_of(e);
     s->log_size = seq;
 
@@ -98,6 +103,53 @@ static void access_once(struct state *s)
         { &s->log_size, sizeof s->log_size },
     };
     TRY(mnemo_gmsync(pool, ranges, 2));
+}
+
+static void access_once(struct state *s)
+{
+    /* 1. The access counter: an aligned 8-byte store, durable with one msync. */
+    s->access_count++;
+    TRY(mnemo_msync(pool, &s->access_count, sizeof s->access_count));
+    /* 2. Its log entry. */
+    append_entry(s);
+}
+
+/* Every published entry complete; the counter ahead of the size by at most the access in
+ * flight (its counter is synced before its entry). */
+static int entries_ok(const struct state *s)
+{
+    int errors = 0;
+    uint64_t first = s->log_size > ENTRIES - 1 ? s->log_size - (ENTRIES - 1) + 1 : 1;
+    for (uint64_t seq = first; seq <= s->log_size; seq++) {
+        const struct entry *e = &s->log[(seq - 1) % ENTRIES];
+        char want[48];
+        snprintf(want, sizeof want, "access %llu", (unsigned long long)seq);
+        if (!entry_ok(e, seq) || strcmp(e->text, want) != 0) {
+            fprintf(stderr, "check: entry %llu is wrong (%s)\n", (unsigned long long)seq,
+                    e->text);
+            errors++;
+        }
+    }
+    return errors;
+}
+
+static int verify(struct state *s, uint64_t acked)
+{
+    int errors = entries_ok(s);
+    if (s->access_count != s->log_size && s->access_count != s->log_size + 1) {
+        fprintf(stderr, "verify: access count %llu, log size %llu\n",
+                (unsigned long long)s->access_count, (unsigned long long)s->log_size);
+        errors++;
+    }
+    if (s->log_size < acked) {
+        fprintf(stderr, "verify: %llu accesses acknowledged, %llu logged\n",
+                (unsigned long long)acked, (unsigned long long)s->log_size);
+        errors++;
+    }
+    if (errors == 0)
+        printf("verify: ok: %llu accesses, %llu logged\n",
+               (unsigned long long)s->access_count, (unsigned long long)s->log_size);
+    return errors ? 1 : 0;
 }
 
 static int check(struct state *s, uint64_t total)
@@ -113,17 +165,7 @@ static int check(struct state *s, uint64_t total)
                 (unsigned long long)s->log_size, (unsigned long long)total);
         errors++;
     }
-    uint64_t first = s->log_size > ENTRIES - 1 ? s->log_size - (ENTRIES - 1) + 1 : 1;
-    for (uint64_t seq = first; seq <= s->log_size; seq++) {
-        const struct entry *e = &s->log[(seq - 1) % ENTRIES];
-        char want[48];
-        snprintf(want, sizeof want, "access %llu", (unsigned long long)seq);
-        if (!entry_ok(e, seq) || strcmp(e->text, want) != 0) {
-            fprintf(stderr, "check: entry %llu is wrong (%s)\n", (unsigned long long)seq,
-                    e->text);
-            errors++;
-        }
-    }
+    errors += entries_ok(s);
     if (errors == 0)
         printf("check: ok: %llu accesses, %llu entries logged\n",
                (unsigned long long)s->access_count, (unsigned long long)s->log_size);
@@ -133,7 +175,7 @@ static int check(struct state *s, uint64_t total)
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: mojim POOL append N | check TOTAL\n");
+        fprintf(stderr, "usage: mojim POOL append N | check TOTAL | verify ACKED\n");
         return 64;
     }
     int rc = mnemo_pool_open(argv[1], &pool);
@@ -146,10 +188,18 @@ int main(int argc, char **argv)
     struct state *s = p;
     start(s);
     uint64_t n = strtoull(argv[3], NULL, 10);
+    int ack = getenv("MOJIM_ACK") != NULL;
     int status = 0;
     if (strcmp(argv[2], "append") == 0) {
-        for (uint64_t i = 0; i < n; i++)
+        for (uint64_t i = 0; i < n; i++) {
             access_once(s);
+            if (ack) {
+                printf("%llu\n", (unsigned long long)s->log_size); /* acknowledged */
+                fflush(stdout);
+            }
+        }
+    } else if (strcmp(argv[2], "verify") == 0) {
+        status = verify(s, n);
     } else if (strcmp(argv[2], "check") == 0) {
         status = check(s, n);
     } else {
