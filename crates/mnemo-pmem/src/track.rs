@@ -474,7 +474,7 @@ struct PmScanArg {
 }
 /// `struct page_region`.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct PageRegion {
     start: u64,
     end: u64,
@@ -529,6 +529,9 @@ unsafe fn ioctl_raw<T>(fd: &OwnedFd, request: u64, arg: *mut T) -> std::io::Resu
 struct Uffd {
     uffd: OwnedFd,
     pagemap: OwnedFd,
+    /// The scan's result vector, allocated once (12 KiB; zeroing it at every sync point
+    /// cost more than the scan of a small range).
+    regions: Mutex<Vec<PageRegion>>,
 }
 
 impl Uffd {
@@ -565,7 +568,11 @@ impl Uffd {
             rustix::fs::Mode::empty(),
         )
         .map_err(|e| format!("/proc/self/pagemap: {e}"))?;
-        let tracker = Uffd { uffd, pagemap };
+        let tracker = Uffd {
+            uffd,
+            pagemap,
+            regions: Mutex::new(vec![PageRegion::default(); SPF_SCAN_REGIONS]),
+        };
         // Probe PAGEMAP_SCAN on an empty range: old kernels answer ENOTTY.
         let mut one = [PageRegion::default(); 1];
         tracker
@@ -640,11 +647,11 @@ impl Uffd {
     /// Report (and re-protect) the written pages of `start..end` (page aligned) to `out`
     /// as (address, length) runs. Returns the written pages.
     fn scan(&self, start: u64, end: u64, out: &mut dyn FnMut(u64, u64)) -> std::io::Result<u64> {
-        let mut vec = [PageRegion::default(); SPF_SCAN_REGIONS];
+        let mut vec = self.regions.lock().unwrap_or_else(|p| p.into_inner());
         let mut at = start;
         let mut pages = 0;
         while at < end {
-            let (n, walk_end) = self.scan_raw(at, end, true, &mut vec)?;
+            let (n, walk_end) = self.scan_raw(at, end, true, &mut vec[..])?;
             for region in &vec[..n] {
                 let a = region.start.max(at);
                 let b = region.end.min(end);
