@@ -60,13 +60,31 @@
  *   mnemo_tx_commit() aborts it and returns MNEMO_EABORTED. The pool stays consistent.
  *
  *   Recovery is automatic: mnemo_pool_open() replays committed transactions that were not
- *   completely applied and repairs torn log appends. Only one process may have a pool open.
+ *   completely applied and applies the last gmsync snapshot again; mnemo_log_open() finds
+ *   exactly the complete appends. Only one process may have a pool open at a time.
+ *
+ *   In short:
+ *
+ *     mnemo_pool *pool;
+ *     if (mnemo_pool_open("/dev/shm/app.pool", &pool) == MNEMO_ENOENT)
+ *         mnemo_pool_create("/dev/shm/app.pool", 8 << 20, 0, &pool);
+ *     uint64_t *hits;
+ *     mnemo_root(pool, "hits", sizeof *hits, (void **)&hits);  // zeroed the first time
+ *     *hits += 1;                                  // a raw 8-byte store...
+ *     mnemo_msync(pool, hits, sizeof *hits);       // ...now durable
+ *     mnemo_tx *tx;                                // or all-or-nothing, with redo:
+ *     uint64_t next = *hits + 1;
+ *     mnemo_tx_begin(pool, &tx);
+ *     mnemo_tx_write(tx, mnemo_offset(pool, hits), &next, sizeof next);
+ *     if (mnemo_tx_commit(tx) != MNEMO_OK)
+ *         fprintf(stderr, "%s\n", mnemo_errormsg());
+ *     mnemo_pool_close(pool);
  *
  * ERRORS
  *
  * Every function returning int returns MNEMO_OK (0) or a negative enum mnemo_error code;
  * mnemo_errormsg() then describes the failure in a sentence that usually says what to do.
- * Functions never abort the process and never unwind into C: an internal panic is caught and
+ * Errors never abort the process and nothing unwinds into C: an internal panic is caught and
  * returned as MNEMO_EPANIC. NULL pointer arguments are MNEMO_EINVAL. Handles (mnemo_pool *,
  * mnemo_tx *, mnemo_log *) are opaque values checked at every call: a closed one gives
  * MNEMO_ECLOSED, a value that is no handle of that kind gives MNEMO_EBADHANDLE. Addresses
@@ -235,7 +253,8 @@ int mnemo_pool_open(const char *path, mnemo_pool **pool);
  * the file is released (marked cleanly closed). Raw stores not yet synced are not made
  * durable: call mnemo_msync() first.
  * @param pool the pool
- * @return MNEMO_OK or an error; on MNEMO_EBUSY the pool stays open.
+ * @return MNEMO_OK or an error; on MNEMO_EBUSY the pool stays open, on any other error
+ *         (from the last writes) it is closed all the same.
  * Errors: MNEMO_EINVAL (NULL), MNEMO_EBADHANDLE, MNEMO_ECLOSED (already closed), MNEMO_EBUSY
  * (transactions are open on it, in any thread), MNEMO_ENOSPC, MNEMO_EIO.
  */
