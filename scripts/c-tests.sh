@@ -57,6 +57,17 @@ for src in "$examples"/*.c; do
     check "compile $name (static)" cc "${cflags[@]}" -pthread -o "$tmp/bin/$name-static" "$src" \
         "$libdir/libmnemo.a" -lpthread -ldl -lm
 done
+# The example in mnemo.h's opening comment compiles and runs (twice: the counter persists).
+{
+    printf '#include <mnemo.h>\n#include <stdio.h>\nint main(void)\n{\n'
+    sed -n '/In short:/,/mnemo_pool_close(pool);/p' "$include/mnemo.h" | sed '1d; s/^ \*     //; s/^ \*$//' |
+        sed "s#/dev/shm/app.pool#$tmp/header-example.pool#g"
+    printf '    return 0;\n}\n'
+} >"$tmp/header-example.c"
+check "compile the example in mnemo.h" cc "${cflags[@]}" -o "$tmp/bin/header-example" \
+    "$tmp/header-example.c" -L "$libdir" -Wl,-rpath,"$libdir" -lmnemo
+check "run the example in mnemo.h" sh -c "'$tmp/bin/header-example' && '$tmp/bin/header-example'"
+
 if [ -f "$tmp/bin/errors-static" ] && ldd "$tmp/bin/errors-static" | grep -q libmnemo; then
     fail "static binary does not depend on libmnemo.so"
 else
