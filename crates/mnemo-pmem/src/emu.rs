@@ -315,8 +315,10 @@ impl Model {
         if epoch.lines == 0 {
             epoch.start_ps = now_ps;
         }
-        epoch.lines += lines;
-        epoch.charged += units * self.gran;
+        epoch.lines = epoch.lines.saturating_add(lines);
+        epoch.charged = epoch
+            .charged
+            .saturating_add(units.saturating_mul(self.gran));
     }
 
     /// Time the device needs `bytes` for.
@@ -335,11 +337,16 @@ impl Model {
         } else {
             self.line_ps
         };
-        let latency_done = epoch.start_ps + self.wbarrier_ps + flush_ps;
+        let latency_done = epoch
+            .start_ps
+            .saturating_add(self.wbarrier_ps)
+            .saturating_add(flush_ps);
         if self.ps_per_kb == 0 {
             return (latency_done, tat);
         }
-        let new_tat = tat.max(epoch.start_ps) + self.transfer_ps(epoch.charged);
+        let new_tat = tat
+            .max(epoch.start_ps)
+            .saturating_add(self.transfer_ps(epoch.charged));
         let bandwidth_done = new_tat.saturating_sub(self.burst_ps);
         (latency_done.max(bandwidth_done), new_tat)
     }
@@ -387,7 +394,7 @@ impl Clock {
         }
         let c1 = ticks();
         let ns = t0.elapsed().as_nanos() as f64;
-        let ticks_per_ns = ((c1 - c0) as f64 / ns).max(1e-3);
+        let ticks_per_ns = (c1.saturating_sub(c0) as f64 / ns.max(1.0)).max(1e-3);
         let mut clock = Clock {
             origin: c0,
             ps_per_tick: 1000.0 / ticks_per_ns,
@@ -432,7 +439,9 @@ impl Clock {
         if ps <= start {
             return 0;
         }
-        let deadline = self.origin + (ps as f64 * self.ticks_per_ps) as u64;
+        let deadline = self
+            .origin
+            .saturating_add((ps as f64 * self.ticks_per_ps) as u64);
         self.spin_until_tick(deadline);
         ps - start
     }
@@ -625,10 +634,10 @@ impl<M: Media> Media for EmulatedMedia<M> {
         }
         let mut ps = ns_to_ps(c.read_ns);
         if c.read_gbps > 0.0 {
-            ps += (len as f64 * 1000.0 / c.read_gbps) as u64;
+            ps = ps.saturating_add((len as f64 * 1000.0 / c.read_gbps) as u64);
         }
         let clock = Clock::get();
-        let waited = clock.spin_until_ps(clock.now_ps() + ps);
+        let waited = clock.spin_until_ps(clock.now_ps().saturating_add(ps));
         let counters = &self.device.counters;
         counters.reads.fetch_add(1, Ordering::Relaxed);
         counters.read_delay_ps.fetch_add(waited, Ordering::Relaxed);
