@@ -174,9 +174,9 @@ pub fn run(ctx: &mut Ctx<'_, '_>, name: &str, args: &[Bytes]) -> Result<Reply> {
         "hlen" => card(ctx, &a[1], tag::HASH),
         "hexists" => hexists(ctx, &a[1], &a[2]),
         "hincrby" => hincrby(ctx, a),
-        "zadd" => zadd(ctx, a),
+        "zadd" => zadd(ctx, a, false),
         "zscore" => zscore(ctx, &a[1], &a[2]),
-        "zincrby" => zincrby(ctx, a),
+        "zincrby" => zadd(ctx, a, true),
         "zcard" => card(ctx, &a[1], tag::ZSET),
         "zrem" => zrem(ctx, a),
         "zrange" => zrange(ctx, a),
@@ -380,7 +380,6 @@ fn exists(ctx: &mut Ctx<'_, '_>, keys: &[Bytes]) -> Result<Reply> {
 }
 
 fn expire(ctx: &mut Ctx<'_, '_>, a: &[Bytes], unit: i64, cmd: &str) -> Result<Reply> {
-    let v = integer!(&a[2]);
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &a[3..] {
         if eq(opt, "nx") {
@@ -408,6 +407,7 @@ fn expire(ctx: &mut Ctx<'_, '_>, a: &[Bytes], unit: i64, cmd: &str) -> Result<Re
             "ERR GT and LT options at the same time are not compatible",
         ));
     }
+    let v = integer!(&a[2]);
     let invalid = || err_owned(errors::invalid_expire_time(cmd));
     let Some(at) = v.checked_mul(unit).and_then(|ms| ms.checked_add(ctx.now)) else {
         return Ok(invalid());
@@ -570,11 +570,19 @@ fn push(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
     Ok(int(len))
 }
 
-/// Parses an optional count argument: Ok(None) without one, Err(reply) if invalid.
+/// Parses an optional count argument: Ok(None) without one, Err(reply) if invalid. Extra
+/// arguments: LPOP/RPOP answer with the arity error, SPOP/ZPOPMIN with a syntax error.
 fn count_arg(a: &[Bytes], at: usize) -> std::result::Result<Option<u64>, Reply> {
     match a.get(at) {
         None => Ok(None),
-        Some(_) if a.len() > at + 1 => Err(err(errors::SYNTAX)),
+        Some(_) if a.len() > at + 1 => Err(
+            match String::from_utf8_lossy(&a[0]).to_ascii_lowercase().as_str() {
+                name @ ("lpop" | "rpop") => err_owned(format!(
+                    "ERR wrong number of arguments for '{name}' command"
+                )),
+                _ => err(errors::SYNTAX),
+            },
+        ),
         Some(arg) => match parse_i64(arg) {
             Some(n) if n >= 0 => Ok(Some(n as u64)),
             _ => Err(err(errors::MUST_BE_POSITIVE)),
@@ -652,11 +660,11 @@ fn llen(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
 }
 
 fn lindex(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let index = integer!(&a[2]);
     let found = typed!(ctx, ctx.lookup(&a[1])?, tag::LIST);
     let Some(f) = found else {
         return Ok(Reply::NullBulk);
     };
+    let index = integer!(&a[2]);
     let len = list::Header::read(ctx.tx, f.entry.val)?.len;
     let len_i = i64::try_from(len).unwrap_or(i64::MAX);
     let i = if index < 0 { index + len_i } else { index };
@@ -956,9 +964,10 @@ fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Resul
     }
 }
 
-fn zadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+/// ZADD, and ZINCRBY (`incr`: Redis runs it as ZADD with INCR, options included).
+fn zadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes], incr: bool) -> Result<Reply> {
     let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
-        (false, false, false, false, false, false);
+        (false, false, false, false, false, incr);
     let mut i = 2;
     while i < a.len() {
         let o = &a[i];
@@ -1072,27 +1081,6 @@ fn zscore(ctx: &mut Ctx<'_, '_>, key: &[u8], member: &[u8]) -> Result<Reply> {
         Some(f) => Reply::Double(f.entry.score()),
         None => Reply::NullBulk,
     })
-}
-
-fn zincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let by = match parse_f64(&a[2]) {
-        Some(v) if !v.is_nan() => v,
-        _ => return Ok(err(errors::NOT_FLOAT)),
-    };
-    let existing = container!(ctx, &a[1], tag::ZSET, false);
-    let current = match existing {
-        Some(d) => dict::find(ctx.tx, d, SEED, &a[3])?.map_or(0.0, |f| f.entry.score()),
-        None => 0.0,
-    };
-    let next = current + by;
-    if next.is_nan() {
-        return Ok(err("ERR resulting score is not a number (NaN)"));
-    }
-    let Some(d) = container!(ctx, &a[1], tag::ZSET, true) else {
-        return Ok(Reply::NullBulk);
-    };
-    zset_score(ctx, d, &a[3], next)?;
-    Ok(Reply::Double(next))
 }
 
 fn zrem(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
