@@ -253,8 +253,34 @@ static void *use_foreign_tx(void *arg)
     return (void *)(intptr_t)mnemo_tx_write(shared_tx, 0, "x", 1);
 }
 
+static mnemo_pool *exiting_pool;
+static uint64_t exiting_off;
+
+static void *exit_inside_tx(void *arg)
+{
+    (void)arg;
+    mnemo_tx *tx;
+    uint64_t v = 77, obj;
+    if (mnemo_tx_begin(exiting_pool, &tx) != MNEMO_OK ||
+        mnemo_tx_write(tx, exiting_off, &v, 8) != MNEMO_OK ||
+        mnemo_tx_alloc(tx, 64, &obj) != MNEMO_OK)
+        return (void *)1;
+    return NULL; /* the thread ends with the transaction open: it is aborted */
+}
+
 static void foreign_thread(mnemo_pool *p)
 {
+    uint64_t x;
+    OK(mnemo_nvalloc(p, "exit", 8, &x));
+    exiting_pool = p;
+    exiting_off = x;
+    pthread_t e;
+    void *erc;
+    pthread_create(&e, NULL, exit_inside_tx, NULL);
+    pthread_join(e, &erc);
+    TRUE(erc == NULL);
+    TRUE(*(uint64_t *)mnemo_direct(p, x) == 0);
+
     OK(mnemo_tx_begin(p, &shared_tx));
     pthread_t t;
     void *rc;
