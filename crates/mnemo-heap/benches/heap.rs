@@ -137,6 +137,18 @@ fn main() {
 
     let word = heap.root::<u64>("word").unwrap();
     let pool = heap.pool();
+    // `BENCH_ONLY=tx|txalloc`: only that loop, n times (for profiling).
+    if let Ok(only) = std::env::var("BENCH_ONLY") {
+        for i in 0..n {
+            if only == "tx" {
+                heap.transaction(|tx| tx.write(word, &i)).unwrap();
+            } else {
+                let off = heap.transaction(|tx| tx.alloc_bytes(64)).unwrap();
+                heap.pfree(off).unwrap();
+            }
+        }
+        return;
+    }
     let (ns, fences, lines) = measure(&counters, n, |i| {
         pool.write(word.offset(), &i.to_le_bytes()).unwrap();
         pool.persist(word.offset(), 8).unwrap();
@@ -182,13 +194,6 @@ fn main() {
         lines,
         pmdk_per_s: Some((1.2e6, 1.45e6)),
     });
-    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "tx") {
-        for _ in 0..20 {
-            measure(&counters, n, |i| {
-                heap.transaction(|tx| tx.write(word, &i)).unwrap()
-            });
-        }
-    }
 
     let (ns, fences, lines) = measure(&counters, n, |i| heap.atomic_update(word, i).unwrap());
     rows.push(Row {

@@ -59,8 +59,10 @@ impl TxState {
         self.direct.clear();
         self.data_lo = u64::MAX;
         self.data_hi = 0;
-        self.on_commit.clear();
-        self.on_abort.clear();
+        if !self.on_commit.is_empty() || !self.on_abort.is_empty() {
+            self.on_commit.clear();
+            self.on_abort.clear();
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -134,8 +136,11 @@ fn leave(heap_id: u64, poison: Option<&str>) -> Result<Option<Box<TxState>>> {
 }
 
 fn recycle(mut state: Box<TxState>) {
-    state.on_commit.clear();
-    state.on_abort.clear();
+    // Hooks are rare: skip the (out-of-line) drop of empty vectors of boxed closures.
+    if !state.on_commit.is_empty() || !state.on_abort.is_empty() {
+        state.on_commit.clear();
+        state.on_abort.clear();
+    }
     TXS.with_borrow_mut(|txs| {
         if txs.spare.len() < 4 {
             txs.spare.push(state);
@@ -247,7 +252,12 @@ fn finish_commit(inner: &Inner, mut state: Box<TxState>) {
             .alloc
             .commit_free(f, &|chunk| inner.set_chunk_entry(chunk, ChunkEntry::Free));
     }
-    for hook in state.on_commit.drain(..) {
+    let hooks = if state.on_commit.is_empty() {
+        Vec::new()
+    } else {
+        std::mem::take(&mut state.on_commit)
+    };
+    for hook in hooks {
         hook(inner);
     }
     recycle(state);
