@@ -231,6 +231,34 @@ fn encode_record(
     }
 }
 
+/// Encode one record at logical word `at` (`cursor` at it) onto the end of `staged`, as the
+/// bytes its words will have on media; the cursor ends after the record. The same words as
+/// [`encode_record`], built in place: the checksum prefix goes where the length word will be
+/// (8 bytes longer), so one CRC call covers prefix and payload, then the payload moves down.
+#[inline]
+fn stage_record(
+    staged: &mut Vec<u8>,
+    cap: u64,
+    cursor: &mut Cursor,
+    at: u64,
+    data: &[u8],
+    more: bool,
+) {
+    let base = staged.len();
+    staged.reserve(CRC_PREFIX + 8 * payload_words(data.len()));
+    staged.extend_from_slice(&crc_prefix(at, data.len(), more));
+    encode_payload(data, |word| staged.extend_from_slice(&word.to_le_bytes()));
+    let crc = crc32c::crc32c(&staged[base..]);
+    staged.copy_within(base + CRC_PREFIX.., base + 8);
+    staged.truncate(staged.len() - (CRC_PREFIX - 8));
+    staged[base..base + 8].copy_from_slice(&length_word(data.len(), more, crc).to_le_bytes());
+    for word in staged[base..].chunks_exact_mut(8) {
+        // Bit 63 of a little-endian word is the top bit of its last byte.
+        word[7] |= (cursor.sense as u8) << 7;
+        cursor.advance(cap);
+    }
+}
+
 impl<P: Deref<Target = Pool>> Log<P> {
     /// Format `range` (pool offsets; start 64-byte aligned) as an empty log and return it.
     /// Whatever the region held is overwritten. Costs four fences and a pass over the area.
@@ -532,9 +560,7 @@ impl<P: Deref<Target = Pool>> Log<P> {
             staged.clear();
             for (i, data) in batch.iter().enumerate() {
                 let more = i + 1 < batch.len();
-                encode_record(cap, &mut cursor, at, data, more, |_, word| {
-                    staged.extend_from_slice(&word.to_le_bytes())
-                });
+                stage_record(&mut staged, cap, &mut cursor, at, data, more);
                 at += record_words(data.len());
             }
             let result = self.persist_staged(&staged);
