@@ -18,6 +18,20 @@
 //! `nm -D` of the built library and with the header. The C programs under `examples/c` are
 //! compiled and run by `scripts/c-tests.sh`.
 
+/// Deliberately broken variants (`mnemo_pmem::mutant`, on only in test builds) that
+/// `tests/crash.rs` must catch:
+///
+/// | name | what breaks |
+/// |---|---|
+/// | `ffi.msync_skip_release` | msync does not release the gmsync snapshot: recovery puts older bytes back |
+/// | `ffi.msync_skip_retire` | msync does not retire a transaction's redo record: recovery replays it over the synced bytes |
+/// | `ffi.gmsync_skip_snapshot` | gmsync writes no snapshot record: raw stores written back early are not rolled back |
+pub const MUTANTS: &[&str] = &[
+    "ffi.msync_skip_release",
+    "ffi.msync_skip_retire",
+    "ffi.gmsync_skip_snapshot",
+];
+
 pub mod error;
 pub mod handle;
 pub mod snapshot;

@@ -227,8 +227,10 @@ pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     let seq = state.seq + 1;
     let record = encode(seq, &entries);
     let slot = area + state.next_slot * SLOT_SIZE;
-    pool.copy_nodrain(slot, &record)?;
-    pool.flush(slot, record.len() as u64)?;
+    if !mnemo_pmem::mutant::active("ffi.gmsync_skip_snapshot") {
+        pool.copy_nodrain(slot, &record)?;
+        pool.flush(slot, record.len() as u64)?;
+    }
     // One sync point: flushes the ranges, then the fence that also covers the record.
     pool.gmsync(ranges)?;
     state.seq = seq;

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use mnemo_heap::PPtr;
 use mnemo_pmem::limits::GMSYNC_RANGES_MAX;
-use mnemo_pmem::ByteRange;
+use mnemo_pmem::{mutant, ByteRange};
 
 use crate::error::{Failure, Result};
 use crate::handle::{lock, PoolEntry};
@@ -92,8 +92,12 @@ pub fn retire_if_overlapping(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<
 
 /// `mnemo_msync`: one sync point over one range.
 pub fn msync(entry: &PoolEntry, range: ByteRange) -> Result<()> {
-    crate::snapshot::release(entry, &[range])?;
-    retire_if_overlapping(entry, &[range])?;
+    if !mutant::active("ffi.msync_skip_release") {
+        crate::snapshot::release(entry, &[range])?;
+    }
+    if !mutant::active("ffi.msync_skip_retire") {
+        retire_if_overlapping(entry, &[range])?;
+    }
     entry.heap.pool().msync(range.offset, range.len)?;
     Ok(())
 }

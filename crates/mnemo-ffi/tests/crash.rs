@@ -16,6 +16,8 @@
 //! `sync_points_after_transactions_and_snapshots_survive`: bytes written by a transaction or
 //! covered by a snapshot, then changed by raw stores and synced with msync, must survive
 //! recovery (which replays redo records and the snapshot): both are released first.
+//!
+//! `every_mutant_is_caught`: each of `mnemo::MUTANTS` switched on must fail a test above.
 
 use std::path::Path;
 
@@ -372,4 +374,28 @@ fn sync_points_after_transactions_and_snapshots_survive() {
     let report = explore(&SyncAfter, &config(11));
     eprintln!("{}", report.summary(&SyncAfter.name()));
     report.assert_ok();
+}
+
+#[test]
+fn every_mutant_is_caught() {
+    let mut missed = Vec::new();
+    for &name in mnemo::MUTANTS {
+        let mut config = config(13);
+        config.mutant = Some(name);
+        config.stop_at_first_failure = true;
+        let report = if name.starts_with("ffi.gmsync") {
+            let workload = Gmsync {
+                variant: Variant::Snapshot,
+                strict: true,
+            };
+            explore(&workload, &config)
+        } else {
+            explore(&SyncAfter, &config)
+        };
+        eprintln!("mutant {name}: {}", report.summary(name));
+        if report.is_ok() {
+            missed.push(name);
+        }
+    }
+    assert!(missed.is_empty(), "mutants not caught: {missed:?}");
 }
