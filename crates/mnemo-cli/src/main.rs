@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod pool;
+mod serve;
 mod size;
 
 /// mnemo keeps a program's data structures in persistent (or emulated-persistent) memory,
@@ -37,6 +38,13 @@ enum Command {
     ///
     /// Example: mnemo analyze --load rdbLoad --load loadAppendOnlyFile src/
     Analyze(mnemo_analyze::AnalyzeArgs),
+    /// Serve a Redis-protocol key-value store from a pool; every acknowledged write is durable.
+    ///
+    /// Example: mnemo serve --pool /dev/shm/kv.pool --port 7379, then redis-cli -p 7379
+    Serve(serve::ServeArgs),
+    /// Talk to a running `mnemo serve` (stats).
+    #[command(subcommand)]
+    Kv(serve::KvCommand),
 }
 
 fn main() -> ExitCode {
@@ -51,5 +59,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Pool(cmd) => pool::run(cmd),
         Command::Analyze(args) => mnemo_analyze::run_cli(args),
+        Command::Serve(args) => serve::run(&args),
+        Command::Kv(cmd) => serve::run_kv(&cmd),
     }
 }

@@ -227,6 +227,10 @@ fn real_clients() {
         .output()
         .is_err()
     {
+        assert!(
+            std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "redis-tools is not installed and MNEMO_REQUIRE_TOOLS=1 (apt-get install redis-tools)"
+        );
         eprintln!(
             "redis-tools not installed: real-client test skipped (apt-get install redis-tools)"
         );

@@ -1,0 +1,413 @@
+//! `mnemo serve` as a program: real clients (redis-cli, redis-benchmark) against the binary,
+//! restart, SIGTERM and SHUTDOWN, AUTH, a full pool, a corrupt pool, a second instance on
+//! the same pool, and `mnemo kv info`.
+
+mod support;
+
+use std::process::Command;
+
+use support::{redis_cli, shm_dir, tool, was_clean, Server};
+
+/// Every command of issue 6's list at least once, through redis-cli, with Redis's replies
+/// (redis-cli prints errors without "(error)" when its output is not a terminal).
+#[test]
+fn redis_cli_runs_every_command() {
+    if !tool("redis-cli", "redis-tools") {
+        return;
+    }
+    let dir = shm_dir();
+    let server = Server::start(&dir.path().join("kv.pool"), &[]);
+    let port = server.port;
+    let cases: &[(&[&str], &str)] = &[
+        (&["PING"], "PONG"),
+        (&["SELECT", "0"], "OK"),
+        (&["SELECT", "1"], "ERR DB index is out of range"),
+        (&["CLIENT", "SETNAME", "tester"], "OK"),
+        (&["SET", "s", "hello"], "OK"),
+        (&["GET", "s"], "hello"),
+        (&["GET"], "ERR wrong number of arguments for 'get' command"),
+        (
+            &["NOSUCHCOMMAND", "x"],
+            "ERR unknown command 'NOSUCHCOMMAND', with args beginning with: 'x'",
+        ),
+        (&["APPEND", "s", " world"], "11"),
+        (&["STRLEN", "s"], "11"),
+        (&["GETSET", "s", "new"], "hello world"),
+        (&["MSET", "a", "1", "b", "2"], "OK"),
+        (&["MGET", "a", "b", "nokey"], "1\n2"),
+        (&["INCR", "a"], "2"),
+        (&["INCRBY", "a", "10"], "12"),
+        (&["DECR", "a"], "11"),
+        (
+            &["INCR", "s"],
+            "ERR value is not an integer or out of range",
+        ),
+        (&["EXISTS", "a", "b", "nokey"], "2"),
+        (&["DEL", "b"], "1"),
+        (&["EXPIRE", "a", "100"], "1"),
+        (&["TTL", "a"], "100"),
+        (&["TTL", "nokey"], "-2"),
+        (&["LPUSH", "l", "x", "y"], "2"),
+        (&["RPUSH", "l", "z"], "3"),
+        (&["LRANGE", "l", "0", "-1"], "y\nx\nz"),
+        (&["LPOP", "l"], "y"),
+        (&["RPOP", "l"], "z"),
+        (
+            &["LPUSH", "s", "x"],
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ),
+        (&["HSET", "h", "f1", "v1", "f2", "v2"], "2"),
+        (&["HGET", "h", "f1"], "v1"),
+        (&["HDEL", "h", "f2"], "1"),
+        (&["HGETALL", "h"], "f1\nv1"),
+        (&["SADD", "set", "m1", "m2", "m3"], "3"),
+        (&["SREM", "set", "m3"], "1"),
+        (&["SCARD", "set"], "2"),
+        (&["ZADD", "z", "1", "one", "2", "two", "3", "three"], "3"),
+        (&["ZSCORE", "z", "two"], "2"),
+        (&["ZRANGE", "z", "0", "1"], "one\ntwo"),
+        (&["ZPOPMIN", "z"], "one\n1"),
+        (&["ZADD", "z", "x", "bad"], "ERR value is not a valid float"),
+        (&["CONFIG", "GET", "appendfsync"], "appendfsync\nalways"),
+        (&["DBSIZE"], "6"),
+    ];
+    for (args, expected) in cases {
+        assert_eq!(redis_cli(port, args), *expected, "redis-cli {args:?}");
+    }
+    // Replies whose order or content is not fixed.
+    let spop = redis_cli(port, &["SPOP", "set"]);
+    assert!(spop == "m1" || spop == "m2", "SPOP: {spop}");
+    let mut members: Vec<String> = redis_cli(port, &["SMEMBERS", "set"])
+        .lines()
+        .map(String::from)
+        .collect();
+    members.sort();
+    assert_eq!(members.len(), 1, "SMEMBERS after SPOP: {members:?}");
+    let mut keys: Vec<String> = redis_cli(port, &["KEYS", "*"])
+        .lines()
+        .map(String::from)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["a", "h", "l", "s", "set", "z"]);
+    let scan = redis_cli(port, &["SCAN", "0", "COUNT", "100"]);
+    assert_eq!(
+        scan.lines().next(),
+        Some("0"),
+        "one SCAN covers a small keyspace: {scan}"
+    );
+    assert_eq!(scan.lines().count(), 7, "cursor and six keys: {scan}");
+    let info = redis_cli(port, &["INFO"]);
+    for field in [
+        "# Persistence",
+        "# Pool",
+        "sync_points:",
+        "pool_media:",
+        "pool_size:",
+    ] {
+        assert!(info.contains(field), "INFO lacks {field}:\n{info}");
+    }
+    assert!(redis_cli(port, &["COMMAND", "COUNT"])
+        .parse::<u64>()
+        .is_ok());
+    assert_eq!(redis_cli(port, &["FLUSHALL"]), "OK");
+    assert_eq!(redis_cli(port, &["DBSIZE"]), "0");
+    // QUIT answers OK and closes; SHUTDOWN stops the server (tested below).
+    assert_eq!(redis_cli(port, &["QUIT"]), "OK");
+    let mut client = server.client();
+    assert_eq!(
+        client
+            .call(&["HELLO", "3"])
+            .map(|r| matches!(r, mnemo_resp::Reply::Map(_)))
+            .ok(),
+        Some(true),
+        "HELLO 3 answers a map"
+    );
+    server.terminate();
+}
+
+/// redis-benchmark's default tests, each run to the end with replies checked by the tool.
+#[test]
+fn redis_benchmark_default_tests() {
+    if !tool("redis-benchmark", "redis-tools") {
+        return;
+    }
+    let dir = shm_dir();
+    let server = Server::start(&dir.path().join("kv.pool"), &[]);
+    let output = Command::new("redis-benchmark")
+        .args(["-p", &server.port.to_string()])
+        .args([
+            "-t",
+            "set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange,mset",
+            "-n",
+            "2000",
+            "-q",
+        ])
+        .output()
+        .expect("redis-benchmark");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .split(['\r', '\n'])
+        .filter(|line| line.contains("requests per second"))
+        .map(|line| line.trim().to_string())
+        .collect();
+    // 14 tests; LRANGE runs as five (its LPUSH, then 100, 300, 500, 600 elements).
+    assert_eq!(lines.len(), 18, "{lines:#?}");
+    eprintln!(
+        "redis-benchmark -n 2000 against mnemo serve (debug build):\n{}",
+        lines.join("\n")
+    );
+    assert!(server.log_text().contains("mnemo serve ready"));
+    server.terminate();
+}
+
+/// Data survives SIGTERM and restart, SIGTERM closes the pool cleanly, and SHUTDOWN does too.
+#[test]
+fn restart_sigterm_and_shutdown() {
+    let dir = shm_dir();
+    let pool = dir.path().join("data/kv.pool");
+    let server = Server::start(&pool, &[]);
+    let mut client = server.client();
+    for i in 0..100 {
+        client
+            .call(&["SET", &format!("key:{i}"), &format!("value:{i}")])
+            .expect("SET");
+    }
+    client
+        .call(&["RPUSH", "list", "a", "b", "c"])
+        .expect("RPUSH");
+    drop(client);
+    let log = server.log_text();
+    assert!(log.contains("start=\"created\""), "{log}");
+    let status = server.terminate();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    assert!(was_clean(&pool), "SIGTERM left the pool not clean");
+    let mode = std::fs::metadata(pool.parent().expect("dir"))
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .expect("data dir");
+    assert_eq!(mode, 0o700, "the data directory is private");
+
+    let mut server = Server::start(&pool, &[]);
+    let log = server.log_text();
+    assert!(
+        log.contains("start=\"clean\"") && log.contains("keys=101"),
+        "{log}"
+    );
+    let mut client = server.client();
+    for i in [0, 42, 99] {
+        assert_eq!(
+            client.call(&["GET", &format!("key:{i}")]).expect("GET"),
+            mnemo_resp::Reply::Bulk(format!("value:{i}").into())
+        );
+    }
+    assert_eq!(
+        client.call(&["LRANGE", "list", "0", "-1"]).expect("LRANGE"),
+        mnemo_resp::Reply::Array(vec![
+            mnemo_resp::Reply::Bulk("a".into()),
+            mnemo_resp::Reply::Bulk("b".into()),
+            mnemo_resp::Reply::Bulk("c".into())
+        ])
+    );
+    // SHUTDOWN: no reply, the connection closes, the process exits 0 with a clean pool.
+    assert!(
+        client.call(&["SHUTDOWN"]).is_err(),
+        "SHUTDOWN closes without a reply"
+    );
+    let status = server.wait_exit();
+    assert!(status.success(), "exit status after SHUTDOWN: {status}");
+    assert!(server.log_text().contains("pool closed cleanly"));
+    assert!(was_clean(&pool), "SHUTDOWN left the pool not clean");
+}
+
+/// --requirepass (here from the environment, so `ps` does not show it): NOAUTH before AUTH,
+/// the password never in the log, and `mnemo kv info` authenticating from the environment.
+#[test]
+fn requirepass_from_the_environment() {
+    let dir = shm_dir();
+    let pool = dir.path().join("kv.pool");
+    let password = "s3cret-Pa55";
+    let server = Server::start_with(&pool, &[], &[("MNEMO_REQUIREPASS", password)]);
+    let mut client = server.client();
+    assert_eq!(
+        client.call(&["GET", "k"]).expect("GET"),
+        mnemo_resp::Reply::Error("NOAUTH Authentication required.".into())
+    );
+    assert_eq!(
+        client.call(&["AUTH", "wrong"]).expect("AUTH"),
+        mnemo_resp::Reply::Error(
+            "WRONGPASS invalid username-password pair or user is disabled.".into()
+        )
+    );
+    assert_eq!(
+        client.call(&["AUTH", password]).expect("AUTH"),
+        mnemo_resp::Reply::ok()
+    );
+    assert_eq!(
+        client.call(&["SET", "k", "v"]).expect("SET"),
+        mnemo_resp::Reply::ok()
+    );
+    if tool("redis-cli", "redis-tools") {
+        assert_eq!(
+            redis_cli(
+                server.port,
+                &["--no-auth-warning", "-a", password, "GET", "k"]
+            ),
+            "v"
+        );
+    }
+    let info = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["kv", "info", "pool", "--port", &server.port.to_string()])
+        .env("MNEMO_REQUIREPASS", password)
+        .output()
+        .expect("mnemo kv info");
+    assert!(
+        info.status.success(),
+        "{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    assert!(String::from_utf8_lossy(&info.stdout).contains("pool_media:"));
+    let log = server.log_text();
+    assert!(log.contains("auth=\"requirepass\""), "{log}");
+    assert!(
+        !log.contains(password),
+        "the password appears in the log:\n{log}"
+    );
+    server.terminate();
+}
+
+/// `mnemo kv info --json`: sections as objects, numbers as numbers.
+#[test]
+fn kv_info_json() {
+    let dir = shm_dir();
+    let server = Server::start(&dir.path().join("kv.pool"), &[]);
+    server.client().call(&["SET", "a", "1"]).expect("SET");
+    let output = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["kv", "info", "--json", "--port", &server.port.to_string()])
+        .output()
+        .expect("mnemo kv info");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert!(
+        info["persistence"]["sync_points"]
+            .as_u64()
+            .is_some_and(|n| n >= 1),
+        "{info:#}"
+    );
+    assert_eq!(info["pool"]["pool_media"], "tmpfs", "{info:#}");
+    assert_eq!(
+        info["keyspace"]["db0"], "keys=1,expires=0,avg_ttl=0",
+        "{info:#}"
+    );
+    assert_eq!(
+        info["server"]["tcp_port"].as_u64(),
+        Some(u64::from(server.port))
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["kv", "info", "--port", "1"])
+        .output()
+        .expect("mnemo kv info");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot connect"));
+    server.terminate();
+}
+
+/// A second server on the same pool is refused with the pool's "in use" error.
+#[test]
+fn second_instance_is_refused() {
+    let dir = shm_dir();
+    let pool = dir.path().join("kv.pool");
+    let server = Server::start(&pool, &[]);
+    let log = dir.path().join("second.log");
+    let status = support::serve_command(&pool, 1, &log, &[])
+        .status()
+        .expect("second mnemo serve");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(!status.success());
+    assert!(text.contains("in use by another process"), "{text}");
+    server.terminate();
+}
+
+/// A pool whose headers are overwritten: a non-zero exit and the pool layer's message.
+#[test]
+fn corrupt_pool_is_refused_with_a_clear_message() {
+    let dir = shm_dir();
+    let pool = dir.path().join("kv.pool");
+    Server::start(&pool, &[]).terminate();
+    let mut bytes = std::fs::read(&pool).expect("read pool");
+    for byte in bytes.iter_mut().take(8192).skip(64) {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&pool, &bytes).expect("write pool");
+    let log = dir.path().join("corrupt.log");
+    let status = support::serve_command(&pool, 1, &log, &[])
+        .status()
+        .expect("mnemo serve");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(!status.success());
+    assert!(
+        text.contains("corrupt") && text.contains("mnemo pool check"),
+        "{text}"
+    );
+}
+
+/// A pool that may not grow: writes get Redis's -OOM reply, the server logs why, reads and
+/// deletes still work, and the space comes back.
+#[test]
+fn full_pool_answers_oom() {
+    let dir = shm_dir();
+    let pool = dir.path().join("kv.pool");
+    let server = Server::start(&pool, &["--size", "96M", "--size-max", "96M"]);
+    let mut client = server.client();
+    let value = "v".repeat(1 << 20);
+    let mut stored = 0;
+    let mut refused = None;
+    for i in 0..200 {
+        match client
+            .call(&["SET", &format!("big:{i}"), &value])
+            .expect("SET")
+        {
+            mnemo_resp::Reply::Simple(_) => stored += 1,
+            other => {
+                refused = Some(other);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        refused,
+        Some(mnemo_resp::Reply::Error(
+            "OOM command not allowed when used memory > 'maxmemory'.".into()
+        )),
+        "after {stored} values of 1 MiB"
+    );
+    assert!(stored > 0);
+    assert_eq!(
+        client.call(&["DBSIZE"]).expect("DBSIZE"),
+        mnemo_resp::Reply::Integer(stored)
+    );
+    assert_eq!(
+        client
+            .call(&["DEL", "big:0", "big:1", "big:2"])
+            .expect("DEL"),
+        mnemo_resp::Reply::Integer(3)
+    );
+    // Freed space is reusable (possibly after the engine's lazy freeing catches up).
+    let mut again = false;
+    for _ in 0..50 {
+        if client.call(&["SET", "after", "small"]).expect("SET") == mnemo_resp::Reply::ok() {
+            again = true;
+            break;
+        }
+    }
+    assert!(again, "a small write after DEL");
+    let log = server.log_text();
+    assert!(log.contains("-OOM") && log.contains("--size-max"), "{log}");
+    server.terminate();
+}
