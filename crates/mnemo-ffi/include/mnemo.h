@@ -419,13 +419,14 @@ int mnemo_msync(mnemo_pool *pool, const void *addr, size_t len);
  * Rules: the ranges must lie in allocated objects or regions; other threads must not store
  * to them during the call; concurrent gmsync calls on one pool are serialised. The record
  * holds 32 bytes plus, per range, 16 bytes and the length rounded up to 8: at most
- * MNEMO_GMSYNC_RECORD_MAX. Cost: copying the ranges, one fence (two on the first call,
- * which creates the region). Called while the thread has a transaction open, it does not
- * join it.
+ * MNEMO_GMSYNC_RECORD_MAX. Cost: copying the ranges and one fence; plus a small
+ * transaction on the first call (which creates the region) and when a transaction's redo
+ * record covering the ranges must be retired first. Called while the thread has a
+ * transaction open, it does not join it.
  * @param pool   the pool
  * @param ranges @p n ranges in the pool's data area (zero-length ones are ignored)
  * @param n      number of ranges, at most MNEMO_GMSYNC_RANGES_MAX (0: nothing to do)
- * @return MNEMO_OK or an error (on error nothing was synced or recorded).
+ * @return MNEMO_OK or an error (after an I/O error the ranges may or may not be durable).
  * Errors: MNEMO_EINVAL (NULL ranges with n > 0, NULL addr, range outside the data area, too
  * many ranges), MNEMO_ETXTOOBIG (the ranges do not fit the record), MNEMO_ENOSPC (no room
  * for the record's region), MNEMO_EBADHANDLE, MNEMO_ECLOSED, MNEMO_EIO.
