@@ -24,6 +24,12 @@ pub const FORMAT_VERSION_MIN: u32 = 1;
 /// Bit of [`Header::flags`]: reserved for a future "pool carries a replication epoch" flag.
 pub const FLAGS_KNOWN: u32 = 0;
 
+/// Highest generation a valid copy may carry. Every header update adds one, so a copy read
+/// from media must leave room for the updates of an open/close (2^62 updates would take
+/// millennia at a million per second); a larger number is corruption, and accepting it let
+/// `generation + 1` overflow at open or close (found by the `pool_open` fuzz target).
+pub const GENERATION_MAX: u64 = 1 << 62;
+
 /// One header copy exactly as it lies on media (little-endian, no padding).
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Clone, Copy)]
 #[repr(C)]
@@ -196,6 +202,12 @@ impl Header {
         }
         let invalid =
             |field: &'static str, detail: String| Err(CopyProblem::Invalid { field, detail });
+        if raw.generation.get() > GENERATION_MAX {
+            return invalid(
+                "generation",
+                format!("{} exceeds {GENERATION_MAX}", raw.generation.get()),
+            );
+        }
         if raw.header_size.get() as u64 != HEADER_COPY_SIZE {
             return invalid(
                 "header_size",
@@ -366,6 +378,24 @@ mod tests {
         bytes[CHECKSUM_OFFSET..].copy_from_slice(&sum.to_le_bytes());
         let header = Header::decode(&bytes).expect("valid apart from the creator's encoding");
         assert_eq!(Header::decode(&header.encode()), Ok(header));
+    }
+
+    #[test]
+    fn generation_near_overflow_is_corrupt() {
+        let mut h = sample();
+        h.generation = GENERATION_MAX;
+        assert!(Header::decode(&h.encode()).is_ok());
+        let mut bytes = h.encode();
+        bytes[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        let sum = checksum(&bytes);
+        bytes[CHECKSUM_OFFSET..].copy_from_slice(&sum.to_le_bytes());
+        assert!(matches!(
+            Header::decode(&bytes),
+            Err(CopyProblem::Invalid {
+                field: "generation",
+                ..
+            })
+        ));
     }
 
     #[test]
