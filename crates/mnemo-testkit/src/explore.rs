@@ -246,6 +246,9 @@ pub struct Report {
     pub intervals_sampled: u64,
     /// Most pending units at one point.
     pub units_max: u64,
+    /// Pending units at each crash point of the runs (for percentiles: large intervals are
+    /// design smells).
+    pub units: Vec<u32>,
     /// Distinct crash images recovered and checked.
     pub images_checked: u64,
     /// Images skipped because an identical one (same bytes, same model position) was checked.
@@ -288,6 +291,7 @@ impl Report {
         self.intervals_exhaustive += other.intervals_exhaustive;
         self.intervals_sampled += other.intervals_sampled;
         self.units_max = self.units_max.max(other.units_max);
+        self.units.extend_from_slice(&other.units);
         self.images_checked += other.images_checked;
         self.images_duplicate += other.images_duplicate;
         self.depth2_images += other.depth2_images;
@@ -299,15 +303,26 @@ impl Report {
             .extend(other.failures.iter().take(room).cloned());
     }
 
+    /// The `q`-quantile (0..=1) of pending units per crash point.
+    pub fn units_quantile(&self, q: f64) -> u32 {
+        let mut sorted = self.units.clone();
+        sorted.sort_unstable();
+        let at = ((sorted.len() as f64 - 1.0) * q.clamp(0.0, 1.0)).round() as usize;
+        sorted.get(at).copied().unwrap_or(0)
+    }
+
     /// One line of figures.
     pub fn summary(&self, label: &str) -> String {
         format!(
-            "testkit {label}: {} runs, {} crash points ({} exhaustive, {} sampled, max {} units), {} images checked \
-             (+{} depth-2 = {} total, {} duplicates skipped), {} follow-ons, {:.0} images/s, {:.2}s, {} failures",
+            "testkit {label}: {} runs, {} crash points ({} exhaustive, {} sampled; pending units p50 {} p99 {} max {}), \
+             {} images checked (+{} depth-2 = {} total, {} duplicates skipped), {} follow-ons, {:.0} images/s, {:.2}s, \
+             {} failures",
             self.runs,
             self.crash_points,
             self.intervals_exhaustive,
             self.intervals_sampled,
+            self.units_quantile(0.5),
+            self.units_quantile(0.99),
             self.units_max,
             self.images_checked,
             self.depth2_images,
@@ -688,6 +703,7 @@ pub fn explore<W: Workload>(workload: &W, config: &Config) -> Report {
             .map(|p| p.units.len() as u64)
             .max()
             .unwrap_or(0),
+        units: points.iter().map(|p| p.units.len() as u32).collect(),
         images_checked: shared.images.into_inner(),
         images_duplicate: shared.duplicates.into_inner(),
         depth2_images: shared.depth2.into_inner(),
@@ -729,6 +745,11 @@ pub fn measure<W: Workload>(workload: &W, config: &Config) -> Report {
             .map(|p| p.units.len() as u64)
             .max()
             .unwrap_or(0),
+        units: recording
+            .points
+            .iter()
+            .map(|p| p.units.len() as u32)
+            .collect(),
         elapsed: start.elapsed(),
         failure_count: failures.len() as u64,
         failures,

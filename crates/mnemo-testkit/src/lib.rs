@@ -46,7 +46,10 @@
 //! * growth is atomic and immediately durable (new bytes zero in both views); the file
 //!   system's own metadata is below this model;
 //! * concurrency: workloads are single-threaded; the simulator reads the volatile view at
-//!   crash points and flushes while no other thread stores.
+//!   crash points and flushes while no other thread stores;
+//! * stray accesses: media recycle their address-space reservation (a fresh mapping per crash
+//!   image costs a page fault per page), so a read or write just beyond `len()` may hit stale
+//!   mapped memory instead of faulting.
 //!
 //! ## Exploring crash images
 //! At a crash point with `n` pending units, [`cuts`] picks the images: every subset when

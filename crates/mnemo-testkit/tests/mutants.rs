@@ -6,7 +6,7 @@
 //! flush / fence position of the workloads.
 
 use mnemo_testkit::pool::{CreateWorkload, CyclesWorkload, GrowWorkload};
-use mnemo_testkit::{explore, measure, Config, Report, Workload, MUTANTS_SIM};
+use mnemo_testkit::{explore, measure, replay, Config, Report, Workload, MUTANTS_SIM};
 
 fn config(seed: u64) -> Config {
     let mut config = Config::new(seed);
@@ -181,4 +181,26 @@ fn every_mutant_is_caught() {
         started.elapsed().as_secs_f64()
     );
     assert_eq!(caught, total, "every mutant must be caught");
+}
+
+/// A failure replays exactly from what it prints: seed, crash point and cut.
+#[test]
+fn a_failure_replays_from_its_seed_point_and_cut() {
+    let mut config = config(7);
+    config.mutant = Some("grow.header_first");
+    let workload = GrowWorkload::default();
+    let report = explore(&workload, &config);
+    let failure = report.failures.first().expect("the mutant is caught");
+    let (point, cut) = (
+        failure.point.expect("a crash point"),
+        failure.cut.clone().expect("a cut"),
+    );
+    let replayed = replay(&workload, &config, point, &cut);
+    assert!(replayed.is_err(), "replaying {failure} passed");
+    config.mutant = None;
+    assert_eq!(
+        replay(&workload, &config, point, &cut),
+        Ok(()),
+        "without the mutant the image is fine"
+    );
 }
