@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod plot;
+pub mod ycsb;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

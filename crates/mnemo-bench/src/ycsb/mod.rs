@@ -1,0 +1,1 @@
+//! YCSB core workloads driver (in progress).
