@@ -77,6 +77,8 @@ pub struct Report {
 pub struct Summary {
     /// Translation units parsed.
     pub units: usize,
+    /// Processes that parsed them (see `--jobs`).
+    pub processes: usize,
     /// Source files that could not be parsed at all.
     pub units_skipped: usize,
     /// Lines of the sources and project headers parsed.
@@ -210,6 +212,7 @@ pub(crate) fn run(program: &Program, options: &Options, started: Instant) -> Res
     let load_findings = load.as_ref().map(|l| l.findings.as_slice()).unwrap_or(&[]);
     let summary = Summary {
         units: program.units,
+        processes: program.processes,
         units_skipped: program.problems.iter().filter(|p| p.skipped).count(),
         lines: program.lines,
         types_in_program: program.records.len(),

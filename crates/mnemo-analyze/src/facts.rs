@@ -141,6 +141,8 @@ pub struct Program {
     pub externals: BTreeMap<String, External>,
     /// Translation units parsed.
     pub units: usize,
+    /// Processes whose parsing contributed (this one and the workers that answered).
+    pub processes: usize,
     /// Lines in the files parsed (the sources and project headers they include).
     pub lines: usize,
     /// Files that did not parse cleanly.

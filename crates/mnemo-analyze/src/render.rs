@@ -162,8 +162,8 @@ fn summary(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "Summary: {} types in the program, {} found persistent ({} likely false positives), \
-         {} serialized (backtrack); {} of {} functions visited; {} units ({} skipped), \
-         {} lines; {:.2} s",
+         {} serialized (backtrack); {} of {} functions visited; {} units ({} skipped) \
+         parsed by {} process(es), {} lines; {:.2} s",
         s.types_in_program,
         s.types_found,
         s.types_suspicious,
@@ -172,6 +172,7 @@ fn summary(out: &mut String, report: &Report) {
         s.functions_in_program,
         s.units,
         s.units_skipped,
+        s.processes,
         s.lines,
         s.seconds
     );

@@ -42,7 +42,8 @@ pub(crate) fn extract(
     let bar = progress_bar(units.len(), progress);
     if jobs == 1 || units.len() < PARALLEL_UNITS_MIN {
         let all: Vec<usize> = (0..units.len()).collect();
-        let program = extract_share(units, &all, &bar, 1, flows)?;
+        let mut program = extract_share(units, &all, &bar, 1, flows)?;
+        program.processes = 1;
         bar.finish_and_clear();
         return finish(program, units.len());
     }
@@ -55,15 +56,20 @@ pub(crate) fn extract(
         flows,
     )?;
     bar.set_message("waiting for the other workers");
+    let mut processes = 1;
     for (k, child) in children {
         match child.and_then(collect) {
-            Some(part) => program.merge(part),
+            Some(part) => {
+                program.merge(part);
+                processes += 1;
+            }
             None => {
                 let part = extract_share(units, &share(units.len(), k, jobs), &bar, 1, flows)?;
                 program.merge(part);
             }
         }
     }
+    program.processes = processes;
     bar.finish_and_clear();
     finish(program, units.len())
 }
