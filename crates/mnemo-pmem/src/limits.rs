@@ -58,3 +58,15 @@ pub const SPF_SCAN_REGIONS: usize = 512;
 /// and unprotected pages splits a kernel VMA and a process may have 65530; 4096 pages leave
 /// room. Faults cost 9-15 us each here, so larger regions are better flushed whole.
 pub const SPF_MPROTECT_BYTES_MAX: u64 = 16 << 20;
+
+/// Unit of the optional chunk hints over userfaultfd tracking (`TrackerOptions::chunk_hints`):
+/// a chunk is write-protected with mprotect, its first store per epoch takes a SIGSEGV and
+/// sets the chunk's bit, and sync points scan only the chunks so marked. mprotect of a chunk
+/// walks its page-table entries (about 80 us per first store and sync point at 2 MiB here),
+/// so smaller chunks fault cheaper but need more VMAs.
+pub const SPF_CHUNK_BYTES: u64 = 256 << 10;
+
+/// Largest pool that gets chunk hints: alternating protected and writable chunks split the
+/// mapping into one VMA per chunk at worst, and a process may have 65530; 16384 chunks leave
+/// room for everything else.
+pub const SPF_CHUNK_POOL_MAX: u64 = SPF_CHUNK_BYTES * 16384;

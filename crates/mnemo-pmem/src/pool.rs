@@ -469,6 +469,7 @@ impl Pool {
         self.enable_tracking_with(TrackerOptions {
             mode,
             fallback: None,
+            chunk_hints: false,
         })
     }
 

@@ -33,6 +33,8 @@ const SLOTS: usize = 16;
 struct Slot {
     start: AtomicUsize,
     end: AtomicUsize,
+    /// log2 of the unit a bit stands for (a page, or a chunk of pages).
+    shift: AtomicUsize,
     bits: AtomicPtr<AtomicU64>,
 }
 
@@ -40,6 +42,7 @@ static TABLE: [Slot; SLOTS] = [const {
     Slot {
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
+        shift: AtomicUsize::new(12),
         bits: AtomicPtr::new(null_mut()),
     }
 }; SLOTS];
@@ -71,14 +74,17 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
         if bits.is_null() {
             continue;
         }
-        let page = (addr - start) / PAGE;
-        let page_addr = start + page * PAGE;
-        // SAFETY: the page lies in a region this module protected; making it writable again
+        let end = slot.end.load(Ordering::Acquire);
+        let shift = slot.shift.load(Ordering::Acquire);
+        let page = (addr - start) >> shift;
+        let page_addr = start + (page << shift);
+        let unit = (1usize << shift).min(end - page_addr);
+        // SAFETY: the unit lies in a region this module protected; making it writable again
         // restores the mapping's original protection.
         let r = unsafe {
             libc::mprotect(
                 page_addr as *mut c_void,
-                PAGE,
+                unit,
                 libc::PROT_READ | libc::PROT_WRITE,
             )
         };
@@ -162,23 +168,33 @@ fn protect(addr: usize, len: usize, writable: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A region tracked by write faults.
+/// A region tracked by write faults, one bit per unit (a page, or a chunk of pages).
 #[derive(Debug)]
 pub(crate) struct Region {
     slot: usize,
     start: usize,
     len: usize,
+    shift: u32,
     bits: &'static [AtomicU64],
 }
 
 impl Region {
-    /// Protect `start..start+len` (page aligned) and track stores into it.
+    /// Protect `start..start+len` (page aligned) and track stores into it per page.
     pub(crate) fn new(start: usize, len: usize) -> Result<Region, String> {
+        Region::with_unit(start, len, PAGE)
+    }
+
+    /// As [`Region::new`], one bit per `unit` bytes (a power of two, at least a page).
+    pub(crate) fn with_unit(start: usize, len: usize, unit: usize) -> Result<Region, String> {
         if start % PAGE != 0 || len % PAGE != 0 || len == 0 {
             return Err("region not page aligned".into());
         }
+        if !unit.is_power_of_two() || unit < PAGE {
+            return Err("tracking unit not a power-of-two multiple of the page".into());
+        }
         install()?;
-        let pages = len / PAGE;
+        let shift = unit.trailing_zeros();
+        let pages = len.div_ceil(unit);
         let bits: &'static [AtomicU64] = Box::leak(
             (0..pages.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
@@ -192,6 +208,7 @@ impl Region {
             .ok_or_else(|| format!("more than {SLOTS} regions tracked by mprotect"))?;
         let s = &TABLE[slot];
         s.bits.store(bits.as_ptr().cast_mut(), Ordering::Release);
+        s.shift.store(shift as usize, Ordering::Release);
         s.end.store(start + len, Ordering::Release);
         s.start.store(start, Ordering::Release);
         if let Err(e) = protect(start, len, false) {
@@ -202,6 +219,7 @@ impl Region {
             slot,
             start,
             len,
+            shift,
             bits,
         })
     }
@@ -211,21 +229,32 @@ impl Region {
         self.len
     }
 
-    /// Take the written pages of `first..first+count` (page indices in the region),
-    /// write-protect them again, and report each run (first page, pages) to `out`. Runs are
-    /// reported only after their protection is back; an error leaves pages untracked.
+    /// The unit one bit stands for, in bytes.
+    pub(crate) fn unit(&self) -> usize {
+        1 << self.shift
+    }
+
+    /// Take the written units of `first..first+count` (unit indices in the region),
+    /// write-protect them again, and report each run (first unit, units) to `out`. Runs are
+    /// reported only after their protection is back; an error leaves units untracked.
     pub(crate) fn take(
         &self,
         first: usize,
         count: usize,
         out: &mut dyn FnMut(usize, usize),
     ) -> std::io::Result<u64> {
-        let end = (first + count).min(self.len / PAGE);
+        let unit = self.unit();
+        let end = (first + count).min(self.len.div_ceil(unit));
         let mut run: Option<(usize, usize)> = None;
         let mut pages = 0;
         let mut flush_run = |run: &mut Option<(usize, usize)>| -> std::io::Result<()> {
             if let Some((a, n)) = run.take() {
-                protect(self.start + a * PAGE, n * PAGE, false)?;
+                let offset = a * unit;
+                protect(
+                    self.start + offset,
+                    (n * unit).min(self.len - offset),
+                    false,
+                )?;
                 out(a, n);
             }
             Ok(())

@@ -150,21 +150,27 @@ fn too_dirty_ranges_are_flushed_whole() {
 
 #[test]
 fn raw_stores_are_found_by_the_scan() {
-    raw_stores_are_found(None);
+    raw_stores_are_found(None, false);
+}
+
+#[test]
+fn raw_stores_are_found_through_chunk_hints() {
+    raw_stores_are_found(None, true);
 }
 
 #[test]
 fn raw_stores_are_found_by_write_faults() {
-    raw_stores_are_found(Some(RawMethod::Mprotect));
+    raw_stores_are_found(Some(RawMethod::Mprotect), false);
 }
 
-fn raw_stores_are_found(fallback: Option<RawMethod>) {
+fn raw_stores_are_found(fallback: Option<RawMethod>, chunk_hints: bool) {
     let dir = shm_dir();
     let (pool, log, flushed) = recording_pool(dir.path(), 4 << 20);
     let info = pool
         .enable_tracking_with(TrackerOptions {
             mode: Tracking::Raw,
             fallback,
+            chunk_hints,
         })
         .unwrap();
     let data = pool.data_offset();
@@ -207,6 +213,7 @@ fn forced_fallback_flushes_everything() {
         .enable_tracking_with(TrackerOptions {
             mode: Tracking::Raw,
             fallback: Some(RawMethod::FlushAll),
+            chunk_hints: false,
         })
         .unwrap();
     assert_eq!(info.raw, RawMethod::FlushAll);
@@ -226,13 +233,19 @@ fn forced_fallback_flushes_everything() {
 /// only grow). Finally every page's last flushed value equals memory.
 #[test]
 fn a_store_during_a_scan_is_never_missed() {
-    race(Duration::from_secs(20), None);
+    race(Duration::from_secs(20), None, false);
+}
+
+/// The same race with 2 MiB chunk hints over the scan.
+#[test]
+fn a_store_during_a_chunk_reprotect_is_never_missed() {
+    race(Duration::from_secs(10), None, true);
 }
 
 /// The same race against the mprotect + SIGSEGV fallback.
 #[test]
 fn a_store_during_a_reprotect_is_never_missed() {
-    race(Duration::from_secs(10), Some(RawMethod::Mprotect));
+    race(Duration::from_secs(10), Some(RawMethod::Mprotect), false);
 }
 
 /// The oracle can fail: a sync point that flushes what its scan found one sync point late
@@ -243,20 +256,22 @@ fn a_store_during_a_reprotect_is_never_missed() {
 fn the_race_oracle_catches_late_flushes() {
     let caught = std::panic::catch_unwind(|| {
         mnemo_pmem::mutant::with("spf.collect_before_scan", || {
-            race(Duration::from_secs(5), None)
+            race(Duration::from_secs(5), None, false)
         })
     });
     assert!(caught.is_err(), "a broken scan went unnoticed");
 }
 
-fn race(limit: Duration, fallback: Option<RawMethod>) {
+fn race(limit: Duration, fallback: Option<RawMethod>, chunk_hints: bool) {
     let dir = shm_dir();
-    let size = 2u64 << 20;
+    // Several 2 MiB chunks when chunk hints are on.
+    let size = if chunk_hints { 8u64 << 20 } else { 2u64 << 20 };
     let (pool, log, _flushed) = recording_pool(dir.path(), size);
     let info = pool
         .enable_tracking_with(TrackerOptions {
             mode: Tracking::Raw,
             fallback,
+            chunk_hints,
         })
         .unwrap();
     eprintln!("raw tracking: {:?} ({})", info.raw, info.reason);

@@ -11,6 +11,16 @@ use mnemo_testkit::{SimMedia, SimRng};
 const SIZE: u64 = 256 << 10;
 
 fn run(mode: Tracking, fallback: Option<RawMethod>, raw_stores: bool, seed: u64) -> RawMethod {
+    run_with(mode, fallback, false, raw_stores, seed)
+}
+
+fn run_with(
+    mode: Tracking,
+    fallback: Option<RawMethod>,
+    chunk_hints: bool,
+    raw_stores: bool,
+    seed: u64,
+) -> RawMethod {
     let sim = SimMedia::new(4 * SIZE);
     let pool = Pool::create_on(
         Box::new(sim.clone()),
@@ -19,7 +29,11 @@ fn run(mode: Tracking, fallback: Option<RawMethod>, raw_stores: bool, seed: u64)
     )
     .unwrap();
     let info = pool
-        .enable_tracking_with(TrackerOptions { mode, fallback })
+        .enable_tracking_with(TrackerOptions {
+            mode,
+            fallback,
+            chunk_hints,
+        })
         .unwrap();
     let mut rng = SimRng::new(seed);
     let data = pool.data_offset();
@@ -86,6 +100,13 @@ fn raw_tracking_loses_nothing() {
     for seed in 1..=3 {
         let method = run(Tracking::Raw, None, true, seed);
         eprintln!("raw tracking on the simulator: {method:?}");
+    }
+}
+
+#[test]
+fn chunk_hints_lose_nothing() {
+    for seed in 1..=2 {
+        run_with(Tracking::Raw, None, true, true, 20 + seed);
     }
 }
 
