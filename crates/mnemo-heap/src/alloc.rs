@@ -931,3 +931,46 @@ impl Allocator {
         stats
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_coalesce_within_a_zone_only() {
+        let mut c = Chunks::default();
+        c.add(0, CHUNKS_PER_ZONE + 10);
+        // Two spans: the rest of zone 0 and the start of zone 1, never merged.
+        assert_eq!(c.by_start.len(), 2);
+        assert_eq!(c.by_start.get(&0), Some(&CHUNKS_PER_ZONE));
+        assert_eq!(c.take(CHUNKS_PER_ZONE), Some(0));
+        assert_eq!(c.take(11), None, "zone 1 has only 10 chunks");
+        assert_eq!(c.take(4), Some(CHUNKS_PER_ZONE));
+        c.insert_span(0, CHUNKS_PER_ZONE);
+        c.insert_span(CHUNKS_PER_ZONE, 4);
+        assert_eq!(c.by_start.len(), 2);
+        assert_eq!(c.by_start.get(&CHUNKS_PER_ZONE), Some(&10));
+    }
+
+    #[test]
+    fn growth_target_respects_zones() {
+        let mut c = Chunks::default();
+        c.add(0, CHUNKS_PER_ZONE - 6);
+        assert_eq!(c.take(CHUNKS_PER_ZONE - 8), Some(0));
+        // Tail span of 2 chunks at the end of zone 0.
+        assert_eq!(c.needed_for(4), CHUNKS_PER_ZONE - 6 + 2);
+        assert_eq!(
+            c.needed_for(8),
+            CHUNKS_PER_ZONE,
+            "the tail plus the rest of zone 0"
+        );
+        assert_eq!(
+            c.needed_for(9),
+            CHUNKS_PER_ZONE + 9,
+            "does not fit zone 0: starts zone 1"
+        );
+        c.add(CHUNKS_PER_ZONE - 6, CHUNKS_PER_ZONE + 9);
+        assert_eq!(c.take(9), Some(CHUNKS_PER_ZONE));
+        assert_eq!(c.take(8), Some(CHUNKS_PER_ZONE - 8));
+    }
+}

@@ -656,16 +656,32 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
             let slot = geometry.lane_offset(lane) + h * half;
             let mut head = [0u8; redo::RECORD_HEADER];
             pool.read(slot, &mut head)?;
-            let Some(len) = redo::header_len(&head, half as usize) else {
-                continue;
-            };
-            let mut bytes = vec![0u8; len];
-            pool.read(slot, &mut bytes)?;
-            if let Some(record) = redo::decode(bytes) {
-                if record.seq >= latest[lane as usize].0 {
-                    latest[lane as usize] = (record.seq, h);
+            let record = match redo::header_len(&head, half as usize) {
+                Some(len) => {
+                    let mut bytes = vec![0u8; len];
+                    pool.read(slot, &mut bytes)?;
+                    redo::decode(bytes)
                 }
-                records.push(record);
+                None => None,
+            };
+            match record {
+                Some(record) => {
+                    if record.seq >= latest[lane as usize].0 {
+                        latest[lane as usize] = (record.seq, h);
+                    }
+                    records.push(record);
+                }
+                None if head.iter().any(|&b| b != 0) => {
+                    // A torn record (its commit never completed). Clear its header before
+                    // anything is written into this half again: sequence numbers restart
+                    // after the largest *valid* one, so a later record torn the right way
+                    // could otherwise supply exactly the words this one misses and
+                    // resurrect a transaction this recovery rolled back (found by the
+                    // simulator: a crash during recovery's own retire record).
+                    pool.write(slot, &[0u8; 64])?;
+                    pool.flush(slot, 64)?;
+                }
+                None => {}
             }
         }
     }

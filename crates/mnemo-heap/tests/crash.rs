@@ -372,8 +372,13 @@ fn config(seed: u64) -> Config {
     config
 }
 
-fn check(mix: Mix, ops: usize, seeds: std::ops::Range<u64>) {
-    for seed in seeds {
+/// `MNEMO_HEAP_CRASH_SEEDS=N` runs N seeds per workload instead of one (soak).
+fn check(mix: Mix, ops: usize, first_seed: u64) {
+    let seeds: u64 = std::env::var("MNEMO_HEAP_CRASH_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for seed in first_seed..first_seed + seeds {
         let report = explore(&HeapWorkload { mix, ops }, &config(seed));
         eprintln!("{}", report.summary(&format!("heap {mix:?} seed {seed}")));
         report.assert_ok();
@@ -382,17 +387,17 @@ fn check(mix: Mix, ops: usize, seeds: std::ops::Range<u64>) {
 
 #[test]
 fn crash_transactions() {
-    check(Mix::Transactions, 8, 1..2);
+    check(Mix::Transactions, 8, 1);
 }
 
 #[test]
 fn crash_allocator() {
-    check(Mix::Allocator, 8, 11..12);
+    check(Mix::Allocator, 8, 1001);
 }
 
 #[test]
 fn crash_toc_roots_atomic_shadow() {
-    check(Mix::Toc, 8, 21..22);
+    check(Mix::Toc, 8, 2001);
 }
 
 #[test]
