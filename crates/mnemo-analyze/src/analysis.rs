@@ -32,6 +32,9 @@ const BACKTRACK_STEPS_MAX: usize = 1_000_000;
 /// Write sites kept per type in the report (the count is always exact).
 const SITES_PER_TYPE_MAX: usize = 20;
 
+/// Candidate targets listed per unresolved call.
+const CANDIDATES_MAX: usize = 10;
+
 /// Close names suggested for a load function that does not exist.
 const SUGGESTIONS_MAX: usize = 5;
 
@@ -175,6 +178,11 @@ pub struct Unresolved {
     pub callee: String,
     /// Where.
     pub site: Site,
+    /// Functions of the program whose address is taken and whose type matches the call: the
+    /// places to look, and candidates for another `--load` (at most 10, sorted).
+    pub candidates: Vec<String>,
+    /// How many candidates there are in all.
+    pub candidate_count: usize,
 }
 
 /// A type whose contents reach a file-writing call.
@@ -292,6 +300,7 @@ fn load_strategy(
         external: Vec::new(),
         unresolved: Vec::new(),
     };
+    let targets = pointer_targets(program);
     let mut external = BTreeSet::new();
     let mut found: BTreeMap<&str, Finding> = BTreeMap::new();
     while let Some(usr) = queue.pop_front() {
@@ -332,11 +341,21 @@ fn load_strategy(
         }
         for call in &function.calls {
             match &call.callee {
-                None => report.unresolved.push(Unresolved {
-                    function: function.name.clone(),
-                    callee: call.callee_text.clone(),
-                    site: call.site.clone(),
-                }),
+                None => {
+                    let all = call
+                        .signature
+                        .as_ref()
+                        .and_then(|s| targets.get(s.as_str()))
+                        .cloned()
+                        .unwrap_or_default();
+                    report.unresolved.push(Unresolved {
+                        function: function.name.clone(),
+                        callee: call.callee_text.clone(),
+                        site: call.site.clone(),
+                        candidate_count: all.len(),
+                        candidates: all.into_iter().take(CANDIDATES_MAX).collect(),
+                    });
+                }
                 Some(callee) if program.functions.contains_key(callee) => {
                     if !parent.contains_key(callee.as_str()) {
                         parent.insert(callee.as_str(), Some((usr, &call.site)));
@@ -358,6 +377,23 @@ fn load_strategy(
         .sort_by(|a, b| (&a.name, &a.definition).cmp(&(&b.name, &b.definition)));
     report.external = external.into_iter().collect();
     Ok(report)
+}
+
+/// Address-taken functions by canonical type, names sorted and unique.
+fn pointer_targets(program: &Program) -> HashMap<&str, Vec<String>> {
+    let mut targets: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for usr in &program.address_taken {
+        if let Some(f) = program.functions.get(usr) {
+            targets
+                .entry(f.signature.as_str())
+                .or_default()
+                .insert(f.name.as_str());
+        }
+    }
+    targets
+        .into_iter()
+        .map(|(sig, names)| (sig, names.into_iter().map(String::from).collect()))
+        .collect()
 }
 
 /// True when every write of the record `key` sits in the header of a `for` loop.

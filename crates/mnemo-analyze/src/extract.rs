@@ -277,6 +277,17 @@ impl Builder {
             EntityKind::StructDecl | EntityKind::UnionDecl => {
                 self.record_key(entity);
             }
+            EntityKind::VarDecl => {
+                // Tables of function pointers (`static const rio rioFileIO = {rioFileRead,
+                // ...}`) take the functions' addresses.
+                let mut stack = entity.get_children();
+                while let Some(e) = stack.pop() {
+                    if e.get_kind() == EntityKind::DeclRefExpr {
+                        self.function_reference(&e);
+                    }
+                    stack.extend(e.get_children());
+                }
+            }
             EntityKind::TypedefDecl => {
                 if let Some(record) = entity
                     .get_typedef_underlying_type()
@@ -286,6 +297,20 @@ impl Builder {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A reference to a function other than as the callee of a direct call: its address is
+    /// taken, so it may be called through a pointer.
+    fn function_reference(&mut self, e: &Entity) {
+        let Some(f) = e.get_reference() else {
+            return;
+        };
+        if f.get_kind() != EntityKind::FunctionDecl {
+            return;
+        }
+        if let Some(usr) = f.get_usr() {
+            self.program.address_taken.insert(usr.0);
         }
     }
 
@@ -468,11 +493,16 @@ impl Builder {
         {
             self.program.files.insert(file.get_path());
         }
+        let signature = entity
+            .get_type()
+            .map(|t| function_signature(t.get_canonical_type()))
+            .unwrap_or_default();
         let mut walker = BodyWalker {
             builder: self,
             params,
             function: Function {
                 name: entity.get_name().unwrap_or_default(),
+                signature,
                 site: Site::default(),
                 takes_pointers,
                 ..Function::default()
@@ -505,6 +535,19 @@ fn record_name(def: &Entity, site: &Site) -> String {
         }
     }
     format!("{keyword} <anonymous at {site}>")
+}
+
+/// The canonical spelling of a function type, through a pointer to one: what an indirect
+/// call and its possible targets have in common.
+fn function_signature(ty: Type) -> String {
+    let ty = if ty.get_kind() == TypeKind::Pointer {
+        ty.get_pointee_type()
+            .map(|p| p.get_canonical_type())
+            .unwrap_or(ty)
+    } else {
+        ty
+    };
+    ty.get_display_name()
 }
 
 /// The element type of (possibly nested) arrays, or the type itself.
@@ -754,7 +797,15 @@ impl BodyWalker<'_> {
                 }
             }
             EntityKind::VarDecl => self.local_init(e, loop_header),
-            EntityKind::CallExpr => self.call(e, loop_header),
+            EntityKind::CallExpr => {
+                let direct = self.call(e, loop_header);
+                // A direct callee is a call, not a use of the function's address.
+                for child in e.get_children().into_iter().skip(usize::from(direct)) {
+                    self.walk(child, loop_header);
+                }
+                return;
+            }
+            EntityKind::DeclRefExpr => self.builder.function_reference(&e),
             EntityKind::ForStmt => {
                 // libclang lists only the parts present; the body is always last.
                 let children = e.get_children();
@@ -901,7 +952,8 @@ impl BodyWalker<'_> {
         }
     }
 
-    fn call(&mut self, e: Entity, loop_header: bool) {
+    /// Records a call; true when it is a direct call to a named function.
+    fn call(&mut self, e: Entity, loop_header: bool) -> bool {
         let site = self.builder.site(&e);
         let args = e.get_arguments().unwrap_or_default();
         let referenced = e
@@ -944,13 +996,25 @@ impl BodyWalker<'_> {
             .find(|(name, _)| *name == callee_text)
             .and_then(|(_, i)| args.get(*i))
             .map(|a| spelled(&strip_casts(*a)));
+        let direct = callee.is_some();
+        let signature = if direct {
+            None
+        } else {
+            e.get_children()
+                .into_iter()
+                .next()
+                .and_then(|c| c.get_type())
+                .map(|t| function_signature(t.get_canonical_type()))
+        };
         self.function.calls.push(Call {
             callee,
             callee_text,
             site,
             args: arg_vals,
             stream,
+            signature,
         });
+        direct
     }
 
     fn library_call(

@@ -79,6 +79,8 @@ pub struct Call {
     /// For calls to stream- or descriptor-writing library functions: the source text of the
     /// stream or descriptor argument (`stderr`, `fd`, ...), to tell logging from files.
     pub stream: Option<String>,
+    /// For a call through a pointer: the canonical function type called.
+    pub signature: Option<String>,
 }
 
 /// A flow of data into a local variable (assignment, `memcpy`, `sprintf`, ...).
@@ -97,6 +99,8 @@ pub struct Flow {
 pub struct Function {
     /// Its name.
     pub name: String,
+    /// Its canonical function type, to match calls through pointers.
+    pub signature: String,
     /// Where its definition starts.
     pub site: Site,
     /// False when every parameter is a non-pointer scalar (or there are none): such a function
@@ -147,6 +151,9 @@ pub struct Program {
     pub lines: usize,
     /// Files that did not parse cleanly.
     pub problems: Vec<Problem>,
+    /// Functions whose address is taken (USRs): the possible targets of calls through
+    /// pointers.
+    pub address_taken: std::collections::BTreeSet<String>,
     /// The file behind each name shown in a [`Site`].
     pub paths: BTreeMap<String, std::path::PathBuf>,
     /// The files whose lines are counted in `lines`: the units and the project headers that
@@ -179,6 +186,7 @@ impl Program {
             self.externals.entry(key).or_insert(external);
         }
         self.units += other.units;
+        self.address_taken.extend(other.address_taken);
         self.problems.extend(other.problems);
         self.paths.extend(other.paths);
         self.files.extend(other.files);

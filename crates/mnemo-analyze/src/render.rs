@@ -44,7 +44,17 @@ fn load_section(out: &mut String, load: &LoadReport) {
             load.unresolved.len()
         );
         for u in load.unresolved.iter().take(UNRESOLVED_SHOWN_MAX) {
-            let _ = writeln!(out, "  {}  {}() in {}", u.site, u.callee, u.function);
+            let _ = write!(out, "  {}  {}() in {}", u.site, u.callee, u.function);
+            if !u.candidates.is_empty() {
+                let more = u.candidate_count - u.candidates.len();
+                let more = if more > 0 {
+                    format!(", and {more} more")
+                } else {
+                    String::new()
+                };
+                let _ = write!(out, "; may call {}{more}", u.candidates.join(", "));
+            }
+            out.push('\n');
         }
         if load.unresolved.len() > UNRESOLVED_SHOWN_MAX {
             let _ = writeln!(

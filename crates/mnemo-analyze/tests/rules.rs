@@ -190,6 +190,12 @@ fn function_pointers_are_reported_unresolved() {
         callees,
         vec![("ops->restore", 19), ("fn", 20), ("(*fn)", 21)]
     );
+    // restore_impl's address is taken in a table; restore_other has the same type but is
+    // never referenced, so it cannot be the target.
+    for u in &load.unresolved {
+        assert_eq!(u.candidates, strings(&["restore_impl"]), "{}", u.callee);
+        assert_eq!(u.candidate_count, 1);
+    }
 }
 
 #[test]

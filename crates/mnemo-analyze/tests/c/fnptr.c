@@ -21,3 +21,12 @@ int load(struct ops *ops, struct state *s, restore_fn fn)
     (*fn)(s);
     return 0;
 }
+
+/* restore_impl's address is taken here: it is the candidate target of the calls above. */
+struct ops default_ops = {restore_impl};
+
+/* Another function of the same type whose address is never taken: not a candidate. */
+void restore_other(struct state *s)
+{
+    s->v = 2;
+}
