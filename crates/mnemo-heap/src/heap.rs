@@ -101,6 +101,15 @@ impl Inner {
                 .is_some_and(|end| end <= self.pool.size())
     }
 
+    /// Whether user code may write `offset..offset+len`: the data area, but not a zone's
+    /// chunk table (run bitmaps are not checked: writing one is a bug like a wild pointer).
+    pub(crate) fn is_user_writable(&self, offset: u64, len: u64) -> bool {
+        len > 0
+            && self.is_data(offset, len)
+            && self.geometry.chunk_of(offset).is_some()
+            && self.geometry.chunk_of(offset + len - 1).is_some()
+    }
+
     /// Areas a redo record may change: the TOC and the zones.
     pub(crate) fn allowed(&self, offset: u64, len: u64) -> bool {
         let Some(end) = offset.checked_add(len) else {

@@ -323,7 +323,7 @@ impl<'h> Tx<'h> {
     /// Store `bytes` at `offset` (in the heap's data area) when the transaction commits.
     pub fn write_bytes(&self, offset: u64, bytes: &[u8]) -> Result<()> {
         let inner = self.inner();
-        if !inner.is_data(offset, bytes.len() as u64) {
+        if !bytes.is_empty() && !inner.is_user_writable(offset, bytes.len() as u64) {
             return Err(Error::InvalidArgument(format!(
                 "write of {} bytes at {offset:#x} is outside the heap's data area",
                 bytes.len()
