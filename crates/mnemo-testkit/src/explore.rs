@@ -78,7 +78,7 @@ impl Config {
             sampling: Sampling::default(),
             depth2_every: 16,
             depth2_images: 8,
-            follow_on_every: 4,
+            follow_on_every: 8,
             threads: 1,
             mutant: None,
             drop_flush: None,
