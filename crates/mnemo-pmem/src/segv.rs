@@ -1,14 +1,19 @@
 //! The mprotect + SIGSEGV fallback of raw-store tracking, for small regions on kernels
 //! without userfaultfd's asynchronous write-protect.
 //!
-//! A tracked region is mapped read-only. The first store to a page faults; the handler
-//! makes the page writable again, then sets the page's bit, and returns, so the store is
-//! retried and lands. A sync point takes the bits of its range, write-protects those pages
-//! again, and only then flushes them: a store that lands before the re-protection is
-//! flushed, one after it faults again and is taken by the next sync point. (The handler
-//! unprotects *before* setting the bit: the other order would let a sync point take the bit
-//! and re-protect between the two, after which the handler's unprotect leaves a writable page
-//! with no bit: stores lost for good.)
+//! A tracked region is mapped read-only. The first store to a page faults; the handler sets
+//! the page's bit, makes the page writable again, and returns, so the store is retried and
+//! lands. A sync point takes the bits of its range, write-protects those pages again, and
+//! only then flushes them: a store that lands before the re-protection is flushed, one after
+//! it faults again and is taken by the next sync point.
+//!
+//! The handler's "set bit, unprotect" and the sync point's "take bits, re-protect" exclude
+//! each other with a spin lock per region. Without it, either order of the handler's two
+//! steps loses stores: bit after unprotect lets other threads store into the writable page
+//! before the bit is set and a sync point skip it meanwhile; bit before unprotect lets a sync
+//! point take the bit and re-protect between the two, leaving a writable page with no bit.
+//! (The race test found the first with 2 writer threads.) The lock is safe in a handler: its
+//! holder outside a handler only runs atomics and `mprotect`, never a store that could fault.
 //!
 //! Costs 9-15 us per first store to a page per epoch here, and every protected/unprotected
 //! boundary splits a kernel VMA (65530 per process), hence only regions up to
@@ -23,7 +28,7 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::limits::PAGE_SIZE;
@@ -35,6 +40,9 @@ struct Slot {
     end: AtomicUsize,
     /// log2 of the unit a bit stands for (a page, or a chunk of pages).
     shift: AtomicUsize,
+    /// Spin lock: the handler's "set bit, unprotect" against a sync point's "take,
+    /// re-protect".
+    lock: AtomicU32,
     bits: AtomicPtr<AtomicU64>,
 }
 
@@ -43,6 +51,7 @@ static TABLE: [Slot; SLOTS] = [const {
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
         shift: AtomicUsize::new(12),
+        lock: AtomicU32::new(0),
         bits: AtomicPtr::new(null_mut()),
     }
 }; SLOTS];
@@ -62,6 +71,27 @@ static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
 
 const PAGE: usize = PAGE_SIZE as usize;
 
+/// Holds a slot's spin lock; async-signal-safe (atomics only).
+struct SpinGuard<'a>(&'a AtomicU32);
+
+impl<'a> SpinGuard<'a> {
+    fn lock(word: &'a AtomicU32) -> SpinGuard<'a> {
+        while word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        SpinGuard(word)
+    }
+}
+
+impl Drop for SpinGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo_t.
     let addr = unsafe { (*info).si_addr() } as usize;
@@ -79,6 +109,10 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
         let page = (addr - start) >> shift;
         let page_addr = start + (page << shift);
         let unit = (1usize << shift).min(end - page_addr);
+        let _guard = SpinGuard::lock(&slot.lock);
+        // SAFETY: `bits` points to a leaked array with a bit for every unit of the slot's
+        // region (`Region::with_unit`), never freed.
+        unsafe { (*bits.add(page / 64)).fetch_or(1 << (page % 64), Ordering::SeqCst) };
         // SAFETY: the unit lies in a region this module protected; making it writable again
         // restores the mapping's original protection.
         let r = unsafe {
@@ -91,9 +125,6 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
         if r != 0 {
             break;
         }
-        // SAFETY: `bits` points to a leaked array with a bit for every page of the slot's
-        // region (`Region::new`), never freed.
-        unsafe { (*bits.add(page / 64)).fetch_or(1 << (page % 64), Ordering::SeqCst) };
         return;
     }
     chain(sig, info, ctx);
@@ -229,6 +260,17 @@ impl Region {
         self.len
     }
 
+    /// Forget every bit, then write-protect the whole region again (hints switched back
+    /// on). A store after the protection faults and sets its bit; the caller scans for those
+    /// made before it.
+    pub(crate) fn rearm(&self) -> std::io::Result<()> {
+        let _guard = SpinGuard::lock(&TABLE[self.slot].lock);
+        for word in self.bits {
+            word.store(0, Ordering::SeqCst);
+        }
+        protect(self.start, self.len, false)
+    }
+
     /// The unit one bit stands for, in bytes.
     pub(crate) fn unit(&self) -> usize {
         1 << self.shift
@@ -245,6 +287,7 @@ impl Region {
     ) -> std::io::Result<u64> {
         let unit = self.unit();
         let end = (first + count).min(self.len.div_ceil(unit));
+        let _guard = SpinGuard::lock(&TABLE[self.slot].lock);
         let mut run: Option<(usize, usize)> = None;
         let mut pages = 0;
         let mut flush_run = |run: &mut Option<(usize, usize)>| -> std::io::Result<()> {

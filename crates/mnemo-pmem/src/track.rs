@@ -53,8 +53,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::limits::{
-    CACHE_LINE, PAGE_SIZE, SPF_CHUNK_BYTES, SPF_CHUNK_POOL_MAX, SPF_MPROTECT_BYTES_MAX,
-    SPF_RUN_COST_LINES, SPF_SCAN_REGIONS,
+    CACHE_LINE, PAGE_SIZE, SPF_CHUNK_BYTES, SPF_CHUNK_COST_PAGES, SPF_CHUNK_POOL_MAX,
+    SPF_MPROTECT_BYTES_MAX, SPF_RUN_COST_LINES, SPF_SCAN_REGIONS,
 };
 use crate::sync::ByteRange;
 
@@ -156,6 +156,8 @@ pub struct TrackStats {
     pub scans: AtomicU64,
     /// Pages the scans reported written.
     pub scanned_dirty_pages: AtomicU64,
+    /// Times the chunk hints were switched off or back on.
+    pub hint_switches: AtomicU64,
 }
 
 /// A copy of [`TrackStats`] for reports (the key-value server's INFO, logs).
@@ -171,6 +173,8 @@ pub struct TrackReport {
     pub scans: u64,
     /// Pages the scans reported written.
     pub scanned_dirty_pages: u64,
+    /// Times the chunk hints were switched off or back on.
+    pub hint_switches: u64,
 }
 
 impl TrackStats {
@@ -183,6 +187,7 @@ impl TrackStats {
             whole_ranges: get(&self.whole_ranges),
             scans: get(&self.scans),
             scanned_dirty_pages: get(&self.scanned_dirty_pages),
+            hint_switches: get(&self.hint_switches),
         }
     }
 }
@@ -822,6 +827,8 @@ pub struct Tracker {
     segv: Option<crate::segv::Region>,
     /// Chunk hints over userfaultfd tracking: which chunks were stored to.
     chunks: Option<crate::segv::Region>,
+    /// Whether sync points use the chunk hints now (switched by the break-even).
+    hints_on: AtomicBool,
     /// Raw tracking lost track of some pages (a failed re-protect): flush whole from now on.
     broken: AtomicBool,
     base: u64,
@@ -902,6 +909,7 @@ impl Tracker {
             uffd,
             segv,
             chunks,
+            hints_on: AtomicBool::new(true),
             broken: AtomicBool::new(false),
             base: base as u64,
             narrow_always: std::env::var("MNEMO_SPF_NARROW_ALWAYS").is_ok_and(|v| v.trim() == "1"),
@@ -938,6 +946,32 @@ impl Tracker {
             self.tracked_len.fetch_max(new_len, Ordering::AcqRel);
         }
         Ok(())
+    }
+
+    /// Switch the chunk hints back on: forget the chunk bits, write-protect every chunk, then
+    /// scan the whole chunk region for the stores made while the hints were off (a store
+    /// after the protection faults and sets its chunk's bit). Returns false if tracking lost
+    /// pages (the caller flushes whole); a failed protection leaves the hints off, which is
+    /// safe (plain scans).
+    fn rearm_hints(&self, uffd: &Uffd, chunks: &crate::segv::Region) -> bool {
+        if let Err(e) = chunks.rearm() {
+            tracing::warn!("re-protecting chunks failed: {e}; chunk hints stay off");
+            return true;
+        }
+        self.stats.scans.fetch_add(1, Ordering::Relaxed);
+        let end = self.base + chunks.len() as u64;
+        let scanned = uffd.scan(self.base, end, &mut |addr, len| {
+            let offset = addr - self.base;
+            self.bitmap.mark_pages(offset / PAGE_SIZE, len / PAGE_SIZE);
+        });
+        if let Err(e) = scanned {
+            tracing::error!("PAGEMAP_SCAN failed: {e}; flushing whole ranges from now on");
+            self.broken.store(true, Ordering::Release);
+            return false;
+        }
+        self.hints_on.store(true, Ordering::Release);
+        self.stats.hint_switches.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Narrow `range` to what must be flushed, reporting the ranges to `out`. Clears what it
@@ -992,7 +1026,13 @@ impl Tracker {
                 }
             }
         }
-        if let (Some(uffd), Some(chunks)) = (&self.uffd, &self.chunks) {
+        // Chunks whose hints would cost more than the scan they save: range pages / cost.
+        let chunk_budget = (range.len.div_ceil(PAGE_SIZE) / SPF_CHUNK_COST_PAGES).max(1);
+        let hinted = self
+            .chunks
+            .as_ref()
+            .filter(|_| self.hints_on.load(Ordering::Acquire));
+        if let (Some(uffd), Some(chunks)) = (&self.uffd, hinted) {
             if range.end() > chunks.len() as u64 {
                 // Grown beyond the chunk-protected part: stores there set no chunk bit.
                 return whole(self, out);
@@ -1012,6 +1052,11 @@ impl Tracker {
                 return whole(self, out);
             }
             let limit = chunks.len() as u64;
+            if hot.iter().map(|&(_, n)| n).sum::<u64>() > chunk_budget {
+                // Stores scatter over too many chunks: plain scans from the next sync point.
+                self.hints_on.store(false, Ordering::Release);
+                self.stats.hint_switches.fetch_add(1, Ordering::Relaxed);
+            }
             for (a, n) in hot {
                 let start = a * unit;
                 let end = ((a + n) * unit).min(limit);
@@ -1055,6 +1100,11 @@ impl Tracker {
                     self.stats
                         .scanned_dirty_pages
                         .fetch_add(pages, Ordering::Relaxed);
+                    if let Some(chunks) = &self.chunks {
+                        if pages <= chunk_budget && !self.rearm_hints(uffd, chunks) {
+                            return whole(self, out);
+                        }
+                    }
                 }
                 Err(e) => {
                     // The kernel refused the scan: pages it had already reported are in the

@@ -361,9 +361,10 @@ fn race(limit: Duration, fallback: Option<RawMethod>, chunk_hints: bool) {
         }
     }
     eprintln!(
-        "{} stores, {} sync points checked",
+        "{} stores, {} sync points checked; {:?}",
         writes.len(),
-        flushed.len() - 1
+        flushed.len() - 1,
+        pool.tracking_stats().map(|s| s.report())
     );
 }
 
