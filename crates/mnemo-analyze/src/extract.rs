@@ -165,7 +165,15 @@ fn display_name(path: &Path) -> String {
 fn roots(units: &[Unit]) -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = units
         .iter()
-        .filter_map(|u| u.file.parent().map(Path::to_path_buf))
+        .filter_map(|u| u.file.parent())
+        // `skip.c` has the parent `` : the current directory.
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                p.to_path_buf()
+            }
+        })
         .collect();
     roots.sort();
     roots.dedup();
@@ -1183,4 +1191,19 @@ pub(crate) fn function_names(program: &Program) -> BTreeMap<String, Vec<String>>
         names.entry(f.name.clone()).or_default().push(usr.clone());
     }
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_file_name_is_shown_relative_to_the_current_directory() {
+        let unit = Unit {
+            file: PathBuf::from("x.c"),
+            flags: Vec::new(),
+        };
+        let here = std::fs::canonicalize(".").expect("current directory");
+        assert_eq!(roots(&[unit]), vec![here]);
+    }
 }
