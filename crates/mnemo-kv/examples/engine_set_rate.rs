@@ -54,6 +54,28 @@ fn main() {
             syncs as f64 / secs
         );
     }
+    // Big batches (pipelining clients fill batches up to the server's 1024).
+    let start = Instant::now();
+    let mut n = 0u64;
+    for batch in 0..batches / 20 {
+        engine.begin();
+        for i in 0..1000 {
+            let key = format!("big:{:012}", batch * 1000 + i);
+            let cmd = [
+                Bytes::from_static(b"SET"),
+                Bytes::from(key.into_bytes()),
+                Bytes::from_static(b"xxx"),
+            ];
+            engine.execute_args(&cmd, Protocol::Resp2);
+            n += 1;
+        }
+        engine.commit().expect("commit");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "SET, batches of 1000, new keys: {n} commands in {secs:.2} s: {:.0} commands/s",
+        n as f64 / secs
+    );
     let start = Instant::now();
     let mut n = 0;
     for _ in 0..batches {

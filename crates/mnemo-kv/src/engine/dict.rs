@@ -14,7 +14,7 @@
 //! operation moves a bucket to it; lookups search both while it lasts. The load factor is 1
 //! (grow past it, shrink below 1/8), so chains are short and every operation is O(1).
 
-use mnemo_heap::Tx;
+use super::store::Mem;
 
 use super::limits::{BUCKETS_MAX, BUCKETS_MIN, RANDOM_BUCKET_TRIES, REHASH_EMPTY_VISITS};
 use super::store::{self, corrupt, Result};
@@ -124,7 +124,7 @@ pub mod field {
 
 impl Header {
     /// Reads and validates the header at `d`.
-    pub fn read(tx: &Tx<'_>, d: u64) -> Result<Header> {
+    pub fn read(tx: &Mem<'_, '_>, d: u64) -> Result<Header> {
         let w = store::words::<10>(tx, d)?;
         let kind = Kind::decode(w[0])?;
         if kind == Kind::List {
@@ -171,7 +171,7 @@ impl Header {
     }
 
     /// Writes the whole header.
-    pub fn write(&self, tx: &Tx<'_>, d: u64) -> Result<()> {
+    pub fn write(&self, tx: &Mem<'_, '_>, d: u64) -> Result<()> {
         store::set_words(tx, d, &self.words())
     }
 
@@ -181,7 +181,7 @@ impl Header {
 }
 
 /// Creates an empty table of `kind`.
-pub fn create(tx: &Tx<'_>, kind: Kind) -> Result<u64> {
+pub fn create(tx: &Mem<'_, '_>, kind: Kind) -> Result<u64> {
     let table = store::zalloc(tx, BUCKETS_MIN * 8)?;
     let d = store::alloc(tx, HEADER_BYTES)?;
     let h = Header {
@@ -237,7 +237,7 @@ pub mod entry_field {
 
 impl Entry {
     /// Reads and validates the entry at `off`.
-    pub fn read(tx: &Tx<'_>, off: u64) -> Result<Entry> {
+    pub fn read(tx: &Mem<'_, '_>, off: u64) -> Result<Entry> {
         let w = store::words::<6>(tx, off)?;
         let e = Entry {
             off,
@@ -268,12 +268,12 @@ impl Entry {
     }
 
     /// The key.
-    pub fn key(&self, tx: &Tx<'_>) -> Result<Vec<u8>> {
+    pub fn key(&self, tx: &Mem<'_, '_>) -> Result<Vec<u8>> {
         store::bytes(tx, self.off + ENTRY_BYTES, self.key_len)
     }
 
     /// The string value (tag STRING).
-    pub fn string(&self, tx: &Tx<'_>) -> Result<Vec<u8>> {
+    pub fn string(&self, tx: &Mem<'_, '_>) -> Result<Vec<u8>> {
         if self.is_inline() {
             store::bytes(tx, self.inline_at(), self.vlen)
         } else {
@@ -302,7 +302,7 @@ pub enum Value<'a> {
 
 /// Allocates and writes a new entry (not yet linked).
 pub fn new_entry(
-    tx: &Tx<'_>,
+    tx: &Mem<'_, '_>,
     tag: u8,
     key: &[u8],
     hash: u64,
@@ -339,7 +339,7 @@ pub struct Found {
 }
 
 /// Finds `key` in the table at `d`.
-pub fn find(tx: &Tx<'_>, d: u64, seed: u64, key: &[u8]) -> Result<Option<Found>> {
+pub fn find(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8]) -> Result<Option<Found>> {
     let h = Header::read(tx, d)?;
     let hash = store::hash(seed, key);
     let mut tables = vec![(h.t0, h.size0)];
@@ -367,7 +367,7 @@ pub fn find(tx: &Tx<'_>, d: u64, seed: u64, key: &[u8]) -> Result<Option<Found>>
 }
 
 /// Links the fresh entry `e` (with `hash`) into the table and counts it.
-pub fn insert(tx: &Tx<'_>, d: u64, e: u64, hash: u64) -> Result<()> {
+pub fn insert(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
     let mut h = Header::read(tx, d)?;
     let (table, size) = if h.rehashing() {
         (h.t1, h.size1)
@@ -384,7 +384,7 @@ pub fn insert(tx: &Tx<'_>, d: u64, e: u64, hash: u64) -> Result<()> {
 }
 
 /// Unlinks a found entry and uncounts it (the caller frees it).
-pub fn unlink(tx: &Tx<'_>, d: u64, found: &Found) -> Result<()> {
+pub fn unlink(tx: &Mem<'_, '_>, d: u64, found: &Found) -> Result<()> {
     store::set_word(tx, found.link, found.entry.next)?;
     let mut h = Header::read(tx, d)?;
     h.count = h.count.saturating_sub(1);
@@ -394,13 +394,13 @@ pub fn unlink(tx: &Tx<'_>, d: u64, found: &Found) -> Result<()> {
 
 /// Puts the fresh entry `new` where `found` was (same chain position); the caller frees the
 /// old one.
-pub fn replace(tx: &Tx<'_>, found: &Found, new: u64) -> Result<()> {
+pub fn replace(tx: &Mem<'_, '_>, found: &Found, new: u64) -> Result<()> {
     store::set_word(tx, new, found.entry.next)?;
     store::set_word(tx, found.link, new)
 }
 
 /// Starts a resize when the load leaves 1/8..=1.
-fn maybe_resize(tx: &Tx<'_>, d: u64, h: &mut Header) -> Result<()> {
+fn maybe_resize(tx: &Mem<'_, '_>, d: u64, h: &mut Header) -> Result<()> {
     if h.rehashing() {
         return Ok(());
     }
@@ -418,7 +418,7 @@ fn maybe_resize(tx: &Tx<'_>, d: u64, h: &mut Header) -> Result<()> {
 }
 
 /// Moves up to `buckets` buckets of a resizing table (a no-op otherwise).
-pub fn step(tx: &Tx<'_>, d: u64, buckets: u64) -> Result<()> {
+pub fn step(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<()> {
     let mut h = Header::read(tx, d)?;
     if !h.rehashing() {
         return Ok(());
@@ -464,7 +464,7 @@ pub fn step(tx: &Tx<'_>, d: u64, buckets: u64) -> Result<()> {
 }
 
 /// Reads a whole bucket array.
-fn buckets(tx: &Tx<'_>, table: u64, size: u64) -> Result<Vec<u64>> {
+fn buckets(tx: &Mem<'_, '_>, table: u64, size: u64) -> Result<Vec<u64>> {
     let raw = store::bytes(tx, table, size * 8)?;
     Ok(raw
         .chunks_exact(8)
@@ -478,7 +478,7 @@ fn buckets(tx: &Tx<'_>, table: u64, size: u64) -> Result<Vec<u64>> {
 
 /// Calls `f` on each entry of the chain starting at `at`; stops when `f` returns false.
 fn walk(
-    tx: &Tx<'_>,
+    tx: &Mem<'_, '_>,
     h: &Header,
     mut at: u64,
     f: &mut impl FnMut(&Entry) -> Result<bool>,
@@ -502,7 +502,7 @@ fn walk(
 }
 
 /// Calls `f` on every entry (both tables while resizing); stops when `f` returns false.
-pub fn for_each(tx: &Tx<'_>, d: u64, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<()> {
+pub fn for_each(tx: &Mem<'_, '_>, d: u64, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<()> {
     let h = Header::read(tx, d)?;
     let mut tables = vec![(h.t0, h.size0)];
     if h.rehashing() {
@@ -523,7 +523,7 @@ pub fn for_each(tx: &Tx<'_>, d: u64, mut f: impl FnMut(&Entry) -> Result<bool>) 
 /// in reversed-bit order, so a cursor stays valid across a resize: no element present
 /// during the whole scan is missed (some may be returned twice).
 pub fn scan(
-    tx: &Tx<'_>,
+    tx: &Mem<'_, '_>,
     d: u64,
     cursor: u64,
     mut f: impl FnMut(&Entry) -> Result<()>,
@@ -558,7 +558,7 @@ pub fn scan(
 }
 
 /// A random entry (SPOP): a random non-empty bucket, then a random entry of its chain.
-pub fn random(tx: &Tx<'_>, d: u64, rng: &mut impl FnMut() -> u64) -> Result<Option<Found>> {
+pub fn random(tx: &Mem<'_, '_>, d: u64, rng: &mut impl FnMut() -> u64) -> Result<Option<Found>> {
     let h = Header::read(tx, d)?;
     if h.count == 0 {
         return Ok(None);
@@ -615,7 +615,7 @@ pub fn random(tx: &Tx<'_>, d: u64, rng: &mut impl FnMut() -> u64) -> Result<Opti
 
 /// Frees every allocation of the table's structure (headers and bucket arrays, not the
 /// entries).
-pub fn free_structure(tx: &Tx<'_>, d: u64, h: &Header) -> Result<()> {
+pub fn free_structure(tx: &Mem<'_, '_>, d: u64, h: &Header) -> Result<()> {
     store::free(tx, h.t0)?;
     if h.t1 != 0 {
         store::free(tx, h.t1)?;
@@ -625,7 +625,7 @@ pub fn free_structure(tx: &Tx<'_>, d: u64, h: &Header) -> Result<()> {
 
 /// Checks the table's structure: every entry in the right bucket, the count right.
 /// Returns the entry count (tests and crash checks).
-pub fn check(tx: &Tx<'_>, d: u64, seed: u64) -> Result<u64> {
+pub fn check(tx: &Mem<'_, '_>, d: u64, seed: u64) -> Result<u64> {
     let h = Header::read(tx, d)?;
     let mut n = 0;
     let mut tables = vec![(h.t0, h.size0, true)];

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use mnemo_heap::Tx;
+use super::store::Mem;
 
 use super::dict::{self, entry_field, field, tag, Entry, Found, Header, Kind, Value};
 use super::limits::{FREE_INLINE_ELEMENTS_MAX, INLINE_VALUE_BYTES_MAX};
@@ -93,7 +93,7 @@ impl ZCache {
 #[derive(Debug)]
 pub struct Ctx<'a, 'h> {
     /// The batch's transaction.
-    pub tx: &'a Tx<'h>,
+    pub tx: &'a Mem<'a, 'h>,
     /// Offset of the root.
     pub root: u64,
     /// The batch's clock (Unix ms), fixed for the batch so replays repeat it.

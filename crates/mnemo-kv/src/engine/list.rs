@@ -11,7 +11,7 @@
 //! A segment pushed on the left fills from its end downwards, one pushed on the right from
 //! its start upwards; the first segment of a list starts in the middle.
 
-use mnemo_heap::Tx;
+use super::store::Mem;
 
 use super::dict::{Kind, HEADER_BYTES};
 use super::limits::LIST_SEGMENT_SLOTS;
@@ -40,7 +40,7 @@ pub struct Header {
 
 impl Header {
     /// Reads and validates the list header at `l`.
-    pub fn read(tx: &Tx<'_>, l: u64) -> Result<Header> {
+    pub fn read(tx: &Mem<'_, '_>, l: u64) -> Result<Header> {
         let w = store::words::<5>(tx, l)?;
         if Kind::decode(w[0])? != Kind::List {
             return corrupt(format!("{l:#x}: not a list header"));
@@ -68,7 +68,7 @@ struct Segment {
 }
 
 impl Segment {
-    fn read(tx: &Tx<'_>, off: u64) -> Result<Segment> {
+    fn read(tx: &Mem<'_, '_>, off: u64) -> Result<Segment> {
         let [prev, next, lo, hi] = store::words::<4>(tx, off)?;
         if lo > hi || hi > LIST_SEGMENT_SLOTS {
             return corrupt(format!("list segment {off:#x}: slots {lo}..{hi}"));
@@ -92,19 +92,19 @@ impl Segment {
 }
 
 /// Creates an empty list.
-pub fn create(tx: &Tx<'_>) -> Result<u64> {
+pub fn create(tx: &Mem<'_, '_>) -> Result<u64> {
     let l = store::alloc(tx, HEADER_BYTES)?;
     store::set_words(tx, l, &[Kind::List.word(), 0, 0, 0, 0, 0, 0, 0, 0, 0])?;
     Ok(l)
 }
 
-fn new_segment(tx: &Tx<'_>, prev: u64, next: u64, at: u64) -> Result<u64> {
+fn new_segment(tx: &Mem<'_, '_>, prev: u64, next: u64, at: u64) -> Result<u64> {
     let s = store::alloc(tx, SEGMENT_BYTES)?;
     store::set_words(tx, s, &[prev, next, at, at])?;
     Ok(s)
 }
 
-fn new_element(tx: &Tx<'_>, value: &[u8]) -> Result<u64> {
+fn new_element(tx: &Mem<'_, '_>, value: &[u8]) -> Result<u64> {
     let e = store::alloc(tx, 8 + value.len() as u64)?;
     let mut image = Vec::with_capacity(8 + value.len());
     image.extend_from_slice(&(value.len() as u64).to_le_bytes());
@@ -113,13 +113,13 @@ fn new_element(tx: &Tx<'_>, value: &[u8]) -> Result<u64> {
     Ok(e)
 }
 
-fn element(tx: &Tx<'_>, e: u64) -> Result<Vec<u8>> {
+fn element(tx: &Mem<'_, '_>, e: u64) -> Result<Vec<u8>> {
     let len = store::word(tx, e)?;
     store::bytes(tx, e + 8, len)
 }
 
 /// Pushes `value` at the left (head) or right (tail) end; returns the new length.
-pub fn push(tx: &Tx<'_>, l: u64, left: bool, value: &[u8]) -> Result<u64> {
+pub fn push(tx: &Mem<'_, '_>, l: u64, left: bool, value: &[u8]) -> Result<u64> {
     let mut h = Header::read(tx, l)?;
     let e = new_element(tx, value)?;
     if h.head == 0 {
@@ -161,7 +161,7 @@ pub fn push(tx: &Tx<'_>, l: u64, left: bool, value: &[u8]) -> Result<u64> {
 
 /// Pops from the left or right end; None when empty. An emptied segment is freed; the last
 /// segment stays (the caller deletes an emptied list).
-pub fn pop(tx: &Tx<'_>, l: u64, left: bool) -> Result<Option<Vec<u8>>> {
+pub fn pop(tx: &Mem<'_, '_>, l: u64, left: bool) -> Result<Option<Vec<u8>>> {
     let h = Header::read(tx, l)?;
     if h.len == 0 || h.head == 0 {
         return Ok(None);
@@ -194,7 +194,7 @@ pub fn pop(tx: &Tx<'_>, l: u64, left: bool) -> Result<Option<Vec<u8>>> {
 }
 
 /// Elements `start..=stop` (already clamped to `0..len`).
-pub fn range(tx: &Tx<'_>, l: u64, start: u64, stop: u64) -> Result<Vec<Vec<u8>>> {
+pub fn range(tx: &Mem<'_, '_>, l: u64, start: u64, stop: u64) -> Result<Vec<Vec<u8>>> {
     let h = Header::read(tx, l)?;
     let mut out = Vec::new();
     if start > stop || stop >= h.len {
@@ -226,7 +226,7 @@ pub fn range(tx: &Tx<'_>, l: u64, start: u64, stop: u64) -> Result<Vec<Vec<u8>>>
 
 /// Frees up to `budget` allocations of the list, from its head; true once all is freed
 /// (header included).
-pub fn destroy_step(tx: &Tx<'_>, l: u64, budget: &mut u64) -> Result<bool> {
+pub fn destroy_step(tx: &Mem<'_, '_>, l: u64, budget: &mut u64) -> Result<bool> {
     let h = Header::read(tx, l)?;
     let mut at = h.head;
     let mut segs = h.segs;
@@ -251,7 +251,7 @@ pub fn destroy_step(tx: &Tx<'_>, l: u64, budget: &mut u64) -> Result<bool> {
 }
 
 /// Checks the segment chain against the header; returns the length.
-pub fn check(tx: &Tx<'_>, l: u64) -> Result<u64> {
+pub fn check(tx: &Mem<'_, '_>, l: u64) -> Result<u64> {
     let h = Header::read(tx, l)?;
     let (mut n, mut segs, mut at, mut prev) = (0, 0, h.head, 0);
     while at != 0 {

@@ -35,6 +35,7 @@ use crate::server::{Effect, Engine, Request};
 use dict::{tag, Kind};
 use keyspace::{root, Ctx, ZCache, SEED};
 pub use store::EngineError;
+use store::{Mem, Overlay};
 
 /// Name of the heap root holding the keyspace.
 pub const ROOT_NAME: &str = "kv.keyspace";
@@ -90,6 +91,7 @@ pub struct PersistentEngine<'h> {
     rng: u64,
     rng_batch: u64,
     zcache: ZCache,
+    overlay: Overlay,
     expire_cursor: u64,
     stats: EngineStats,
     info_hook: Option<InfoHook<'h>>,
@@ -118,7 +120,9 @@ impl<'h> PersistentEngine<'h> {
         let root_ptr = heap.root::<[u64; 8]>(ROOT_NAME)?;
         let root = root_ptr.offset();
         let words = heap.get(root_ptr)?;
-        heap.transaction(|tx| -> mnemo_heap::Result<Result<(), EngineError>> {
+        let overlay = Overlay::default();
+        heap.transaction(|txn| -> mnemo_heap::Result<Result<(), EngineError>> {
+            let tx = &Mem::new(txn, heap, &overlay);
             if words[0] == 0 {
                 if words.iter().any(|&w| w != 0) {
                     return Ok(store::corrupt("keyspace root without magic"));
@@ -128,7 +132,7 @@ impl<'h> PersistentEngine<'h> {
                     Err(EngineError::Heap(e)) => return Err(e),
                     Err(e) => return Ok(Err(e)),
                 };
-                tx.write(
+                txn.write(
                     PPtr::<[u64; 4]>::from_offset(root),
                     &[ROOT_MAGIC, LAYOUT_VERSION, ks, 0],
                 )?;
@@ -167,6 +171,7 @@ impl<'h> PersistentEngine<'h> {
             rng: seed,
             rng_batch: seed,
             zcache: ZCache::default(),
+            overlay: Overlay::default(),
             expire_cursor: 0,
             stats: EngineStats::default(),
             info_hook: None,
@@ -254,8 +259,9 @@ impl<'h> PersistentEngine<'h> {
         let Some(txn) = self.txn.as_deref() else {
             return store::corrupt("no open batch");
         };
+        let mem = Mem::new(txn, self.heap, &self.overlay);
         let mut ctx = Ctx {
-            tx: txn,
+            tx: &mem,
             root: self.root,
             now: self.now,
             rng: &mut self.rng,
@@ -311,6 +317,7 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn begin_txn(&mut self) {
+        self.overlay.clear();
         match self.heap.begin() {
             Ok(txn) => self.txn = Some(txn),
             Err(e) => self.poisoned = Some(e.to_string()),
@@ -369,8 +376,9 @@ impl<'h> PersistentEngine<'h> {
         let Some(txn) = self.txn.as_deref() else {
             return Ok(());
         };
+        let mem = Mem::new(txn, self.heap, &self.overlay);
         let mut ctx = Ctx {
-            tx: txn,
+            tx: &mem,
             root: self.root,
             now: self.now,
             rng: &mut self.rng,
@@ -418,9 +426,10 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn check_open(&self) -> Result<u64, EngineError> {
-        let Some(tx) = self.txn.as_deref() else {
+        let Some(txn) = self.txn.as_deref() else {
             return store::corrupt("no open batch");
         };
+        let tx = &Mem::new(txn, self.heap, &self.overlay);
         let ks = store::word(tx, self.root + root::KEYSPACE)?;
         let n = dict::check(tx, ks, SEED)?;
         let mut expires = 0;
@@ -555,7 +564,8 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn key_counts(&self) -> Option<(u64, u64)> {
-        let tx = self.txn.as_deref()?;
+        let txn = self.txn.as_deref()?;
+        let tx = &Mem::new(txn, self.heap, &self.overlay);
         let ks = store::word(tx, self.root + root::KEYSPACE).ok()?;
         let h = dict::Header::read(tx, ks).ok()?;
         Some((h.count, h.extra))
