@@ -1,0 +1,481 @@
+//! `ycsb`: the YCSB core workloads A-F against servers that speak the Redis protocol
+//! (issue 6), through [`mnemo_bench::ycsb`].
+//!
+//! ```text
+//! ycsb phase --addr HOST:PORT --workload load|a|b|c|d|e|f [--records N] [--ops N]
+//!            [--threads T] [--commands compat|ycsb] [--validate]
+//! ycsb check --addr HOST:PORT [--records 2000] [--ops 20000] [--threads 4] [--commands ..]
+//! ycsb bench --mnemo PATH [--records 100000] [--ops 100000] [--e-ops 10000] [--threads 8]
+//!            [--server-cpu 0] [--disk-dir /var/tmp] [--targets redis,redis-aof-disk,mnemo]
+//!            [--check-records 2000]
+//! ```
+//!
+//! `bench` starts each server on its own loopback port, pinned to `--server-cpu` with
+//! taskset (run the driver itself under `taskset -c <other cpu>`: `scripts/bench-ycsb.sh`
+//! does), checks the driver against each with `check` at small counts, then runs YCSB's
+//! recommended sequence: load, A, B, C, F, D; FLUSHALL, load, E. Every step runs on each
+//! server in turn (the order rotating from step to step) so that load from other jobs on the
+//! machine falls on all servers alike. Servers are stopped on exit (drop guards).
+//! Writes `bench/results/ycsb.csv` and `.json` and `bench/plots/ycsb.svg`.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mnemo_bench::ycsb::{self, check, Commands, CoreWorkload, Options, PhaseResult, RedisClient};
+use mnemo_bench::{bench_dir, machine, plot, write_csv, write_json};
+
+/// Longest wait for a server to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest one phase may run before its threads stop (YCSB's `maxexecutiontime`).
+const PHASE_TIME_MAX: Duration = Duration::from_secs(240);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = run(&args) {
+        eprintln!("ycsb: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `--name value` options.
+struct Args<'a> {
+    rest: &'a [String],
+}
+
+impl Args<'_> {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.rest
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.rest.get(i + 1))
+            .map(String::as_str)
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.rest.iter().any(|a| a == name)
+    }
+
+    fn num(&self, name: &str, default: i64) -> Result<i64, String> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| format!("{name}: not a number: {v}")),
+        }
+    }
+
+    fn commands(&self) -> Result<Commands, String> {
+        match self.get("--commands").unwrap_or("compat") {
+            "compat" => Ok(Commands::Compat),
+            "ycsb" => Ok(Commands::Ycsb),
+            other => Err(format!("--commands: compat or ycsb, not {other}")),
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let (mode, rest) = args
+        .split_first()
+        .ok_or("usage: ycsb phase|check|bench ... (see the doc comment of src/bin/ycsb.rs)")?;
+    let a = Args { rest };
+    match mode.as_str() {
+        "phase" => {
+            let addr = a.get("--addr").ok_or("--addr HOST:PORT required")?;
+            let which = a.get("--workload").ok_or("--workload required")?;
+            let (records, ops) = (a.num("--records", 1000)?, a.num("--ops", 1000)?);
+            let options = Options {
+                addr: addr.to_string(),
+                threads: a.num("--threads", 1)? as usize,
+                commands: a.commands()?,
+                seed: a.num("--seed", 1)? as u64,
+                max_time: PHASE_TIME_MAX,
+                validate: a.flag("--validate"),
+            };
+            let result = if which == "load" {
+                let w = CoreWorkload::core("a", records, ops).ok_or("no workload")?;
+                ycsb::load(&w, &options)?
+            } else {
+                let w = CoreWorkload::core(which, records, ops)
+                    .ok_or_else(|| format!("unknown workload {which}"))?;
+                ycsb::run(&w, &options)?
+            };
+            print!("{}", result.report());
+            Ok(())
+        }
+        "check" => {
+            let addr = a.get("--addr").ok_or("--addr HOST:PORT required")?;
+            let report = check::check(
+                addr,
+                a.num("--records", 2000)?,
+                a.num("--ops", 20_000)?,
+                a.num("--threads", 4)? as usize,
+                a.commands()?,
+            )?;
+            print!("{}", report.text());
+            if report.passed() {
+                Ok(())
+            } else {
+                Err("some checks failed".into())
+            }
+        }
+        "bench" => bench(&a),
+        other => Err(format!("unknown mode {other}: phase, check or bench")),
+    }
+}
+
+/// A server under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Redis,
+    RedisAofDisk,
+    Mnemo,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Redis => "redis-no-persistence",
+            Target::RedisAofDisk => "redis-aof-always-disk",
+            Target::Mnemo => "mnemo-serve-shm",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Target, String> {
+        match text {
+            "redis" => Ok(Target::Redis),
+            "redis-aof-disk" => Ok(Target::RedisAofDisk),
+            "mnemo" => Ok(Target::Mnemo),
+            other => Err(format!(
+                "unknown target {other}: redis, redis-aof-disk, mnemo"
+            )),
+        }
+    }
+}
+
+/// A running server, killed (and its directory removed) on drop.
+struct Running {
+    target: Target,
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+fn start(
+    target: Target,
+    mnemo: &std::path::Path,
+    cpu: &str,
+    disk: &str,
+) -> Result<Running, String> {
+    let base = match target {
+        Target::RedisAofDisk => PathBuf::from(disk),
+        _ => PathBuf::from("/dev/shm"),
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("mnemo-ycsb")
+        .tempdir_in(&base)
+        .map_err(|e| format!("tempdir in {}: {e}", base.display()))?;
+    let port = free_port()?;
+    let port_text = port.to_string();
+    let mut command = Command::new("taskset");
+    command.args(["-c", cpu]);
+    match target {
+        Target::Mnemo => {
+            command
+                .arg(mnemo)
+                .args(["serve", "--port", &port_text, "--size", "4G", "--pool"])
+                .arg(dir.path().join("ycsb.pool"))
+                .env("MNEMO_LOG", "warn");
+        }
+        Target::Redis | Target::RedisAofDisk => {
+            let (aof, fsync) = match target {
+                Target::Redis => ("no", "everysec"),
+                _ => ("yes", "always"),
+            };
+            command
+                .arg("redis-server")
+                .args(["--port", &port_text, "--bind", "127.0.0.1", "--save", ""])
+                .args(["--appendonly", aof, "--appendfsync", fsync, "--dir"])
+                .arg(dir.path());
+        }
+    }
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", target.name()))?;
+    let running = Running {
+        target,
+        child,
+        port,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("{} did not start", target.name()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(running)
+}
+
+/// One measured phase of one server.
+struct Row {
+    target: Target,
+    step: &'static str,
+    result: PhaseResult,
+}
+
+fn flushall(addr: &str) -> Result<(), String> {
+    let mut c = RedisClient::connect(addr, Commands::Compat).map_err(|e| e.to_string())?;
+    c.call(&[b"FLUSHALL".as_slice()])
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn bench(a: &Args<'_>) -> Result<(), String> {
+    let records = a.num("--records", 100_000)?;
+    let ops = a.num("--ops", 100_000)?;
+    let e_ops = a.num("--e-ops", 10_000)?;
+    let threads = a.num("--threads", 8)? as usize;
+    let check_records = a.num("--check-records", 2000)?;
+    let cpu = a.get("--server-cpu").unwrap_or("0").to_string();
+    let disk = a.get("--disk-dir").unwrap_or("/var/tmp").to_string();
+    let mnemo = PathBuf::from(a.get("--mnemo").unwrap_or("mnemo"));
+    let targets = a
+        .get("--targets")
+        .unwrap_or("redis,redis-aof-disk,mnemo")
+        .split(',')
+        .map(Target::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let commands = a.commands()?;
+    let client_cpus = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Cpus_allowed_list"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let redis_version = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+
+    let mut servers = Vec::new();
+    for &t in &targets {
+        servers.push(start(t, &mnemo, &cpu, &disk)?);
+        eprintln!(
+            "started {} on port {}",
+            t.name(),
+            servers.last().map_or(0, |s| s.port)
+        );
+    }
+
+    // The driver is checked against each server before its numbers are taken.
+    let mut checks = serde_json::Map::new();
+    if check_records > 0 {
+        for s in &servers {
+            let report = check::check(&s.addr(), check_records, check_records * 10, 4, commands)?;
+            println!(
+                "== checks against {} ==\n{}",
+                s.target.name(),
+                report.text()
+            );
+            checks.insert(
+                s.target.name().into(),
+                serde_json::json!({
+                    "passed": report.passed(),
+                    "checks": report.checks.iter().map(|c| serde_json::json!({
+                        "name": c.name, "observed": c.observed, "expected": c.expected, "pass": c.pass,
+                    })).collect::<Vec<_>>(),
+                }),
+            );
+            flushall(&s.addr())?;
+        }
+    }
+
+    let options = |s: &Running, seed: u64| Options {
+        addr: s.addr(),
+        threads,
+        commands,
+        seed,
+        max_time: PHASE_TIME_MAX,
+        validate: false,
+    };
+    let steps: [(&str, &str, i64); 8] = [
+        ("load", "load", ops),
+        ("A", "a", ops),
+        ("B", "b", ops),
+        ("C", "c", ops),
+        ("F", "f", ops),
+        ("D", "d", ops),
+        ("load (for E)", "load-e", ops),
+        ("E", "e", e_ops),
+    ];
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for (i, &(step, which, count)) in steps.iter().enumerate() {
+        for j in 0..servers.len() {
+            let s = &servers[(i + j) % servers.len()];
+            let result = match which {
+                "load" | "load-e" => {
+                    if which == "load-e" {
+                        flushall(&s.addr())?;
+                    }
+                    let w = CoreWorkload::core("a", records, count).ok_or("no workload")?;
+                    ycsb::load(&w, &options(s, i as u64))?
+                }
+                _ => {
+                    let w = CoreWorkload::core(which, records, count).ok_or("no workload")?;
+                    ycsb::run(&w, &options(s, i as u64))?
+                }
+            };
+            println!(
+                "== {} {step} ({} threads) ==\n{}",
+                s.target.name(),
+                threads,
+                result.report()
+            );
+            rows.push(Row {
+                target: s.target,
+                step,
+                result,
+            });
+        }
+    }
+    let elapsed = started.elapsed();
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    drop(servers);
+
+    let mut csv = Vec::new();
+    for r in &rows {
+        csv.push(format!(
+            "{},{},{},{},{:.1},{:.3},{},OVERALL,{},0,,,,,",
+            r.target.name(),
+            r.step,
+            r.result.phase,
+            r.result.threads,
+            r.result.throughput(),
+            r.result.elapsed.as_secs_f64(),
+            r.result.truncated,
+            r.result.operations,
+        ));
+        for s in &r.result.ops {
+            csv.push(format!(
+                "{},{},{},{},{:.1},{:.3},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1}",
+                r.target.name(),
+                r.step,
+                r.result.phase,
+                r.result.threads,
+                r.result.throughput(),
+                r.result.elapsed.as_secs_f64(),
+                r.result.truncated,
+                s.op.name(),
+                s.count,
+                s.errors,
+                s.avg_us,
+                s.p50_us,
+                s.p95_us,
+                s.p99_us,
+                s.max_us,
+            ));
+        }
+    }
+    let csv_path = write_csv(
+        "ycsb.csv",
+        "server,workload,phase,threads,throughput_ops_s,elapsed_s,truncated,op,count,errors,avg_us,p50_us,p95_us,p99_us,max_us",
+        &csv,
+    )
+    .map_err(|e| e.to_string())?;
+    let json_rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "server": r.target.name(),
+                "workload": r.step,
+                "phase": r.result.phase,
+                "threads": r.result.threads,
+                "operations": r.result.operations,
+                "elapsed_s": r.result.elapsed.as_secs_f64(),
+                "throughput_ops_s": r.result.throughput(),
+                "truncated": r.result.truncated,
+                "ops": r.result.ops.iter().map(|s| serde_json::json!({
+                    "op": s.op.name(), "count": s.count, "errors": s.errors,
+                    "avg_us": s.avg_us, "min_us": s.min_us, "max_us": s.max_us,
+                    "p50_us": s.p50_us, "p95_us": s.p95_us, "p99_us": s.p99_us,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let json_path = write_json(
+        "ycsb.json",
+        &serde_json::json!({
+            "benchmark": "YCSB core workloads A-F (mnemo_bench::ycsb, Redis binding)",
+            "recordcount": records,
+            "operationcount": ops,
+            "operationcount_e": e_ops,
+            "threads": threads,
+            "commands": format!("{commands:?}"),
+            "server_cpu": cpu,
+            "client_cpus": client_cpus,
+            "redis": redis_version,
+            "loadavg_before": load_before.trim(),
+            "loadavg_after": load_after.trim(),
+            "elapsed_s": elapsed.as_secs_f64(),
+            "machine": machine(),
+            "checks": checks,
+            "results": json_rows,
+        }),
+    )
+    .map_err(|e| e.to_string())?;
+    let bars: Vec<(String, f64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                format!("{} · {}", r.step, r.target.name()),
+                r.result.throughput(),
+            )
+        })
+        .collect();
+    let svg = plot::bars(
+        &bench_dir().join("plots").join("ycsb.svg"),
+        &format!(
+            "YCSB A-F, {records} records of 1 KB, {threads} clients (server CPU {cpu}, client CPUs {client_cpus})"
+        ),
+        "throughput (operations/s; higher is better)",
+        &bars,
+    )?;
+    eprintln!(
+        "wrote {}, {}, {} in {:.0} s; load average before {} after {}",
+        csv_path.display(),
+        json_path.display(),
+        svg.display(),
+        elapsed.as_secs_f64(),
+        load_before.trim(),
+        load_after.trim()
+    );
+    Ok(())
+}
