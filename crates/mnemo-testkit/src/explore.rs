@@ -63,6 +63,10 @@ pub struct Config {
     pub drop_flush: Option<u64>,
     /// Simulator mutant: the fence with this index makes nothing durable during the run.
     pub drop_fence: Option<u64>,
+    /// Also take crash points at every flush of the run (see
+    /// [`SimOptions::points_at_flush`]). The workload's [`Workload::accept`] must then also
+    /// accept the values an operation stores and overwrites before it is acknowledged.
+    pub points_at_flush: bool,
     /// Stop at the first failure (mutant tests).
     pub stop_at_first_failure: bool,
     /// Keep at most this many failures in the report (all are counted).
@@ -83,13 +87,15 @@ impl Config {
             mutant: None,
             drop_flush: None,
             drop_fence: None,
+            points_at_flush: false,
             stop_at_first_failure: false,
             failures_kept: 8,
         }
     }
 
     /// Like [`Config::new`], widened when `MNEMO_SOAK=1`: exhaustive up to 16 units, all
-    /// pairs up to 256 units, 4,096 random cuts, depth-2 and follow-on on every image.
+    /// pairs up to 256 units, 4,096 random cuts, depth-2 and follow-on on every image, crash
+    /// points at every flush too.
     pub fn from_env(seed: u64) -> Config {
         let mut config = Config::new(seed);
         if soak() {
@@ -102,6 +108,7 @@ impl Config {
             config.depth2_every = 1;
             config.depth2_images = 32;
             config.follow_on_every = 1;
+            config.points_at_flush = true;
         }
         config
     }
@@ -385,6 +392,7 @@ fn record<W: Workload>(workload: &W, config: &Config) -> Recording<W::State> {
         record: true,
         drop_flush: config.drop_flush,
         drop_fence: config.drop_fence,
+        points_at_flush: config.points_at_flush,
     };
     let media = SimMedia::with_options(workload.capacity(), options);
     let mut run = Run::new(media.clone(), config.seed, workload.initial());

@@ -29,13 +29,15 @@
 //! [`Granularity::Line`] treats a line's pending words as one unit (a line written back whole).
 //!
 //! Crash points are taken just before each fence takes effect, just before each growth, at
-//! each acknowledgement the workload reports, and at the end of the run. Since every pending
-//! unit is pending until the next fence, the images at a fence include every image reachable
-//! earlier in its interval, so checking at fences is complete for what the model can see.
+//! each acknowledgement the workload reports, at the end of the run, and optionally at every
+//! flush. Since every pending unit is pending until the next fence, the images at a fence
+//! include every image reachable earlier in its interval, so checking at fences is complete
+//! for what the model can see.
 //!
 //! What the model does **not** see, by construction:
 //! * intermediate values: a word stored twice within one interval is seen only with its last
-//!   value (and a word restored to its durable value is not pending at all);
+//!   value (and a word restored to its durable value is not pending at all), unless
+//!   [`Config::points_at_flush`] adds crash points at flushes, between the two stores;
 //! * a line flushed and then stored to again before the fence: the model offers the durable
 //!   and the latest value, not the snapshot the flush took (the durable image does get the
 //!   snapshot at the fence);

@@ -47,6 +47,9 @@ pub struct SimOptions {
     pub drop_flush: Option<u64>,
     /// Mutant "dropped fence": the fence with this index (0-based) makes nothing durable.
     pub drop_fence: Option<u64>,
+    /// Also record a crash point at every flush (with `record`). Such a point sees values
+    /// that a later store overwrites before the fence, which fence points cannot see.
+    pub points_at_flush: bool,
 }
 
 /// Where in a run a crash point was taken.
@@ -54,6 +57,9 @@ pub struct SimOptions {
 pub enum PointKind {
     /// Just before fence number `n` (0-based) takes effect.
     Fence(u64),
+    /// Just before flush number `n` (0-based) takes its snapshot
+    /// ([`SimOptions::points_at_flush`]).
+    Flush(u64),
     /// Just before growth number `n` (0-based).
     Grow(u64),
     /// Right after the harness was told that operation number `n` (1-based count) was
@@ -67,6 +73,7 @@ impl std::fmt::Display for PointKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PointKind::Fence(n) => write!(f, "fence #{n}"),
+            PointKind::Flush(n) => write!(f, "flush #{n}"),
             PointKind::Grow(n) => write!(f, "grow #{n}"),
             PointKind::Ack(n) => write!(f, "ack of op #{n}"),
             PointKind::End => write!(f, "end of run"),
@@ -488,6 +495,9 @@ impl Media for SimMedia {
         self.assert_range(offset, len);
         let mut st = self.state();
         let n = st.flushes;
+        if st.options.points_at_flush {
+            self.record(&mut st, PointKind::Flush(n));
+        }
         st.flushes += 1;
         if st.options.drop_flush == Some(n) || len == 0 {
             return;
@@ -607,6 +617,32 @@ mod tests {
         assert_eq!(points[1].kind, PointKind::Fence(0));
         assert_eq!(points[1].words.len(), 3);
         assert_eq!(points[1].units.len(), 3);
+    }
+
+    #[test]
+    fn flush_points_see_values_overwritten_before_the_fence() {
+        let options = SimOptions {
+            record: true,
+            points_at_flush: true,
+            ..SimOptions::default()
+        };
+        let m = SimMedia::with_options(1 << 20, options);
+        m.grow(PAGE_SIZE).unwrap();
+        store(&m, 0, &[1; 8]);
+        m.flush(0, 8);
+        store(&m, 0, &[2; 8]);
+        m.flush(0, 8);
+        m.drain().unwrap();
+        let points = m.take_points();
+        let news: Vec<u64> = points
+            .iter()
+            .flat_map(|p| p.words.iter().map(|w| w.new))
+            .collect();
+        assert_eq!(points[1].kind, PointKind::Flush(0));
+        assert!(
+            news.contains(&u64::from_le_bytes([1; 8])),
+            "the overwritten value is seen"
+        );
     }
 
     #[test]

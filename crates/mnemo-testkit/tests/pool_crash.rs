@@ -70,6 +70,14 @@ fn pool_header_and_growth_survive_every_crash_image() {
         );
     }
     run(&GrowWorkload::default(), 200, Granularity::Line, &mut total);
+    let flush_points = Config {
+        points_at_flush: true,
+        threads: 2,
+        ..Config::from_env(300)
+    };
+    let report = explore(&CyclesWorkload { cycles: 2 }, &flush_points);
+    report.assert_ok();
+    total.merge(&report);
     total.elapsed = started.elapsed();
     eprintln!("{}", total.summary("pool header + growth"));
     assert!(
