@@ -260,6 +260,17 @@ impl Region {
         self.len
     }
 
+    /// Make the whole region writable and forget every bit (hints switched off: no more
+    /// faults while sync points scan everything).
+    pub(crate) fn disarm(&self) -> std::io::Result<()> {
+        let _guard = SpinGuard::lock(&TABLE[self.slot].lock);
+        protect(self.start, self.len, true)?;
+        for word in self.bits {
+            word.store(0, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
     /// Forget every bit, then write-protect the whole region again (hints switched back
     /// on). A store after the protection faults and sets its bit; the caller scans for those
     /// made before it.

@@ -1053,8 +1053,12 @@ impl Tracker {
             }
             let limit = chunks.len() as u64;
             if hot.iter().map(|&(_, n)| n).sum::<u64>() > chunk_budget {
-                // Stores scatter over too many chunks: plain scans from the next sync point.
+                // Stores scatter over too many chunks: plain scans from the next sync point,
+                // and no more chunk faults until the hints come back.
                 self.hints_on.store(false, Ordering::Release);
+                if let Err(e) = chunks.disarm() {
+                    tracing::warn!("unprotecting chunks failed: {e}; they fault until re-armed");
+                }
                 self.stats.hint_switches.fetch_add(1, Ordering::Relaxed);
             }
             for (a, n) in hot {
