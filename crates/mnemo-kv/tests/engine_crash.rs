@@ -1,0 +1,295 @@
+//! Crash images of the keyspace under mnemo-testkit's simulator: batches of SET / DEL / INCR
+//! / LPUSH / RPOP run through the engine exactly as the server runs them (one transaction and
+//! one sync point per batch); every fence is a crash point and each crash image is recovered
+//! (pool open, heap recovery, engine open) and checked:
+//! * the keyspace's structure is valid: every table's chains in the right buckets, counts
+//!   equal to the entries, list chains consistent, expiry count right (`check`);
+//! * every acknowledged batch is present and the batch in flight is all or nothing (the
+//!   model: string and list keys with their values).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use mnemo_heap::{Error, Heap, HeapOptions};
+use mnemo_kv::engine::{PersistentEngine, ROOT_NAME};
+use mnemo_kv::server::Engine;
+use mnemo_pmem::Pool;
+use mnemo_resp::bytes::Bytes;
+use mnemo_resp::{Protocol, Reply};
+use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
+
+const STRINGS: [&str; 4] = ["s0", "s1", "s2", "s3"];
+const LISTS: [&str; 2] = ["l0", "l1"];
+
+/// Key -> string value or list elements.
+type Model = BTreeMap<String, Val>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Val {
+    Str(Vec<u8>),
+    List(Vec<Vec<u8>>),
+}
+
+fn options() -> HeapOptions {
+    HeapOptions {
+        lane_count: 2,
+        lane_log_size: 16384,
+        toc_entries: 16,
+        arenas: 1,
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn exec(engine: &mut PersistentEngine<'_>, cmd: &[&[u8]]) -> Reply {
+    let args: Vec<Bytes> = cmd.iter().map(|a| Bytes::from(a.to_vec())).collect();
+    engine.execute_args(&args, Protocol::Resp2).0
+}
+
+struct KeyspaceWorkload {
+    batches: usize,
+}
+
+impl KeyspaceWorkload {
+    /// One random command: runs it and applies it to the model.
+    fn command(
+        engine: &mut PersistentEngine<'_>,
+        model: &mut Model,
+        choice: u64,
+        tag: u64,
+    ) -> Result<(), String> {
+        let s = STRINGS[(choice >> 8) as usize % STRINGS.len()];
+        let l = LISTS[(choice >> 16) as usize % LISTS.len()];
+        let value = format!("{tag}").into_bytes();
+        let reply = match choice % 6 {
+            0 => {
+                model.insert(s.into(), Val::Str(value.clone()));
+                exec(engine, &[b"SET", s.as_bytes(), &value])
+            }
+            1 => {
+                let key = if choice & 0x100_0000 == 0 { s } else { l };
+                model.remove(key);
+                exec(engine, &[b"DEL", key.as_bytes()])
+            }
+            2 => {
+                let n = match model.get(s) {
+                    Some(Val::Str(v)) => String::from_utf8_lossy(v).parse::<i64>().unwrap_or(0),
+                    _ => 0,
+                };
+                model.insert(s.into(), Val::Str((n + 1).to_string().into_bytes()));
+                exec(engine, &[b"INCR", s.as_bytes()])
+            }
+            3 | 4 => {
+                match model.entry(l.into()).or_insert(Val::List(Vec::new())) {
+                    Val::List(items) => items.insert(0, value.clone()),
+                    Val::Str(_) => return Err("model: list key holds a string".into()),
+                }
+                exec(engine, &[b"LPUSH", l.as_bytes(), &value])
+            }
+            _ => {
+                if let Some(Val::List(items)) = model.get_mut(l) {
+                    items.pop();
+                    if items.is_empty() {
+                        model.remove(l);
+                    }
+                }
+                exec(engine, &[b"RPOP", l.as_bytes()])
+            }
+        };
+        if let Reply::Error(text) = reply {
+            return Err(format!(
+                "command failed: {}",
+                String::from_utf8_lossy(&text)
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Workload for KeyspaceWorkload {
+    type State = Option<Model>;
+    type Recovered = Option<Heap>;
+
+    fn name(&self) -> String {
+        format!("keyspace-{}", self.batches)
+    }
+
+    fn capacity(&self) -> u64 {
+        4 << 20
+    }
+
+    fn initial(&self) -> Option<Model> {
+        None
+    }
+
+    fn run(&self, run: &mut Run<Option<Model>>) -> Result<(), String> {
+        let geometry = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
+        let size = geometry.size_for_chunks(3);
+        let p = Pool::create_on(
+            Box::new(run.media()),
+            Path::new("kv"),
+            &pool::create_options(size, 4 << 20),
+        )
+        .map_err(err)?;
+        let heap = Heap::create(p, &options()).map_err(err)?;
+        let mut engine = PersistentEngine::open(&heap).map_err(err)?;
+        let mut model = Model::new();
+        run.ack(Some(model.clone()));
+        for _ in 0..self.batches {
+            let commands = 1 + run.rng().next_u64() % 4;
+            engine.begin();
+            for _ in 0..commands {
+                let choice = run.rng().next_u64();
+                let tag = run.rng().next_u64() % 1000;
+                Self::command(&mut engine, &mut model, choice, tag)?;
+            }
+            engine.commit().map_err(err)?;
+            run.ack(Some(model.clone()));
+        }
+        Ok(())
+    }
+
+    fn recover(&self, media: SimMedia) -> Result<Option<Heap>, String> {
+        let Some(p) = pool::open(media)? else {
+            return Ok(None);
+        };
+        match Heap::open_with(p, &options()) {
+            Ok(heap) => Ok(Some(heap)),
+            Err(Error::NotAHeap(_)) => Ok(None),
+            Err(Error::Corrupt(m)) if m.contains("superblock checksum") => Ok(None),
+            Err(e) => Err(format!("heap recovery failed: {e}")),
+        }
+    }
+
+    fn observe(&self, heap: &Option<Heap>) -> Result<Option<Model>, String> {
+        let Some(heap) = heap else { return Ok(None) };
+        // The root is created zeroed by one transaction and initialised by the next: before
+        // the second commits there is no keyspace yet.
+        let Some((root, _)) = heap.region(ROOT_NAME).map_err(err)? else {
+            return Ok(None);
+        };
+        let magic: u64 = heap.get(mnemo_heap::PPtr::from_offset(root)).map_err(err)?;
+        if magic == 0 {
+            return Ok(None);
+        }
+        let mut engine = PersistentEngine::open(heap).map_err(err)?;
+        let keys = engine
+            .check()
+            .map_err(|e| format!("invalid keyspace: {e}"))?;
+        let mut model = Model::new();
+        engine.begin();
+        for s in STRINGS {
+            match exec(&mut engine, &[b"GET", s.as_bytes()]) {
+                Reply::Bulk(v) => {
+                    model.insert(s.into(), Val::Str(v.to_vec()));
+                }
+                Reply::NullBulk => {}
+                other => return Err(format!("GET {s}: {other:?}")),
+            }
+        }
+        for l in LISTS {
+            match exec(&mut engine, &[b"LRANGE", l.as_bytes(), b"0", b"-1"]) {
+                Reply::Array(items) if items.is_empty() => {}
+                Reply::Array(items) => {
+                    let values = items
+                        .into_iter()
+                        .map(|r| match r {
+                            Reply::Bulk(v) => Ok(v.to_vec()),
+                            other => Err(format!("LRANGE {l} element {other:?}")),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    model.insert(l.into(), Val::List(values));
+                }
+                other => return Err(format!("LRANGE {l}: {other:?}")),
+            }
+        }
+        engine.finish_read_only();
+        if keys != model.len() as u64 {
+            return Err(format!(
+                "keyspace counts {keys} keys, {} readable",
+                model.len()
+            ));
+        }
+        Ok(Some(model))
+    }
+
+    fn follow_on(&self, heap: Option<Heap>, media: &SimMedia) -> Result<(), String> {
+        let Some(heap) = heap else { return Ok(()) };
+        {
+            let mut engine = PersistentEngine::open(&heap).map_err(err)?;
+            engine.begin();
+            exec(&mut engine, &[b"LPUSH", b"l0", b"after"]);
+            exec(&mut engine, &[b"SET", b"s0", b"after"]);
+            engine.commit().map_err(err)?;
+            engine.check().map_err(err)?;
+        }
+        drop(heap);
+        let again = self.recover(media.crash())?;
+        match self.observe(&again)? {
+            Some(model) if model.get("s0") == Some(&Val::Str(b"after".to_vec())) => Ok(()),
+            other => Err(format!("follow-on batch lost after reopen: {other:?}")),
+        }
+    }
+}
+
+/// Sampling narrowed so the crate's debug test run stays short; `MNEMO_SOAK=1` widens it.
+fn config(seed: u64) -> Config {
+    let mut config = Config::from_env(seed);
+    if !mnemo_testkit::soak() {
+        config.sampling.exhaustive_max = 6;
+        config.sampling.pairs_all_max = 12;
+        config.sampling.pairs_sampled = 24;
+        config.sampling.random = 24;
+        config.depth2_every = 16;
+        config.depth2_images = 4;
+        config.follow_on_every = 8;
+    }
+    config.threads = 2;
+    config
+}
+
+/// `MNEMO_KV_CRASH_SEEDS=N` runs N seeds instead of one (soak).
+#[test]
+fn crash_keyspace_batches() {
+    let seeds: u64 = std::env::var("MNEMO_KV_CRASH_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for seed in 1..1 + seeds {
+        let report = explore(&KeyspaceWorkload { batches: 10 }, &config(seed));
+        eprintln!("{}", report.summary(&format!("keyspace seed {seed}")));
+        report.assert_ok();
+    }
+}
+
+/// The checker can fail: with the heap's commit deliberately broken, the keyspace workload
+/// must find a bad crash image.
+#[test]
+fn broken_commits_are_caught() {
+    let mut missed = Vec::new();
+    for name in [
+        "tx.apply_before_commit",
+        "tx.skip_record_flush",
+        "tx.skip_flush",
+    ] {
+        let caught = (1..4).any(|seed| {
+            let mut config = config(seed);
+            config.mutant = Some(name);
+            config.stop_at_first_failure = true;
+            let report = explore(&KeyspaceWorkload { batches: 10 }, &config);
+            if let Some(f) = report.failures.first() {
+                eprintln!(
+                    "mutant {name} caught: {}",
+                    f.to_string().lines().next().unwrap_or_default()
+                );
+            }
+            !report.failures.is_empty()
+        });
+        if !caught {
+            missed.push(name);
+        }
+    }
+    assert!(missed.is_empty(), "mutants not caught: {missed:?}");
+}
