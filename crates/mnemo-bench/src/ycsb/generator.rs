@@ -141,12 +141,7 @@ impl Zipfian {
     /// recomputed with the constructor's item count, and a smaller count is ignored
     /// (YCSB's default `allowitemcountdecrease = false`).
     pub fn next_of(&mut self, rng: &mut Rng, itemcount: i64) -> i64 {
-        if itemcount > self.count_for_zeta {
-            self.zetan = zeta(self.count_for_zeta, itemcount, self.theta, self.zetan);
-            self.count_for_zeta = itemcount;
-            self.eta = (1.0 - (2.0 / self.items as f64).powf(1.0 - self.theta))
-                / (1.0 - self.zeta2theta / self.zetan);
-        }
+        self.grow(itemcount);
         let u = rng.next_f64();
         let uz = u * self.zetan;
         if uz < 1.0 {
@@ -158,9 +153,43 @@ impl Zipfian {
         self.base + (itemcount as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as i64
     }
 
+    /// Extends zeta(n) to `itemcount` items if that is more than before (what
+    /// [`Zipfian::next_of`] does first).
+    pub fn grow(&mut self, itemcount: i64) {
+        if itemcount > self.count_for_zeta {
+            self.zetan = zeta(self.count_for_zeta, itemcount, self.theta, self.zetan);
+            self.count_for_zeta = itemcount;
+            self.eta = (1.0 - (2.0 / self.items as f64).powf(1.0 - self.theta))
+                / (1.0 - self.zeta2theta / self.zetan);
+        }
+    }
+
     /// zeta(n) currently in use.
     pub fn zetan(&self) -> f64 {
         self.zetan
+    }
+
+    /// The sampler's own law: the probability that [`Zipfian::next`] returns at most
+    /// `base + rank`. Ranks 0 and 1 get exactly `1/zetan` and `2^-theta/zetan`; from rank 2
+    /// on, Gray's method follows a continuous approximation of the law (rank 2 gets about
+    /// 20 % more than `3^-theta/zetan`), which is what YCSB runs and what is checked here.
+    pub fn cdf(&self, rank: i64) -> f64 {
+        let u1 = (1.0 + 0.5f64.powf(self.theta)) / self.zetan;
+        match rank {
+            r if r < 0 => 0.0,
+            0 => 1.0 / self.zetan,
+            1 => u1,
+            r => {
+                // floor(n (eta (u-1) + 1)^alpha) <= r  <=>  u < 1 + (((r+1)/n)^(1-theta) - 1)/eta
+                let k = (r + 1) as f64 / self.count_for_zeta as f64;
+                (1.0 + (k.powf(1.0 - self.theta) - 1.0) / self.eta).clamp(u1, 1.0)
+            }
+        }
+    }
+
+    /// The probability that [`Zipfian::next`] returns `base + rank`.
+    pub fn probability(&self, rank: i64) -> f64 {
+        self.cdf(rank) - self.cdf(rank - 1)
     }
 }
 
@@ -199,6 +228,16 @@ impl ScrambledZipfian {
     /// The key number of popularity rank `rank` (0: the most popular), collisions aside.
     pub fn key_of_rank(&self, rank: i64) -> i64 {
         self.min + fnv_hash64(rank) % self.itemcount
+    }
+
+    /// The probability of drawing popularity rank `rank` (see [`Zipfian::probability`]).
+    pub fn rank_probability(&self, rank: i64) -> f64 {
+        self.gen.probability(rank)
+    }
+
+    /// The probability of drawing a rank up to `rank`.
+    pub fn rank_cdf(&self, rank: i64) -> f64 {
+        self.gen.cdf(rank)
     }
 }
 
@@ -274,8 +313,13 @@ impl SkewedLatest {
 
     /// The next key number.
     pub fn next(&mut self, rng: &mut Rng, basis: &AcknowledgedCounter) -> i64 {
+        self.next_with_max(rng, basis).0
+    }
+
+    /// The next key number and the newest acknowledged key it was drawn below.
+    pub fn next_with_max(&mut self, rng: &mut Rng, basis: &AcknowledgedCounter) -> (i64, i64) {
         let max = basis.last_value();
-        max - self.zipfian.next_of(rng, max)
+        (max - self.zipfian.next_of(rng, max), max)
     }
 }
 
@@ -356,23 +400,39 @@ mod tests {
             counts[v as usize] += 1;
         }
         let zn = zeta(0, n, 0.99, 0.0);
-        // Ranks 0 and 1 are exact in Gray's method.
+        assert!((z.zetan() - zn).abs() < 1e-12);
+        // Ranks 0 and 1 are exactly the zipfian law 1/(i+1)^0.99/zeta(n).
         for (rank, &count) in counts.iter().enumerate().take(2) {
             let p = 1.0 / ((rank + 1) as f64).powf(0.99) / zn;
+            assert!((z.probability(rank as i64) - p).abs() < 1e-12);
             let got = count as f64 / SAMPLES as f64;
             assert!(
                 (got - p).abs() < tol(p, SAMPLES),
                 "rank {rank}: {got} vs {p}"
             );
         }
-        // The rest follows the law closely: the mass of the top 10 and top 100 ranks.
+        // Every rank follows the sampler's law (Gray's approximation from rank 2 on).
+        for (rank, &count) in counts.iter().enumerate().take(20) {
+            let p = z.probability(rank as i64);
+            let got = count as f64 / SAMPLES as f64;
+            assert!(
+                (got - p).abs() < tol(p, SAMPLES),
+                "rank {rank}: {got} vs {p}"
+            );
+        }
+        // ... which is close to the zipfian law in the mass of the top ranks.
         for top in [10usize, 100] {
-            let p: f64 = (0..top)
+            let law: f64 = (0..top)
                 .map(|i| 1.0 / ((i + 1) as f64).powf(0.99))
                 .sum::<f64>()
                 / zn;
+            let p = z.cdf(top as i64 - 1);
             let got = counts[..top].iter().sum::<usize>() as f64 / SAMPLES as f64;
-            assert!((got - p).abs() < 0.02, "top {top}: {got} vs {p}");
+            assert!((got - p).abs() < tol(p, SAMPLES), "top {top}: {got} vs {p}");
+            assert!(
+                (p - law).abs() < 0.02,
+                "top {top}: sampler {p} vs law {law}"
+            );
         }
     }
 
@@ -387,10 +447,10 @@ mod tests {
             assert!((0..n).contains(&v));
             *counts.entry(v).or_insert(0usize) += 1;
         }
-        // Ranks 0 and 1 are exact in Gray's method; from rank 2 on it approximates the law
-        // with a continuous one (YCSB's generator has the same bias, which is kept).
-        for rank in 0..2 {
-            let p = 1.0 / ((rank + 1) as f64).powf(0.99) / SCRAMBLED_ZETAN;
+        // Rank 0: 1/ZETAN; from rank 2 on, Gray's approximation (kept, as YCSB has it).
+        assert!((z.rank_probability(0) - 1.0 / SCRAMBLED_ZETAN).abs() < 1e-12);
+        for rank in 0..5 {
+            let p = z.rank_probability(rank);
             let key = z.key_of_rank(rank);
             let got = counts.get(&key).copied().unwrap_or(0) as f64 / SAMPLES as f64;
             // Other ranks folding onto the same key add about 1/n.
