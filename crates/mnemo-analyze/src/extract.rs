@@ -629,6 +629,37 @@ fn strip_casts<'tu>(mut e: Entity<'tu>) -> Entity<'tu> {
 /// Longest stretch of source read between two operands to find their operator.
 const OPERATOR_GAP_MAX: usize = 64;
 
+/// Longest source range tokenized to find an operator or an initializer: a range that maps
+/// from a macro definition to its expansion can span a whole header, and tokenizing it costs
+/// more than the rest of the unit.
+const TOKENIZED_BYTES_MAX: usize = 16 * 1024;
+
+/// Longest source range spelled out to name an indirect callee.
+const SPELLED_BYTES_MAX: usize = 256;
+
+/// Most tokens spelled out to name an indirect callee (`a->b.c[i]->f` is 9).
+const SPELLED_TOKENS_MAX: usize = 32;
+
+/// The tokens of `range` when it lies in one file and spans at most `max` bytes.
+fn tokens_within<'tu>(
+    range: clang::source::SourceRange<'tu>,
+    max: usize,
+) -> Option<Vec<clang::token::Token<'tu>>> {
+    // Checked both ways: tokenizing follows spelling locations, which inside a macro can lie
+    // far from where the macro is used.
+    let within = |(start_file, start): (Option<PathBuf>, usize),
+                  (end_file, end): (Option<PathBuf>, usize)| {
+        start_file.is_some() && start_file == end_file && start <= end && end - start <= max
+    };
+    let as_usize = |(file, at): (Option<PathBuf>, u32)| (file, at as usize);
+    let by_file = within(
+        as_usize(offset_of(range.get_start())),
+        as_usize(offset_of(range.get_end())),
+    );
+    let by_spelling = within(spelling_of(range.get_start()), spelling_of(range.get_end()));
+    (by_file && by_spelling).then(|| range.tokenize())
+}
+
 fn offset_of(location: clang::source::SourceLocation) -> (Option<PathBuf>, u32) {
     let loc = location.get_file_location();
     (loc.file.map(|f| f.get_path()), loc.offset)
@@ -682,9 +713,12 @@ fn binary_operator(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: &Entity) -> Option
     let (lhs_file, lhs_end) = offset_of(lr.get_end());
     let (rhs_file, rhs_start) = offset_of(rr.get_start());
     if lhs_file.is_none() || lhs_file != rhs_file || lhs_end >= rhs_start {
-        return None;
+        // Both operands come from one macro expansion, whose body libclang does not show.
+        // Only an assignment leaves its left operand an lvalue: every other operator reads
+        // it, through an implicit conversion (an unexposed expression).
+        return is_plain_lvalue(lhs).then(|| "=".to_string());
     }
-    for token in e.get_range()?.tokenize() {
+    for token in tokens_within(e.get_range()?, TOKENIZED_BYTES_MAX)? {
         let (_, at) = offset_of(token.get_range().get_start());
         if token.get_kind() == TokenKind::Punctuation && at >= lhs_end && at < rhs_start {
             return Some(token.get_spelling());
@@ -708,9 +742,15 @@ fn unary_operator(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: &Entity) -> Option<
     let (_, we) = offset_of(whole.get_end());
     let (_, ie) = offset_of(inner.get_end());
     if wf.is_none() || wf != inf || (ws, we) == (is, ie) {
-        return None;
+        // Inside one macro expansion. An lvalue operand left as it is belongs to `++`, `--`
+        // or `&`; of those, only `++` and `--` keep the operand's type.
+        let same_type = match (e.get_type(), operand.get_type()) {
+            (Some(a), Some(b)) => a.get_canonical_type() == b.get_canonical_type(),
+            _ => false,
+        };
+        return (is_plain_lvalue(&operand) && same_type).then(|| "++".to_string());
     }
-    let tokens = whole.tokenize();
+    let tokens = tokens_within(whole, TOKENIZED_BYTES_MAX)?;
     let token = if ws < is {
         tokens.first()
     } else {
@@ -743,14 +783,35 @@ fn callee_text(callee: &Entity) -> String {
     "(in a macro)".into()
 }
 
+/// An lvalue expression not wrapped in an implicit conversion: a variable, a member, an
+/// array element (inside parentheses or not).
+fn is_plain_lvalue(e: &Entity) -> bool {
+    let mut e = *e;
+    while e.get_kind() == EntityKind::ParenExpr {
+        match e.get_children().into_iter().next() {
+            Some(inner) => e = inner,
+            None => return false,
+        }
+    }
+    matches!(
+        e.get_kind(),
+        EntityKind::DeclRefExpr | EntityKind::MemberRefExpr | EntityKind::ArraySubscriptExpr
+    )
+}
+
 /// Source text of an expression, from its tokens.
 fn spelled(e: &Entity) -> String {
     let Some(range) = e.get_range() else {
         return String::new();
     };
+    let mut tokens = tokens_within(range, SPELLED_BYTES_MAX).unwrap_or_default();
+    if tokens.len() > SPELLED_TOKENS_MAX {
+        // A range stretching from a macro's definition to its use: not a callee's spelling.
+        tokens.clear();
+    }
     let mut text = String::new();
     let mut last_word = false;
-    for token in range.tokenize() {
+    for token in tokens {
         let word = matches!(
             token.get_kind(),
             TokenKind::Identifier | TokenKind::Keyword | TokenKind::Literal
@@ -834,7 +895,8 @@ impl BodyWalker<'_> {
     fn local_init(&mut self, var: Entity, loop_header: bool) {
         // `char buf[N];` has an expression child too (the size): only `=` makes an initializer.
         let has_init = var.get_range().is_some_and(|r| {
-            r.tokenize()
+            tokens_within(r, TOKENIZED_BYTES_MAX)
+                .unwrap_or_default()
                 .iter()
                 .any(|t| t.get_kind() == TokenKind::Punctuation && t.get_spelling() == "=")
         });

@@ -427,3 +427,24 @@ fn anonymous_members_are_named_by_their_path() {
     // The four records: stream, its union, and the union's two structs.
     assert_eq!(report.summary.types_in_program, 4);
 }
+
+#[test]
+fn writes_inside_macro_bodies() {
+    let report = run("macros.c", &["reads"]);
+    assert_eq!(names(&report), plain(&[]));
+
+    let report = run("macros.c", &["assigns"]);
+    assert_eq!(names(&report), plain(&["struct lst"]));
+    let lst = finding(&report, "struct lst");
+    assert_eq!(
+        (lst.writes[0].how.as_str(), lst.writes[0].site.line),
+        ("=", 25)
+    );
+
+    let report = run("macros.c", &["increments"]);
+    let lst = finding(&report, "struct lst");
+    assert_eq!(
+        (lst.writes[0].how.as_str(), lst.writes[0].site.line),
+        ("++", 31)
+    );
+}
