@@ -725,3 +725,45 @@ fn default_heap_options_open() {
     let mut e = PersistentEngine::open(&heap).expect("open");
     assert_eq!(run(&mut e, &["SET", "a", "b"]), ok());
 }
+
+/// The seam the server uses: sessions decode requests, `run_batch` runs them on the engine
+/// in one transaction and releases the replies after the commit.
+#[test]
+fn runs_under_the_server_batch_runner() {
+    use mnemo_kv::server::{run_batch, Session, SessionConfig};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let heap = create(&dir, 64 << 20, 256 << 20, &small_options());
+    let mut e = PersistentEngine::open(&heap).expect("open");
+    let mut a = Session::new(1, SessionConfig::default());
+    let mut b = Session::new(2, SessionConfig::default());
+    a.receive(b"SET k 1\r\nINCR k\r\nLPUSH l x y\r\n");
+    b.receive(b"GET k\r\nZADD z 1.5 m\r\nZSCORE z m\r\n");
+    let mut batch: Vec<_> = std::iter::from_fn(|| a.poll_request()).collect();
+    batch.extend(std::iter::from_fn(|| b.poll_request()));
+    let syncs = |heap: &Heap| {
+        heap.pool()
+            .stats()
+            .sync_points
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let completions = run_batch(&mut e, &batch).expect("commit");
+    for c in completions {
+        let session = if c.session == 1 { &mut a } else { &mut b };
+        session.complete(&c.reply, c.close);
+    }
+    assert_eq!(&a.take_output()[..], b"+OK\r\n:2\r\n:2\r\n");
+    assert_eq!(&b.take_output()[..], b"$1\r\n2\r\n:1\r\n$3\r\n1.5\r\n");
+    // Once the allocator has runs of these sizes (publishing a new run costs the heap a
+    // sync point of its own), a batch costs exactly one sync point.
+    a.receive(b"SET k2 1\r\nINCR k2\r\nLPUSH l2 x y\r\nZADD z2 2 n\r\n");
+    let batch: Vec<_> = std::iter::from_fn(|| a.poll_request()).collect();
+    let before = syncs(&heap);
+    run_batch(&mut e, &batch).expect("commit");
+    assert_eq!(syncs(&heap) - before, 1, "one sync point for the batch");
+    // A read-only batch has no sync point.
+    b.receive(b"GET k\r\n");
+    let batch: Vec<_> = std::iter::from_fn(|| b.poll_request()).collect();
+    let before = syncs(&heap);
+    run_batch(&mut e, &batch).expect("read-only");
+    assert_eq!(syncs(&heap), before);
+}
