@@ -189,16 +189,21 @@ impl Header {
             }
             return Err(CopyProblem::BadMagic { found: raw.magic });
         }
-        // The version is checked before the checksum: a newer format may checksum
-        // differently, and must be refused as "newer", not misreported as corrupt.
+        // A newer version is refused before the checksum: a newer format may checksum
+        // differently, and must be refused as "newer", not misreported as corrupt. An older
+        // version is believed only with a matching checksum: a copy torn while a pool was
+        // being created reads as version 0, and is corrupt, not "old".
         let version = raw.format_version.get();
         let stored = raw.checksum.get();
         let computed = checksum(bytes);
-        if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
+        if version > FORMAT_VERSION {
             return Err(CopyProblem::UnsupportedVersion { found: version });
         }
         if stored != computed && !crate::mutant::active("header.skip_checksum") {
             return Err(CopyProblem::BadChecksum { stored, computed });
+        }
+        if version < FORMAT_VERSION_MIN {
+            return Err(CopyProblem::UnsupportedVersion { found: version });
         }
         let invalid =
             |field: &'static str, detail: String| Err(CopyProblem::Invalid { field, detail });
@@ -395,6 +400,16 @@ mod tests {
                 field: "generation",
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn torn_copy_with_version_zero_is_corrupt_not_old() {
+        let mut b = sample().encode();
+        b[8..12].copy_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            Header::decode(&b),
+            Err(CopyProblem::BadChecksum { .. })
         ));
     }
 
