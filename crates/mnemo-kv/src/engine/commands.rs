@@ -436,11 +436,11 @@ fn ttl(ctx: &mut Ctx<'_, '_>, key: &[u8], ms: bool) -> Result<Reply> {
         None => -2,
         Some(f) if f.entry.expire == 0 => -1,
         Some(f) => {
-            let left = (f.entry.expire - ctx.now).max(0);
+            let left = f.entry.expire.saturating_sub(ctx.now).max(0);
             if ms {
                 left
             } else {
-                (left + 500) / 1000
+                left.saturating_add(500) / 1000
             }
         }
     }))

@@ -143,7 +143,7 @@ impl Header {
             extra: w[9],
         };
         let size_ok = |s: u64| s.is_power_of_two() && (BUCKETS_MIN / 2..=BUCKETS_MAX).contains(&s);
-        if h.t0 == 0 || !size_ok(h.size0) {
+        if h.t0 == 0 || h.t0 > store::OFFSET_MAX || h.t1 > store::OFFSET_MAX || !size_ok(h.size0) {
             return corrupt(format!(
                 "{d:#x}: table of {} buckets at {:#x}",
                 h.size0, h.t0
@@ -356,7 +356,7 @@ pub fn find(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8]) -> Result<Option<Fo
                 return Ok(Some(Found { entry, link }));
             }
             steps += 1;
-            if steps > h.count + 1 {
+            if steps > h.count.saturating_add(1) {
                 return corrupt(format!("{d:#x}: a chain longer than the table's count"));
             }
             link = at;
@@ -445,7 +445,7 @@ pub fn step(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<()> {
             store::set_word(tx, target, at)?;
             at = next;
             steps += 1;
-            if steps > h.count + 1 {
+            if steps > h.count.saturating_add(1) {
                 return corrupt(format!("{d:#x}: a cycle in a chain"));
             }
         }
@@ -491,7 +491,7 @@ fn walk(
         }
         at = entry.next;
         steps += 1;
-        if steps > h.count + 1 {
+        if steps > h.count.saturating_add(1) {
             return corrupt(format!(
                 "a chain longer than its table's count ({})",
                 h.count
@@ -603,7 +603,7 @@ pub fn random(tx: &Mem<'_, '_>, d: u64, rng: &mut impl FnMut() -> u64) -> Result
     while at != 0 {
         let entry = Entry::read(tx, at)?;
         chain.push(Found { entry, link });
-        if chain.len() as u64 > h.count + 1 {
+        if chain.len() as u64 > h.count.saturating_add(1) {
             return corrupt(format!("{d:#x}: a cycle in a chain"));
         }
         link = at;

@@ -236,7 +236,7 @@ impl Ctx<'_, '_> {
                 *budget = budget.saturating_sub(1);
                 at = e.next;
                 steps += 1;
-                if steps > h.count + 1 {
+                if steps > h.count.saturating_add(1) {
                     return corrupt(format!("{d:#x}: a cycle in a chain"));
                 }
             }

@@ -51,7 +51,11 @@ impl Header {
             tail: w[3],
             segs: w[4],
         };
-        if (h.head == 0) != (h.tail == 0) || h.len > h.segs * LIST_SEGMENT_SLOTS {
+        if (h.head == 0) != (h.tail == 0)
+            || h.len > h.segs.saturating_mul(LIST_SEGMENT_SLOTS)
+            || h.head > store::OFFSET_MAX
+            || h.tail > store::OFFSET_MAX
+        {
             return corrupt(format!("{l:#x}: list header {h:?}"));
         }
         Ok(h)
@@ -70,7 +74,11 @@ struct Segment {
 impl Segment {
     fn read(tx: &Mem<'_, '_>, off: u64) -> Result<Segment> {
         let [prev, next, lo, hi] = store::words::<4>(tx, off)?;
-        if lo > hi || hi > LIST_SEGMENT_SLOTS {
+        if lo > hi
+            || hi > LIST_SEGMENT_SLOTS
+            || prev > store::OFFSET_MAX
+            || next > store::OFFSET_MAX
+        {
             return corrupt(format!("list segment {off:#x}: slots {lo}..{hi}"));
         }
         Ok(Segment {
@@ -138,7 +146,7 @@ pub fn push(tx: &Mem<'_, '_>, l: u64, left: bool, value: &[u8]) -> Result<u64> {
             if h.tail == s.off && h.segs == 0 {
                 return corrupt("list with a segment but a segment count of 0");
             }
-            store::set_word(tx, l + SEGS, h.segs + 1)?;
+            store::set_word(tx, l + SEGS, h.segs.saturating_add(1))?;
             s = Segment::read(tx, n)?;
         }
         store::set_word(tx, s.slot(s.lo - 1), e)?;
@@ -149,14 +157,14 @@ pub fn push(tx: &Mem<'_, '_>, l: u64, left: bool, value: &[u8]) -> Result<u64> {
             let n = new_segment(tx, s.off, 0, 0)?;
             store::set_word(tx, s.off + 8, n)?;
             store::set_word(tx, l + TAIL, n)?;
-            store::set_word(tx, l + SEGS, h.segs + 1)?;
+            store::set_word(tx, l + SEGS, h.segs.saturating_add(1))?;
             s = Segment::read(tx, n)?;
         }
         store::set_word(tx, s.slot(s.hi), e)?;
         store::set_word(tx, s.off + 24, s.hi + 1)?;
     }
-    store::set_word(tx, l + LEN, h.len + 1)?;
-    Ok(h.len + 1)
+    store::set_word(tx, l + LEN, h.len.saturating_add(1))?;
+    Ok(h.len.saturating_add(1))
 }
 
 /// Pops from the left or right end; None when empty. An emptied segment is freed; the last

@@ -260,9 +260,16 @@ pub(crate) fn free(tx: &Mem<'_, '_>, offset: u64) -> Result<()> {
     Ok(tx.tx.free_offset(offset)?)
 }
 
+/// Largest offset believed when read from the pool (pools are far smaller): offsets and
+/// lengths read from the pool can then be added without overflow.
+pub(crate) const OFFSET_MAX: u64 = 1 << 56;
+
 fn nonnull(offset: u64) -> Result<()> {
     if offset == 0 {
         return corrupt("a null pointer where an object must be");
+    }
+    if offset > OFFSET_MAX {
+        return corrupt(format!("an offset of {offset:#x}"));
     }
     Ok(())
 }
