@@ -55,14 +55,14 @@
 //! * `truncate_front`/`reset`: 1 header copy (1 line), 1 fence.
 //! * `open`: reads every live record and every free word (one pass over the area).
 //!
-//! Appends and header writes are sync points of the pool ([`mnemo_pmem::Pool::gmsync`]):
-//! the policy flushes the named lines and fences once, and replication (later) ships them.
-//! [`Log::set_sync_points`]`(false)` makes appends local persists instead (the pool's copy
-//! path, `Pool::copy_nodrain`, then one `Pool::drain`): still one fence, same bytes on media,
-//! not seen by replication; meant for logs internal to a layer whose own commit is the sync
-//! point. It is also the faster path: the pool's copy may use non-temporal stores, which
-//! the sync-point path cannot (the policy flushes the lines again, and a flush after
-//! non-temporal stores costs more than it saves). `benches/append.rs` measures both.
+//! Appends are sync points of the pool: the records are written with non-temporal stores
+//! (`Pool::stream_nodrain`: each aligned 8-byte word by one store, no flush needed) and then
+//! [`mnemo_pmem::Pool::gmsync_flushed`] names the written ranges: one fence locally, and
+//! replication (later) ships them as one unit. Header writes are `Pool::gmsync` sync points.
+//! [`Log::set_sync_points`]`(false)` makes appends local persists instead (the same stores,
+//! then one `Pool::drain`): still one fence, same bytes on media, not seen by replication;
+//! meant for logs internal to a layer whose own commit is the sync point.
+//! `benches/append.rs` measures both.
 //!
 //! ## Mutants
 //! With the `mutants` feature, `mnemo_pmem::mutant::with` switches on one deliberately

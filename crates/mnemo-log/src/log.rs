@@ -8,16 +8,12 @@ use mnemo_pmem::{mutant, ByteRange, Pool};
 use crate::error::Error;
 use crate::format::{
     self, choose, crc_prefix, encode_payload, free_word, length_word, parse_length_word,
-    payload_max_for, payload_words, record_crc, record_words, sense_of_pass, torn_bit, with_sense,
-    CopyProblem, Header, AREA_MIN, AREA_WORDS_MAX, CRC_PREFIX, ENTRY_LEN_MAX, HEADER_AREA,
-    HEADER_COPY_SIZE, REGION_ALIGN,
+    payload_max_for, payload_words, record_crc, record_words, sense_of_pass, torn_bit, CopyProblem,
+    Header, AREA_MIN, AREA_WORDS_MAX, CRC_PREFIX, ENTRY_LEN_MAX, HEADER_AREA, HEADER_COPY_SIZE,
+    REGION_ALIGN,
 };
 
 const CACHE_LINE: u64 = mnemo_pmem::limits::CACHE_LINE;
-
-/// Records of up to this many payload words (105 bytes) are staged on the stack.
-const STAGE_WORDS: usize = 15;
-const STAGE_BYTES: usize = CRC_PREFIX + 8 * STAGE_WORDS;
 
 /// Log sequence number: the logical byte position of an entry in the log's unbounded stream
 /// (a multiple of 8). LSNs grow strictly with every entry, survive reopen, and are never
@@ -184,56 +180,9 @@ fn lines_of(offset: u64, len: u64) -> u64 {
     }
 }
 
-/// Staging for small records: the checksum prefix and the payload words, 8-byte aligned so
-/// one CRC call runs on whole words and the payload is packed once.
-#[repr(C, align(8))]
-struct Stage([u8; STAGE_BYTES]);
-
-/// Encode one record at logical word `at` (`cursor` at it): hand each word, torn bit set for
-/// its position, to `put` with its ring position. The cursor ends after the record.
-#[inline]
-fn encode_record(
-    cap: u64,
-    cursor: &mut Cursor,
-    at: u64,
-    data: &[u8],
-    more: bool,
-    mut put: impl FnMut(u64, u64),
-) {
-    let words = payload_words(data.len());
-    let mut stage = Stage([0; STAGE_BYTES]);
-    let mut large = Vec::new();
-    let crc = if words <= STAGE_WORDS {
-        stage.0[..CRC_PREFIX].copy_from_slice(&crc_prefix(at, data.len(), more));
-        let mut end = CRC_PREFIX;
-        encode_payload(data, |word| {
-            stage.0[end..end + 8].copy_from_slice(&word.to_le_bytes());
-            end += 8;
-        });
-        crc32c::crc32c(&stage.0[..end])
-    } else {
-        large.reserve_exact(words);
-        encode_payload(data, |word| large.push(word));
-        record_crc(at, data.len(), more, &large)
-    };
-    let mut emit = |word: u64| {
-        put(cursor.pos, with_sense(word, cursor.sense));
-        cursor.advance(cap);
-    };
-    emit(length_word(data.len(), more, crc));
-    if words <= STAGE_WORDS {
-        let end = CRC_PREFIX + 8 * words;
-        for w in stage.0[CRC_PREFIX..end].chunks_exact(8) {
-            emit(u64::from_le_bytes(w.try_into().unwrap_or_default()));
-        }
-    } else {
-        large.into_iter().for_each(emit);
-    }
-}
-
 /// Encode one record at logical word `at` (`cursor` at it) onto the end of `staged`, as the
-/// bytes its words will have on media; the cursor ends after the record. The same words as
-/// [`encode_record`], built in place: the checksum prefix goes where the length word will be
+/// bytes its words will have on media; the cursor ends after the record. Built in place: the
+/// checksum prefix goes where the length word will be
 /// (8 bytes longer), so one CRC call covers prefix and payload, then the payload moves down.
 #[inline]
 fn stage_record(
@@ -381,12 +330,11 @@ impl<P: Deref<Target = Pool>> Log<P> {
         Ok(lsns)
     }
 
-    /// Whether appends are sync points of the pool (the default: `Pool::gmsync`, which the
-    /// replication pipeline sees) or local persists (`Pool::copy_nodrain` + `Pool::drain`:
-    /// one fence too, not seen by replication; for logs internal to a layer whose own commit
-    /// is the sync point, as `Pool::persist` is for metadata). Local appends take the pool's
-    /// copy path, so they use non-temporal stores wherever the pool does
-    /// (`MNEMO_MOVNT_THRESHOLD`).
+    /// Whether appends are sync points of the pool (the default: `Pool::gmsync_flushed`,
+    /// which the replication pipeline sees) or local persists (`Pool::drain` only: one fence
+    /// too, not seen by replication; for logs internal to a layer whose own commit is the
+    /// sync point, as `Pool::persist` is for metadata). Both write the records with
+    /// non-temporal stores (`Pool::stream_nodrain`).
     pub fn set_sync_points(&mut self, on: bool) {
         self.sync_points = on;
     }
@@ -545,34 +493,23 @@ impl<P: Deref<Target = Pool>> Log<P> {
         let cap = self.cap;
         let mut cursor = self.next;
         let mut at = self.tail;
-        if self.sync_points {
-            let area = Area::new(&self.pool, self.area, cap)?;
-            for (i, data) in batch.iter().enumerate() {
-                let more = i + 1 < batch.len();
-                encode_record(cap, &mut cursor, at, data, more, |pos, word| {
-                    area.store(pos, word)
-                });
-                at += record_words(data.len());
-            }
-            self.sync(words)?;
-        } else {
-            let mut staged = std::mem::take(&mut self.staged);
-            staged.clear();
-            for (i, data) in batch.iter().enumerate() {
-                let more = i + 1 < batch.len();
-                stage_record(&mut staged, cap, &mut cursor, at, data, more);
-                at += record_words(data.len());
-            }
-            let result = self.persist_staged(&staged);
-            self.staged = staged;
-            result?;
+        let mut staged = std::mem::take(&mut self.staged);
+        staged.clear();
+        for (i, data) in batch.iter().enumerate() {
+            let more = i + 1 < batch.len();
+            stage_record(&mut staged, cap, &mut cursor, at, data, more);
+            at += record_words(data.len());
         }
+        let result = self.persist_staged(&staged);
+        self.staged = staged;
+        result?;
         self.commit(words, batch.len() as u64, cursor);
         Ok(())
     }
 
-    /// Local mode: copy the staged words to the tail through the pool's copy path (flushed,
-    /// non-temporal where the pool chooses), then one fence.
+    /// Copy the staged words to the tail with non-temporal stores (records are written once
+    /// and read back only by recovery and iteration), then one fence: a sync point over the
+    /// written ranges (`Pool::gmsync_flushed`), or a plain drain in local mode.
     fn persist_staged(&mut self, staged: &[u8]) -> Result<(), Error> {
         let pos = self.next.pos;
         let words = staged.len() as u64 / 8;
@@ -585,12 +522,25 @@ impl<P: Deref<Target = Pool>> Log<P> {
                     continue;
                 }
                 if flush {
-                    self.pool.copy_nodrain(offset, bytes)?;
+                    self.pool.stream_nodrain(offset, bytes)?;
                 } else {
                     self.pool.write(offset, bytes)?;
                 }
             }
-            self.pool.drain()
+            if self.sync_points {
+                let ranges = [
+                    ByteRange::new(self.area + pos * 8, a.len() as u64),
+                    ByteRange::new(self.area, b.len() as u64),
+                ];
+                let ranges = if b.is_empty() {
+                    &ranges[..1]
+                } else {
+                    &ranges[..]
+                };
+                self.pool.gmsync_flushed(ranges)
+            } else {
+                self.pool.drain()
+            }
         })();
         if let Err(err) = result {
             self.state = State::Poisoned;
@@ -599,38 +549,6 @@ impl<P: Deref<Target = Pool>> Log<P> {
         self.stats.fences += 1;
         self.stats.lines_flushed +=
             lines_of(self.area + pos * 8, a.len() as u64) + lines_of(self.area, b.len() as u64);
-        Ok(())
-    }
-
-    /// Make `words` words from the tail durable: one sync point (flush + one fence), two ranges
-    /// when the records wrap past the end of the area.
-    fn sync(&mut self, words: u64) -> Result<(), Error> {
-        let pos = self.next.pos;
-        let first = words.min(self.cap - pos);
-        let ranges = [
-            ByteRange::new(self.area + pos * 8, first * 8),
-            ByteRange::new(self.area, (words - first) * 8),
-        ];
-        let ranges = if words > first {
-            &ranges[..]
-        } else {
-            &ranges[..1]
-        };
-        let result = if mutant::active("log.skip_flush") {
-            self.pool.drain()
-        } else {
-            self.pool.gmsync(ranges)
-        };
-        if let Err(err) = result {
-            // The words may be partly durable: only recovery knows where the log ends now.
-            self.state = State::Poisoned;
-            return Err(err.into());
-        }
-        self.stats.fences += 1;
-        self.stats.lines_flushed += ranges
-            .iter()
-            .map(|r| lines_of(r.offset, r.len))
-            .sum::<u64>();
         Ok(())
     }
 

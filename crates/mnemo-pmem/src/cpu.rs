@@ -293,17 +293,32 @@ pub unsafe fn copy_nodrain(dst: *mut u8, src: *const u8, len: usize) {
 /// As [`copy_nodrain`]; `kind` must be supported by the CPU.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn copy_nt(dst: *mut u8, src: *const u8, len: usize, kind: FlushKind) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-    let head = dst.align_offset(16).min(len);
-    // SAFETY: all pointer arithmetic stays within the caller's ranges.
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128, _mm_stream_si64};
+    // Every aligned 8-byte word of the destination is written by one store (movnti or one
+    // half of a 16-byte movntdq), so 8-byte atomicity holds for it, as torn-bit logs need.
+    // Only bytes outside aligned words (an unaligned head or tail) use ordinary stores,
+    // which are then flushed.
+    let head = dst.align_offset(8).min(len);
+    // SAFETY: all pointer arithmetic stays within the caller's ranges; the stream stores
+    // write aligned destinations (8 or 16 bytes as their alignment requires).
     unsafe {
         std::ptr::copy_nonoverlapping(src, dst, head);
         flush_with(kind, dst, head);
         let mut off = head;
+        while off + 8 <= len && (dst as usize + off) % 16 != 0 {
+            let word = (src.add(off) as *const i64).read_unaligned();
+            _mm_stream_si64(dst.add(off) as *mut i64, word);
+            off += 8;
+        }
         while off + 16 <= len {
             let v = _mm_loadu_si128(src.add(off) as *const __m128i);
             _mm_stream_si128(dst.add(off) as *mut __m128i, v);
             off += 16;
+        }
+        while off + 8 <= len {
+            let word = (src.add(off) as *const i64).read_unaligned();
+            _mm_stream_si64(dst.add(off) as *mut i64, word);
+            off += 8;
         }
         let tail = len - off;
         std::ptr::copy_nonoverlapping(src.add(off), dst.add(off), tail);

@@ -617,6 +617,12 @@ impl<M: Media> Media for EmulatedMedia<M> {
         self.record_flush(offset, src.len() as u64, now);
     }
 
+    fn stream_nodrain(&self, offset: u64, src: &[u8]) {
+        let now = Clock::get().now_ps();
+        self.inner.stream_nodrain(offset, src);
+        self.record_flush(offset, src.len() as u64, now);
+    }
+
     fn info(&self) -> MediaInfo {
         let mut info = self.inner.info();
         info.reason = format!(

@@ -236,6 +236,20 @@ impl Media for FileMedia {
         }
     }
 
+    fn stream_nodrain(&self, offset: u64, src: &[u8]) {
+        if self.durability != Durability::CpuFlush || cpu::choice().movnt_threshold.is_none() {
+            return self.copy_nodrain(offset, src);
+        }
+        self.assert_range(offset, src.len() as u64);
+        // SAFETY: as in `copy_nodrain`; the flush kind is the process's chosen (supported) one.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            cpu::copy_nt(self.ptr(offset), src.as_ptr(), src.len(), self.flush)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        self.copy_nodrain(offset, src);
+    }
+
     fn info(&self) -> MediaInfo {
         MediaInfo {
             kind: self.kind,

@@ -94,6 +94,12 @@ pub trait Media: Send + Sync + Debug {
     /// durable until the next [`Media::drain`]. The range must lie within `len()`.
     fn copy_nodrain(&self, offset: u64, src: &[u8]);
 
+    /// Like [`Media::copy_nodrain`], but with non-temporal stores whatever the length: for
+    /// data written once and not read back soon (log records). Default: `copy_nodrain`.
+    fn stream_nodrain(&self, offset: u64, src: &[u8]) {
+        self.copy_nodrain(offset, src);
+    }
+
     /// What this medium is.
     fn info(&self) -> MediaInfo;
 

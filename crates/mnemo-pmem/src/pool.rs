@@ -598,6 +598,18 @@ impl Pool {
         Ok(())
     }
 
+    /// Copy `bytes` into the pool with non-temporal stores whatever their length, for data
+    /// written once and not read back soon (log records); flushed, not yet durable. Follow
+    /// with [`Pool::gmsync_flushed`] or [`Pool::drain`].
+    pub fn stream_nodrain(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
+        self.check_range(offset, bytes.len() as u64)?;
+        self.media.stream_nodrain(offset, bytes);
+        if let Some(tracker) = self.tracker.get() {
+            tracker.mark(offset, bytes.len() as u64);
+        }
+        Ok(())
+    }
+
     /// Start writing back a range (a low-level step; logs batch several before one drain).
     pub fn flush(&self, offset: u64, len: u64) -> Result<(), Error> {
         self.check_range(offset, len)?;
@@ -625,17 +637,7 @@ impl Pool {
     /// Sync point for several ranges at once, as one unit of the pipeline (a replica applies
     /// them together). Local crash atomicity across ranges needs a transaction.
     pub fn gmsync(&self, ranges: &[ByteRange]) -> Result<(), Error> {
-        if ranges.len() > GMSYNC_RANGES_MAX {
-            return Err(Error::InvalidArgument(format!(
-                "gmsync of {} ranges; at most {GMSYNC_RANGES_MAX} per sync point",
-                ranges.len()
-            )));
-        }
-        let mut bytes = 0u64;
-        for range in ranges {
-            self.check_range(range.offset, range.len)?;
-            bytes += range.len;
-        }
+        let bytes = self.check_sync_ranges(ranges)?;
         match self.tracker.get() {
             None => self.policy.sync(self.media.as_ref(), ranges),
             Some(tracker) => {
@@ -648,12 +650,49 @@ impl Pool {
             }
         }
         .map_err(|e| media_error(&self.name, e))?;
+        self.count_sync_point(ranges.len(), bytes);
+        Ok(())
+    }
+
+    /// Sync point for ranges the caller has already flushed (written with
+    /// [`Pool::copy_nodrain`] or [`Pool::stream_nodrain`] since their last change): one fence
+    /// locally, the same unit as [`Pool::gmsync`] for replication. Passing a range with
+    /// unflushed stores loses them at a crash: use [`Pool::gmsync`] when unsure.
+    pub fn gmsync_flushed(&self, ranges: &[ByteRange]) -> Result<(), Error> {
+        if self.tracker.get().is_some() {
+            // Dirty tracking works per page: other stores in the same pages may be unflushed,
+            // so the tracked path (which flushes what it finds) is the safe one.
+            return self.gmsync(ranges);
+        }
+        let bytes = self.check_sync_ranges(ranges)?;
+        self.policy
+            .sync_flushed(self.media.as_ref(), ranges)
+            .map_err(|e| media_error(&self.name, e))?;
+        self.count_sync_point(ranges.len(), bytes);
+        Ok(())
+    }
+
+    fn check_sync_ranges(&self, ranges: &[ByteRange]) -> Result<u64, Error> {
+        if ranges.len() > GMSYNC_RANGES_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "gmsync of {} ranges; at most {GMSYNC_RANGES_MAX} per sync point",
+                ranges.len()
+            )));
+        }
+        let mut bytes = 0u64;
+        for range in ranges {
+            self.check_range(range.offset, range.len)?;
+            bytes += range.len;
+        }
+        Ok(bytes)
+    }
+
+    fn count_sync_point(&self, ranges: usize, bytes: u64) {
         self.stats.sync_points.fetch_add(1, Ordering::Relaxed);
         self.stats
             .sync_ranges
-            .fetch_add(ranges.len() as u64, Ordering::Relaxed);
+            .fetch_add(ranges as u64, Ordering::Relaxed);
         self.stats.sync_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Grow the pool to `new_size` bytes (page-rounded) while it is open. Offsets and

@@ -46,6 +46,13 @@ pub trait SyncPolicy: Send + Sync + Debug {
 
     /// Make every range durable before returning. The ranges lie within `media.len()`.
     fn sync(&self, media: &dyn Media, ranges: &[ByteRange]) -> Result<(), MediaError>;
+
+    /// Make every range durable, where the caller has already flushed them (written with
+    /// `copy_nodrain`/`stream_nodrain`): a local policy need only fence; replication still
+    /// ships the ranges. The default flushes again, which is always correct.
+    fn sync_flushed(&self, media: &dyn Media, ranges: &[ByteRange]) -> Result<(), MediaError> {
+        self.sync(media, ranges)
+    }
 }
 
 /// The "local" mode (Mojim's S-unreplicated): flush the ranges, then one fence (or one
@@ -62,6 +69,10 @@ impl SyncPolicy for LocalPolicy {
         for range in ranges {
             media.flush(range.offset, range.len);
         }
+        media.drain()
+    }
+
+    fn sync_flushed(&self, media: &dyn Media, _ranges: &[ByteRange]) -> Result<(), MediaError> {
         media.drain()
     }
 }
