@@ -356,7 +356,7 @@ pub fn find(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8]) -> Result<Option<Fo
                 return Ok(Some(Found { entry, link }));
             }
             steps += 1;
-            if steps > h.count.saturating_add(1) {
+            if steps > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
                 return corrupt(format!("{d:#x}: a chain longer than the table's count"));
             }
             link = at;
@@ -445,7 +445,7 @@ pub fn step(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<()> {
             store::set_word(tx, target, at)?;
             at = next;
             steps += 1;
-            if steps > h.count.saturating_add(1) {
+            if steps > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
                 return corrupt(format!("{d:#x}: a cycle in a chain"));
             }
         }
@@ -491,7 +491,7 @@ fn walk(
         }
         at = entry.next;
         steps += 1;
-        if steps > h.count.saturating_add(1) {
+        if steps > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
             return corrupt(format!(
                 "a chain longer than its table's count ({})",
                 h.count
@@ -603,7 +603,7 @@ pub fn random(tx: &Mem<'_, '_>, d: u64, rng: &mut impl FnMut() -> u64) -> Result
     while at != 0 {
         let entry = Entry::read(tx, at)?;
         chain.push(Found { entry, link });
-        if chain.len() as u64 > h.count.saturating_add(1) {
+        if chain.len() as u64 > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
             return corrupt(format!("{d:#x}: a cycle in a chain"));
         }
         link = at;

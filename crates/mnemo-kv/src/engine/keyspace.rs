@@ -236,7 +236,11 @@ impl Ctx<'_, '_> {
                 *budget = budget.saturating_sub(1);
                 at = e.next;
                 steps += 1;
-                if steps > h.count.saturating_add(1) {
+                if steps
+                    > h.count
+                        .saturating_add(1)
+                        .min(self.tx.objects_max(dict::ENTRY_BYTES))
+                {
                     return corrupt(format!("{d:#x}: a cycle in a chain"));
                 }
             }

@@ -225,7 +225,7 @@ pub fn range(tx: &Mem<'_, '_>, l: u64, start: u64, stop: u64) -> Result<Vec<Vec<
         index = end;
         at = s.next;
         segs += 1;
-        if segs > h.segs {
+        if segs > h.segs.min(tx.objects_max(SEGMENT_BYTES)) {
             return corrupt(format!("list {l:#x}: more segments than counted"));
         }
     }
@@ -238,7 +238,12 @@ pub fn destroy_step(tx: &Mem<'_, '_>, l: u64, budget: &mut u64) -> Result<bool> 
     let h = Header::read(tx, l)?;
     let mut at = h.head;
     let mut segs = h.segs;
+    let mut walked = 0u64;
     while at != 0 {
+        walked += 1;
+        if walked > tx.objects_max(SEGMENT_BYTES) {
+            return corrupt(format!("list {l:#x}: a cycle in its segments"));
+        }
         let s = Segment::read(tx, at)?;
         if *budget < s.used() + 1 {
             // The header now describes the rest (its length is no longer counted).
@@ -271,7 +276,7 @@ pub fn check(tx: &Mem<'_, '_>, l: u64) -> Result<u64> {
         }
         n += s.used();
         segs += 1;
-        if segs > h.segs {
+        if segs > h.segs.min(tx.objects_max(SEGMENT_BYTES)) {
             return corrupt(format!("list {l:#x}: more segments than counted"));
         }
         prev = at;

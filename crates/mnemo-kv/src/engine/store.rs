@@ -107,6 +107,12 @@ impl<'a, 'h> Mem<'a, 'h> {
         })
     }
 
+    /// The most objects of `size` bytes the pool could hold: a walk longer than that is a
+    /// cycle, whatever the (possibly corrupt) counts say.
+    pub fn objects_max(&self, size: u64) -> u64 {
+        self.heap.pool().size() / size.max(1)
+    }
+
     fn read_words<const N: usize>(&self, offset: u64) -> Result<[u64; N]> {
         let mut raw = [[0u8; 8]; N];
         self.read_bytes(offset, raw.as_flattened_mut())?;
