@@ -7,11 +7,11 @@
 # Results: bench/results/ycsb.{csv,json}, bench/plots/ycsb.svg. See bench/README.md.
 #
 #   scripts/bench-ycsb.sh                                   # 100k records, 100k ops
-#   scripts/bench-ycsb.sh --records 10000 --ops 10000       # a quick look
+#   scripts/bench-ycsb.sh --records 10000 --ops 10000 --e-ops 1000   # a quick look
 #   scripts/bench-ycsb.sh --targets redis                   # Redis only
 #
 # Other options (passed to `ycsb bench`): --e-ops N (workload E's operation count, default
-# 10000: each scan reads up to 100 records), --threads N (8), --disk-dir DIR (/var/tmp),
+# 5000: each scan reads up to 100 records), --threads N (8), --disk-dir DIR (/var/tmp),
 # --check-records N (2000; 0 skips the checks of the driver against each server).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"

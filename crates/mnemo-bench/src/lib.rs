@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod plot;
+pub mod plot_groups;
 pub mod ycsb;
 
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! ycsb phase --addr HOST:PORT --workload load|a|b|c|d|e|f [--records N] [--ops N]
 //!            [--threads T] [--commands compat|ycsb] [--validate]
 //! ycsb check --addr HOST:PORT [--records 2000] [--ops 20000] [--threads 4] [--commands ..]
-//! ycsb bench --mnemo PATH [--records 100000] [--ops 100000] [--e-ops 10000] [--threads 8]
+//! ycsb bench --mnemo PATH [--records 100000] [--ops 100000] [--e-ops 5000] [--threads 8]
 //!            [--server-cpu 0] [--disk-dir /var/tmp] [--targets redis,redis-aof-disk,mnemo]
 //!            [--check-records 2000]
 //! ```
@@ -23,8 +23,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use mnemo_bench::plot_groups::{grouped_bars, GroupSeries};
 use mnemo_bench::ycsb::{self, check, Commands, CoreWorkload, Options, PhaseResult, RedisClient};
-use mnemo_bench::{bench_dir, machine, plot, write_csv, write_json};
+use mnemo_bench::{bench_dir, machine, write_csv, write_json};
 
 /// Longest wait for a server to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -256,7 +257,7 @@ fn flushall(addr: &str) -> Result<(), String> {
 fn bench(a: &Args<'_>) -> Result<(), String> {
     let records = a.num("--records", 100_000)?;
     let ops = a.num("--ops", 100_000)?;
-    let e_ops = a.num("--e-ops", 10_000)?;
+    let e_ops = a.num("--e-ops", 5_000)?;
     let threads = a.num("--threads", 8)? as usize;
     let check_records = a.num("--check-records", 2000)?;
     let cpu = a.get("--server-cpu").unwrap_or("0").to_string();
@@ -451,22 +452,33 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
         }),
     )
     .map_err(|e| e.to_string())?;
-    let bars: Vec<(String, f64)> = rows
+    let groups: Vec<String> = steps.iter().map(|s| s.0.to_string()).collect();
+    let series: Vec<GroupSeries> = targets
         .iter()
-        .map(|r| {
-            (
-                format!("{} · {}", r.step, r.target.name()),
-                r.result.throughput(),
-            )
+        .map(|&t| GroupSeries {
+            name: t.name().to_string(),
+            values: steps
+                .iter()
+                .map(|&(step, _, _)| {
+                    rows.iter()
+                        .find(|r| r.target == t && r.step == step)
+                        .map_or(f64::NAN, |r| r.result.throughput())
+                })
+                .collect(),
         })
         .collect();
-    let svg = plot::bars(
+    let load1 = |text: &str| text.split_whitespace().next().unwrap_or("?").to_string();
+    let svg = grouped_bars(
         &bench_dir().join("plots").join("ycsb.svg"),
         &format!(
-            "YCSB A-F, {records} records of 1 KB, {threads} clients (server CPU {cpu}, client CPUs {client_cpus})"
+            "YCSB, {records} records of 1 KB, {ops} ops (E: {e_ops}), {threads} clients; \
+             server CPU {cpu}, client CPU {client_cpus}; load avg {}..{}",
+            load1(&load_before),
+            load1(&load_after)
         ),
-        "throughput (operations/s; higher is better)",
-        &bars,
+        "throughput (operations/s, log scale; higher is better)",
+        &groups,
+        &series,
     )?;
     eprintln!(
         "wrote {}, {}, {} in {:.0} s; load average before {} after {}",
