@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Persistent heap benchmark: mnemo-heap against PMDK libpmemobj 1.12 in the same run, both on
+# a pool on /dev/shm with cache flushes + fences (mnemo: tmpfs is flushed with clwb/sfence;
+# libpmemobj: PMEM_IS_PMEM_FORCE=1). Operations: durable 8-byte transactional update,
+# transactional alloc of 64 B, atomic alloc of 64 B, atomic free; 1 thread (pinned to one
+# CPU) and 2 threads (pinned to two CPUs), each thread its own objects.
+#
+# Rounds alternate the programs (mnemo, PMDK, mnemo, PMDK, ...) on the same CPUs, so the
+# machine's load hits both alike. Each program prints the median of its runs; the report
+# takes the median of the rounds, wall clock and thread CPU time, and writes
+# bench/results/heap.csv, bench/results/heap.json and bench/plots/heap.svg. Fences and lines
+# per op: counted for mnemo (a separate untimed pass over a counting medium), stated for
+# PMDK (its test obj_persist_count's expectations).
+#
+# usage: scripts/bench-heap.sh   (HEAP_BENCH_N ops per thread per run, HEAP_BENCH_RUNS runs
+#                                 per program, HEAP_BENCH_ROUNDS rounds, HEAP_BENCH_CPUS the
+#                                 two CPUs to pin to, e.g. "0,1")
+# needs: cc, libpmemobj-dev (apt-get install libpmemobj-dev), cargo, taskset
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+n=${HEAP_BENCH_N:-200000}
+runs=${HEAP_BENCH_RUNS:-3}
+rounds=${HEAP_BENCH_ROUNDS:-4}
+cpus=${HEAP_BENCH_CPUS:-0,1}
+one_cpu=${cpus%%,*}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-heapbench}
+
+if [ ! -e /usr/include/libpmemobj.h ]; then
+    echo "libpmemobj.h not found: apt-get install libpmemobj-dev" >&2
+    exit 1
+fi
+peer="$CARGO_TARGET_DIR/pmemobj-heap"
+mkdir -p "$CARGO_TARGET_DIR"
+cc -O2 -Wall -Wextra -o "$peer" bench/pmemobj/heap.c -lpmemobj -lpthread
+# A bin of mnemo-bench (release, no mnemo-testkit in its graph, so mnemo-pmem's `mutants`
+# feature is off), not `cargo bench -p mnemo-heap`.
+cargo build --release -q -p mnemo-bench --bin heap
+ours="$CARGO_TARGET_DIR/release/heap"
+
+raw=$(mktemp)
+trap 'rm -f "$raw" /dev/shm/pmemobj-heap-bench.$$' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for round in $(seq 1 "$rounds"); do
+    for threads in 1 2; do
+        if [ "$threads" = 1 ]; then pin=$one_cpu; else pin=$cpus; fi
+        echo "# round $round/$rounds, $threads thread(s), CPUs $pin, load $(cut -d' ' -f1 /proc/loadavg)" >&2
+        taskset -c "$pin" "$ours" run "$n" "$runs" "$threads" | tee -a "$raw" >&2
+        PMEM_IS_PMEM_FORCE=1 taskset -c "$pin" "$peer" "/dev/shm/pmemobj-heap-bench.$$" \
+            "$n" "$runs" "$threads" | tee -a "$raw" >&2
+    done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+"$ours" report "$raw" "$load_before" "$load_after" "$rounds"
+echo "load average (1/5/15 min): before $load_before, after $load_after"
