@@ -19,9 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-n=${HEAP_BENCH_N:-200000}
+n=${HEAP_BENCH_N:-150000}
 runs=${HEAP_BENCH_RUNS:-3}
-rounds=${HEAP_BENCH_ROUNDS:-4}
+rounds=${HEAP_BENCH_ROUNDS:-5}
 cpus=${HEAP_BENCH_CPUS:-0,1}
 one_cpu=${cpus%%,*}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-heapbench}

@@ -11,7 +11,9 @@
 //! * `tx8`: `heap.transaction(|tx| tx.write(word, &i))`, each thread its own word and line;
 //! * `txalloc64`: `heap.transaction(|tx| tx.alloc_bytes(64))` (objects freed untimed);
 //! * `alloc64`: `heap.pmalloc(64)` (an atomic allocation: a transaction of its own);
-//! * `free64`: `heap.pfree` of the objects of `alloc64`.
+//! * `free64`: `heap.pfree` of the objects of `alloc64`;
+//! * `floor2`: the medium's floor for two fences, not a heap operation: two lines of the
+//!   thread's own, each stored (8 bytes), flushed and fenced (`Pool::write` + `persist`).
 //!
 //! The first run is a warm-up; the medians of the other runs are printed, one line per
 //! operation: `mnemo,<op>,<threads>,<ops per thread>,<wall ns per op>,<ops per s>,
@@ -36,7 +38,7 @@ use mnemo_heap::{Heap, HeapOptions, PPtr};
 use mnemo_pmem::error::MediaError;
 use mnemo_pmem::{CreateOptions, FileMedia, Media, MediaInfo, Pool};
 
-const OPS: [&str; 4] = ["tx8", "txalloc64", "alloc64", "free64"];
+const OPS: [&str; 5] = ["tx8", "txalloc64", "alloc64", "free64", "floor2"];
 const MAX_THREADS: u64 = 8;
 const POOL_SIZE: u64 = 512 << 20;
 const POOL_SIZE_MAX: u64 = 4 << 30;
@@ -150,7 +152,7 @@ struct Span {
 }
 
 /// Per operation: (wall ns per op, CPU ns per op) of one run over all threads.
-type RunTimes = [(f64, f64); 4];
+type RunTimes = [(f64, f64); 5];
 
 /// One run: every thread performs `n` of each operation, in order, started by a barrier.
 /// `between(record)` is called by thread 0 while the others wait, before each operation,
@@ -197,11 +199,23 @@ fn one_run(heap: &Heap, words: &[PPtr<u64>], n: u64, between: &(dyn Fn(bool) + S
                                     offs.push(heap.pmalloc(64).expect("alloc64"));
                                 }
                             }
-                            _ => {
+                            3 => {
                                 for &off in &offs {
                                     heap.pfree(off).expect("free64");
                                 }
                                 offs.clear();
+                            }
+                            _ => {
+                                // The medium's floor for two fences: two lines, each
+                                // stored (8 bytes), flushed and fenced.
+                                let pool = heap.pool();
+                                let other = word.offset() + 64 * MAX_THREADS;
+                                for i in 0..n {
+                                    pool.write(other, &i.to_le_bytes()).expect("write");
+                                    pool.persist(other, 8).expect("persist");
+                                    pool.write(word.offset(), &i.to_le_bytes()).expect("write");
+                                    pool.persist(word.offset(), 8).expect("persist");
+                                }
                             }
                         }
                         let cpu_ns = thread_cpu_ns() - cpu;
@@ -236,7 +250,7 @@ fn one_run(heap: &Heap, words: &[PPtr<u64>], n: u64, between: &(dyn Fn(bool) + S
             .collect()
     });
     let total = (n * threads as u64) as f64;
-    let mut out = [(0.0, 0.0); 4];
+    let mut out = [(0.0, 0.0); 5];
     for (op, slot) in out.iter_mut().enumerate() {
         let first = spans.iter().map(|s| s[op].start).min().expect("threads");
         let last = spans.iter().map(|s| s[op].end).max().expect("threads");
@@ -246,10 +260,11 @@ fn one_run(heap: &Heap, words: &[PPtr<u64>], n: u64, between: &(dyn Fn(bool) + S
     out
 }
 
-/// Each thread's word, on a line of its own (64-byte aligned inside one root).
+/// Each thread's word, on a line of its own (64-byte aligned inside one root that also holds
+/// a second line per thread, `64 * MAX_THREADS` further, for the floor).
 fn words(heap: &Heap, threads: u64) -> Vec<PPtr<u64>> {
     let root = heap
-        .root::<[u64; 8 * (MAX_THREADS as usize + 1)]>("bench-words")
+        .root::<[u64; 8 * (2 * MAX_THREADS as usize + 1)]>("bench-words")
         .expect("root");
     let base = root.offset().div_ceil(64) * 64;
     (0..threads)
