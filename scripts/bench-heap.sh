@@ -8,7 +8,8 @@
 # Rounds alternate the programs (mnemo, PMDK, mnemo, PMDK, ...) on the same CPUs, so the
 # machine's load hits both alike. Each program prints the median of its runs; the report
 # takes the median of the rounds, wall clock and thread CPU time, and writes
-# bench/results/heap.csv, bench/results/heap.json and bench/plots/heap.svg. Fences and lines
+# bench/results/heap.csv, bench/results/heap.json, bench/plots/heap.svg and every round's
+# lines in bench/results/heap-rounds.csv. Fences and lines
 # per op: counted for mnemo (a separate untimed pass over a counting medium), stated for
 # PMDK (its test obj_persist_count's expectations).
 #
@@ -52,4 +53,9 @@ for round in $(seq 1 "$rounds"); do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 "$ours" report "$raw" "$load_before" "$load_after" "$rounds"
+# Every round's lines, for checking the medians.
+{
+    echo "impl,op,threads,ops_per_thread,wall_ns_per_op,ops_per_s,fences_per_op,lines_per_op,cpu_ns_per_op"
+    cat "$raw"
+} >bench/results/heap-rounds.csv
 echo "load average (1/5/15 min): before $load_before, after $load_after"

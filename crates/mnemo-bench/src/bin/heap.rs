@@ -24,7 +24,8 @@
 //!
 //! `heap report <raw file> <load before> <load after> <rounds>`: medians over rounds of both
 //! programs' lines; writes `bench/results/heap.csv`, `bench/results/heap.json` and
-//! `bench/plots/heap.svg`, and prints a Markdown table.
+//! `bench/plots/heap.svg` (`mnemo_bench::plot_groups::grouped_bars`: with 40 bars,
+//! `plot::bars` shows only every fourth label), and prints a Markdown table.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions as FsOpen;
@@ -34,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+use mnemo_bench::plot_groups::{grouped_bars, GroupSeries};
 use mnemo_heap::{Heap, HeapOptions, PPtr};
 use mnemo_pmem::error::MediaError;
 use mnemo_pmem::{CreateOptions, FileMedia, Media, MediaInfo, Pool};
@@ -399,7 +401,11 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
          cpu_speedup_vs_pmdk,fences_per_op,lines_per_op,counts\n",
     );
     let mut json_rows = Vec::new();
-    let mut bars = Vec::new();
+    // The plot: one group per (operation, threads); series mnemo/PMDK x wall/CPU, ns per op;
+    // fences/lines per op of each program in its legend entries.
+    let mut groups_plot: Vec<String> = Vec::new();
+    let mut series: Vec<(String, Vec<f64>)> = vec![(String::new(), Vec::new()); 4];
+    let mut counts_text = [Vec::new(), Vec::new()];
     println!(
         "| operation | threads | mnemo wall ns/op (M/s) | PMDK wall ns/op (M/s) | wall ratio | \
          mnemo CPU ns/op | PMDK CPU ns/op | CPU ratio | mnemo fences / lines | \
@@ -460,13 +466,31 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
                 "lines_per_op": fig.lines.parse::<f64>().unwrap_or(f64::NAN),
                 "counts": counts,
             }));
-            let f: f64 = fig.fences.parse().unwrap_or(f64::NAN);
-            let l: f64 = fig.lines.parse().unwrap_or(f64::NAN);
-            let tag = format!("{} {threads}T {name} [{f:.0}f {l:.0}l]", OPS[op]);
-            bars.push((format!("{tag} wall"), 1e3 / fig.wall_ns));
-            bars.push((format!("{tag} CPU"), 1e3 / fig.cpu_ns));
+            let side = usize::from(name == "pmdk");
+            series[side].1.push(fig.wall_ns);
+            series[2 + side].1.push(fig.cpu_ns);
+            if threads == 1 {
+                let f: f64 = fig.fences.parse().unwrap_or(f64::NAN);
+                let l: f64 = fig.lines.parse().unwrap_or(f64::NAN);
+                counts_text[side].push(format!("{} {f:.0}/{l:.0}", OPS[op]));
+            }
         }
+        groups_plot.push(format!("{} {threads}T", OPS[op]));
     }
+    series[0].0 = format!(
+        "mnemo wall; fences/lines per op: {}",
+        counts_text[0].join(", ")
+    );
+    series[1].0 = format!(
+        "PMDK wall; fences/lines (stated): {}",
+        counts_text[1].join(", ")
+    );
+    series[2].0 = "mnemo thread CPU time".into();
+    series[3].0 = "PMDK thread CPU time".into();
+    let series: Vec<GroupSeries> = series
+        .into_iter()
+        .map(|(name, values)| GroupSeries { name, values })
+        .collect();
     let csv_path = results.join("heap.csv");
     std::fs::write(&csv_path, csv).expect("write csv");
     let json = serde_json::json!({
@@ -485,11 +509,17 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
         serde_json::to_string_pretty(&json).expect("json") + "\n",
     )
     .expect("write json");
-    let svg = mnemo_bench::plot::bars(
+    let first = |load: &str| load.split_whitespace().next().unwrap_or("?").to_owned();
+    let svg = grouped_bars(
         &plots.join("heap.svg"),
-        &format!("mnemo-heap vs libpmemobj, /dev/shm, load {load_before}..{load_after}"),
-        "M ops/s (wall: aggregate; CPU: per CPU-second); [fences lines] per op",
-        &bars,
+        &format!(
+            "mnemo-heap vs libpmemobj 1.12, /dev/shm, ns per op (lower is better), load {}..{}",
+            first(load_before),
+            first(load_after)
+        ),
+        "ns per op (log; 2T: aggregate wall, summed CPU)",
+        &groups_plot,
+        &series,
     )
     .expect("plot");
     eprintln!(
