@@ -3,8 +3,10 @@
 //! `cargo bench -p mnemo-heap --bench heap [-- ITERATIONS]`. The pool lives on /dev/shm
 //! (flush + fence, the NVMM stand-in); a counting wrapper around the file medium counts
 //! every fence (`drain`) and every cache line flushed or written with non-temporal stores.
-//! PMDK figures are those of `/work/shared/notes/pmem-libraries.md` (PMDK 1.12.1, same VM
-//! type, `PMEM_IS_PMEM_FORCE=1`), not measured in this run: libpmemobj-dev is not installed.
+//! PMDK figures here are quoted from `/work/shared/notes/pmem-libraries.md` (PMDK 1.12.1,
+//! same VM type, `PMEM_IS_PMEM_FORCE=1`), not measured in this run. The comparison with
+//! libpmemobj measured in the same run (1 and 2 threads, production build without the
+//! `mutants` feature that this crate's dev-dependencies turn on) is `scripts/bench-heap.sh`.
 
 use std::fs::OpenOptions as FsOpen;
 use std::path::Path;
