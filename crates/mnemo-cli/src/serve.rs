@@ -132,6 +132,12 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     let config = SessionConfig {
         password: password.clone(),
     };
+    if !address.ip().is_loopback() && password.is_none() {
+        tracing::warn!(
+            address = %address,
+            "listening beyond this machine without --requirepass: anyone who reaches this address can read and change the data"
+        );
+    }
     let (event_loop, stopper) =
         EventLoop::new(listener, config).map_err(|e| format!("event loop: {e}"))?;
     let signals = Signals::watch(stopper.clone())?;
