@@ -29,7 +29,14 @@ fn header() -> String {
 fn shared_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    profile_dir.join("libmnemo.so")
+    // `cargo build` copies the library up to the profile directory; `cargo test` alone leaves
+    // it in `deps/` (a cdylib carries no hash in its name).
+    let uplifted = profile_dir.join("libmnemo.so");
+    if uplifted.exists() {
+        uplifted
+    } else {
+        profile_dir.join("deps").join("libmnemo.so")
+    }
 }
 
 /// (name, comment block before it) of every function the header declares.
