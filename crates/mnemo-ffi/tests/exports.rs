@@ -29,13 +29,14 @@ fn header() -> String {
 fn shared_library() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    // `cargo build` copies the library up to the profile directory; `cargo test` alone leaves
-    // it in `deps/` (a cdylib carries no hash in its name).
-    let uplifted = profile_dir.join("libmnemo.so");
-    if uplifted.exists() {
-        uplifted
+    // Every build of the library writes `deps/libmnemo.so` (a cdylib carries no hash in its
+    // name); only `cargo build` copies it up to the profile directory, so that copy may be
+    // stale under `cargo test`.
+    let fresh = profile_dir.join("deps").join("libmnemo.so");
+    if fresh.exists() {
+        fresh
     } else {
-        profile_dir.join("deps").join("libmnemo.so")
+        profile_dir.join("libmnemo.so")
     }
 }
 
