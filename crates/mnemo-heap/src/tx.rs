@@ -5,6 +5,7 @@
 //! the C ABI can begin and commit from separate calls. [`Tx`] is the handle user code gets.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -36,6 +37,10 @@ pub(crate) struct TxState {
     data: Vec<u8>,
     record_len: usize,
     allocs: Vec<Reservation>,
+    /// The same allocations by offset (start -> size), so `fresh` is a lookup, not a scan:
+    /// a batch of the key-value server makes hundreds. They never overlap (frees take effect
+    /// at commit, so no space is handed out twice within one transaction).
+    fresh_index: BTreeMap<u64, u64>,
     frees: Vec<PendingFree>,
     direct: Vec<ByteRange>,
     data_lo: u64,
@@ -55,6 +60,7 @@ impl TxState {
         self.data.clear();
         self.record_len = redo::RECORD_HEADER;
         self.allocs.clear();
+        self.fresh_index.clear();
         self.frees.clear();
         self.direct.clear();
         self.data_lo = u64::MAX;
@@ -85,10 +91,10 @@ impl TxState {
     }
 
     fn fresh(&self, offset: u64, len: u64) -> bool {
-        self.allocs
-            .iter()
-            .rev()
-            .any(|r| r.offset <= offset && offset + len <= r.offset + r.size)
+        self.fresh_index
+            .range(..=offset)
+            .next_back()
+            .is_some_and(|(&start, &size)| offset.saturating_add(len) <= start + size)
     }
 }
 
@@ -425,6 +431,7 @@ impl<'h> Tx<'h> {
                 inner.publish_run(chunk, class)
             })?;
             s.allocs.push(reservation);
+            s.fresh_index.insert(reservation.offset, reservation.size);
             if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
                 return Ok(reservation.offset);
             }
@@ -453,7 +460,7 @@ impl<'h> Tx<'h> {
         let half = self.inner().geometry.lane_log_size / 2;
         self.state(|s, inner| {
             s.grow_record(redo::entry_size(8), half)?;
-            let own = s.allocs.iter().any(|r| r.offset == offset);
+            let own = s.fresh_index.contains_key(&offset);
             let (pending, op) = inner.alloc.free(offset, own)?;
             s.frees.push(pending);
             s.ops.push(Op::Meta(op));
