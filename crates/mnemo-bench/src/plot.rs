@@ -33,7 +33,8 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-const COLORS: [RGBColor; 8] = [
+/// The series colours of every plot (matplotlib's first eight).
+pub(crate) const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

@@ -6,14 +6,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
+use crate::plot::COLORS;
 
 /// One series: its legend name and one value per group (NaN or <= 0: no bar).
 #[derive(Debug, Clone)]
@@ -81,7 +74,7 @@ pub fn grouped_bars(
         .map_err(|e| e.to_string())?;
     let width = 0.8 / series.len().max(1) as f64;
     for (j, s) in series.iter().enumerate() {
-        let color = PALETTE[j % PALETTE.len()];
+        let color = COLORS[j % COLORS.len()];
         let bars: Vec<(f64, f64)> = s
             .values
             .iter()
