@@ -138,6 +138,13 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
             "listening beyond this machine without --requirepass: anyone who reaches this address can read and change the data"
         );
     }
+    if let Some(mutant) = mnemo_kv::server::mutant::from_env() {
+        tracing::error!(
+            mutant = mutant.name(),
+            "DELIBERATELY BROKEN test build: acknowledged writes can be lost (unset {})",
+            mnemo_kv::server::mutant::ENV
+        );
+    }
     let (event_loop, stopper) =
         EventLoop::new(listener, config).map_err(|e| format!("event loop: {e}"))?;
     let signals = Signals::watch(stopper.clone())?;

@@ -10,6 +10,11 @@
 //!
 //! Normal runs do a few cycles; `MNEMO_SOAK=1` does at least 100 (`MNEMO_SOAK_CYCLES=n`
 //! sets the count).
+//!
+//! The oracle is shown to fail: `oracle_catches_replies_sent_before_the_sync_point` runs it
+//! against a deliberately broken server (`mnemo_kv::server::mutant`, compiled into test
+//! builds only and switched on by environment variable) that writes a batch's replies before
+//! its transaction commits, and requires it to report lost acknowledged writes.
 
 mod support;
 
@@ -121,10 +126,17 @@ fn as_u64(reply: &Reply) -> Option<u64> {
     }
 }
 
-/// Checks one client's keys against its ledger; returns the acknowledged writes checked.
+/// Checks one client's keys against its ledger; returns the acknowledged writes checked and
+/// adds what the server lost or shows half-done to `violations`.
 /// Afterwards the ledger reflects what the server holds (the in-flight writes that landed
 /// count as done), so the next cycle continues from there.
-fn verify(client: &mut Client, id: usize, ledger: &mut Ledger, context: &str) -> u64 {
+fn verify(
+    client: &mut Client,
+    id: usize,
+    ledger: &mut Ledger,
+    context: &str,
+    violations: &mut Vec<String>,
+) -> u64 {
     let mut checked = 0;
     let keys: Vec<u64> = (0..ledger.sets_acked).collect();
     for chunk in keys.chunks(VERIFY_CHUNK) {
@@ -134,11 +146,12 @@ fn verify(client: &mut Client, id: usize, ledger: &mut Ledger, context: &str) ->
             .collect();
         let replies = client.pipeline(&commands).expect("GET pipeline");
         for (i, reply) in chunk.iter().zip(replies) {
-            assert_eq!(
-                reply,
-                Reply::Bulk(value(id, *i).into()),
-                "{context}: acknowledged SET t{id}:k{i} lost or changed"
-            );
+            if reply != Reply::Bulk(value(id, *i).into()) {
+                violations.push(format!(
+                    "{context}: lost: acknowledged SET t{id}:k{i} lost or changed: {}",
+                    short(&reply)
+                ));
+            }
             checked += 1;
         }
     }
@@ -146,11 +159,11 @@ fn verify(client: &mut Client, id: usize, ledger: &mut Ledger, context: &str) ->
         match client.call(&["GET", &format!("t{id}:k{i}")]).expect("GET") {
             Reply::NullBulk => {}
             Reply::Bulk(found) => {
-                assert_eq!(
-                    found,
-                    value(id, i).as_bytes(),
-                    "{context}: unacknowledged SET t{id}:k{i} visible half-done"
-                );
+                if found != value(id, i).as_bytes() {
+                    violations.push(format!(
+                        "{context}: unacknowledged SET t{id}:k{i} visible half-done"
+                    ));
+                }
                 // It landed: later cycles count it as written.
                 ledger.sets_acked += 1;
             }
@@ -158,17 +171,17 @@ fn verify(client: &mut Client, id: usize, ledger: &mut Ledger, context: &str) ->
         }
     }
     let counter = client.call(&["GET", &format!("t{id}:n")]).expect("GET");
-    let n = if ledger.incr_sent == 0 {
-        0
-    } else {
-        as_u64(&counter).unwrap_or_else(|| panic!("{context}: counter t{id}:n: {counter:?}"))
+    let n = match counter {
+        Reply::NullBulk => 0,
+        _ => as_u64(&counter).unwrap_or_else(|| panic!("{context}: counter t{id}:n: {counter:?}")),
     };
-    assert!(
-        ledger.incr_acked <= n && n <= ledger.incr_sent,
-        "{context}: counter t{id}:n = {n}, acknowledged {}, sent {}",
-        ledger.incr_acked,
-        ledger.incr_sent
-    );
+    if !(ledger.incr_acked <= n && n <= ledger.incr_sent) {
+        let lost = if n < ledger.incr_acked { "lost: " } else { "" };
+        violations.push(format!(
+            "{context}: {lost}counter t{id}:n = {n}, acknowledged {}, sent {}",
+            ledger.incr_acked, ledger.incr_sent
+        ));
+    }
     checked += ledger.incr_acked;
     ledger.incr_acked = n;
     ledger.incr_sent = n;
@@ -179,18 +192,24 @@ fn verify(client: &mut Client, id: usize, ledger: &mut Ledger, context: &str) ->
         panic!("{context}: LRANGE t{id}:l: {list:?}");
     };
     let len = items.len() as u64;
-    assert!(
-        ledger.push_acked <= len && len <= ledger.push_sent,
-        "{context}: list t{id}:l has {len} items, acknowledged {}, sent {}",
-        ledger.push_acked,
-        ledger.push_sent
-    );
+    if !(ledger.push_acked <= len && len <= ledger.push_sent) {
+        let lost = if len < ledger.push_acked {
+            "lost: "
+        } else {
+            ""
+        };
+        violations.push(format!(
+            "{context}: {lost}list t{id}:l has {len} items, acknowledged {}, sent {}",
+            ledger.push_acked, ledger.push_sent
+        ));
+    }
     for (at, item) in items.iter().enumerate() {
-        assert_eq!(
-            as_u64(item),
-            Some(at as u64),
-            "{context}: list t{id}:l item {at}"
-        );
+        if as_u64(item) != Some(at as u64) {
+            violations.push(format!(
+                "{context}: list t{id}:l item {at} is {}",
+                short(item)
+            ));
+        }
     }
     checked += ledger.push_acked;
     ledger.push_acked = len;
@@ -198,30 +217,41 @@ fn verify(client: &mut Client, id: usize, ledger: &mut Ledger, context: &str) ->
     checked
 }
 
-#[test]
-fn acknowledged_writes_survive_sigkill() {
-    let soak = std::env::var("MNEMO_SOAK").as_deref() == Ok("1");
-    let cycles = std::env::var("MNEMO_SOAK_CYCLES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(if soak { CYCLES_SOAK } else { CYCLES_QUICK });
-    let seed = std::env::var("MNEMO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    eprintln!("kill -9 durability: {cycles} cycles, {CLIENTS} clients, MNEMO_SEED={seed}");
+/// A reply, cut short for a message (values are up to 2 KiB).
+fn short(reply: &Reply) -> String {
+    let text = format!("{reply:?}");
+    match text.char_indices().nth(60) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text,
+    }
+}
+
+/// What a run of kill cycles found.
+struct Outcome {
+    cycles: usize,
+    acked: u64,
+    checked: u64,
+    violations: Vec<String>,
+    server: Server,
+}
+
+/// Kill cycles: clients write, the server is SIGKILLed at a random moment, restarted, and
+/// every client's ledger is checked. Stops after `cycles`, or after the first cycle with a
+/// violation when `stop_at_violation`.
+fn kill_cycles(
+    pool: &std::path::Path,
+    cycles: usize,
+    seed: u64,
+    env: &[(&str, &str)],
+    stop_at_violation: bool,
+) -> Outcome {
     let mut rng = Rng(seed | 1);
-    let dir = shm_dir();
-    let pool = dir.path().join("kv.pool");
     let mut ledgers = vec![Ledger::default(); CLIENTS];
-    let mut server = Server::start(&pool, &[]);
-    let mut checked_total = 0u64;
+    let mut server = Server::start_with(pool, &[], env);
+    let mut outcome_checked = 0u64;
     let mut acked_total = 0u64;
-    let started = Instant::now();
+    let mut violations = Vec::new();
+    let mut done = 0;
     for cycle in 0..cycles {
         let stop = Arc::new(AtomicBool::new(false));
         let port = server.port;
@@ -253,23 +283,104 @@ fn acknowledged_writes_survive_sigkill() {
             .map(|l| l.sets_acked + l.incr_acked + l.push_acked)
             .sum();
         acked_total += after - before;
-        server = Server::start(&pool, &[]);
+        server = Server::start_with(pool, &[], env);
         let context = format!("cycle {cycle} (MNEMO_SEED={seed})");
         let mut client = server.client();
         for (id, ledger) in ledgers.iter_mut().enumerate() {
-            checked_total += verify(&mut client, id, ledger, &context);
+            outcome_checked += verify(&mut client, id, ledger, &context, &mut violations);
         }
         assert!(
             server.log_text().contains("recovered after a crash"),
             "{context}: the restart did not see a crash:\n{}",
             server.log_text()
         );
+        done = cycle + 1;
+        if stop_at_violation && !violations.is_empty() {
+            break;
+        }
     }
-    let status = server.terminate();
+    Outcome {
+        cycles: done,
+        acked: acked_total,
+        checked: outcome_checked,
+        violations,
+        server,
+    }
+}
+
+fn seed_from_env() -> u64 {
+    std::env::var("MNEMO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill() {
+    let soak = std::env::var("MNEMO_SOAK").as_deref() == Ok("1");
+    let cycles = std::env::var("MNEMO_SOAK_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(if soak { CYCLES_SOAK } else { CYCLES_QUICK });
+    let seed = seed_from_env();
+    eprintln!("kill -9 durability: {cycles} cycles, {CLIENTS} clients, MNEMO_SEED={seed}");
+    let dir = shm_dir();
+    let pool = dir.path().join("kv.pool");
+    let started = Instant::now();
+    let outcome = kill_cycles(&pool, cycles, seed, &[], false);
+    assert!(
+        outcome.violations.is_empty(),
+        "{} violations:\n{}",
+        outcome.violations.len(),
+        outcome.violations.join("\n")
+    );
+    let status = outcome.server.terminate();
     assert!(status.success());
     assert!(was_clean(&pool));
     eprintln!(
-        "kill -9 durability: {cycles} cycles in {:.1} s, {acked_total} writes acknowledged, {checked_total} acknowledged-write checks, 0 lost",
-        started.elapsed().as_secs_f64()
+        "kill -9 durability: {} cycles in {:.1} s, {} writes acknowledged, {} acknowledged-write checks, 0 lost",
+        outcome.cycles,
+        started.elapsed().as_secs_f64(),
+        outcome.acked,
+        outcome.checked
+    );
+}
+
+/// Most kill cycles the broken server gets before the oracle must have caught it. With its
+/// replies leaving 3 ms before each commit, nearly every kill falls between the two.
+const MUTANT_CYCLES_MAX: usize = 20;
+
+/// The same oracle against a server that sends replies before the sync point
+/// (`ack_before_sync`): it must report acknowledged writes lost.
+#[test]
+fn oracle_catches_replies_sent_before_the_sync_point() {
+    let seed = seed_from_env();
+    let dir = shm_dir();
+    let pool = dir.path().join("kv.pool");
+    let env = [(mnemo_kv::server::mutant::ENV, "ack_before_sync")];
+    let outcome = kill_cycles(&pool, MUTANT_CYCLES_MAX, seed, &env, true);
+    let log = outcome.server.log_text();
+    assert!(
+        log.contains("DELIBERATELY BROKEN"),
+        "the server did not switch the mutant on (a build without mnemo-kv's `mutants` feature?):\n{log}"
+    );
+    assert!(
+        outcome
+            .violations
+            .iter()
+            .any(|v| v.contains(": lost: ")),
+        "{} kill cycles against a server that acknowledges before its sync point and the oracle saw no lost acknowledged write (MNEMO_SEED={seed}); violations: {:?}",
+        outcome.cycles,
+        outcome.violations
+    );
+    eprintln!(
+        "kill -9 oracle against ack_before_sync: caught after {} cycle(s), {} violations, first: {}",
+        outcome.cycles,
+        outcome.violations.len(),
+        outcome.violations.first().map_or("", String::as_str)
     );
 }

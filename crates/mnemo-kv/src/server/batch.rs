@@ -57,6 +57,21 @@ pub fn run_batch<E: Engine>(
     engine: &mut E,
     requests: &[Request],
 ) -> Result<Vec<Completion>, E::Error> {
+    let (completions, wrote) = execute_batch(engine, requests);
+    if wrote {
+        engine.commit()?;
+    } else {
+        engine.finish_read_only();
+    }
+    Ok(completions)
+}
+
+/// Begins the transaction and executes `requests` in it, leaving it open; returns the replies
+/// (which must not leave before the commit) and whether any request wrote.
+pub(crate) fn execute_batch<E: Engine>(
+    engine: &mut E,
+    requests: &[Request],
+) -> (Vec<Completion>, bool) {
     let mut replies = BytesMut::new();
     let mut ends = Vec::with_capacity(requests.len());
     let mut wrote = false;
@@ -65,11 +80,6 @@ pub fn run_batch<E: Engine>(
         let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
         wrote |= effect.wrote;
         ends.push((replies.len(), effect.close));
-    }
-    if wrote {
-        engine.commit()?;
-    } else {
-        engine.finish_read_only();
     }
     let replies = replies.freeze();
     let mut start = 0;
@@ -86,7 +96,7 @@ pub fn run_batch<E: Engine>(
             }
         })
         .collect();
-    Ok(completions)
+    (completions, wrote)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 mod batch;
 pub mod limits;
+pub mod mutant;
 mod net;
 mod session;
 

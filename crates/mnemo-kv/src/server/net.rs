@@ -27,8 +27,9 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::BytesMut;
 
-use super::batch::{run_batch, Engine};
+use super::batch::{execute_batch, run_batch, Completion, Engine};
 use super::limits::{BATCH_REQUESTS_MAX, READ_CHUNK_BYTES};
+use super::mutant::{self, Mutant};
 use super::session::{Request, Session, SessionConfig};
 
 const LISTENER: Token = Token(0);
@@ -64,6 +65,8 @@ pub struct EventLoop {
     stop: Arc<AtomicBool>,
     /// Requests read in this wake-up, in arrival order.
     batch: Vec<Request>,
+    /// A deliberately broken behaviour (tests of the tests only; see [`mutant`]).
+    mutant: Option<Mutant>,
 }
 
 /// A server running [`EventLoop`] on a thread of its own; dropping it does not stop it,
@@ -148,6 +151,7 @@ impl EventLoop {
             config,
             stop,
             batch: Vec::new(),
+            mutant: mutant::from_env(),
         };
         Ok((event_loop, stopper))
     }
@@ -257,26 +261,50 @@ impl EventLoop {
     fn execute<E: Engine>(&mut self, engine: &mut E) {
         let requests = std::mem::take(&mut self.batch);
         for batch in requests.chunks(BATCH_REQUESTS_MAX) {
+            if cfg!(feature = "mutants") && self.mutant == Some(Mutant::AckBeforeSync) {
+                self.execute_acking_early(engine, batch);
+                continue;
+            }
             match run_batch(engine, batch) {
-                Ok(completions) => {
-                    for completion in completions {
-                        let token = session_token(completion.session);
-                        let Some(connection) = self.connections.get_mut(&token) else {
-                            continue;
-                        };
-                        connection
-                            .session
-                            .complete(&completion.reply, completion.close);
-                        if !flush(connection) {
-                            self.close(token);
-                        }
-                    }
-                }
+                Ok(completions) => self.deliver(completions),
                 Err(_) => {
                     for request in batch {
                         self.close(session_token(request.session));
                     }
                 }
+            }
+        }
+    }
+
+    /// Hands released replies to their sessions and writes them.
+    fn deliver(&mut self, completions: Vec<Completion>) {
+        for completion in completions {
+            let token = session_token(completion.session);
+            let Some(connection) = self.connections.get_mut(&token) else {
+                continue;
+            };
+            connection
+                .session
+                .complete(&completion.reply, completion.close);
+            if !flush(connection) {
+                self.close(token);
+            }
+        }
+    }
+
+    /// [`Mutant::AckBeforeSync`]: the broken order this server exists to avoid. Replies leave
+    /// first, the commit comes [`mutant::ACK_BEFORE_SYNC_DELAY`] later.
+    fn execute_acking_early<E: Engine>(&mut self, engine: &mut E, batch: &[Request]) {
+        let (completions, wrote) = execute_batch(engine, batch);
+        self.deliver(completions);
+        if !wrote {
+            engine.finish_read_only();
+            return;
+        }
+        std::thread::sleep(mutant::ACK_BEFORE_SYNC_DELAY);
+        if engine.commit().is_err() {
+            for request in batch {
+                self.close(session_token(request.session));
             }
         }
     }

@@ -1,0 +1,62 @@
+//! Deliberately broken variants of the server, for proving that its tests can fail.
+//!
+//! The SIGKILL durability test (`crates/mnemo-cli/tests/serve_kill9.rs`) checks that every
+//! acknowledged write survives a kill. A test that has never failed proves little, so the
+//! same oracle is also run against a server that breaks the rule on purpose, and must report
+//! lost acknowledged writes.
+//!
+//! Two locks keep these out of production:
+//! - They are compiled only with this crate's `mutants` feature, which only test builds turn
+//!   on (`mnemo-cli`'s dev-dependency on this crate). A release build (`cargo build --release
+//!   -p mnemo-cli`, `cargo install`) has no code for them: [`from_env`] is then always `None`.
+//! - Even when compiled in, one is active only when the environment variable
+//!   [`ENV`] names it; the server then logs an error line at start saying so.
+//!
+//! A kill cannot lose a write that reached the pool's mapping and its commit record (the page
+//! cache outlives the process): skipped flushes are invisible to it and are the crash
+//! simulator's job (`mnemo_pmem::mutant`). What a kill catches is a reply that leaves before
+//! the batch's transaction has committed, which is what [`Mutant::AckBeforeSync`] does.
+
+use std::time::Duration;
+
+/// The environment variable that switches a mutant on (only in builds with the `mutants`
+/// feature).
+pub const ENV: &str = "MNEMO_KV_MUTANT_UNSAFE";
+
+/// A deliberately broken server behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutant {
+    /// `ack_before_sync`: a batch's replies are written to the clients before its
+    /// transaction commits, and the commit follows [`ACK_BEFORE_SYNC_DELAY`] later (standing
+    /// for a slow sync point, such as `msync` of a disk file). A kill in between loses
+    /// writes that clients saw acknowledged.
+    AckBeforeSync,
+}
+
+/// How long the [`Mutant::AckBeforeSync`] server waits between releasing a batch's replies
+/// and committing it: long enough that a kill at a random moment usually falls in between.
+pub const ACK_BEFORE_SYNC_DELAY: Duration = Duration::from_millis(3);
+
+impl Mutant {
+    /// The name [`ENV`] takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::AckBeforeSync => "ack_before_sync",
+        }
+    }
+}
+
+/// The mutant [`ENV`] switches on; always `None` in builds without the `mutants` feature.
+pub fn from_env() -> Option<Mutant> {
+    #[cfg(feature = "mutants")]
+    {
+        match std::env::var(ENV).ok()?.as_str() {
+            "ack_before_sync" => Some(Mutant::AckBeforeSync),
+            _ => None,
+        }
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        None
+    }
+}
