@@ -7,11 +7,11 @@
 //! redis-server and redis-tools).
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use mnemo_kv::server::{Effect, Engine, Request, Server, SessionConfig};
 use mnemo_resp::Encoder;
+use mnemo_testkit::redis::RedisServer;
 
 struct NoWork;
 
@@ -64,37 +64,12 @@ fn bench(port: u16, clients: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-fn start_redis(port: u16) -> Child {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (apt-get install redis-server)");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
 fn main() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let server = Server::start(listener, NoWork, SessionConfig::default()).expect("start");
     let ours_port = server.local_addr().port();
-    let redis_port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
-    let mut redis = start_redis(redis_port);
+    let redis = RedisServer::start(&[]).expect("redis-server");
+    let redis_port = redis.port();
     for clients in ["1", "50"] {
         let ours = bench(ours_port, clients);
         let theirs = bench(redis_port, clients);
@@ -105,7 +80,6 @@ fn main() {
             );
         }
     }
-    let _ = redis.kill();
-    let _ = redis.wait();
+    drop(redis);
     server.shutdown().expect("shutdown");
 }

@@ -3,55 +3,34 @@
 //! persistent engine; every reply must be the same (RESP2), errors included. Unordered
 //! replies (SMEMBERS, HGETALL, KEYS) are compared sorted; TTLs by sign only.
 //!
-//! When `redis-server` is not installed the test says so and checks nothing.
+//! When `redis-server` is not installed the test says so and checks nothing (it fails
+//! instead under `MNEMO_REQUIRE_TOOLS=1`, as `scripts/test.sh` sets).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
 
 use mnemo_heap::{Heap, HeapOptions};
 use mnemo_kv::engine::PersistentEngine;
 use mnemo_kv::server::Engine;
 use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::{encode_command, Protocol, Reply, ReplyDecoder};
+use mnemo_testkit::redis::RedisServer;
 
+/// The throwaway redis-server and one connection to it.
 struct Redis {
-    child: Child,
     stream: TcpStream,
+    // Dropped after the stream: kills the server.
+    _server: RedisServer,
 }
 
 impl Redis {
+    /// `None` (the test is skipped, saying so) when redis-server is not installed.
     fn start() -> Option<Redis> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
-                stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-                return Some(Redis { child, stream });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        let server = RedisServer::start_or_skip(&[], "differential test")?;
+        Some(Redis {
+            stream: server.connect(),
+            _server: server,
+        })
     }
 
     fn call(&mut self, args: &[Bytes]) -> Reply {
@@ -68,13 +47,6 @@ impl Redis {
             assert!(read > 0, "redis-server closed the connection");
             decoder.feed(&buffer[..read]);
         }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -371,7 +343,6 @@ const SCRIPT: &[&str] = &[
 #[test]
 fn engine_replies_like_redis() {
     let Some(mut redis) = Redis::start() else {
-        eprintln!("redis-server is not installed: differential test skipped (apt-get install redis-server)");
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -520,7 +491,6 @@ fn engine_replies_like_redis() {
 #[test]
 fn engine_replies_like_redis_in_resp3() {
     let Some(mut redis) = Redis::start() else {
-        eprintln!("redis-server is not installed: differential test skipped");
         return;
     };
     redis.call(&words("HELLO 3"));

@@ -6,73 +6,24 @@
 //! instead under `MNEMO_REQUIRE_TOOLS=1`, as `scripts/test.sh` sets).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use mnemo_kv::server::{Session, SessionConfig};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::{Reply, ReplyDecoder};
+use mnemo_testkit::redis::RedisServer;
 
-struct Redis {
-    child: Child,
-    port: u16,
-}
+/// The throwaway redis-server, with this test's transcript helper.
+struct Redis(RedisServer);
 
 impl Redis {
-    fn start(extra: &[&str]) -> Option<Redis> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let port_text = port.to_string();
-        let mut args = vec![
-            "--port",
-            &port_text,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ];
-        args.extend_from_slice(extra);
-        let child = Command::new("redis-server")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let redis = Redis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(redis);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-
     /// Everything Redis sends for `input` followed by QUIT, until it closes.
     fn transcript(&self, input: &[u8]) -> Vec<u8> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
+        let mut stream = self.0.connect();
         stream.write_all(input).expect("write");
         stream.write_all(b"QUIT\r\n").expect("write");
         let mut output = Vec::new();
         let _ = stream.read_to_end(&mut output);
         output
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -143,12 +94,7 @@ fn hello_shape(bytes: &[u8]) -> Vec<Reply> {
 
 #[test]
 fn local_commands_answer_like_redis() {
-    let Some(open) = Redis::start(&[]) else {
-        assert!(
-            std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "redis-server is not installed and MNEMO_REQUIRE_TOOLS=1 (apt-get install redis-server)"
-        );
-        eprintln!("redis-server is not installed: differential tests skipped (apt-get install redis-server)");
+    let Some(open) = RedisServer::start_or_skip(&[], "differential tests").map(Redis) else {
         return;
     };
     compare(
@@ -190,9 +136,8 @@ fn local_commands_answer_like_redis() {
         hello_shape(&open.transcript(hello))
     );
 
-    let Some(locked) = Redis::start(&["--requirepass", "pw"]) else {
-        panic!("redis-server started once but not twice");
-    };
+    let locked =
+        Redis(RedisServer::start(&["--requirepass", "pw"]).expect("a second redis-server"));
     compare(
         &locked,
         Some("pw"),

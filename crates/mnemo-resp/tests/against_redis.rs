@@ -7,9 +7,7 @@
 //! instead under `MNEMO_REQUIRE_TOOLS=1`, as `scripts/test.sh` sets).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
 
 use bytes::{Bytes, BytesMut};
 use mnemo_resp::command::{self, CommandSpec};
@@ -17,52 +15,14 @@ use mnemo_resp::{
     encode_command, format_f64, parse_f64, parse_i64, CommandError, Decoder, Protocol, Reply,
     ReplyDecoder,
 };
+use mnemo_testkit::redis::RedisServer;
 
-/// A redis-server child process, killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
+/// The throwaway redis-server, with this test's helpers.
+struct Redis(RedisServer);
 
 impl Redis {
-    fn start() -> Option<Redis> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .ok()?
-            .local_addr()
-            .ok()?
-            .port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let redis = Redis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(redis);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-
     fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to redis-server");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        stream
+        self.0.connect()
     }
 
     /// Sends raw bytes on a new connection and reads until the server closes it.
@@ -89,13 +49,6 @@ impl Redis {
             assert!(read > 0, "redis-server closed the connection");
             decoder.feed(buffer.get(..read).unwrap_or_default());
         }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -568,12 +521,7 @@ fn error_texts(redis: &Redis) {
 
 #[test]
 fn same_answers_as_redis_server() {
-    let Some(redis) = Redis::start() else {
-        assert!(
-            std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "redis-server is not installed and MNEMO_REQUIRE_TOOLS=1 (apt-get install redis-server)"
-        );
-        eprintln!("redis-server is not installed: differential tests skipped (apt-get install redis-server)");
+    let Some(redis) = RedisServer::start_or_skip(&[], "differential tests").map(Redis) else {
         return;
     };
     protocol_errors(&redis);

@@ -141,6 +141,7 @@ pub mod explore;
 pub mod fault;
 pub mod net;
 pub mod pool;
+pub mod redis;
 pub mod rng;
 pub mod sim;
 pub mod workload;
