@@ -270,7 +270,8 @@ const CONFIG: &[CommandSpec] = &[
 ];
 
 /// Every command of issue 6, plus the few small ones clients use alongside them (ECHO, HELLO,
-/// DECRBY, FLUSHDB, TYPE, PTTL, PEXPIRE, PERSIST). Values from Redis 7.0's command table.
+/// DECRBY, FLUSHDB, TYPE, PTTL, PEXPIRE, PERSIST) and YCSB's (HMGET, ZRANGEBYSCORE, and
+/// ZREVRANGEBYSCORE beside it). Values from Redis 7.0's command table.
 const COMMANDS: &[CommandSpec] = &[
     spec("append", 3, WMF, ONE_KEY),
     spec(
@@ -305,6 +306,7 @@ const COMMANDS: &[CommandSpec] = &[
     spec("hgetall", 2, R, ONE_KEY),
     spec("hincrby", 4, WMF, ONE_KEY),
     spec("hlen", 2, RF, ONE_KEY),
+    spec("hmget", -3, RF, ONE_KEY),
     spec("hmset", -4, WMF, ONE_KEY),
     spec("hset", -4, WMF, ONE_KEY),
     spec("incr", 2, WMF, ONE_KEY),
@@ -348,7 +350,9 @@ const COMMANDS: &[CommandSpec] = &[
     spec("zincrby", 4, WMF, ONE_KEY),
     spec("zpopmin", -2, WF, ONE_KEY),
     spec("zrange", -4, R, ONE_KEY),
+    spec("zrangebyscore", -4, R, ONE_KEY),
     spec("zrem", -3, WF, ONE_KEY),
+    spec("zrevrangebyscore", -4, R, ONE_KEY),
     spec("zscore", 3, RF, ONE_KEY),
 ];
 

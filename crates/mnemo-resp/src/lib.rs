@@ -52,5 +52,5 @@ pub use command::{check_arity, lookup, CommandSpec};
 pub use decode::{Command, Decoder, ProtocolError};
 pub use encode::{encode_command, Encoder, Protocol, Reply};
 pub use errors::CommandError;
-pub use number::{format_f64, parse_f64, parse_i64, write_i64};
+pub use number::{format_f64, parse_f64, parse_i64, parse_strtod, write_i64};
 pub use reply::{ReplyDecoder, ReplyError};

@@ -76,6 +76,76 @@ pub fn parse_f64(text: &[u8]) -> Option<f64> {
     Some(value)
 }
 
+/// Parses a score bound as Redis 7.0's `zslParseRange` does (ZRANGEBYSCORE, ZRANGE ...
+/// BYSCORE, after any `(`): C `strtod` that must consume the whole text, with no range
+/// check, so it is laxer than [`parse_f64`]: the empty text is 0, leading white space is
+/// skipped, `1e999` is infinity, and hexadecimal floats ("0x1p3") are read. NaN is refused.
+pub fn parse_strtod(text: &[u8]) -> Option<f64> {
+    if text.is_empty() {
+        // strtod converts nothing and leaves the end pointer at the terminating NUL.
+        return Some(0.0);
+    }
+    let text = std::str::from_utf8(text).ok()?;
+    let body = text.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, unsigned) = match body.as_bytes().first()? {
+        b'-' => (true, body.get(1..)?),
+        b'+' => (false, body.get(1..)?),
+        _ => (false, body),
+    };
+    let hex = unsigned
+        .strip_prefix("0x")
+        .or_else(|| unsigned.strip_prefix("0X"));
+    let magnitude = match hex {
+        Some(digits) => parse_hex_float(digits)?,
+        None if unsigned.starts_with(['+', '-']) => return None,
+        None => unsigned.parse::<f64>().ok()?,
+    };
+    if magnitude.is_nan() {
+        return None;
+    }
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// The digits of a C hexadecimal float after "0x": `h[.h][p[+-]d]`, at least one hex digit.
+fn parse_hex_float(text: &str) -> Option<f64> {
+    let (mantissa, exponent) = match text.find(['p', 'P']) {
+        Some(at) => (text.get(..at)?, Some(text.get(at + 1..)?)),
+        None => (text, None),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    let mut value = 0.0f64;
+    for c in whole.chars() {
+        value = value * 16.0 + f64::from(c.to_digit(16)?);
+    }
+    let mut scale = 1.0 / 16.0;
+    for c in fraction.chars() {
+        value += f64::from(c.to_digit(16)?) * scale;
+        scale /= 16.0;
+    }
+    let exponent: i32 = match exponent {
+        None => 0,
+        Some(digits) => {
+            let unsigned = digits.strip_prefix(['+', '-']).unwrap_or(digits);
+            if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            // Exponents past any double's range saturate, as strtod's result does.
+            digits
+                .parse::<i64>()
+                .unwrap_or(if digits.starts_with('-') {
+                    i64::MIN
+                } else {
+                    i64::MAX
+                })
+                .clamp(-4000, 4000) as i32
+        }
+    };
+    Some(value * 2f64.powi(exponent))
+}
+
 fn mantissa_has_nonzero_digit(text: &str) -> bool {
     text.bytes()
         .take_while(|byte| *byte != b'e' && *byte != b'E')
@@ -186,6 +256,40 @@ fn push_fraction(text: &mut String, fraction: &str) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn strtod_bounds() {
+        let cases: &[(&[u8], Option<f64>)] = &[
+            (b"", Some(0.0)),
+            (b"1.5", Some(1.5)),
+            (b" \t1", Some(1.0)),
+            (b"1 ", None),
+            (b"  ", None),
+            (b"x", None),
+            (b"-inf", Some(f64::NEG_INFINITY)),
+            (b"+Infinity", Some(f64::INFINITY)),
+            (b"nan", None),
+            (b"1e999", Some(f64::INFINITY)),
+            (b"-1e-999", Some(-0.0)),
+            (b"0x10", Some(16.0)),
+            (b"-0x1p3", Some(-8.0)),
+            (b"0x.8", Some(0.5)),
+            (b"0x", None),
+            (b"0x1p", None),
+            (b"+-1", None),
+            (b".", None),
+            (b".5", Some(0.5)),
+            (b"5.", Some(5.0)),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(
+                parse_strtod(text).map(f64::to_bits),
+                expected.map(f64::to_bits),
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
     use super::*;
 
     #[test]

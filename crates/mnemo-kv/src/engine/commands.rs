@@ -32,6 +32,7 @@ pub const TABLE: &[(&str, i32, bool)] = &[
     ("hgetall", 2, false),
     ("hincrby", 4, true),
     ("hlen", 2, false),
+    ("hmget", -3, false),
     ("hmset", -4, true),
     ("hset", -4, true),
     ("incr", 2, true),
@@ -69,7 +70,9 @@ pub const TABLE: &[(&str, i32, bool)] = &[
     ("zincrby", 4, true),
     ("zpopmin", -2, true),
     ("zrange", -4, false),
+    ("zrangebyscore", -4, false),
     ("zrem", -3, true),
+    ("zrevrangebyscore", -4, false),
     ("zscore", 3, false),
 ];
 
@@ -170,6 +173,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, name: &str, args: &[Bytes]) -> Result<Reply> {
         "hmset" => hset(ctx, a, true),
         "hget" => hget(ctx, &a[1], &a[2]),
         "hgetall" => hgetall(ctx, &a[1]),
+        "hmget" => super::score_range::hmget(ctx, a),
         "hdel" => hdel(ctx, a),
         "hlen" => card(ctx, &a[1], tag::HASH),
         "hexists" => hexists(ctx, &a[1], &a[2]),
@@ -180,6 +184,8 @@ pub fn run(ctx: &mut Ctx<'_, '_>, name: &str, args: &[Bytes]) -> Result<Reply> {
         "zcard" => card(ctx, &a[1], tag::ZSET),
         "zrem" => zrem(ctx, a),
         "zrange" => zrange(ctx, a),
+        "zrangebyscore" => super::score_range::zrangebyscore(ctx, a, false),
+        "zrevrangebyscore" => super::score_range::zrangebyscore(ctx, a, true),
         "zpopmin" => zpopmin(ctx, a),
         _ => Ok(err("ERR unknown command")),
     }
@@ -681,7 +687,12 @@ fn lindex(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 type Typed<T> = std::result::Result<T, WrongType>;
 
 /// The nested table of `key` if it has type `t`, creating it when `create`.
-fn container(ctx: &mut Ctx<'_, '_>, key: &[u8], t: u8, create: bool) -> Result<Typed<Option<u64>>> {
+pub(super) fn container(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    t: u8,
+    create: bool,
+) -> Result<Typed<Option<u64>>> {
     let found = if create {
         ctx.lookup_write(key)?
     } else {
@@ -1093,17 +1104,7 @@ fn zrem(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 }
 
 /// A ZRANGE BYSCORE bound: value and exclusiveness.
-fn score_bound(arg: &[u8]) -> Option<(f64, bool)> {
-    let (text, exclusive) = match arg.strip_prefix(b"(") {
-        Some(rest) => (rest, true),
-        None => (arg, false),
-    };
-    parse_f64(text)
-        .filter(|v| !v.is_nan())
-        .map(|v| (v, exclusive))
-}
-
-fn scored_reply(items: Vec<(f64, Vec<u8>)>, with_scores: bool, resp3: bool) -> Reply {
+pub(super) fn scored_reply(items: Vec<(f64, Vec<u8>)>, with_scores: bool, resp3: bool) -> Reply {
     let mut out = Vec::new();
     for (score, member) in items {
         if !with_scores {
@@ -1143,42 +1144,11 @@ fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
             "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         ));
     }
-    let resp3 = ctx.resp3;
     if by_score {
-        let (lo_arg, hi_arg) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };
-        let (Some(lo), Some(hi)) = (score_bound(lo_arg), score_bound(hi_arg)) else {
-            return Ok(err(errors::MIN_MAX_NOT_FLOAT));
-        };
-        let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
-            return Ok(Reply::Array(Vec::new()));
-        };
-        let index = ctx.zindex(d)?;
-        let inside = |s: f64| {
-            (if lo.1 { s > lo.0 } else { s >= lo.0 }) && (if hi.1 { s < hi.0 } else { s <= hi.0 })
-        };
-        let (offset, count) = limit.unwrap_or((0, -1));
-        if offset < 0 {
-            return Ok(Reply::Array(Vec::new()));
-        }
-        let take = if count < 0 {
-            usize::MAX
-        } else {
-            count as usize
-        };
-        let pick = |it: &mut dyn Iterator<Item = &(Score, Vec<u8>)>| -> Vec<(f64, Vec<u8>)> {
-            it.filter(|(s, _)| inside(s.0))
-                .skip(offset as usize)
-                .take(take)
-                .map(|(s, m)| (s.0, m.clone()))
-                .collect()
-        };
-        let items = if rev {
-            pick(&mut index.iter().rev())
-        } else {
-            pick(&mut index.iter())
-        };
-        return Ok(scored_reply(items, with_scores, resp3));
+        let (min, max) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };
+        return super::score_range::by_score(ctx, &a[1], min, max, rev, limit, with_scores);
     }
+    let resp3 = ctx.resp3;
     let (start, stop) = (integer!(&a[2]), integer!(&a[3]));
     let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
         return Ok(Reply::Array(Vec::new()));

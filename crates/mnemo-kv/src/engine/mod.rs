@@ -22,6 +22,7 @@ mod glob;
 mod keyspace;
 pub mod limits;
 pub mod list;
+mod score_range;
 mod store;
 
 use std::fmt::Write as _;
