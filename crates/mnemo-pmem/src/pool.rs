@@ -71,7 +71,9 @@ pub struct OpenOptions {
     pub size_max: Option<u64>,
 }
 
-/// Counters of the sync-point pipeline.
+/// Counters of the sync-point pipeline: a snapshot taken by [`Pool::stats`]. (The fields
+/// are atomics so that code reading them with `.load(Ordering::Relaxed)` keeps working; the
+/// live counters are per thread, summed when this snapshot is taken.)
 #[derive(Debug, Default)]
 pub struct PoolStats {
     /// Sync points completed.
@@ -80,6 +82,122 @@ pub struct PoolStats {
     pub sync_ranges: AtomicU64,
     /// Bytes named by sync points.
     pub sync_bytes: AtomicU64,
+}
+
+/// One thread's sync-point counters for one pool, on a cache line of its own: only that
+/// thread writes them (a plain load and store each, no locked instruction), readers sum.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Shard {
+    /// Sync points, ranges, bytes.
+    counts: [AtomicU64; 3],
+}
+
+impl Shard {
+    #[inline]
+    fn add(&self, values: [u64; 3]) {
+        for (count, value) in self.counts.iter().zip(values) {
+            // Single writer (the owning thread), so load + store loses nothing.
+            count.store(count.load(Ordering::Relaxed) + value, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A pool's sync-point counters, sharded per thread so that sync points on different threads
+/// (transaction commits, log appends) never contend for a cache line and never issue a
+/// locked instruction. [`SyncCounters::sum`] adds the shards up (under a lock; stats are
+/// read rarely). Shards of threads that have exited are folded into `retired` when a new
+/// thread registers, so their number stays bounded by the live threads.
+#[derive(Debug)]
+struct SyncCounters {
+    /// Unique per pool in this process: the key of the calling thread's shard.
+    id: u64,
+    shards: Mutex<Vec<Arc<Shard>>>,
+    retired: Shard,
+}
+
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's shards, by pool id; the most recently used first.
+    static SHARDS: std::cell::RefCell<Vec<(u64, Arc<Shard>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl SyncCounters {
+    fn new() -> SyncCounters {
+        SyncCounters {
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            shards: Mutex::new(Vec::new()),
+            retired: Shard::default(),
+        }
+    }
+
+    #[inline]
+    fn add(&self, values: [u64; 3]) {
+        let fast = SHARDS.try_with(|mine| {
+            let mine = mine.try_borrow().ok()?;
+            let (id, shard) = mine.first()?;
+            (*id == self.id).then(|| shard.add(values))
+        });
+        if !matches!(fast, Ok(Some(()))) {
+            self.add_slow(values);
+        }
+    }
+
+    #[cold]
+    fn add_slow(&self, values: [u64; 3]) {
+        let registered = SHARDS.try_with(|mine| {
+            let Ok(mut mine) = mine.try_borrow_mut() else {
+                return false;
+            };
+            if let Some(i) = mine.iter().position(|(id, _)| *id == self.id) {
+                let entry = mine.remove(i);
+                mine.insert(0, entry);
+            } else {
+                // Forget shards of pools that are gone (the pool held the other reference).
+                mine.retain(|(_, shard)| Arc::strong_count(shard) > 1);
+                let shard = Arc::new(Shard::default());
+                let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+                // Fold the shards of exited threads (only the pool holds them) into `retired`.
+                shards.retain(|old| {
+                    let gone = Arc::strong_count(old) == 1;
+                    if gone {
+                        let counts = old.counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+                        for (total, value) in self.retired.counts.iter().zip(counts) {
+                            total.fetch_add(value, Ordering::Relaxed);
+                        }
+                    }
+                    !gone
+                });
+                shards.push(Arc::clone(&shard));
+                mine.insert(0, (self.id, shard));
+            }
+            mine[0].1.add(values);
+            true
+        });
+        if registered != Ok(true) {
+            // Thread-local storage is being torn down: count in the shared shard instead.
+            for (total, value) in self.retired.counts.iter().zip(values) {
+                total.fetch_add(value, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn sum(&self) -> [u64; 3] {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let mut total = self
+            .retired
+            .counts
+            .each_ref()
+            .map(|c| c.load(Ordering::Relaxed));
+        for shard in shards.iter() {
+            for (t, c) in total.iter_mut().zip(&shard.counts) {
+                *t += c.load(Ordering::Relaxed);
+            }
+        }
+        total
+    }
 }
 
 /// An open pool: a [`Media`] whose first 8 KiB hold the two header copies.
@@ -93,7 +211,7 @@ pub struct Pool {
     header: Mutex<Header>,
     size: AtomicU64,
     policy: Arc<dyn SyncPolicy>,
-    stats: PoolStats,
+    stats: SyncCounters,
     was_clean: bool,
     closed: AtomicBool,
     /// The file handle holding the advisory lock (file-backed pools).
@@ -287,7 +405,7 @@ impl Pool {
             media,
             name: name.to_path_buf(),
             policy: Arc::new(LocalPolicy),
-            stats: PoolStats::default(),
+            stats: SyncCounters::new(),
             was_clean: true,
             closed: AtomicBool::new(false),
             tracker: OnceLock::new(),
@@ -394,7 +512,7 @@ impl Pool {
             media,
             name: name.to_path_buf(),
             policy: Arc::new(LocalPolicy),
-            stats: PoolStats::default(),
+            stats: SyncCounters::new(),
             was_clean,
             closed: AtomicBool::new(false),
             tracker: OnceLock::new(),
@@ -455,9 +573,14 @@ impl Pool {
         self.media.info()
     }
 
-    /// Sync-point counters.
-    pub fn stats(&self) -> &PoolStats {
-        &self.stats
+    /// Sync-point counters: a snapshot summed over the threads that made sync points.
+    pub fn stats(&self) -> PoolStats {
+        let [points, ranges, bytes] = self.stats.sum();
+        PoolStats {
+            sync_points: AtomicU64::new(points),
+            sync_ranges: AtomicU64::new(ranges),
+            sync_bytes: AtomicU64::new(bytes),
+        }
     }
 
     /// Turn on dirty tracking (Selective Persistence Flushing, see [`crate::track`]) with
@@ -679,20 +802,26 @@ impl Pool {
                 ranges.len()
             )));
         }
+        let size = self.size();
         let mut bytes = 0u64;
         for range in ranges {
-            self.check_range(range.offset, range.len)?;
-            bytes += range.len;
+            match range.offset.checked_add(range.len) {
+                Some(end) if end <= size => bytes += range.len,
+                _ => {
+                    return Err(Error::OutOfBounds {
+                        offset: range.offset,
+                        len: range.len,
+                        size,
+                    })
+                }
+            }
         }
         Ok(bytes)
     }
 
+    #[inline]
     fn count_sync_point(&self, ranges: usize, bytes: u64) {
-        self.stats.sync_points.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .sync_ranges
-            .fetch_add(ranges as u64, Ordering::Relaxed);
-        self.stats.sync_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.stats.add([1, ranges as u64, bytes]);
     }
 
     /// Grow the pool to `new_size` bytes (page-rounded) while it is open. Offsets and
