@@ -38,14 +38,13 @@
 
 use std::cell::Cell;
 use std::fmt::Debug;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::MediaError;
 use crate::file::FileMedia;
 use crate::limits::CACHE_LINE;
-use crate::media::{Media, MediaInfo};
+use crate::media::{ForwardMedia, Media, MediaInfo};
 
 /// How flushed lines wait for the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -578,25 +577,12 @@ impl<M: Media> EmulatedMedia<M> {
     }
 }
 
-impl<M: Media> Media for EmulatedMedia<M> {
-    fn base(&self) -> NonNull<u8> {
-        self.inner.base()
-    }
+impl<M: Media> ForwardMedia for EmulatedMedia<M> {
+    type Inner = M;
 
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-
-    fn grow(&self, new_len: u64) -> Result<(), MediaError> {
-        self.inner.grow(new_len)
-    }
-
-    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError> {
-        self.inner.ensure_backed(offset, len)
+    #[inline]
+    fn inner(&self) -> &M {
+        &self.inner
     }
 
     fn flush(&self, offset: u64, len: u64) {

@@ -44,6 +44,6 @@ pub mod track;
 
 pub use error::{Error, MediaError};
 pub use file::FileMedia;
-pub use media::{Durability, Media, MediaInfo, MediaKind};
+pub use media::{Durability, ForwardMedia, Media, MediaInfo, MediaKind};
 pub use pool::{CreateOptions, OpenOptions, Pool, PoolStats};
 pub use sync::{ByteRange, LocalPolicy, SyncPolicy};

@@ -115,3 +115,154 @@ pub trait Media: Send + Sync + Debug {
         None
     }
 }
+
+/// A medium that wraps another one (emulation, fault injection, counting, recording) and
+/// forwards to it every method it does not override. Implement this instead of [`Media`]:
+/// name the wrapped medium in [`ForwardMedia::inner`] and override only what the wrapper
+/// changes; every type implementing `ForwardMedia` is a [`Media`] through the blanket
+/// implementation, whose methods call these. (Where both traits are in scope, a method
+/// called on the wrapper's own type needs the trait named: `Media::flush(&wrapper, ..)`.)
+pub trait ForwardMedia: Send + Sync + Debug {
+    /// The medium this one wraps (`FileMedia`, `dyn Media`, ...).
+    type Inner: Media + ?Sized;
+
+    /// The wrapped medium.
+    fn inner(&self) -> &Self::Inner;
+
+    /// [`Media::base`].
+    #[inline]
+    fn base(&self) -> NonNull<u8> {
+        self.inner().base()
+    }
+
+    /// [`Media::len`].
+    #[inline]
+    fn len(&self) -> u64 {
+        self.inner().len()
+    }
+
+    /// Whether nothing is mapped ([`Media::is_empty`]).
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.inner().is_empty()
+    }
+
+    /// [`Media::capacity`].
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.inner().capacity()
+    }
+
+    /// [`Media::grow`].
+    fn grow(&self, new_len: u64) -> Result<(), MediaError> {
+        self.inner().grow(new_len)
+    }
+
+    /// [`Media::ensure_backed`].
+    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError> {
+        self.inner().ensure_backed(offset, len)
+    }
+
+    /// [`Media::flush`].
+    #[inline]
+    fn flush(&self, offset: u64, len: u64) {
+        self.inner().flush(offset, len)
+    }
+
+    /// [`Media::drain`].
+    #[inline]
+    fn drain(&self) -> Result<(), MediaError> {
+        self.inner().drain()
+    }
+
+    /// [`Media::copy_nodrain`].
+    #[inline]
+    fn copy_nodrain(&self, offset: u64, src: &[u8]) {
+        self.inner().copy_nodrain(offset, src)
+    }
+
+    /// [`Media::stream_nodrain`].
+    #[inline]
+    fn stream_nodrain(&self, offset: u64, src: &[u8]) {
+        self.inner().stream_nodrain(offset, src)
+    }
+
+    /// [`Media::info`].
+    fn info(&self) -> MediaInfo {
+        self.inner().info()
+    }
+
+    /// [`Media::charge_read`].
+    #[inline]
+    fn charge_read(&self, offset: u64, len: u64) {
+        self.inner().charge_read(offset, len)
+    }
+
+    /// [`Media::emulation`].
+    fn emulation(&self) -> Option<crate::emu::EmuReport> {
+        self.inner().emulation()
+    }
+}
+
+impl<T: ForwardMedia> Media for T {
+    #[inline]
+    fn base(&self) -> NonNull<u8> {
+        ForwardMedia::base(self)
+    }
+
+    #[inline]
+    fn len(&self) -> u64 {
+        ForwardMedia::len(self)
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        ForwardMedia::is_empty(self)
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        ForwardMedia::capacity(self)
+    }
+
+    fn grow(&self, new_len: u64) -> Result<(), MediaError> {
+        ForwardMedia::grow(self, new_len)
+    }
+
+    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError> {
+        ForwardMedia::ensure_backed(self, offset, len)
+    }
+
+    #[inline]
+    fn flush(&self, offset: u64, len: u64) {
+        ForwardMedia::flush(self, offset, len)
+    }
+
+    #[inline]
+    fn drain(&self) -> Result<(), MediaError> {
+        ForwardMedia::drain(self)
+    }
+
+    #[inline]
+    fn copy_nodrain(&self, offset: u64, src: &[u8]) {
+        ForwardMedia::copy_nodrain(self, offset, src)
+    }
+
+    #[inline]
+    fn stream_nodrain(&self, offset: u64, src: &[u8]) {
+        ForwardMedia::stream_nodrain(self, offset, src)
+    }
+
+    fn info(&self) -> MediaInfo {
+        ForwardMedia::info(self)
+    }
+
+    #[inline]
+    fn charge_read(&self, offset: u64, len: u64) {
+        ForwardMedia::charge_read(self, offset, len)
+    }
+
+    fn emulation(&self) -> Option<crate::emu::EmuReport> {
+        ForwardMedia::emulation(self)
+    }
+}

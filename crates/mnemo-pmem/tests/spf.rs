@@ -6,14 +6,13 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mnemo_pmem::emu::{EmuConfig, EmulatedMedia};
 use mnemo_pmem::track::{RawMethod, TrackerOptions, Tracking};
-use mnemo_pmem::{ByteRange, CreateOptions, FileMedia, Media, MediaError, MediaInfo, Pool};
+use mnemo_pmem::{ByteRange, CreateOptions, FileMedia, ForwardMedia, Media, Pool};
 
 const PAGE: u64 = 4096;
 
@@ -28,21 +27,10 @@ struct Recording {
     flushed_bytes: Arc<AtomicU64>,
 }
 
-impl Media for Recording {
-    fn base(&self) -> NonNull<u8> {
-        self.inner.base()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-    fn grow(&self, new_len: u64) -> Result<(), MediaError> {
-        self.inner.grow(new_len)
-    }
-    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError> {
-        self.inner.ensure_backed(offset, len)
+impl ForwardMedia for Recording {
+    type Inner = FileMedia;
+    fn inner(&self) -> &FileMedia {
+        &self.inner
     }
     fn flush(&self, offset: u64, len: u64) {
         let mut log = self.log.lock().unwrap();
@@ -63,15 +51,6 @@ impl Media for Recording {
         }
         self.flushed_bytes.fetch_add(len, Ordering::Relaxed);
         self.inner.flush(offset, len);
-    }
-    fn drain(&self) -> Result<(), MediaError> {
-        self.inner.drain()
-    }
-    fn copy_nodrain(&self, offset: u64, src: &[u8]) {
-        self.inner.copy_nodrain(offset, src)
-    }
-    fn info(&self) -> MediaInfo {
-        self.inner.info()
     }
 }
 

@@ -5,11 +5,10 @@
 //! flushed before it is not yet durable (on a [`crate::SimMedia`], the next successful fence
 //! persists it). A failed `grow` or `ensure_backed` changes nothing.
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mnemo_pmem::{Media, MediaError, MediaInfo};
+use mnemo_pmem::{ForwardMedia, Media, MediaError};
 
 /// Which call fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,17 +98,11 @@ impl FaultyMedia {
     }
 }
 
-impl Media for FaultyMedia {
-    fn base(&self) -> NonNull<u8> {
-        self.inner.base()
-    }
+impl ForwardMedia for FaultyMedia {
+    type Inner = dyn Media;
 
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
+    fn inner(&self) -> &(dyn Media + 'static) {
+        &*self.inner
     }
 
     fn grow(&self, new_len: u64) -> Result<(), MediaError> {
@@ -122,20 +115,8 @@ impl Media for FaultyMedia {
         self.inner.ensure_backed(offset, len)
     }
 
-    fn flush(&self, offset: u64, len: u64) {
-        self.inner.flush(offset, len);
-    }
-
     fn drain(&self) -> Result<(), MediaError> {
         self.check(FaultOp::Drain, "draining (injected)")?;
         self.inner.drain()
-    }
-
-    fn copy_nodrain(&self, offset: u64, src: &[u8]) {
-        self.inner.copy_nodrain(offset, src);
-    }
-
-    fn info(&self) -> MediaInfo {
-        self.inner.info()
     }
 }

@@ -30,7 +30,6 @@
 use std::collections::BTreeMap;
 use std::fs::OpenOptions as FsOpen;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
@@ -38,7 +37,7 @@ use std::time::Instant;
 use mnemo_bench::plot_groups::{grouped_bars, GroupSeries};
 use mnemo_heap::{Heap, HeapOptions, PPtr};
 use mnemo_pmem::error::MediaError;
-use mnemo_pmem::{CreateOptions, FileMedia, Media, MediaInfo, Pool};
+use mnemo_pmem::{CreateOptions, FileMedia, ForwardMedia, Media, Pool};
 
 const OPS: [&str; 5] = ["tx8", "txalloc64", "alloc64", "free64", "floor2"];
 const MAX_THREADS: u64 = 8;
@@ -67,21 +66,10 @@ fn lines_of(offset: u64, len: u64) -> u64 {
     }
 }
 
-impl Media for Counting {
-    fn base(&self) -> NonNull<u8> {
-        self.inner.base()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-    fn grow(&self, new_len: u64) -> Result<(), MediaError> {
-        self.inner.grow(new_len)
-    }
-    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError> {
-        self.inner.ensure_backed(offset, len)
+impl ForwardMedia for Counting {
+    type Inner = FileMedia;
+    fn inner(&self) -> &FileMedia {
+        &self.inner
     }
     fn flush(&self, offset: u64, len: u64) {
         let n = lines_of(offset, len);
@@ -101,9 +89,6 @@ impl Media for Counting {
         let n = lines_of(offset, src.len() as u64);
         self.counters.lines.fetch_add(n, Ordering::Relaxed);
         self.inner.stream_nodrain(offset, src)
-    }
-    fn info(&self) -> MediaInfo {
-        self.inner.info()
     }
 }
 
