@@ -185,19 +185,48 @@ pub fn encode_payload(payload: &[u8], mut out: impl FnMut(u64)) {
         }
         at += GROUP_BYTES;
     }
-    let rest = &payload[at..];
-    if !rest.is_empty() {
-        encode_group(rest, &mut out);
+    if at < payload.len() {
+        encode_group(payload, at, &mut out);
     }
 }
 
+/// Bytes `o..o + k` of `s` (`k <= 8`, `o + k <= s.len()`) as a little-endian number. Reads
+/// `s` in place with one 8-byte load where it can (a load ending at the slice's end when the
+/// bytes sit at its tail), so encoding never stores bytes only to load them back as words.
 #[inline]
-fn encode_group(group: &[u8], out: &mut impl FnMut(u64)) {
-    let mut buf = [0u8; 64];
-    buf[..group.len()].copy_from_slice(group);
-    let extra = u64::from_le_bytes(buf[56..64].try_into().unwrap_or_default()) & LOW56;
-    for i in 0..group_words(group.len()) {
-        let low = u64::from_le_bytes(buf[7 * i..7 * i + 8].try_into().unwrap_or_default()) & LOW56;
+fn read_le(s: &[u8], o: usize, k: usize) -> u64 {
+    if k == 0 {
+        return 0;
+    }
+    let v = if o + 8 <= s.len() {
+        u64::from_le_bytes(s[o..o + 8].try_into().unwrap_or_default())
+    } else if s.len() >= 8 {
+        let e = s.len() - 8;
+        u64::from_le_bytes(s[e..].try_into().unwrap_or_default()) >> (8 * (o - e))
+    } else {
+        s[o..o + k]
+            .iter()
+            .enumerate()
+            .fold(0, |v, (j, &b)| v | u64::from(b) << (8 * j))
+    };
+    if k == 8 {
+        v
+    } else {
+        v & ((1 << (8 * k)) - 1)
+    }
+}
+
+/// Encode the last group, `payload[at..]` (1 to 63 bytes), reading the payload in place.
+#[inline]
+fn encode_group(payload: &[u8], at: usize, out: &mut impl FnMut(u64)) {
+    let r = payload.len() - at;
+    let extra = if r > 56 {
+        read_le(payload, at + 56, r - 56)
+    } else {
+        0
+    };
+    for i in 0..group_words(r) {
+        let low = read_le(payload, at + 7 * i, r.saturating_sub(7 * i).min(7));
         let high = (extra >> (7 * i)) & 0x7f;
         out(low | (high << 56));
     }

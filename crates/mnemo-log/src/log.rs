@@ -172,6 +172,61 @@ enum Read {
     Corrupt(String),
 }
 
+/// Records shorter than this many words (payloads up to 168 bytes) are appended from a
+/// buffer on the stack ([`Log::append`]'s fast path); longer ones are staged in a `Vec`.
+const SMALL_WORDS: usize = 24;
+
+/// The checksum of a single record (`more` clear) at logical word `at` whose payload words
+/// (torn bits clear) are `payload`, as [`format::record_crc`] defines it; sets the torn bit
+/// `sense` (bit 63 set or not) in every payload word and leaves them little-endian.
+#[inline]
+fn small_crc(at: u64, len: usize, payload: &mut [u64], sense: u64) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE4.2 (checked just above).
+        return unsafe { small_crc_sse42(at, len, payload, sense) };
+    }
+    let mut prefix = [0u64; 2];
+    prefix[0] = at.to_le();
+    prefix[1] = (len as u64).to_le();
+    let crc = crc32c::crc32c(words_as_bytes(&prefix));
+    for word in payload.iter_mut() {
+        *word = word.to_le();
+    }
+    let crc = crc32c::crc32c_append(crc, words_as_bytes(payload));
+    for word in payload.iter_mut() {
+        *word |= sense.to_le();
+    }
+    crc
+}
+
+/// [`small_crc`] with the CRC-32C instruction: the words are checksummed from registers, one
+/// instruction each, in the same pass that sets their torn bits.
+///
+/// # Safety
+/// The CPU must support SSE4.2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn small_crc_sse42(at: u64, len: usize, payload: &mut [u64], sense: u64) -> u32 {
+    use std::arch::x86_64::_mm_crc32_u64;
+    // CRC-32C of bytes = !(the instruction's chain from !0), each u64 taken little-endian.
+    let mut crc = _mm_crc32_u64(u64::from(u32::MAX), at);
+    crc = _mm_crc32_u64(crc, len as u64);
+    for word in payload.iter_mut() {
+        crc = _mm_crc32_u64(crc, *word);
+        *word = (*word | sense).to_le();
+    }
+    !(crc as u32)
+}
+
+/// The bytes of `words` as they lie in memory (the words are already little-endian).
+#[inline]
+fn words_as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: any initialised u64 is 8 initialised bytes; the slice covers exactly `words`
+    // and borrows it for its lifetime; u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
+}
+
 fn lines_of(offset: u64, len: u64) -> u64 {
     if len == 0 {
         0
@@ -308,7 +363,11 @@ impl<P: Deref<Target = Pool>> Log<P> {
         let words = self.words_for(data.len())?;
         self.check_free(words)?;
         let lsn = Lsn::of_word(self.tail);
-        self.write_records(std::slice::from_ref(&data), words)?;
+        if words < SMALL_WORDS as u64 && self.next.pos + words <= self.cap {
+            self.append_small(data, words as usize)?;
+        } else {
+            self.write_records(std::slice::from_ref(&data), words)?;
+        }
         Ok(lsn)
     }
 
@@ -484,6 +543,50 @@ impl<P: Deref<Target = Pool>> Log<P> {
                 free: free * 8,
             });
         }
+        Ok(())
+    }
+
+    /// The common case of [`Log::append`]: one record of `words` words (known to fit, fewer
+    /// than [`SMALL_WORDS`]) that does not wrap, so every word carries the same torn bit.
+    /// Encoded in a buffer on the stack, checksummed word by word as it is encoded (the
+    /// CRC-32C instruction where the CPU has it), and written with one call.
+    #[inline]
+    fn append_small(&mut self, data: &[u8], words: usize) -> Result<(), Error> {
+        let mut buf = [0u64; SMALL_WORDS];
+        let sense = self.next.sense << 63;
+        let mut k = 1;
+        encode_payload(data, |word| {
+            buf[k] = word;
+            k += 1;
+        });
+        debug_assert_eq!(k, words);
+        let crc = small_crc(self.tail, data.len(), &mut buf[1..words], sense);
+        buf[0] = (length_word(data.len(), false, crc) | sense).to_le();
+        let offset = self.area + self.next.pos * 8;
+        let bytes = words_as_bytes(&buf[..words]);
+        let result = if mutant::active("log.skip_flush") {
+            self.pool.write(offset, bytes)
+        } else {
+            self.pool.stream_nodrain(offset, bytes)
+        }
+        .and_then(|()| {
+            if self.sync_points {
+                self.pool
+                    .gmsync_flushed(&[ByteRange::new(offset, bytes.len() as u64)])
+            } else {
+                self.pool.drain()
+            }
+        });
+        if let Err(err) = result {
+            self.state = State::Poisoned;
+            return Err(err.into());
+        }
+        self.stats.fences += 1;
+        self.stats.lines_flushed += lines_of(offset, bytes.len() as u64);
+        let mut next = self.next;
+        next.pos += words as u64 - 1;
+        next.advance(self.cap);
+        self.commit(words as u64, 1, next);
         Ok(())
     }
 
