@@ -19,11 +19,11 @@
 //! `KV_DISK_DIR` (/tmp), `KV_BENCH_ROUNDS` (3), `KV_BENCH_REPLOT=1` (redraw the plot and
 //! the JSON from the committed CSV, running nothing).
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use mnemo_bench::servers::{Kind, Running, Spec};
 use mnemo_bench::{bench_dir, machine, write_csv, write_json};
 use plotters::prelude::*;
 
@@ -131,78 +131,27 @@ impl Config {
     }
 }
 
-/// A running server; killed (and its files removed) on drop.
-struct Running {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
-}
-
 fn start(target: Target, config: &Config) -> Result<Running, String> {
-    let base = match target {
-        Target::RedisAofDisk => config.disk_dir.clone(),
-        _ => PathBuf::from("/dev/shm"),
+    let shm = Path::new("/dev/shm");
+    let (kind, dir_in) = match target {
+        Target::RedisNone => (Kind::RedisNoPersistence, shm),
+        Target::RedisAofDisk => (Kind::RedisAofAlways, config.disk_dir.as_path()),
+        Target::RedisAofShm => (Kind::RedisAofAlways, shm),
+        Target::Mnemo => (
+            Kind::Mnemo {
+                binary: &config.mnemo,
+                size: "1G",
+            },
+            shm,
+        ),
     };
-    let dir = tempfile::Builder::new()
-        .prefix("mnemo-kv-bench")
-        .tempdir_in(&base)
-        .map_err(|e| format!("tempdir in {}: {e}", base.display()))?;
-    let port = free_port()?;
-    let port_text = port.to_string();
-    let mut command = Command::new("taskset");
-    command.args(["-c", &config.server_cpu]);
-    match target {
-        Target::Mnemo => {
-            command
-                .arg(&config.mnemo)
-                .args(["serve", "--port", &port_text, "--size", "1G", "--pool"])
-                .arg(dir.path().join("kv.pool"))
-                .env("MNEMO_LOG", "warn");
-        }
-        _ => {
-            let (aof, fsync) = match target {
-                Target::RedisNone => ("no", "everysec"),
-                _ => ("yes", "always"),
-            };
-            command
-                .arg("redis-server")
-                .args(["--port", &port_text, "--bind", "127.0.0.1", "--save", ""])
-                .args(["--appendonly", aof, "--appendfsync", fsync, "--dir"])
-                .arg(dir.path());
-        }
-    }
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", target.name()))?;
-    let running = Running {
-        child,
-        port,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + START_TIMEOUT;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err(format!("{} did not start", target.name()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(running)
+    Running::start(&Spec {
+        kind,
+        name: target.name(),
+        cpu: &config.server_cpu,
+        dir_in,
+        start_timeout: START_TIMEOUT,
+    })
 }
 
 /// One line of redis-benchmark's CSV.
@@ -223,7 +172,7 @@ fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Ro
     let n = config.requests(target, clients);
     let output = Command::new("taskset")
         .args(["-c", &config.client_cpu, "redis-benchmark"])
-        .args(["-p", &server.port.to_string(), "-t", &config.tests])
+        .args(["-p", &server.port().to_string(), "-t", &config.tests])
         .args(["-c", &clients.to_string(), "-n", &n.to_string(), "--csv"])
         .stdin(Stdio::null())
         .output()

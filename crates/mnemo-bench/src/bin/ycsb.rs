@@ -18,12 +18,12 @@
 //! machine falls on all servers alike. Servers are stopped on exit (drop guards).
 //! Writes `bench/results/ycsb.csv` and `.json` and `bench/plots/ycsb.svg`.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mnemo_bench::plot_groups::{grouped_bars, GroupSeries};
+use mnemo_bench::servers::{Kind, Running, Spec};
 use mnemo_bench::ycsb::{self, check, Commands, CoreWorkload, Options, PhaseResult, RedisClient};
 use mnemo_bench::{bench_dir, machine, write_csv, write_json};
 
@@ -153,91 +153,39 @@ impl Target {
     }
 }
 
-/// A running server, killed (and its directory removed) on drop.
-struct Running {
+/// A running server and what it is.
+struct Started {
     target: Target,
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+    server: Running,
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Running {
+impl Started {
     fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.server.addr()
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
-}
-
-fn start(
-    target: Target,
-    mnemo: &std::path::Path,
-    cpu: &str,
-    disk: &str,
-) -> Result<Running, String> {
-    let base = match target {
-        Target::RedisAofDisk => PathBuf::from(disk),
-        _ => PathBuf::from("/dev/shm"),
+fn start(target: Target, mnemo: &Path, cpu: &str, disk: &str) -> Result<Started, String> {
+    let shm = Path::new("/dev/shm");
+    let (kind, dir_in) = match target {
+        Target::Redis => (Kind::RedisNoPersistence, shm),
+        Target::RedisAofDisk => (Kind::RedisAofAlways, Path::new(disk)),
+        Target::Mnemo => (
+            Kind::Mnemo {
+                binary: mnemo,
+                size: "4G",
+            },
+            shm,
+        ),
     };
-    let dir = tempfile::Builder::new()
-        .prefix("mnemo-ycsb")
-        .tempdir_in(&base)
-        .map_err(|e| format!("tempdir in {}: {e}", base.display()))?;
-    let port = free_port()?;
-    let port_text = port.to_string();
-    let mut command = Command::new("taskset");
-    command.args(["-c", cpu]);
-    match target {
-        Target::Mnemo => {
-            command
-                .arg(mnemo)
-                .args(["serve", "--port", &port_text, "--size", "4G", "--pool"])
-                .arg(dir.path().join("ycsb.pool"))
-                .env("MNEMO_LOG", "warn");
-        }
-        Target::Redis | Target::RedisAofDisk => {
-            let (aof, fsync) = match target {
-                Target::Redis => ("no", "everysec"),
-                _ => ("yes", "always"),
-            };
-            command
-                .arg("redis-server")
-                .args(["--port", &port_text, "--bind", "127.0.0.1", "--save", ""])
-                .args(["--appendonly", aof, "--appendfsync", fsync, "--dir"])
-                .arg(dir.path());
-        }
-    }
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", target.name()))?;
-    let running = Running {
-        target,
-        child,
-        port,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + START_TIMEOUT;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err(format!("{} did not start", target.name()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(running)
+    let server = Running::start(&Spec {
+        kind,
+        name: target.name(),
+        cpu,
+        dir_in,
+        start_timeout: START_TIMEOUT,
+    })?;
+    Ok(Started { target, server })
 }
 
 /// One measured phase of one server.
@@ -291,7 +239,7 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
         eprintln!(
             "started {} on port {}",
             t.name(),
-            servers.last().map_or(0, |s| s.port)
+            servers.last().map_or(0, |s| s.server.port())
         );
     }
 
@@ -318,7 +266,7 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
         }
     }
 
-    let options = |s: &Running, seed: u64| Options {
+    let options = |s: &Started, seed: u64| Options {
         addr: s.addr(),
         threads,
         commands,

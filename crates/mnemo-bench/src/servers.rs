@@ -1,0 +1,128 @@
+//! Servers the key-value benchmarks start and stop: `redis-server` 7 with or without
+//! `appendfsync always`, and `mnemo serve`, each on a free loopback port, pinned to a CPU
+//! with `taskset`, with its files in a fresh temporary directory; killed (and the directory
+//! removed) when dropped. Used by the `kv` (redis-benchmark) and `ycsb` bins.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to start.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind<'a> {
+    /// redis-server with persistence off (`--save "" --appendonly no`).
+    RedisNoPersistence,
+    /// redis-server with `--appendonly yes --appendfsync always`: every write fsynced
+    /// before its reply, the durability `mnemo serve` gives.
+    RedisAofAlways,
+    /// `mnemo serve` (`binary`) with a new pool of `size` (`1G`, `4G`, ...).
+    Mnemo {
+        /// The `mnemo` binary.
+        binary: &'a Path,
+        /// `--size` of the new pool.
+        size: &'a str,
+    },
+}
+
+/// Where and how to start a server.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec<'a> {
+    /// Which server.
+    pub kind: Kind<'a>,
+    /// Its name in messages.
+    pub name: &'a str,
+    /// `taskset -c` CPU list the server runs on.
+    pub cpu: &'a str,
+    /// The directory its temporary directory (AOF, pool) is made in: the disk or /dev/shm.
+    pub dir_in: &'a Path,
+    /// Longest wait for it to accept connections (a big pool takes a moment to create).
+    pub start_timeout: Duration,
+}
+
+/// A running server; killed (and its directory removed) on drop.
+#[derive(Debug)]
+pub struct Running {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    /// Starts the server and waits until it accepts connections.
+    pub fn start(spec: &Spec<'_>) -> Result<Running, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("mnemo-kv-bench")
+            .tempdir_in(spec.dir_in)
+            .map_err(|e| format!("tempdir in {}: {e}", spec.dir_in.display()))?;
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("no free port: {e}"))?;
+        let port_text = port.to_string();
+        let mut command = Command::new("taskset");
+        command.args(["-c", spec.cpu]);
+        match spec.kind {
+            Kind::Mnemo { binary, size } => {
+                command
+                    .arg(binary)
+                    .args(["serve", "--port", &port_text, "--size", size, "--pool"])
+                    .arg(dir.path().join("kv.pool"))
+                    .env("MNEMO_LOG", "warn");
+            }
+            Kind::RedisNoPersistence | Kind::RedisAofAlways => {
+                let (aof, fsync) = match spec.kind {
+                    Kind::RedisAofAlways => ("yes", "always"),
+                    _ => ("no", "everysec"),
+                };
+                command
+                    .arg("redis-server")
+                    .args(["--port", &port_text, "--bind", "127.0.0.1", "--save", ""])
+                    .args(["--appendonly", aof, "--appendfsync", fsync, "--dir"])
+                    .arg(dir.path());
+            }
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", spec.name))?;
+        let mut running = Running {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + spec.start_timeout;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = running.child.try_wait() {
+                return Err(format!("{} exited at start: {status}", spec.name));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{} did not accept connections within {:?}",
+                    spec.name, spec.start_timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(running)
+    }
+
+    /// Its loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
