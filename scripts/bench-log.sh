@@ -25,13 +25,9 @@ fi
 peer="$CARGO_TARGET_DIR/pmemlog-append"
 mkdir -p "$CARGO_TARGET_DIR"
 cc -O2 -Wall -Wextra -o "$peer" bench/pmemlog/append.c -lpmemlog
-cargo bench -p mnemo-log --bench append --no-run 2>/dev/null
-ours=$(cargo bench -p mnemo-log --bench append --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "append" and m.get("executable"):
-        print(m["executable"])')
+# mnemo-bench's log bin: a production build (no mnemo-testkit, so no `mutants` checks).
+cargo build --release -p mnemo-bench --bin log 2>/dev/null
+ours="$CARGO_TARGET_DIR/release/log"
 
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
@@ -39,7 +35,7 @@ for round in $(seq 1 "$rounds"); do
     echo "# round $round/$rounds" >&2
     "$ours" >>"$raw"
     # The pool's copy path with non-temporal stores for copies from 64 bytes (default 256).
-    MNEMO_MOVNT_THRESHOLD=64 LOG_BENCH_TAG=-movnt64 "$ours" | grep -- '-local' >>"$raw"
+    MNEMO_MOVNT_THRESHOLD=64 LOG_BENCH_TAG=-movnt64 LOG_BENCH_FLOORS=0 "$ours" | grep -- '-local' >>"$raw"
     PMEM_IS_PMEM_FORCE=1 "$peer" "/dev/shm/pmemlog-bench.$$" "$LOG_BENCH_N" "$LOG_BENCH_RUNS" "$LOG_BENCH_LEN" >>"$raw"
 done
 
@@ -71,7 +67,7 @@ with open(out, "w", newline="") as fh:
     load = open("/proc/loadavg").read().split()[0]
     peer_cpu = statistics.median(float(r[7]) for r in rows["pmemlog"])
     for name in ["mnemo-log", "mnemo-log-local", "mnemo-log-local-movnt64",
-                 "mnemo-log-batch8", "pmemlog"]:
+                 "mnemo-log-batch8", "pmemlog", "floor-nt", "floor-clwb1", "floor-clwb2"]:
         if name not in rows:
             continue
         r = median_row(rows[name])
@@ -112,7 +108,7 @@ for r in data:
                f'(x{r["cpu_speedup_vs_pmemlog"]})</text>')
     y += 2 * bar + gap
 svg.append(f'<text x="10" y="{height - 12}">fences/append: mnemo 1, batch8 0.125, pmemlog 2; '
-           f'lines/append: mnemo 2, pmemlog 2. {data[0]["date"]}</text>')
+           f'floors: bare stores + fences, no software. {data[0]["date"]}</text>')
 svg.append('</svg>')
 open(plot, "w").write("\n".join(svg) + "\n")
 print(f"written {plot}")

@@ -62,7 +62,7 @@
 //! [`Log::set_sync_points`]`(false)` makes appends local persists instead (the same stores,
 //! then one `Pool::drain`): still one fence, same bytes on media, not seen by replication;
 //! meant for logs internal to a layer whose own commit is the sync point.
-//! `benches/append.rs` measures both.
+//! `crates/mnemo-bench/src/bin/log.rs` (run by `scripts/bench-log.sh`) measures both.
 //!
 //! ## Mutants
 //! With the `mutants` feature, `mnemo_pmem::mutant::with` switches on one deliberately
