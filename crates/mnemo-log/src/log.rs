@@ -186,6 +186,11 @@ fn small_crc(at: u64, len: usize, payload: &mut [u64], sense: u64) -> u32 {
         // SAFETY: the CPU has SSE4.2 (checked just above).
         return unsafe { small_crc_sse42(at, len, payload, sense) };
     }
+    small_crc_portable(at, len, payload, sense)
+}
+
+/// [`small_crc`] without the CRC-32C instruction (the `crc32c` crate over the bytes).
+fn small_crc_portable(at: u64, len: usize, payload: &mut [u64], sense: u64) -> u32 {
     let mut prefix = [0u64; 2];
     prefix[0] = at.to_le();
     prefix[1] = (len as u64).to_le();
@@ -941,4 +946,32 @@ fn ensure_backed(pool: &Pool, offset: u64, len: u64) -> Result<(), Error> {
             source,
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast path's checksum (SSE4.2 or portable) is the format's `record_crc`, and it
+    /// leaves the payload words little-endian with the torn bit set as asked.
+    #[test]
+    fn small_crc_is_the_record_crc() {
+        for len in 0..=payload_max_for(SMALL_WORDS as u64 - 1) as usize {
+            let data: Vec<u8> = (0..len).map(|i| (i * 131 + len) as u8).collect();
+            let mut words = Vec::new();
+            encode_payload(&data, |w| words.push(w));
+            for (at, sense) in [(0u64, 1u64), (12_345, 0), (u64::MAX / 3, 1)] {
+                let mut fast = words.clone();
+                let mut portable = words.clone();
+                let crc = small_crc(at, len, &mut fast, sense << 63);
+                assert_eq!(crc, record_crc(at, len, false, &words), "len {len}");
+                let crc = small_crc_portable(at, len, &mut portable, sense << 63);
+                assert_eq!(crc, record_crc(at, len, false, &words), "len {len}");
+                for ((got, other), want) in fast.iter().zip(&portable).zip(&words) {
+                    assert_eq!(u64::from_le(*got), want | sense << 63);
+                    assert_eq!(got, other);
+                }
+            }
+        }
+    }
 }

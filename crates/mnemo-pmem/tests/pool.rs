@@ -440,3 +440,66 @@ fn gmsync_checks_every_range_and_counts() {
         72
     );
 }
+
+/// Sync-point counters are kept per thread; the snapshot adds up every thread's, including
+/// threads that have exited and pools used alternately on one thread.
+#[test]
+fn sync_point_counters_sum_over_threads() {
+    use mnemo_pmem::ByteRange;
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = shm_dir();
+    let pool = make(&dir.path().join("a.pool"), 1 << 20);
+    let other = make(&dir.path().join("b.pool"), 1 << 20);
+    let (threads, per_thread) = (6u64, 500u64);
+    for round in 0..2 {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (pool, other) = (&pool, &other);
+                s.spawn(move || {
+                    for i in 0..per_thread {
+                        let at = DATA_OFFSET + 64 * ((t * per_thread + i) % 1000);
+                        pool.gmsync(&[ByteRange::new(at, 64), ByteRange::new(at, 8)])
+                            .unwrap();
+                        if i % 2 == 0 {
+                            other.msync(at, 16).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let rounds = round + 1;
+        let stats = pool.stats();
+        assert_eq!(
+            stats.sync_points.load(Relaxed),
+            rounds * threads * per_thread
+        );
+        assert_eq!(
+            stats.sync_ranges.load(Relaxed),
+            rounds * threads * per_thread * 2
+        );
+        assert_eq!(
+            stats.sync_bytes.load(Relaxed),
+            rounds * threads * per_thread * 72
+        );
+        let stats = other.stats();
+        assert_eq!(
+            stats.sync_points.load(Relaxed),
+            rounds * threads * per_thread / 2
+        );
+        assert_eq!(
+            stats.sync_bytes.load(Relaxed),
+            rounds * threads * per_thread * 8
+        );
+    }
+    // This thread too, and a pool created later starts from zero.
+    pool.msync(DATA_OFFSET, 1).unwrap();
+    assert_eq!(
+        pool.stats().sync_points.load(Relaxed),
+        2 * threads * per_thread + 1
+    );
+    drop(other);
+    let third = make(&dir.path().join("c.pool"), 1 << 20);
+    assert_eq!(third.stats().sync_points.load(Relaxed), 0);
+    third.msync(DATA_OFFSET, 1).unwrap();
+    assert_eq!(third.stats().sync_points.load(Relaxed), 1);
+}
