@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! ycsb phase --addr HOST:PORT --workload load|a|b|c|d|e|f [--records N] [--ops N]
-//!            [--threads T] [--commands compat|ycsb] [--validate]
+//!            [--threads T] [--commands ycsb|compat] [--read-fields one|all] [--validate]
 //! ycsb check --addr HOST:PORT [--records 2000] [--ops 20000] [--threads 4] [--commands ..]
 //! ycsb bench --mnemo PATH [--records 100000] [--ops 100000] [--e-ops 5000] [--threads 8]
 //!            [--server-cpu 0] [--disk-dir /var/tmp] [--targets redis,redis-aof-disk,mnemo]
@@ -66,7 +66,7 @@ impl Args<'_> {
     }
 
     fn commands(&self) -> Result<Commands, String> {
-        match self.get("--commands").unwrap_or("compat") {
+        match self.get("--commands").unwrap_or("ycsb") {
             "compat" => Ok(Commands::Compat),
             "ycsb" => Ok(Commands::Ycsb),
             other => Err(format!("--commands: compat or ycsb, not {other}")),
@@ -96,8 +96,13 @@ fn run(args: &[String]) -> Result<(), String> {
                 let w = CoreWorkload::core("a", records, ops).ok_or("no workload")?;
                 ycsb::load(&w, &options)?
             } else {
-                let w = CoreWorkload::core(which, records, ops)
+                let mut w = CoreWorkload::core(which, records, ops)
                     .ok_or_else(|| format!("unknown workload {which}"))?;
+                w.readallfields = match a.get("--read-fields").unwrap_or("all") {
+                    "all" => true,
+                    "one" => false,
+                    other => return Err(format!("--read-fields: all or one, not {other}")),
+                };
                 ycsb::run(&w, &options)?
             };
             print!("{}", result.report());

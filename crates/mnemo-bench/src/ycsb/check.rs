@@ -211,6 +211,29 @@ pub fn check(
         "all equal (or one command missing)".into(),
         unsupported || same == compared,
     );
+    // HMGET (reads of given fields, readallfields=false) gives each field HGETALL gives,
+    // and leaves out a field the record lacks.
+    let (mut hmget_same, mut hmget_compared) = (0, 0);
+    let mut fields: Vec<Vec<u8>> = (0..base.fieldcount).map(CoreWorkload::field_name).collect();
+    fields.push(b"nofield".to_vec());
+    for _ in 0..50 {
+        let key = base.key_name((rng.next_f64() * records as f64) as i64);
+        let (mut whole, mut picked) = (Record::new(), Record::new());
+        other.read(key.as_bytes(), &mut whole).map_err(io)?;
+        let status = other
+            .read_fields(key.as_bytes(), Some(&fields), &mut picked)
+            .map_err(io)?;
+        hmget_compared += 1;
+        whole.sort();
+        picked.sort();
+        hmget_same += i32::from(status == Status::Ok && whole == picked && !whole.is_empty());
+    }
+    report.add(
+        "HMGET of every field (and one missing) returns what HGETALL returns",
+        format!("{hmget_same} of {hmget_compared} equal"),
+        "all equal".into(),
+        hmget_same == hmget_compared,
+    );
     report.add(
         "HMSET supported",
         format!("{hmset:?}"),

@@ -2,10 +2,10 @@
 //! a record is a hash (field name to value); every key is also a member of the sorted set
 //! `_indices`, scored by the Java `hashCode` of the key, which is what scans walk.
 //!
-//! | YCSB op | YCSB's binding (Jedis)                        | [`Commands::Compat`] (used for both servers) |
+//! | YCSB op | YCSB's binding (Jedis), [`Commands::Ycsb`] (the default) | [`Commands::Compat`] (servers without HMSET / ZRANGEBYSCORE) |
 //! |---------|-----------------------------------------------|-------------------------------|
 //! | insert  | `HMSET key f v ...`, `ZADD _indices h key`    | `HSET key f v ...`, `ZADD`    |
-//! | read    | `HGETALL key` (all fields)                    | same                          |
+//! | read    | `HGETALL key` (`readallfields=true`, the core workloads); `HMGET key f ...` (given fields) | same |
 //! | update  | `HMSET key f v`                               | `HSET key f v`                |
 //! | scan    | `ZRANGEBYSCORE _indices h +inf LIMIT 0 n`, then `HGETALL` each | `ZRANGE _indices h +inf BYSCORE LIMIT 0 n`, then `HGETALL` each |
 //! | delete  | `DEL key`, `ZREM _indices key`                | same                          |
@@ -30,10 +30,10 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Which commands carry the binding's operations (see the module's table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Commands {
-    /// Exactly YCSB's: HMSET and ZRANGEBYSCORE.
+    /// Exactly YCSB's: HMSET and ZRANGEBYSCORE (mnemo serve has both since db4233a).
     Ycsb,
     /// HSET with several pairs and ZRANGE ... BYSCORE LIMIT: the same effect and replies'
-    /// content, for servers without HMSET / ZRANGEBYSCORE.
+    /// content, for servers without HMSET / ZRANGEBYSCORE (older mnemo serve builds).
     Compat,
 }
 
@@ -147,7 +147,37 @@ impl RedisClient {
     /// YCSB `read` with all fields (`readallfields=true`): HGETALL. An empty record is an
     /// error, as in the binding.
     pub fn read(&mut self, key: &[u8], record: &mut Record) -> IoResult<Status> {
+        self.read_fields(key, None, record)
+    }
+
+    /// YCSB `read`: the whole record (`fields` `None`: HGETALL) or the given fields (HMGET,
+    /// fields the record lacks left out). An empty result is an error, as in the binding.
+    pub fn read_fields(
+        &mut self,
+        key: &[u8],
+        fields: Option<&[Vec<u8>]>,
+        record: &mut Record,
+    ) -> IoResult<Status> {
         record.clear();
+        if let Some(fields) = fields {
+            let mut args: Vec<&[u8]> = Vec::with_capacity(2 + fields.len());
+            args.push(b"HMGET");
+            args.push(key);
+            args.extend(fields.iter().map(Vec::as_slice));
+            let Reply::Array(values) = self.call(&args)? else {
+                return Ok(Status::Error);
+            };
+            for (field, value) in fields.iter().zip(values) {
+                if let Reply::Bulk(value) = value {
+                    record.push((Bytes::copy_from_slice(field), value));
+                }
+            }
+            return Ok(if record.is_empty() {
+                Status::Error
+            } else {
+                Status::Ok
+            });
+        }
         let items = match self.call(&[b"HGETALL".as_slice(), key])? {
             Reply::Array(items) => items,
             Reply::Map(pairs) => pairs.into_iter().flat_map(|(f, v)| [f, v]).collect(),

@@ -166,6 +166,18 @@ impl CoreWorkload {
         vec![(Self::field_name(i), self.random_value(rng))]
     }
 
+    /// The fields a read asks for: `None` for the whole record (`readallfields=true`, as in
+    /// the core workloads), else one uniformly chosen field, as CoreWorkload's
+    /// `fieldchooser`.
+    pub fn read_fields(&self, rng: &mut Rng) -> Option<Vec<Vec<u8>>> {
+        if self.readallfields {
+            None
+        } else {
+            let i = (rng.next_f64() * self.fieldcount as f64) as usize;
+            Some(vec![Self::field_name(i)])
+        }
+    }
+
     /// The values an update or read-modify-write writes.
     pub fn update_values(&self, rng: &mut Rng) -> Vec<(Vec<u8>, Vec<u8>)> {
         if self.writeallfields {
@@ -233,5 +245,12 @@ mod tests {
             .iter()
             .all(|(_, v)| v.len() == 100 && v.iter().all(|b| (b' '..=b'_').contains(b))));
         assert_eq!(w.update_values(&mut rng).len(), 1);
+        assert_eq!(w.read_fields(&mut rng), None);
+        let one = CoreWorkload {
+            readallfields: false,
+            ..w
+        };
+        let fields = one.read_fields(&mut rng).expect("one field");
+        assert!(fields.len() == 1 && fields[0].starts_with(b"field"));
     }
 }
