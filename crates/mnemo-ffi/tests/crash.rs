@@ -36,7 +36,7 @@ type State = Option<Vec<u64>>;
 fn options() -> HeapOptions {
     HeapOptions {
         lane_count: 2,
-        lane_log_size: 8192,
+        lane_log_size: 16384,
         toc_entries: 16,
         arenas: 1,
     }
@@ -68,7 +68,7 @@ fn fail(f: mnemo::error::Failure) -> String {
 }
 
 fn create(run: &mut Run<State>) -> Result<(PoolEntry, u64), String> {
-    let probe = mnemo_heap::layout::Geometry::new(8192, 2, 8192, 16);
+    let probe = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
     let size = probe.size_for_chunks(2);
     let p = Pool::create_on(
         Box::new(run.media()),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use mnemo_pmem::{ByteRange, CreateOptions, OpenOptions, Pool};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
-use crate::alloc::{Allocator, HeapStats};
+use crate::alloc::{Allocator, HeapStats, PendingFree};
 use crate::error::{Error, Result};
 use crate::layout::{
     toc_decode, toc_entry, ChunkEntry, Geometry, RawSuperblock, LANE_COUNT_DEFAULT, LANE_COUNT_MAX,
@@ -26,7 +26,8 @@ use crate::tx::{self, Tx, TxHandle};
 pub struct HeapOptions {
     /// Lanes: how many transactions may commit at the same moment.
     pub lane_count: u32,
-    /// Bytes per lane log (a multiple of 4096); a transaction's redo record may use half.
+    /// Bytes per lane log (a multiple of 4096, at least 16 KiB): a ring of four slots; a
+    /// transaction's redo record may use one slot (a quarter).
     pub lane_log_size: u64,
     /// Entries of the table of contents (named regions and roots).
     pub toc_entries: u64,
@@ -83,9 +84,84 @@ pub(crate) struct Inner {
     pub(crate) alloc: Allocator,
     toc: Mutex<Toc>,
     closed: AtomicBool,
+    /// Frees whose record is committed but may still be replayed (sequence number, free):
+    /// the space is handed out again only once the durable horizon passes the record.
+    limbo: Mutex<Vec<(u64, PendingFree)>>,
+    /// Smallest sequence number in `limbo` (u64::MAX: empty).
+    limbo_min: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle: every pending record fenced, the horizon word past them all (the
+        // pool is then closed clean).
+        if let Err(e) = self.lanes.settle(&self.pool, &self.geometry) {
+            tracing::warn!("settling the heap's redo records at close failed: {e}");
+        }
+    }
 }
 
 impl Inner {
+    /// Frees committed by record `seq`: kept from reuse until no recovery can replay that
+    /// record (or an older one that wrote the space) over the space's next contents, which a
+    /// new owner writes in place, unlogged.
+    pub(crate) fn defer_frees(&self, seq: u64, frees: &[PendingFree]) {
+        if frees.is_empty() {
+            return;
+        }
+        if mnemo_pmem::mutant::active("heap.reuse_before_horizon") {
+            for f in frees {
+                self.alloc
+                    .commit_free(f, &|chunk| self.set_chunk_entry(chunk, ChunkEntry::Free));
+            }
+            return;
+        }
+        let mut limbo = self.limbo.lock().unwrap_or_else(|p| p.into_inner());
+        limbo.extend(frees.iter().map(|f| (seq, *f)));
+        self.limbo_min.fetch_min(seq, Ordering::AcqRel);
+        drop(limbo);
+        self.release_frees();
+    }
+
+    /// Hand the frees below the durable horizon back to the allocator.
+    pub(crate) fn release_frees(&self) {
+        let horizon = self.lanes.durable_horizon();
+        if self.limbo_min.load(Ordering::Acquire) >= horizon {
+            return;
+        }
+        let mut ready = Vec::new();
+        {
+            let mut limbo = self.limbo.lock().unwrap_or_else(|p| p.into_inner());
+            limbo.retain(|&(seq, f)| {
+                if seq < horizon {
+                    ready.push(f);
+                    false
+                } else {
+                    true
+                }
+            });
+            let min = limbo.iter().map(|&(seq, _)| seq).min().unwrap_or(u64::MAX);
+            self.limbo_min.store(min, Ordering::Release);
+        }
+        for f in &ready {
+            self.alloc
+                .commit_free(f, &|chunk| self.set_chunk_entry(chunk, ChunkEntry::Free));
+        }
+    }
+
+    /// Every committed record applied, durable and never replayed again; every deferred
+    /// free handed back.
+    pub(crate) fn settle(&self) -> Result<()> {
+        self.lanes.settle(&self.pool, &self.geometry)?;
+        self.release_frees();
+        Ok(())
+    }
+
+    /// Whether frees wait for the durable horizon.
+    pub(crate) fn frees_deferred(&self) -> bool {
+        self.limbo_min.load(Ordering::Acquire) != u64::MAX
+    }
+
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -143,6 +219,7 @@ impl Inner {
             &mut lane,
             1,
             &[],
+            (u64::MAX, 0),
             (u64::MAX, 0),
             &allowed,
         )?;
@@ -211,12 +288,12 @@ impl Heap {
                 "lane_count must be 1..={LANE_COUNT_MAX}"
             )));
         }
-        if options.lane_log_size < 2 * LANE_LOG_SIZE_MIN
+        if options.lane_log_size < LANE_LOG_SIZE_MIN
             || options.lane_log_size % 4096 != 0
             || options.lane_log_size > 1 << 30
         {
             return Err(Error::InvalidArgument(
-                "lane_log_size must be a multiple of 4096, 8 KiB..=1 GiB".into(),
+                "lane_log_size must be a multiple of 4096, 16 KiB..=1 GiB".into(),
             ));
         }
         if options.toc_entries == 0 || options.toc_entries > 1 << 20 {
@@ -244,8 +321,8 @@ impl Heap {
                 needed: meta_len,
                 detail: e.to_string(),
             })?;
-        // Everything but the lanes' bodies starts zeroed: TOC, zone 0's chunk table, and the
-        // first line of every lane half (no record there).
+        // Everything but the lanes' bodies starts zeroed: TOC, zone 0's chunk table, the
+        // first line of every lane slot (no record there) and the horizon word.
         let zeros =
             vec![0u8; (geometry.toc_entries * TOC_ENTRY_SIZE).max(ZONE_HEADER_SIZE) as usize];
         let toc_len = geometry.toc_entries * TOC_ENTRY_SIZE;
@@ -254,12 +331,17 @@ impl Heap {
         pool.write(geometry.zone_offset(0), &zeros[..ZONE_HEADER_SIZE as usize])?;
         pool.flush(geometry.zone_offset(0), ZONE_HEADER_SIZE)?;
         for lane in 0..geometry.lane_count {
-            for half in 0..2 {
-                let at = geometry.lane_offset(lane) + half * geometry.lane_log_size / 2;
+            for slot in 0..redo::LANE_SLOTS {
+                let at =
+                    geometry.lane_offset(lane) + slot * geometry.lane_log_size / redo::LANE_SLOTS;
                 pool.write(at, &zeros[..64])?;
                 pool.flush(at, 64)?;
             }
         }
+        pool.write(geometry.horizon_word_offset(), &zeros[..8])?;
+        pool.flush(geometry.horizon_word_offset(), 8)?;
+        pool.write(geometry.checked_word_offset(), &zeros[..8])?;
+        pool.flush(geometry.checked_word_offset(), 8)?;
         pool.drain()?;
         // The superblock last: a crash before this point leaves "no heap", not half a heap.
         let raw = geometry.encode();
@@ -303,6 +385,8 @@ impl Heap {
                 alloc,
                 toc: Mutex::new(toc),
                 closed: AtomicBool::new(false),
+                limbo: Mutex::new(Vec::new()),
+                limbo_min: AtomicU64::new(u64::MAX),
             }),
         })
     }
@@ -328,19 +412,50 @@ impl Heap {
         self.inner.geometry
     }
 
-    /// Space accounting, with fragmentation figures.
+    /// Space accounting, with fragmentation figures (frees still waiting for the durable
+    /// horizon are settled first).
     pub fn stats(&self) -> HeapStats {
+        self.settle_frees();
         self.inner.alloc.stats()
     }
 
     /// Every live allocation as (offset, usable size), sorted (checkers and tests).
     pub fn live_allocations(&self) -> Vec<(u64, u64)> {
+        self.settle_frees();
         self.inner.alloc.live()
     }
 
     /// Usable size of the live object starting at `offset`.
     pub fn usable_size(&self, offset: u64) -> Option<u64> {
+        self.settle_frees();
         self.inner.alloc.usable_size(offset)
+    }
+
+    fn settle_frees(&self) {
+        if self.inner.frees_deferred() && self.inner.check_open().is_ok() {
+            if let Err(e) = self.inner.settle() {
+                tracing::warn!("settling deferred frees failed: {e}");
+            }
+        }
+    }
+
+    /// Make every later commit on this heap (all clones) durable *including its application
+    /// in place* before it returns: two fences per transaction instead of one. For callers
+    /// that change bytes written by transactions with plain stores outside transactions (the
+    /// C ABI), which must not race a pending application.
+    pub fn set_fenced_commits(&self, fenced: bool) {
+        self.inner.lanes.set_fenced(fenced);
+    }
+
+    /// Make every transaction committed so far applied, durable and final: recovery will
+    /// not replay any of their records again. Needed before bytes a transaction wrote are
+    /// changed by plain stores outside transactions (the C ABI's `mnemo_msync` over raw
+    /// stores); [`Heap::atomic_update`] does it by itself. Costs up to two fences.
+    ///
+    /// Errors: `Closed`, `Pool`.
+    pub fn retire_committed(&self) -> Result<()> {
+        self.inner.check_open()?;
+        self.inner.settle()
     }
 
     /// Read a copy of the value at `ptr` (committed state; not a transaction's pending writes).
@@ -657,15 +772,17 @@ impl Heap {
 
 /// Replay the committed records that may not have been applied; returns the lanes, ready.
 fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
-    let half = geometry.lane_log_size / 2;
+    let capacity = geometry.lane_log_size / redo::LANE_SLOTS;
     let mut records = Vec::new();
-    let mut latest: Vec<(u64, u64)> = vec![(0, 0); geometry.lane_count as usize]; // (seq, half)
+    let mut starts = vec![redo::LaneStart::default(); geometry.lane_count as usize];
     for lane in 0..geometry.lane_count {
-        for h in 0..2u64 {
-            let slot = geometry.lane_offset(lane) + h * half;
+        let start = &mut starts[lane as usize];
+        let mut latest = 0u64;
+        for k in 0..redo::LANE_SLOTS {
+            let slot = geometry.lane_offset(lane) + k * capacity;
             let mut head = [0u8; redo::RECORD_HEADER];
             pool.read(slot, &mut head)?;
-            let record = match redo::header_len(&head, half as usize) {
+            let record = match redo::header_len(&head, capacity as usize) {
                 Some(len) => {
                     let mut bytes = vec![0u8; len];
                     pool.read(slot, &mut bytes)?;
@@ -675,18 +792,19 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
             };
             match record {
                 Some(record) => {
-                    if record.seq >= latest[lane as usize].0 {
-                        latest[lane as usize] = (record.seq, h);
+                    start.slot_seq[k as usize] = record.seq;
+                    if record.seq >= latest {
+                        latest = record.seq;
+                        start.next_slot = (k + 1) % redo::LANE_SLOTS;
                     }
                     records.push(record);
                 }
                 None if head.iter().any(|&b| b != 0) => {
                     // A torn record (its commit never completed). Clear its header before
-                    // anything is written into this half again: sequence numbers restart
+                    // anything is written into this slot again: sequence numbers restart
                     // after the largest *valid* one, so a later record torn the right way
                     // could otherwise supply exactly the words this one misses and
-                    // resurrect a transaction this recovery rolled back (found by the
-                    // simulator: a crash during recovery's own retire record).
+                    // resurrect a transaction this recovery rolled back (refinement 5).
                     pool.write(slot, &[0u8; 64])?;
                     pool.flush(slot, 64)?;
                 }
@@ -694,8 +812,23 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
             }
         }
     }
-    let horizon = records.iter().map(|r| r.horizon).max().unwrap_or(0);
     let max_seq = records.iter().map(|r| r.seq).max().unwrap_or(0);
+    let word_at = geometry.horizon_word_offset();
+    let mut word_bytes = [0u8; 8];
+    pool.read(word_at, &mut word_bytes)?;
+    let word = u64::from_le_bytes(word_bytes);
+    if word > max_seq + 1 {
+        // The word claims records that are nowhere: believing it could skip committed ones.
+        return Err(Error::Corrupt(format!(
+            "heap horizon word {word} exceeds the largest redo record found ({max_seq}) + 1"
+        )));
+    }
+    let horizon = records
+        .iter()
+        .map(|r| r.horizon)
+        .max()
+        .unwrap_or(0)
+        .max(word);
     records.retain(|r| r.seq >= horizon && r.count > 0);
     records.sort_by_key(|r| r.seq);
     let zones = geometry.zones_offset;
@@ -705,18 +838,44 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
         o.checked_add(l)
             .is_some_and(|end| (o >= toc.0 && end <= toc.1) || (o >= zones && end <= size))
     };
-    let mut ranges: Vec<ByteRange> = Vec::new();
-    let mut replayed = 0;
+    // Which of them committed: a record's check entries (in-place bytes of its fresh
+    // allocations) are read on the image as found, before anything is replayed, and the
+    // verdict is made durable (the checked word) before the first replayed byte: replaying a
+    // later record may change those bytes (it updated the object), and a recovery
+    // interrupted after that must not find the check failing and drop the record.
+    let checked_at = geometry.checked_word_offset();
+    pool.read(checked_at, &mut word_bytes)?;
+    let checked = u64::from_le_bytes(word_bytes);
+    if checked > max_seq + 1 {
+        return Err(Error::Corrupt(format!(
+            "heap checked word {checked} exceeds the largest redo record found ({max_seq}) + 1"
+        )));
+    }
+    let mut verdicts = Vec::with_capacity(records.len());
+    let mut first_failed = max_seq + 1;
     for record in &records {
-        if !redo::checks_hold(pool, &record.bytes, &allowed) {
+        let holds = record.seq < checked || redo::checks_hold(pool, &record.bytes, &allowed);
+        if !holds {
             tracing::info!(
                 seq = record.seq,
                 "record's in-place bytes do not match: it never committed"
             );
-            continue;
+            first_failed = first_failed.min(record.seq);
         }
-        redo::apply(pool, &record.bytes, &allowed, &mut ranges)?;
-        replayed += 1;
+        verdicts.push(holds);
+    }
+    if first_failed > checked && !records.is_empty() {
+        redo::atomic_word(pool, checked_at)?
+            .store(first_failed, std::sync::atomic::Ordering::Release);
+        pool.persist(checked_at, 8)?;
+    }
+    let mut ranges: Vec<ByteRange> = Vec::new();
+    let mut replayed = 0;
+    for (record, holds) in records.iter().zip(verdicts) {
+        if holds {
+            redo::apply(pool, &record.bytes, &allowed, &mut ranges)?;
+            replayed += 1;
+        }
     }
     for r in &ranges {
         pool.flush(r.offset, r.len)?;
@@ -730,14 +889,17 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
             "heap recovery replayed redo records"
         );
     }
-    let next_half: Vec<u64> = latest
-        .iter()
-        .map(|&(seq, h)| if seq == 0 { 0 } else { h ^ 1 })
-        .collect();
-    let lanes = Lanes::new(&next_half, max_seq + 1, horizon);
-    // A record whose horizon covers everything found: none of them is replayed again.
-    lanes.retire(pool, geometry, max_seq)?;
-    Ok(lanes)
+    // Everything found is applied and durable: the horizon word says so, and no record found
+    // is replayed again (this replaces a retire record; the torn slots' headers, cleared
+    // above, become durable with it).
+    let next = max_seq + 1;
+    if word != next {
+        redo::atomic_word(pool, word_at)?.store(next, std::sync::atomic::Ordering::Release);
+        pool.persist(word_at, 8)?;
+    } else {
+        pool.drain()?;
+    }
+    Ok(Lanes::new(&starts, next, next))
 }
 
 fn load_toc(pool: &Pool, geometry: &Geometry, alloc: &Allocator) -> Result<Toc> {

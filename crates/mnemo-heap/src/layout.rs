@@ -3,9 +3,9 @@
 //!
 //! ```text
 //! pool data offset (8192)
-//! +0        superblock (one 4 KiB page)
+//! +0        superblock (one 4 KiB page; the horizon word at +512)
 //! +4 KiB    table of contents: toc_entries x 128 B
-//! ...       lanes: lane_count x lane_log_size (each a redo-record slot, 4 KiB aligned)
+//! ...       lanes: lane_count x lane_log_size (each a ring of 4 redo-record slots, 4 KiB aligned)
 //! ...       zone 0: chunk table (4096 x 8 B = 32 KiB), then up to 4096 chunks of 256 KiB
 //! ...       zone 1: ... (zones appear as the pool grows)
 //! ```
@@ -36,14 +36,24 @@ pub const TOC_ENTRIES_DEFAULT: u64 = 256;
 /// Default number of lanes: more than the threads that commit at once on the machines we
 /// target; each costs its log size of pool space.
 pub const LANE_COUNT_DEFAULT: u32 = 16;
-/// Default lane log: 64 KiB, so one transaction may change up to ~64 KiB.
-pub const LANE_LOG_SIZE_DEFAULT: u64 = 64 * 1024;
-/// Smallest lane log: one page.
-pub const LANE_LOG_SIZE_MIN: u64 = 4096;
+/// Default lane log: 128 KiB, a ring of four 32 KiB record slots, so one transaction's
+/// record may take up to 32 KiB.
+pub const LANE_LOG_SIZE_DEFAULT: u64 = 128 * 1024;
+/// Smallest lane log: four slots of one page.
+pub const LANE_LOG_SIZE_MIN: u64 = 16 * 1024;
 /// Most lanes: bounds the recovery scan and the horizon scan at each commit.
 pub const LANE_COUNT_MAX: u32 = 256;
-/// Heap format version written by this build.
-pub const HEAP_VERSION: u32 = 1;
+/// Heap format version written by this build (2: lanes are rings of four slots and the
+/// superblock page holds the horizon word; version 1 had two halves per lane).
+pub const HEAP_VERSION: u32 = 2;
+/// Offset of the persistent horizon word in the superblock page (its own cache line, outside
+/// the checksummed superblock): every redo record with a smaller sequence number is applied
+/// and durable, and is never replayed.
+pub const HORIZON_WORD_OFFSET: u64 = 512;
+/// Offset of the checked word in the superblock page (the next cache line): every redo
+/// record with a smaller sequence number is known to have committed (recovery's verdict on
+/// its check entries, made durable before it replays anything).
+pub const CHECKED_WORD_OFFSET: u64 = 576;
 /// The superblock's first 8 bytes.
 pub const HEAP_MAGIC: [u8; 8] = *b"MNEMOHP\0";
 /// Largest small (run) allocation; larger requests take whole chunks.
@@ -121,6 +131,16 @@ impl Geometry {
             lanes_offset,
             zones_offset,
         }
+    }
+
+    /// Offset of the persistent horizon word.
+    pub fn horizon_word_offset(&self) -> u64 {
+        self.base + HORIZON_WORD_OFFSET
+    }
+
+    /// Offset of the checked word.
+    pub fn checked_word_offset(&self) -> u64 {
+        self.base + CHECKED_WORD_OFFSET
     }
 
     /// Offset of lane `i`'s log.
@@ -211,7 +231,8 @@ impl Geometry {
         }
         if raw.version.get() != HEAP_VERSION {
             return Err(Error::Corrupt(format!(
-                "heap version {} (this build reads {HEAP_VERSION})",
+                "heap format version {} found; this build reads only version {HEAP_VERSION} \
+                 (version 1 heaps, with two-half lanes, are not converted: recreate the heap)",
                 raw.version.get()
             )));
         }
@@ -419,7 +440,7 @@ mod tests {
 
     #[test]
     fn geometry_maps_chunks_both_ways() {
-        let g = Geometry::new(8192, 4, 8192, 16);
+        let g = Geometry::new(8192, 4, 16384, 16);
         for c in [0, 1, 4095, 4096, 9000] {
             let off = g.chunk_offset(c);
             assert_eq!(g.chunk_of(off), Some(c));

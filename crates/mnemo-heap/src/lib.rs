@@ -37,10 +37,11 @@
 //! |---|---|
 //! | `tx.apply_before_commit` | entries are applied in place before the record is durable |
 //! | `tx.skip_record_flush` | the redo record is stored but never flushed before fence 1 |
-//! | `tx.skip_flush` | the applied data is not flushed before fence 2 |
+//! | `tx.skip_flush` | the applied data is not flushed, so the next fence does not make it durable |
 //! | `redo.skip_checksum` | recovery replays records whose checksum does not match |
 //! | `redo.no_horizon` | records carry horizon 0, so applied records are replayed over newer data |
 //! | `alloc.skip_bitmap` | a transactional allocation does not log its bitmap bit (double allocation after reopen) |
+//! | `heap.reuse_before_horizon` | freed space is handed out again at once, before the freeing record is past the durable horizon: its replay clobbers the new owner's unlogged bytes |
 #![deny(unsafe_code)]
 
 mod alloc;
@@ -71,4 +72,5 @@ pub const MUTANTS: &[&str] = &[
     "redo.skip_checksum",
     "redo.no_horizon",
     "alloc.skip_bitmap",
+    "heap.reuse_before_horizon",
 ];

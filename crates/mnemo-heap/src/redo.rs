@@ -328,18 +328,36 @@ pub fn cap_ranges(ranges: &mut Vec<ByteRange>, max: usize) {
     }
 }
 
-/// A lane: a log of two halves, held by one committing thread at a time.
+/// Record slots per lane: a lane is a ring of this many slots, written in turn.
+pub const LANE_SLOTS: u64 = 4;
+
+/// What the conflict check of [`Lanes::conflicts`] knows about one slot's record.
+#[derive(Debug, Default)]
+struct SlotInfo {
+    /// Sequence number of the record in the slot (0: none).
+    seq: AtomicU64,
+    /// Range of user data it changed (lo >= hi: none).
+    lo: AtomicU64,
+    hi: AtomicU64,
+}
+
+/// A lane: a ring of [`LANE_SLOTS`] record slots, held by one committing thread at a time.
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct Lane {
     state: Mutex<LaneState>,
     /// Lower bound of the sequence number of the commit in progress (0: none).
     inflight: AtomicU64,
-    /// Sequence number of the latest record written in this lane.
-    last_seq: AtomicU64,
-    /// Range of user data its latest record changed (lo >= hi: none).
-    data_lo: AtomicU64,
-    data_hi: AtomicU64,
+    /// Sequence number of the lane's latest record if it is applied and flushed but not yet
+    /// covered by a fence (0: none).
+    pending: AtomicU64,
+    /// Thread (see `thread_id`) that applied the pending record, or adopted it.
+    applier: AtomicU64,
+    /// Bytes the pending record's transaction wrote in place, unlogged (its check entries;
+    /// lo >= hi: none). Written while `pending` is 0.
+    fresh_lo: AtomicU64,
+    fresh_hi: AtomicU64,
+    slots: [SlotInfo; LANE_SLOTS as usize],
 }
 
 /// What the holder of a lane uses.
@@ -347,61 +365,126 @@ pub struct Lane {
 pub struct LaneState {
     /// Lane index.
     pub index: u32,
-    /// Half the next record goes into.
-    next_half: u64,
+    /// Slot the next record goes into.
+    next_slot: u64,
     /// The record being built.
     pub buf: Vec<u8>,
-    /// Ranges of the sync point.
-    pub ranges: Vec<ByteRange>,
+    /// Ranges changed by the lane's pending record (valid while `pending` is non-zero).
+    pending_ranges: Vec<ByteRange>,
+    /// Scratch ranges for the next apply.
+    scratch: Vec<ByteRange>,
 }
 
 /// All lanes, the commit sequence counter and the horizon.
 #[derive(Debug)]
 pub struct Lanes {
     lanes: Box<[Lane]>,
+    /// Lanes ever handed out are `0..used` (the horizon scan stops there).
+    used: AtomicUsize,
     /// Next sequence number to hand out.
     counter: AtomicU64,
-    /// Largest horizon carried by a durable record.
+    /// Every commit fences its application before returning (two fences): for callers that
+    /// store to transactional data outside transactions (the C ABI).
+    fenced: std::sync::atomic::AtomicBool,
+    /// Largest sequence number whose record is durable.
+    durable_max: AtomicU64,
+    /// `MH`: the largest horizon known to be durable (carried by a durable record or in the
+    /// persistent horizon word).
     durable_horizon: AtomicU64,
+    /// The persistent horizon word's value (writes serialized by the lock).
+    word: Mutex<u64>,
     /// Round-robin start for threads without a lane preference.
     next_hint: AtomicUsize,
-    /// Process-unique identity, for the thread-local hint.
+    /// Process-unique identity, for the thread-local state.
     instance: u64,
 }
 
+/// A record this thread applied and flushed whose flushes no fence of it has covered yet.
+#[derive(Clone, Copy, Debug)]
+struct Pend {
+    instance: u64,
+    lane: u32,
+    seq: u64,
+}
+
+/// A thread's lane state: its lane preference (per heap instance, so a new heap starts
+/// afresh: deterministic lane and arena choice for the crash simulator's replays), its
+/// identity, and the records it left pending.
+#[derive(Debug, Default)]
+struct ThreadLanes {
+    hint_instance: u64,
+    hint: usize,
+    id: u64,
+    pending: Vec<Pend>,
+    /// Applied ranges of this thread's pending records of `ranges_instance` (the next sync
+    /// point names them, so one unit of the pipeline is "record N + applied data of N-1").
+    ranges: Vec<ByteRange>,
+    ranges_instance: u64,
+    /// Scratch for the ranges of a sync point.
+    sync: Vec<ByteRange>,
+}
+
 thread_local! {
-    // (instance, hint): a thread's choice, per instance so a new heap starts afresh
-    // (deterministic lane and arena choice for the crash simulator's replays).
-    static LANE_HINT: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, 0)) };
+    static THREAD: std::cell::RefCell<ThreadLanes> = std::cell::RefCell::new(ThreadLanes::default());
+}
+
+fn thread_id(t: &mut ThreadLanes) -> u64 {
+    static IDS: AtomicU64 = AtomicU64::new(1);
+    if t.id == 0 {
+        t.id = IDS.fetch_add(1, Ordering::Relaxed);
+    }
+    t.id
 }
 
 /// A held lane.
 pub type LaneGuard<'a> = MutexGuard<'a, LaneState>;
 
+/// What recovery found in one lane: the sequence number in each slot (0: none) and the slot
+/// the next record goes into.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LaneStart {
+    /// Per slot, the valid record's sequence number (0: none).
+    pub slot_seq: [u64; LANE_SLOTS as usize],
+    /// Slot of the next record.
+    pub next_slot: u64,
+}
+
 impl Lanes {
-    /// Lanes after recovery: `next_half[i]` is where lane i writes next; `next_seq` the first
-    /// sequence number to hand out.
-    pub fn new(next_half: &[u64], next_seq: u64, horizon: u64) -> Lanes {
-        let lanes = next_half
+    /// Lanes after recovery: `starts[i]` describes lane i; `next_seq` is the first sequence
+    /// number to hand out, `word` the persistent horizon word (every record below it is
+    /// applied and durable).
+    pub fn new(starts: &[LaneStart], next_seq: u64, word: u64) -> Lanes {
+        let lanes = starts
             .iter()
             .enumerate()
-            .map(|(i, &half)| Lane {
+            .map(|(i, start)| Lane {
                 state: Mutex::new(LaneState {
                     index: i as u32,
-                    next_half: half,
+                    next_slot: start.next_slot % LANE_SLOTS,
                     buf: Vec::new(),
-                    ranges: Vec::new(),
+                    pending_ranges: Vec::new(),
+                    scratch: Vec::new(),
                 }),
                 inflight: AtomicU64::new(0),
-                last_seq: AtomicU64::new(0),
-                data_lo: AtomicU64::new(u64::MAX),
-                data_hi: AtomicU64::new(0),
+                pending: AtomicU64::new(0),
+                applier: AtomicU64::new(0),
+                fresh_lo: AtomicU64::new(u64::MAX),
+                fresh_hi: AtomicU64::new(0),
+                slots: std::array::from_fn(|k| SlotInfo {
+                    seq: AtomicU64::new(start.slot_seq[k]),
+                    lo: AtomicU64::new(u64::MAX),
+                    hi: AtomicU64::new(0),
+                }),
             })
             .collect();
         Lanes {
             lanes,
-            counter: AtomicU64::new(next_seq),
-            durable_horizon: AtomicU64::new(horizon),
+            used: AtomicUsize::new(0),
+            counter: AtomicU64::new(next_seq.max(1)),
+            fenced: std::sync::atomic::AtomicBool::new(false),
+            durable_max: AtomicU64::new(next_seq.saturating_sub(1)),
+            durable_horizon: AtomicU64::new(word),
+            word: Mutex::new(word),
             next_hint: AtomicUsize::new(0),
             instance: crate::next_instance(),
         }
@@ -410,40 +493,84 @@ impl Lanes {
     /// Hold a lane: this thread's usual one if free, else any free one, else wait for the usual.
     pub fn acquire(&self) -> LaneGuard<'_> {
         let n = self.lanes.len();
-        let (instance, mut hint) = LANE_HINT.with(|h| h.get());
-        if instance != self.instance {
-            hint = self.next_hint.fetch_add(1, Ordering::Relaxed);
-            LANE_HINT.with(|h| h.set((self.instance, hint)));
-        }
-        let first = hint % n;
-        for k in 0..n {
-            let i = (first + k) % n;
-            if let Ok(guard) = self.lanes[i].state.try_lock() {
-                return guard;
+        let first = THREAD.with_borrow_mut(|t| {
+            if t.hint_instance != self.instance {
+                t.hint = self.next_hint.fetch_add(1, Ordering::Relaxed);
+                t.hint_instance = self.instance;
             }
+            t.hint % n
+        });
+        let guard = (0..n)
+            .find_map(|k| self.lanes[(first + k) % n].state.try_lock().ok())
+            .unwrap_or_else(|| {
+                self.lanes[first]
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+            });
+        let end = guard.index as usize + 1;
+        if self.used.load(Ordering::Relaxed) < end {
+            self.used.fetch_max(end, Ordering::SeqCst);
         }
-        self.lanes[first]
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        guard
     }
 
-    /// Every record with a smaller sequence number is fully applied (conservative).
+    fn used_lanes(&self) -> &[Lane] {
+        let used = self.used.load(Ordering::SeqCst).min(self.lanes.len());
+        &self.lanes[..used]
+    }
+
+    /// Every record with a smaller sequence number is applied and its application fenced
+    /// (conservative). Per lane, `inflight` is read before `pending`: a commit stores its
+    /// pending sequence number before it clears `inflight`.
     fn horizon(&self) -> u64 {
         let mut h = self.counter.load(Ordering::SeqCst);
-        for lane in self.lanes.iter() {
+        for lane in self.used_lanes() {
             let s = lane.inflight.load(Ordering::SeqCst);
             if s != 0 && s < h {
                 h = s;
+            }
+            let p = lane.pending.load(Ordering::SeqCst);
+            if p != 0 && p < h {
+                h = p;
             }
         }
         h
     }
 
+    /// `MH`: the largest horizon known to be durable; records below it are never replayed.
+    pub fn durable_horizon(&self) -> u64 {
+        self.durable_horizon.load(Ordering::Acquire)
+    }
+
+    /// After a fence issued by this thread: its pending records of this heap are covered.
+    fn clear_own(&self, t: &mut ThreadLanes) {
+        t.pending.retain(|p| {
+            if p.instance != self.instance {
+                return true;
+            }
+            let _ = self.lanes[p.lane as usize].pending.compare_exchange(
+                p.seq,
+                0,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+            false
+        });
+        if t.ranges_instance == self.instance {
+            t.ranges.clear();
+        }
+    }
+
     /// Commit the record built in `lane.buf` (entries after a zeroed header, `count` of
-    /// them): fence 1 makes it durable, then it is applied and a sync point over the changed
-    /// ranges (plus `extra`, already written in place) makes the data durable (fence 2).
-    /// `data` is the range of user data it changes, for [`Lanes::conflicts`].
+    /// them) with one fence: the record is copied into the lane's next slot and flushed, then
+    /// one sync point (the commit point) makes it durable together with this thread's
+    /// earlier applied-but-unfenced records and `extra` (written in place and not yet
+    /// flushed); then the entries are applied in place and flushed, not fenced: the record
+    /// is *pending* until this thread's next fence (or a helper's) covers it. `data` is the
+    /// range of user data its entries change, `fresh` the range of `extra` (bytes of fresh
+    /// allocations written in place, which its check entries cover). Returns the sequence
+    /// number.
     #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &self,
@@ -453,16 +580,38 @@ impl Lanes {
         count: u32,
         extra: &[ByteRange],
         data: (u64, u64),
+        fresh: (u64, u64),
         allowed: &dyn Fn(u64, u64) -> bool,
     ) -> Result<u64> {
-        let half = geometry.lane_log_size / 2;
-        if lane.buf.len() as u64 > half {
+        let capacity = geometry.lane_log_size / LANE_SLOTS;
+        if lane.buf.len() as u64 > capacity {
             return Err(Error::TransactionTooLarge {
                 needed: lane.buf.len() as u64,
-                capacity: half,
+                capacity,
             });
         }
-        let me = &self.lanes[lane.index as usize];
+        let index = lane.index as usize;
+        let me = &self.lanes[index];
+        let tid = THREAD.with_borrow_mut(thread_id);
+        // A pending record left by another thread: flush its lines again (write-back works
+        // by address from any CPU), so this thread's fence covers it.
+        let p = me.pending.load(Ordering::SeqCst);
+        if p != 0 && me.applier.load(Ordering::Acquire) != tid {
+            for r in &lane.pending_ranges {
+                pool.flush(r.offset, r.len)?;
+            }
+            me.applier.store(tid, Ordering::Release);
+            self.note_own(index, p);
+        }
+        // Bytes another thread's pending record wrote in place (checked by CRC at recovery):
+        // this commit changes them, so that record's application must be durable first.
+        self.cover_fresh(pool, index, tid, data)?;
+        // The overwrite rule: the slot's record may go only once a durable claim exceeds it.
+        let k = lane.next_slot as usize;
+        let w = me.slots[k].seq.load(Ordering::Acquire);
+        if w != 0 && self.durable_horizon() <= w && !mutant::active("redo.ignore_overwrite_rule") {
+            self.help(pool, geometry, w + 1)?;
+        }
         me.inflight
             .store(self.counter.load(Ordering::SeqCst).max(1), Ordering::SeqCst);
         let seq = self.counter.fetch_add(1, Ordering::SeqCst);
@@ -472,70 +621,255 @@ impl Lanes {
             self.horizon()
         };
         seal(&mut lane.buf, seq, horizon, count);
-        let slot = geometry.lane_offset(lane.index) + lane.next_half * half;
-        let mut ranges = std::mem::take(&mut lane.ranges);
-        ranges.clear();
-        let result = (|| {
-            if mutant::active("tx.apply_before_commit") {
-                apply(pool, &lane.buf, allowed, &mut ranges)?;
+        let slot = geometry.lane_offset(lane.index) + k as u64 * capacity;
+        let mut applied = std::mem::take(&mut lane.scratch);
+        applied.clear();
+        let result = self.commit_io(pool, lane, slot, extra, allowed, &mut applied);
+        me.slots[k].seq.store(seq, Ordering::Release);
+        me.slots[k].lo.store(data.0.min(fresh.0), Ordering::Release);
+        me.slots[k].hi.store(data.1.max(fresh.1), Ordering::Release);
+        lane.next_slot = (lane.next_slot + 1) % LANE_SLOTS;
+        match result {
+            Ok(()) => {
+                self.durable_max.fetch_max(seq, Ordering::AcqRel);
+                self.durable_horizon.fetch_max(horizon, Ordering::AcqRel);
+                // This thread's earlier pending records are covered by the fence; the lane's
+                // previous one too (applied or adopted by this thread). The applied ranges
+                // become the lane's pending record, and this thread's.
+                me.pending.store(0, Ordering::SeqCst);
+                me.fresh_lo.store(fresh.0, Ordering::Release);
+                me.fresh_hi.store(fresh.1, Ordering::Release);
+                me.applier.store(tid, Ordering::Release);
+                lane.scratch = std::mem::replace(&mut lane.pending_ranges, applied);
+                let fenced = self.fenced.load(Ordering::Relaxed);
+                THREAD.with_borrow_mut(|t| {
+                    self.clear_own(t);
+                    if fenced {
+                        return;
+                    }
+                    t.pending.push(Pend {
+                        instance: self.instance,
+                        lane: lane.index,
+                        seq,
+                    });
+                    if t.ranges_instance != self.instance {
+                        t.ranges.clear();
+                        t.ranges_instance = self.instance;
+                    }
+                    t.ranges.extend_from_slice(&lane.pending_ranges);
+                });
+                if fenced {
+                    if let Err(e) = pool.gmsync_flushed(&lane.pending_ranges) {
+                        me.pending.store(seq, Ordering::SeqCst);
+                        me.inflight.store(0, Ordering::SeqCst);
+                        self.note_own(index, seq);
+                        return Err(e.into());
+                    }
+                } else {
+                    me.pending.store(seq, Ordering::SeqCst);
+                }
             }
-            for r in extra {
-                pool.flush(r.offset, r.len)?;
-            }
-            if mutant::active("tx.skip_record_flush") {
-                pool.write(slot, &lane.buf)?; // stored, never flushed
-            } else {
-                pool.copy_nodrain(slot, &lane.buf)?;
-            }
-            pool.drain()?; // fence 1: the commit point
-            self.durable_horizon.fetch_max(horizon, Ordering::AcqRel);
-            if !mutant::active("tx.apply_before_commit") {
-                apply(pool, &lane.buf, allowed, &mut ranges)?;
-            }
-            ranges.extend_from_slice(extra);
-            cap_ranges(&mut ranges, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
-            if mutant::active("tx.skip_flush") {
-                pool.drain()?;
-            } else {
-                pool.gmsync(&ranges)?; // fence 2: the sync point
-            }
-            Ok(())
-        })();
-        lane.ranges = ranges;
-        lane.next_half ^= 1;
-        me.last_seq.store(seq, Ordering::Release);
-        me.data_lo.store(data.0, Ordering::Release);
-        me.data_hi.store(data.1, Ordering::Release);
+            Err(_) => lane.scratch = applied,
+        }
         me.inflight.store(0, Ordering::SeqCst);
         result.map(|()| seq)
+    }
+
+    /// Note a pending record this thread's next fence covers.
+    fn note_own(&self, lane: usize, seq: u64) {
+        THREAD.with_borrow_mut(|t| {
+            t.pending.push(Pend {
+                instance: self.instance,
+                lane: lane as u32,
+                seq,
+            })
+        });
+    }
+
+    /// Before a commit that changes `data`: a pending record of another thread whose
+    /// in-place (CRC-checked) bytes overlap it is flushed again by this thread, so this
+    /// commit's fence makes its application durable before the bytes change; recovery would
+    /// otherwise find its check failing and drop it while part of it is lost. A lane held by
+    /// a committer is waited for (its fence covers the record).
+    fn cover_fresh(&self, pool: &Pool, mine: usize, tid: u64, data: (u64, u64)) -> Result<()> {
+        if data.0 >= data.1 {
+            return Ok(());
+        }
+        for (i, lane) in self.used_lanes().iter().enumerate() {
+            if i == mine {
+                continue;
+            }
+            loop {
+                let p = lane.pending.load(Ordering::SeqCst);
+                if p == 0 || lane.applier.load(Ordering::Acquire) == tid {
+                    break;
+                }
+                let lo = lane.fresh_lo.load(Ordering::Acquire);
+                let hi = lane.fresh_hi.load(Ordering::Acquire);
+                if lane.pending.load(Ordering::SeqCst) != p {
+                    continue;
+                }
+                if !(lo < data.1 && data.0 < hi) {
+                    break;
+                }
+                if let Ok(guard) = lane.state.try_lock() {
+                    if lane.pending.load(Ordering::SeqCst) == p {
+                        for r in &guard.pending_ranges {
+                            pool.flush(r.offset, r.len)?;
+                        }
+                        self.note_own(i, p);
+                    }
+                    break;
+                }
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Every later commit fences its application before returning (for callers that store
+    /// outside transactions to bytes transactions write, like the C ABI).
+    pub fn set_fenced(&self, fenced: bool) {
+        self.fenced.store(fenced, Ordering::Relaxed);
+    }
+
+    /// The media work of a commit: record, the one fence, apply and flush.
+    fn commit_io(
+        &self,
+        pool: &Pool,
+        lane: &LaneState,
+        slot: u64,
+        extra: &[ByteRange],
+        allowed: &dyn Fn(u64, u64) -> bool,
+        applied: &mut Vec<ByteRange>,
+    ) -> Result<()> {
+        if mutant::active("tx.apply_before_commit") {
+            apply(pool, &lane.buf, allowed, applied)?;
+        }
+        for r in extra {
+            pool.flush(r.offset, r.len)?;
+        }
+        if mutant::active("tx.skip_record_flush") {
+            pool.write(slot, &lane.buf)?; // stored, never flushed
+        } else {
+            pool.copy_nodrain(slot, &lane.buf)?;
+        }
+        // The one fence, the commit point, as one unit of the sync-point pipeline: this
+        // record, the applied data of this thread's pending records, the in-place bytes.
+        let sync = THREAD.with_borrow_mut(|t| {
+            let mut sync = std::mem::take(&mut t.sync);
+            sync.clear();
+            sync.push(ByteRange::new(slot, lane.buf.len() as u64));
+            if t.ranges_instance == self.instance {
+                sync.extend_from_slice(&t.ranges);
+            }
+            sync.extend_from_slice(extra);
+            sync
+        });
+        let mut sync = sync;
+        cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
+        let fenced = pool.gmsync_flushed(&sync);
+        THREAD.with_borrow_mut(|t| t.sync = sync);
+        fenced?;
+        if !mutant::active("tx.apply_before_commit") {
+            apply(pool, &lane.buf, allowed, applied)?;
+        }
+        if !mutant::active("tx.skip_flush") {
+            for r in applied.iter() {
+                pool.flush(r.offset, r.len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Make a durable claim of at least `target`: every record below it applied, fenced, and
+    /// never replayed again. This thread fences its own pending records; pending records of
+    /// free lanes are flushed again and fenced by this thread; commits in flight below the
+    /// target are waited for (they never wait for other lanes). Then the persistent horizon
+    /// word is raised (one more fence). Used when the overwrite rule blocks, by
+    /// `atomic_update` over a replayable record, and to settle the heap.
+    pub fn help(&self, pool: &Pool, geometry: &Geometry, target: u64) -> Result<()> {
+        let target = target.min(self.durable_max.load(Ordering::Acquire) + 1);
+        loop {
+            let mut helped: Vec<(usize, u64)> = Vec::new();
+            let own = THREAD.with_borrow(|t| t.pending.iter().any(|p| p.instance == self.instance));
+            for (i, lane) in self.used_lanes().iter().enumerate() {
+                let p = lane.pending.load(Ordering::SeqCst);
+                if p == 0 || p >= target {
+                    continue;
+                }
+                if let Ok(guard) = lane.state.try_lock() {
+                    if lane.pending.load(Ordering::SeqCst) == p {
+                        for r in &guard.pending_ranges {
+                            pool.flush(r.offset, r.len)?;
+                        }
+                        helped.push((i, p));
+                    }
+                }
+            }
+            if own || !helped.is_empty() {
+                pool.drain()?;
+                THREAD.with_borrow_mut(|t| self.clear_own(t));
+                for (i, p) in helped {
+                    let _ = self.lanes[i].pending.compare_exchange(
+                        p,
+                        0,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                }
+            }
+            let h = self
+                .horizon()
+                .min(self.durable_max.load(Ordering::Acquire) + 1);
+            if h >= target {
+                return self.raise_word(pool, geometry, h);
+            }
+            std::hint::spin_loop();
+            std::thread::yield_now();
+        }
+    }
+
+    /// Persist the horizon word as `h` (if larger) and raise `MH`.
+    fn raise_word(&self, pool: &Pool, geometry: &Geometry, h: u64) -> Result<()> {
+        let mut word = self.word.lock().unwrap_or_else(|p| p.into_inner());
+        if h > *word {
+            let at = geometry.horizon_word_offset();
+            atomic_word(pool, at)?.store(h, Ordering::Release);
+            pool.persist(at, 8)?;
+            *word = h;
+        }
+        self.durable_horizon.fetch_max(*word, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Make every committed record applied, durable and unreplayable (close, the C ABI's
+    /// raw stores): [`Lanes::help`] up to the counter.
+    pub fn settle(&self, pool: &Pool, geometry: &Geometry) -> Result<()> {
+        self.help(pool, geometry, self.counter.load(Ordering::SeqCst))
     }
 
     /// Whether a still-replayable record of some lane changed the word at `offset`: a
     /// non-logged store there must first make that record's replay impossible.
     pub fn conflicts(&self, offset: u64) -> Option<u64> {
-        let durable = self.durable_horizon.load(Ordering::Acquire);
-        self.lanes.iter().find_map(|lane| {
-            let lo = lane.data_lo.load(Ordering::Acquire);
-            let hi = lane.data_hi.load(Ordering::Acquire);
-            let seq = lane.last_seq.load(Ordering::Acquire);
-            (lo <= offset && offset < hi && seq >= durable).then_some(seq)
+        let durable = self.durable_horizon();
+        self.used_lanes().iter().find_map(|lane| {
+            lane.slots.iter().find_map(|slot| {
+                let seq = slot.seq.load(Ordering::Acquire);
+                let lo = slot.lo.load(Ordering::Acquire);
+                let hi = slot.hi.load(Ordering::Acquire);
+                (seq != 0 && seq >= durable && lo <= offset && offset < hi).then_some(seq)
+            })
         })
     }
 
-    /// Write and persist an empty record whose horizon exceeds `seq`, so that no record with
-    /// a sequence number up to `seq` is ever replayed again. Waits (briefly) for commits in
-    /// flight with smaller sequence numbers.
+    /// Make sure no record with a sequence number up to `seq` is ever replayed again.
     pub fn retire(&self, pool: &Pool, geometry: &Geometry, seq: u64) -> Result<()> {
-        while self.horizon() <= seq {
-            std::hint::spin_loop();
-            std::thread::yield_now();
+        if self.durable_horizon() > seq {
+            return Ok(());
         }
-        let mut lane = self.acquire();
-        start(&mut lane.buf);
-        self.commit(pool, geometry, &mut lane, 0, &[], (u64::MAX, 0), &|_, _| {
-            false
-        })?;
-        Ok(())
+        self.help(pool, geometry, seq + 1)
     }
 }
 

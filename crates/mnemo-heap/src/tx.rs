@@ -14,7 +14,6 @@ use mnemo_pmem::ByteRange;
 use crate::alloc::{MetaOp, PendingFree, Reservation};
 use crate::error::{Error, Result};
 use crate::heap::{Heap, Inner};
-use crate::layout::ChunkEntry;
 use crate::pptr::{PPtr, Persist};
 use crate::redo;
 
@@ -185,7 +184,7 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
         return Err(e);
     }
     if state.is_empty() {
-        finish_commit(inner, state);
+        finish_commit(inner, state, None);
         return Ok(());
     }
     let mut checks = Vec::with_capacity(state.direct.len());
@@ -197,6 +196,9 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
         }
         checks.push((range.offset, range.len, crc32c::crc32c(&bytes)));
     }
+    let fresh = state.direct.iter().fold((u64::MAX, 0), |(lo, hi), r| {
+        (lo.min(r.offset), hi.max(r.end()))
+    });
     let mut lane = inner.lanes.acquire();
     let buf = &mut lane.buf;
     redo::start(buf);
@@ -228,12 +230,13 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
         count,
         &state.direct,
         (state.data_lo, state.data_hi),
+        fresh,
         &allowed,
     );
     drop(lane);
     match result {
-        Ok(_) => {
-            finish_commit(inner, state);
+        Ok(seq) => {
+            finish_commit(inner, state, Some(seq));
             Ok(())
         }
         Err(e @ Error::TransactionTooLarge { .. }) => {
@@ -241,23 +244,24 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
             Err(e)
         }
         Err(e) => {
-            // The record may be durable: keep the allocator's view as committed (a leak until
-            // the next open, never a double allocation).
-            finish_commit(inner, state);
+            // The record may be durable: keep the allocator's view as committed, its frees
+            // never handed back (a leak until the next open, never a double allocation).
+            finish_commit(inner, state, None);
             Err(e)
         }
     }
 }
 
-fn finish_commit(inner: &Inner, mut state: Box<TxState>) {
+/// The commit of record `seq` (None: nothing committed, or the outcome is unknown).
+fn finish_commit(inner: &Inner, mut state: Box<TxState>, seq: Option<u64>) {
     for r in &state.allocs {
         inner.alloc.commit_alloc(r);
     }
-    for f in &state.frees {
-        inner
-            .alloc
-            .commit_free(f, &|chunk| inner.set_chunk_entry(chunk, ChunkEntry::Free));
+    if let Some(seq) = seq {
+        // Freed space waits until record `seq` can no longer be replayed.
+        inner.defer_frees(seq, &state.frees);
     }
+    inner.release_frees();
     let hooks = if state.on_commit.is_empty() {
         Vec::new()
     } else {
@@ -344,7 +348,7 @@ impl<'h> Tx<'h> {
     }
 
     fn log_write(&self, offset: u64, bytes: &[u8], user: bool) -> Result<()> {
-        let half = self.inner().geometry.lane_log_size / 2;
+        let slot = self.inner().geometry.lane_log_size / redo::LANE_SLOTS;
         self.state(|s, inner| {
             let len = bytes.len() as u64;
             if user && s.fresh(offset, len) {
@@ -353,7 +357,7 @@ impl<'h> Tx<'h> {
                 let before = s.direct.len();
                 redo::push_range(&mut s.direct, offset, len);
                 if s.direct.len() > before {
-                    if let Err(e) = s.grow_record(redo::entry_size(16), half) {
+                    if let Err(e) = s.grow_record(redo::entry_size(16), slot) {
                         s.direct.pop();
                         return Err(e);
                     }
@@ -361,7 +365,7 @@ impl<'h> Tx<'h> {
                 inner.pool.write(offset, bytes)?;
                 return Ok(());
             }
-            s.grow_record(redo::entry_size(bytes.len()), half)?;
+            s.grow_record(redo::entry_size(bytes.len()), slot)?;
             let pos = s.data.len();
             s.data.extend_from_slice(bytes);
             s.ops.push(Op::Data {
@@ -424,12 +428,19 @@ impl<'h> Tx<'h> {
 
     /// Allocate `size` bytes whose contents are unspecified (whatever the space held).
     pub fn alloc_bytes(&self, size: u64) -> Result<u64> {
-        let half = self.inner().geometry.lane_log_size / 2;
+        let slot = self.inner().geometry.lane_log_size / redo::LANE_SLOTS;
         self.state(|s, inner| {
-            s.grow_record(redo::entry_size(8), half)?;
-            let (reservation, op) = inner.alloc.alloc(&inner.pool, size, &|chunk, class| {
-                inner.publish_run(chunk, class)
-            })?;
+            s.grow_record(redo::entry_size(8), slot)?;
+            let publish = |chunk, class| inner.publish_run(chunk, class);
+            let (reservation, op) = match inner.alloc.alloc(&inner.pool, size, &publish) {
+                Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
+                    // Space freed by recent transactions waits for the durable horizon:
+                    // settle it and try again.
+                    inner.settle()?;
+                    inner.alloc.alloc(&inner.pool, size, &publish)?
+                }
+                other => other?,
+            };
             s.allocs.push(reservation);
             s.fresh_index.insert(reservation.offset, reservation.size);
             if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
@@ -457,9 +468,9 @@ impl<'h> Tx<'h> {
 
     /// Free the object at `offset` when the transaction commits.
     pub fn free_offset(&self, offset: u64) -> Result<()> {
-        let half = self.inner().geometry.lane_log_size / 2;
+        let slot = self.inner().geometry.lane_log_size / redo::LANE_SLOTS;
         self.state(|s, inner| {
-            s.grow_record(redo::entry_size(8), half)?;
+            s.grow_record(redo::entry_size(8), slot)?;
             let own = s.fresh_index.contains_key(&offset);
             let (pending, op) = inner.alloc.free(offset, own)?;
             s.frees.push(pending);

@@ -23,7 +23,7 @@ const SIZES: [u64; 3] = [128, 400, 70_000];
 fn options() -> HeapOptions {
     HeapOptions {
         lane_count: 2,
-        lane_log_size: 8192,
+        lane_log_size: 16384,
         toc_entries: 16,
         arenas: 1,
     }
@@ -47,7 +47,13 @@ enum Mix {
     Allocator,
     /// Named regions, roots, atomic and shadow updates.
     Toc,
+    /// A fixed script: insert, a last write plus free, an insert of the same size (which
+    /// reuses the space once the free is past the durable horizon), updates.
+    Reuse,
 }
+
+/// The choices of `Mix::Reuse` (kind = bits 0..8, slot = bits 8..16, size = bits 16..).
+const REUSE_SCRIPT: [u64; 6] = [0x0003, 0x0007, 0x0103, 0x0103, 0x0003, 0x0107];
 
 struct HeapWorkload {
     mix: Mix,
@@ -96,7 +102,11 @@ impl HeapWorkload {
         let slot = (choice >> 8) as usize % SLOTS;
         let size = (choice >> 16) as usize % SIZES.len();
         let kind = choice % 8;
-        match (self.mix, kind, model.table[slot]) {
+        let mix = match self.mix {
+            Mix::Reuse => Mix::Allocator,
+            other => other,
+        };
+        match (mix, kind, model.table[slot]) {
             (Mix::Toc, 0 | 1, _) => {
                 let name = format!("region{}", slot % 3);
                 if let Some(i) = model.regions.iter().position(|(n, _)| *n == name) {
@@ -142,7 +152,7 @@ impl HeapWorkload {
                 }
             }
             (_, _, None) => {
-                let size = if matches!(self.mix, Mix::Transactions) {
+                let size = if matches!(mix, Mix::Transactions) {
                     size.min(1)
                 } else {
                     size
@@ -157,6 +167,19 @@ impl HeapWorkload {
                 .map_err(err)?;
                 model.table[slot] = Some((tag, size));
                 model.counter += 1;
+            }
+            (Mix::Allocator, 7, Some(_)) => {
+                // A last logged write to the object in the transaction that frees it: its
+                // space must not be reused (and written in place, unlogged) while this record
+                // can still be replayed (caught: `heap.reuse_before_horizon`).
+                heap.transaction(|tx| {
+                    let obj: PPtr<u64> = tx.read(slot_ptr(r, slot))?;
+                    write_object(tx, obj.offset(), tag)?;
+                    tx.free(obj)?;
+                    tx.write(slot_ptr(r, slot), &PPtr::null())
+                })
+                .map_err(err)?;
+                model.table[slot] = None;
             }
             (_, 0..=2, Some(_)) => {
                 heap.transaction(|tx| {
@@ -207,7 +230,7 @@ impl Workload for HeapWorkload {
     }
 
     fn run(&self, run: &mut Run<Option<Model>>) -> Result<(), String> {
-        let geometry_probe = mnemo_heap::layout::Geometry::new(8192, 2, 8192, 16);
+        let geometry_probe = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
         let size = geometry_probe.size_for_chunks(3);
         let p = Pool::create_on(
             Box::new(run.media()),
@@ -219,8 +242,11 @@ impl Workload for HeapWorkload {
         let r = roots(&heap)?;
         let mut model = Model::default();
         run.ack(Some(model.clone()));
-        for _ in 0..self.ops {
-            let choice = run.rng().next_u64();
+        for i in 0..self.ops {
+            let choice = match self.mix {
+                Mix::Reuse => REUSE_SCRIPT[i % REUSE_SCRIPT.len()],
+                _ => run.rng().next_u64(),
+            };
             let tag = run.rng().next_u64() >> 8;
             self.step(&heap, &r, &mut model, choice, tag)?;
             run.ack(Some(model.clone()));
@@ -396,6 +422,11 @@ fn crash_allocator() {
 }
 
 #[test]
+fn crash_reuse_after_free() {
+    check(Mix::Reuse, 6, 3001);
+}
+
+#[test]
 fn crash_toc_roots_atomic_shadow() {
     check(Mix::Toc, 8, 2001);
 }
@@ -405,7 +436,7 @@ fn every_mutant_is_caught() {
     let mut missed = Vec::new();
     for &name in mnemo_heap::MUTANTS {
         let mut caught = None;
-        'search: for mix in [Mix::Transactions, Mix::Toc, Mix::Allocator] {
+        'search: for mix in [Mix::Transactions, Mix::Toc, Mix::Allocator, Mix::Reuse] {
             for seed in 1..4 {
                 let mut config = self::config(seed);
                 config.mutant = Some(name);
