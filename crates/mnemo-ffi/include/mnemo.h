@@ -132,7 +132,7 @@ extern "C" {
  * Metadata of the heap in a new pool (table of contents, 16 lane logs, the first chunk
  * table and chunk). mnemo_pool_create() grows a smaller pool to this size if size_max allows.
  */
-#define MNEMO_POOL_SIZE_MIN (1388544)
+#define MNEMO_POOL_SIZE_MIN (2437120)
 
 /** Smallest region mnemo_log_open() accepts. */
 #define MNEMO_LOG_SIZE_MIN 256

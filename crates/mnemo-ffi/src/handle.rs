@@ -124,6 +124,9 @@ pub struct PoolEntry {
 impl PoolEntry {
     /// A new entry for `heap`, under handle value `handle`.
     pub fn new(handle: usize, heap: Heap) -> PoolEntry {
+        // C code stores to heap memory outside transactions: every commit's application must
+        // be durable when it returns (the heap's one-fence commit leaves it to the next fence).
+        heap.set_fenced_commits(true);
         PoolEntry {
             handle,
             heap,

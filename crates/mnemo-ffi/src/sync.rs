@@ -65,8 +65,9 @@ pub fn commit_tracked(
     Ok(())
 }
 
-/// Make every redo record committed so far unreplayable: commit one more record (any later
-/// record's horizon lies above every record that ended before it started).
+/// Make every redo record committed so far unreplayable: commit one more record (so the
+/// replayable set restarts after it), then have the heap raise its durable horizon past
+/// every record committed so far ([`mnemo_heap::Heap::retire_committed`]).
 pub fn retire(entry: &PoolEntry) -> Result<()> {
     outside_tx(entry, || {
         let offset = entry.heap.nvalloc(RETIRE_ROOT, 8)?;
@@ -74,7 +75,9 @@ pub fn retire(entry: &PoolEntry) -> Result<()> {
         commit_tracked(entry, &[ByteRange::new(offset, 8)], |tx| {
             let n = tx.read(word)?;
             tx.write(word, &n.wrapping_add(1))
-        })
+        })?;
+        entry.heap.retire_committed()?;
+        Ok(())
     })
 }
 
