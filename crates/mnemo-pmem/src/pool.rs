@@ -116,6 +116,9 @@ struct SyncCounters {
     retired: Shard,
 }
 
+/// The tracked sync point keeps its buffer of narrowed ranges up to this many (16 KiB).
+const SCRATCH_RANGES_KEPT: usize = 1024;
+
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
@@ -764,12 +767,17 @@ impl Pool {
         match self.tracker.get() {
             None => self.policy.sync(self.media.as_ref(), ranges),
             Some(tracker) => {
-                let _serial = tracker.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
-                let mut narrowed = Vec::new();
+                // The lock serialises sync points and guards a buffer reused by each.
+                let mut narrowed = tracker.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
+                narrowed.clear();
                 for range in ranges {
                     tracker.narrow(*range, &mut |r| narrowed.push(r));
                 }
-                self.policy.sync(self.media.as_ref(), &narrowed)
+                let result = self.policy.sync(self.media.as_ref(), &narrowed);
+                if narrowed.capacity() > SCRATCH_RANGES_KEPT {
+                    *narrowed = Vec::new();
+                }
+                result
             }
         }
         .map_err(|e| media_error(&self.name, e))?;

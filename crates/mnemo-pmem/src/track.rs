@@ -836,8 +836,9 @@ pub struct Tracker {
     narrow_always: bool,
     /// Bytes from offset 0 registered with userfaultfd.
     tracked_len: AtomicU64,
-    /// Held across collect + flush + fence of a sync point.
-    pub(crate) sync_lock: Mutex<()>,
+    /// Held across collect + flush + fence of a sync point; holds the sync point's buffer of
+    /// narrowed ranges, reused from one to the next.
+    pub(crate) sync_lock: Mutex<Vec<ByteRange>>,
     stats: TrackStats,
 }
 
@@ -913,7 +914,7 @@ impl Tracker {
             broken: AtomicBool::new(false),
             base: base as u64,
             narrow_always: std::env::var("MNEMO_SPF_NARROW_ALWAYS").is_ok_and(|v| v.trim() == "1"),
-            sync_lock: Mutex::new(()),
+            sync_lock: Mutex::new(Vec::new()),
             stats: TrackStats::default(),
         })
     }
