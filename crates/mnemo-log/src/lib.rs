@@ -28,8 +28,9 @@
 //! The entries area is a ring of 8-byte words. Every word carries 63 bits of data and one
 //! *torn bit*; the value a write gives the torn bit (the *sense*) flips each time the ring
 //! wraps. A record is a length word (length, batch flag, CRC-32C) followed by the payload
-//! packed 63 bytes per 8 words. An append stores its words with ordinary 8-byte stores, then
-//! one sync point of the pool flushes their cache lines and fences once. Because x86 makes
+//! packed 63 bytes per 8 words. An append writes its words with non-temporal stores (each
+//! aligned word by exactly one store, no flush needed), then one sync point of the pool
+//! fences once. Because x86 makes
 //! aligned 8-byte stores atomic, a crash leaves each word either old (previous sense) or new:
 //! recovery reads from the head while words carry the current sense, and stops at the first
 //! record with any old word. No separate commit record, so no second fence.
@@ -50,7 +51,9 @@
 //! The byte layout is in `docs/design/log-format.md` and [`mod@format`].
 //!
 //! ## Costs
-//! * `append` of 64 bytes: 10 words (80 bytes), 2 or 3 cache lines flushed, **1 fence**.
+//! * `append` of 64 bytes: 10 words (80 bytes), 2 or 3 cache lines written with
+//!   non-temporal stores, **1 fence**. Records of up to 168 bytes that do not wrap take a fast
+//!   path (encoded on the stack, CRC-32C from registers), so the fence is nearly all the cost.
 //! * `append_many`: the same per record, 1 fence per batch.
 //! * `truncate_front`/`reset`: 1 header copy (1 line), 1 fence.
 //! * `open`: reads every live record and every free word (one pass over the area).
