@@ -569,25 +569,12 @@ impl<P: Deref<Target = Pool>> Log<P> {
         buf[0] = (length_word(data.len(), false, crc) | sense).to_le();
         let offset = self.area + self.next.pos * 8;
         let bytes = words_as_bytes(&buf[..words]);
-        let result = if mutant::active("log.skip_flush") {
+        let stored = if mutant::active("log.skip_flush") {
             self.pool.write(offset, bytes)
         } else {
             self.pool.stream_nodrain(offset, bytes)
-        }
-        .and_then(|()| {
-            if self.sync_points {
-                self.pool
-                    .gmsync_flushed(&[ByteRange::new(offset, bytes.len() as u64)])
-            } else {
-                self.pool.drain()
-            }
-        });
-        if let Err(err) = result {
-            self.state = State::Poisoned;
-            return Err(err.into());
-        }
-        self.stats.fences += 1;
-        self.stats.lines_flushed += lines_of(offset, bytes.len() as u64);
+        };
+        self.fence_stored(stored, &[ByteRange::new(offset, bytes.len() as u64)])?;
         let mut next = self.next;
         next.pos += words as u64 - 1;
         next.advance(self.cap);
@@ -624,7 +611,7 @@ impl<P: Deref<Target = Pool>> Log<P> {
         let first = words.min(self.cap - pos);
         let (a, b) = staged.split_at(first as usize * 8);
         let flush = !mutant::active("log.skip_flush");
-        let result = (|| {
+        let stored = (|| {
             for (offset, bytes) in [(self.area + pos * 8, a), (self.area, b)] {
                 if bytes.is_empty() {
                     continue;
@@ -635,28 +622,44 @@ impl<P: Deref<Target = Pool>> Log<P> {
                     self.pool.write(offset, bytes)?;
                 }
             }
+            Ok(())
+        })();
+        let ranges = [
+            ByteRange::new(self.area + pos * 8, a.len() as u64),
+            ByteRange::new(self.area, b.len() as u64),
+        ];
+        let ranges = if b.is_empty() {
+            &ranges[..1]
+        } else {
+            &ranges[..]
+        };
+        self.fence_stored(stored, ranges)
+    }
+
+    /// After the stores of an append (`stored`: whether they went through): one fence, a sync
+    /// point over `ranges` (or a plain drain in local mode). A failure poisons the log.
+    #[inline]
+    fn fence_stored(
+        &mut self,
+        stored: Result<(), mnemo_pmem::Error>,
+        ranges: &[ByteRange],
+    ) -> Result<(), Error> {
+        let result = stored.and_then(|()| {
             if self.sync_points {
-                let ranges = [
-                    ByteRange::new(self.area + pos * 8, a.len() as u64),
-                    ByteRange::new(self.area, b.len() as u64),
-                ];
-                let ranges = if b.is_empty() {
-                    &ranges[..1]
-                } else {
-                    &ranges[..]
-                };
                 self.pool.gmsync_flushed(ranges)
             } else {
                 self.pool.drain()
             }
-        })();
+        });
         if let Err(err) = result {
             self.state = State::Poisoned;
             return Err(err.into());
         }
         self.stats.fences += 1;
-        self.stats.lines_flushed +=
-            lines_of(self.area + pos * 8, a.len() as u64) + lines_of(self.area, b.len() as u64);
+        self.stats.lines_flushed += ranges
+            .iter()
+            .map(|r| lines_of(r.offset, r.len))
+            .sum::<u64>();
         Ok(())
     }
 
