@@ -416,10 +416,11 @@ struct ThreadLanes {
     hint: usize,
     id: u64,
     pending: Vec<Pend>,
-    /// Applied ranges of this thread's pending records of `ranges_instance` (the next sync
-    /// point names them, so one unit of the pipeline is "record N + applied data of N-1").
-    ranges: Vec<ByteRange>,
-    ranges_instance: u64,
+    /// Applied ranges of this thread's pending records, per heap instance: applied in place
+    /// and not yet flushed. The thread's next commit on that heap flushes them just before
+    /// its fence and names them in its sync point (one unit of the pipeline: "record N +
+    /// applied data of N-1").
+    ranges: Vec<(u64, ByteRange)>,
     /// Scratch for the ranges of a sync point.
     sync: Vec<ByteRange>,
 }
@@ -557,9 +558,7 @@ impl Lanes {
             );
             false
         });
-        if t.ranges_instance == self.instance {
-            t.ranges.clear();
-        }
+        t.ranges.retain(|&(instance, _)| instance != self.instance);
     }
 
     /// Commit the record built in `lane.buf` (entries after a zeroed header, `count` of
@@ -652,14 +651,11 @@ impl Lanes {
                         lane: lane.index,
                         seq,
                     });
-                    if t.ranges_instance != self.instance {
-                        t.ranges.clear();
-                        t.ranges_instance = self.instance;
-                    }
-                    t.ranges.extend_from_slice(&lane.pending_ranges);
+                    t.ranges
+                        .extend(lane.pending_ranges.iter().map(|&r| (self.instance, r)));
                 });
                 if fenced {
-                    if let Err(e) = pool.gmsync_flushed(&lane.pending_ranges) {
+                    if let Err(e) = pool.gmsync(&lane.pending_ranges) {
                         me.pending.store(seq, Ordering::SeqCst);
                         me.inflight.store(0, Ordering::SeqCst);
                         self.note_own(index, seq);
@@ -734,7 +730,7 @@ impl Lanes {
         self.fenced.store(fenced, Ordering::Relaxed);
     }
 
-    /// The media work of a commit: record, the one fence, apply and flush.
+    /// The media work of a commit: record, the one fence, apply (not flushed).
     fn commit_io(
         &self,
         pool: &Pool,
@@ -756,17 +752,25 @@ impl Lanes {
             pool.copy_nodrain(slot, &lane.buf)?;
         }
         // The one fence, the commit point, as one unit of the sync-point pipeline: this
-        // record, the applied data of this thread's pending records, the in-place bytes.
-        let sync = THREAD.with_borrow_mut(|t| {
+        // record, the applied data of this thread's pending records (flushed only now, so
+        // that their write-back overlaps this record's and no locked instruction in between
+        // waits for it), the in-place bytes.
+        let skip_apply_flush = mutant::active("tx.skip_flush");
+        let sync = THREAD.with_borrow_mut(|t| -> Result<Vec<ByteRange>> {
             let mut sync = std::mem::take(&mut t.sync);
             sync.clear();
             sync.push(ByteRange::new(slot, lane.buf.len() as u64));
-            if t.ranges_instance == self.instance {
-                sync.extend_from_slice(&t.ranges);
+            for &(instance, r) in &t.ranges {
+                if instance == self.instance {
+                    if !skip_apply_flush {
+                        pool.flush(r.offset, r.len)?;
+                    }
+                    sync.push(r);
+                }
             }
             sync.extend_from_slice(extra);
-            sync
-        });
+            Ok(sync)
+        })?;
         let mut sync = sync;
         cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
         let fenced = pool.gmsync_flushed(&sync);
@@ -774,11 +778,6 @@ impl Lanes {
         fenced?;
         if !mutant::active("tx.apply_before_commit") {
             apply(pool, &lane.buf, allowed, applied)?;
-        }
-        if !mutant::active("tx.skip_flush") {
-            for r in applied.iter() {
-                pool.flush(r.offset, r.len)?;
-            }
         }
         Ok(())
     }
@@ -793,7 +792,20 @@ impl Lanes {
         let target = target.min(self.durable_max.load(Ordering::Acquire) + 1);
         loop {
             let mut helped: Vec<(usize, u64)> = Vec::new();
-            let own = THREAD.with_borrow(|t| t.pending.iter().any(|p| p.instance == self.instance));
+            // This thread's own pending records: flush their applied lines (left unflushed
+            // by their commits) so the fence below covers them.
+            let own = THREAD.with_borrow(|t| -> Result<bool> {
+                let mut own = false;
+                for &(instance, r) in &t.ranges {
+                    if instance == self.instance {
+                        pool.flush(r.offset, r.len)?;
+                    }
+                }
+                for p in &t.pending {
+                    own |= p.instance == self.instance;
+                }
+                Ok(own)
+            })?;
             for (i, lane) in self.used_lanes().iter().enumerate() {
                 let p = lane.pending.load(Ordering::SeqCst);
                 if p == 0 || p >= target {
