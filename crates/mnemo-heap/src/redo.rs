@@ -373,6 +373,10 @@ pub struct LaneState {
     pending_ranges: Vec<ByteRange>,
     /// Scratch ranges for the next apply.
     scratch: Vec<ByteRange>,
+    /// Scratch ranges of the next sync point.
+    sync: Vec<ByteRange>,
+    /// The holding thread (see `thread_id`), set by [`Lanes::acquire`].
+    holder: u64,
 }
 
 /// All lanes, the commit sequence counter and the horizon.
@@ -421,8 +425,6 @@ struct ThreadLanes {
     /// its fence and names them in its sync point (one unit of the pipeline: "record N +
     /// applied data of N-1").
     ranges: Vec<(u64, ByteRange)>,
-    /// Scratch for the ranges of a sync point.
-    sync: Vec<ByteRange>,
 }
 
 thread_local! {
@@ -465,6 +467,8 @@ impl Lanes {
                     buf: Vec::new(),
                     pending_ranges: Vec::new(),
                     scratch: Vec::new(),
+                    sync: Vec::new(),
+                    holder: 0,
                 }),
                 inflight: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
@@ -494,14 +498,14 @@ impl Lanes {
     /// Hold a lane: this thread's usual one if free, else any free one, else wait for the usual.
     pub fn acquire(&self) -> LaneGuard<'_> {
         let n = self.lanes.len();
-        let first = THREAD.with_borrow_mut(|t| {
+        let (first, tid) = THREAD.with_borrow_mut(|t| {
             if t.hint_instance != self.instance {
                 t.hint = self.next_hint.fetch_add(1, Ordering::Relaxed);
                 t.hint_instance = self.instance;
             }
-            t.hint % n
+            (t.hint % n, thread_id(t))
         });
-        let guard = (0..n)
+        let mut guard = (0..n)
             .find_map(|k| self.lanes[(first + k) % n].state.try_lock().ok())
             .unwrap_or_else(|| {
                 self.lanes[first]
@@ -513,6 +517,7 @@ impl Lanes {
         if self.used.load(Ordering::Relaxed) < end {
             self.used.fetch_max(end, Ordering::SeqCst);
         }
+        guard.holder = tid;
         guard
     }
 
@@ -591,7 +596,7 @@ impl Lanes {
         }
         let index = lane.index as usize;
         let me = &self.lanes[index];
-        let tid = THREAD.with_borrow_mut(thread_id);
+        let tid = lane.holder;
         // A pending record left by another thread: flush its lines again (write-back works
         // by address from any CPU), so this thread's fence covers it.
         let p = me.pending.load(Ordering::SeqCst);
@@ -734,7 +739,7 @@ impl Lanes {
     fn commit_io(
         &self,
         pool: &Pool,
-        lane: &LaneState,
+        lane: &mut LaneState,
         slot: u64,
         extra: &[ByteRange],
         allowed: &dyn Fn(u64, u64) -> bool,
@@ -756,10 +761,10 @@ impl Lanes {
         // that their write-back overlaps this record's and no locked instruction in between
         // waits for it), the in-place bytes.
         let skip_apply_flush = mutant::active("tx.skip_flush");
-        let sync = THREAD.with_borrow_mut(|t| -> Result<Vec<ByteRange>> {
-            let mut sync = std::mem::take(&mut t.sync);
-            sync.clear();
-            sync.push(ByteRange::new(slot, lane.buf.len() as u64));
+        let mut sync = std::mem::take(&mut lane.sync);
+        sync.clear();
+        sync.push(ByteRange::new(slot, lane.buf.len() as u64));
+        let flushed = THREAD.with_borrow(|t| -> Result<()> {
             for &(instance, r) in &t.ranges {
                 if instance == self.instance {
                     if !skip_apply_flush {
@@ -768,13 +773,12 @@ impl Lanes {
                     sync.push(r);
                 }
             }
-            sync.extend_from_slice(extra);
-            Ok(sync)
-        })?;
-        let mut sync = sync;
+            Ok(())
+        });
+        sync.extend_from_slice(extra);
         cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
-        let fenced = pool.gmsync_flushed(&sync);
-        THREAD.with_borrow_mut(|t| t.sync = sync);
+        let fenced = flushed.and_then(|()| Ok(pool.gmsync_flushed(&sync)?));
+        lane.sync = sync;
         fenced?;
         if !mutant::active("tx.apply_before_commit") {
             apply(pool, &lane.buf, allowed, applied)?;

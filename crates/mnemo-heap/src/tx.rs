@@ -25,6 +25,10 @@ enum Op {
     Meta(MetaOp),
 }
 
+/// Up to this many allocations, a transaction finds its fresh objects by a scan (no index to
+/// build and drop per transaction); beyond, by `TxState::fresh_index`.
+const FRESH_SCAN_MAX: usize = 16;
+
 /// One thread's transaction on one heap.
 #[derive(Default)]
 pub(crate) struct TxState {
@@ -36,7 +40,8 @@ pub(crate) struct TxState {
     data: Vec<u8>,
     record_len: usize,
     allocs: Vec<Reservation>,
-    /// The same allocations by offset (start -> size), so `fresh` is a lookup, not a scan:
+    /// The same allocations by offset (start -> size), once there are more than
+    /// `FRESH_SCAN_MAX`, so `fresh` is a lookup, not a scan:
     /// a batch of the key-value server makes hundreds. They never overlap (frees take effect
     /// at commit, so no space is handed out twice within one transaction).
     fresh_index: BTreeMap<u64, u64>,
@@ -59,7 +64,9 @@ impl TxState {
         self.data.clear();
         self.record_len = redo::RECORD_HEADER;
         self.allocs.clear();
-        self.fresh_index.clear();
+        if !self.fresh_index.is_empty() {
+            self.fresh_index.clear();
+        }
         self.frees.clear();
         self.direct.clear();
         self.data_lo = u64::MAX;
@@ -90,10 +97,39 @@ impl TxState {
     }
 
     fn fresh(&self, offset: u64, len: u64) -> bool {
+        let end = offset.saturating_add(len);
+        if self.allocs.len() <= FRESH_SCAN_MAX {
+            return self
+                .allocs
+                .iter()
+                .any(|r| r.offset <= offset && end <= r.offset + r.size);
+        }
         self.fresh_index
             .range(..=offset)
             .next_back()
-            .is_some_and(|(&start, &size)| offset.saturating_add(len) <= start + size)
+            .is_some_and(|(&start, &size)| end <= start + size)
+    }
+
+    /// Note an allocation of this transaction (the index is built only past a few).
+    fn add_fresh(&mut self, reservation: Reservation) {
+        self.allocs.push(reservation);
+        if self.allocs.len() > FRESH_SCAN_MAX {
+            if self.fresh_index.is_empty() {
+                self.fresh_index
+                    .extend(self.allocs.iter().map(|r| (r.offset, r.size)));
+            } else {
+                self.fresh_index
+                    .insert(reservation.offset, reservation.size);
+            }
+        }
+    }
+
+    /// Whether `offset` is the start of an allocation of this transaction.
+    fn own(&self, offset: u64) -> bool {
+        if self.allocs.len() <= FRESH_SCAN_MAX {
+            return self.allocs.iter().any(|r| r.offset == offset);
+        }
+        self.fresh_index.contains_key(&offset)
     }
 }
 
@@ -441,8 +477,7 @@ impl<'h> Tx<'h> {
                 }
                 other => other?,
             };
-            s.allocs.push(reservation);
-            s.fresh_index.insert(reservation.offset, reservation.size);
+            s.add_fresh(reservation);
             if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
                 return Ok(reservation.offset);
             }
@@ -471,7 +506,7 @@ impl<'h> Tx<'h> {
         let slot = self.inner().geometry.lane_log_size / redo::LANE_SLOTS;
         self.state(|s, inner| {
             s.grow_record(redo::entry_size(8), slot)?;
-            let own = s.fresh_index.contains_key(&offset);
+            let own = s.own(offset);
             let (pending, op) = inner.alloc.free(offset, own)?;
             s.frees.push(pending);
             s.ops.push(Op::Meta(op));

@@ -515,6 +515,56 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
     );
 }
 
+/// `heap profile <op> <n>`: one thread runs `n` of one operation and nothing else, for a
+/// profiler (`perf record`); prints ns per op. `free64` frees what `n` allocations made.
+fn profile(op: &str, n: u64) {
+    let path = pool_path("profile");
+    let heap = plain_heap(&path);
+    let word = words(&heap, 1)[0];
+    let mut offs = Vec::with_capacity(n as usize);
+    if op == "free64" {
+        for _ in 0..n {
+            offs.push(heap.pmalloc(64).expect("alloc"));
+        }
+    }
+    let start = Instant::now();
+    match op {
+        "tx8" => {
+            for i in 0..n {
+                heap.transaction(|tx| tx.write(word, &i)).expect("tx8");
+            }
+        }
+        "txalloc64" => {
+            for _ in 0..n {
+                offs.push(
+                    heap.transaction(|tx| tx.alloc_bytes(64))
+                        .expect("txalloc64"),
+                );
+            }
+        }
+        "alloc64" => {
+            for _ in 0..n {
+                offs.push(heap.pmalloc(64).expect("alloc64"));
+            }
+        }
+        "free64" => {
+            for &off in &offs {
+                heap.pfree(off).expect("free64");
+            }
+        }
+        other => {
+            eprintln!("unknown operation {other}");
+            std::process::exit(2);
+        }
+    }
+    println!(
+        "{op}: {:.1} ns/op",
+        start.elapsed().as_nanos() as f64 / n as f64
+    );
+    drop(heap);
+    let _ = std::fs::remove_file(&path);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, default: u64| -> u64 {
@@ -527,12 +577,14 @@ fn main() {
             let threads = num(3, 1).clamp(1, MAX_THREADS);
             run(num(1, 200_000).max(1), num(2, 5).max(1) as usize, threads)
         }
+        Some("profile") if args.len() == 3 => profile(&args[1], num(2, 1_000_000)),
         Some("report") if args.len() == 5 => {
             report(Path::new(&args[1]), &args[2], &args[3], &args[4]);
         }
         _ => {
             eprintln!(
                 "usage: heap run <ops per thread> <runs> <threads>\n       \
+                 heap profile <tx8|txalloc64|alloc64|free64> <ops>\n       \
                  heap report <raw file> <load before> <load after> <rounds>"
             );
             std::process::exit(2);
