@@ -552,7 +552,7 @@ fn flush(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         return Ok(Reply::ok());
     }
     let new = dict::create(ctx.tx, dict::Kind::Keyspace)?;
-    store::set_word(ctx.tx, ctx.root + super::keyspace::root::KEYSPACE, new)?;
+    ctx.set_keyspace(new)?;
     // The old table and everything in it is freed a bounded amount per batch.
     let head = store::word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM)?;
     store::set_word(ctx.tx, old + dict::field::RECLAIM_NEXT, head)?;
@@ -734,8 +734,15 @@ fn sadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     };
     let mut added = 0;
     for member in &a[2..] {
-        dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
-        if dict::find(ctx.tx, d, SEED, member)?.is_none() {
+        if dict::step_find(
+            ctx.tx,
+            d,
+            super::limits::REHASH_BUCKETS_PER_OP,
+            SEED,
+            member,
+        )?
+        .is_none()
+        {
             let hash = store::hash(SEED, member);
             let e = dict::new_entry(ctx.tx, tag::MEMBER, member, hash, 0, Value::None)?;
             dict::insert(ctx.tx, d, e, hash)?;
@@ -749,8 +756,13 @@ fn sadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 fn remove_members(ctx: &mut Ctx<'_, '_>, d: u64, members: &[Bytes], zset: bool) -> Result<u64> {
     let mut removed = 0;
     for member in members {
-        dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
-        if let Some(f) = dict::find(ctx.tx, d, SEED, member)? {
+        if let Some(f) = dict::step_find(
+            ctx.tx,
+            d,
+            super::limits::REHASH_BUCKETS_PER_OP,
+            SEED,
+            member,
+        )? {
             dict::unlink(ctx.tx, d, &f)?;
             ctx.drop_value(&f.entry)?;
             store::free(ctx.tx, f.entry.off)?;
@@ -856,8 +868,13 @@ fn hset(ctx: &mut Ctx<'_, '_>, a: &[Bytes], hmset: bool) -> Result<Reply> {
     };
     let mut added = 0;
     for pair in a[2..].chunks_exact(2) {
-        dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
-        let found = dict::find(ctx.tx, d, SEED, &pair[0])?;
+        let found = dict::step_find(
+            ctx.tx,
+            d,
+            super::limits::REHASH_BUCKETS_PER_OP,
+            SEED,
+            &pair[0],
+        )?;
         if found.is_none() {
             added += 1;
         }
@@ -934,8 +951,7 @@ fn hincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
         return Ok(Reply::Integer(0));
     };
-    dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
-    let found = dict::find(ctx.tx, d, SEED, field)?;
+    let found = dict::step_find(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP, SEED, field)?;
     let mut text = Vec::with_capacity(20);
     mnemo_resp::write_i64(&mut text, next);
     ctx.put_string_in(d, tag::STRING, field, found.as_ref(), &text, None, false)?;
@@ -946,8 +962,13 @@ fn hincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 
 /// Sets a member's score in a sorted set's table and index; true if it was added.
 fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Result<bool> {
-    dict::step(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP)?;
-    let found = dict::find(ctx.tx, d, SEED, member)?;
+    let found = dict::step_find(
+        ctx.tx,
+        d,
+        super::limits::REHASH_BUCKETS_PER_OP,
+        SEED,
+        member,
+    )?;
     ctx.zdirty(d);
     match found {
         Some(f) => {

@@ -235,10 +235,27 @@ pub mod entry_field {
     pub const VLEN: u64 = 40;
 }
 
+/// Key bytes a lookup reads together with each entry of the chain.
+const KEY_READ_AHEAD: usize = 64;
+
 impl Entry {
     /// Reads and validates the entry at `off`.
     pub fn read(tx: &Mem<'_, '_>, off: u64) -> Result<Entry> {
-        let w = store::words::<6>(tx, off)?;
+        Entry::from_words(off, store::words::<6>(tx, off)?)
+    }
+
+    /// Decodes and validates the entry at `off` from its first [`ENTRY_BYTES`] bytes.
+    fn decode(off: u64, image: &[u8]) -> Result<Entry> {
+        let mut w = [0u64; 6];
+        for (word, bytes) in w.iter_mut().zip(image.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(bytes);
+            *word = u64::from_le_bytes(b);
+        }
+        Entry::from_words(off, w)
+    }
+
+    fn from_words(off: u64, w: [u64; 6]) -> Result<Entry> {
         let e = Entry {
             off,
             next: w[0],
@@ -341,18 +358,52 @@ pub struct Found {
 /// Finds `key` in the table at `d`.
 pub fn find(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8]) -> Result<Option<Found>> {
     let h = Header::read(tx, d)?;
-    let hash = store::hash(seed, key);
-    let mut tables = vec![(h.t0, h.size0)];
-    if h.rehashing() {
-        tables.push((h.t1, h.size1));
-    }
-    for (table, size) in tables {
+    find_in(tx, d, &h, store::hash(seed, key), key)
+}
+
+/// Moves up to `buckets` buckets of a resizing table, then finds `key` in it: [`step`] and
+/// [`find`] with one read of the header.
+pub fn step_find(
+    tx: &Mem<'_, '_>,
+    d: u64,
+    buckets: u64,
+    seed: u64,
+    key: &[u8],
+) -> Result<Option<Found>> {
+    let h = step_header(tx, d, buckets)?;
+    find_in(tx, d, &h, store::hash(seed, key), key)
+}
+
+/// Finds `key` (whose hash is `hash`) in the table at `d`, whose header is `h`.
+fn find_in(tx: &Mem<'_, '_>, d: u64, h: &Header, hash: u64, key: &[u8]) -> Result<Option<Found>> {
+    let tables = [(h.t0, h.size0), (h.t1, h.size1)];
+    let used = if h.rehashing() { 2 } else { 1 };
+    for &(table, size) in &tables[..used] {
         let mut link = table + (hash & (size - 1)) * 8;
         let mut at = store::word(tx, link)?;
         let mut steps = 0u64;
         while at != 0 {
-            let entry = Entry::read(tx, at)?;
-            if entry.hash == hash && entry.key_len == key.len() as u64 && entry.key(tx)? == key {
+            // The entry and, in the same read, as many bytes as the key has (they are the
+            // entry's key if its length matches; past a short entry's end the read may fail:
+            // then the key is read apart).
+            let mut image = [0u8; ENTRY_BYTES as usize + KEY_READ_AHEAD];
+            let n = ENTRY_BYTES as usize + key.len();
+            let ahead = n <= image.len() && store::read_into(tx, at, &mut image[..n]).is_ok();
+            let (entry, key_here) = if ahead {
+                (
+                    Entry::decode(at, &image[..n])?,
+                    Some(&image[ENTRY_BYTES as usize..n]),
+                )
+            } else {
+                (Entry::read(tx, at)?, None)
+            };
+            if entry.hash == hash
+                && entry.key_len == key.len() as u64
+                && match key_here {
+                    Some(bytes) => bytes == key,
+                    None => store::bytes_equal(tx, at + ENTRY_BYTES, key)?,
+                }
+            {
                 return Ok(Some(Found { entry, link }));
             }
             steps += 1;
@@ -419,9 +470,14 @@ fn maybe_resize(tx: &Mem<'_, '_>, d: u64, h: &mut Header) -> Result<()> {
 
 /// Moves up to `buckets` buckets of a resizing table (a no-op otherwise).
 pub fn step(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<()> {
+    step_header(tx, d, buckets).map(|_| ())
+}
+
+/// [`step`], returning the header as it is after the step.
+fn step_header(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<Header> {
     let mut h = Header::read(tx, d)?;
     if !h.rehashing() {
-        return Ok(());
+        return Ok(h);
     }
     let mut moved = 0;
     let mut empty = 0;
@@ -460,7 +516,8 @@ pub fn step(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<()> {
         h.size1 = 0;
         h.rehash = 0;
     }
-    h.write(tx, d)
+    h.write(tx, d)?;
+    Ok(h)
 }
 
 /// Reads a whole bucket array.

@@ -104,6 +104,9 @@ pub struct Ctx<'a, 'h> {
     pub zcache: &'a mut ZCache,
     /// Whether the reply is RESP3.
     pub resp3: bool,
+    /// The keyspace table once read by this command (0: not yet): a key write needs it
+    /// twice, MSET twice per key. Only FLUSHALL changes it, through [`Ctx::set_keyspace`].
+    pub keyspace: std::cell::Cell<u64>,
 }
 
 /// A key's value type, as TYPE names it.
@@ -133,7 +136,21 @@ pub fn typed(found: Option<Found>, t: u8) -> std::result::Result<Option<Found>, 
 impl Ctx<'_, '_> {
     /// The keyspace table.
     pub fn keyspace(&self) -> Result<u64> {
-        store::word(self.tx, self.root + root::KEYSPACE)
+        match self.keyspace.get() {
+            0 => {
+                let ks = store::word(self.tx, self.root + root::KEYSPACE)?;
+                self.keyspace.set(ks);
+                Ok(ks)
+            }
+            ks => Ok(ks),
+        }
+    }
+
+    /// Makes `ks` the keyspace table (FLUSHALL).
+    pub fn set_keyspace(&self, ks: u64) -> Result<()> {
+        store::set_word(self.tx, self.root + root::KEYSPACE, ks)?;
+        self.keyspace.set(ks);
+        Ok(())
     }
 
     fn expired(&self, e: &Entry) -> bool {
@@ -150,8 +167,7 @@ impl Ctx<'_, '_> {
     /// key first if it has expired.
     pub fn lookup_write(&mut self, key: &[u8]) -> Result<Option<Found>> {
         let ks = self.keyspace()?;
-        dict::step(self.tx, ks, super::limits::REHASH_BUCKETS_PER_OP)?;
-        match dict::find(self.tx, ks, SEED, key)? {
+        match dict::step_find(self.tx, ks, super::limits::REHASH_BUCKETS_PER_OP, SEED, key)? {
             Some(f) if self.expired(&f.entry) => {
                 self.delete(&f)?;
                 Ok(None)
@@ -317,7 +333,19 @@ impl Ctx<'_, '_> {
         if let Some(f) = found {
             let e = &f.entry;
             if e.tag == tag::STRING && e.is_inline() && len <= e.vcap {
-                store::set_bytes(self.tx, e.inline_at(), value)?;
+                // Zero-padded to the end of its last word when the capacity reaches it (bytes
+                // past the length are never read): a write of whole words needs no read.
+                let at = e.inline_at();
+                let end = (at + len).next_multiple_of(8).min(at + e.vcap);
+                let mut padded = [0u8; INLINE_VALUE_BYTES_MAX as usize + 8];
+                let image = match padded.get_mut(..(end - at) as usize) {
+                    Some(image) if end > at + len => {
+                        image[..value.len()].copy_from_slice(value);
+                        &image[..]
+                    }
+                    _ => value,
+                };
+                store::set_bytes(self.tx, at, image)?;
                 store::set_word(self.tx, e.off + entry_field::VLEN, len | e.vcap << 32)?;
                 if let Some(x) = expire {
                     self.set_expire(e, x)?;

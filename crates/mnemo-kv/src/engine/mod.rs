@@ -25,6 +25,7 @@ pub mod list;
 mod score_range;
 mod store;
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -47,7 +48,7 @@ pub const LAYOUT_VERSION: u64 = 1;
 
 /// Heap options suited to the engine when creating a pool: one executor commits, so few
 /// lanes; big lane logs so a batch of large commands (MSET of thousands of keys) fits one
-/// redo record (a record may use half a lane log).
+/// redo record (a record may use one of a lane log's four slots: 4 MiB).
 pub fn heap_options() -> HeapOptions {
     HeapOptions {
         lane_count: 4,
@@ -133,6 +134,12 @@ impl<'h> PersistentEngine<'h> {
                     Err(EngineError::Heap(e)) => return Err(e),
                     Err(e) => return Ok(Err(e)),
                 };
+                if let Err(e) = tx.flush() {
+                    return match e {
+                        EngineError::Heap(e) => Err(e),
+                        other => Ok(Err(other)),
+                    };
+                }
                 txn.write(
                     PPtr::<[u64; 4]>::from_offset(root),
                     &[ROOT_MAGIC, LAYOUT_VERSION, ks, 0],
@@ -268,8 +275,11 @@ impl<'h> PersistentEngine<'h> {
             rng: &mut self.rng,
             zcache: &mut self.zcache,
             resp3,
+            keyspace: Cell::new(0),
         };
-        commands::run(&mut ctx, name, args)
+        let reply = commands::run(&mut ctx, name, args)?;
+        mem.flush_if_large()?;
+        Ok(reply)
     }
 
     /// A command failed inside the heap: undo it (abort, replay the batch so far), commit
@@ -354,6 +364,12 @@ impl<'h> PersistentEngine<'h> {
         let Some(txn) = self.txn.take() else {
             return Ok(());
         };
+        if let Err(e) = Mem::new(&txn, self.heap, &self.overlay).flush() {
+            txn.abort();
+            self.zcache.aborted();
+            self.log.clear();
+            return Err(e);
+        }
         match txn.commit() {
             Ok(()) => {
                 self.zcache.committed();
@@ -385,6 +401,7 @@ impl<'h> PersistentEngine<'h> {
             rng: &mut self.rng,
             zcache: &mut self.zcache,
             resp3: false,
+            keyspace: Cell::new(0),
         };
         let ks = ctx.keyspace()?;
         dict::step(ctx.tx, ks, limits::REHASH_BUCKETS_PER_BATCH)?;
@@ -409,7 +426,8 @@ impl<'h> PersistentEngine<'h> {
                 ctx.lookup_write(&key)?;
             }
         }
-        ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)
+        ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)?;
+        mem.flush_if_large()
     }
 
     /// Validates the whole keyspace (every table's structure and count, every list's chain)

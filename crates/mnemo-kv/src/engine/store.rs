@@ -6,34 +6,103 @@
 //! against [`limits`](super::limits) before a buffer is sized from them, and null pointers
 //! where an object must be are reported as corruption.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use mnemo_heap::{Heap, Tx};
 
 use super::limits::VALUE_BYTES_MAX;
 
-/// The open batch's logged writes, kept word by word, so that every read goes straight to
-/// the pool and is patched here, instead of through the transaction's write-set lookup
-/// (linear in the batch's writes: a batch of a thousand commands made it quadratic).
+/// Bytes a logged word may add to the heap's redo record, bounded from above: an entry of
+/// its own (16 bytes of header, 8 of data) or, for a fresh range, a check entry (32).
+const RECORD_BYTES_PER_WORD: u64 = 32;
+/// Bytes an allocation, a free or a write into a fresh allocation may add to the record.
+const RECORD_BYTES_PER_OP: u64 = 32;
+/// The record's header, with room to spare.
+const RECORD_BYTES_HEADER: u64 = 64;
+
+/// Hashes word offsets (8-aligned) for the overlay's map: one multiply, where the standard
+/// hasher's SipHash was a fifth of a batch of MSETs.
+#[derive(Clone, Copy, Debug, Default)]
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ self.0 >> 29
+    }
+}
+
+/// A word the batch wrote: its current value, and whether the heap's transaction has it yet.
+#[derive(Clone, Copy, Debug)]
+struct Word {
+    bytes: [u8; 8],
+    pending: bool,
+}
+
+/// The open batch's writes outside its own fresh allocations, kept word by word: the batch's
+/// write set as the engine sees it.
 ///
-/// * `logged`: the current value of every 8-byte word written by a logged write. The pool
-///   holds the committed bytes and the unlogged writes into this batch's fresh allocations;
-///   pool bytes patched with these words are exactly what the transaction would return.
+/// * Reads go straight to the pool and are patched with these words, instead of through the
+///   transaction's write-set lookup (linear in the batch's writes).
+/// * Writes are **not** handed to the heap's transaction one by one: a word written many
+///   times in a batch (a key's value and length under MSET, a table's count under SETs of new
+///   keys, a list's tail) would become that many redo entries. They wait here and
+///   [`Mem::flush`] hands each changed word over once, neighbours merged into one write. The engine flushes before the commit, and after any command that could
+///   make the record outgrow its capacity (an upper bound is kept), so a too-large record still
+///   fails in the command that caused it.
 /// * `fresh`: allocations made by the batch (offset -> requested size). The heap writes into
-///   them in place without logging, so writes inside them are not kept here. The requested
-///   size is at most the heap's reservation, so "fresh here" implies "fresh for the heap":
-///   the shortcut errs only towards keeping a word.
-#[derive(Debug, Default)]
+///   them in place without logging, so writes there go to the heap at once and are not kept.
+///   The requested size is at most the heap's reservation, so "fresh here" implies "fresh
+///   for the heap".
+#[derive(Debug)]
 pub struct Overlay {
-    logged: RefCell<HashMap<u64, [u8; 8]>>,
+    words: RefCell<HashMap<u64, Word, BuildHasherDefault<WordHasher>>>,
+    /// Words changed since the last flush (each once).
+    pending: RefCell<Vec<u64>>,
+    /// Lowest word and end of the highest word kept (a read outside skips the map).
+    lo: Cell<u64>,
+    hi: Cell<u64>,
+    /// Upper bound of the bytes the heap's record holds already (flushed words, allocations,
+    /// frees, fresh writes).
+    record_bytes: Cell<u64>,
     fresh: RefCell<BTreeMap<u64, u64>>,
+    /// Reused by flushes.
+    buf: RefCell<Vec<u8>>,
+}
+
+impl Default for Overlay {
+    fn default() -> Overlay {
+        Overlay {
+            words: RefCell::default(),
+            pending: RefCell::default(),
+            lo: Cell::new(u64::MAX),
+            hi: Cell::new(0),
+            record_bytes: Cell::new(RECORD_BYTES_HEADER),
+            fresh: RefCell::default(),
+            buf: RefCell::default(),
+        }
+    }
 }
 
 impl Overlay {
     /// Forget everything (a new transaction).
     pub fn clear(&self) {
-        self.logged.borrow_mut().clear();
+        self.words.borrow_mut().clear();
+        self.pending.borrow_mut().clear();
+        self.lo.set(u64::MAX);
+        self.hi.set(0);
+        self.record_bytes.set(RECORD_BYTES_HEADER);
         self.fresh.borrow_mut().clear();
     }
 
@@ -45,36 +114,65 @@ impl Overlay {
             .is_some_and(|(&at, &size)| offset + len <= at + size)
     }
 
-    /// Patches `out` (pool bytes at `offset`) with the logged words it overlaps.
+    /// Patches `out` (pool bytes at `offset`) with the kept words it overlaps.
     fn patch(&self, offset: u64, out: &mut [u8]) {
-        let logged = self.logged.borrow();
-        if logged.is_empty() || out.is_empty() {
+        let end = offset + out.len() as u64;
+        if out.is_empty() || end <= self.lo.get() || offset >= self.hi.get() {
             return;
         }
-        let end = offset + out.len() as u64;
+        let words = self.words.borrow();
         let first = offset & !7;
         let mut apply = |word: u64, bytes: &[u8; 8]| {
-            for (i, byte) in bytes.iter().enumerate() {
-                let at = word + i as u64;
-                if at >= offset && at < end {
-                    out[(at - offset) as usize] = *byte;
-                }
-            }
+            let (lo, hi) = (word.max(offset), (word + 8).min(end));
+            out[(lo - offset) as usize..(hi - offset) as usize]
+                .copy_from_slice(&bytes[(lo - word) as usize..(hi - word) as usize]);
         };
-        let words = (end - first).div_ceil(8);
-        if words as usize <= logged.len() {
-            for i in 0..words {
-                if let Some(bytes) = logged.get(&(first + i * 8)) {
-                    apply(first + i * 8, bytes);
+        let count = (end - first).div_ceil(8);
+        if count as usize <= words.len() {
+            for i in 0..count {
+                let word = first + i * 8;
+                if let Some(w) = words.get(&word) {
+                    apply(word, &w.bytes);
                 }
             }
         } else {
-            for (&word, bytes) in logged.iter() {
-                if word >= first && word < end {
-                    apply(word, bytes);
+            for (&word, w) in words.iter() {
+                if word + 8 > offset && word < end {
+                    apply(word, &w.bytes);
                 }
             }
         }
+    }
+
+    /// Keeps `bytes` as the new value of `word`.
+    fn set(&self, word: u64, bytes: [u8; 8]) {
+        let mut words = self.words.borrow_mut();
+        match words.get_mut(&word) {
+            Some(w) => {
+                w.bytes = bytes;
+                if !w.pending {
+                    w.pending = true;
+                    self.pending.borrow_mut().push(word);
+                }
+            }
+            None => {
+                words.insert(
+                    word,
+                    Word {
+                        bytes,
+                        pending: true,
+                    },
+                );
+                self.pending.borrow_mut().push(word);
+                self.lo.set(self.lo.get().min(word));
+                self.hi.set(self.hi.get().max(word + 8));
+            }
+        }
+    }
+
+    fn add_record_bytes(&self, bytes: u64) {
+        self.record_bytes
+            .set(self.record_bytes.get().saturating_add(bytes));
     }
 }
 
@@ -119,40 +217,130 @@ impl<'a, 'h> Mem<'a, 'h> {
         Ok(raw.map(u64::from_le_bytes))
     }
 
+    /// Whether the bytes at `offset` equal `expected` (compared in pieces: no allocation).
+    fn bytes_equal(&self, offset: u64, expected: &[u8]) -> Result<bool> {
+        let mut chunk = [0u8; 64];
+        let mut done = 0;
+        while done < expected.len() {
+            let n = (expected.len() - done).min(chunk.len());
+            self.read_bytes(offset + done as u64, &mut chunk[..n])?;
+            if chunk[..n] != expected[done..done + n] {
+                return Ok(false);
+            }
+            done += n;
+        }
+        Ok(true)
+    }
+
+    /// Whether the heap lets user code write there: the data area, inside chunks (what
+    /// `Tx::write_bytes` checks, done here because the write reaches the heap later).
+    fn writable(&self, offset: u64, len: u64) -> bool {
+        let g = self.heap.geometry();
+        offset >= g.zones_offset
+            && offset
+                .checked_add(len)
+                .is_some_and(|end| end <= self.heap.pool().size())
+            && g.chunk_of(offset).is_some()
+            && g.chunk_of(offset + len - 1).is_some()
+    }
+
     fn write_bytes(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.tx.write_bytes(offset, data)?;
         let len = data.len() as u64;
-        if len == 0 || self.overlay.is_fresh(offset, len) {
+        if len == 0 {
             return Ok(());
         }
-        // Keep the words this logged write changes, whole (their other bytes as read now).
-        let (first, end) = (offset & !7, offset + len);
-        let mut word = first;
+        if self.overlay.is_fresh(offset, len) {
+            // The heap writes it in place (unlogged, checked by CRC at recovery).
+            self.tx.write_bytes(offset, data)?;
+            self.overlay.add_record_bytes(RECORD_BYTES_PER_OP);
+            return Ok(());
+        }
+        if !self.writable(offset, len) {
+            return corrupt(format!(
+                "a write of {len} bytes at {offset:#x}, outside the heap's data"
+            ));
+        }
+        // Keep the words this write changes, whole (their other bytes as read now).
+        let end = offset + len;
+        let mut word = offset & !7;
         while word < end {
+            let (lo, hi) = (word.max(offset), (word + 8).min(end));
             let mut bytes = [0u8; 8];
-            self.read_bytes(word, &mut bytes)?;
-            for (i, byte) in bytes.iter_mut().enumerate() {
-                let at = word + i as u64;
-                if at >= offset && at < end {
-                    *byte = data[(at - offset) as usize];
-                }
+            if hi - lo < 8 {
+                self.read_bytes(word, &mut bytes)?;
             }
-            self.overlay.logged.borrow_mut().insert(word, bytes);
+            bytes[(lo - word) as usize..(hi - word) as usize]
+                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            self.overlay.set(word, bytes);
             word += 8;
+        }
+        Ok(())
+    }
+
+    /// Hands the words changed since the last flush to the heap's transaction: each once, in
+    /// the order they were first written, a run of neighbouring words (a multi-word write) as
+    /// one write. (Sorting them to merge more cost more than the entries it saved.)
+    pub fn flush(&self) -> Result<()> {
+        let mut pending = self.overlay.pending.borrow_mut();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut words = self.overlay.words.borrow_mut();
+        let mut buf = self.overlay.buf.borrow_mut();
+        let mut i = 0;
+        while i < pending.len() {
+            let start = pending[i];
+            buf.clear();
+            while i < pending.len() && pending[i] == start + buf.len() as u64 {
+                if let Some(w) = words.get_mut(&pending[i]) {
+                    buf.extend_from_slice(&w.bytes);
+                    w.pending = false;
+                }
+                i += 1;
+            }
+            if buf.is_empty() {
+                // Not kept (cannot happen): skip it rather than loop.
+                i += 1;
+                continue;
+            }
+            self.tx.write_bytes(start, &buf)?;
+            self.overlay.add_record_bytes(16 + buf.len() as u64);
+        }
+        pending.clear();
+        Ok(())
+    }
+
+    /// Flushes if the words waiting could make the heap's record outgrow its capacity (one of
+    /// a lane log's slots), by an upper bound: then a too-large batch fails here, in the
+    /// command that grew it, and never in the final flush before the commit.
+    pub fn flush_if_large(&self) -> Result<()> {
+        let waiting = self.overlay.pending.borrow().len() as u64 * RECORD_BYTES_PER_WORD;
+        let capacity = self.heap.geometry().lane_log_size / mnemo_heap::redo::LANE_SLOTS;
+        if self.overlay.record_bytes.get().saturating_add(waiting) > capacity {
+            self.flush()?;
         }
         Ok(())
     }
 
     fn alloc_bytes(&self, size: u64) -> Result<u64> {
         let offset = self.tx.alloc_bytes(size)?;
+        self.overlay.add_record_bytes(RECORD_BYTES_PER_OP);
         self.overlay.fresh.borrow_mut().insert(offset, size);
         Ok(offset)
     }
 
     fn zalloc_bytes(&self, size: u64) -> Result<u64> {
         let offset = self.tx.zalloc_bytes(size)?;
+        // The allocation and its zeroing (a fresh range).
+        self.overlay.add_record_bytes(2 * RECORD_BYTES_PER_OP);
         self.overlay.fresh.borrow_mut().insert(offset, size);
         Ok(offset)
+    }
+
+    fn free_offset(&self, offset: u64) -> Result<()> {
+        self.tx.free_offset(offset)?;
+        self.overlay.add_record_bytes(RECORD_BYTES_PER_OP);
+        Ok(())
     }
 }
 
@@ -223,9 +411,23 @@ pub(crate) fn set_words<const N: usize>(
     values: &[u64; N],
 ) -> Result<()> {
     nonnull(offset)?;
-    let mut image = Vec::with_capacity(N * 8);
-    words_to_bytes(values, &mut image);
-    tx.write_bytes(offset, &image)
+    let image = values.map(u64::to_le_bytes);
+    tx.write_bytes(offset, image.as_flattened())
+}
+
+/// Fills `out` with the bytes at `offset`.
+pub(crate) fn read_into(tx: &Mem<'_, '_>, offset: u64, out: &mut [u8]) -> Result<()> {
+    nonnull(offset)?;
+    tx.read_bytes(offset, out)
+}
+
+/// Whether the `expected.len()` bytes at `offset` equal `expected` (no allocation).
+pub(crate) fn bytes_equal(tx: &Mem<'_, '_>, offset: u64, expected: &[u8]) -> Result<bool> {
+    if expected.is_empty() {
+        return Ok(true);
+    }
+    nonnull(offset)?;
+    tx.bytes_equal(offset, expected)
 }
 
 /// `len` bytes at `offset`, length checked before the buffer is made.
@@ -263,7 +465,7 @@ pub(crate) fn zalloc(tx: &Mem<'_, '_>, size: u64) -> Result<u64> {
 /// Free the allocation at `offset` when the batch commits.
 pub(crate) fn free(tx: &Mem<'_, '_>, offset: u64) -> Result<()> {
     nonnull(offset)?;
-    Ok(tx.tx.free_offset(offset)?)
+    tx.free_offset(offset)
 }
 
 /// Largest offset believed when read from the pool (pools are far smaller): offsets and
