@@ -125,8 +125,11 @@ impl PoolEntry {
     /// A new entry for `heap`, under handle value `handle`.
     pub fn new(handle: usize, heap: Heap) -> PoolEntry {
         // C code stores to heap memory outside transactions: every commit's application must
-        // be durable when it returns (the heap's one-fence commit leaves it to the next fence).
+        // be durable when it returns (the heap's one-fence commit leaves it to the next
+        // fence), and so must every commit made before this entry existed. A failure here
+        // (the medium failing) shows again at the next call that persists anything.
         heap.set_fenced_commits(true);
+        let _ = heap.retire_committed();
         PoolEntry {
             handle,
             heap,

@@ -537,7 +537,10 @@ impl Heap {
     ///
     /// Errors: `Closed`, `InvalidArgument` (0 bytes), `OutOfSpace`.
     pub fn pmalloc(&self, size: u64) -> Result<u64> {
-        self.transaction(|tx| tx.alloc_bytes(size))
+        if tx::active_on(self) || mnemo_pmem::mutant::active("alloc.skip_bitmap") {
+            return self.transaction(|tx| tx.alloc_bytes(size));
+        }
+        tx::alloc_alone(self, size)
     }
 
     /// Allocate a zeroed `T`.

@@ -55,9 +55,8 @@ pub(crate) struct TxState {
 
 impl TxState {
     fn reset(&mut self, heap_id: u64) {
-        static TOKENS: AtomicU64 = AtomicU64::new(1);
         self.heap_id = heap_id;
-        self.token = TOKENS.fetch_add(1, Ordering::Relaxed);
+        self.token = 0; // assigned on first use (`Tx::token`): most transactions never ask
         self.depth = 1;
         self.poisoned = None;
         self.ops.clear();
@@ -244,13 +243,7 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
             Op::Data { offset, pos, len } => {
                 redo::push_data(buf, offset, &state.data[pos..pos + len])
             }
-            Op::Meta(MetaOp::Or(offset, mask)) => redo::push_mask(buf, redo::KIND_OR, offset, mask),
-            Op::Meta(MetaOp::AndNot(offset, mask)) => {
-                redo::push_mask(buf, redo::KIND_ANDNOT, offset, mask)
-            }
-            Op::Meta(MetaOp::Entry(offset, value)) => {
-                redo::push_data(buf, offset, &value.to_le_bytes())
-            }
+            Op::Meta(op) => push_meta(buf, op),
         }
         count += 1;
     }
@@ -330,6 +323,58 @@ pub(crate) fn abort(heap: &Heap, reason: &str) {
     }
 }
 
+/// Whether this thread has a transaction open on `heap`.
+pub(crate) fn active_on(heap: &Heap) -> bool {
+    let id = heap.inner().id;
+    TXS.with_borrow(|txs| txs.active.iter().any(|s| s.heap_id == id))
+}
+
+/// Append the entry of an allocator metadata change to a record.
+fn push_meta(buf: &mut Vec<u8>, op: MetaOp) {
+    match op {
+        MetaOp::Or(offset, mask) => redo::push_mask(buf, redo::KIND_OR, offset, mask),
+        MetaOp::AndNot(offset, mask) => redo::push_mask(buf, redo::KIND_ANDNOT, offset, mask),
+        MetaOp::Entry(offset, value) => redo::push_data(buf, offset, &value.to_le_bytes()),
+    }
+}
+
+/// An allocation that is a transaction of its own, when none is open on this thread (the
+/// caller checked): the same record as `transaction(|tx| tx.alloc_bytes(size))` (one entry),
+/// without the transaction's state.
+pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
+    let inner = heap.inner();
+    inner.check_open()?;
+    let publish = |chunk, class| inner.publish_run(chunk, class);
+    let (reservation, op) = match inner.alloc.alloc(&inner.pool, size, &publish) {
+        Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
+            inner.settle()?;
+            inner.alloc.alloc(&inner.pool, size, &publish)?
+        }
+        other => other?,
+    };
+    let mut lane = inner.lanes.acquire();
+    redo::start(&mut lane.buf);
+    push_meta(&mut lane.buf, op);
+    let allowed = |o: u64, l: u64| inner.allowed(o, l);
+    let none = (u64::MAX, 0);
+    let result = inner.lanes.commit(
+        &inner.pool,
+        &inner.geometry,
+        &mut lane,
+        1,
+        &[],
+        none,
+        none,
+        &allowed,
+    );
+    drop(lane);
+    // On an error the record may still be durable: keep the allocation (a leak until the
+    // next open, never a double allocation), as a transaction's commit does.
+    inner.alloc.commit_alloc(&reservation);
+    inner.release_frees();
+    result.map(|_| reservation.offset)
+}
+
 /// The handle a transaction's code works through. Not `Send`: a transaction belongs to
 /// the thread that began it.
 #[derive(Debug)]
@@ -358,7 +403,13 @@ impl<'h> Tx<'h> {
 
     /// A number identifying this transaction (unique in the process).
     pub fn token(&self) -> Result<u64> {
-        self.state(|s, _| Ok(s.token))
+        static TOKENS: AtomicU64 = AtomicU64::new(1);
+        self.state(|s, _| {
+            if s.token == 0 {
+                s.token = TOKENS.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(s.token)
+        })
     }
 
     /// Store `value` at `ptr` when the transaction commits.

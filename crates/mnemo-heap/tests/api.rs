@@ -681,3 +681,60 @@ fn handle_free_begin_commit_abort_for_the_c_abi() {
         "nothing to commit"
     );
 }
+
+#[test]
+fn an_idle_threads_pending_record_does_not_block_other_threads() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let a = heap.root::<u64>("a").unwrap();
+    let b = heap.root::<u64>("b").unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let heap_a = heap.clone();
+        s.spawn(move || {
+            // One commit, then idle: its record stays pending (applied, not fenced).
+            heap_a.transaction(|tx| tx.write(a, &1)).unwrap();
+            done_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            heap_a.transaction(|tx| tx.write(a, &2)).unwrap();
+        });
+        done_rx.recv().unwrap();
+        // Many more commits than a lane has slots: the overwrite rule needs a durable claim
+        // past the idle thread's record, which this thread makes by helping.
+        for i in 1..=40u64 {
+            heap.transaction(|tx| tx.write(b, &i)).unwrap();
+        }
+        // An unlogged store over a word the other thread's pending record wrote.
+        heap.atomic_update(a, 7u64).unwrap();
+        assert_eq!(heap.get(a).unwrap(), 7);
+        go_tx.send(()).unwrap();
+    });
+    let heap = reopen(heap, &path);
+    let a = heap.root::<u64>("a").unwrap();
+    let b = heap.root::<u64>("b").unwrap();
+    assert_eq!(heap.get(a).unwrap(), 2);
+    assert_eq!(heap.get(b).unwrap(), 40);
+}
+
+#[test]
+fn older_heap_versions_are_refused_naming_both() {
+    use mnemo_heap::layout::{RawSuperblock, HEAP_VERSION};
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let g = heap.geometry();
+    drop(heap);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = g.base as usize;
+    let mut raw = g.encode();
+    raw.version = 1.into();
+    let len = std::mem::size_of::<RawSuperblock>();
+    raw.checksum = crc32c::crc32c(&raw.as_bytes()[..len - 4]).into();
+    bytes[at..at + len].copy_from_slice(raw.as_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Heap::open_file(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("version 1") && err.contains(&format!("version {HEAP_VERSION}")),
+        "{err}"
+    );
+}
