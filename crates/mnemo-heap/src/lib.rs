@@ -19,12 +19,16 @@
 //!   (The append-only torn-bit log is `mnemo-log`.)
 //!
 //! ## Transactions
-//! Redo logging with two fences per transaction: writes are buffered in a volatile write set
+//! Redo logging with one fence per transaction: writes are buffered in a volatile write set
 //! (reads through the transaction see them); the commit writes one redo record into a lane
-//! (fence 1, the commit point), applies it in place and ends with a sync point over the
-//! changed ranges (fence 2). Allocations and frees are bitmap/chunk-table changes in the same
-//! record, so they take effect only if it commits. Abort on `Err` or panic; nesting is
-//! flattened; several threads may commit at once (one lane each).
+//! and makes it durable with one sync point (the commit point), which also makes durable the
+//! thread's previous transaction's in-place application; then it applies the record in
+//! place, left for the next fence. Allocations and frees are bitmap/chunk-table changes in
+//! the same record, so they take effect only if it commits; freed space is reused once the
+//! freeing record can no longer be replayed. Abort on `Err` or panic; nesting is flattened;
+//! several threads may commit at once (one lane each). Code that stores to transactional
+//! data outside transactions uses [`Heap::set_fenced_commits`] and
+//! [`Heap::retire_committed`].
 //!
 //! **Isolation is the caller's business** (as with PMDK): transactions are atomic and
 //! durable, not isolated. Two concurrent transactions must not write the same bytes; guard

@@ -5,7 +5,7 @@
 //! 0   magic   u32  "REDO"
 //! 4   crc     u32  CRC-32C of bytes 8..len
 //! 8   seq     u64  global commit sequence number (1, 2, ...)
-//! 16  horizon u64  every record with seq < horizon was fully applied when this one was built
+//! 16  horizon u64  every record with seq < horizon was applied and fenced when this was built
 //! 24  count   u32  number of entries
 //! 28  len     u32  bytes of the record, header included
 //! 32  entries: word0 = kind | len << 32, word1 = offset, payload (len bytes, padded to 8)
@@ -13,16 +13,18 @@
 //!     offset), 3 = and-not (mask cleared from the word at offset)
 //! ```
 //!
-//! # Commit (two fences)
-//! 1. Build the record, take a sequence number, copy the record into the lane's free half,
-//!    flush, fence: the commit point.
-//! 2. Apply the entries in place, then a sync point over the changed ranges (flush, fence).
+//! # Commit (one fence)
+//! 1. Build the record, take a sequence number, copy it into the lane's next slot, flush.
+//! 2. One sync point (the commit point) over the record, this thread's pending applied
+//!    ranges (flushed just before it) and the transaction's in-place bytes.
+//! 3. Apply the entries in place, unflushed: the record is *pending* until this thread's next
+//!    fence (or a helper's, [`Lanes::help`]) covers it.
 //!
-//! Each lane has two halves and alternates between them, so the lane's latest complete
-//! record survives while the next one is written (a torn record fails its checksum). A
-//! record is replayed at recovery only if its `seq` is at least the largest `horizon` of all
-//! valid records: an applied record that later writes overwrote (a free, then the object
-//! reused) is never replayed over them. See `docs/design/heap-and-transactions.md`.
+//! Each lane is a ring of [`LANE_SLOTS`] slots; a slot is overwritten only once a durable
+//! horizon lies above its record (the overwrite rule). A record's `horizon` claims every
+//! smaller seq applied and fenced: the minimum of the counter and every lane's in-flight and
+//! pending seq. Recovery replays records with `seq >= max(horizon word, every horizon)`, in
+//! seq order. See `docs/design/heap-and-transactions.md`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
