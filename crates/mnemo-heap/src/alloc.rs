@@ -500,12 +500,27 @@ impl Allocator {
         size: u64,
         publish_run: &dyn Fn(u64, u8) -> Result<()>,
     ) -> Result<(Reservation, MetaOp)> {
+        self.alloc_as(pool, size, true, publish_run)
+    }
+
+    /// [`Allocator::alloc`]; with `reserve` false the unit is marked live at once, so no
+    /// [`Allocator::commit_alloc`] follows (an allocation committed on its own, whose offset
+    /// nobody can know, hence free, before its record is durable).
+    pub fn alloc_as(
+        &self,
+        pool: &Pool,
+        size: u64,
+        reserve: bool,
+        publish_run: &dyn Fn(u64, u8) -> Result<()>,
+    ) -> Result<(Reservation, MetaOp)> {
         if size == 0 {
             return Err(Error::InvalidArgument("allocation of 0 bytes".into()));
         }
         match class_for(size) {
-            Some(class) if size <= SMALL_SIZE_MAX => self.alloc_small(pool, class, publish_run),
-            _ => self.alloc_large(pool, size),
+            Some(class) if size <= SMALL_SIZE_MAX => {
+                self.alloc_small(pool, class, reserve, publish_run)
+            }
+            _ => self.alloc_large(pool, size, reserve),
         }
     }
 
@@ -513,6 +528,7 @@ impl Allocator {
         &self,
         pool: &Pool,
         class: u8,
+        reserve: bool,
         publish_run: &dyn Fn(u64, u8) -> Result<()>,
     ) -> Result<(Reservation, MetaOp)> {
         let a = self.my_arena();
@@ -555,6 +571,9 @@ impl Allocator {
         let unit = run
             .take_unit()
             .ok_or_else(|| Error::Corrupt("listed run without a free unit".into()))?;
+        if !reserve {
+            run.reserved[(unit / 64) as usize] &= !(1 << (unit % 64));
+        }
         let size = class_sizes()[class as usize];
         let offset = run.data + unit * size;
         let word = run.bitmap + unit / 64 * 8;
@@ -605,7 +624,7 @@ impl Allocator {
         }
     }
 
-    fn alloc_large(&self, pool: &Pool, size: u64) -> Result<(Reservation, MetaOp)> {
+    fn alloc_large(&self, pool: &Pool, size: u64, reserve: bool) -> Result<(Reservation, MetaOp)> {
         let n = size.div_ceil(CHUNK_SIZE);
         if n > CHUNKS_PER_ZONE {
             return Err(Error::OutOfSpace {
@@ -620,7 +639,11 @@ impl Allocator {
         let mut chunks = lock(&self.chunks);
         chunks.state[start as usize] = ChunkState::Large {
             chunks: n as u32,
-            status: Status::Reserved,
+            status: if reserve {
+                Status::Reserved
+            } else {
+                Status::Live
+            },
         };
         for k in 1..n {
             chunks.state[(start + k) as usize] = ChunkState::Continuation;

@@ -125,8 +125,12 @@ impl Inner {
 
     /// Hand the frees below the durable horizon back to the allocator.
     pub(crate) fn release_frees(&self) {
+        let min = self.limbo_min.load(Ordering::Acquire);
+        if min == u64::MAX {
+            return;
+        }
         let horizon = self.lanes.durable_horizon();
-        if self.limbo_min.load(Ordering::Acquire) >= horizon {
+        if min >= horizon {
             return;
         }
         let mut ready = Vec::new();

@@ -353,6 +353,9 @@ pub struct Lane {
     /// Sequence number of the lane's latest record if it is applied and flushed but not yet
     /// covered by a fence (0: none).
     pending: AtomicU64,
+    /// Largest horizon carried by a durable record of this lane (written by the holder only,
+    /// so a plain store; `MH` is the maximum over the lanes and the horizon word).
+    durable_h: AtomicU64,
     /// Thread (see `thread_id`) that applied the pending record, or adopted it.
     applier: AtomicU64,
     /// Bytes the pending record's transaction wrote in place, unlogged (its check entries;
@@ -392,11 +395,9 @@ pub struct Lanes {
     /// Every commit fences its application before returning (two fences): for callers that
     /// store to transactional data outside transactions (the C ABI).
     fenced: std::sync::atomic::AtomicBool,
-    /// Largest sequence number whose record is durable.
-    durable_max: AtomicU64,
-    /// `MH`: the largest horizon known to be durable (carried by a durable record or in the
-    /// persistent horizon word).
-    durable_horizon: AtomicU64,
+    /// The persistent horizon word's value (a durable claim; `MH` is the larger of it and
+    /// every lane's `durable_h`).
+    word_value: AtomicU64,
     /// The persistent horizon word's value (writes serialized by the lock).
     word: Mutex<u64>,
     /// Round-robin start for threads without a lane preference.
@@ -474,6 +475,7 @@ impl Lanes {
                 }),
                 inflight: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
+                durable_h: AtomicU64::new(0),
                 applier: AtomicU64::new(0),
                 fresh_lo: AtomicU64::new(u64::MAX),
                 fresh_hi: AtomicU64::new(0),
@@ -489,8 +491,7 @@ impl Lanes {
             used: AtomicUsize::new(0),
             counter: AtomicU64::new(next_seq.max(1)),
             fenced: std::sync::atomic::AtomicBool::new(false),
-            durable_max: AtomicU64::new(next_seq.saturating_sub(1)),
-            durable_horizon: AtomicU64::new(word),
+            word_value: AtomicU64::new(word),
             word: Mutex::new(word),
             next_hint: AtomicUsize::new(0),
             instance: crate::next_instance(),
@@ -532,13 +533,13 @@ impl Lanes {
     /// (conservative). Per lane, `inflight` is read before `pending`: a commit stores its
     /// pending sequence number before it clears `inflight`.
     fn horizon(&self) -> u64 {
-        let mut h = self.counter.load(Ordering::SeqCst);
+        let mut h = self.counter.load(Ordering::Acquire);
         for lane in self.used_lanes() {
-            let s = lane.inflight.load(Ordering::SeqCst);
+            let s = lane.inflight.load(Ordering::Acquire);
             if s != 0 && s < h {
                 h = s;
             }
-            let p = lane.pending.load(Ordering::SeqCst);
+            let p = lane.pending.load(Ordering::Acquire);
             if p != 0 && p < h {
                 h = p;
             }
@@ -548,7 +549,23 @@ impl Lanes {
 
     /// `MH`: the largest horizon known to be durable; records below it are never replayed.
     pub fn durable_horizon(&self) -> u64 {
-        self.durable_horizon.load(Ordering::Acquire)
+        self.used_lanes()
+            .iter()
+            .map(|lane| lane.durable_h.load(Ordering::Acquire))
+            .fold(self.word_value.load(Ordering::Acquire), u64::max)
+    }
+
+    /// Largest sequence number of a durable record present in a slot (the horizon word may
+    /// claim at most one more: recovery checks it against what it finds).
+    fn durable_max(&self) -> u64 {
+        self.used_lanes()
+            .iter()
+            .flat_map(|lane| lane.slots.iter())
+            .map(|slot| slot.seq.load(Ordering::Acquire))
+            .fold(
+                self.word_value.load(Ordering::Acquire).saturating_sub(1),
+                u64::max,
+            )
     }
 
     /// After a fence issued by this thread: its pending records of this heap are covered.
@@ -557,12 +574,12 @@ impl Lanes {
             if p.instance != self.instance {
                 return true;
             }
-            let _ = self.lanes[p.lane as usize].pending.compare_exchange(
-                p.seq,
-                0,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
+            let lane = &self.lanes[p.lane as usize];
+            if lane.pending.load(Ordering::Acquire) == p.seq {
+                let _ =
+                    lane.pending
+                        .compare_exchange(p.seq, 0, Ordering::AcqRel, Ordering::Acquire);
+            }
             false
         });
         t.ranges.retain(|&(instance, _)| instance != self.instance);
@@ -615,12 +632,22 @@ impl Lanes {
         // The overwrite rule: the slot's record may go only once a durable claim exceeds it.
         let k = lane.next_slot as usize;
         let w = me.slots[k].seq.load(Ordering::Acquire);
-        if w != 0 && self.durable_horizon() <= w && !mutant::active("redo.ignore_overwrite_rule") {
+        if w != 0
+            && me.durable_h.load(Ordering::Acquire) <= w
+            && self.durable_horizon() <= w
+            && !mutant::active("redo.ignore_overwrite_rule")
+        {
             self.help(pool, geometry, w + 1)?;
         }
-        me.inflight
-            .store(self.counter.load(Ordering::SeqCst).max(1), Ordering::SeqCst);
-        let seq = self.counter.fetch_add(1, Ordering::SeqCst);
+        // Release/acquire suffice here and below (plain stores on x86, no locked
+        // instruction): a builder that reads the counter past `seq` synchronizes with the
+        // fetch_add and sees `inflight`; one that reads `inflight` cleared sees the `pending`
+        // stored before.
+        me.inflight.store(
+            self.counter.load(Ordering::Acquire).max(1),
+            Ordering::Release,
+        );
+        let seq = self.counter.fetch_add(1, Ordering::AcqRel);
         let horizon = if mutant::active("redo.no_horizon") {
             0
         } else {
@@ -631,18 +658,22 @@ impl Lanes {
         let mut applied = std::mem::take(&mut lane.scratch);
         applied.clear();
         let result = self.commit_io(pool, lane, slot, extra, allowed, &mut applied);
-        me.slots[k].seq.store(seq, Ordering::Release);
+        // The slot's record: this one if it is durable, else unknown (0: no constraint).
+        me.slots[k]
+            .seq
+            .store(if result.is_ok() { seq } else { 0 }, Ordering::Release);
         me.slots[k].lo.store(data.0.min(fresh.0), Ordering::Release);
         me.slots[k].hi.store(data.1.max(fresh.1), Ordering::Release);
         lane.next_slot = (lane.next_slot + 1) % LANE_SLOTS;
         match result {
             Ok(()) => {
-                self.durable_max.fetch_max(seq, Ordering::AcqRel);
-                self.durable_horizon.fetch_max(horizon, Ordering::AcqRel);
+                if horizon > me.durable_h.load(Ordering::Relaxed) {
+                    me.durable_h.store(horizon, Ordering::Release);
+                }
                 // This thread's earlier pending records are covered by the fence; the lane's
                 // previous one too (applied or adopted by this thread). The applied ranges
                 // become the lane's pending record, and this thread's.
-                me.pending.store(0, Ordering::SeqCst);
+                me.pending.store(0, Ordering::Release);
                 me.fresh_lo.store(fresh.0, Ordering::Release);
                 me.fresh_hi.store(fresh.1, Ordering::Release);
                 me.applier.store(tid, Ordering::Release);
@@ -663,18 +694,18 @@ impl Lanes {
                 });
                 if fenced {
                     if let Err(e) = pool.gmsync(&lane.pending_ranges) {
-                        me.pending.store(seq, Ordering::SeqCst);
-                        me.inflight.store(0, Ordering::SeqCst);
+                        me.pending.store(seq, Ordering::Release);
+                        me.inflight.store(0, Ordering::Release);
                         self.note_own(index, seq);
                         return Err(e.into());
                     }
                 } else {
-                    me.pending.store(seq, Ordering::SeqCst);
+                    me.pending.store(seq, Ordering::Release);
                 }
             }
             Err(_) => lane.scratch = applied,
         }
-        me.inflight.store(0, Ordering::SeqCst);
+        me.inflight.store(0, Ordering::Release);
         result.map(|()| seq)
     }
 
@@ -795,7 +826,7 @@ impl Lanes {
     /// word is raised (one more fence). Used when the overwrite rule blocks, by
     /// `atomic_update` over a replayable record, and to settle the heap.
     pub fn help(&self, pool: &Pool, geometry: &Geometry, target: u64) -> Result<()> {
-        let target = target.min(self.durable_max.load(Ordering::Acquire) + 1);
+        let target = target.min(self.durable_max() + 1);
         loop {
             let mut helped: Vec<(usize, u64)> = Vec::new();
             // This thread's own pending records: flush their applied lines (left unflushed
@@ -838,9 +869,7 @@ impl Lanes {
                     );
                 }
             }
-            let h = self
-                .horizon()
-                .min(self.durable_max.load(Ordering::Acquire) + 1);
+            let h = self.horizon().min(self.durable_max() + 1);
             if h >= target {
                 return self.raise_word(pool, geometry, h);
             }
@@ -858,7 +887,7 @@ impl Lanes {
             pool.persist(at, 8)?;
             *word = h;
         }
-        self.durable_horizon.fetch_max(*word, Ordering::AcqRel);
+        self.word_value.fetch_max(*word, Ordering::AcqRel);
         Ok(())
     }
 

@@ -345,10 +345,10 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     let inner = heap.inner();
     inner.check_open()?;
     let publish = |chunk, class| inner.publish_run(chunk, class);
-    let (reservation, op) = match inner.alloc.alloc(&inner.pool, size, &publish) {
+    let (reservation, op) = match inner.alloc.alloc_as(&inner.pool, size, false, &publish) {
         Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
             inner.settle()?;
-            inner.alloc.alloc(&inner.pool, size, &publish)?
+            inner.alloc.alloc_as(&inner.pool, size, false, &publish)?
         }
         other => other?,
     };
@@ -368,9 +368,9 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
         &allowed,
     );
     drop(lane);
-    // On an error the record may still be durable: keep the allocation (a leak until the
-    // next open, never a double allocation), as a transaction's commit does.
-    inner.alloc.commit_alloc(&reservation);
+    // The unit was marked live at once (nobody knows its offset before this returns). On an
+    // error the record may still be durable: the allocation stays (a leak until the next
+    // open, never a double allocation), as a transaction's commit does.
     inner.release_frees();
     result.map(|_| reservation.offset)
 }

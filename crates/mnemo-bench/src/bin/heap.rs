@@ -516,7 +516,8 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
 }
 
 /// `heap profile <op> <n>`: one thread runs `n` of one operation and nothing else, for a
-/// profiler (`perf record`); prints ns per op. `free64` frees what `n` allocations made.
+/// profiler (`perf record`); prints wall and thread CPU ns per op. `free64` frees what `n`
+/// allocations made.
 fn profile(op: &str, n: u64) {
     let path = pool_path("profile");
     let heap = plain_heap(&path);
@@ -528,6 +529,7 @@ fn profile(op: &str, n: u64) {
         }
     }
     let start = Instant::now();
+    let cpu = thread_cpu_ns();
     match op {
         "tx8" => {
             for i in 0..n {
@@ -558,8 +560,9 @@ fn profile(op: &str, n: u64) {
         }
     }
     println!(
-        "{op}: {:.1} ns/op",
-        start.elapsed().as_nanos() as f64 / n as f64
+        "{op}: {:.1} ns/op wall, {:.1} ns/op thread CPU",
+        start.elapsed().as_nanos() as f64 / n as f64,
+        (thread_cpu_ns() - cpu) / n as f64
     );
     drop(heap);
     let _ = std::fs::remove_file(&path);
