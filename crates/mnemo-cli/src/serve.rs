@@ -12,12 +12,14 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use mnemo_heap::Heap;
 use mnemo_kv::engine::{heap_options, EngineError, PersistentEngine};
-use mnemo_kv::server::{Effect, Engine, EventLoop, Request, SessionConfig, Stopper};
+use mnemo_kv::server::{Effect, Engine, EventLoop, LoopStats, Request, SessionConfig, Stopper};
 use mnemo_pmem::{CreateOptions, OpenOptions, Pool};
 use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::{encode_command, Encoder, Protocol, Reply, ReplyDecoder};
@@ -122,7 +124,6 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
             args.pool.display()
         )
     })?;
-    engine.set_info_hook(info_hook(&heap, address, start));
     let keys = key_count(&mut engine);
     let password = args
         .requirepass
@@ -147,6 +148,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     }
     let (event_loop, stopper) =
         EventLoop::new(listener, config).map_err(|e| format!("event loop: {e}"))?;
+    engine.set_info_hook(info_hook(&heap, address, start, event_loop.stats()));
     let signals = Signals::watch(stopper.clone())?;
 
     let pool = heap.pool();
@@ -270,11 +272,13 @@ fn tracking_name(pool: &Pool) -> String {
     }
 }
 
-/// Lines the server adds to INFO: where it listens, and the pool's medium.
+/// Lines the server adds to INFO: where it listens, its clients and what it buffers for
+/// them, and the pool's medium.
 fn info_hook<'h>(
     heap: &'h Heap,
     address: SocketAddr,
     start: Start,
+    clients: Arc<LoopStats>,
 ) -> mnemo_kv::engine::InfoHook<'h> {
     let started = Instant::now();
     Box::new(move |section: &str, out: &mut String| {
@@ -287,6 +291,18 @@ fn info_hook<'h>(
                     "tcp_port:{}\r\nuptime_in_seconds:{}\r\nexecutable:mnemo serve\r\n",
                     address.port(),
                     started.elapsed().as_secs()
+                );
+            }
+            "clients" => {
+                let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+                let _ = write!(
+                    out,
+                    "connected_clients:{}\r\nmnemo_output_buffer_bytes:{}\r\nmnemo_output_buffer_peak:{}\r\nmnemo_output_buffer_limit:{}\r\nmnemo_output_limit_pauses:{}\r\n",
+                    get(&clients.connected_clients),
+                    get(&clients.output_buffer_bytes),
+                    get(&clients.output_buffer_peak),
+                    get(&clients.output_buffer_limit),
+                    get(&clients.output_limit_pauses),
                 );
             }
             "pool" => {

@@ -305,6 +305,22 @@ fn kv_info_json() {
         info["keyspace"]["db0"], "keys=1,expires=0,avg_ttl=0",
         "{info:#}"
     );
+    // What the server buffers for its clients (backpressure), counted by the event loop.
+    assert_eq!(
+        info["clients"]["mnemo_output_buffer_limit"].as_u64(),
+        Some(mnemo_kv::server::limits::OUTPUT_BUFFER_BYTES_MAX as u64),
+        "{info:#}"
+    );
+    assert!(
+        info["clients"]["connected_clients"]
+            .as_u64()
+            .is_some_and(|n| n >= 1),
+        "{info:#}"
+    );
+    assert!(
+        info["clients"]["mnemo_output_buffer_peak"].is_u64(),
+        "{info:#}"
+    );
     assert_eq!(
         info["server"]["tcp_port"].as_u64(),
         Some(u64::from(server.port))

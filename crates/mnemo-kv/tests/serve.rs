@@ -219,6 +219,104 @@ fn event_loop_with_a_borrowed_engine() {
     );
 }
 
+/// Backpressure: a client that pipelines GETs and reads nothing makes the server stop reading
+/// it once its unsent replies reach the output limit, instead of buffering every reply. Other
+/// clients are served meanwhile; once the client reads, every reply arrives, complete and in
+/// order; and the server never buffered more than the limit plus one wake-up's replies.
+#[test]
+fn a_client_that_does_not_read_stalls_itself_not_the_server() {
+    const LIMIT: usize = 2 << 20;
+    const VALUE: usize = 1024;
+    const GETS: usize = 40_000;
+    let value = vec![b'v'; VALUE];
+    let mut reply = format!("${VALUE}\r\n").into_bytes();
+    reply.extend_from_slice(&value);
+    reply.extend_from_slice(b"\r\n");
+    // Replies to 40,000 GETs: ~41 MB, 20 times the limit.
+    let total = reply.len() * GETS;
+    // One wake-up takes at most this many requests from a connection.
+    let bound =
+        (LIMIT + mnemo_kv::server::limits::REQUESTS_PER_CONNECTION_WAKEUP * reply.len()) as u64;
+
+    let mut engine = FakeEngine::default();
+    engine
+        .map
+        .insert(Bytes::from_static(b"k"), Bytes::from(value));
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let (mut event_loop, stopper) =
+        EventLoop::new(listener, SessionConfig::default()).expect("loop");
+    event_loop.set_output_buffer_limit(LIMIT);
+    let stats = event_loop.stats();
+    let address = event_loop.local_addr();
+    /// Stops the loop when the test ends, failed or not, so the scope can end.
+    struct StopOnDrop(mnemo_kv::server::Stopper);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.stop();
+        }
+    }
+    std::thread::scope(|scope| {
+        scope.spawn(|| event_loop.run(&mut engine).expect("clean stop"));
+        let _stop = StopOnDrop(stopper);
+
+        let mut greedy = TcpStream::connect(address).expect("connect");
+        greedy
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut writer = greedy.try_clone().expect("clone");
+        // Writes every request without reading; blocks once the server stops reading it.
+        let sender = scope.spawn(move || {
+            let request = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".repeat(1000);
+            for _ in 0..GETS / 1000 {
+                writer.write_all(&request).expect("write requests");
+            }
+        });
+
+        // Wait until the server holds the client back, then a little longer.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while stats.output_limit_pauses.load(Ordering::Relaxed) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server never paused the client"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let buffered = stats.output_buffer_bytes.load(Ordering::Relaxed);
+        assert!(
+            buffered <= bound,
+            "{buffered} reply bytes buffered while the client reads nothing (bound {bound})"
+        );
+        // (Whether the writer is blocked by now depends on the kernel's socket buffers,
+        // which hold up to several MB of requests on loopback.)
+
+        // Another client is served while the first is stalled.
+        let mut other = TcpStream::connect(address).expect("connect");
+        other
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        other.write_all(b"PING\r\nSET x 1\r\n").expect("write");
+        assert_eq!(read_exactly(&mut other, 12), "+PONG\r\n+OK\r\n");
+
+        // Now read everything: every reply, whole and in order.
+        let mut received = vec![0u8; total];
+        greedy.read_exact(&mut received).expect("every reply");
+        sender.join().expect("writer");
+        for (at, got) in received.chunks(reply.len()).enumerate() {
+            assert!(got == &reply[..], "reply {at} differs");
+        }
+        let peak = stats.output_buffer_peak.load(Ordering::Relaxed);
+        assert!(
+            peak <= bound,
+            "a connection had {peak} reply bytes buffered (bound {bound})"
+        );
+        eprintln!(
+            "backpressure: {total} reply bytes sent, at most {peak} buffered (limit {LIMIT}), {} pauses",
+            stats.output_limit_pauses.load(Ordering::Relaxed)
+        );
+    });
+}
+
 /// redis-cli and redis-benchmark (Debian's redis-tools) against the server, if installed.
 #[test]
 fn real_clients() {

@@ -12,6 +12,20 @@ pub const DATABASES: i64 = 1;
 /// size of one transaction. Fifty clients with short pipelines fit comfortably.
 pub const BATCH_REQUESTS_MAX: usize = 1024;
 
+/// Unsent reply bytes at which a connection stops being read (Redis's
+/// `client-output-buffer-limit`, which for normal clients is unlimited; a client that
+/// pipelines without reading its replies would otherwise make the server buffer without
+/// bound). Reading resumes once the socket has taken the backlog below it. A connection can
+/// exceed it by at most the replies of one wake-up's requests from it
+/// ([`REQUESTS_PER_CONNECTION_WAKEUP`]).
+pub const OUTPUT_BUFFER_BYTES_MAX: usize = 16 << 20;
+
+/// Requests taken from one connection per wake-up; the rest wait in its decoder (and its
+/// socket) for the next wake-up. Bounds what one pipelining client adds to a batch, and so
+/// the replies it can add past [`OUTPUT_BUFFER_BYTES_MAX`] at once, without cutting
+/// batches below [`BATCH_REQUESTS_MAX`].
+pub const REQUESTS_PER_CONNECTION_WAKEUP: usize = BATCH_REQUESTS_MAX;
+
 /// Bytes read from a socket per `read` call: a pipelined burst of small requests arrives in
 /// one or two reads without a large per-connection buffer.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;

@@ -9,5 +9,5 @@ mod net;
 mod session;
 
 pub use batch::{run_batch, Completion, Effect, Engine};
-pub use net::{EventLoop, Server, Stopper};
+pub use net::{EventLoop, LoopStats, Server, Stopper};
 pub use session::{Request, Session, SessionConfig};

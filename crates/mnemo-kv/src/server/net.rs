@@ -13,22 +13,32 @@
 //! wake-ups per round trip dominating (`examples/connection_ceiling.rs` measures this layer
 //! against Redis in the same run).
 //!
-//! Skeleton limits, to lift when the engine lands: no per-connection backpressure yet, and a
-//! failed commit closes the batch's connections without a reply (the client cannot know
+//! Backpressure: a connection whose unsent replies reach the output limit
+//! ([`super::limits::OUTPUT_BUFFER_BYTES_MAX`]) is not read until the socket has taken them
+//! below it, so a client that pipelines without reading its replies stalls itself (its
+//! requests wait in its socket), not the server's memory; other connections go on. At most
+//! [`super::limits::REQUESTS_PER_CONNECTION_WAKEUP`] requests are taken from one connection
+//! per wake-up; a connection with more already received is revisited at once (the poll does
+//! not wait), since an edge-triggered poll would not report those bytes again.
+//!
+//! A failed commit closes the batch's connections without a reply (the client cannot know
 //! whether its write landed, which is the truth).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, ErrorKind, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::BytesMut;
 
 use super::batch::{execute_batch, run_batch, Completion, Engine};
-use super::limits::{BATCH_REQUESTS_MAX, READ_CHUNK_BYTES};
+use super::limits::{
+    BATCH_REQUESTS_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES, REQUESTS_PER_CONNECTION_WAKEUP,
+};
 use super::mutant::{self, Mutant};
 use super::session::{Request, Session, SessionConfig};
 
@@ -52,6 +62,22 @@ impl Stopper {
     }
 }
 
+/// What the loop buffers and how often it held a client back, readable from any thread
+/// (`mnemo serve` reports them in INFO's clients section).
+#[derive(Debug, Default)]
+pub struct LoopStats {
+    /// Open connections.
+    pub connected_clients: AtomicU64,
+    /// Reply bytes buffered for all connections now (not yet taken by their sockets).
+    pub output_buffer_bytes: AtomicU64,
+    /// The most reply bytes one connection has had buffered since start.
+    pub output_buffer_peak: AtomicU64,
+    /// Times a connection stopped being read because its replies reached the output limit.
+    pub output_limit_pauses: AtomicU64,
+    /// The output limit in force ([`EventLoop::set_output_buffer_limit`]).
+    pub output_buffer_limit: AtomicU64,
+}
+
 /// The server loop, run on the caller's thread by [`EventLoop::run`]: the engine is only
 /// borrowed, so it may borrow the pool or heap it lives in.
 #[derive(Debug)]
@@ -67,6 +93,14 @@ pub struct EventLoop {
     batch: Vec<Request>,
     /// A deliberately broken behaviour (tests of the tests only; see [`mutant`]).
     mutant: Option<Mutant>,
+    /// Connections with received requests (or unread socket bytes) left for the next
+    /// wake-up: the poll does not wait while there are any.
+    again: HashSet<Token>,
+    /// Unsent reply bytes at which a connection stops being read.
+    output_limit: usize,
+    /// Reply bytes buffered for all connections.
+    output_total: usize,
+    stats: Arc<LoopStats>,
 }
 
 /// A server running [`EventLoop`] on a thread of its own; dropping it does not stop it,
@@ -122,6 +156,15 @@ struct Connection {
     stream: TcpStream,
     session: Session,
     unsent: BytesMut,
+    /// Not read because its replies reached the output limit.
+    paused: bool,
+}
+
+impl Connection {
+    /// Reply bytes buffered for this connection.
+    fn buffered(&self) -> usize {
+        self.unsent.len() + self.session.output_len()
+    }
 }
 
 impl EventLoop {
@@ -152,7 +195,15 @@ impl EventLoop {
             stop,
             batch: Vec::new(),
             mutant: mutant::from_env(),
+            again: HashSet::new(),
+            output_limit: OUTPUT_BUFFER_BYTES_MAX,
+            output_total: 0,
+            stats: Arc::new(LoopStats::default()),
         };
+        event_loop
+            .stats
+            .output_buffer_limit
+            .store(OUTPUT_BUFFER_BYTES_MAX as u64, Ordering::Relaxed);
         Ok((event_loop, stopper))
     }
 
@@ -161,25 +212,48 @@ impl EventLoop {
         self.local_addr
     }
 
+    /// Changes the unsent reply bytes at which a connection stops being read (default
+    /// [`OUTPUT_BUFFER_BYTES_MAX`]; at least 1).
+    pub fn set_output_buffer_limit(&mut self, bytes: usize) {
+        self.output_limit = bytes.max(1);
+        self.stats
+            .output_buffer_limit
+            .store(self.output_limit as u64, Ordering::Relaxed);
+    }
+
+    /// The loop's counters, shared: they stay readable while and after it runs.
+    pub fn stats(&self) -> Arc<LoopStats> {
+        Arc::clone(&self.stats)
+    }
+
     /// Serves until [`Stopper::stop`]: every wake-up reads all ready connections, runs what
     /// they sent as batches on `engine`, and writes the replies each batch releases.
     pub fn run<E: Engine>(mut self, engine: &mut E) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         while !self.stop.load(Ordering::SeqCst) {
-            if let Err(error) = self.poll.poll(&mut events, None) {
+            // Connections with work left from the last wake-up: look for events, do not wait.
+            let timeout = (!self.again.is_empty()).then_some(Duration::ZERO);
+            if let Err(error) = self.poll.poll(&mut events, timeout) {
                 if error.kind() == ErrorKind::Interrupted {
                     continue;
                 }
                 return Err(error);
             }
+            let mut ready: Vec<Token> = self.again.drain().collect();
             for event in &events {
                 match event.token() {
                     LISTENER => self.accept()?,
                     WAKER => {}
-                    token => self.service(token),
+                    token => ready.push(token),
                 }
             }
+            ready.sort_unstable();
+            ready.dedup();
+            for token in ready {
+                self.service(token);
+            }
             self.execute(engine);
+            self.publish_stats();
         }
         Ok(())
     }
@@ -220,39 +294,66 @@ impl EventLoop {
                     stream,
                     session,
                     unsent: BytesMut::new(),
+                    paused: false,
                 },
             );
         }
     }
 
-    /// Reads what arrived, hands requests to the executor, writes what is ready.
+    /// Writes what is waiting, then (unless the connection's replies are at the output
+    /// limit) takes its received requests for this wake-up's batch, reading the socket as
+    /// long as it has no complete request left, up to
+    /// [`REQUESTS_PER_CONNECTION_WAKEUP`] requests.
     fn service(&mut self, token: Token) {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
+        let mut open = flush(connection, &mut self.output_total, &self.stats);
         let mut chunk = [0u8; READ_CHUNK_BYTES];
-        let mut open = true;
-        loop {
+        let mut taken = 0;
+        let mut more = false;
+        let was_paused = connection.paused;
+        connection.paused = false;
+        while open {
+            if connection.buffered() >= self.output_limit {
+                connection.paused = true;
+                break;
+            }
+            if taken >= REQUESTS_PER_CONNECTION_WAKEUP {
+                more = true;
+                break;
+            }
+            if let Some(request) = connection.session.poll_request() {
+                self.batch.push(request);
+                taken += 1;
+                continue;
+            }
             match connection.stream.read(&mut chunk) {
-                Ok(0) => {
-                    open = false;
-                    break;
-                }
+                Ok(0) => open = false,
                 Ok(read) => connection
                     .session
                     .receive(chunk.get(..read).unwrap_or_default()),
                 Err(error) if error.kind() == ErrorKind::WouldBlock => break,
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    open = false;
-                    break;
-                }
+                Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                Err(_) => open = false,
             }
         }
-        self.batch
-            .extend(std::iter::from_fn(|| connection.session.poll_request()));
-        if !open || !flush(connection) {
+        if connection.paused && !was_paused {
+            self.stats
+                .output_limit_pauses
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if open {
+            open = flush(connection, &mut self.output_total, &self.stats);
+        }
+        if !open {
             self.close(token);
+            return;
+        }
+        // Paused with the socket already drained below the limit (it took everything): no
+        // writable event will come, so come back at the next wake-up.
+        if more || (connection.paused && connection.buffered() < self.output_limit) {
+            self.again.insert(token);
         }
     }
 
@@ -286,8 +387,12 @@ impl EventLoop {
             connection
                 .session
                 .complete(&completion.reply, completion.close);
-            if !flush(connection) {
+            if !flush(connection, &mut self.output_total, &self.stats) {
                 self.close(token);
+            } else if connection.paused && connection.buffered() < self.output_limit {
+                // Paused, and the socket took the backlog below the limit: read it again at
+                // the next wake-up (no event will say so).
+                self.again.insert(token);
             }
         }
     }
@@ -311,8 +416,20 @@ impl EventLoop {
 
     fn close(&mut self, token: Token) {
         if let Some(mut connection) = self.connections.remove(&token) {
+            self.output_total = self.output_total.saturating_sub(connection.unsent.len());
             let _ = self.poll.registry().deregister(&mut connection.stream);
         }
+        self.again.remove(&token);
+    }
+
+    /// Publishes the counters read from other threads.
+    fn publish_stats(&self) {
+        self.stats
+            .connected_clients
+            .store(self.connections.len() as u64, Ordering::Relaxed);
+        self.stats
+            .output_buffer_bytes
+            .store(self.output_total as u64, Ordering::Relaxed);
     }
 }
 
@@ -321,21 +438,35 @@ fn session_token(session: u64) -> Token {
 }
 
 /// Writes what the session has released; false if the connection should now be closed.
-fn flush(connection: &mut Connection) -> bool {
+/// Keeps `total` (unsent bytes of all connections) and the per-connection peak up to date.
+fn flush(connection: &mut Connection, total: &mut usize, stats: &LoopStats) -> bool {
     let ready = connection.session.take_output();
+    let before = connection.unsent.len();
     connection.unsent.extend_from_slice(&ready);
+    stats
+        .output_buffer_peak
+        .fetch_max(connection.unsent.len() as u64, Ordering::Relaxed);
+    let mut open = true;
     while !connection.unsent.is_empty() {
         match connection.stream.write(&connection.unsent) {
-            Ok(0) => return false,
+            Ok(0) => {
+                open = false;
+                break;
+            }
             Ok(written) => {
                 let _ = connection
                     .unsent
                     .split_to(written.min(connection.unsent.len()));
             }
-            Err(error) if error.kind() == ErrorKind::WouldBlock => return true,
+            Err(error) if error.kind() == ErrorKind::WouldBlock => break,
             Err(error) if error.kind() == ErrorKind::Interrupted => {}
-            Err(_) => return false,
+            Err(_) => {
+                open = false;
+                break;
+            }
         }
     }
-    !connection.session.should_close()
+    *total = (*total + connection.unsent.len()).saturating_sub(before);
+    // After QUIT or a protocol error, close once the last reply has left.
+    open && !(connection.unsent.is_empty() && connection.session.should_close())
 }

@@ -58,6 +58,8 @@ pub struct Session {
     name: Option<Bytes>,
     library: (Option<Bytes>, Option<Bytes>),
     slots: VecDeque<Slot>,
+    /// Bytes in the `Ready` slots.
+    queued_bytes: usize,
     output: BytesMut,
     closing: bool,
 }
@@ -83,6 +85,7 @@ impl Session {
             name: None,
             library: (None, None),
             slots: VecDeque::new(),
+            queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
         }
@@ -152,9 +155,16 @@ impl Session {
         );
         if let Some(slot) = waiting {
             *slot = Slot::Ready(BytesMut::from(reply));
+            self.queued_bytes += reply.len();
         }
         self.closing |= close;
         self.release();
+    }
+
+    /// Reply bytes ready to be written and not yet taken ([`Session::take_output`]), plus
+    /// answers waiting behind requests in flight: the replies this session buffers.
+    pub fn output_len(&self) -> usize {
+        self.output.len() + self.queued_bytes
     }
 
     /// Reply bytes ready to be written to the socket, in request order.
@@ -172,6 +182,7 @@ impl Session {
     fn release(&mut self) {
         while let Some(Slot::Ready(_)) = self.slots.front() {
             if let Some(Slot::Ready(bytes)) = self.slots.pop_front() {
+                self.queued_bytes = self.queued_bytes.saturating_sub(bytes.len());
                 self.output.extend_from_slice(&bytes);
             }
         }
@@ -184,6 +195,7 @@ impl Session {
         } else {
             let mut bytes = BytesMut::new();
             write(&mut Encoder::new(&mut bytes, self.protocol));
+            self.queued_bytes += bytes.len();
             self.slots.push_back(Slot::Ready(bytes));
         }
     }
