@@ -193,7 +193,11 @@ impl Run {
     fn take_unit(&mut self) -> Option<u64> {
         let n = self.used.len();
         for k in 0..n {
-            let w = (self.hint + k) % n;
+            let w = if self.hint + k < n {
+                self.hint + k
+            } else {
+                self.hint + k - n
+            };
             if self.used[w] != u64::MAX {
                 let bit = (!self.used[w]).trailing_zeros() as u64;
                 self.used[w] |= 1 << bit;

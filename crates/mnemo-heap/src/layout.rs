@@ -341,8 +341,17 @@ pub fn class_count() -> usize {
 
 /// The smallest class holding `size` bytes (`size` ≤ [`SMALL_SIZE_MAX`]).
 pub fn class_for(size: u64) -> Option<u8> {
+    // Sizes up to 1 KiB (the common ones) by a table per 16 bytes; larger by a search.
+    static SMALL: std::sync::OnceLock<[u8; 65]> = std::sync::OnceLock::new();
+    if size <= 1024 {
+        let table = SMALL.get_or_init(|| {
+            let sizes = class_sizes();
+            std::array::from_fn(|i| sizes.partition_point(|&s| s < (i as u64 * 16).max(1)) as u8)
+        });
+        return Some(table[size.div_ceil(16) as usize]);
+    }
     let sizes = class_sizes();
-    let i = sizes.partition_point(|&s| s < size.max(1));
+    let i = sizes.partition_point(|&s| s < size);
     (i < sizes.len()).then_some(i as u8)
 }
 
@@ -421,6 +430,11 @@ mod tests {
         assert_eq!(class_for(16), Some(0));
         assert_eq!(class_for(17), Some(1));
         assert_eq!(class_for(SMALL_SIZE_MAX + 1), None);
+        for size in 0..=2048u64 {
+            let sizes = class_sizes();
+            let expect = sizes.partition_point(|&s| s < size.max(1)) as u8;
+            assert_eq!(class_for(size), Some(expect), "size {size}");
+        }
     }
 
     #[test]
