@@ -60,6 +60,7 @@ fn redis_cli_runs_every_command() {
         (&["HGET", "h", "f1"], "v1"),
         (&["HDEL", "h", "f2"], "1"),
         (&["HGETALL", "h"], "f1\nv1"),
+        (&["HMGET", "h", "nofield", "f1"], "\nv1"),
         (&["SADD", "set", "m1", "m2", "m3"], "3"),
         (&["SREM", "set", "m3"], "1"),
         (&["SCARD", "set"], "2"),
@@ -67,6 +68,8 @@ fn redis_cli_runs_every_command() {
         (&["ZSCORE", "z", "two"], "2"),
         (&["ZRANGE", "z", "0", "1"], "one\ntwo"),
         (&["ZPOPMIN", "z"], "one\n1"),
+        (&["ZRANGEBYSCORE", "z", "(2", "+inf", "WITHSCORES"], "three\n3"),
+        (&["ZREVRANGEBYSCORE", "z", "+inf", "-inf", "LIMIT", "1", "1"], "two"),
         (&["ZADD", "z", "x", "bad"], "ERR value is not a valid float"),
         (&["CONFIG", "GET", "appendfsync"], "appendfsync\nalways"),
         (&["DBSIZE"], "6"),
@@ -125,7 +128,9 @@ fn redis_cli_runs_every_command() {
     server.terminate();
 }
 
-/// redis-benchmark's default tests, each run to the end with replies checked by the tool.
+/// redis-benchmark's default tests, each run to the end (redis-benchmark 7 stops with exit
+/// status 1 at the first error reply), then pipelined in RESP3; the INCR counter shows every
+/// increment applied once.
 #[test]
 fn redis_benchmark_default_tests() {
     if !tool("redis-benchmark", "redis-tools") {
@@ -133,35 +138,62 @@ fn redis_benchmark_default_tests() {
     }
     let dir = shm_dir();
     let server = Server::start(&dir.path().join("kv.pool"), &[]);
-    let output = Command::new("redis-benchmark")
-        .args(["-p", &server.port.to_string()])
-        .args([
-            "-t",
-            "set,get,incr,lpush,rpush,lpop,rpop,sadd,hset,spop,zadd,zpopmin,lrange,mset",
-            "-n",
-            "2000",
-            "-q",
-        ])
-        .output()
-        .expect("redis-benchmark");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
-        .split(['\r', '\n'])
-        .filter(|line| line.contains("requests per second"))
-        .map(|line| line.trim().to_string())
-        .collect();
-    // 14 tests; LRANGE runs as five (its LPUSH, then 100, 300, 500, 600 elements).
-    assert_eq!(lines.len(), 18, "{lines:#?}");
+    // Every default test (no -t: PING_INLINE and PING_MBULK too).
+    let lines = redis_benchmark(server.port, &["-n", "2000"]);
+    // 16 tests; LRANGE runs as five (its LPUSH, then 100, 300, 500, 600 elements).
+    assert_eq!(lines.len(), 20, "{lines:#?}");
     eprintln!(
         "redis-benchmark -n 2000 against mnemo serve (debug build):\n{}",
         lines.join("\n")
     );
+    // Its INCR test increments one key (no -r): every increment was applied once.
+    let mut client = server.client();
+    assert_eq!(
+        client.call(&["GET", "counter:__rand_int__"]).expect("GET"),
+        mnemo_resp::Reply::Bulk("2000".into())
+    );
+    // Pipelined (16 requests per write) and in RESP3 (HELLO 3).
+    let lines = redis_benchmark(
+        server.port,
+        &[
+            "-n",
+            "2000",
+            "-P",
+            "16",
+            "-3",
+            "-t",
+            "ping,set,get,incr,lpush,lrange,mset",
+        ],
+    );
+    assert_eq!(lines.len(), 12, "{lines:#?}");
+    assert_eq!(
+        client.call(&["GET", "counter:__rand_int__"]).expect("GET"),
+        mnemo_resp::Reply::Bulk("4000".into())
+    );
     assert!(server.log_text().contains("mnemo serve ready"));
     server.terminate();
+}
+
+/// Runs redis-benchmark against `port` with `-q` and `args`; returns its "requests per
+/// second" lines. Fails on an error reply (redis-benchmark 7 then exits with status 1 and
+/// says "Error from server" on stderr).
+fn redis_benchmark(port: u16, args: &[&str]) -> Vec<String> {
+    let output = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-q"])
+        .args(args)
+        .output()
+        .expect("redis-benchmark");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && !stderr.contains("Error from server"),
+        "redis-benchmark {args:?}: {}\n{stderr}",
+        output.status
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .split(['\r', '\n'])
+        .filter(|line| line.contains("requests per second"))
+        .map(|line| line.trim().to_string())
+        .collect()
 }
 
 /// Data survives SIGTERM and restart, SIGTERM closes the pool cleanly, and SHUTDOWN does too.
