@@ -22,6 +22,7 @@ mod glob;
 mod keyspace;
 pub mod limits;
 pub mod list;
+mod replay;
 mod score_range;
 mod store;
 
@@ -36,6 +37,7 @@ use mnemo_resp::{errors, CommandError, Encoder, Protocol, Reply};
 use crate::server::{Effect, Engine, Request};
 use dict::{tag, Kind};
 use keyspace::{root, Ctx, ZCache, SEED};
+use replay::ReplayLog;
 pub use store::EngineError;
 use store::{Mem, Overlay};
 
@@ -86,7 +88,7 @@ pub struct PersistentEngine<'h> {
     root: u64,
     txn: Option<TxHandle<'h>>,
     /// Write commands run in the open transaction, for replay after a failure.
-    log: Vec<Vec<Bytes>>,
+    log: ReplayLog,
     poisoned: Option<String>,
     now: i64,
     clock: Option<i64>,
@@ -172,7 +174,7 @@ impl<'h> PersistentEngine<'h> {
             heap,
             root,
             txn: None,
-            log: Vec::new(),
+            log: ReplayLog::default(),
             poisoned: None,
             now: 0,
             clock: None,
@@ -212,8 +214,7 @@ impl<'h> PersistentEngine<'h> {
         if self.txn.is_none() {
             self.begin();
         }
-        let name = lower_name(args.first().map_or(&[][..], |a| &a[..]));
-        let Some(&(full_name, arity, writes)) = commands::TABLE.iter().find(|(n, _, _)| *n == name)
+        let Some(&(full_name, arity, writes)) = command(args.first().map_or(&[][..], |a| &a[..]))
         else {
             let text = CommandError::unknown_command(args).reply_text();
             return (Reply::Error(Bytes::from(text)), Effect::default());
@@ -254,7 +255,7 @@ impl<'h> PersistentEngine<'h> {
         let reply = match reply {
             Ok(reply) => {
                 if writes {
-                    self.log.push(args.to_vec());
+                    self.log.push(args);
                 }
                 reply
             }
@@ -297,7 +298,7 @@ impl<'h> PersistentEngine<'h> {
                     self.begin_txn();
                     match self.run_data(name, args, resp3) {
                         Ok(reply) => {
-                            self.log.push(args.to_vec());
+                            self.log.push(args);
                             return reply;
                         }
                         Err(again) => {
@@ -344,13 +345,11 @@ impl<'h> PersistentEngine<'h> {
         self.rng = self.rng_batch;
         let log = std::mem::take(&mut self.log);
         let mut result = Ok(());
-        for args in &log {
-            let name = lower_name(&args[0]);
-            let Some(&(full_name, _, _)) = commands::TABLE.iter().find(|(n, _, _)| *n == name)
-            else {
+        for args in log.commands() {
+            let Some(&(full_name, _, _)) = command(&args[0]) else {
                 continue;
             };
-            if let Err(e) = self.run_data(full_name, args, false) {
+            if let Err(e) = self.run_data(full_name, &args, false) {
                 result = Err(EngineError::ReplayFailed(e.to_string()));
                 break;
             }
@@ -654,12 +653,11 @@ fn config(args: &[Bytes]) -> Reply {
     }
 }
 
-/// The lower-case command name (names longer than any command map to "").
-fn lower_name(name: &[u8]) -> String {
-    if name.len() > 16 {
-        return String::new();
-    }
-    String::from_utf8_lossy(name).to_ascii_lowercase()
+/// The command table's entry for a name, in any case (no allocation).
+fn command(name: &[u8]) -> Option<&'static (&'static str, i32, bool)> {
+    commands::TABLE
+        .iter()
+        .find(|(n, _, _)| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
 impl Engine for PersistentEngine<'_> {
