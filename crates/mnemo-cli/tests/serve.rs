@@ -68,8 +68,14 @@ fn redis_cli_runs_every_command() {
         (&["ZSCORE", "z", "two"], "2"),
         (&["ZRANGE", "z", "0", "1"], "one\ntwo"),
         (&["ZPOPMIN", "z"], "one\n1"),
-        (&["ZRANGEBYSCORE", "z", "(2", "+inf", "WITHSCORES"], "three\n3"),
-        (&["ZREVRANGEBYSCORE", "z", "+inf", "-inf", "LIMIT", "1", "1"], "two"),
+        (
+            &["ZRANGEBYSCORE", "z", "(2", "+inf", "WITHSCORES"],
+            "three\n3",
+        ),
+        (
+            &["ZREVRANGEBYSCORE", "z", "+inf", "-inf", "LIMIT", "1", "1"],
+            "two",
+        ),
         (&["ZADD", "z", "x", "bad"], "ERR value is not a valid float"),
         (&["CONFIG", "GET", "appendfsync"], "appendfsync\nalways"),
         (&["DBSIZE"], "6"),
