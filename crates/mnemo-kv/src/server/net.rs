@@ -35,10 +35,11 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::BytesMut;
 
-use super::batch::{execute_batch, run_batch, Completion, Engine};
+use super::batch::{run_batch, Completion, Engine};
 use super::limits::{
     BATCH_REQUESTS_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES, REQUESTS_PER_CONNECTION_WAKEUP,
 };
+#[cfg(feature = "mutants")]
 use super::mutant::{self, Mutant};
 use super::session::{Request, Session, SessionConfig};
 
@@ -91,7 +92,8 @@ pub struct EventLoop {
     stop: Arc<AtomicBool>,
     /// Requests read in this wake-up, in arrival order.
     batch: Vec<Request>,
-    /// A deliberately broken behaviour (tests of the tests only; see [`mutant`]).
+    /// A deliberately broken behaviour (tests of the tests only; see [`super::mutant`]).
+    #[cfg(feature = "mutants")]
     mutant: Option<Mutant>,
     /// Connections with received requests (or unread socket bytes) left for the next
     /// wake-up: the poll does not wait while there are any.
@@ -194,6 +196,7 @@ impl EventLoop {
             config,
             stop,
             batch: Vec::new(),
+            #[cfg(feature = "mutants")]
             mutant: mutant::from_env(),
             again: HashSet::new(),
             output_limit: OUTPUT_BUFFER_BYTES_MAX,
@@ -362,7 +365,8 @@ impl EventLoop {
     fn execute<E: Engine>(&mut self, engine: &mut E) {
         let requests = std::mem::take(&mut self.batch);
         for batch in requests.chunks(BATCH_REQUESTS_MAX) {
-            if cfg!(feature = "mutants") && self.mutant == Some(Mutant::AckBeforeSync) {
+            #[cfg(feature = "mutants")]
+            if self.mutant == Some(Mutant::AckBeforeSync) {
                 self.execute_acking_early(engine, batch);
                 continue;
             }
@@ -399,8 +403,9 @@ impl EventLoop {
 
     /// [`Mutant::AckBeforeSync`]: the broken order this server exists to avoid. Replies leave
     /// first, the commit comes [`mutant::ACK_BEFORE_SYNC_DELAY`] later.
+    #[cfg(feature = "mutants")]
     fn execute_acking_early<E: Engine>(&mut self, engine: &mut E, batch: &[Request]) {
-        let (completions, wrote) = execute_batch(engine, batch);
+        let (completions, wrote) = super::batch::execute_batch(engine, batch);
         self.deliver(completions);
         if !wrote {
             engine.finish_read_only();
