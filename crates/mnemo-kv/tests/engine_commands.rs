@@ -854,3 +854,42 @@ fn corrupt_words_give_errors_not_panics() {
         let _ = e.check();
     }
 }
+
+/// Two corners found by the differential tests, with the replies redis-server 7.0.15 gives:
+/// a score of -0 reads back as 0 (small sorted sets live in a listpack), and ZRANGE by rank
+/// accepts only the LIMIT that changes nothing (offset 0, negative count).
+#[test]
+fn zset_negative_zero_and_rank_limit_like_redis() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let heap = create(&dir, 64 << 20, 64 << 20, &small_options());
+    let mut e = PersistentEngine::open(&heap).expect("open");
+    assert_eq!(
+        run2(&mut e, &["ZADD", "z", "1", "a", "2", "b", "-0", "c"]),
+        int(3)
+    );
+    assert_eq!(run2(&mut e, &["ZSCORE", "z", "c"]), bulk("0"));
+    assert_eq!(run2(&mut e, &["ZINCRBY", "z", "-0", "c"]), bulk("0"));
+    assert_eq!(
+        run2(&mut e, &["ZRANGE", "z", "0", "-1", "WITHSCORES"]),
+        arr(&["c", "0", "a", "1", "b", "2"])
+    );
+    assert_eq!(
+        run2(&mut e, &["ZRANGE", "z", "0", "-1", "LIMIT", "0", "-1"]),
+        arr(&["c", "a", "b"])
+    );
+    assert_eq!(
+        run2(&mut e, &["ZRANGE", "z", "0", "-1", "LIMIT", "0", "-5"]),
+        arr(&["c", "a", "b"])
+    );
+    let limit_err = err(
+        "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+    );
+    assert_eq!(
+        run2(&mut e, &["ZRANGE", "z", "0", "-1", "LIMIT", "0", "1"]),
+        limit_err
+    );
+    assert_eq!(
+        run2(&mut e, &["ZRANGE", "z", "0", "-1", "LIMIT", "1", "-1"]),
+        limit_err
+    );
+}

@@ -1056,7 +1056,8 @@ fn zadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes], incr: bool) -> Result<Reply> {
             Some(d) => dict::find(ctx.tx, d, SEED, &pair[1])?.map(|f| f.entry.score()),
             None => None,
         };
-        let mut target = score;
+        // Redis keeps small sorted sets in a listpack, which stores -0 as 0.
+        let mut target = if score == 0.0 { 0.0 } else { score };
         if incr {
             target = current.unwrap_or(0.0) + score;
             if target.is_nan() {
@@ -1160,7 +1161,8 @@ fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         }
         i += 1;
     }
-    if limit.is_some() && !by_score {
+    // By rank, Redis accepts only the no-op LIMIT (offset 0, negative count).
+    if limit.is_some_and(|(offset, count)| offset != 0 || count >= 0) && !by_score {
         return Ok(err(
             "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         ));
