@@ -536,8 +536,10 @@ impl Heap {
         }
     }
 
-    /// Allocate `size` bytes (contents unspecified) in a transaction of its own (or the
-    /// thread's current one). Leaks if never published: prefer [`Heap::alloc_into`].
+    /// Allocate `size` bytes (contents unspecified), durably on return: in the thread's
+    /// current transaction if one is open, else on its own (a small size sets its bitmap bit
+    /// with one sync point and no redo record; a large one commits a one-entry record). Leaks
+    /// if never published: prefer [`Heap::alloc_into`].
     ///
     /// Errors: `Closed`, `InvalidArgument` (0 bytes), `OutOfSpace`.
     pub fn pmalloc(&self, size: u64) -> Result<u64> {

@@ -45,6 +45,7 @@
 //! | `redo.skip_checksum` | recovery replays records whose checksum does not match |
 //! | `redo.no_horizon` | records carry horizon 0, so applied records are replayed over newer data |
 //! | `alloc.skip_bitmap` | a transactional allocation does not log its bitmap bit (double allocation after reopen) |
+//! | `alloc.direct_skip_flush` | `pmalloc` of a small size (no record: its bitmap bit set directly) fences without flushing the word (an acknowledged allocation lost) |
 //! | `heap.reuse_before_horizon` | freed space is handed out again at once, before the freeing record is past the durable horizon: its replay clobbers the new owner's unlogged bytes |
 #![deny(unsafe_code)]
 
@@ -76,5 +77,6 @@ pub const MUTANTS: &[&str] = &[
     "redo.skip_checksum",
     "redo.no_horizon",
     "alloc.skip_bitmap",
+    "alloc.direct_skip_flush",
     "heap.reuse_before_horizon",
 ];

@@ -339,8 +339,9 @@ fn push_meta(buf: &mut Vec<u8>, op: MetaOp) {
 }
 
 /// An allocation that is a transaction of its own, when none is open on this thread (the
-/// caller checked): the same record as `transaction(|tx| tx.alloc_bytes(size))` (one entry),
-/// without the transaction's state.
+/// caller checked). A small size sets its unit's bitmap bit directly (one sync point over
+/// that word, no record); a large one commits the same record as
+/// `transaction(|tx| tx.alloc_bytes(size))` (one entry), without the transaction's state.
 pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     let inner = heap.inner();
     inner.check_open()?;
@@ -352,6 +353,26 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
         }
         other => other?,
     };
+    if let MetaOp::Or(word, mask) = op {
+        // A unit of an existing (published) run: one persistent word changes, so no record.
+        // Set the bit atomically (other units of the word may change concurrently), then one
+        // sync point over the word. A crash before the fence loses an allocation nobody was
+        // told of; no replayable record can clear the bit afterwards (records change other
+        // bits of bitmap words by masks, and the record that freed this very unit, if any, is
+        // below the durable horizon: refinement 6 of the design). Large allocations and new
+        // runs keep their records (`publish_run` made this run's durable before returning).
+        redo::atomic_word(&inner.pool, word)?.fetch_or(mask, Ordering::AcqRel);
+        let synced = if mnemo_pmem::mutant::active("alloc.direct_skip_flush") {
+            inner.pool.drain()
+        } else {
+            inner.pool.msync(word, 8)
+        };
+        // On an error the bit may be durable: a leak until the next open, never a double
+        // allocation (as a record's commit error).
+        inner.release_frees();
+        synced?;
+        return Ok(reservation.offset);
+    }
     let mut lane = inner.lanes.acquire();
     redo::start(&mut lane.buf);
     push_meta(&mut lane.buf, op);
