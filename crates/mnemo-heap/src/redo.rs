@@ -384,14 +384,20 @@ pub struct LaneState {
     holder: u64,
 }
 
+/// An atomic word alone on its cache line (and the adjacent-line prefetch pair).
+#[derive(Debug)]
+#[repr(align(128))]
+struct OwnLine(AtomicU64);
+
 /// All lanes, the commit sequence counter and the horizon.
 #[derive(Debug)]
 pub struct Lanes {
     lanes: Box<[Lane]>,
     /// Lanes ever handed out are `0..used` (the horizon scan stops there).
     used: AtomicUsize,
-    /// Next sequence number to hand out.
-    counter: AtomicU64,
+    /// Next sequence number to hand out. Written by every commit, so on a cache line of its
+    /// own: the fields beside it are read by every commit of every thread.
+    counter: OwnLine,
     /// Every commit fences its application before returning (two fences): for callers that
     /// store to transactional data outside transactions (the C ABI).
     fenced: std::sync::atomic::AtomicBool,
@@ -489,7 +495,7 @@ impl Lanes {
         Lanes {
             lanes,
             used: AtomicUsize::new(0),
-            counter: AtomicU64::new(next_seq.max(1)),
+            counter: OwnLine(AtomicU64::new(next_seq.max(1))),
             fenced: std::sync::atomic::AtomicBool::new(false),
             word_value: AtomicU64::new(word),
             word: Mutex::new(word),
@@ -533,7 +539,7 @@ impl Lanes {
     /// (conservative). Per lane, `inflight` is read before `pending`: a commit stores its
     /// pending sequence number before it clears `inflight`.
     fn horizon(&self) -> u64 {
-        let mut h = self.counter.load(Ordering::Acquire);
+        let mut h = self.counter.0.load(Ordering::Acquire);
         for lane in self.used_lanes() {
             let s = lane.inflight.load(Ordering::Acquire);
             if s != 0 && s < h {
@@ -644,10 +650,10 @@ impl Lanes {
         // fetch_add and sees `inflight`; one that reads `inflight` cleared sees the `pending`
         // stored before.
         me.inflight.store(
-            self.counter.load(Ordering::Acquire).max(1),
+            self.counter.0.load(Ordering::Acquire).max(1),
             Ordering::Release,
         );
-        let seq = self.counter.fetch_add(1, Ordering::AcqRel);
+        let seq = self.counter.0.fetch_add(1, Ordering::AcqRel);
         let horizon = if mutant::active("redo.no_horizon") {
             0
         } else {
@@ -894,7 +900,7 @@ impl Lanes {
     /// Make every committed record applied, durable and unreplayable (close, the C ABI's
     /// raw stores): [`Lanes::help`] up to the counter.
     pub fn settle(&self, pool: &Pool, geometry: &Geometry) -> Result<()> {
-        self.help(pool, geometry, self.counter.load(Ordering::SeqCst))
+        self.help(pool, geometry, self.counter.0.load(Ordering::SeqCst))
     }
 
     /// Whether a still-replayable record of some lane changed the word at `offset`: a
