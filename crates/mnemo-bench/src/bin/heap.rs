@@ -10,7 +10,8 @@
 //! the C peer (each thread its own objects; a barrier starts the threads together):
 //! * `tx8`: `heap.transaction(|tx| tx.write(word, &i))`, each thread its own word and line;
 //! * `txalloc64`: `heap.transaction(|tx| tx.alloc_bytes(64))` (objects freed untimed);
-//! * `alloc64`: `heap.pmalloc(64)` (an atomic allocation: a transaction of its own);
+//! * `alloc64`: `heap.pmalloc(64)` (an atomic allocation: its bitmap bit and one sync point,
+//!   no redo record);
 //! * `free64`: `heap.pfree` of the objects of `alloc64`;
 //! * `floor2`: the medium's floor for two fences, not a heap operation: two lines of the
 //!   thread's own, each stored (8 bytes), flushed and fenced (`Pool::write` + `persist`).
