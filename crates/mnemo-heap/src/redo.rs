@@ -333,6 +333,13 @@ pub fn cap_ranges(ranges: &mut Vec<ByteRange>, max: usize) {
 /// Record slots per lane: a lane is a ring of this many slots, written in turn.
 pub const LANE_SLOTS: u64 = 4;
 
+/// A lane's commits scan every lane for a fresh horizon at least this often (more often when
+/// the overwrite rule needs one).
+const HORIZON_SCAN_EVERY: u32 = 4;
+
+/// Commits without fresh bytes after which a lane clears its bit of `fresh_mask`.
+const FRESH_CLEAR_AFTER: u32 = 8;
+
 /// What the conflict check of [`Lanes::conflicts`] knows about one slot's record.
 #[derive(Debug, Default)]
 struct SlotInfo {
@@ -382,6 +389,12 @@ pub struct LaneState {
     sync: Vec<ByteRange>,
     /// The holding thread (see `thread_id`), set by [`Lanes::acquire`].
     holder: u64,
+    /// Commits of this lane since its last horizon scan.
+    since_scan: u32,
+    /// Whether this lane's bit in [`Lanes::fresh_mask`] is set.
+    fresh_bit: bool,
+    /// Commits of this lane since its last one with fresh (CRC-checked) bytes.
+    since_fresh: u32,
 }
 
 /// An atomic word alone on its cache line (and the adjacent-line prefetch pair).
@@ -398,6 +411,12 @@ pub struct Lanes {
     /// Next sequence number to hand out. Written by every commit, so on a cache line of its
     /// own: the fields beside it are read by every commit of every thread.
     counter: OwnLine,
+    /// Lanes whose pending record may have fresh (CRC-checked, in-place) bytes: bit `i` for
+    /// lane `i < 63`, bit 63 for every lane from 63 on. A superset (set before such a
+    /// record becomes pending, cleared lazily by the lane's holder), so that a commit that
+    /// changes data reads other lanes' lines only when one may matter. On a line of its own:
+    /// read by every such commit, written rarely.
+    fresh_mask: OwnLine,
     /// Every commit fences its application before returning (two fences): for callers that
     /// store to transactional data outside transactions (the C ABI).
     fenced: std::sync::atomic::AtomicBool,
@@ -478,6 +497,9 @@ impl Lanes {
                     scratch: Vec::new(),
                     sync: Vec::new(),
                     holder: 0,
+                    since_scan: 0,
+                    fresh_bit: false,
+                    since_fresh: 0,
                 }),
                 inflight: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
@@ -496,6 +518,7 @@ impl Lanes {
             lanes,
             used: AtomicUsize::new(0),
             counter: OwnLine(AtomicU64::new(next_seq.max(1))),
+            fresh_mask: OwnLine(AtomicU64::new(0)),
             fenced: std::sync::atomic::AtomicBool::new(false),
             word_value: AtomicU64::new(word),
             word: Mutex::new(word),
@@ -654,10 +677,26 @@ impl Lanes {
             Ordering::Release,
         );
         let seq = self.counter.0.fetch_add(1, Ordering::AcqRel);
+        // The horizon: any value below the true one is a valid (weaker) claim, so a commit
+        // carries the lane's last durable one, already computed, unless a larger one is
+        // needed: when the next commit of this lane would otherwise find its slot's record
+        // not below a durable claim (the claim must be durable before that slot is
+        // overwritten, so it is computed now, one commit early), and at least every
+        // `HORIZON_SCAN_EVERY` commits (freed space waits for the durable horizon). Scanning
+        // reads every lane's line, written by other CPUs: the cross-CPU traffic of a commit.
+        let own_h = me.durable_h.load(Ordering::Relaxed);
+        let next = me.slots[(k + 1) % LANE_SLOTS as usize]
+            .seq
+            .load(Ordering::Acquire);
+        let scan = (next != 0 && own_h <= next) || lane.since_scan + 1 >= HORIZON_SCAN_EVERY;
         let horizon = if mutant::active("redo.no_horizon") {
             0
-        } else {
+        } else if scan {
+            lane.since_scan = 0;
             self.horizon()
+        } else {
+            lane.since_scan += 1;
+            own_h
         };
         seal(&mut lane.buf, seq, horizon, count);
         let slot = geometry.lane_offset(lane.index) + k as u64 * capacity;
@@ -673,6 +712,7 @@ impl Lanes {
         lane.next_slot = (lane.next_slot + 1) % LANE_SLOTS;
         match result {
             Ok(()) => {
+                self.note_fresh(lane, fresh);
                 if horizon > me.durable_h.load(Ordering::Relaxed) {
                     me.durable_h.store(horizon, Ordering::Release);
                 }
@@ -715,6 +755,28 @@ impl Lanes {
         result.map(|()| seq)
     }
 
+    /// Keep this lane's bit of `fresh_mask` a superset: set before a record with fresh bytes
+    /// becomes the lane's pending record; cleared (one locked instruction) only after
+    /// `FRESH_CLEAR_AFTER` commits without, so that alternating commits do not each pay one.
+    /// Called after the fence that covers the lane's previous pending record.
+    fn note_fresh(&self, lane: &mut LaneState, fresh: (u64, u64)) {
+        let index = lane.index as u64;
+        let bit = 1u64 << index.min(63);
+        if fresh.0 < fresh.1 {
+            lane.since_fresh = 0;
+            if !lane.fresh_bit {
+                self.fresh_mask.0.fetch_or(bit, Ordering::SeqCst);
+                lane.fresh_bit = true;
+            }
+        } else if lane.fresh_bit {
+            lane.since_fresh += 1;
+            if lane.since_fresh >= FRESH_CLEAR_AFTER && index < 63 {
+                self.fresh_mask.0.fetch_and(!bit, Ordering::SeqCst);
+                lane.fresh_bit = false;
+            }
+        }
+    }
+
     /// Note a pending record this thread's next fence covers.
     fn note_own(&self, lane: usize, seq: u64) {
         THREAD.with_borrow_mut(|t| {
@@ -735,8 +797,12 @@ impl Lanes {
         if data.0 >= data.1 {
             return Ok(());
         }
+        let mask = self.fresh_mask.0.load(Ordering::SeqCst);
+        if mask == 0 {
+            return Ok(());
+        }
         for (i, lane) in self.used_lanes().iter().enumerate() {
-            if i == mine {
+            if i == mine || mask & (1u64 << i.min(63)) == 0 {
                 continue;
             }
             loop {
