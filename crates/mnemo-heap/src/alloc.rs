@@ -772,7 +772,11 @@ impl Allocator {
     pub fn commit_alloc(&self, r: &Reservation) {
         match r.kind {
             Kind::Small { arena, chunk, unit } => {
-                self.with_unit(arena, chunk, unit, |run, w, bit| run.reserved[w] &= !bit)
+                // No relisting: committing frees no unit (one map lookup, not two).
+                let mut arena_guard = lock(&self.arenas[arena as usize]);
+                if let Some(run) = arena_guard.runs.get_mut(&chunk) {
+                    run.reserved[(unit / 64) as usize] &= !(1 << (unit % 64));
+                }
             }
             Kind::Large { chunk, chunks: n } => {
                 let mut chunks = lock(&self.chunks);

@@ -395,6 +395,8 @@ pub struct LaneState {
     fresh_bit: bool,
     /// Commits of this lane since its last one with fresh (CRC-checked) bytes.
     since_fresh: u32,
+    /// Sequence number of this lane's latest commit (0: none since open).
+    last_seq: u64,
 }
 
 /// An atomic word alone on its cache line (and the adjacent-line prefetch pair).
@@ -500,6 +502,7 @@ impl Lanes {
                     since_scan: 0,
                     fresh_bit: false,
                     since_fresh: 0,
+                    last_seq: 0,
                 }),
                 inflight: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
@@ -672,11 +675,17 @@ impl Lanes {
         // instruction): a builder that reads the counter past `seq` synchronizes with the
         // fetch_add and sees `inflight`; one that reads `inflight` cleared sees the `pending`
         // stored before.
-        me.inflight.store(
-            self.counter.0.load(Ordering::Acquire).max(1),
-            Ordering::Release,
-        );
+        // The lower bound: one past the lane's latest seq (the counter only grows), so the
+        // counter's line is not read before its fetch_add (a second transfer of it between
+        // CPUs); the counter itself only for the lane's first commit.
+        let bound = if lane.last_seq != 0 {
+            lane.last_seq + 1
+        } else {
+            self.counter.0.load(Ordering::Acquire).max(1)
+        };
+        me.inflight.store(bound, Ordering::Release);
         let seq = self.counter.0.fetch_add(1, Ordering::AcqRel);
+        lane.last_seq = seq;
         // The horizon: any value below the true one is a valid (weaker) claim, so a commit
         // carries the lane's last durable one, already computed, unless a larger one is
         // needed: when the next commit of this lane would otherwise find its slot's record
