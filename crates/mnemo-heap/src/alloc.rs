@@ -296,12 +296,19 @@ impl HeapStats {
     }
 }
 
+/// An arena's lock on cache lines of its own (and the adjacent-line prefetch pair): arenas
+/// of different threads side by side would share a line, and every allocation takes its
+/// arena's lock.
+#[derive(Debug)]
+#[repr(align(128))]
+struct ArenaSlot(Mutex<Arena>);
+
 /// The allocator.
 #[derive(Debug)]
 pub struct Allocator {
     geometry: Geometry,
     chunks: Mutex<Chunks>,
-    arenas: Box<[Mutex<Arena>]>,
+    arenas: Box<[ArenaSlot]>,
     next_arena: AtomicUsize,
     /// Process-unique identity, for the thread-local hint.
     instance: u64,
@@ -408,7 +415,10 @@ impl Allocator {
         Ok(Allocator {
             geometry,
             chunks: Mutex::new(chunks),
-            arenas: arena_list.into_iter().map(Mutex::new).collect(),
+            arenas: arena_list
+                .into_iter()
+                .map(|a| ArenaSlot(Mutex::new(a)))
+                .collect(),
             next_arena: AtomicUsize::new(0),
             instance: crate::next_instance(),
         })
@@ -536,7 +546,7 @@ impl Allocator {
         publish_run: &dyn Fn(u64, u8) -> Result<()>,
     ) -> Result<(Reservation, MetaOp)> {
         let a = self.my_arena();
-        let mut arena = lock(&self.arenas[a]);
+        let mut arena = lock(&self.arenas[a].0);
         let chunk = loop {
             match arena.avail[class as usize].last().copied() {
                 Some(c) => {
@@ -718,7 +728,7 @@ impl Allocator {
             }
             ChunkState::Run { arena: a } => {
                 drop(chunks);
-                let mut arena = lock(&self.arenas[a as usize]);
+                let mut arena = lock(&self.arenas[a as usize].0);
                 let run = arena
                     .runs
                     .get_mut(&chunk)
@@ -761,7 +771,7 @@ impl Allocator {
     }
 
     fn with_unit(&self, arena: u16, chunk: u64, unit: u64, f: impl FnOnce(&mut Run, usize, u64)) {
-        let mut arena_guard = lock(&self.arenas[arena as usize]);
+        let mut arena_guard = lock(&self.arenas[arena as usize].0);
         if let Some(run) = arena_guard.runs.get_mut(&chunk) {
             f(run, (unit / 64) as usize, 1 << (unit % 64));
         }
@@ -773,7 +783,7 @@ impl Allocator {
         match r.kind {
             Kind::Small { arena, chunk, unit } => {
                 // No relisting: committing frees no unit (one map lookup, not two).
-                let mut arena_guard = lock(&self.arenas[arena as usize]);
+                let mut arena_guard = lock(&self.arenas[arena as usize].0);
                 if let Some(run) = arena_guard.runs.get_mut(&chunk) {
                     run.reserved[(unit / 64) as usize] &= !(1 << (unit % 64));
                 }
@@ -813,7 +823,7 @@ impl Allocator {
     pub fn commit_free(&self, f: &PendingFree, release_run: &dyn Fn(u64) -> Result<()>) {
         match f.kind {
             Kind::Small { arena, chunk, unit } => {
-                let mut guard = lock(&self.arenas[arena as usize]);
+                let mut guard = lock(&self.arenas[arena as usize].0);
                 let Some(run) = guard.runs.get_mut(&chunk) else {
                     return;
                 };
@@ -874,7 +884,7 @@ impl Allocator {
                 status: Status::Live | Status::Freeing,
             } if offset == self.geometry.chunk_offset(chunk) => Some(chunks as u64 * CHUNK_SIZE),
             ChunkState::Run { arena } => {
-                let arena = lock(&self.arenas[arena as usize]);
+                let arena = lock(&self.arenas[arena as usize].0);
                 let run = arena.runs.get(&chunk)?;
                 let size = class_sizes()[run.class as usize];
                 let rel = offset.checked_sub(run.data)?;
@@ -905,7 +915,7 @@ impl Allocator {
             }
         }
         for arena in self.arenas.iter() {
-            let arena = lock(arena);
+            let arena = lock(&arena.0);
             for run in arena.runs.values() {
                 let size = class_sizes()[run.class as usize];
                 for unit in 0..run.units {
@@ -947,7 +957,7 @@ impl Allocator {
             })
             .collect();
         for arena in self.arenas.iter() {
-            let arena = lock(arena);
+            let arena = lock(&arena.0);
             for run in arena.runs.values() {
                 let c = &mut classes[run.class as usize];
                 let used = run.units - run.free;
