@@ -23,7 +23,9 @@
 //! Each lane is a ring of [`LANE_SLOTS`] slots; a slot is overwritten only once a durable
 //! horizon lies above its record (the overwrite rule). A record's `horizon` claims every
 //! smaller seq applied and fenced: the minimum of the counter and every lane's in-flight and
-//! pending seq. Recovery replays records with `seq >= max(horizon word, every horizon)`, in
+//! pending seq when the lanes are scanned, else (a weaker claim, still true) the lane's last
+//! durable one; a lane scans only when its next overwrite needs a larger claim, or every few
+//! commits. Recovery replays records with `seq >= max(horizon word, every horizon)`, in
 //! seq order. See `docs/design/heap-and-transactions.md`.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
