@@ -460,7 +460,16 @@ struct ThreadLanes {
 }
 
 thread_local! {
-    static THREAD: std::cell::RefCell<ThreadLanes> = std::cell::RefCell::new(ThreadLanes::default());
+    // Const-initialised: an access is a plain TLS load, no lazy-initialisation check.
+    static THREAD: std::cell::RefCell<ThreadLanes> = const {
+        std::cell::RefCell::new(ThreadLanes {
+            hint_instance: 0,
+            hint: 0,
+            id: 0,
+            pending: Vec::new(),
+            ranges: Vec::new(),
+        })
+    };
 }
 
 fn thread_id(t: &mut ThreadLanes) -> u64 {
