@@ -547,19 +547,20 @@ impl Allocator {
     ) -> Result<(Reservation, MetaOp)> {
         let a = self.my_arena();
         let mut arena = lock(&self.arenas[a].0);
-        let arena = &mut *arena;
-        let (chunk, run) = loop {
+        let chunk = loop {
             match arena.avail[class as usize].last().copied() {
-                Some(c) => match arena.runs.get_mut(&c) {
-                    // One map lookup finds the run and takes its unit below.
-                    Some(run) if run.free > 0 => break (c, run),
-                    run => {
-                        arena.avail[class as usize].pop();
-                        if let Some(r) = run {
-                            r.listed = false;
+                Some(c) => {
+                    let run = arena.runs.get_mut(&c).filter(|r| r.free > 0);
+                    match run {
+                        Some(_) => break c,
+                        None => {
+                            arena.avail[class as usize].pop();
+                            if let Some(r) = arena.runs.get_mut(&c) {
+                                r.listed = false;
+                            }
                         }
                     }
-                },
+                }
                 None => {
                     let c = self.new_run(pool, class, a, publish_run)?;
                     let (units, _) = run_layout(class);
@@ -573,14 +574,14 @@ impl Allocator {
                         ),
                     );
                     arena.list(c);
-                    let run = arena
-                        .runs
-                        .get_mut(&c)
-                        .ok_or_else(|| Error::Corrupt("run vanished".into()))?;
-                    break (c, run);
+                    break c;
                 }
             }
         };
+        let run = arena
+            .runs
+            .get_mut(&chunk)
+            .ok_or_else(|| Error::Corrupt("run vanished".into()))?;
         let unit = run
             .take_unit()
             .ok_or_else(|| Error::Corrupt("listed run without a free unit".into()))?;

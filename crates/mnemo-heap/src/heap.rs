@@ -485,15 +485,15 @@ impl Heap {
 
     /// Begin a transaction explicitly (joins the thread's current one on this heap).
     pub fn begin(&self) -> Result<TxHandle<'_>> {
-        let slot = tx::begin(self)?;
-        Ok(TxHandle::new(self, slot))
+        tx::begin(self)?;
+        Ok(TxHandle::new(self))
     }
 
     /// C-ABI style: begin (or join) this thread's transaction on this heap, without a handle.
     /// Work on it through [`Heap::tx`]; end it with [`Heap::tx_commit`] or [`Heap::tx_abort`]
     /// (once per `tx_begin`).
     pub fn tx_begin(&self) -> Result<()> {
-        tx::begin(self).map(drop)
+        tx::begin(self)
     }
 
     /// A handle to this thread's current transaction on this heap (its calls fail with

@@ -460,16 +460,7 @@ struct ThreadLanes {
 }
 
 thread_local! {
-    // Const-initialised: an access is a plain TLS load, no lazy-initialisation check.
-    static THREAD: std::cell::RefCell<ThreadLanes> = const {
-        std::cell::RefCell::new(ThreadLanes {
-            hint_instance: 0,
-            hint: 0,
-            id: 0,
-            pending: Vec::new(),
-            ranges: Vec::new(),
-        })
-    };
+    static THREAD: std::cell::RefCell<ThreadLanes> = std::cell::RefCell::new(ThreadLanes::default());
 }
 
 fn thread_id(t: &mut ThreadLanes) -> u64 {

@@ -2,14 +2,11 @@
 //!
 //! The state of a thread's transaction lives in a thread-local (one per heap), so a
 //! transaction started inside another on the same heap joins it (nesting is flattened) and
-//! the C ABI can begin and commit from separate calls. [`Tx`] is the handle user code gets;
-//! one from [`Heap::begin`] (and so inside `Heap::transaction`) carries its transaction's
-//! slot, so its calls and its commit make no thread-local lookup.
+//! the C ABI can begin and commit from separate calls. [`Tx`] is the handle user code gets.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use mnemo_pmem::ByteRange;
@@ -35,7 +32,9 @@ const FRESH_SCAN_MAX: usize = 16;
 /// One thread's transaction on one heap.
 #[derive(Default)]
 pub(crate) struct TxState {
+    heap_id: u64,
     token: u64,
+    depth: u32,
     poisoned: Option<String>,
     ops: Vec<Op>,
     data: Vec<u8>,
@@ -55,8 +54,10 @@ pub(crate) struct TxState {
 }
 
 impl TxState {
-    fn reset(&mut self) {
+    fn reset(&mut self, heap_id: u64) {
+        self.heap_id = heap_id;
         self.token = 0; // assigned on first use (`Tx::token`): most transactions never ask
+        self.depth = 1;
         self.poisoned = None;
         self.ops.clear();
         self.data.clear();
@@ -131,151 +132,102 @@ impl TxState {
     }
 }
 
-/// One transaction's state on one thread, shared by the thread's list and the handles of
-/// the transaction: a handle reaches its state through its own `Rc` (no thread-local lookup
-/// per call). `depth` 0: idle (committed or aborted), reusable once no handle holds it.
+/// A thread's transactions (one per heap it is in) and spare states to reuse. Boxed, so
+/// taking one out or putting it back moves a pointer, not the state.
 #[derive(Default)]
-pub(crate) struct Slot {
-    heap_id: Cell<u64>,
-    depth: Cell<u32>,
-    state: RefCell<TxState>,
-}
-
-fn no_transaction() -> Error {
-    Error::InvalidArgument("no transaction is active on this thread".into())
+#[allow(clippy::vec_box)] // moved in and out on every transaction: a pointer, not ~300 bytes
+struct Txs {
+    active: Vec<Box<TxState>>,
+    spare: Vec<Box<TxState>>,
 }
 
 thread_local! {
-    // A thread's transaction slots (at most one active per heap) and idle ones to reuse.
-    // Const-initialised: an access is a plain TLS load, no lazy-initialisation check.
-    static TXS: RefCell<Vec<Rc<Slot>>> = const { RefCell::new(Vec::new()) };
+    static TXS: RefCell<Txs> = RefCell::new(Txs::default());
 }
 
-/// The thread's active slot on heap `heap_id`.
-fn active_slot(heap_id: u64) -> Option<Rc<Slot>> {
-    TXS.with_borrow(|txs| {
-        txs.iter()
-            .find(|s| s.heap_id.get() == heap_id && s.depth.get() > 0)
-            .cloned()
+fn with_state<R>(heap_id: u64, f: impl FnOnce(&mut TxState) -> Result<R>) -> Result<R> {
+    TXS.with_borrow_mut(
+        |txs| match txs.active.iter_mut().find(|s| s.heap_id == heap_id) {
+            Some(state) => f(state),
+            None => Err(Error::InvalidArgument(
+                "no transaction is active on this thread".into(),
+            )),
+        },
+    )
+}
+
+/// Leave one nesting level; returns the state if it was the outermost.
+fn leave(heap_id: u64, poison: Option<&str>) -> Result<Option<Box<TxState>>> {
+    TXS.with_borrow_mut(|txs| {
+        let i = txs
+            .active
+            .iter()
+            .position(|s| s.heap_id == heap_id)
+            .ok_or_else(|| {
+                Error::InvalidArgument("no transaction is active on this thread".into())
+            })?;
+        let state = &mut txs.active[i];
+        state.depth -= 1;
+        if let Some(reason) = poison {
+            state.poisoned.get_or_insert_with(|| reason.to_string());
+        }
+        Ok((state.depth == 0).then(|| txs.active.swap_remove(i)))
     })
 }
 
-/// `slot` if it is still active, else the thread's active slot on the heap (the handle's
-/// transaction ended through [`Heap::tx_commit`] and another may have begun).
-fn resolve<'a>(
-    slot: &'a Rc<Slot>,
-    heap_id: u64,
-    held: &'a mut Option<Rc<Slot>>,
-) -> Result<&'a Rc<Slot>> {
-    if slot.depth.get() > 0 {
-        return Ok(slot);
+fn recycle(mut state: Box<TxState>) {
+    // Hooks are rare: skip the (out-of-line) drop of empty vectors of boxed closures.
+    if !state.on_commit.is_empty() || !state.on_abort.is_empty() {
+        state.on_commit.clear();
+        state.on_abort.clear();
     }
-    *held = active_slot(heap_id);
-    held.as_ref().ok_or_else(no_transaction)
+    TXS.with_borrow_mut(|txs| {
+        if txs.spare.len() < 4 {
+            txs.spare.push(state);
+        }
+    });
 }
 
-fn with_slot<R>(slot: &Slot, f: impl FnOnce(&mut TxState) -> Result<R>) -> Result<R> {
-    let mut state = slot.state.try_borrow_mut().map_err(|_| {
-        Error::InvalidArgument("the transaction is in use (re-entered from its own call)".into())
-    })?;
-    f(&mut state)
-}
-
-/// Leave one nesting level; true if it was the outermost.
-fn leave(slot: &Slot, poison: Option<&str>) -> Result<bool> {
-    let depth = slot.depth.get();
-    if depth == 0 {
-        return Err(no_transaction());
-    }
-    slot.depth.set(depth - 1);
-    if let Some(reason) = poison {
-        with_slot(slot, |s| {
-            s.poisoned.get_or_insert_with(|| reason.to_string());
-            Ok(())
-        })?;
-    }
-    Ok(depth == 1)
-}
-
-/// Start a transaction (or join the thread's current one on this heap); its slot.
-pub(crate) fn begin(heap: &Heap) -> Result<Rc<Slot>> {
+/// Start a transaction (or join the thread's current one on this heap).
+pub(crate) fn begin(heap: &Heap) -> Result<()> {
     let inner = heap.inner();
     inner.check_open()?;
-    let id = inner.id;
-    Ok(TXS.with_borrow_mut(|txs| {
-        if let Some(slot) = txs
-            .iter()
-            .find(|s| s.heap_id.get() == id && s.depth.get() > 0)
-        {
-            slot.depth.set(slot.depth.get() + 1);
-            return slot.clone();
+    TXS.with_borrow_mut(|txs| {
+        if let Some(state) = txs.active.iter_mut().find(|s| s.heap_id == inner.id) {
+            state.depth += 1;
+        } else {
+            let mut state = txs.spare.pop().unwrap_or_default();
+            state.reset(inner.id);
+            txs.active.push(state);
         }
-        // An idle slot no handle holds (so no stale handle can reach the new transaction).
-        let idle = txs
-            .iter()
-            .find(|s| s.depth.get() == 0 && Rc::strong_count(s) == 1)
-            .cloned();
-        let slot = match idle {
-            Some(slot) => slot,
-            None => {
-                // The list grows only while every slot is active or held by a handle, so it
-                // stays as long as the most transactions this thread had open (or held) at once.
-                let slot = Rc::new(Slot::default());
-                txs.push(slot.clone());
-                slot
-            }
-        };
-        slot.heap_id.set(id);
-        slot.depth.set(1);
-        slot.state.borrow_mut().reset();
-        slot
-    }))
+    });
+    Ok(())
 }
 
-/// End one nesting level of the thread's transaction on `heap`; the outermost commits.
+/// End one nesting level; the outermost commits.
 pub(crate) fn commit(heap: &Heap) -> Result<()> {
-    let slot = active_slot(heap.inner().id).ok_or_else(no_transaction)?;
-    commit_slot(heap, &slot)
-}
-
-/// End one nesting level of the transaction of `slot`; the outermost commits.
-fn commit_slot(heap: &Heap, slot: &Rc<Slot>) -> Result<()> {
     let inner = heap.inner();
-    let mut held = None;
-    let slot = resolve(slot, inner.id, &mut held)?;
-    if !leave(slot, None)? {
+    let Some(state) = leave(inner.id, None)? else {
         return Ok(());
-    }
-    let hooks = with_slot(slot, |state| Ok(commit_state(inner, state)))?;
-    let (result, hooks) = hooks;
-    run_hooks(inner, hooks);
-    result
-}
-
-type Hooks = Vec<Hook>;
-
-fn run_hooks(inner: &Inner, hooks: Hooks) {
-    for hook in hooks {
-        hook(inner);
-    }
-}
-
-/// Commit the outermost level; the hooks to run once the state is released.
-fn commit_state(inner: &Inner, state: &mut TxState) -> (Result<()>, Hooks) {
+    };
     if let Some(reason) = state.poisoned.clone() {
-        return (Err(Error::Aborted(reason)), abort_state(inner, state));
+        abort_state(inner, state);
+        return Err(Error::Aborted(reason));
     }
     if let Err(e) = inner.check_open() {
-        return (Err(e), abort_state(inner, state));
+        abort_state(inner, state);
+        return Err(e);
     }
     if state.is_empty() {
-        return (Ok(()), finish_commit(inner, state, None));
+        finish_commit(inner, state, None);
+        return Ok(());
     }
     let mut checks = Vec::with_capacity(state.direct.len());
     for range in &state.direct {
         let mut bytes = vec![0u8; range.len as usize];
         if let Err(e) = inner.pool.read(range.offset, &mut bytes) {
-            return (Err(e.into()), abort_state(inner, state));
+            abort_state(inner, state);
+            return Err(e.into());
         }
         checks.push((range.offset, range.len, crc32c::crc32c(&bytes)));
     }
@@ -312,18 +264,25 @@ fn commit_state(inner: &Inner, state: &mut TxState) -> (Result<()>, Hooks) {
     );
     drop(lane);
     match result {
-        Ok(seq) => (Ok(()), finish_commit(inner, state, Some(seq))),
-        Err(e @ Error::TransactionTooLarge { .. }) => (Err(e), abort_state(inner, state)),
+        Ok(seq) => {
+            finish_commit(inner, state, Some(seq));
+            Ok(())
+        }
+        Err(e @ Error::TransactionTooLarge { .. }) => {
+            abort_state(inner, state);
+            Err(e)
+        }
         Err(e) => {
             // The record may be durable: keep the allocator's view as committed, its frees
             // never handed back (a leak until the next open, never a double allocation).
-            (Err(e), finish_commit(inner, state, None))
+            finish_commit(inner, state, None);
+            Err(e)
         }
     }
 }
 
 /// The commit of record `seq` (None: nothing committed, or the outcome is unknown).
-fn finish_commit(inner: &Inner, state: &mut TxState, seq: Option<u64>) -> Hooks {
+fn finish_commit(inner: &Inner, mut state: Box<TxState>, seq: Option<u64>) {
     for r in &state.allocs {
         inner.alloc.commit_alloc(r);
     }
@@ -332,55 +291,42 @@ fn finish_commit(inner: &Inner, state: &mut TxState, seq: Option<u64>) -> Hooks 
         inner.defer_frees(seq, &state.frees);
     }
     inner.release_frees();
-    // Hooks are rare: skip the (out-of-line) drop of empty vectors of boxed closures.
-    if !state.on_abort.is_empty() {
-        state.on_abort.clear();
-    }
-    if state.on_commit.is_empty() {
+    let hooks = if state.on_commit.is_empty() {
         Vec::new()
     } else {
         std::mem::take(&mut state.on_commit)
+    };
+    for hook in hooks {
+        hook(inner);
     }
+    recycle(state);
 }
 
-/// Undo the allocator's view of an aborted transaction; its abort hooks, in reverse order.
-fn abort_state(inner: &Inner, state: &mut TxState) -> Hooks {
+fn abort_state(inner: &Inner, mut state: Box<TxState>) {
     for f in state.frees.iter().rev() {
         inner.alloc.abort_free(f);
     }
     for r in state.allocs.iter().rev() {
         inner.alloc.abort_alloc(r);
     }
-    state.on_commit.clear();
-    let mut hooks = std::mem::take(&mut state.on_abort);
-    hooks.reverse();
-    hooks
-}
-
-/// End one nesting level of the thread's transaction on `heap` by aborting: an inner abort
-/// dooms the whole (flattened) transaction.
-pub(crate) fn abort(heap: &Heap, reason: &str) {
-    if let Some(slot) = active_slot(heap.inner().id) {
-        abort_slot(heap, &slot, reason);
+    for hook in state.on_abort.drain(..).rev() {
+        hook(inner);
     }
+    recycle(state);
 }
 
-fn abort_slot(heap: &Heap, slot: &Rc<Slot>, reason: &str) {
+/// End one nesting level by aborting: an inner abort dooms the whole (flattened) transaction.
+pub(crate) fn abort(heap: &Heap, reason: &str) {
     let inner = heap.inner();
-    let mut held = None;
-    let Ok(slot) = resolve(slot, inner.id, &mut held) else {
-        return;
-    };
-    if let Ok(true) = leave(slot, Some(reason)) {
-        if let Ok(hooks) = with_slot(slot, |state| Ok(abort_state(inner, state))) {
-            run_hooks(inner, hooks);
-        }
+    if let Ok(Some(state)) = leave(inner.id, Some(reason)) {
+        abort_state(inner, state);
     }
 }
 
 /// Whether this thread has a transaction open on `heap`.
 pub(crate) fn active_on(heap: &Heap) -> bool {
-    active_slot(heap.inner().id).is_some()
+    let id = heap.inner().id;
+    TXS.with_borrow(|txs| txs.active.iter().any(|s| s.heap_id == id))
 }
 
 /// Append the entry of an allocator metadata change to a record.
@@ -455,26 +401,13 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
 #[derive(Debug)]
 pub struct Tx<'h> {
     heap: &'h Heap,
-    /// The transaction's slot (a handle from [`Heap::begin`]); None: the thread's current
-    /// transaction on the heap, looked up per call ([`Heap::tx`]).
-    slot: Option<Rc<Slot>>,
     _thread_bound: PhantomData<*const ()>,
-}
-
-impl std::fmt::Debug for Slot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Slot")
-            .field("heap_id", &self.heap_id.get())
-            .field("depth", &self.depth.get())
-            .finish_non_exhaustive()
-    }
 }
 
 impl<'h> Tx<'h> {
     pub(crate) fn new(heap: &'h Heap) -> Tx<'h> {
         Tx {
             heap,
-            slot: None,
             _thread_bound: PhantomData,
         }
     }
@@ -486,15 +419,7 @@ impl<'h> Tx<'h> {
     fn state<R>(&self, f: impl FnOnce(&mut TxState, &Inner) -> Result<R>) -> Result<R> {
         let inner = self.inner();
         inner.check_open()?;
-        let looked_up;
-        let slot = match &self.slot {
-            Some(slot) if slot.depth.get() > 0 => slot,
-            _ => {
-                looked_up = active_slot(inner.id).ok_or_else(no_transaction)?;
-                &looked_up
-            }
-        };
-        with_slot(slot, |s| f(s, inner))
+        with_state(inner.id, |s| f(s, inner))
     }
 
     /// A number identifying this transaction (unique in the process).
@@ -687,42 +612,28 @@ pub struct TxHandle<'h> {
 }
 
 impl<'h> TxHandle<'h> {
-    pub(crate) fn new(heap: &'h Heap, slot: Rc<Slot>) -> TxHandle<'h> {
+    pub(crate) fn new(heap: &'h Heap) -> TxHandle<'h> {
         TxHandle {
-            tx: Tx {
-                heap,
-                slot: Some(slot),
-                _thread_bound: PhantomData,
-            },
+            tx: Tx::new(heap),
             done: false,
         }
     }
 
-    /// This level's slot, taken out of the handle: once the level ends, the handle no
-    /// longer holds it (so an idle slot is reusable as soon as its commit returns).
-    fn take_slot(&mut self) -> Option<Rc<Slot>> {
-        self.done = true;
-        self.tx.slot.take()
-    }
-
     /// Commit (the outermost level) or leave this nesting level.
     pub fn commit(mut self) -> Result<()> {
-        match self.take_slot() {
-            Some(slot) => commit_slot(self.tx.heap, &slot),
-            None => commit(self.tx.heap),
-        }
+        self.done = true;
+        commit(self.tx.heap)
     }
 
     /// Abort: discards every write, allocation and free of the whole transaction.
-    pub fn abort(self) {
-        self.abort_because("aborted by the caller");
+    pub fn abort(mut self) {
+        self.done = true;
+        abort(self.tx.heap, "aborted by the caller");
     }
 
     pub(crate) fn abort_because(mut self, reason: &str) {
-        match self.take_slot() {
-            Some(slot) => abort_slot(self.tx.heap, &slot, reason),
-            None => abort(self.tx.heap, reason),
-        }
+        self.done = true;
+        abort(self.tx.heap, reason);
     }
 }
 
@@ -736,11 +647,10 @@ impl<'h> std::ops::Deref for TxHandle<'h> {
 impl Drop for TxHandle<'_> {
     fn drop(&mut self) {
         if !self.done {
-            let reason = "the transaction handle was dropped without commit";
-            match self.tx.slot.take() {
-                Some(slot) => abort_slot(self.tx.heap, &slot, reason),
-                None => abort(self.tx.heap, reason),
-            }
+            abort(
+                self.tx.heap,
+                "the transaction handle was dropped without commit",
+            );
         }
     }
 }

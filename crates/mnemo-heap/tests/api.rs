@@ -655,43 +655,6 @@ fn empty_runs_return_to_the_chunk_pool() {
 }
 
 #[test]
-fn a_handle_whose_level_ended_elsewhere_never_reaches_a_later_transaction() {
-    let dir = shm_dir();
-    let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
-    let a = heap.root::<u64>("a").unwrap();
-    let b = heap.root::<u64>("b").unwrap();
-    // The handle's level is ended by the handle-free call: the handle then works on the
-    // thread's current transaction, as it looks it up, never on a finished one.
-    let stale = heap.begin().unwrap();
-    stale.write(a, &1).unwrap();
-    heap.tx_commit().unwrap();
-    assert_eq!(heap.get(a).unwrap(), 1);
-    assert!(matches!(stale.write(a, &2), Err(Error::InvalidArgument(_))));
-    // A new transaction begun meanwhile is the thread's current one: the old handle joins it
-    // (one level each), and the new one is not mixed up with the old one's state.
-    let fresh = heap.begin().unwrap();
-    fresh.write(b, &3).unwrap();
-    stale.write(a, &4).unwrap();
-    assert_eq!(fresh.read(a).unwrap(), 4);
-    fresh.commit().unwrap();
-    assert_eq!(heap.get(b).unwrap(), 3);
-    assert!(matches!(stale.commit(), Err(Error::InvalidArgument(_))));
-    assert_eq!(heap.get(a).unwrap(), 4);
-    // Interleaved handles and nesting in a closure: one flattened transaction.
-    let outer = heap.begin().unwrap();
-    heap.transaction(|tx| {
-        tx.write(a, &5)?;
-        let inner = heap.begin()?;
-        inner.write(b, &6)?;
-        inner.commit()
-    })
-    .unwrap();
-    assert_eq!(heap.get(a).unwrap(), 4, "the outer level is still open");
-    outer.commit().unwrap();
-    assert_eq!((heap.get(a).unwrap(), heap.get(b).unwrap()), (5, 6));
-}
-
-#[test]
 fn handle_free_begin_commit_abort_for_the_c_abi() {
     let dir = shm_dir();
     let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
