@@ -473,7 +473,25 @@ struct Shared<'a, W: Workload> {
     failures: Mutex<(u64, Vec<Failure>)>,
 }
 
-impl<W: Workload> Shared<'_, W> {
+impl<'a, W: Workload> Shared<'a, W> {
+    /// Nothing checked yet: every counter at zero, no failure, not stopped.
+    fn new(workload: &'a W, config: &'a Config, states: &'a [W::State]) -> Shared<'a, W> {
+        Shared {
+            workload,
+            config,
+            states,
+            seen: Mutex::new(HashSet::new()),
+            stop: AtomicBool::new(false),
+            images: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            depth2: AtomicU64::new(0),
+            follow_ons: AtomicU64::new(0),
+            exhaustive: AtomicU64::new(0),
+            sampled: AtomicU64::new(0),
+            failures: Mutex::new((0, Vec::new())),
+        }
+    }
+
     fn fail(&self, failure: Failure) {
         let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         f.0 += 1;
@@ -654,20 +672,7 @@ impl<W: Workload> Shared<'_, W> {
 pub fn explore<W: Workload>(workload: &W, config: &Config) -> Report {
     let start = Instant::now();
     let recording = record(workload, config);
-    let shared = Shared {
-        workload,
-        config,
-        states: &recording.states,
-        seen: Mutex::new(HashSet::new()),
-        stop: AtomicBool::new(false),
-        images: AtomicU64::new(0),
-        duplicates: AtomicU64::new(0),
-        depth2: AtomicU64::new(0),
-        follow_ons: AtomicU64::new(0),
-        exhaustive: AtomicU64::new(0),
-        sampled: AtomicU64::new(0),
-        failures: Mutex::new((0, Vec::new())),
-    };
+    let shared = Shared::new(workload, config, &recording.states);
     if let Some(error) = &recording.error {
         shared.fail(shared.failure(None, None, error.clone()));
     }
@@ -784,20 +789,7 @@ pub fn replay<W: Workload>(
     let mut forced = config.clone();
     forced.depth2_every = 1;
     forced.follow_on_every = 1;
-    let shared = Shared {
-        workload,
-        config: &forced,
-        states: &recording.states,
-        seen: Mutex::new(HashSet::new()),
-        stop: AtomicBool::new(false),
-        images: AtomicU64::new(0),
-        duplicates: AtomicU64::new(0),
-        depth2: AtomicU64::new(0),
-        follow_ons: AtomicU64::new(0),
-        exhaustive: AtomicU64::new(0),
-        sampled: AtomicU64::new(0),
-        failures: Mutex::new((0, Vec::new())),
-    };
+    let shared = Shared::new(workload, &forced, &recording.states);
     let mut image = crash.durable.as_ref().clone();
     set_cut(&mut image, crash, cut, true);
     let (acked, in_flight) = shared.model(crash);
