@@ -10,14 +10,13 @@
 
 use std::fs::OpenOptions as FsOpen;
 use std::path::Path;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use mnemo_heap::{Heap, HeapOptions, PPtr};
 use mnemo_pmem::error::MediaError;
-use mnemo_pmem::{CreateOptions, FileMedia, Media, MediaInfo, Pool};
+use mnemo_pmem::{CreateOptions, FileMedia, ForwardMedia, Media, Pool};
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -39,21 +38,10 @@ fn lines(offset: u64, len: u64) -> u64 {
     }
 }
 
-impl Media for Counting {
-    fn base(&self) -> NonNull<u8> {
-        self.inner.base()
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-    fn grow(&self, new_len: u64) -> Result<(), MediaError> {
-        self.inner.grow(new_len)
-    }
-    fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), MediaError> {
-        self.inner.ensure_backed(offset, len)
+impl ForwardMedia for Counting {
+    type Inner = FileMedia;
+    fn inner(&self) -> &FileMedia {
+        &self.inner
     }
     fn flush(&self, offset: u64, len: u64) {
         self.counters
@@ -71,8 +59,11 @@ impl Media for Counting {
             .fetch_add(lines(offset, src.len() as u64), Ordering::Relaxed);
         self.inner.copy_nodrain(offset, src)
     }
-    fn info(&self) -> MediaInfo {
-        self.inner.info()
+    fn stream_nodrain(&self, offset: u64, src: &[u8]) {
+        self.counters
+            .lines
+            .fetch_add(lines(offset, src.len() as u64), Ordering::Relaxed);
+        self.inner.stream_nodrain(offset, src)
     }
 }
 
