@@ -336,8 +336,7 @@ impl Heap {
         pool.flush(geometry.zone_offset(0), ZONE_HEADER_SIZE)?;
         for lane in 0..geometry.lane_count {
             for slot in 0..redo::LANE_SLOTS {
-                let at =
-                    geometry.lane_offset(lane) + slot * geometry.lane_log_size / redo::LANE_SLOTS;
+                let at = geometry.slot_offset(lane, slot);
                 pool.write(at, &zeros[..64])?;
                 pool.flush(at, 64)?;
             }
@@ -781,14 +780,14 @@ impl Heap {
 
 /// Replay the committed records that may not have been applied; returns the lanes, ready.
 fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
-    let capacity = geometry.lane_log_size / redo::LANE_SLOTS;
+    let capacity = geometry.slot_size();
     let mut records = Vec::new();
     let mut starts = vec![redo::LaneStart::default(); geometry.lane_count as usize];
     for lane in 0..geometry.lane_count {
         let start = &mut starts[lane as usize];
         let mut latest = 0u64;
         for k in 0..redo::LANE_SLOTS {
-            let slot = geometry.lane_offset(lane) + k * capacity;
+            let slot = geometry.slot_offset(lane, k);
             let mut head = [0u8; redo::RECORD_HEADER];
             pool.read(slot, &mut head)?;
             let record = match redo::header_len(&head, capacity as usize) {

@@ -33,6 +33,8 @@ pub const TOC_ENTRY_SIZE: u64 = 128;
 pub const NAME_MAX: usize = 63;
 /// Default number of TOC entries: 256 named regions (32 KiB).
 pub const TOC_ENTRIES_DEFAULT: u64 = 256;
+/// Record slots per lane: a lane is a ring of this many slots, written in turn.
+pub const LANE_SLOTS: u64 = 4;
 /// Default number of lanes: more than the threads that commit at once on the machines we
 /// target; each costs its log size of pool space.
 pub const LANE_COUNT_DEFAULT: u32 = 16;
@@ -146,6 +148,16 @@ impl Geometry {
     /// Offset of lane `i`'s log.
     pub fn lane_offset(&self, lane: u32) -> u64 {
         self.lanes_offset + lane as u64 * self.lane_log_size
+    }
+
+    /// Bytes of one record slot: the largest redo record a transaction may write.
+    pub fn slot_size(&self) -> u64 {
+        self.lane_log_size / LANE_SLOTS
+    }
+
+    /// Offset of slot `slot` (`< LANE_SLOTS`) of lane `lane`.
+    pub fn slot_offset(&self, lane: u32, slot: u64) -> u64 {
+        self.lane_offset(lane) + slot * self.slot_size()
     }
 
     /// Offset of zone `z`.

@@ -332,8 +332,7 @@ pub fn cap_ranges(ranges: &mut Vec<ByteRange>, max: usize) {
     }
 }
 
-/// Record slots per lane: a lane is a ring of this many slots, written in turn.
-pub const LANE_SLOTS: u64 = 4;
+pub use crate::layout::LANE_SLOTS;
 
 /// A lane's commits scan every lane for a fresh horizon at least this often (more often when
 /// the overwrite rule needs one).
@@ -640,7 +639,7 @@ impl Lanes {
         fresh: (u64, u64),
         allowed: &dyn Fn(u64, u64) -> bool,
     ) -> Result<u64> {
-        let capacity = geometry.lane_log_size / LANE_SLOTS;
+        let capacity = geometry.slot_size();
         if lane.buf.len() as u64 > capacity {
             return Err(Error::TransactionTooLarge {
                 needed: lane.buf.len() as u64,
@@ -710,7 +709,7 @@ impl Lanes {
             own_h
         };
         seal(&mut lane.buf, seq, horizon, count);
-        let slot = geometry.lane_offset(lane.index) + k as u64 * capacity;
+        let slot = geometry.slot_offset(lane.index, k as u64);
         let mut applied = std::mem::take(&mut lane.scratch);
         applied.clear();
         let result = self.commit_io(pool, lane, slot, extra, allowed, &mut applied);

@@ -456,7 +456,7 @@ impl<'h> Tx<'h> {
     }
 
     fn log_write(&self, offset: u64, bytes: &[u8], user: bool) -> Result<()> {
-        let slot = self.inner().geometry.lane_log_size / redo::LANE_SLOTS;
+        let slot = self.inner().geometry.slot_size();
         self.state(|s, inner| {
             let len = bytes.len() as u64;
             if user && s.fresh(offset, len) {
@@ -536,7 +536,7 @@ impl<'h> Tx<'h> {
 
     /// Allocate `size` bytes whose contents are unspecified (whatever the space held).
     pub fn alloc_bytes(&self, size: u64) -> Result<u64> {
-        let slot = self.inner().geometry.lane_log_size / redo::LANE_SLOTS;
+        let slot = self.inner().geometry.slot_size();
         self.state(|s, inner| {
             s.grow_record(redo::entry_size(8), slot)?;
             let publish = |chunk, class| inner.publish_run(chunk, class);
@@ -575,7 +575,7 @@ impl<'h> Tx<'h> {
 
     /// Free the object at `offset` when the transaction commits.
     pub fn free_offset(&self, offset: u64) -> Result<()> {
-        let slot = self.inner().geometry.lane_log_size / redo::LANE_SLOTS;
+        let slot = self.inner().geometry.slot_size();
         self.state(|s, inner| {
             s.grow_record(redo::entry_size(8), slot)?;
             let own = s.own(offset);

@@ -315,7 +315,7 @@ impl<'a, 'h> Mem<'a, 'h> {
     /// command that grew it, and never in the final flush before the commit.
     pub fn flush_if_large(&self) -> Result<()> {
         let waiting = self.overlay.pending.borrow().len() as u64 * RECORD_BYTES_PER_WORD;
-        let capacity = self.heap.geometry().lane_log_size / mnemo_heap::redo::LANE_SLOTS;
+        let capacity = self.heap.geometry().slot_size();
         if self.overlay.record_bytes.get().saturating_add(waiting) > capacity {
             self.flush()?;
         }
