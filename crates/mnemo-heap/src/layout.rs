@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! pool data offset (8192)
-//! +0        superblock (one 4 KiB page; the horizon word at +512)
+//! +0        superblock (one 4 KiB page; the horizon word at +512, the checked word at +576)
 //! +4 KiB    table of contents: toc_entries x 128 B
 //! ...       lanes: lane_count x lane_log_size (each a ring of 4 redo-record slots, 4 KiB aligned)
 //! ...       zone 0: chunk table (4096 x 8 B = 32 KiB), then up to 4096 chunks of 256 KiB
