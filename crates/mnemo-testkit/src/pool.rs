@@ -324,6 +324,54 @@ fn fail(e: Error) -> String {
     e.to_string()
 }
 
+/// Close `pool` cleanly and acknowledge its state with the clean flag set.
+fn close_acked(pool: Pool, run: &mut Run<PoolState>) -> Result<(), String> {
+    let mut closed = state_of(&pool)?;
+    pool.close().map_err(fail)?;
+    if let PoolState::Present(p) = &mut closed {
+        p.clean = true;
+    }
+    run.ack(closed);
+    Ok(())
+}
+
+/// The recovery and checks every pool workload shares: [`open`], [`observe`] (no pool is
+/// [`PoolState::Absent`]), [`accept`], [`same_recovery`] and [`follow_on`].
+macro_rules! pool_checks {
+    () => {
+        fn recover(&self, media: SimMedia) -> Result<Option<Pool>, String> {
+            open(media)
+        }
+
+        fn observe(&self, recovered: &Option<Pool>) -> Result<PoolState, String> {
+            recovered.as_ref().map_or(Ok(PoolState::Absent), observe)
+        }
+
+        fn accept(
+            &self,
+            observed: &PoolState,
+            acked: &PoolState,
+            in_flight: Option<&PoolState>,
+        ) -> Result<(), String> {
+            accept(observed, acked, in_flight)
+        }
+
+        fn same_recovery(
+            &self,
+            first: &PoolState,
+            second: &PoolState,
+            acked: &PoolState,
+            in_flight: Option<&PoolState>,
+        ) -> Result<(), String> {
+            same_recovery(first, second, acked, in_flight)
+        }
+
+        fn follow_on(&self, recovered: Option<Pool>, media: &SimMedia) -> Result<(), String> {
+            follow_on(recovered, media)
+        }
+    };
+}
+
 /// Workload "create": format a pool, then close it.
 #[derive(Clone, Copy, Debug)]
 pub struct CreateWorkload {
@@ -363,45 +411,11 @@ impl Workload for CreateWorkload {
         )
         .map_err(fail)?;
         run.ack(state_of(&pool)?);
-        let mut closed = state_of(&pool)?;
-        pool.close().map_err(fail)?;
-        if let PoolState::Present(p) = &mut closed {
-            p.clean = true;
-        }
-        run.ack(closed);
+        close_acked(pool, run)?;
         Ok(())
     }
 
-    fn recover(&self, media: SimMedia) -> Result<Option<Pool>, String> {
-        open(media)
-    }
-
-    fn observe(&self, recovered: &Option<Pool>) -> Result<PoolState, String> {
-        recovered.as_ref().map_or(Ok(PoolState::Absent), observe)
-    }
-
-    fn accept(
-        &self,
-        observed: &PoolState,
-        acked: &PoolState,
-        in_flight: Option<&PoolState>,
-    ) -> Result<(), String> {
-        accept(observed, acked, in_flight)
-    }
-
-    fn same_recovery(
-        &self,
-        first: &PoolState,
-        second: &PoolState,
-        acked: &PoolState,
-        in_flight: Option<&PoolState>,
-    ) -> Result<(), String> {
-        same_recovery(first, second, acked, in_flight)
-    }
-
-    fn follow_on(&self, recovered: Option<Pool>, media: &SimMedia) -> Result<(), String> {
-        follow_on(recovered, media)
-    }
+    pool_checks!();
 }
 
 /// Workload "open/close cycles": create, then `cycles` times: write and sync a few bytes,
@@ -443,12 +457,7 @@ impl Workload for CyclesWorkload {
             pool.write(offset, &bytes).map_err(fail)?;
             pool.msync(offset, bytes.len() as u64).map_err(fail)?;
             run.ack(state_of(&pool)?);
-            let mut closed = state_of(&pool)?;
-            pool.close().map_err(fail)?;
-            if let PoolState::Present(p) = &mut closed {
-                p.clean = true;
-            }
-            run.ack(closed);
+            close_acked(pool, run)?;
             pool = open(run.media())?
                 .ok_or_else(|| format!("cycle {cycle}: the pool vanished after close"))?;
             if !pool.was_clean() {
@@ -458,45 +467,11 @@ impl Workload for CyclesWorkload {
             }
             run.ack(state_of(&pool)?);
         }
-        let mut closed = state_of(&pool)?;
-        pool.close().map_err(fail)?;
-        if let PoolState::Present(p) = &mut closed {
-            p.clean = true;
-        }
-        run.ack(closed);
+        close_acked(pool, run)?;
         Ok(())
     }
 
-    fn recover(&self, media: SimMedia) -> Result<Option<Pool>, String> {
-        open(media)
-    }
-
-    fn observe(&self, recovered: &Option<Pool>) -> Result<PoolState, String> {
-        recovered.as_ref().map_or(Ok(PoolState::Absent), observe)
-    }
-
-    fn accept(
-        &self,
-        observed: &PoolState,
-        acked: &PoolState,
-        in_flight: Option<&PoolState>,
-    ) -> Result<(), String> {
-        accept(observed, acked, in_flight)
-    }
-
-    fn same_recovery(
-        &self,
-        first: &PoolState,
-        second: &PoolState,
-        acked: &PoolState,
-        in_flight: Option<&PoolState>,
-    ) -> Result<(), String> {
-        same_recovery(first, second, acked, in_flight)
-    }
-
-    fn follow_on(&self, recovered: Option<Pool>, media: &SimMedia) -> Result<(), String> {
-        follow_on(recovered, media)
-    }
+    pool_checks!();
 }
 
 /// Workload "grow": create a 64 KiB pool, then `grows` times: `writes` seeded writes of
@@ -587,36 +562,7 @@ impl Workload for GrowWorkload {
         Ok(())
     }
 
-    fn recover(&self, media: SimMedia) -> Result<Option<Pool>, String> {
-        open(media)
-    }
-
-    fn observe(&self, recovered: &Option<Pool>) -> Result<PoolState, String> {
-        recovered.as_ref().map_or(Ok(PoolState::Absent), observe)
-    }
-
-    fn accept(
-        &self,
-        observed: &PoolState,
-        acked: &PoolState,
-        in_flight: Option<&PoolState>,
-    ) -> Result<(), String> {
-        accept(observed, acked, in_flight)
-    }
-
-    fn same_recovery(
-        &self,
-        first: &PoolState,
-        second: &PoolState,
-        acked: &PoolState,
-        in_flight: Option<&PoolState>,
-    ) -> Result<(), String> {
-        same_recovery(first, second, acked, in_flight)
-    }
-
-    fn follow_on(&self, recovered: Option<Pool>, media: &SimMedia) -> Result<(), String> {
-        follow_on(recovered, media)
-    }
+    pool_checks!();
 }
 
 /// Decode the header in force of a raw image (tests and fuzzing).
