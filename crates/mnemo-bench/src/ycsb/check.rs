@@ -99,16 +99,6 @@ fn tol(p: f64, n: usize) -> f64 {
     5.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt()
 }
 
-fn record_ok(w: &CoreWorkload, record: &Record) -> bool {
-    record.len() == w.fieldcount
-        && (0..w.fieldcount).all(|i| {
-            let name = CoreWorkload::field_name(i);
-            record
-                .iter()
-                .any(|(f, v)| f[..] == name[..] && v.len() == w.fieldlength)
-        })
-}
-
 fn phase_clean(report: &mut Report, r: &PhaseResult) {
     let errors: u64 = r.ops.iter().map(|s| s.errors).sum();
     let c = &r.checks;
@@ -168,7 +158,7 @@ pub fn check(
         let status = client
             .read(base.key_name(k).as_bytes(), &mut record)
             .map_err(io)?;
-        bad += i64::from(status != Status::Ok || !record_ok(&base, &record));
+        bad += i64::from(status != Status::Ok || !runner::whole_record(&base, &record));
     }
     report.add(
         "load: every record has 10 fields field0..field9 of 100 bytes",

@@ -200,13 +200,7 @@ impl ThreadLog {
         self.checks.records_read += 1;
         // A whole record, or with readallfields=false the one field asked for.
         let good = if w.readallfields {
-            record.len() == w.fieldcount
-                && (0..w.fieldcount).all(|i| {
-                    let name = CoreWorkload::field_name(i);
-                    record
-                        .iter()
-                        .any(|(f, v)| f[..] == name[..] && v.len() == w.fieldlength)
-                })
+            whole_record(w, record)
         } else {
             record.len() == 1
                 && record
@@ -217,6 +211,17 @@ impl ThreadLog {
             self.checks.bad_records += 1;
         }
     }
+}
+
+/// Whether `record` has every field of `w`, each `fieldlength` bytes long, and nothing else.
+pub(super) fn whole_record(w: &CoreWorkload, record: &Record) -> bool {
+    record.len() == w.fieldcount
+        && (0..w.fieldcount).all(|i| {
+            let name = CoreWorkload::field_name(i);
+            record
+                .iter()
+                .any(|(f, v)| f[..] == name[..] && v.len() == w.fieldlength)
+        })
 }
 
 /// State the threads share in the run phase.
