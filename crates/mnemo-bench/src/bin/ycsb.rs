@@ -326,8 +326,9 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
 
     let mut csv = Vec::new();
     for r in &rows {
-        csv.push(format!(
-            "{},{},{},{},{:.1},{:.3},{},OVERALL,{},0,,,,,",
+        // server..truncated, the same on the phase's OVERALL row and on each operation's.
+        let phase = format!(
+            "{},{},{},{},{:.1},{:.3},{}",
             r.target.name(),
             r.step,
             r.result.phase,
@@ -335,18 +336,11 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
             r.result.throughput(),
             r.result.elapsed.as_secs_f64(),
             r.result.truncated,
-            r.result.operations,
-        ));
+        );
+        csv.push(format!("{phase},OVERALL,{},0,,,,,", r.result.operations));
         for s in &r.result.ops {
             csv.push(format!(
-                "{},{},{},{},{:.1},{:.3},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1}",
-                r.target.name(),
-                r.step,
-                r.result.phase,
-                r.result.threads,
-                r.result.throughput(),
-                r.result.elapsed.as_secs_f64(),
-                r.result.truncated,
+                "{phase},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1}",
                 s.op.name(),
                 s.count,
                 s.errors,
