@@ -89,6 +89,17 @@ pub fn create_options(size: u64, size_max: u64) -> CreateOptions {
     }
 }
 
+/// Create a pool named `name` on `media` with [`create_options`]`(size, size_max)`; the error
+/// as text, as workloads return it.
+pub fn create(media: SimMedia, name: &str, size: u64, size_max: u64) -> Result<Pool, String> {
+    Pool::create_on(
+        Box::new(media),
+        Path::new(name),
+        &create_options(size, size_max),
+    )
+    .map_err(|e| e.to_string())
+}
+
 /// Open a pool on `media` with the testkit layout. `Ok(None)`: no valid header at all.
 ///
 /// An empty medium (a crash before creation grew it) holds no pool either.
@@ -404,12 +415,7 @@ impl Workload for CreateWorkload {
     }
 
     fn run(&self, run: &mut Run<PoolState>) -> Result<(), String> {
-        let pool = Pool::create_on(
-            Box::new(run.media()),
-            Path::new(NAME),
-            &create_options(self.size, self.capacity()),
-        )
-        .map_err(fail)?;
+        let pool = create(run.media(), NAME, self.size, self.capacity())?;
         run.ack(state_of(&pool)?);
         close_acked(pool, run)?;
         Ok(())
@@ -443,12 +449,7 @@ impl Workload for CyclesWorkload {
     }
 
     fn run(&self, run: &mut Run<PoolState>) -> Result<(), String> {
-        let mut pool = Pool::create_on(
-            Box::new(run.media()),
-            Path::new(NAME),
-            &create_options(POOL_SIZE_MIN, 1 << 20),
-        )
-        .map_err(fail)?;
+        let mut pool = create(run.media(), NAME, POOL_SIZE_MIN, 1 << 20)?;
         run.ack(state_of(&pool)?);
         for cycle in 0..self.cycles {
             let offset = DATA_OFFSET + run.rng().below(POOL_SIZE_MIN - DATA_OFFSET - 64);
@@ -521,9 +522,7 @@ impl Workload for GrowWorkload {
     }
 
     fn run(&self, run: &mut Run<PoolState>) -> Result<(), String> {
-        let options = create_options(POOL_SIZE_MIN, Self::SIZE_MAX);
-        let pool =
-            Pool::create_on(Box::new(run.media()), Path::new(NAME), &options).map_err(fail)?;
+        let pool = create(run.media(), NAME, POOL_SIZE_MIN, Self::SIZE_MAX)?;
         let mut model = state_of(&pool)?;
         run.ack(model.clone());
         for _ in 0..self.grows {

@@ -1,7 +1,6 @@
 //! Regression tests, each opening with the story of its bug.
 
 use mnemo_pmem::header::{checksum, CHECKSUM_OFFSET};
-use mnemo_pmem::Pool;
 use mnemo_testkit::{pool, SimMedia, SimOptions};
 
 /// Opening a pool whose header carries a creator that is not UTF-8 (under a valid checksum)
@@ -12,13 +11,7 @@ use mnemo_testkit::{pool, SimMedia, SimOptions};
 #[test]
 fn pool_with_a_non_utf8_creator_opens() {
     let media = SimMedia::new(1 << 20);
-    let options = pool::create_options(64 << 10, 1 << 20);
-    let created = Pool::create_on(
-        Box::new(media.clone()),
-        std::path::Path::new(pool::NAME),
-        &options,
-    )
-    .expect("create");
+    let created = pool::create(media.clone(), pool::NAME, 64 << 10, 1 << 20).expect("create");
     created.close().expect("close");
     let mut image = media.durable_image();
     for copy in 0..2 {
@@ -44,13 +37,7 @@ fn pool_with_a_non_utf8_creator_opens() {
 #[test]
 fn generation_near_overflow_is_refused_and_the_other_copy_rules() {
     let media = SimMedia::new(1 << 20);
-    let options = pool::create_options(64 << 10, 1 << 20);
-    let created = Pool::create_on(
-        Box::new(media.clone()),
-        std::path::Path::new(pool::NAME),
-        &options,
-    )
-    .expect("create");
+    let created = pool::create(media.clone(), pool::NAME, 64 << 10, 1 << 20).expect("create");
     let uuid = created.header().pool_uuid;
     created.close().expect("close");
     let mut image = media.durable_image();
