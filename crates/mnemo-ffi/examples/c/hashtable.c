@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define EXAMPLE "hashtable"
+#include "try.h"
+
 #define BUCKETS 61          /* few, so chains form */
 #define KEYS 300            /* key space of the workload */
 #define VALUE_MAX 128
@@ -43,20 +46,6 @@ struct node {
 static mnemo_pool *pool;
 static struct root *root;
 static uint64_t root_off;
-
-static void fail(const char *what, int rc)
-{
-    fprintf(stderr, "hashtable: %s: %s (%d): %s\n", what, mnemo_strerror(rc), rc,
-            mnemo_errormsg());
-    exit(2);
-}
-
-#define TRY(call)                                                                             \
-    do {                                                                                      \
-        int rc_ = (call);                                                                     \
-        if (rc_ != MNEMO_OK)                                                                  \
-            fail(#call, rc_);                                                                 \
-    } while (0)
 
 static void *at(uint64_t off)
 {

@@ -27,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define EXAMPLE "mojim"
+#include "try.h"
+
 #define ENTRIES 64          /* slots; the published window is the last ENTRIES - 1 */
 
 struct entry {
@@ -43,20 +46,6 @@ struct state {
 };
 
 static mnemo_pool *pool;
-
-static void fail(const char *what, int rc)
-{
-    fprintf(stderr, "mojim: %s: %s (%d): %s\n", what, mnemo_strerror(rc), rc,
-            mnemo_errormsg());
-    exit(2);
-}
-
-#define TRY(call)                                                                             \
-    do {                                                                                      \
-        int rc_ = (call);                                                                     \
-        if (rc_ != MNEMO_OK)                                                                  \
-            fail(#call, rc_);                                                                 \
-    } while (0)
 
 static uint64_t check_of(const struct entry *e)
 {
