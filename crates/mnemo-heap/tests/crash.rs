@@ -12,10 +12,7 @@
 //!
 //! `every_mutant_is_caught` switches each mutant of this crate on and requires a failure.
 
-use std::path::Path;
-
 use mnemo_heap::{Error, Heap, HeapOptions, PPtr};
-use mnemo_pmem::Pool;
 use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
 
 const SLOTS: usize = 8;
@@ -257,12 +254,7 @@ impl Workload for HeapWorkload {
     fn run(&self, run: &mut Run<Option<Model>>) -> Result<(), String> {
         let geometry_probe = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
         let size = geometry_probe.size_for_chunks(3);
-        let p = Pool::create_on(
-            Box::new(run.media()),
-            Path::new("heap"),
-            &pool::create_options(size, 2 << 20),
-        )
-        .map_err(err)?;
+        let p = pool::create(run.media(), "heap", size, 2 << 20)?;
         let heap = Heap::create(p, &options()).map_err(err)?;
         let r = roots(&heap)?;
         let mut model = Model::default();

@@ -8,12 +8,10 @@
 //!   model: string and list keys with their values).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use mnemo_heap::{Error, Heap, HeapOptions};
 use mnemo_kv::engine::{PersistentEngine, ROOT_NAME};
 use mnemo_kv::server::Engine;
-use mnemo_pmem::Pool;
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::{Protocol, Reply};
 use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
@@ -127,12 +125,7 @@ impl Workload for KeyspaceWorkload {
     fn run(&self, run: &mut Run<Option<Model>>) -> Result<(), String> {
         let geometry = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
         let size = geometry.size_for_chunks(3);
-        let p = Pool::create_on(
-            Box::new(run.media()),
-            Path::new("kv"),
-            &pool::create_options(size, 4 << 20),
-        )
-        .map_err(err)?;
+        let p = pool::create(run.media(), "kv", size, 4 << 20)?;
         let heap = Heap::create(p, &options()).map_err(err)?;
         let mut engine = PersistentEngine::open(&heap).map_err(err)?;
         let mut model = Model::new();
