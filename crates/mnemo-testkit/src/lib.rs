@@ -88,7 +88,6 @@
 //! (atomic by the model's rules, so the default all-or-nothing [`Workload::accept`] applies):
 //!
 //! ```
-//! use std::path::Path;
 //! use mnemo_pmem::{Pool, limits::DATA_OFFSET};
 //! use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
 //!
@@ -102,9 +101,7 @@
 //!     fn initial(&self) -> Option<u64> { None }
 //!
 //!     fn run(&self, run: &mut Run<Option<u64>>) -> Result<(), String> {
-//!         let options = pool::create_options(64 << 10, 1 << 20);
-//!         let p = Pool::create_on(Box::new(run.media()), Path::new("counter"), &options)
-//!             .map_err(|e| e.to_string())?;
+//!         let p = pool::create(run.media(), "counter", 64 << 10, 1 << 20)?;
 //!         run.ack(Some(0));
 //!         for i in 1..=3u64 {
 //!             p.write(DATA_OFFSET, &i.to_le_bytes()).map_err(|e| e.to_string())?;

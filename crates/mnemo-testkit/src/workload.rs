@@ -101,7 +101,8 @@ impl<S: Clone> Run<S> {
         }
     }
 
-    /// The medium to build the pool on (a handle: clone it into `Pool::create_on`).
+    /// The medium to build the pool on: a new handle on the run's one medium, to pass to
+    /// [`crate::pool::create`] or `Pool::create_on`.
     pub fn media(&self) -> SimMedia {
         self.media.clone()
     }
