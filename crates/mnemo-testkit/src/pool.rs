@@ -16,7 +16,7 @@
 use std::fmt;
 use std::path::Path;
 
-use mnemo_pmem::header::{Header, Pair};
+use mnemo_pmem::header::Pair;
 use mnemo_pmem::limits::{DATA_OFFSET, HEADER_COPY_SIZE, PAGE_SIZE, POOL_SIZE_MIN};
 use mnemo_pmem::{CreateOptions, Error, Media, OpenOptions, Pool};
 
@@ -562,11 +562,4 @@ impl Workload for GrowWorkload {
     }
 
     pool_checks!();
-}
-
-/// Decode the header in force of a raw image (tests and fuzzing).
-pub fn header_of(image: &[u8]) -> Option<Header> {
-    Pair::decode(image.get(..(HEADER_COPY_SIZE * 2) as usize)?)
-        .header()
-        .cloned()
 }
