@@ -974,9 +974,12 @@ fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Resul
         Some(f) => {
             let old = f.entry.score();
             store::set_word(ctx.tx, f.entry.off + entry_field::VAL, score.to_bits())?;
+            // One copy of the member: the key removed is the key inserted, its score changed.
+            let mut key = (Score(old), member.to_vec());
             let index = ctx.zindex(d)?;
-            index.remove(&(Score(old), member.to_vec()));
-            index.insert((Score(score), member.to_vec()));
+            index.remove(&key);
+            key.0 = Score(score);
+            index.insert(key);
             Ok(false)
         }
         None => {
