@@ -116,7 +116,7 @@ pub mod field {
     pub const COUNT: u64 = 8;
     /// `reclaim_next`.
     pub const RECLAIM_NEXT: u64 = 56;
-    /// `reclaim_cursor`.
+    /// `cursor`.
     pub const CURSOR: u64 = 64;
     /// `extra`.
     pub const EXTRA: u64 = 72;
