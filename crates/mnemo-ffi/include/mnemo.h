@@ -373,8 +373,8 @@ uint64_t mnemo_offset(mnemo_pool *pool, const void *ptr);
  * a crash during the call may leave some cache lines of the range new and others old.
  * Recovery never puts older bytes back over the synced ones: if a committed transaction
  * wrote some of these bytes and its redo record could still be replayed, that record is
- * first retired (one extra small commit); if the last mnemo_gmsync() named some of them, its
- * snapshot is released (one extra fence).
+ * first retired (the heap raises its durable horizon past it: up to two extra fences); if
+ * the last mnemo_gmsync() named some of them, its snapshot is released (one extra fence).
  * @param pool the pool
  * @param addr first byte, in the pool's data area
  * @param len  bytes (0: nothing to do)
@@ -420,8 +420,8 @@ int mnemo_msync(mnemo_pool *pool, const void *addr, size_t len);
  * to them during the call; concurrent gmsync calls on one pool are serialised. The record
  * holds 32 bytes plus, per range, 16 bytes and the length rounded up to 8: at most
  * MNEMO_GMSYNC_RECORD_MAX. Cost: copying the ranges and one fence; plus a small
- * transaction on the first call (which creates the region) and when a transaction's redo
- * record covering the ranges must be retired first. Called while the thread has a
+ * transaction on the first call (which creates the region), and up to two fences when a
+ * transaction's redo record covering the ranges must be retired first. Called while the thread has a
  * transaction open, it does not join it.
  * @param pool   the pool
  * @param ranges @p n ranges in the pool's data area (zero-length ones are ignored)

@@ -65,11 +65,13 @@ pub fn missing(handle: usize, kind: Kind) -> Failure {
 /// be replayed by recovery. A raw store to such bytes followed by `mnemo_msync` must first
 /// make the record unreplayable (or recovery would put the record's older bytes back).
 ///
-/// A record becomes unreplayable once any later record has committed: a commit that *starts*
-/// after another has *ended* carries a horizon above it. Epochs order starts and ends.
+/// Each range carries a bound on its commit's sequence number (the heap's next sequence
+/// number, read after the commit returned); the record is final, and the range forgotten,
+/// once the heap's durable horizon reaches that bound ([`Heap::durable_horizon`]). A later
+/// commit alone does not do it: with one-fence commits a record may carry an older horizon.
 #[derive(Debug, Default)]
 pub struct Replayable {
-    /// (range, epoch at which the commit that wrote it ended).
+    /// (range, bound: its commit's sequence number is below this).
     ranges: Vec<(ByteRange, u64)>,
 }
 
@@ -77,16 +79,22 @@ pub struct Replayable {
 const REPLAYABLE_RANGES_MAX: usize = 4096;
 
 impl Replayable {
-    /// A commit that started at `started` and ended at `ended` wrote `written`.
-    pub fn committed(&mut self, started: u64, ended: u64, written: &[ByteRange]) {
-        self.ranges.retain(|&(_, end)| end >= started);
-        self.ranges.extend(written.iter().map(|&r| (r, ended)));
+    /// A commit whose sequence number is below `bound` wrote `written`; `horizon` is the
+    /// heap's durable horizon now.
+    pub fn committed(&mut self, horizon: u64, bound: u64, written: &[ByteRange]) {
+        self.forget(horizon);
+        self.ranges.extend(written.iter().map(|&r| (r, bound)));
         if self.ranges.len() > REPLAYABLE_RANGES_MAX {
             let lo = self.ranges.iter().map(|(r, _)| r.offset).min().unwrap_or(0);
             let hi = self.ranges.iter().map(|(r, _)| r.end()).max().unwrap_or(0);
-            let end = self.ranges.iter().map(|&(_, e)| e).max().unwrap_or(ended);
-            self.ranges = vec![(ByteRange::new(lo, hi - lo), end)];
+            let bound = self.ranges.iter().map(|&(_, b)| b).max().unwrap_or(bound);
+            self.ranges = vec![(ByteRange::new(lo, hi - lo), bound)];
         }
+    }
+
+    /// Forget the ranges of records below the durable horizon `horizon`.
+    pub fn forget(&mut self, horizon: u64) {
+        self.ranges.retain(|&(_, bound)| bound > horizon);
     }
 
     /// Whether no range is remembered.
@@ -111,8 +119,6 @@ pub struct PoolEntry {
     pub heap: Heap,
     /// Transactions begun on it and not yet ended (any thread).
     pub open_txs: AtomicU64,
-    /// Orders commit starts and ends for [`Replayable`].
-    pub epoch: AtomicU64,
     /// See [`Replayable`].
     pub replayable: Mutex<Replayable>,
     /// Regions (offsets) with an open log handle: one handle per log.
@@ -134,7 +140,6 @@ impl PoolEntry {
             handle,
             heap,
             open_txs: AtomicU64::new(0),
-            epoch: AtomicU64::new(1),
             replayable: Mutex::default(),
             open_logs: Mutex::default(),
             snapshot: Mutex::default(),
@@ -229,16 +234,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn replayable_forgets_ranges_once_a_later_commit_started_after_them() {
+    fn replayable_forgets_ranges_once_the_durable_horizon_passes_them() {
         let mut r = Replayable::default();
-        r.committed(1, 2, &[ByteRange::new(100, 8)]);
+        r.committed(1, 5, &[ByteRange::new(100, 8)]);
         assert!(r.overlaps(ByteRange::new(104, 1)));
         assert!(!r.overlaps(ByteRange::new(108, 8)));
-        // Overlapping in time (started before the first ended): both stay.
-        r.committed(2, 4, &[ByteRange::new(200, 8)]);
+        // A later commit while the horizon has not passed the first: both stay.
+        r.committed(4, 7, &[ByteRange::new(200, 8)]);
         assert!(r.overlaps(ByteRange::new(100, 8)) && r.overlaps(ByteRange::new(200, 8)));
-        // Started after both ended: they can no longer be replayed.
-        r.committed(5, 6, &[]);
+        // The horizon reaches the first bound only: the first is final.
+        r.forget(5);
+        assert!(!r.overlaps(ByteRange::new(100, 8)) && r.overlaps(ByteRange::new(200, 8)));
+        r.forget(7);
         assert!(r.is_empty());
     }
 

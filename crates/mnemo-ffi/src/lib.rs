@@ -160,7 +160,7 @@ unsafe fn name_str<'a>(s: *const c_char) -> Result<&'a str> {
         .map_err(|_| Failure::invalid("the name is not valid UTF-8"))
 }
 
-/// Names starting with "mnemo." belong to the library (its retire root, the gmsync snapshot).
+/// Names starting with "mnemo." belong to the library (the gmsync snapshot region).
 fn reserved(name: &str) -> Result<()> {
     if name.starts_with("mnemo.") {
         return Err(Failure::invalid(format!(
@@ -311,7 +311,12 @@ pub extern "C" fn mnemo_pool_close(pool: *mut MnemoPool) -> c_int {
         };
         // Raw stores made after a transaction wrote the same bytes must not be undone by
         // replaying that record at the next open.
-        let retired = if !lock(&entry.replayable).is_empty() {
+        let pending = {
+            let mut replayable = lock(&entry.replayable);
+            replayable.forget(entry.heap.durable_horizon());
+            !replayable.is_empty()
+        };
+        let retired = if pending {
             sync::retire(&entry)
         } else {
             Ok(())

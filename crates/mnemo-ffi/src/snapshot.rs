@@ -183,8 +183,13 @@ pub fn recover(entry: &PoolEntry) -> Result<()> {
     Ok(())
 }
 
-/// Make the record unable to put back any byte of `ranges` (zero both slots' magic, one
+/// Make the record unable to put back any byte of `ranges` (zero both slots' headers, one
 /// fence), if it covers one of them. Call before something else makes those bytes durable.
+///
+/// The whole header, not only the magic: a later record torn while it is written into the
+/// slot could bring back just the magic word, and with the old seq, length and checksum
+/// still in place the old record would decode as valid again (found by the simulator: the
+/// third gmsync of a word torn this way put back the first one's value).
 pub fn release(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     let mut state = lock(&entry.snapshot);
     if !ranges.iter().any(|r| state.covers(r)) {
@@ -196,8 +201,8 @@ pub fn release(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     let pool = entry.heap.pool();
     for slot in 0..2 {
         let at = area + slot * SLOT_SIZE;
-        pool.write(at, &[0u8; 8])?;
-        pool.flush(at, 8)?;
+        pool.write(at, &[0u8; HEADER])?;
+        pool.flush(at, HEADER as u64)?;
     }
     pool.drain()?;
     state.live.clear();

@@ -1,19 +1,12 @@
 //! `mnemo_msync` and `mnemo_gmsync` over raw stores, and the retirement of redo records
 //! that raw stores would otherwise race at recovery.
 
-use std::sync::atomic::Ordering;
-
-use mnemo_heap::PPtr;
 use mnemo_pmem::limits::GMSYNC_RANGES_MAX;
 use mnemo_pmem::{mutant, ByteRange};
 
 use crate::error::{Failure, Result};
 use crate::handle::{lock, PoolEntry};
 use crate::tx;
-
-/// Name of the 8-byte root a retiring transaction writes (names starting "mnemo." are
-/// reserved for the library).
-pub const RETIRE_ROOT: &str = "mnemo.ffi.retire";
 
 /// Check that `offset..offset+len` lies in the heap's data area (objects and regions).
 pub fn check_data(entry: &PoolEntry, offset: u64, len: u64) -> Result<()> {
@@ -58,33 +51,32 @@ pub fn commit_tracked(
     written: &[ByteRange],
     body: impl FnOnce(&mnemo_heap::Tx<'_>) -> mnemo_heap::Result<()>,
 ) -> Result<()> {
-    let started = entry.epoch.fetch_add(1, Ordering::AcqRel);
     entry.heap.transaction(body)?;
-    let ended = entry.epoch.fetch_add(1, Ordering::AcqRel);
-    lock(&entry.replayable).committed(started, ended, written);
+    note_committed(entry, written);
     Ok(())
 }
 
-/// Make every redo record committed so far unreplayable: commit one more record (so the
-/// replayable set restarts after it), then have the heap raise its durable horizon past
-/// every record committed so far ([`mnemo_heap::Heap::retire_committed`]).
+/// Note that a commit that has just returned wrote `written` (replayable until the heap's
+/// durable horizon passes it).
+pub fn note_committed(entry: &PoolEntry, written: &[ByteRange]) {
+    let bound = entry.heap.next_commit_seq();
+    let horizon = entry.heap.durable_horizon();
+    lock(&entry.replayable).committed(horizon, bound, written);
+}
+
+/// Make every redo record committed so far unreplayable: the heap raises its durable
+/// horizon past every record committed so far ([`mnemo_heap::Heap::retire_committed`]).
 pub fn retire(entry: &PoolEntry) -> Result<()> {
-    outside_tx(entry, || {
-        let offset = entry.heap.nvalloc(RETIRE_ROOT, 8)?;
-        let word = PPtr::<u64>::from_offset(offset);
-        commit_tracked(entry, &[ByteRange::new(offset, 8)], |tx| {
-            let n = tx.read(word)?;
-            tx.write(word, &n.wrapping_add(1))
-        })?;
-        entry.heap.retire_committed()?;
-        Ok(())
-    })
+    entry.heap.retire_committed()?;
+    lock(&entry.replayable).forget(entry.heap.durable_horizon());
+    Ok(())
 }
 
 /// Retire if a replayable record wrote any byte of `ranges`.
 pub fn retire_if_overlapping(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     let overlapping = {
-        let replayable = lock(&entry.replayable);
+        let mut replayable = lock(&entry.replayable);
+        replayable.forget(entry.heap.durable_horizon());
         ranges.iter().any(|&r| replayable.overlaps(r))
     };
     if overlapping {

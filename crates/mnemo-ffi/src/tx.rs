@@ -206,11 +206,9 @@ fn finish(mut level: Level, commit: bool) -> Result<()> {
         return tx.commit().map_err(Into::into);
     }
     let entry = level.pool.clone();
-    let started = entry.epoch.fetch_add(1, Ordering::AcqRel);
     tx.commit()?;
-    let ended = entry.epoch.fetch_add(1, Ordering::AcqRel);
     if level.nonempty || !level.written.is_empty() {
-        lock(&entry.replayable).committed(started, ended, &level.written);
+        crate::sync::note_committed(&entry, &level.written);
     }
     Ok(())
 }

@@ -306,15 +306,28 @@ fn redo_record_gmsync_is_not_all_or_nothing() {
 }
 
 /// Sync points after a transaction and after a snapshot: every value made durable by
-/// msync must survive recovery (never put back by a redo record or the snapshot).
-struct SyncAfter;
+/// msync must survive recovery (never put back by a redo record or the snapshot). Four
+/// rounds: the third gmsync rewrites the first one's record slot after an msync released
+/// both. With `later_tx`, each round commits a transaction on other bytes (w2) between w0's
+/// transaction and the raw store to w0: that later commit does not retire w0's record (a
+/// record may carry a horizon below its own seq), so msync must still retire it.
+struct SyncAfter {
+    later_tx: bool,
+}
 
 impl Workload for SyncAfter {
     type State = State;
     type Recovered = Option<PoolEntry>;
 
     fn name(&self) -> String {
-        "ffi sync points after transactions and snapshots".into()
+        format!(
+            "ffi sync points after transactions and snapshots{}",
+            if self.later_tx {
+                ", later transactions"
+            } else {
+                ""
+            }
+        )
     }
 
     fn initial(&self) -> State {
@@ -329,7 +342,7 @@ impl Workload for SyncAfter {
         let w0 = ByteRange::new(region, 8);
         let w1 = ByteRange::new(region + WORDS[1], 8);
         let raw = |range: ByteRange, value: u64| pool.write(range.offset, &value.to_le_bytes());
-        for i in 1..=2u64 {
+        for i in 1..=4u64 {
             // A transaction writes w0 (as mnemo_tx_write + mnemo_tx_commit do it).
             mnemo::snapshot::release(&entry, &[w0]).map_err(fail)?;
             mnemo::sync::commit_tracked(&entry, &[w0], |tx| {
@@ -338,6 +351,15 @@ impl Workload for SyncAfter {
             .map_err(fail)?;
             state[0] = i;
             run.ack(Some(state.clone()));
+            let w2 = ByteRange::new(region + WORDS[2], 8);
+            if self.later_tx {
+                mnemo::sync::commit_tracked(&entry, &[w2], |tx| {
+                    tx.write(PPtr::<u64>::from_offset(w2.offset), &i)
+                })
+                .map_err(fail)?;
+                state[2] = i;
+                run.ack(Some(state.clone()));
+            }
             // Raw store to w0 and msync: the redo record must not put i back.
             raw(w0, 100 + i).map_err(err)?;
             mnemo::sync::msync(&entry, w0).map_err(fail)?;
@@ -371,9 +393,12 @@ impl Workload for SyncAfter {
 
 #[test]
 fn sync_points_after_transactions_and_snapshots_survive() {
-    let report = explore(&SyncAfter, &config(11));
-    eprintln!("{}", report.summary(&SyncAfter.name()));
-    report.assert_ok();
+    for later_tx in [false, true] {
+        let workload = SyncAfter { later_tx };
+        let report = explore(&workload, &config(11));
+        eprintln!("{}", report.summary(&workload.name()));
+        report.assert_ok();
+    }
 }
 
 #[test]
@@ -390,7 +415,7 @@ fn every_mutant_is_caught() {
             };
             explore(&workload, &config)
         } else {
-            explore(&SyncAfter, &config)
+            explore(&SyncAfter { later_tx: false }, &config)
         };
         eprintln!("mutant {name}: {}", report.summary(name));
         if report.is_ok() {

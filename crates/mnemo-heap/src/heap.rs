@@ -450,6 +450,19 @@ impl Heap {
         self.inner.lanes.set_fenced(fenced);
     }
 
+    /// Records of commits with a sequence number below this are never replayed by recovery
+    /// (the largest durable horizon). Compare with [`Heap::next_commit_seq`] read after a
+    /// commit returned: once this reaches it, that commit's record is final.
+    pub fn durable_horizon(&self) -> u64 {
+        self.inner.lanes.durable_horizon()
+    }
+
+    /// The sequence number the next commit will take: every commit that has returned has a
+    /// smaller one.
+    pub fn next_commit_seq(&self) -> u64 {
+        self.inner.lanes.next_seq()
+    }
+
     /// Make every transaction committed so far applied, durable and final: recovery will
     /// not replay any of their records again. Needed before bytes a transaction wrote are
     /// changed by plain stores outside transactions (the C ABI's `mnemo_msync` over raw

@@ -580,6 +580,12 @@ impl Lanes {
         h
     }
 
+    /// The sequence number the next commit takes: every commit that has returned has a
+    /// smaller one.
+    pub fn next_seq(&self) -> u64 {
+        self.counter.0.load(Ordering::Acquire)
+    }
+
     /// `MH`: the largest horizon known to be durable; records below it are never replayed.
     pub fn durable_horizon(&self) -> u64 {
         self.used_lanes()
