@@ -19,11 +19,9 @@
 //!
 //! `every_mutant_is_caught`: each of `mnemo::MUTANTS` switched on must fail a test above.
 
-use std::path::Path;
-
 use mnemo::handle::PoolEntry;
 use mnemo_heap::{Error, Heap, HeapOptions, PPtr};
-use mnemo_pmem::{ByteRange, Pool};
+use mnemo_pmem::ByteRange;
 use mnemo_testkit::explore::{soak, Sampling};
 use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
 
@@ -70,12 +68,7 @@ fn fail(f: mnemo::error::Failure) -> String {
 fn create(run: &mut Run<State>) -> Result<(PoolEntry, u64), String> {
     let probe = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
     let size = probe.size_for_chunks(2);
-    let p = Pool::create_on(
-        Box::new(run.media()),
-        Path::new("ffi"),
-        &pool::create_options(size, 3 << 20),
-    )
-    .map_err(err)?;
+    let p = pool::create(run.media(), "ffi", size, 3 << 20)?;
     let heap = Heap::create(p, &options()).map_err(err)?;
     let region = heap.nvalloc("r", REGION).map_err(err)?;
     Ok((PoolEntry::new(1, heap), region))
