@@ -3,7 +3,8 @@
 //! Persistent state (chunk-table entries, run bitmaps) changes only through redo records:
 //! the allocator hands back a [`MetaOp`] for each reservation or free, and the transaction
 //! puts it in its record. Volatile state tracks, per unit, "used" (allocated or reserved),
-//! "reserved" (by a transaction not yet committed) and "pending" (freed by a transaction not
+//! "reserved" (by a transaction, resolved against the run's bitmap word in the pool: a
+//! committed one left its mark, see `Run::uncommitted`) and "pending" (freed by a transaction not
 //! yet committed), so a unit is reusable only once the record that freed it is applied.
 //!
 //! Scalability: runs belong to arenas; a thread allocates from its arena (threads are spread
@@ -44,6 +45,63 @@ pub struct Reservation {
     /// Usable size.
     pub size: u64,
     kind: Kind,
+}
+
+/// A thread cache's claim (see [`Allocator::claim`]) holds about this many bytes of units.
+pub const CLAIM_BYTES: u64 = 4096;
+
+/// Units of one bitmap word of a run, claimed by one thread's allocation cache: marked used
+/// and reserved in the run, handed out one by one without the allocator's locks.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim {
+    arena: u16,
+    chunk: u64,
+    /// Unit size.
+    size: u64,
+    /// Index of the bitmap word.
+    word: u64,
+    /// Claimed units not handed out yet (bits of the word).
+    avail: u64,
+    /// Offset of unit 0 and of the run's bitmap.
+    data: u64,
+    bitmap: u64,
+}
+
+impl Claim {
+    fn of(run: &Run, arena: u16, chunk: u64, word: u64, mask: u64) -> Claim {
+        Claim {
+            arena,
+            chunk,
+            size: class_sizes()[run.class as usize],
+            word,
+            avail: mask,
+            data: run.data,
+            bitmap: run.bitmap,
+        }
+    }
+
+    /// Hand out the lowest claimed unit: its reservation and the record entry that sets its
+    /// bitmap bit.
+    pub fn take(&mut self) -> Option<(Reservation, MetaOp)> {
+        if self.avail == 0 {
+            return None;
+        }
+        let bit = self.avail.trailing_zeros() as u64;
+        self.avail &= self.avail - 1;
+        let unit = self.word * 64 + bit;
+        Some((
+            Reservation {
+                offset: self.data + unit * self.size,
+                size: self.size,
+                kind: Kind::Small {
+                    arena: self.arena,
+                    chunk: self.chunk,
+                    unit,
+                },
+            },
+            MetaOp::Or(self.bitmap + self.word * 8, 1 << bit),
+        ))
+    }
 }
 
 /// A free requested by a transaction that has not committed yet.
@@ -188,6 +246,27 @@ impl Run {
             listed: false,
             hint: 0,
         }
+    }
+
+    /// Whether unit (`w`, `bit`) is reserved by a transaction that has not committed.
+    ///
+    /// A commit does not clear its units' `reserved` marks (that would take the arena's lock
+    /// a second time per allocation, after the fence): the mark is resolved here instead,
+    /// under the arena's lock, by the run's bitmap word in the pool. A commit applies its
+    /// record (which sets the unit's bit there) before it returns, and a unit is free in
+    /// `used` only once its bit there is clear (a freeing record applied, an aborted
+    /// reservation never set it, a new run's bitmap is zeroed): so a reserved unit whose bit
+    /// is set belongs to a committed transaction. Such a stale mark is cleared.
+    fn uncommitted(&mut self, pool: &Pool, w: usize, bit: u64) -> bool {
+        if self.reserved[w] & bit == 0 {
+            return false;
+        }
+        let applied = crate::redo::atomic_word(pool, self.bitmap + w as u64 * 8)
+            .is_ok_and(|word| word.load(Ordering::Acquire) & bit != 0);
+        if applied {
+            self.reserved[w] &= !bit;
+        }
+        !applied
     }
 
     fn take_unit(&mut self) -> Option<u64> {
@@ -545,6 +624,86 @@ impl Allocator {
         reserve: bool,
         publish_run: &dyn Fn(u64, u8) -> Result<()>,
     ) -> Result<(Reservation, MetaOp)> {
+        self.with_run(pool, class, publish_run, |run, arena, chunk| {
+            let unit = run
+                .take_unit()
+                .ok_or_else(|| Error::Corrupt("listed run without a free unit".into()))?;
+            if !reserve {
+                run.reserved[(unit / 64) as usize] &= !(1 << (unit % 64));
+            }
+            Claim::of(run, arena, chunk, unit / 64, 1 << (unit % 64))
+                .take()
+                .ok_or_else(|| Error::Corrupt("empty claim".into()))
+        })
+    }
+
+    /// Claim units of class `class` for one thread's cache: up to `CLAIM_BYTES` worth (at
+    /// least one, at most a bitmap word's 64) of the free units of one bitmap word of a run,
+    /// marked used and reserved here as one reservation each would be. The thread hands
+    /// them out with [`Claim::take`] without this allocator's locks; each then commits or
+    /// aborts like any reservation, and the ones never handed out go back with
+    /// [`Allocator::unclaim`].
+    pub fn claim(
+        &self,
+        pool: &Pool,
+        class: u8,
+        publish_run: &dyn Fn(u64, u8) -> Result<()>,
+    ) -> Result<Claim> {
+        let limit = (CLAIM_BYTES / class_sizes()[class as usize]).clamp(1, 64) as u32;
+        self.with_run(pool, class, publish_run, |run, arena, chunk| {
+            let w = run
+                .used
+                .iter()
+                .enumerate()
+                .cycle()
+                .skip(run.hint)
+                .take(run.used.len())
+                .find(|(_, &used)| used != u64::MAX)
+                .map(|(w, _)| w)
+                .ok_or_else(|| Error::Corrupt("listed run without a free unit".into()))?;
+            // The lowest `limit` free bits of the word.
+            let mut mask = 0u64;
+            let mut free = !run.used[w];
+            for _ in 0..limit {
+                if free == 0 {
+                    break;
+                }
+                let low = free & free.wrapping_neg();
+                mask |= low;
+                free &= !low;
+            }
+            run.used[w] |= mask;
+            run.reserved[w] |= mask;
+            run.free -= mask.count_ones() as u64;
+            run.hint = w;
+            Ok(Claim::of(run, arena, chunk, w as u64, mask))
+        })
+    }
+
+    /// Give back the units of `claim` never handed out.
+    pub fn unclaim(&self, claim: &Claim) {
+        if claim.avail == 0 {
+            return;
+        }
+        let mut guard = lock(&self.arenas[claim.arena as usize].0);
+        if let Some(run) = guard.runs.get_mut(&claim.chunk) {
+            let w = claim.word as usize;
+            run.used[w] &= !claim.avail;
+            run.reserved[w] &= !claim.avail;
+            run.free += claim.avail.count_ones() as u64;
+        }
+        guard.list(claim.chunk);
+    }
+
+    /// Run `f` on a run of `class` with a free unit, in this thread's arena (under its lock),
+    /// making a new run when the arena has none.
+    fn with_run<R>(
+        &self,
+        pool: &Pool,
+        class: u8,
+        publish_run: &dyn Fn(u64, u8) -> Result<()>,
+        f: impl FnOnce(&mut Run, u16, u64) -> Result<R>,
+    ) -> Result<R> {
         let a = self.my_arena();
         let mut arena = lock(&self.arenas[a].0);
         let chunk = loop {
@@ -582,28 +741,7 @@ impl Allocator {
             .runs
             .get_mut(&chunk)
             .ok_or_else(|| Error::Corrupt("run vanished".into()))?;
-        let unit = run
-            .take_unit()
-            .ok_or_else(|| Error::Corrupt("listed run without a free unit".into()))?;
-        if !reserve {
-            run.reserved[(unit / 64) as usize] &= !(1 << (unit % 64));
-        }
-        let size = class_sizes()[class as usize];
-        let offset = run.data + unit * size;
-        let word = run.bitmap + unit / 64 * 8;
-        let op = MetaOp::Or(word, 1 << (unit % 64));
-        Ok((
-            Reservation {
-                offset,
-                size,
-                kind: Kind::Small {
-                    arena: a as u16,
-                    chunk,
-                    unit,
-                },
-            },
-            op,
-        ))
+        f(run, a as u16, chunk)
     }
 
     fn new_run(
@@ -680,7 +818,7 @@ impl Allocator {
 
     /// Mark the object at `offset` to be freed at commit. `own` is true when the calling
     /// transaction reserved it itself.
-    pub fn free(&self, offset: u64, own: bool) -> Result<(PendingFree, MetaOp)> {
+    pub fn free(&self, pool: &Pool, offset: u64, own: bool) -> Result<(PendingFree, MetaOp)> {
         let invalid = |detail| Error::InvalidFree { offset, detail };
         let chunk = self
             .geometry
@@ -748,7 +886,7 @@ impl Allocator {
                 if run.pending[w] & bit != 0 {
                     return Err(invalid("already freed by a transaction in progress"));
                 }
-                if run.reserved[w] & bit != 0 && !own {
+                if !own && run.uncommitted(pool, w, bit) {
                     return Err(invalid("allocated by a transaction that has not committed"));
                 }
                 run.pending[w] |= bit;
@@ -778,16 +916,11 @@ impl Allocator {
         arena_guard.list(chunk);
     }
 
-    /// The transaction that reserved `r` committed.
+    /// The transaction that reserved `r` committed (its record applied). A unit of a run
+    /// needs nothing: its `reserved` mark now reads as committed (see `Run::uncommitted`).
     pub fn commit_alloc(&self, r: &Reservation) {
         match r.kind {
-            Kind::Small { arena, chunk, unit } => {
-                // No relisting: committing frees no unit (one map lookup, not two).
-                let mut arena_guard = lock(&self.arenas[arena as usize].0);
-                if let Some(run) = arena_guard.runs.get_mut(&chunk) {
-                    run.reserved[(unit / 64) as usize] &= !(1 << (unit % 64));
-                }
-            }
+            Kind::Small { .. } => {}
             Kind::Large { chunk, chunks: n } => {
                 let mut chunks = lock(&self.chunks);
                 if let ChunkState::Large {
@@ -875,7 +1008,7 @@ impl Allocator {
     }
 
     /// Usable size of the live object at `offset`, if it is the start of one.
-    pub fn usable_size(&self, offset: u64) -> Option<u64> {
+    pub fn usable_size(&self, pool: &Pool, offset: u64) -> Option<u64> {
         let chunk = self.geometry.chunk_of(offset)?;
         let state = *lock(&self.chunks).state.get(chunk as usize)?;
         match state {
@@ -884,15 +1017,16 @@ impl Allocator {
                 status: Status::Live | Status::Freeing,
             } if offset == self.geometry.chunk_offset(chunk) => Some(chunks as u64 * CHUNK_SIZE),
             ChunkState::Run { arena } => {
-                let arena = lock(&self.arenas[arena as usize].0);
-                let run = arena.runs.get(&chunk)?;
+                let mut arena = lock(&self.arenas[arena as usize].0);
+                let run = arena.runs.get_mut(&chunk)?;
                 let size = class_sizes()[run.class as usize];
                 let rel = offset.checked_sub(run.data)?;
                 let unit = rel / size;
+                let (w, bit) = ((unit / 64) as usize, 1u64 << (unit % 64));
                 let live = rel % size == 0
                     && unit < run.units
-                    && run.used[(unit / 64) as usize] & (1 << (unit % 64)) != 0
-                    && run.reserved[(unit / 64) as usize] & (1 << (unit % 64)) == 0;
+                    && run.used[w] & bit != 0
+                    && !run.uncommitted(pool, w, bit);
                 live.then_some(size)
             }
             _ => None,
@@ -900,7 +1034,7 @@ impl Allocator {
     }
 
     /// Every live allocation (offset, usable size), in offset order (tests, checkers).
-    pub fn live(&self) -> Vec<(u64, u64)> {
+    pub fn live(&self, pool: &Pool) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         {
             let chunks = lock(&self.chunks);
@@ -915,12 +1049,12 @@ impl Allocator {
             }
         }
         for arena in self.arenas.iter() {
-            let arena = lock(&arena.0);
-            for run in arena.runs.values() {
+            let mut arena = lock(&arena.0);
+            for run in arena.runs.values_mut() {
                 let size = class_sizes()[run.class as usize];
                 for unit in 0..run.units {
                     let (w, bit) = ((unit / 64) as usize, 1u64 << (unit % 64));
-                    if run.used[w] & bit != 0 && run.reserved[w] & bit == 0 {
+                    if run.used[w] & bit != 0 && !run.uncommitted(pool, w, bit) {
                         out.push((run.data + unit * size, size));
                     }
                 }

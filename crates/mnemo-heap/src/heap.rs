@@ -264,6 +264,10 @@ impl Heap {
         &self.inner
     }
 
+    pub(crate) fn inner_arc(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     /// Create a pool file at `path` of `size` bytes (growable to `size_max`) holding a new heap.
     pub fn create_file(
         path: &Path,
@@ -425,13 +429,13 @@ impl Heap {
     /// Every live allocation as (offset, usable size), sorted (checkers and tests).
     pub fn live_allocations(&self) -> Vec<(u64, u64)> {
         self.settle_frees();
-        self.inner.alloc.live()
+        self.inner.alloc.live(&self.inner.pool)
     }
 
     /// Usable size of the live object starting at `offset`.
     pub fn usable_size(&self, offset: u64) -> Option<u64> {
         self.settle_frees();
-        self.inner.alloc.usable_size(offset)
+        self.inner.alloc.usable_size(&self.inner.pool, offset)
     }
 
     fn settle_frees(&self) {
@@ -932,7 +936,10 @@ fn load_toc(pool: &Pool, geometry: &Geometry, alloc: &Allocator) -> Result<Toc> 
         match toc_decode(&bytes[at..at + TOC_ENTRY_SIZE as usize])? {
             None => toc.free_slots.push(slot),
             Some((name, offset, size)) => {
-                if alloc.usable_size(offset).is_none_or(|usable| usable < size) {
+                if alloc
+                    .usable_size(pool, offset)
+                    .is_none_or(|usable| usable < size)
+                {
                     return Err(Error::Corrupt(format!(
                         "region {name:?} points at {offset:#x}+{size}, which is no live allocation of that size"
                     )));

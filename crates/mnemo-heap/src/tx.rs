@@ -8,10 +8,11 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use mnemo_pmem::ByteRange;
 
-use crate::alloc::{MetaOp, PendingFree, Reservation};
+use crate::alloc::{Claim, MetaOp, PendingFree, Reservation};
 use crate::error::{Error, Result};
 use crate::heap::{Heap, Inner};
 use crate::pptr::{PPtr, Persist};
@@ -132,13 +133,78 @@ impl TxState {
     }
 }
 
-/// A thread's transactions (one per heap it is in) and spare states to reuse. Boxed, so
-/// taking one out or putting it back moves a pointer, not the state.
+/// Transactional allocations up to this size come from the thread's cache ([`Cache`]).
+const CACHED_SIZE_MAX: u64 = 1024;
+
+/// One thread's allocation cache for one heap: per size class up to [`CACHED_SIZE_MAX`], a
+/// [`Claim`] of units taken from a run under the arena's lock once per few dozen
+/// allocations, handed out by transactions without a lock. Units never handed out go back
+/// when the thread exits (or with the heap, whose volatile state they are part of).
+struct Cache {
+    heap_id: u64,
+    heap: Weak<Inner>,
+    claims: Vec<Option<Claim>>,
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        if let Some(inner) = self.heap.upgrade() {
+            for claim in self.claims.iter().flatten() {
+                inner.alloc.unclaim(claim);
+            }
+        }
+    }
+}
+
+/// A thread's transactions (one per heap it is in), spare states to reuse, and its
+/// allocation caches. Boxed states, so taking one out or putting it back moves a pointer,
+/// not the state.
 #[derive(Default)]
 #[allow(clippy::vec_box)] // moved in and out on every transaction: a pointer, not ~300 bytes
 struct Txs {
     active: Vec<Box<TxState>>,
     spare: Vec<Box<TxState>>,
+    caches: Vec<Cache>,
+}
+
+/// A reservation of a cached size class from this thread's cache for `heap`, refilled by a
+/// claim when empty.
+fn cached_reservation(
+    caches: &mut Vec<Cache>,
+    heap: &Heap,
+    class: u8,
+) -> Result<(Reservation, MetaOp)> {
+    let inner = heap.inner();
+    let i = match caches.iter().position(|c| c.heap_id == inner.id) {
+        Some(i) => i,
+        None => {
+            // Caches of heaps that are gone hold nothing worth keeping.
+            caches.retain(|c| c.heap.strong_count() > 0);
+            caches.push(Cache {
+                heap_id: inner.id,
+                heap: Arc::downgrade(heap.inner_arc()),
+                claims: vec![None; crate::layout::class_count()],
+            });
+            caches.len() - 1
+        }
+    };
+    let slot = &mut caches[i].claims[class as usize];
+    if let Some(taken) = slot.as_mut().and_then(Claim::take) {
+        return Ok(taken);
+    }
+    let publish = |chunk, class| inner.publish_run(chunk, class);
+    let mut claim = match inner.alloc.claim(&inner.pool, class, &publish) {
+        Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
+            inner.settle()?;
+            inner.alloc.claim(&inner.pool, class, &publish)?
+        }
+        other => other?,
+    };
+    let taken = claim
+        .take()
+        .ok_or_else(|| Error::Corrupt("an empty claim".into()))?;
+    *slot = Some(claim);
+    Ok(taken)
 }
 
 thread_local! {
@@ -536,18 +602,33 @@ impl<'h> Tx<'h> {
 
     /// Allocate `size` bytes whose contents are unspecified (whatever the space held).
     pub fn alloc_bytes(&self, size: u64) -> Result<u64> {
-        let slot = self.inner().geometry.slot_size();
-        self.state(|s, inner| {
+        let inner = self.inner();
+        let slot = inner.geometry.slot_size();
+        inner.check_open()?;
+        let class = (size > 0 && size <= CACHED_SIZE_MAX)
+            .then(|| crate::layout::class_for(size))
+            .flatten();
+        TXS.with_borrow_mut(|txs| {
+            let Txs { active, caches, .. } = txs;
+            let s = active
+                .iter_mut()
+                .find(|s| s.heap_id == inner.id)
+                .ok_or_else(|| {
+                    Error::InvalidArgument("no transaction is active on this thread".into())
+                })?;
             s.grow_record(redo::entry_size(8), slot)?;
             let publish = |chunk, class| inner.publish_run(chunk, class);
-            let (reservation, op) = match inner.alloc.alloc(&inner.pool, size, &publish) {
-                Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
-                    // Space freed by recent transactions waits for the durable horizon:
-                    // settle it and try again.
-                    inner.settle()?;
-                    inner.alloc.alloc(&inner.pool, size, &publish)?
-                }
-                other => other?,
+            let (reservation, op) = match class {
+                Some(class) => cached_reservation(caches, self.heap, class)?,
+                None => match inner.alloc.alloc(&inner.pool, size, &publish) {
+                    Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
+                        // Space freed by recent transactions waits for the durable horizon:
+                        // settle it and try again.
+                        inner.settle()?;
+                        inner.alloc.alloc(&inner.pool, size, &publish)?
+                    }
+                    other => other?,
+                },
             };
             s.add_fresh(reservation);
             if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
@@ -579,7 +660,7 @@ impl<'h> Tx<'h> {
         self.state(|s, inner| {
             s.grow_record(redo::entry_size(8), slot)?;
             let own = s.own(offset);
-            let (pending, op) = inner.alloc.free(offset, own)?;
+            let (pending, op) = inner.alloc.free(&inner.pool, offset, own)?;
             s.frees.push(pending);
             s.ops.push(Op::Meta(op));
             Ok(())

@@ -264,6 +264,63 @@ fn bad_frees_are_refused_and_harmless() {
     assert!(heap.live_allocations().is_empty());
 }
 
+/// Another thread cannot free (or see as live) an allocation whose transaction has not
+/// committed, and can once it has; an aborted one never becomes live. Commits leave their
+/// units' reservation marks for the free path to resolve against the run's bitmap (no second
+/// arena lock per allocation), so this checks that resolution both ways.
+#[test]
+fn allocations_of_an_open_transaction_are_not_freeable_by_others() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    for (size, commit) in [
+        (64u64, true),
+        (64, false),
+        (1 << 20, true),
+        (1 << 20, false),
+    ] {
+        let (to_other, from_owner) = std::sync::mpsc::channel::<u64>();
+        let (to_owner, from_other) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let other = heap.clone();
+            s.spawn(move || {
+                let heap = other;
+                let off = from_owner.recv().unwrap();
+                assert!(
+                    heap.usable_size(off).is_none(),
+                    "{size}: live before its commit"
+                );
+                let err = heap.pfree(off).unwrap_err();
+                assert!(
+                    matches!(err, Error::InvalidFree { .. }),
+                    "{size}: a free of an uncommitted allocation: {err}"
+                );
+                to_owner.send(()).unwrap();
+                let off = from_owner.recv().unwrap();
+                if commit {
+                    assert!(heap.usable_size(off).unwrap() >= size);
+                    heap.pfree(off).unwrap();
+                    assert!(matches!(heap.pfree(off), Err(Error::InvalidFree { .. })));
+                } else {
+                    assert!(heap.usable_size(off).is_none(), "{size}: aborted, not live");
+                    assert!(matches!(heap.pfree(off), Err(Error::InvalidFree { .. })));
+                }
+            });
+            let tx = heap.begin().unwrap();
+            let off = tx.alloc_bytes(size).unwrap();
+            to_other.send(off).unwrap();
+            from_other.recv().unwrap();
+            if commit {
+                tx.commit().unwrap();
+            } else {
+                tx.abort();
+            }
+            to_other.send(off).unwrap();
+        });
+    }
+    let heap = reopen(heap, &path);
+    assert!(heap.live_allocations().is_empty());
+}
+
 #[test]
 fn transaction_larger_than_the_log_is_refused() {
     let dir = shm_dir();
