@@ -18,6 +18,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use rustix::mm::{MapFlags, ProtFlags};
+
 use crate::cpu::{self, FlushKind};
 use crate::error::{Error, MediaError};
 use crate::limits::PAGE_SIZE;
@@ -58,13 +60,14 @@ impl FileMedia {
             .map(|s| s.f_type)
             .map_err(|e| Error::from_io(path, "fstatfs", e.into()))?;
         let tmpfs = fs_type == TMPFS_MAGIC || fs_type == RAMFS_MAGIC;
-        // Try MAP_SYNC first: only a DAX file system accepts it.
-        let dax = !tmpfs && len > 0 && reservation.map_file(file.as_fd(), 0, len, true).is_ok();
-        if !dax {
-            reservation
-                .map_file(file.as_fd(), 0, len, false)
-                .map_err(|e| Error::from_io(path, "mmap", e))?;
-        }
+        // Only a DAX file system accepts MAP_SYNC. Ask with a probe mapping of its own, never
+        // with MAP_FIXED over the reservation: ext4 and xfs refuse MAP_SYNC only after the
+        // kernel has unmapped the target range, and another thread's mmap could be placed in
+        // that hole before the plain mapping replaced it (two owners of one address range).
+        let dax = !tmpfs && len > 0 && accepts_map_sync(&file);
+        reservation
+            .map_file(file.as_fd(), 0, len, dax)
+            .map_err(|e| Error::from_io(path, "mmap", e))?;
         let kind = if tmpfs {
             MediaKind::Tmpfs
         } else if dax {
@@ -257,6 +260,33 @@ impl Media for FileMedia {
             flush: self.flush,
             reason: self.reason.clone(),
         }
+    }
+}
+
+/// Whether the kernel maps `file` with `MAP_SYNC` (a DAX file system). Probes with one page
+/// mapped at an address of the kernel's choosing and unmaps it at once.
+fn accepts_map_sync(file: &File) -> bool {
+    // SAFETY: a new shared mapping at an address the kernel picks replaces nothing; it is
+    // never accessed and is unmapped below.
+    let probe = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            PAGE_SIZE as usize,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
+            file.as_fd(),
+            0,
+        )
+    };
+    match probe {
+        Ok(ptr) => {
+            // SAFETY: `ptr` is the page mapped just above, used by nothing else.
+            if let Err(e) = unsafe { rustix::mm::munmap(ptr, PAGE_SIZE as usize) } {
+                tracing::error!("munmap of the MAP_SYNC probe failed: {e}");
+            }
+            true
+        }
+        Err(_) => false,
     }
 }
 

@@ -75,6 +75,12 @@ impl Reservation {
 
     /// Map `len` bytes of `fd` starting at file offset `offset` read-write and shared at the
     /// same offset of the reservation. `sync`: ask for `MAP_SYNC` (DAX only; fails elsewhere).
+    ///
+    /// Do not use a failure here as a probe: the kernel may unmap the target range before it
+    /// refuses the mapping (ext4 and xfs refuse `MAP_SYNC` that late), and until the range is
+    /// mapped again another thread's `mmap` can be placed in the hole, which the next
+    /// `MAP_FIXED` mapping here would then replace. Find out first (`FileMedia::map` probes
+    /// `MAP_SYNC` with a separate mapping), then map once.
     pub fn map_file(&self, fd: impl AsFd, offset: u64, len: u64, sync: bool) -> io::Result<()> {
         let (off, len) = self.check(offset, len)?;
         if len == 0 {
