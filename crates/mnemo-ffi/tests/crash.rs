@@ -20,7 +20,7 @@
 //! `every_mutant_is_caught`: each of `mnemo::MUTANTS` switched on must fail a test above.
 
 use mnemo::handle::PoolEntry;
-use mnemo_heap::{Error, Heap, HeapOptions, PPtr};
+use mnemo_heap::{testing, PPtr};
 use mnemo_pmem::ByteRange;
 use mnemo_testkit::explore::{soak, Sampling};
 use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
@@ -30,15 +30,6 @@ const WORDS: [u64; 4] = [0, 64, 200, 1000];
 const REGION: u64 = 1024;
 
 type State = Option<Vec<u64>>;
-
-fn options() -> HeapOptions {
-    HeapOptions {
-        lane_count: 2,
-        lane_log_size: 16384,
-        toc_entries: 16,
-        arenas: 1,
-    }
-}
 
 /// Narrower than the defaults (these workloads have many pending words per fence and run in
 /// every `cargo test`); `MNEMO_SOAK=1` widens them as everywhere.
@@ -66,24 +57,16 @@ fn fail(f: mnemo::error::Failure) -> String {
 }
 
 fn create(run: &mut Run<State>) -> Result<(PoolEntry, u64), String> {
-    let probe = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
-    let size = probe.size_for_chunks(2);
-    let p = pool::create(run.media(), "ffi", size, 3 << 20)?;
-    let heap = Heap::create(p, &options()).map_err(err)?;
+    let p = pool::create(run.media(), "ffi", testing::pool_size(2), 3 << 20)?;
+    let heap = testing::create(p)?;
     let region = heap.nvalloc("r", REGION).map_err(err)?;
     Ok((PoolEntry::new(1, heap), region))
 }
 
 /// Pool open, heap recovery, then this layer's: the snapshot record applied again.
 fn recover_entry(media: SimMedia) -> Result<Option<PoolEntry>, String> {
-    let Some(p) = pool::open(media)? else {
+    let Some(heap) = testing::recover(pool::open(media)?)? else {
         return Ok(None);
-    };
-    let heap = match Heap::open_with(p, &options()) {
-        Ok(heap) => heap,
-        Err(Error::NotAHeap(_)) => return Ok(None),
-        Err(Error::Corrupt(m)) if m.contains("superblock checksum") => return Ok(None),
-        Err(e) => return Err(format!("heap recovery failed: {e}")),
     };
     PoolEntry::open(1, heap).map(Some).map_err(fail)
 }

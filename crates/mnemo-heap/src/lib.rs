@@ -55,6 +55,8 @@ mod heap;
 pub mod layout;
 mod pptr;
 pub mod redo;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tx;
 
 pub use alloc::{ClassStats, HeapStats};

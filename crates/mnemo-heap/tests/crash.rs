@@ -12,20 +12,11 @@
 //!
 //! `every_mutant_is_caught` switches each mutant of this crate on and requires a failure.
 
-use mnemo_heap::{Error, Heap, HeapOptions, PPtr};
+use mnemo_heap::{testing, Error, Heap, PPtr};
 use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
 
 const SLOTS: usize = 8;
 const SIZES: [u64; 3] = [128, 400, 70_000];
-
-fn options() -> HeapOptions {
-    HeapOptions {
-        lane_count: 2,
-        lane_log_size: 16384,
-        toc_entries: 16,
-        arenas: 1,
-    }
-}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Model {
@@ -252,10 +243,8 @@ impl Workload for HeapWorkload {
     }
 
     fn run(&self, run: &mut Run<Option<Model>>) -> Result<(), String> {
-        let geometry_probe = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
-        let size = geometry_probe.size_for_chunks(3);
-        let p = pool::create(run.media(), "heap", size, 2 << 20)?;
-        let heap = Heap::create(p, &options()).map_err(err)?;
+        let p = pool::create(run.media(), "heap", testing::pool_size(3), 2 << 20)?;
+        let heap = testing::create(p)?;
         let r = roots(&heap)?;
         let mut model = Model::default();
         run.ack(Some(model.clone()));
@@ -272,16 +261,7 @@ impl Workload for HeapWorkload {
     }
 
     fn recover(&self, media: SimMedia) -> Result<Option<Heap>, String> {
-        let Some(p) = pool::open(media)? else {
-            return Ok(None);
-        };
-        match Heap::open_with(p, &options()) {
-            Ok(heap) => Ok(Some(heap)),
-            // A crash while the heap was being created: its superblock is written last.
-            Err(Error::NotAHeap(_)) => Ok(None),
-            Err(Error::Corrupt(m)) if m.contains("superblock checksum") => Ok(None),
-            Err(e) => Err(format!("heap recovery failed: {e}")),
-        }
+        testing::recover(pool::open(media)?)
     }
 
     fn observe(&self, heap: &Option<Heap>) -> Result<Option<Model>, String> {

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use mnemo_heap::{Error, Heap, HeapOptions};
+use mnemo_heap::{testing, Heap};
 use mnemo_kv::engine::{PersistentEngine, ROOT_NAME};
 use mnemo_kv::server::Engine;
 use mnemo_resp::bytes::Bytes;
@@ -26,15 +26,6 @@ type Model = BTreeMap<String, Val>;
 enum Val {
     Str(Vec<u8>),
     List(Vec<Vec<u8>>),
-}
-
-fn options() -> HeapOptions {
-    HeapOptions {
-        lane_count: 2,
-        lane_log_size: 16384,
-        toc_entries: 16,
-        arenas: 1,
-    }
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -123,10 +114,8 @@ impl Workload for KeyspaceWorkload {
     }
 
     fn run(&self, run: &mut Run<Option<Model>>) -> Result<(), String> {
-        let geometry = mnemo_heap::layout::Geometry::new(8192, 2, 16384, 16);
-        let size = geometry.size_for_chunks(3);
-        let p = pool::create(run.media(), "kv", size, 4 << 20)?;
-        let heap = Heap::create(p, &options()).map_err(err)?;
+        let p = pool::create(run.media(), "kv", testing::pool_size(3), 4 << 20)?;
+        let heap = testing::create(p)?;
         let mut engine = PersistentEngine::open(&heap).map_err(err)?;
         let mut model = Model::new();
         run.ack(Some(model.clone()));
@@ -145,15 +134,7 @@ impl Workload for KeyspaceWorkload {
     }
 
     fn recover(&self, media: SimMedia) -> Result<Option<Heap>, String> {
-        let Some(p) = pool::open(media)? else {
-            return Ok(None);
-        };
-        match Heap::open_with(p, &options()) {
-            Ok(heap) => Ok(Some(heap)),
-            Err(Error::NotAHeap(_)) => Ok(None),
-            Err(Error::Corrupt(m)) if m.contains("superblock checksum") => Ok(None),
-            Err(e) => Err(format!("heap recovery failed: {e}")),
-        }
+        testing::recover(pool::open(media)?)
     }
 
     fn observe(&self, heap: &Option<Heap>) -> Result<Option<Model>, String> {
