@@ -105,10 +105,14 @@ impl Inner {
     /// Frees committed by record `seq`: kept from reuse until no recovery can replay that
     /// record (or an older one that wrote the space) over the space's next contents, which a
     /// new owner writes in place, unlogged.
+    #[inline]
     pub(crate) fn defer_frees(&self, seq: u64, frees: &[PendingFree]) {
-        if frees.is_empty() {
-            return;
+        if !frees.is_empty() {
+            self.defer_some_frees(seq, frees);
         }
+    }
+
+    fn defer_some_frees(&self, seq: u64, frees: &[PendingFree]) {
         if mnemo_pmem::mutant::active("heap.reuse_before_horizon") {
             for f in frees {
                 self.alloc
@@ -124,11 +128,16 @@ impl Inner {
     }
 
     /// Hand the frees below the durable horizon back to the allocator.
+    #[inline]
     pub(crate) fn release_frees(&self) {
+        // Every commit calls this; most find nothing waiting.
         let min = self.limbo_min.load(Ordering::Acquire);
-        if min == u64::MAX {
-            return;
+        if min != u64::MAX {
+            self.release_frees_from(min);
         }
+    }
+
+    fn release_frees_from(&self, min: u64) {
         let horizon = self.lanes.durable_horizon();
         if min >= horizon {
             return;

@@ -59,13 +59,29 @@ pub fn entry_size(len: usize) -> usize {
 /// Append entries to a record under construction (the header is filled by `seal`).
 pub fn start(buf: &mut Vec<u8>) {
     buf.clear();
-    buf.resize(RECORD_HEADER, 0);
+    buf.extend_from_slice(&[0; RECORD_HEADER]);
+}
+
+/// The two words that open an entry.
+#[inline]
+fn entry_head(kind: u64, len: usize, offset: u64) -> [u8; 16] {
+    let mut head = [0u8; 16];
+    head[..8].copy_from_slice(&(kind | (len as u64) << 32).to_le_bytes());
+    head[8..].copy_from_slice(&offset.to_le_bytes());
+    head
 }
 
 /// Append a data entry.
 pub fn push_data(buf: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
-    buf.extend_from_slice(&(KIND_DATA | (bytes.len() as u64) << 32).to_le_bytes());
-    buf.extend_from_slice(&offset.to_le_bytes());
+    if let Ok(word) = <[u8; 8]>::try_from(bytes) {
+        // The common transactional store: one copy of the whole entry.
+        let mut entry = [0u8; 24];
+        entry[..16].copy_from_slice(&entry_head(KIND_DATA, 8, offset));
+        entry[16..].copy_from_slice(&word);
+        buf.extend_from_slice(&entry);
+        return;
+    }
+    buf.extend_from_slice(&entry_head(KIND_DATA, bytes.len(), offset));
     buf.extend_from_slice(bytes);
     buf.resize(buf.len().next_multiple_of(8), 0);
 }
@@ -80,9 +96,10 @@ pub fn push_check(buf: &mut Vec<u8>, offset: u64, len: u64, crc: u32) {
 
 /// Append a mask entry (`KIND_OR` or `KIND_ANDNOT`).
 pub fn push_mask(buf: &mut Vec<u8>, kind: u64, offset: u64, mask: u64) {
-    buf.extend_from_slice(&(kind | 8 << 32).to_le_bytes());
-    buf.extend_from_slice(&offset.to_le_bytes());
-    buf.extend_from_slice(&mask.to_le_bytes());
+    let mut entry = [0u8; 24];
+    entry[..16].copy_from_slice(&entry_head(kind, 8, offset));
+    entry[16..].copy_from_slice(&mask.to_le_bytes());
+    buf.extend_from_slice(&entry);
 }
 
 fn word(bytes: &[u8], at: usize) -> u64 {
@@ -102,7 +119,7 @@ const SHORT_CRC_MAX: usize = 512;
 /// CRC-32C of `bytes`, the value of `crc32c::crc32c`. Most records are a few words long,
 /// where that crate's three-way split and tail handling cost several times the checksum
 /// itself (~150 instructions for a 56-byte record against ~25): a whole number of words up to
-/// [`SHORT_CRC_MAX`] bytes is checksummed with one CRC-32C instruction per word.
+/// `SHORT_CRC_MAX` (512) bytes is checksummed with one CRC-32C instruction per word.
 pub fn crc32c_words(bytes: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if bytes.len() % 8 == 0 && bytes.len() <= SHORT_CRC_MAX && has_sse42() {

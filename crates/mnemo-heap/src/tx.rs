@@ -357,13 +357,10 @@ fn finish_commit(inner: &Inner, mut state: Box<TxState>, seq: Option<u64>) {
         inner.defer_frees(seq, &state.frees);
     }
     inner.release_frees();
-    let hooks = if state.on_commit.is_empty() {
-        Vec::new()
-    } else {
-        std::mem::take(&mut state.on_commit)
-    };
-    for hook in hooks {
-        hook(inner);
+    if !state.on_commit.is_empty() {
+        for hook in std::mem::take(&mut state.on_commit) {
+            hook(inner);
+        }
     }
     recycle(state);
 }
