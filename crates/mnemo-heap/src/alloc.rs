@@ -269,6 +269,22 @@ impl Run {
         !applied
     }
 
+    /// How many units are reserved by transactions that have not committed (or held in a
+    /// thread's cache), word by word as [`Run::uncommitted`]; stale marks are cleared.
+    fn uncommitted_units(&mut self, pool: &Pool) -> u64 {
+        let mut count = 0;
+        for w in 0..self.reserved.len() {
+            if self.reserved[w] == 0 {
+                continue;
+            }
+            let applied = crate::redo::atomic_word(pool, self.bitmap + w as u64 * 8)
+                .map_or(0, |word| word.load(Ordering::Acquire));
+            self.reserved[w] &= !applied;
+            count += self.reserved[w].count_ones() as u64;
+        }
+        count
+    }
+
     fn take_unit(&mut self) -> Option<u64> {
         let n = self.used.len();
         for k in 0..n {
@@ -337,7 +353,7 @@ pub struct ClassStats {
     pub runs: u64,
     /// Units in those runs.
     pub units: u64,
-    /// Units allocated.
+    /// Units of committed allocations.
     pub used: u64,
 }
 
@@ -350,9 +366,11 @@ pub struct HeapStats {
     pub chunks_free: u64,
     /// Largest span of free chunks (the largest large allocation possible without growth).
     pub largest_free_span: u64,
-    /// Bytes handed out (class sizes, whole chunks for large allocations).
+    /// Bytes of committed allocations (class sizes, whole chunks for large allocations).
     pub used_bytes: u64,
-    /// Bytes free: free units of runs plus free chunks.
+    /// Bytes free: free units of runs plus free chunks. Units reserved by transactions that
+    /// have not committed, or held in threads' allocation caches (at most `CLAIM_BYTES` per
+    /// size class per thread), count as free.
     pub free_bytes: u64,
     /// Large allocations live.
     pub large_allocations: u64,
@@ -1065,7 +1083,7 @@ impl Allocator {
     }
 
     /// Space accounting.
-    pub fn stats(&self) -> HeapStats {
+    pub fn stats(&self, pool: &Pool) -> HeapStats {
         let mut stats = HeapStats::default();
         {
             let chunks = lock(&self.chunks);
@@ -1091,15 +1109,15 @@ impl Allocator {
             })
             .collect();
         for arena in self.arenas.iter() {
-            let arena = lock(&arena.0);
-            for run in arena.runs.values() {
+            let mut arena = lock(&arena.0);
+            for run in arena.runs.values_mut() {
                 let c = &mut classes[run.class as usize];
-                let used = run.units - run.free;
+                let used = run.units - run.free - run.uncommitted_units(pool);
                 c.runs += 1;
                 c.units += run.units;
                 c.used += used;
                 stats.used_bytes += used * c.size;
-                stats.free_bytes += run.free * c.size;
+                stats.free_bytes += (run.units - used) * c.size;
             }
         }
         stats.classes = classes.into_iter().filter(|c| c.runs > 0).collect();

@@ -390,6 +390,7 @@ impl Heap {
             other => other,
         })?;
         let lanes = recover(&pool, &geometry)?;
+        lanes.set_deferral(geometry.version >= 3);
         let alloc = Allocator::load(&pool, geometry, options.arenas())?;
         let toc = load_toc(&pool, &geometry, &alloc)?;
         Ok(Heap {
@@ -432,7 +433,7 @@ impl Heap {
     /// horizon are settled first).
     pub fn stats(&self) -> HeapStats {
         self.settle_frees();
-        self.inner.alloc.stats()
+        self.inner.alloc.stats(&self.inner.pool)
     }
 
     /// Every live allocation as (offset, usable size), sorted (checkers and tests).
@@ -887,8 +888,14 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
     }
     let mut verdicts = Vec::with_capacity(records.len());
     let mut first_failed = max_seq + 1;
-    for record in &records {
-        let holds = record.seq < checked || redo::checks_hold(pool, &record.bytes, &allowed);
+    for (i, record) in records.iter().enumerate() {
+        // A later record that writes into the checked bytes proves the commit: its
+        // transaction knew the object, which nobody can before the commit returns. Those
+        // bytes changed after a committed record; skipping it would let replays of older
+        // records roll back its other effects.
+        let holds = record.seq < checked
+            || redo::checks_hold(pool, &record.bytes, &allowed)
+            || redo::checks_overwritten(&record.bytes, &records[i + 1..]);
         if !holds {
             tracing::info!(
                 seq = record.seq,

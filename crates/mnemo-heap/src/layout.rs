@@ -45,9 +45,17 @@ pub const LANE_LOG_SIZE_DEFAULT: u64 = 128 * 1024;
 pub const LANE_LOG_SIZE_MIN: u64 = 16 * 1024;
 /// Most lanes: bounds the recovery scan and the horizon scan at each commit.
 pub const LANE_COUNT_MAX: u32 = 256;
-/// Heap format version written by this build (2: lanes are rings of four slots and the
-/// superblock page holds the horizon word; version 1 had two halves per lane).
-pub const HEAP_VERSION: u32 = 2;
+/// Heap format version written by this build. 2: lanes are rings of four slots and the
+/// superblock page holds the horizon word (version 1 had two halves per lane). 3: the same
+/// layout, but a commit may leave its predecessor's application unflushed, which only a
+/// recovery that replays a committed record whose checked bytes a later record changed
+/// handles (see `docs/design/heap-and-transactions.md`, refinements 4 and 10): a build that
+/// reads only version 2 must not open it.
+pub const HEAP_VERSION: u32 = 3;
+
+/// The oldest heap format version this build opens (version 2 heaps keep their version and
+/// commit without deferral, so the builds that wrote them can still open them).
+pub const HEAP_VERSION_MIN: u32 = 2;
 /// Offset of the persistent horizon word in the superblock page (its own cache line, outside
 /// the checksummed superblock): every redo record with a smaller sequence number is applied
 /// and durable, and is never replayed.
@@ -98,6 +106,8 @@ const _: () = assert!(std::mem::size_of::<RawSuperblock>() == 256);
 /// The decoded superblock: where everything is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
+    /// Heap format version (of the superblock read, or [`HEAP_VERSION`] for a new heap).
+    pub version: u32,
     /// Offset of the superblock (the pool's data offset).
     pub base: u64,
     /// Number of lanes.
@@ -125,6 +135,7 @@ impl Geometry {
         let lanes_offset = page_up(toc_offset + toc_entries * TOC_ENTRY_SIZE);
         let zones_offset = page_up(lanes_offset + lane_count as u64 * lane_log_size);
         Geometry {
+            version: HEAP_VERSION,
             base,
             lane_count,
             lane_log_size,
@@ -215,7 +226,7 @@ impl Geometry {
     pub fn encode(&self) -> RawSuperblock {
         let mut raw = RawSuperblock {
             magic: HEAP_MAGIC,
-            version: HEAP_VERSION.into(),
+            version: self.version.into(),
             lane_count: self.lane_count.into(),
             lane_log_size: self.lane_log_size.into(),
             chunk_size: CHUNK_SIZE.into(),
@@ -241,11 +252,13 @@ impl Geometry {
         if crc32c::crc32c(&bytes[..bytes.len() - 4]) != raw.checksum.get() {
             return Err(Error::Corrupt("heap superblock checksum mismatch".into()));
         }
-        if raw.version.get() != HEAP_VERSION {
+        let version = raw.version.get();
+        if !(HEAP_VERSION_MIN..=HEAP_VERSION).contains(&version) {
             return Err(Error::Corrupt(format!(
-                "heap format version {} found; this build reads only version {HEAP_VERSION} \
-                 (version 1 heaps, with two-half lanes, are not converted: recreate the heap)",
-                raw.version.get()
+                "heap format version {version} found; this build reads version \
+                 {HEAP_VERSION_MIN} and version {HEAP_VERSION} (version 1 heaps, with two-half \
+                 lanes, are not converted: recreate the heap; a newer version needs a newer \
+                 mnemo)"
             )));
         }
         if raw.chunk_size.get() != CHUNK_SIZE || raw.chunks_per_zone.get() != CHUNKS_PER_ZONE {
@@ -265,7 +278,10 @@ impl Geometry {
         if toc_entries == 0 || toc_entries > 1 << 20 {
             return Err(Error::Corrupt(format!("toc entries {toc_entries}")));
         }
-        let geometry = Geometry::new(base, lane_count, lane_log_size, toc_entries);
+        let geometry = Geometry {
+            version,
+            ..Geometry::new(base, lane_count, lane_log_size, toc_entries)
+        };
         if geometry.toc_offset != raw.toc_offset.get()
             || geometry.lanes_offset != raw.lanes_offset.get()
             || geometry.zones_offset != raw.zones_offset.get()

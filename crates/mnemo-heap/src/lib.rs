@@ -44,6 +44,7 @@
 //! | `tx.skip_flush` | the applied data is not flushed, so the next fence does not make it durable |
 //! | `redo.skip_checksum` | recovery replays records whose checksum does not match |
 //! | `redo.no_horizon` | records carry horizon 0, so applied records are replayed over newer data |
+//! | `redo.defer_forgets` | a commit that leaves its predecessor's application unflushed forgets those lines: never flushed, yet later horizons pass the record |
 //! | `alloc.skip_bitmap` | a transactional allocation does not log its bitmap bit (double allocation after reopen) |
 //! | `alloc.direct_skip_flush` | `pmalloc` of a small size (no record: its bitmap bit set directly) fences without flushing the word (an acknowledged allocation lost) |
 //! | `heap.reuse_before_horizon` | freed space is handed out again at once, before the freeing record is past the durable horizon: its replay clobbers the new owner's unlogged bytes |
@@ -78,6 +79,7 @@ pub const MUTANTS: &[&str] = &[
     "tx.skip_flush",
     "redo.skip_checksum",
     "redo.no_horizon",
+    "redo.defer_forgets",
     "alloc.skip_bitmap",
     "alloc.direct_skip_flush",
     "heap.reuse_before_horizon",

@@ -414,6 +414,31 @@ pub fn checks_hold(pool: &Pool, record: &[u8], allowed: &dyn Fn(u64, u64) -> boo
     })
 }
 
+/// Whether an entry of one of `later` (records after `record`) changes bytes that a check
+/// entry of `record` covers.
+pub fn checks_overwritten(record: &[u8], later: &[Record]) -> bool {
+    let checked: Vec<(u64, u64)> = entries(record)
+        .filter_map(|entry| match entry {
+            Ok(Entry::Check(offset, len, _)) => Some((offset, offset.saturating_add(len))),
+            _ => None,
+        })
+        .collect();
+    if checked.is_empty() {
+        return false;
+    }
+    later.iter().any(|other| {
+        entries(&other.bytes).any(|entry| {
+            let (offset, len) = match entry {
+                Ok(Entry::Data(offset, bytes)) => (offset, bytes.len() as u64),
+                Ok(Entry::Or(offset, _) | Entry::AndNot(offset, _)) => (offset, 8),
+                _ => return false,
+            };
+            let end = offset.saturating_add(len);
+            checked.iter().any(|&(lo, hi)| offset < hi && lo < end)
+        })
+    })
+}
+
 /// Append a range, merging it with the previous one when they touch the same cache lines.
 pub fn push_range(ranges: &mut Vec<ByteRange>, offset: u64, len: u64) {
     if let Some(last) = ranges.last_mut() {
@@ -518,6 +543,9 @@ pub struct LaneState {
     since_fresh: u32,
     /// Sequence number of this lane's latest commit (0: none since open).
     last_seq: u64,
+    /// Whether the lane's pending ranges hold two records' applications: the latest commit
+    /// left its predecessor's unflushed (see `Lanes::commit`), so the next one flushes.
+    deferred: bool,
 }
 
 /// An atomic word alone on its cache line (and the adjacent-line prefetch pair).
@@ -543,6 +571,9 @@ pub struct Lanes {
     /// Every commit fences its application before returning (two fences): for callers that
     /// store to transactional data outside transactions (the C ABI).
     fenced: std::sync::atomic::AtomicBool,
+    /// Commits may leave their predecessor's application unflushed (refinement 10; heap
+    /// format version 3 and later).
+    defer: std::sync::atomic::AtomicBool,
     /// The persistent horizon word's value (a durable claim; `MH` is the larger of it and
     /// every lane's `durable_h`).
     word_value: AtomicU64,
@@ -634,6 +665,7 @@ impl Lanes {
                     fresh_bit: false,
                     since_fresh: 0,
                     last_seq: 0,
+                    deferred: false,
                 }),
                 inflight: AtomicU64::new(0),
                 pending: AtomicU64::new(0),
@@ -654,6 +686,7 @@ impl Lanes {
             counter: OwnLine(AtomicU64::new(next_seq.max(1))),
             fresh_mask: OwnLine(AtomicU64::new(0)),
             fenced: std::sync::atomic::AtomicBool::new(false),
+            defer: std::sync::atomic::AtomicBool::new(false),
             word_value: AtomicU64::new(word),
             word: Mutex::new(word),
             next_hint: AtomicUsize::new(0),
@@ -856,7 +889,20 @@ impl Lanes {
         let slot = geometry.slot_offset(lane.index, k as u64);
         let mut applied = std::mem::take(&mut lane.scratch);
         applied.clear();
-        let result = self.commit_io(pool, lane, slot, extra, allowed, &mut applied);
+        // This thread's previous application (its lane's pending record) may stay unflushed
+        // through this commit when neither record wrote bytes in place: a record is replayed
+        // until a horizon passes it, and horizons stay below the lane's pending seq, which
+        // stays the older record's; the next commit flushes both. Every other commit then
+        // flushes, which the ring of `LANE_SLOTS` (4) allows: the horizon a commit computes
+        // lies at most two records behind it, above the record its next overwrite needs
+        // claimed (three behind). Repeated writes to the same lines (bitmap words of
+        // consecutive allocations, a hot counter) then cost one flush per two commits.
+        let may_defer = self.defer.load(Ordering::Relaxed)
+            && !self.fenced.load(Ordering::Relaxed)
+            && extra.is_empty()
+            && fresh.0 >= fresh.1
+            && me.fresh_lo.load(Ordering::Acquire) >= me.fresh_hi.load(Ordering::Acquire);
+        let result = self.commit_io(pool, lane, slot, extra, allowed, &mut applied, may_defer);
         // The slot's record: this one if it is durable, else unknown (0: no constraint).
         me.slots[k]
             .seq
@@ -865,7 +911,39 @@ impl Lanes {
         me.slots[k].hi.store(data.1.max(fresh.1), Ordering::Release);
         lane.next_slot = (lane.next_slot + 1) % LANE_SLOTS;
         match result {
-            Ok(()) => {
+            Ok(true) => {
+                // Deferred: the lane's pending record stays the previous one (its seq, its
+                // fresh range: none), now with this record's applied ranges added.
+                if horizon > me.durable_h.load(Ordering::Relaxed) {
+                    me.durable_h.store(horizon, Ordering::Release);
+                }
+                if mutant::active("redo.defer_forgets") {
+                    // Broken: the deferred application's lines are forgotten, never flushed.
+                    lane.pending_ranges.clear();
+                    THREAD.with_borrow_mut(|t| {
+                        t.ranges.retain(|&(instance, _)| instance != self.instance)
+                    });
+                }
+                for r in &applied {
+                    push_range(&mut lane.pending_ranges, r.offset, r.len);
+                }
+                THREAD.with_borrow_mut(|t| {
+                    for &r in &applied {
+                        match t.ranges.last_mut() {
+                            Some((instance, last)) if *instance == self.instance && *last == r => {}
+                            _ => t.ranges.push((self.instance, r)),
+                        }
+                    }
+                });
+                lane.scratch = applied;
+                lane.deferred = true;
+                if let Err(e) = apply_words(pool, &lane.words) {
+                    me.inflight.store(0, Ordering::Release);
+                    return Err(e);
+                }
+            }
+            Ok(false) => {
+                lane.deferred = false;
                 self.note_fresh(lane, fresh);
                 if horizon > me.durable_h.load(Ordering::Relaxed) {
                     me.durable_h.store(horizon, Ordering::Release);
@@ -914,7 +992,7 @@ impl Lanes {
             Err(_) => lane.scratch = applied,
         }
         me.inflight.store(0, Ordering::Release);
-        result.map(|()| seq)
+        result.map(|_| seq)
     }
 
     /// Keep this lane's bit of `fresh_mask` a superset: set before a record with fresh bytes
@@ -1002,7 +1080,15 @@ impl Lanes {
         self.fenced.store(fenced, Ordering::Relaxed);
     }
 
-    /// The media work of a commit: record, the one fence, apply (not flushed).
+    /// Whether a commit may leave its predecessor's application unflushed (only for heaps
+    /// whose recovery is known to handle it: format version 3 and later).
+    pub fn set_deferral(&self, defer: bool) {
+        self.defer.store(defer, Ordering::Relaxed);
+    }
+
+    /// The media work of a commit: record, the one fence, apply (not flushed). Returns
+    /// whether the thread's pending applications were left unflushed (`may_defer`).
+    #[allow(clippy::too_many_arguments)]
     fn commit_io(
         &self,
         pool: &Pool,
@@ -1011,7 +1097,8 @@ impl Lanes {
         extra: &[ByteRange],
         allowed: &dyn Fn(u64, u64) -> bool,
         applied: &mut Vec<ByteRange>,
-    ) -> Result<()> {
+        may_defer: bool,
+    ) -> Result<bool> {
         if mutant::active("tx.apply_before_commit") {
             apply(pool, &lane.buf, allowed, applied)?;
         }
@@ -1031,7 +1118,23 @@ impl Lanes {
         let mut sync = std::mem::take(&mut lane.sync);
         sync.clear();
         sync.push(ByteRange::new(slot, lane.buf.len() as u64));
-        let flushed = THREAD.with_borrow(|t| -> Result<()> {
+        let pending = self.lanes[lane.index as usize]
+            .pending
+            .load(Ordering::Acquire);
+        let flushed = THREAD.with_borrow(|t| -> Result<bool> {
+            // Defer when the only unfenced application of this thread is this lane's
+            // previous record, and this commit writes nothing in place (see `Lanes::commit`).
+            let mut own = t.pending.iter().filter(|p| p.instance == self.instance);
+            let defer = may_defer
+                && !lane.deferred
+                && pending != 0
+                && own
+                    .next()
+                    .is_some_and(|p| p.lane == lane.index && p.seq == pending)
+                && own.next().is_none();
+            if defer {
+                return Ok(true);
+            }
             for &(instance, r) in &t.ranges {
                 if instance == self.instance {
                     if !skip_apply_flush {
@@ -1040,19 +1143,22 @@ impl Lanes {
                     sync.push(r);
                 }
             }
-            Ok(())
+            Ok(false)
         });
         sync.extend_from_slice(extra);
         cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
-        let fenced = flushed.and_then(|()| Ok(pool.gmsync_flushed(&sync)?));
+        let fenced = flushed.and_then(|deferred| {
+            pool.gmsync_flushed(&sync)?;
+            Ok(deferred)
+        });
         lane.sync = sync;
-        fenced?;
+        let deferred = fenced?;
         lane.words.clear();
         if !mutant::active("tx.apply_before_commit") {
             // Bitmap masks are applied at the end of the commit (`Lanes::commit`).
             apply_split(pool, &lane.buf, allowed, applied, Some(&mut lane.words))?;
         }
-        Ok(())
+        Ok(deferred)
     }
 
     /// Make a durable claim of at least `target`: every record below it applied, fenced, and

@@ -774,6 +774,59 @@ fn an_idle_threads_pending_record_does_not_block_other_threads() {
     assert_eq!(heap.get(b).unwrap(), 40);
 }
 
+/// A version 2 heap (written by builds that recover without refinement 10's rule) opens,
+/// keeps its version, and its commits never leave the previous application unflushed: each
+/// sync point names the record and the previous commit's applied word (2 ranges). A new
+/// heap (version 3) alternates: every other commit names its record only.
+#[test]
+fn version_2_heaps_open_and_commit_without_deferral() {
+    use mnemo_heap::layout::{RawSuperblock, HEAP_VERSION};
+    use std::sync::atomic::Ordering;
+    assert_eq!(HEAP_VERSION, 3);
+    let ranges_per_commit = |heap: &Heap| {
+        let word = heap.root::<u64>("counter").unwrap();
+        heap.transaction(|tx| tx.write(word, &1)).unwrap();
+        let stats = heap.pool().stats();
+        let (points, ranges) = (
+            stats.sync_points.load(Ordering::Relaxed),
+            stats.sync_ranges.load(Ordering::Relaxed),
+        );
+        for i in 0..100u64 {
+            heap.transaction(|tx| tx.write(word, &i)).unwrap();
+        }
+        let stats = heap.pool().stats();
+        let points = stats.sync_points.load(Ordering::Relaxed) - points;
+        let ranges = stats.sync_ranges.load(Ordering::Relaxed) - ranges;
+        assert_eq!(points, 100);
+        ranges as f64 / points as f64
+    };
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    assert_eq!(heap.geometry().version, 3);
+    assert_eq!(
+        ranges_per_commit(&heap),
+        1.5,
+        "version 3: every other commit defers"
+    );
+    let g = heap.geometry();
+    drop(heap);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = g.base as usize;
+    let mut raw = g.encode();
+    raw.version = 2.into();
+    let len = std::mem::size_of::<RawSuperblock>();
+    raw.checksum = crc32c::crc32c(&raw.as_bytes()[..len - 4]).into();
+    bytes[at..at + len].copy_from_slice(raw.as_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let heap = Heap::open_file(&path).unwrap();
+    assert_eq!(heap.geometry().version, 2);
+    assert_eq!(ranges_per_commit(&heap), 2.0, "version 2: no deferral");
+    let heap = reopen(heap, &path);
+    assert_eq!(heap.geometry().version, 2, "the version is kept");
+    let word = heap.root::<u64>("counter").unwrap();
+    assert_eq!(heap.get(word).unwrap(), 99);
+}
+
 #[test]
 fn older_heap_versions_are_refused_naming_both() {
     use mnemo_heap::layout::{RawSuperblock, HEAP_VERSION};
