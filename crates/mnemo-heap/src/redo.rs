@@ -902,7 +902,15 @@ impl Lanes {
             && extra.is_empty()
             && fresh.0 >= fresh.1
             && me.fresh_lo.load(Ordering::Acquire) >= me.fresh_hi.load(Ordering::Acquire);
-        let result = self.commit_io(pool, lane, slot, extra, allowed, &mut applied, may_defer);
+        let result = self.commit_io(
+            pool,
+            lane,
+            ByteRange::new(slot, capacity),
+            extra,
+            allowed,
+            &mut applied,
+            may_defer,
+        );
         // The slot's record: this one if it is durable, else unknown (0: no constraint).
         me.slots[k]
             .seq
@@ -1093,7 +1101,7 @@ impl Lanes {
         &self,
         pool: &Pool,
         lane: &mut LaneState,
-        slot: u64,
+        slot: ByteRange,
         extra: &[ByteRange],
         allowed: &dyn Fn(u64, u64) -> bool,
         applied: &mut Vec<ByteRange>,
@@ -1105,16 +1113,12 @@ impl Lanes {
         for r in extra {
             pool.flush(r.offset, r.len)?;
         }
-        if mutant::active("tx.skip_record_flush") {
-            pool.write(slot, &lane.buf)?; // stored, never flushed
-        } else {
-            pool.copy_nodrain(slot, &lane.buf)?;
-        }
         // The one fence, the commit point, as one unit of the sync-point pipeline: this
         // record, the applied data of this thread's pending records (flushed only now, so
         // that their write-back overlaps this record's and no locked instruction in between
         // waits for it), the in-place bytes.
         let skip_apply_flush = mutant::active("tx.skip_flush");
+        let (slot, capacity) = (slot.offset, slot.len);
         let mut sync = std::mem::take(&mut lane.sync);
         sync.clear();
         sync.push(ByteRange::new(slot, lane.buf.len() as u64));
@@ -1132,6 +1136,21 @@ impl Lanes {
                     .next()
                     .is_some_and(|p| p.lane == lane.index && p.seq == pending)
                 && own.next().is_none();
+            if mutant::active("tx.skip_record_flush") {
+                pool.write(slot, &lane.buf)?; // stored, never flushed
+            } else if defer && lane.buf.len().next_multiple_of(64) as u64 <= capacity {
+                // The record is the fence's only line: whole lines of non-temporal stores
+                // write back faster than store + clwb (measured: 141-183 against 198 ns
+                // with the fence); with a clwb'd line in the same fence they are slower.
+                // The padding lies past the record's length, inside its slot.
+                let len = lane.buf.len();
+                lane.buf.resize(len.next_multiple_of(64), 0);
+                let streamed = pool.stream_nodrain(slot, &lane.buf);
+                lane.buf.truncate(len);
+                streamed?;
+            } else {
+                pool.copy_nodrain(slot, &lane.buf)?;
+            }
             if defer {
                 return Ok(true);
             }
