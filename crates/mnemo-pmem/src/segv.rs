@@ -100,16 +100,20 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
         if start == 0 || addr < start || addr >= slot.end.load(Ordering::Acquire) {
             continue;
         }
+        // A slot's fields change only under its lock (a region claiming or releasing it), so
+        // they are read again, together, under it: never one region's range with another's
+        // bits.
+        let _guard = SpinGuard::lock(&slot.lock);
+        let start = slot.start.load(Ordering::Acquire);
+        let end = slot.end.load(Ordering::Acquire);
         let bits = slot.bits.load(Ordering::Acquire);
-        if bits.is_null() {
+        if start == 0 || addr < start || addr >= end || bits.is_null() {
             continue;
         }
-        let end = slot.end.load(Ordering::Acquire);
         let shift = slot.shift.load(Ordering::Acquire);
         let page = (addr - start) >> shift;
         let page_addr = start + (page << shift);
         let unit = (1usize << shift).min(end - page_addr);
-        let _guard = SpinGuard::lock(&slot.lock);
         // SAFETY: `bits` points to a leaked array with a bit for every unit of the slot's
         // region (`Region::with_unit`), never freed.
         unsafe { (*bits.add(page / 64)).fetch_or(1 << (page % 64), Ordering::SeqCst) };
@@ -238,11 +242,15 @@ impl Region {
             .position(|s| s.start.load(Ordering::Acquire) == 0)
             .ok_or_else(|| format!("more than {SLOTS} regions tracked by mprotect"))?;
         let s = &TABLE[slot];
-        s.bits.store(bits.as_ptr().cast_mut(), Ordering::Release);
-        s.shift.store(shift as usize, Ordering::Release);
-        s.end.store(start + len, Ordering::Release);
-        s.start.store(start, Ordering::Release);
+        {
+            let _guard = SpinGuard::lock(&s.lock);
+            s.bits.store(bits.as_ptr().cast_mut(), Ordering::Release);
+            s.shift.store(shift as usize, Ordering::Release);
+            s.end.store(start + len, Ordering::Release);
+            s.start.store(start, Ordering::Release);
+        }
         if let Err(e) = protect(start, len, false) {
+            let _guard = SpinGuard::lock(&s.lock);
             s.start.store(0, Ordering::Release);
             return Err(format!("mprotect: {e}"));
         }
@@ -347,9 +355,13 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         let _claim = CLAIM.lock().unwrap_or_else(|p| p.into_inner());
-        TABLE[self.slot].start.store(0, Ordering::Release);
+        // Writable first, then the slot released: a store in between must still find its
+        // region (a fault that finds none goes to the previous handler, a crash).
         if let Err(e) = protect(self.start, self.len, true) {
             tracing::warn!("restoring write access after mprotect tracking: {e}");
         }
+        let slot = &TABLE[self.slot];
+        let _guard = SpinGuard::lock(&slot.lock);
+        slot.start.store(0, Ordering::Release);
     }
 }
