@@ -494,16 +494,26 @@ struct SlotInfo {
     hi: AtomicU64,
 }
 
-/// A lane: a ring of [`LANE_SLOTS`] record slots, held by one committing thread at a time.
+/// The words of a lane that other lanes' horizon scans read, on lines of their own: a scan
+/// makes the line shared, and the owner's next store to it must fetch it back, so nothing
+/// else the owner writes during a commit (its lane state, slot records) may share it.
 #[derive(Debug)]
 #[repr(align(128))]
-pub struct Lane {
-    state: Mutex<LaneState>,
+struct ScanLine {
     /// Lower bound of the sequence number of the commit in progress (0: none).
     inflight: AtomicU64,
     /// Sequence number of the lane's latest record if it is applied and flushed but not yet
     /// covered by a fence (0: none).
     pending: AtomicU64,
+}
+
+/// A lane: a ring of [`LANE_SLOTS`] record slots, held by one committing thread at a time.
+#[derive(Debug)]
+#[repr(align(128))]
+pub struct Lane {
+    state: Mutex<LaneState>,
+    /// The two words every other lane's horizon scan reads.
+    scan: ScanLine,
     /// Largest horizon carried by a durable record of this lane (written by the holder only,
     /// so a plain store; `MH` is the maximum over the lanes and the horizon word).
     durable_h: AtomicU64,
@@ -667,8 +677,10 @@ impl Lanes {
                     last_seq: 0,
                     deferred: false,
                 }),
-                inflight: AtomicU64::new(0),
-                pending: AtomicU64::new(0),
+                scan: ScanLine {
+                    inflight: AtomicU64::new(0),
+                    pending: AtomicU64::new(0),
+                },
                 durable_h: AtomicU64::new(0),
                 applier: AtomicU64::new(0),
                 fresh_lo: AtomicU64::new(u64::MAX),
@@ -695,6 +707,8 @@ impl Lanes {
     }
 
     /// Hold a lane: this thread's usual one if free, else any free one, else wait for the usual.
+    /// Sets the lane's in-flight bound for the commit that follows: every `acquire` is followed
+    /// by [`Lanes::commit`] on the lane (which clears it, whatever its outcome).
     pub fn acquire(&self) -> LaneGuard<'_> {
         let n = self.lanes.len();
         let (first, tid) = THREAD.with_borrow_mut(|t| {
@@ -712,6 +726,16 @@ impl Lanes {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
             });
+        if guard.last_seq != 0 {
+            // The commit's lower bound, stored now rather than just before its fetch_add:
+            // other CPUs' horizon scans read this line, so the store usually misses, and the
+            // fetch_add (a locked instruction) would wait for it; here the miss overlaps
+            // building the record. Any bound below the commit's seq is a valid one.
+            self.lanes[guard.index as usize]
+                .scan
+                .inflight
+                .store(guard.last_seq + 1, Ordering::Release);
+        }
         let end = guard.index as usize + 1;
         if self.used.load(Ordering::Relaxed) < end {
             self.used.fetch_max(end, Ordering::SeqCst);
@@ -731,11 +755,11 @@ impl Lanes {
     fn horizon(&self) -> u64 {
         let mut h = self.counter.0.load(Ordering::Acquire);
         for lane in self.used_lanes() {
-            let s = lane.inflight.load(Ordering::Acquire);
+            let s = lane.scan.inflight.load(Ordering::Acquire);
             if s != 0 && s < h {
                 h = s;
             }
-            let p = lane.pending.load(Ordering::Acquire);
+            let p = lane.scan.pending.load(Ordering::Acquire);
             if p != 0 && p < h {
                 h = p;
             }
@@ -779,10 +803,13 @@ impl Lanes {
                 continue;
             }
             let lane = &self.lanes[p.lane as usize];
-            if lane.pending.load(Ordering::Acquire) == p.seq {
-                let _ =
-                    lane.pending
-                        .compare_exchange(p.seq, 0, Ordering::AcqRel, Ordering::Acquire);
+            if lane.scan.pending.load(Ordering::Acquire) == p.seq {
+                let _ = lane.scan.pending.compare_exchange(
+                    p.seq,
+                    0,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
             }
         }
         if others {
@@ -818,6 +845,10 @@ impl Lanes {
     ) -> Result<u64> {
         let capacity = geometry.slot_size();
         if lane.buf.len() as u64 > capacity {
+            self.lanes[lane.index as usize]
+                .scan
+                .inflight
+                .store(0, Ordering::Release);
             return Err(Error::TransactionTooLarge {
                 needed: lane.buf.len() as u64,
                 capacity,
@@ -828,17 +859,26 @@ impl Lanes {
         let tid = lane.holder;
         // A pending record left by another thread: flush its lines again (write-back works
         // by address from any CPU), so this thread's fence covers it.
-        let p = me.pending.load(Ordering::SeqCst);
+        let p = me.scan.pending.load(Ordering::SeqCst);
         if p != 0 && me.applier.load(Ordering::Acquire) != tid {
             for r in &lane.pending_ranges {
-                pool.flush(r.offset, r.len)?;
+                if let Err(e) = pool.flush(r.offset, r.len) {
+                    me.scan.inflight.store(0, Ordering::Release);
+                    return Err(e.into());
+                }
             }
             me.applier.store(tid, Ordering::Release);
             self.note_own(index, p);
         }
+        // A commit that waits for other lanes (below) must not hold its `inflight` bound
+        // meanwhile (the early one of `acquire`): two such commits would wait for each other.
+        // Both waits are rare; the bound is stored again before the fetch_add.
         // Bytes another thread's pending record wrote in place (checked by CRC at recovery):
         // this commit changes them, so that record's application must be durable first.
-        self.cover_fresh(pool, index, tid, data)?;
+        if data.0 < data.1 && self.fresh_mask.0.load(Ordering::SeqCst) != 0 {
+            me.scan.inflight.store(0, Ordering::Release);
+            self.cover_fresh(pool, index, tid, data)?;
+        }
         // The overwrite rule: the slot's record may go only once a durable claim exceeds it.
         let k = lane.next_slot as usize;
         let w = me.slots[k].seq.load(Ordering::Acquire);
@@ -847,6 +887,7 @@ impl Lanes {
             && self.durable_horizon() <= w
             && !mutant::active("redo.ignore_overwrite_rule")
         {
+            me.scan.inflight.store(0, Ordering::Release);
             self.help(pool, geometry, w + 1)?;
         }
         // Release/acquire suffice here and below (plain stores on x86, no locked
@@ -861,7 +902,7 @@ impl Lanes {
         } else {
             self.counter.0.load(Ordering::Acquire).max(1)
         };
-        me.inflight.store(bound, Ordering::Release);
+        me.scan.inflight.store(bound, Ordering::Release);
         let seq = self.counter.0.fetch_add(1, Ordering::AcqRel);
         lane.last_seq = seq;
         // The horizon: any value below the true one is a valid (weaker) claim, so a commit
@@ -946,7 +987,7 @@ impl Lanes {
                 lane.scratch = applied;
                 lane.deferred = true;
                 if let Err(e) = apply_words(pool, &lane.words) {
-                    me.inflight.store(0, Ordering::Release);
+                    me.scan.inflight.store(0, Ordering::Release);
                     return Err(e);
                 }
             }
@@ -959,7 +1000,7 @@ impl Lanes {
                 // This thread's earlier pending records are covered by the fence; the lane's
                 // previous one too (applied or adopted by this thread). The applied ranges
                 // become the lane's pending record, and this thread's.
-                me.pending.store(0, Ordering::Release);
+                me.scan.pending.store(0, Ordering::Release);
                 me.fresh_lo.store(fresh.0, Ordering::Release);
                 me.fresh_hi.store(fresh.1, Ordering::Release);
                 me.applier.store(tid, Ordering::Release);
@@ -982,24 +1023,24 @@ impl Lanes {
                 // Last: the bitmap masks, locked instructions (see `apply_split`). The
                 // record is still in flight (`inflight` is set), so no horizon passes it.
                 if let Err(e) = apply_words(pool, &lane.words) {
-                    me.pending.store(seq, Ordering::Release);
-                    me.inflight.store(0, Ordering::Release);
+                    me.scan.pending.store(seq, Ordering::Release);
+                    me.scan.inflight.store(0, Ordering::Release);
                     return Err(e);
                 }
                 if fenced {
                     if let Err(e) = pool.gmsync(&lane.pending_ranges) {
-                        me.pending.store(seq, Ordering::Release);
-                        me.inflight.store(0, Ordering::Release);
+                        me.scan.pending.store(seq, Ordering::Release);
+                        me.scan.inflight.store(0, Ordering::Release);
                         self.note_own(index, seq);
                         return Err(e.into());
                     }
                 } else {
-                    me.pending.store(seq, Ordering::Release);
+                    me.scan.pending.store(seq, Ordering::Release);
                 }
             }
             Err(_) => lane.scratch = applied,
         }
-        me.inflight.store(0, Ordering::Release);
+        me.scan.inflight.store(0, Ordering::Release);
         result.map(|_| seq)
     }
 
@@ -1054,20 +1095,20 @@ impl Lanes {
                 continue;
             }
             loop {
-                let p = lane.pending.load(Ordering::SeqCst);
+                let p = lane.scan.pending.load(Ordering::SeqCst);
                 if p == 0 || lane.applier.load(Ordering::Acquire) == tid {
                     break;
                 }
                 let lo = lane.fresh_lo.load(Ordering::Acquire);
                 let hi = lane.fresh_hi.load(Ordering::Acquire);
-                if lane.pending.load(Ordering::SeqCst) != p {
+                if lane.scan.pending.load(Ordering::SeqCst) != p {
                     continue;
                 }
                 if !(lo < data.1 && data.0 < hi) {
                     break;
                 }
                 if let Ok(guard) = lane.state.try_lock() {
-                    if lane.pending.load(Ordering::SeqCst) == p {
+                    if lane.scan.pending.load(Ordering::SeqCst) == p {
                         for r in &guard.pending_ranges {
                             pool.flush(r.offset, r.len)?;
                         }
@@ -1123,6 +1164,7 @@ impl Lanes {
         sync.clear();
         sync.push(ByteRange::new(slot, lane.buf.len() as u64));
         let pending = self.lanes[lane.index as usize]
+            .scan
             .pending
             .load(Ordering::Acquire);
         let flushed = THREAD.with_borrow(|t| -> Result<bool> {
@@ -1205,12 +1247,12 @@ impl Lanes {
                 Ok(own)
             })?;
             for (i, lane) in self.used_lanes().iter().enumerate() {
-                let p = lane.pending.load(Ordering::SeqCst);
+                let p = lane.scan.pending.load(Ordering::SeqCst);
                 if p == 0 || p >= target {
                     continue;
                 }
                 if let Ok(guard) = lane.state.try_lock() {
-                    if lane.pending.load(Ordering::SeqCst) == p {
+                    if lane.scan.pending.load(Ordering::SeqCst) == p {
                         for r in &guard.pending_ranges {
                             pool.flush(r.offset, r.len)?;
                         }
@@ -1222,7 +1264,7 @@ impl Lanes {
                 pool.drain()?;
                 THREAD.with_borrow_mut(|t| self.clear_own(t));
                 for (i, p) in helped {
-                    let _ = self.lanes[i].pending.compare_exchange(
+                    let _ = self.lanes[i].scan.pending.compare_exchange(
                         p,
                         0,
                         Ordering::SeqCst,
