@@ -481,6 +481,11 @@ pub use crate::layout::LANE_SLOTS;
 /// the overwrite rule needs one).
 const HORIZON_SCAN_EVERY: u32 = 4;
 
+/// Tag of a lane's `pending` while it covers two records' applications (refinement 10): the
+/// seq is the older one's; the tag makes compare-and-swaps by threads that saw the untagged
+/// value fail.
+const PENDING_DEFERRED: u64 = 1 << 63;
+
 /// Commits without fresh bytes after which a lane clears its bit of `fresh_mask`.
 const FRESH_CLEAR_AFTER: u32 = 8;
 
@@ -759,7 +764,7 @@ impl Lanes {
             if s != 0 && s < h {
                 h = s;
             }
-            let p = lane.scan.pending.load(Ordering::Acquire);
+            let p = lane.scan.pending.load(Ordering::Acquire) & !PENDING_DEFERRED;
             if p != 0 && p < h {
                 h = p;
             }
@@ -803,13 +808,18 @@ impl Lanes {
                 continue;
             }
             let lane = &self.lanes[p.lane as usize];
-            if lane.scan.pending.load(Ordering::Acquire) == p.seq {
-                let _ = lane.scan.pending.compare_exchange(
-                    p.seq,
-                    0,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+            let cur = lane.scan.pending.load(Ordering::Acquire);
+            // A tagged value (two records pending after a deferral) is this thread's to clear
+            // only if it applied them: its fence then covered both (its own ranges, or lines
+            // it flushed when adopting the lane).
+            let mine = cur == p.seq | PENDING_DEFERRED
+                && t.id != 0
+                && lane.applier.load(Ordering::Acquire) == t.id;
+            if cur == p.seq || mine {
+                let _ =
+                    lane.scan
+                        .pending
+                        .compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Acquire);
             }
         }
         if others {
@@ -960,9 +970,16 @@ impl Lanes {
         me.slots[k].hi.store(data.1.max(fresh.1), Ordering::Release);
         lane.next_slot = (lane.next_slot + 1) % LANE_SLOTS;
         match result {
-            Ok(true) => {
+            Ok(Some(older)) => {
                 // Deferred: the lane's pending record stays the previous one (its seq, its
-                // fresh range: none), now with this record's applied ranges added.
+                // fresh range: none), now with this record's applied ranges added. Its seq is
+                // stored again, tagged: another thread that flushed and fenced the older
+                // record (a helper, a covering commit, an adopting thread) clears `pending`
+                // with a compare-and-swap against the value it saw, after releasing the lane,
+                // and must not clear it now that this record's application is unfenced too.
+                me.scan
+                    .pending
+                    .store(older | PENDING_DEFERRED, Ordering::Release);
                 if horizon > me.durable_h.load(Ordering::Relaxed) {
                     me.durable_h.store(horizon, Ordering::Release);
                 }
@@ -991,7 +1008,7 @@ impl Lanes {
                     return Err(e);
                 }
             }
-            Ok(false) => {
+            Ok(None) => {
                 lane.deferred = false;
                 self.note_fresh(lane, fresh);
                 if horizon > me.durable_h.load(Ordering::Relaxed) {
@@ -1147,7 +1164,7 @@ impl Lanes {
         allowed: &dyn Fn(u64, u64) -> bool,
         applied: &mut Vec<ByteRange>,
         may_defer: bool,
-    ) -> Result<bool> {
+    ) -> Result<Option<u64>> {
         if mutant::active("tx.apply_before_commit") {
             apply(pool, &lane.buf, allowed, applied)?;
         }
@@ -1167,7 +1184,7 @@ impl Lanes {
             .scan
             .pending
             .load(Ordering::Acquire);
-        let flushed = THREAD.with_borrow(|t| -> Result<bool> {
+        let flushed = THREAD.with_borrow(|t| -> Result<Option<u64>> {
             // Defer when the only unfenced application of this thread is this lane's
             // previous record, and this commit writes nothing in place (see `Lanes::commit`).
             let mut own = t.pending.iter().filter(|p| p.instance == self.instance);
@@ -1194,7 +1211,7 @@ impl Lanes {
                 pool.copy_nodrain(slot, &lane.buf)?;
             }
             if defer {
-                return Ok(true);
+                return Ok(Some(pending));
             }
             for &(instance, r) in &t.ranges {
                 if instance == self.instance {
@@ -1204,7 +1221,7 @@ impl Lanes {
                     sync.push(r);
                 }
             }
-            Ok(false)
+            Ok(None)
         });
         sync.extend_from_slice(extra);
         cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
@@ -1248,7 +1265,7 @@ impl Lanes {
             })?;
             for (i, lane) in self.used_lanes().iter().enumerate() {
                 let p = lane.scan.pending.load(Ordering::SeqCst);
-                if p == 0 || p >= target {
+                if p == 0 || p & !PENDING_DEFERRED >= target {
                     continue;
                 }
                 if let Ok(guard) = lane.state.try_lock() {
