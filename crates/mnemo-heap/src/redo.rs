@@ -731,6 +731,23 @@ impl Lanes {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
             });
+        if self.blocked(&guard) {
+            // The lane's next slot holds a record no durable claim passes yet (another
+            // lane's pending record holds the horizon back): rather than the help path (a
+            // fence, a horizon-word write, maybe waiting for the other commit), move to a
+            // free lane whose next slot is free to overwrite, and stay there. Any thread may
+            // commit on any free lane; this only chooses which.
+            let index = guard.index as usize;
+            let other = (1..n).find_map(|k| {
+                let lane = self.lanes[(index + k) % n].state.try_lock().ok()?;
+                (!self.blocked(&lane)).then_some(lane)
+            });
+            if let Some(other) = other {
+                let hint = other.index as usize;
+                guard = other;
+                THREAD.with_borrow_mut(|t| t.hint = hint);
+            }
+        }
         if guard.last_seq != 0 {
             // The commit's lower bound, stored now rather than just before its fetch_add:
             // other CPUs' horizon scans read this line, so the store usually misses, and the
@@ -747,6 +764,16 @@ impl Lanes {
         }
         guard.holder = tid;
         guard
+    }
+
+    /// Whether the next commit on `lane` would need the help path: its next slot holds a
+    /// record that no durable claim passes (the overwrite rule).
+    fn blocked(&self, lane: &LaneState) -> bool {
+        let me = &self.lanes[lane.index as usize];
+        let w = me.slots[lane.next_slot as usize]
+            .seq
+            .load(Ordering::Acquire);
+        w != 0 && me.durable_h.load(Ordering::Acquire) <= w && self.durable_horizon() <= w
     }
 
     fn used_lanes(&self) -> &[Lane] {
