@@ -774,13 +774,23 @@ fn an_idle_threads_pending_record_does_not_block_other_threads() {
     assert_eq!(heap.get(b).unwrap(), 40);
 }
 
+/// Rewrite the heap superblock of the closed pool at `path` as format version `version`
+/// (`Geometry::encode` writes the version and the checksum).
+fn set_heap_version(path: &std::path::Path, g: mnemo_heap::layout::Geometry, version: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let raw = mnemo_heap::layout::Geometry { version, ..g }.encode();
+    let at = g.base as usize;
+    bytes[at..at + raw.as_bytes().len()].copy_from_slice(raw.as_bytes());
+    std::fs::write(path, &bytes).unwrap();
+}
+
 /// A version 2 heap (written by builds that recover without refinement 10's rule) opens,
 /// keeps its version, and its commits never leave the previous application unflushed: each
 /// sync point names the record and the previous commit's applied word (2 ranges). A new
 /// heap (version 3) alternates: every other commit names its record only.
 #[test]
 fn version_2_heaps_open_and_commit_without_deferral() {
-    use mnemo_heap::layout::{RawSuperblock, HEAP_VERSION};
+    use mnemo_heap::layout::HEAP_VERSION;
     use std::sync::atomic::Ordering;
     assert_eq!(HEAP_VERSION, 3);
     let ranges_per_commit = |heap: &Heap| {
@@ -810,14 +820,7 @@ fn version_2_heaps_open_and_commit_without_deferral() {
     );
     let g = heap.geometry();
     drop(heap);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let at = g.base as usize;
-    let mut raw = g.encode();
-    raw.version = 2.into();
-    let len = std::mem::size_of::<RawSuperblock>();
-    raw.checksum = crc32c::crc32c(&raw.as_bytes()[..len - 4]).into();
-    bytes[at..at + len].copy_from_slice(raw.as_bytes());
-    std::fs::write(&path, &bytes).unwrap();
+    set_heap_version(&path, g, 2);
     let heap = Heap::open_file(&path).unwrap();
     assert_eq!(heap.geometry().version, 2);
     assert_eq!(ranges_per_commit(&heap), 2.0, "version 2: no deferral");
@@ -829,19 +832,12 @@ fn version_2_heaps_open_and_commit_without_deferral() {
 
 #[test]
 fn older_heap_versions_are_refused_naming_both() {
-    use mnemo_heap::layout::{RawSuperblock, HEAP_VERSION};
+    use mnemo_heap::layout::HEAP_VERSION;
     let dir = shm_dir();
     let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
     let g = heap.geometry();
     drop(heap);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let at = g.base as usize;
-    let mut raw = g.encode();
-    raw.version = 1.into();
-    let len = std::mem::size_of::<RawSuperblock>();
-    raw.checksum = crc32c::crc32c(&raw.as_bytes()[..len - 4]).into();
-    bytes[at..at + len].copy_from_slice(raw.as_bytes());
-    std::fs::write(&path, &bytes).unwrap();
+    set_heap_version(&path, g, 1);
     let err = Heap::open_file(&path).unwrap_err().to_string();
     assert!(
         err.contains("version 1") && err.contains(&format!("version {HEAP_VERSION}")),
