@@ -258,51 +258,46 @@ impl Run {
     /// reservation never set it, a new run's bitmap is zeroed): so a reserved unit whose bit
     /// is set belongs to a committed transaction. Such a stale mark is cleared.
     fn uncommitted(&mut self, pool: &Pool, w: usize, bit: u64) -> bool {
-        if self.reserved[w] & bit == 0 {
-            return false;
-        }
-        let applied = crate::redo::atomic_word(pool, self.bitmap + w as u64 * 8)
-            .is_ok_and(|word| word.load(Ordering::Acquire) & bit != 0);
-        if applied {
-            self.reserved[w] &= !bit;
-        }
-        !applied
+        self.reserved[w] & bit != 0 && self.resolve(pool, w) & bit != 0
     }
 
     /// How many units are reserved by transactions that have not committed (or held in a
-    /// thread's cache), word by word as [`Run::uncommitted`]; stale marks are cleared.
+    /// thread's cache), as [`Run::uncommitted`] judges them; stale marks are cleared.
     fn uncommitted_units(&mut self, pool: &Pool) -> u64 {
         let mut count = 0;
         for w in 0..self.reserved.len() {
-            if self.reserved[w] == 0 {
-                continue;
+            if self.reserved[w] != 0 {
+                count += self.resolve(pool, w).count_ones() as u64;
             }
-            let applied = crate::redo::atomic_word(pool, self.bitmap + w as u64 * 8)
-                .map_or(0, |word| word.load(Ordering::Acquire));
-            self.reserved[w] &= !applied;
-            count += self.reserved[w].count_ones() as u64;
         }
         count
     }
 
-    fn take_unit(&mut self) -> Option<u64> {
+    /// Clear the marks of bitmap word `w` whose bits the pool's bitmap word has (committed);
+    /// returns the marks left (not committed).
+    fn resolve(&mut self, pool: &Pool, w: usize) -> u64 {
+        let applied = crate::redo::atomic_word(pool, self.bitmap + w as u64 * 8)
+            .map_or(0, |word| word.load(Ordering::Acquire));
+        self.reserved[w] &= !applied;
+        self.reserved[w]
+    }
+
+    /// The first bitmap word with a free unit, searching from the hint round the run.
+    fn free_word(&self) -> Option<usize> {
         let n = self.used.len();
-        for k in 0..n {
-            let w = if self.hint + k < n {
-                self.hint + k
-            } else {
-                self.hint + k - n
-            };
-            if self.used[w] != u64::MAX {
-                let bit = (!self.used[w]).trailing_zeros() as u64;
-                self.used[w] |= 1 << bit;
-                self.reserved[w] |= 1 << bit;
-                self.free -= 1;
-                self.hint = w;
-                return Some(w as u64 * 64 + bit);
-            }
-        }
-        None
+        (0..n)
+            .map(|k| (self.hint + k) % n)
+            .find(|&w| self.used[w] != u64::MAX)
+    }
+
+    fn take_unit(&mut self) -> Option<u64> {
+        let w = self.free_word()?;
+        let bit = (!self.used[w]).trailing_zeros() as u64;
+        self.used[w] |= 1 << bit;
+        self.reserved[w] |= 1 << bit;
+        self.free -= 1;
+        self.hint = w;
+        Some(w as u64 * 64 + bit)
     }
 }
 
@@ -670,14 +665,7 @@ impl Allocator {
         let limit = (CLAIM_BYTES / class_sizes()[class as usize]).clamp(1, 64) as u32;
         self.with_run(pool, class, publish_run, |run, arena, chunk| {
             let w = run
-                .used
-                .iter()
-                .enumerate()
-                .cycle()
-                .skip(run.hint)
-                .take(run.used.len())
-                .find(|(_, &used)| used != u64::MAX)
-                .map(|(w, _)| w)
+                .free_word()
                 .ok_or_else(|| Error::Corrupt("listed run without a free unit".into()))?;
             // The lowest `limit` free bits of the word.
             let mut mask = 0u64;
