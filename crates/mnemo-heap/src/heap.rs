@@ -170,6 +170,18 @@ impl Inner {
         Ok(())
     }
 
+    /// Run an allocator call; if it finds no space while frees wait for the durable horizon
+    /// (refinement 6 of the design), settle them and call it once more.
+    pub(crate) fn with_space<T>(&self, mut call: impl FnMut() -> Result<T>) -> Result<T> {
+        match call() {
+            Err(Error::OutOfSpace { .. }) if self.frees_deferred() => {
+                self.settle()?;
+                call()
+            }
+            other => other,
+        }
+    }
+
     /// Whether frees wait for the durable horizon.
     pub(crate) fn frees_deferred(&self) -> bool {
         self.limbo_min.load(Ordering::Acquire) != u64::MAX

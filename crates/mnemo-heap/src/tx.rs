@@ -193,13 +193,7 @@ fn cached_reservation(
         return Ok(taken);
     }
     let publish = |chunk, class| inner.publish_run(chunk, class);
-    let mut claim = match inner.alloc.claim(&inner.pool, class, &publish) {
-        Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
-            inner.settle()?;
-            inner.alloc.claim(&inner.pool, class, &publish)?
-        }
-        other => other?,
-    };
+    let mut claim = inner.with_space(|| inner.alloc.claim(&inner.pool, class, &publish))?;
     let taken = claim
         .take()
         .ok_or_else(|| Error::Corrupt("an empty claim".into()))?;
@@ -409,13 +403,8 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     let inner = heap.inner();
     inner.check_open()?;
     let publish = |chunk, class| inner.publish_run(chunk, class);
-    let (reservation, op) = match inner.alloc.alloc_as(&inner.pool, size, false, &publish) {
-        Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
-            inner.settle()?;
-            inner.alloc.alloc_as(&inner.pool, size, false, &publish)?
-        }
-        other => other?,
-    };
+    let (reservation, op) =
+        inner.with_space(|| inner.alloc.alloc_as(&inner.pool, size, false, &publish))?;
     if let MetaOp::Or(word, mask) = op {
         // A unit of an existing (published) run: one persistent word changes, so no record.
         // Set the bit atomically (other units of the word may change concurrently), then one
@@ -617,15 +606,7 @@ impl<'h> Tx<'h> {
             let publish = |chunk, class| inner.publish_run(chunk, class);
             let (reservation, op) = match class {
                 Some(class) => cached_reservation(caches, self.heap, class)?,
-                None => match inner.alloc.alloc(&inner.pool, size, &publish) {
-                    Err(Error::OutOfSpace { .. }) if inner.frees_deferred() => {
-                        // Space freed by recent transactions waits for the durable horizon:
-                        // settle it and try again.
-                        inner.settle()?;
-                        inner.alloc.alloc(&inner.pool, size, &publish)?
-                    }
-                    other => other?,
-                },
+                None => inner.with_space(|| inner.alloc.alloc(&inner.pool, size, &publish))?,
             };
             s.add_fresh(reservation);
             if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
