@@ -516,21 +516,38 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
     );
 }
 
-/// `heap profile <op> <n>`: one thread runs `n` of one operation and nothing else, for a
-/// profiler (`perf record`); prints wall and thread CPU ns per op. `free64` frees what `n`
-/// allocations made.
-fn profile(op: &str, n: u64) {
+/// `heap profile <op> <n> [threads]`: `threads` threads (default 1) each run `n` of one
+/// operation and nothing else, for a profiler (`perf record`) or an instruction counter
+/// (`valgrind --tool=callgrind`: instructions per operation are the difference of two runs
+/// with different `n` over their difference); prints wall ns per operation of one thread.
+/// Wall time only: the thread-CPU clock's vDSO setup does not run under valgrind. `free64`
+/// frees what `n` allocations made.
+fn profile(op: &str, n: u64, threads: u64) {
     let path = pool_path("profile");
     let heap = plain_heap(&path);
-    let word = words(&heap, 1)[0];
+    let ws = words(&heap, threads);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for &word in &ws {
+            let heap = &heap;
+            s.spawn(move || profile_thread(heap, op, n, word));
+        }
+    });
+    println!(
+        "{op}: {:.1} ns/op wall ({threads} thread(s), each {n} ops)",
+        start.elapsed().as_nanos() as f64 / n as f64
+    );
+    drop(heap);
+    let _ = std::fs::remove_file(&path);
+}
+
+fn profile_thread(heap: &Heap, op: &str, n: u64, word: PPtr<u64>) {
     let mut offs = Vec::with_capacity(n as usize);
     if op == "free64" {
         for _ in 0..n {
             offs.push(heap.pmalloc(64).expect("alloc"));
         }
     }
-    let start = Instant::now();
-    let cpu = thread_cpu_ns();
     match op {
         "tx8" => {
             for i in 0..n {
@@ -560,13 +577,6 @@ fn profile(op: &str, n: u64) {
             std::process::exit(2);
         }
     }
-    println!(
-        "{op}: {:.1} ns/op wall, {:.1} ns/op thread CPU",
-        start.elapsed().as_nanos() as f64 / n as f64,
-        (thread_cpu_ns() - cpu) / n as f64
-    );
-    drop(heap);
-    let _ = std::fs::remove_file(&path);
 }
 
 fn main() {
@@ -581,14 +591,18 @@ fn main() {
             let threads = num(3, 1).clamp(1, MAX_THREADS);
             run(num(1, 200_000).max(1), num(2, 5).max(1) as usize, threads)
         }
-        Some("profile") if args.len() == 3 => profile(&args[1], num(2, 1_000_000)),
+        Some("profile") if (3..=4).contains(&args.len()) => profile(
+            &args[1],
+            num(2, 1_000_000).max(1),
+            num(3, 1).clamp(1, MAX_THREADS),
+        ),
         Some("report") if args.len() == 5 => {
             report(Path::new(&args[1]), &args[2], &args[3], &args[4]);
         }
         _ => {
             eprintln!(
                 "usage: heap run <ops per thread> <runs> <threads>\n       \
-                 heap profile <tx8|txalloc64|alloc64|free64> <ops>\n       \
+                 heap profile <tx8|txalloc64|alloc64|free64> <ops> [threads]\n       \
                  heap report <raw file> <load before> <load after> <rounds>"
             );
             std::process::exit(2);
