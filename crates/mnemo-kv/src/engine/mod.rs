@@ -49,12 +49,14 @@ pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MNEMOKV\0");
 pub const LAYOUT_VERSION: u64 = 1;
 
 /// Heap options suited to the engine when creating a pool: one executor commits, so few
-/// lanes; big lane logs so a batch of large commands (MSET of thousands of keys) fits one
-/// redo record (a record may use one of a lane log's four slots: 4 MiB).
+/// lanes, and rings of the fewest slots (more slots only spare scans of other lanes' commits);
+/// big lane logs so a batch of large commands (MSET of thousands of keys) fits one redo record
+/// (a record may use one of a lane log's four slots: 4 MiB).
 pub fn heap_options() -> HeapOptions {
     HeapOptions {
         lane_count: 4,
         lane_log_size: 16 << 20,
+        lane_slots: mnemo_heap::layout::LANE_SLOTS_MIN,
         ..HeapOptions::default()
     }
 }
@@ -279,7 +281,7 @@ impl<'h> PersistentEngine<'h> {
             keyspace: Cell::new(0),
         };
         let reply = commands::run(&mut ctx, name, args)?;
-        mem.flush_if_large()?;
+        mem.check_size()?;
         Ok(reply)
     }
 
@@ -426,7 +428,7 @@ impl<'h> PersistentEngine<'h> {
             }
         }
         ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)?;
-        mem.flush_if_large()
+        mem.check_size()
     }
 
     /// Validates the whole keyspace (every table's structure and count, every list's chain)

@@ -310,14 +310,23 @@ impl<'a, 'h> Mem<'a, 'h> {
         Ok(())
     }
 
-    /// Flushes if the words waiting could make the heap's record outgrow its capacity (one of
-    /// a lane log's slots), by an upper bound: then a too-large batch fails here, in the
-    /// command that grew it, and never in the final flush before the commit.
-    pub fn flush_if_large(&self) -> Result<()> {
+    /// Fails with the heap's `TransactionTooLarge` if the batch's redo record could outgrow
+    /// its capacity (one of a lane log's slots), by an upper bound of its size. A too-large
+    /// batch then fails here, in the command that grew it, never in the final flush before
+    /// the commit; and a replay of the commands before it (after a rollback) stays under the
+    /// same bound, so it cannot fail where they first passed. (The exact size is no such
+    /// guard: it differs between runs, since entries of neighbouring allocations merge and a
+    /// replay allocates elsewhere. Flushing to measure it once made a replay fail and
+    /// poison the batch.)
+    pub fn check_size(&self) -> Result<()> {
         let waiting = self.overlay.pending.borrow().len() as u64 * RECORD_BYTES_PER_WORD;
         let capacity = self.heap.geometry().slot_size();
-        if self.overlay.record_bytes.get().saturating_add(waiting) > capacity {
-            self.flush()?;
+        let needed = self.overlay.record_bytes.get().saturating_add(waiting);
+        if needed > capacity {
+            return Err(EngineError::Heap(mnemo_heap::Error::TransactionTooLarge {
+                needed,
+                capacity,
+            }));
         }
         Ok(())
     }
