@@ -113,13 +113,13 @@ extern "C" {
 #define MNEMO_NAME_MAX 63
 
 /**
- * Bytes of one transaction's redo record (half a lane log). A record holds a 32-byte header,
+ * Bytes of one transaction's redo record (one of a lane log's 16 slots). A record holds a 32-byte header,
  * and per mnemo_tx_write 16 bytes plus the length rounded up to 8 (32 bytes only, when the
  * written memory was allocated by the same transaction), 24 bytes per allocation or free
  * (allocations from one bitmap word share one). A larger transaction fails with
  * MNEMO_ETXTOOBIG.
  */
-#define MNEMO_TX_RECORD_MAX 32768
+#define MNEMO_TX_RECORD_MAX 16384
 
 /** Most ranges one mnemo_gmsync() call may name. */
 #define MNEMO_GMSYNC_RANGES_MAX 1024
@@ -132,7 +132,7 @@ extern "C" {
  * Metadata of the heap in a new pool (table of contents, 16 lane logs, the first chunk
  * table and chunk). mnemo_pool_create() grows a smaller pool to this size if size_max allows.
  */
-#define MNEMO_POOL_SIZE_MIN (2437120)
+#define MNEMO_POOL_SIZE_MIN (4534272)
 
 /** Smallest region mnemo_log_open() accepts. */
 #define MNEMO_LOG_SIZE_MIN 256

@@ -136,7 +136,7 @@ enum Variant {
     RedoRecord,
 }
 
-/// Raw stores of `i` to the four words, [an unrelated transaction,] gmsync; three times.
+/// Raw stores of `i` to the four words, [unrelated commits,] gmsync; three times.
 struct Gmsync {
     variant: Variant,
     /// Check all-or-nothing (true) or only per word (false).
@@ -189,9 +189,14 @@ impl Workload for Gmsync {
             for r in &ranges {
                 pool.write(r.offset, &i.to_le_bytes()).map_err(err)?; // raw stores
             }
-            // Something else the program does meanwhile: an allocation (one heap commit).
-            let scratch = entry.heap.pmalloc(64).map_err(err)?;
-            entry.heap.pfree(scratch).map_err(err)?;
+            // Something else the program does meanwhile: allocations and frees (heap
+            // commits), one turn of a lane's ring of 16 slots, after which the lane has
+            // scanned for a horizon that passes the previous round's record. (Before that,
+            // recovery would replay that record and put every word back, hiding a tear.)
+            for _ in 0..8 {
+                let scratch = entry.heap.pmalloc(64).map_err(err)?;
+                entry.heap.pfree(scratch).map_err(err)?;
+            }
             self.sync(&entry, &ranges)?;
             run.ack(Some(vec![i; WORDS.len()]));
         }

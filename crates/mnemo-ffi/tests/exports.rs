@@ -181,7 +181,7 @@ fn header_limits_equal_the_library() {
     );
     assert_eq!(
         define(&text, "MNEMO_TX_RECORD_MAX"),
-        mnemo_heap::layout::LANE_LOG_SIZE_DEFAULT / mnemo_heap::redo::LANE_SLOTS
+        mnemo_heap::layout::LANE_LOG_SIZE_DEFAULT / mnemo_heap::layout::LANE_SLOTS_DEFAULT as u64
     );
     assert_eq!(
         define(&text, "MNEMO_GMSYNC_RANGES_MAX"),

@@ -24,12 +24,12 @@ pub enum Error {
         /// Why growth failed.
         detail: String,
     },
-    /// A transaction's redo record does not fit its lane's log.
-    #[error("transaction too large: its redo record needs {needed} bytes, a lane log holds {capacity} (split the transaction or create the heap with a larger lane_log_size)")]
+    /// A transaction's redo record does not fit one slot of its lane's log.
+    #[error("transaction too large: its redo record needs {needed} bytes, a record slot holds {capacity} (split the transaction, or create the heap with a larger lane_log_size or fewer lane_slots)")]
     TransactionTooLarge {
         /// Bytes the record needs.
         needed: u64,
-        /// Bytes a lane log holds.
+        /// Bytes a record slot holds (`lane_log_size / lane_slots`).
         capacity: u64,
     },
     /// `free` of an offset that is not the start of a live allocation.

@@ -13,9 +13,10 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 use crate::alloc::{Allocator, HeapStats, PendingFree};
 use crate::error::{Error, Result};
 use crate::layout::{
-    toc_decode, toc_entry, ChunkEntry, Geometry, RawSuperblock, LANE_COUNT_DEFAULT, LANE_COUNT_MAX,
-    LANE_LOG_SIZE_DEFAULT, LANE_LOG_SIZE_MIN, NAME_MAX, SUPERBLOCK_SIZE, TOC_ENTRIES_DEFAULT,
-    TOC_ENTRY_SIZE, ZONE_HEADER_SIZE,
+    check_lane_slots, toc_decode, toc_entry, ChunkEntry, Geometry, RawSuperblock,
+    LANE_COUNT_DEFAULT, LANE_COUNT_MAX, LANE_LOG_SIZE_DEFAULT, LANE_LOG_SIZE_MIN,
+    LANE_SLOTS_DEFAULT, NAME_MAX, SUPERBLOCK_SIZE, TOC_ENTRIES_DEFAULT, TOC_ENTRY_SIZE,
+    ZONE_HEADER_SIZE,
 };
 use crate::pptr::{PPtr, Persist};
 use crate::redo::{self, Lanes};
@@ -26,9 +27,15 @@ use crate::tx::{self, Tx, TxHandle};
 pub struct HeapOptions {
     /// Lanes: how many transactions may commit at the same moment.
     pub lane_count: u32,
-    /// Bytes per lane log (a multiple of 4096, at least 16 KiB): a ring of four slots; a
-    /// transaction's redo record may use one slot (a quarter).
+    /// Bytes per lane log (a multiple of 4096, at least 16 KiB): a ring of `lane_slots` slots;
+    /// a transaction's redo record may use one slot (`lane_log_size / lane_slots` bytes, 16 KiB
+    /// by default).
     pub lane_log_size: u64,
+    /// Record slots per lane log: a power of two, 4..=16. More slots
+    /// mean fewer scans of other lanes when several threads commit (16 by default); fewer mean
+    /// larger records for the same log size (a program whose transactions are large and whose
+    /// commits come from one thread may take 4).
+    pub lane_slots: u32,
     /// Entries of the table of contents (named regions and roots).
     pub toc_entries: u64,
     /// Allocator arenas (volatile; chosen again at every open). 0: twice the CPU count.
@@ -40,6 +47,7 @@ impl Default for HeapOptions {
         HeapOptions {
             lane_count: LANE_COUNT_DEFAULT,
             lane_log_size: LANE_LOG_SIZE_DEFAULT,
+            lane_slots: LANE_SLOTS_DEFAULT,
             toc_entries: TOC_ENTRIES_DEFAULT,
             arenas: 0,
         }
@@ -330,12 +338,16 @@ impl Heap {
                 "toc_entries must be 1..=1048576".into(),
             ));
         }
-        let geometry = Geometry::new(
-            pool.data_offset(),
-            options.lane_count,
-            options.lane_log_size,
-            options.toc_entries,
-        );
+        check_lane_slots(options.lane_slots).map_err(Error::InvalidArgument)?;
+        let geometry = Geometry {
+            lane_slots: options.lane_slots,
+            ..Geometry::new(
+                pool.data_offset(),
+                options.lane_count,
+                options.lane_log_size,
+                options.toc_entries,
+            )
+        };
         let needed = geometry.size_for_chunks(1);
         if pool.size() < needed {
             pool.grow(needed).map_err(|e| Error::OutOfSpace {
@@ -360,7 +372,7 @@ impl Heap {
         pool.write(geometry.zone_offset(0), &zeros[..ZONE_HEADER_SIZE as usize])?;
         pool.flush(geometry.zone_offset(0), ZONE_HEADER_SIZE)?;
         for lane in 0..geometry.lane_count {
-            for slot in 0..redo::LANE_SLOTS {
+            for slot in 0..geometry.lane_slots as u64 {
                 let at = geometry.slot_offset(lane, slot);
                 pool.write(at, &zeros[..64])?;
                 pool.flush(at, 64)?;
@@ -821,11 +833,12 @@ impl Heap {
 fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
     let capacity = geometry.slot_size();
     let mut records = Vec::new();
-    let mut starts = vec![redo::LaneStart::default(); geometry.lane_count as usize];
+    let mut starts = vec![redo::LaneStart::new(geometry.lane_slots); geometry.lane_count as usize];
     for lane in 0..geometry.lane_count {
         let start = &mut starts[lane as usize];
         let mut latest = 0u64;
-        for k in 0..redo::LANE_SLOTS {
+        let slots = geometry.lane_slots as u64;
+        for k in 0..slots {
             let slot = geometry.slot_offset(lane, k);
             let mut head = [0u8; redo::RECORD_HEADER];
             pool.read(slot, &mut head)?;
@@ -842,7 +855,7 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
                     start.slot_seq[k as usize] = record.seq;
                     if record.seq >= latest {
                         latest = record.seq;
-                        start.next_slot = (k + 1) % redo::LANE_SLOTS;
+                        start.next_slot = (k + 1) % slots;
                     }
                     records.push(record);
                 }

@@ -5,7 +5,7 @@
 //! pool data offset (8192)
 //! +0        superblock (one 4 KiB page; the horizon word at +512, the checked word at +576)
 //! +4 KiB    table of contents: toc_entries x 128 B
-//! ...       lanes: lane_count x lane_log_size (each a ring of 4 redo-record slots, 4 KiB aligned)
+//! ...       lanes: lane_count x lane_log_size (each a ring of lane_slots redo-record slots, 4 KiB aligned)
 //! ...       zone 0: chunk table (4096 x 8 B = 32 KiB), then up to 4096 chunks of 256 KiB
 //! ...       zone 1: ... (zones appear as the pool grows)
 //! ```
@@ -33,15 +33,27 @@ pub const TOC_ENTRY_SIZE: u64 = 128;
 pub const NAME_MAX: usize = 63;
 /// Default number of TOC entries: 256 named regions (32 KiB).
 pub const TOC_ENTRIES_DEFAULT: u64 = 256;
-/// Record slots per lane: a lane is a ring of this many slots, written in turn.
-pub const LANE_SLOTS: u64 = 4;
+/// Record slots per lane of a new heap: a lane is a ring of this many slots, written in turn.
+/// Sixteen, not four: a commit must prove the record in the slot after next applied and fenced
+/// before it may be overwritten, and proving it means reading every other lane's line (a
+/// transfer between CPUs when another thread commits). With four slots that record is only three
+/// commits old and nearly every commit scans; with sixteen, one in sixteen does
+/// (`docs/design/heap-and-transactions.md`, refinement 11).
+pub const LANE_SLOTS_DEFAULT: u32 = 16;
+/// Record slots per lane of version 2 and 3 heaps (their superblock has no slot count).
+pub const LANE_SLOTS_V3: u32 = 4;
+/// Fewest record slots per lane: the deferral rule (refinement 10) needs a ring of four.
+pub const LANE_SLOTS_MIN: u32 = 4;
+/// Most record slots per lane (a lane's volatile slot table is inline, and measured slower
+/// when it was four times this size). The smallest lane log then has slots of 1 KiB.
+pub const LANE_SLOTS_MAX: u32 = 16;
 /// Default number of lanes: more than the threads that commit at once on the machines we
 /// target; each costs its log size of pool space.
 pub const LANE_COUNT_DEFAULT: u32 = 16;
-/// Default lane log: 128 KiB, a ring of four 32 KiB record slots, so one transaction's
-/// record may take up to 32 KiB.
-pub const LANE_LOG_SIZE_DEFAULT: u64 = 128 * 1024;
-/// Smallest lane log: four slots of one page.
+/// Default lane log: 256 KiB, a ring of sixteen 16 KiB record slots, so one transaction's
+/// record may take up to 16 KiB.
+pub const LANE_LOG_SIZE_DEFAULT: u64 = 256 * 1024;
+/// Smallest lane log: four pages.
 pub const LANE_LOG_SIZE_MIN: u64 = 16 * 1024;
 /// Most lanes: bounds the recovery scan and the horizon scan at each commit.
 pub const LANE_COUNT_MAX: u32 = 256;
@@ -50,8 +62,10 @@ pub const LANE_COUNT_MAX: u32 = 256;
 /// layout, but a commit may leave its predecessor's application unflushed, which only a
 /// recovery that replays a committed record whose checked bytes a later record changed
 /// handles (see `docs/design/heap-and-transactions.md`, refinements 4 and 10): a build that
-/// reads only version 2 must not open it.
-pub const HEAP_VERSION: u32 = 3;
+/// reads only version 2 must not open it. 4: the superblock records the slots per lane
+/// (`lane_slots`, 16 by default; versions 2 and 3 have 4), which a build that reads only
+/// version 3 would take for 4.
+pub const HEAP_VERSION: u32 = 4;
 
 /// The oldest heap format version this build opens (version 2 heaps keep their version and
 /// commit without deferral, so the builds that wrote them can still open them).
@@ -95,8 +109,10 @@ pub struct RawSuperblock {
     pub lanes_offset: U64,
     /// Offset of zone 0.
     pub zones_offset: U64,
+    /// Record slots per lane (version 4 on; zero, meaning [`LANE_SLOTS_V3`], before).
+    pub lane_slots: U32,
     /// Reserved, zero.
-    pub reserved: [u8; 180],
+    pub reserved: [u8; 176],
     /// CRC-32C of every byte before it.
     pub checksum: U32,
 }
@@ -114,6 +130,8 @@ pub struct Geometry {
     pub lane_count: u32,
     /// Bytes per lane log.
     pub lane_log_size: u64,
+    /// Record slots per lane log.
+    pub lane_slots: u32,
     /// Offset of the TOC.
     pub toc_offset: u64,
     /// TOC entries.
@@ -129,7 +147,8 @@ const fn page_up(x: u64) -> u64 {
 }
 
 impl Geometry {
-    /// The geometry of a new heap at `base`.
+    /// The geometry of a new heap at `base`, with [`LANE_SLOTS_DEFAULT`] slots per lane (set
+    /// `lane_slots` for another count).
     pub fn new(base: u64, lane_count: u32, lane_log_size: u64, toc_entries: u64) -> Geometry {
         let toc_offset = base + SUPERBLOCK_SIZE;
         let lanes_offset = page_up(toc_offset + toc_entries * TOC_ENTRY_SIZE);
@@ -139,6 +158,7 @@ impl Geometry {
             base,
             lane_count,
             lane_log_size,
+            lane_slots: LANE_SLOTS_DEFAULT,
             toc_offset,
             toc_entries,
             lanes_offset,
@@ -163,10 +183,10 @@ impl Geometry {
 
     /// Bytes of one record slot: the largest redo record a transaction may write.
     pub fn slot_size(&self) -> u64 {
-        self.lane_log_size / LANE_SLOTS
+        self.lane_log_size / self.lane_slots as u64
     }
 
-    /// Offset of slot `slot` (`< LANE_SLOTS`) of lane `lane`.
+    /// Offset of slot `slot` (`< lane_slots`) of lane `lane`.
     pub fn slot_offset(&self, lane: u32, slot: u64) -> u64 {
         self.lane_offset(lane) + slot * self.slot_size()
     }
@@ -235,7 +255,13 @@ impl Geometry {
             toc_entries: self.toc_entries.into(),
             lanes_offset: self.lanes_offset.into(),
             zones_offset: self.zones_offset.into(),
-            reserved: [0; 180],
+            lane_slots: if self.version >= 4 {
+                self.lane_slots
+            } else {
+                0
+            }
+            .into(),
+            reserved: [0; 176],
             checksum: 0.into(),
         };
         let bytes = raw.as_bytes();
@@ -255,8 +281,8 @@ impl Geometry {
         let version = raw.version.get();
         if !(HEAP_VERSION_MIN..=HEAP_VERSION).contains(&version) {
             return Err(Error::Corrupt(format!(
-                "heap format version {version} found; this build reads version \
-                 {HEAP_VERSION_MIN} and version {HEAP_VERSION} (version 1 heaps, with two-half \
+                "heap format version {version} found; this build reads versions \
+                 {HEAP_VERSION_MIN} to {HEAP_VERSION} (version 1 heaps, with two-half \
                  lanes, are not converted: recreate the heap; a newer version needs a newer \
                  mnemo)"
             )));
@@ -278,8 +304,19 @@ impl Geometry {
         if toc_entries == 0 || toc_entries > 1 << 20 {
             return Err(Error::Corrupt(format!("toc entries {toc_entries}")));
         }
+        let lane_slots = match (version, raw.lane_slots.get()) {
+            (..=3, 0) => LANE_SLOTS_V3,
+            (..=3, n) => {
+                return Err(Error::Corrupt(format!(
+                    "a version {version} superblock with a slot count ({n}) in its reserved bytes"
+                )))
+            }
+            (_, n) => n,
+        };
+        check_lane_slots(lane_slots).map_err(Error::Corrupt)?;
         let geometry = Geometry {
             version,
+            lane_slots,
             ..Geometry::new(base, lane_count, lane_log_size, toc_entries)
         };
         if geometry.toc_offset != raw.toc_offset.get()
@@ -296,6 +333,20 @@ impl Geometry {
         Ok(geometry)
     }
 }
+
+/// Whether a lane log may be a ring of `lane_slots` slots: a power of two in
+/// [`LANE_SLOTS_MIN`]`..=`[`LANE_SLOTS_MAX`]. (Every slot is then a whole number of cache
+/// lines, at least 1 KiB: lane logs are multiples of 4096 bytes, at least 16 KiB.)
+pub fn check_lane_slots(lane_slots: u32) -> std::result::Result<(), String> {
+    if !lane_slots.is_power_of_two() || !(LANE_SLOTS_MIN..=LANE_SLOTS_MAX).contains(&lane_slots) {
+        return Err(format!(
+            "lane_slots {lane_slots}: must be a power of two, {LANE_SLOTS_MIN}..={LANE_SLOTS_MAX}"
+        ));
+    }
+    Ok(())
+}
+
+const _: () = assert!(LANE_LOG_SIZE_MIN / LANE_SLOTS_MAX as u64 >= 1024);
 
 /// A chunk-table entry (8 bytes, little-endian).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

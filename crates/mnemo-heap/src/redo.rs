@@ -20,7 +20,8 @@
 //! 3. Apply the entries in place, unflushed: the record is *pending* until this thread's next
 //!    fence (or a helper's, [`Lanes::help`]) covers it.
 //!
-//! Each lane is a ring of [`LANE_SLOTS`] slots; a slot is overwritten only once a durable
+//! Each lane is a ring of `lane_slots` slots (see [`crate::layout::LANE_SLOTS_DEFAULT`]); a
+//! slot is overwritten only once a durable
 //! horizon lies above its record (the overwrite rule). A record's `horizon` claims every
 //! smaller seq applied and fenced: the minimum of the counter and every lane's in-flight and
 //! pending seq when the lanes are scanned, else (a weaker claim, still true) the lane's last
@@ -475,11 +476,7 @@ pub fn cap_ranges(ranges: &mut Vec<ByteRange>, max: usize) {
     }
 }
 
-pub use crate::layout::LANE_SLOTS;
-
-/// A lane's commits scan every lane for a fresh horizon at least this often (more often when
-/// the overwrite rule needs one).
-const HORIZON_SCAN_EVERY: u32 = 4;
+use crate::layout::LANE_SLOTS_MAX;
 
 /// Tag of a lane's `pending` while it covers two records' applications (refinement 10): the
 /// seq is the older one's; the tag makes compare-and-swaps by threads that saw the untagged
@@ -512,7 +509,8 @@ struct ScanLine {
     pending: AtomicU64,
 }
 
-/// A lane: a ring of [`LANE_SLOTS`] record slots, held by one committing thread at a time.
+/// A lane: a ring of record slots (the heap's `lane_slots`), held by one committing thread at
+/// a time.
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct Lane {
@@ -528,7 +526,9 @@ pub struct Lane {
     /// lo >= hi: none). Written while `pending` is 0.
     fresh_lo: AtomicU64,
     fresh_hi: AtomicU64,
-    slots: [SlotInfo; LANE_SLOTS as usize],
+    /// The ring's slots (the first `lane_slots`; inline, so no other lane's data shares
+    /// their lines).
+    slots: [SlotInfo; LANE_SLOTS_MAX as usize],
 }
 
 /// What the holder of a lane uses.
@@ -550,7 +550,8 @@ pub struct LaneState {
     sync: Vec<ByteRange>,
     /// The holding thread (see `thread_id`), set by [`Lanes::acquire`].
     holder: u64,
-    /// Commits of this lane since its last horizon scan.
+    /// Commits of this lane since its last horizon scan (a lane scans at least once per turn
+    /// of its ring, more often when the overwrite rule needs it).
     since_scan: u32,
     /// Whether this lane's bit in [`Lanes::fresh_mask`] is set.
     fresh_bit: bool,
@@ -596,6 +597,8 @@ pub struct Lanes {
     word: Mutex<u64>,
     /// Round-robin start for threads without a lane preference.
     next_hint: AtomicUsize,
+    /// Slots per lane minus one (the count is a power of two).
+    slot_mask: u64,
     /// Process-unique identity, for the thread-local state.
     instance: u64,
 }
@@ -650,26 +653,48 @@ pub type LaneGuard<'a> = MutexGuard<'a, LaneState>;
 
 /// What recovery found in one lane: the sequence number in each slot (0: none) and the slot
 /// the next record goes into.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LaneStart {
-    /// Per slot, the valid record's sequence number (0: none).
-    pub slot_seq: [u64; LANE_SLOTS as usize],
+    /// Per slot, the valid record's sequence number (0: none); one entry per slot of the
+    /// ring (a power of two, at most [`LANE_SLOTS_MAX`]).
+    pub slot_seq: Vec<u64>,
     /// Slot of the next record.
     pub next_slot: u64,
+}
+
+impl LaneStart {
+    /// A lane of `slots` empty slots.
+    pub fn new(slots: u32) -> LaneStart {
+        LaneStart {
+            slot_seq: vec![0; slots as usize],
+            next_slot: 0,
+        }
+    }
 }
 
 impl Lanes {
     /// Lanes after recovery: `starts[i]` describes lane i; `next_seq` is the first sequence
     /// number to hand out, `word` the persistent horizon word (every record below it is
     /// applied and durable).
+    ///
+    /// Panics if the lanes' slot counts differ or one is not a power of two in
+    /// `1..=LANE_SLOTS_MAX` (the geometry was validated before).
     pub fn new(starts: &[LaneStart], next_seq: u64, word: u64) -> Lanes {
+        let slots = starts.first().map_or(1, |s| s.slot_seq.len());
+        assert!(
+            slots.is_power_of_two()
+                && slots <= LANE_SLOTS_MAX as usize
+                && starts.iter().all(|s| s.slot_seq.len() == slots),
+            "lane slot counts"
+        );
+        let slot_mask = slots as u64 - 1;
         let lanes = starts
             .iter()
             .enumerate()
             .map(|(i, start)| Lane {
                 state: Mutex::new(LaneState {
                     index: i as u32,
-                    next_slot: start.next_slot % LANE_SLOTS,
+                    next_slot: start.next_slot & slot_mask,
                     buf: Vec::new(),
                     pending_ranges: Vec::new(),
                     scratch: Vec::new(),
@@ -691,7 +716,7 @@ impl Lanes {
                 fresh_lo: AtomicU64::new(u64::MAX),
                 fresh_hi: AtomicU64::new(0),
                 slots: std::array::from_fn(|k| SlotInfo {
-                    seq: AtomicU64::new(start.slot_seq[k]),
+                    seq: AtomicU64::new(start.slot_seq.get(k).copied().unwrap_or(0)),
                     lo: AtomicU64::new(u64::MAX),
                     hi: AtomicU64::new(0),
                 }),
@@ -707,6 +732,7 @@ impl Lanes {
             word_value: AtomicU64::new(word),
             word: Mutex::new(word),
             next_hint: AtomicUsize::new(0),
+            slot_mask,
             instance: crate::next_instance(),
         }
     }
@@ -776,6 +802,11 @@ impl Lanes {
         w != 0 && me.durable_h.load(Ordering::Acquire) <= w && self.durable_horizon() <= w
     }
 
+    /// The slots of `lane`'s ring.
+    fn ring<'a>(&self, lane: &'a Lane) -> &'a [SlotInfo] {
+        &lane.slots[..=self.slot_mask as usize]
+    }
+
     fn used_lanes(&self) -> &[Lane] {
         let used = self.used.load(Ordering::SeqCst).min(self.lanes.len());
         &self.lanes[..used]
@@ -818,7 +849,7 @@ impl Lanes {
     fn durable_max(&self) -> u64 {
         self.used_lanes()
             .iter()
-            .flat_map(|lane| lane.slots.iter())
+            .flat_map(|lane| self.ring(lane).iter())
             .map(|slot| slot.seq.load(Ordering::Acquire))
             .fold(
                 self.word_value.load(Ordering::Acquire).saturating_sub(1),
@@ -946,14 +977,16 @@ impl Lanes {
         // carries the lane's last durable one, already computed, unless a larger one is
         // needed: when the next commit of this lane would otherwise find its slot's record
         // not below a durable claim (the claim must be durable before that slot is
-        // overwritten, so it is computed now, one commit early), and at least every
-        // `HORIZON_SCAN_EVERY` commits (freed space waits for the durable horizon). Scanning
-        // reads every lane's line, written by other CPUs: the cross-CPU traffic of a commit.
+        // overwritten, so it is computed now, one commit early), and at least once per turn
+        // of the ring (freed space waits for the durable horizon). Scanning reads every
+        // lane's line, written by other CPUs: the cross-CPU traffic of a commit. The longer
+        // the ring, the older the record in the slot after next, and the rarer the scans
+        // (refinement 11: with 16 slots, about one commit in 16 scans; with 4, most did).
         let own_h = me.durable_h.load(Ordering::Relaxed);
-        let next = me.slots[(k + 1) % LANE_SLOTS as usize]
+        let next = me.slots[(k + 1) & self.slot_mask as usize]
             .seq
             .load(Ordering::Acquire);
-        let scan = (next != 0 && own_h <= next) || lane.since_scan + 1 >= HORIZON_SCAN_EVERY;
+        let scan = (next != 0 && own_h <= next) || u64::from(lane.since_scan) >= self.slot_mask;
         let horizon = if mutant::active("redo.no_horizon") {
             0
         } else if scan {
@@ -971,7 +1004,7 @@ impl Lanes {
         // through this commit when neither record wrote bytes in place: a record is replayed
         // until a horizon passes it, and horizons stay below the lane's pending seq, which
         // stays the older record's; the next commit flushes both. Every other commit then
-        // flushes, which the ring of `LANE_SLOTS` (4) allows: the horizon a commit computes
+        // flushes, which a ring of 4 slots (the fewest) allows: the horizon a commit computes
         // lies at most two records behind it, above the record its next overwrite needs
         // claimed (three behind). Repeated writes to the same lines (bitmap words of
         // consecutive allocations, a hot counter) then cost one flush per two commits.
@@ -995,7 +1028,7 @@ impl Lanes {
             .store(if result.is_ok() { seq } else { 0 }, Ordering::Release);
         me.slots[k].lo.store(data.0.min(fresh.0), Ordering::Release);
         me.slots[k].hi.store(data.1.max(fresh.1), Ordering::Release);
-        lane.next_slot = (lane.next_slot + 1) % LANE_SLOTS;
+        lane.next_slot = (lane.next_slot + 1) & self.slot_mask;
         match result {
             Ok(Some(older)) => {
                 // Deferred: the lane's pending record stays the previous one (its seq, its
@@ -1349,7 +1382,7 @@ impl Lanes {
     pub fn conflicts(&self, offset: u64) -> Option<u64> {
         let durable = self.durable_horizon();
         self.used_lanes().iter().find_map(|lane| {
-            lane.slots.iter().find_map(|slot| {
+            self.ring(lane).iter().find_map(|slot| {
                 let seq = slot.seq.load(Ordering::Acquire);
                 let lo = slot.lo.load(Ordering::Acquire);
                 let hi = slot.hi.load(Ordering::Acquire);

@@ -28,12 +28,13 @@ use mnemo_pmem::Pool;
 use crate::layout::Geometry;
 use crate::{Error, Heap, HeapOptions};
 
-/// The crash tests' heap: two lanes of 16 KiB (the smallest lane log), 16 TOC entries, one
-/// arena.
+/// The crash tests' heap: two lanes of 64 KiB (16 slots of 4 KiB, the default count), 16 TOC
+/// entries, one arena.
 pub fn options() -> HeapOptions {
     HeapOptions {
         lane_count: 2,
-        lane_log_size: 16 * 1024,
+        lane_log_size: 64 * 1024,
+        lane_slots: crate::layout::LANE_SLOTS_DEFAULT,
         toc_entries: 16,
         arenas: 1,
     }
@@ -76,8 +77,8 @@ mod tests {
 
     #[test]
     fn pool_size_matches_the_geometry_of_the_pools_data_area() {
-        // The crash tests sized their pools with this literal geometry before the helper.
-        let literal = Geometry::new(8192, 2, 16384, 16);
+        // The geometry of `options`, written out: pools start at offset 8192.
+        let literal = Geometry::new(8192, 2, 65536, 16);
         for chunks in 0..4 {
             assert_eq!(pool_size(chunks), literal.size_for_chunks(chunks));
         }

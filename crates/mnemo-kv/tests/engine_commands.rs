@@ -658,7 +658,7 @@ fn flushall_reclaims_and_reopen_works() {
     assert_eq!(e.check().expect("valid"), 1);
 }
 
-/// With the heap's default 64 KiB lane logs a batch of big commands outgrows one redo
+/// With the heap's default lane logs (16 KiB records) a batch of big commands outgrows one redo
 /// record: the engine commits early and goes on; one command too big alone gets an error.
 #[test]
 fn batches_larger_than_a_redo_record_are_split() {

@@ -20,7 +20,8 @@ pub fn shm_dir() -> tempfile::TempDir {
 pub fn small_options() -> HeapOptions {
     HeapOptions {
         lane_count: 4,
-        lane_log_size: 16 * 1024,
+        lane_log_size: 64 * 1024,
+        lane_slots: mnemo_heap::layout::LANE_SLOTS_DEFAULT,
         toc_entries: 64,
         arenas: 2,
     }
