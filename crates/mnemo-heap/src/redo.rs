@@ -1353,19 +1353,24 @@ impl Lanes {
         loop {
             let mut helped: Vec<(usize, u64)> = Vec::new();
             // This thread's own pending records: flush their applied lines (left unflushed
-            // by their commits) so the fence below covers them.
-            let own = THREAD.with_borrow(|t| -> Result<bool> {
-                let mut own = false;
-                for &(instance, r) in &t.ranges {
-                    if instance == self.instance {
-                        pool.flush(r.offset, r.len)?;
+            // by their commits) so the fence below covers them. At thread exit, when the last
+            // handle is dropped by a thread-local destructor, this thread's list may be gone
+            // already: its records are then still their lanes' pending ones, flushed below.
+            let own = THREAD
+                .try_with(|t| -> Result<bool> {
+                    let t = t.borrow();
+                    let mut own = false;
+                    for &(instance, r) in &t.ranges {
+                        if instance == self.instance {
+                            pool.flush(r.offset, r.len)?;
+                        }
                     }
-                }
-                for p in &t.pending {
-                    own |= p.instance == self.instance;
-                }
-                Ok(own)
-            })?;
+                    for p in &t.pending {
+                        own |= p.instance == self.instance;
+                    }
+                    Ok(own)
+                })
+                .unwrap_or(Ok(false))?;
             for (i, lane) in self.used_lanes().iter().enumerate() {
                 let p = lane.scan.pending.load(Ordering::SeqCst);
                 if p == 0 || p & !PENDING_DEFERRED >= target {
@@ -1382,7 +1387,7 @@ impl Lanes {
             }
             if own || !helped.is_empty() {
                 pool.drain()?;
-                THREAD.with_borrow_mut(|t| self.clear_own(t));
+                let _ = THREAD.try_with(|t| self.clear_own(&mut t.borrow_mut()));
                 for (i, p) in helped {
                     let _ = self.lanes[i].scan.pending.compare_exchange(
                         p,

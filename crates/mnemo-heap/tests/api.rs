@@ -950,3 +950,39 @@ fn older_heap_versions_are_refused_naming_both() {
         "{err}"
     );
 }
+
+/// The last handle of a heap dropped by a thread-local destructor, after the thread's own
+/// thread-local lane state (its pending records) is gone: closing must still settle the
+/// heap, not panic (a panic in a thread-local destructor aborts the process). The same
+/// happens when a thread's allocation cache, returned at thread exit, holds the last
+/// reference for a moment.
+#[test]
+fn the_last_handle_dropped_at_thread_exit_settles_the_heap() {
+    use std::cell::RefCell;
+    thread_local! {
+        static HOLDER: RefCell<Option<Heap>> = const { RefCell::new(None) };
+    }
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let word = heap.root::<u64>("w").unwrap();
+    std::thread::spawn(move || {
+        // Registered first, so destroyed last: after the heap's own thread-locals, which
+        // the transactions below register.
+        HOLDER.with_borrow_mut(|h| *h = Some(heap));
+        HOLDER.with_borrow(|h| {
+            let heap = h.as_ref().unwrap();
+            for i in 1..=10u64 {
+                heap.transaction(|tx| {
+                    let _ = tx.alloc_bytes(64)?;
+                    tx.write(word, &i)
+                })
+                .unwrap();
+            }
+        });
+    })
+    .join()
+    .unwrap();
+    let heap = Heap::open_file(&path).unwrap();
+    assert_eq!(heap.get(word).unwrap(), 10);
+    assert_eq!(heap.live_allocations().len(), 10 + 1);
+}
