@@ -986,8 +986,12 @@ impl Lanes {
         // Both waits are rare; the bound is stored again before the fetch_add.
         // Bytes another thread's pending record wrote in place (checked by CRC at recovery):
         // this commit changes them, so that record's application must be durable first.
+        // Whether `acquire`'s bound is still stored (it stores one unless this is the lane's
+        // first commit since open).
+        let mut bound_stored = lane.last_seq != 0;
         if data.0 < data.1 && self.fresh_mask.0.load(Ordering::SeqCst) != 0 {
             me.scan.inflight.store(0, Ordering::Release);
+            bound_stored = false;
             self.cover_fresh(pool, index, tid, data)?;
         }
         // The overwrite rule: the slot's record may go only once a durable claim exceeds it.
@@ -999,6 +1003,7 @@ impl Lanes {
             && !mutant::active("redo.ignore_overwrite_rule")
         {
             me.scan.inflight.store(0, Ordering::Release);
+            bound_stored = false;
             self.help(pool, geometry, w + 1)?;
         }
         // Release/acquire suffice here and below (plain stores on x86, no locked
@@ -1008,12 +1013,16 @@ impl Lanes {
         // The lower bound: one past the lane's latest seq (the counter only grows), so the
         // counter's line is not read before its fetch_add (a second transfer of it between
         // CPUs); the counter itself only for the lane's first commit.
-        let bound = if lane.last_seq != 0 {
-            lane.last_seq + 1
-        } else {
-            self.counter.0.load(Ordering::Acquire).max(1)
-        };
-        me.scan.inflight.store(bound, Ordering::Release);
+        // Stored again only if a wait above cleared it (storing the same value again could
+        // miss, if a scan read the line since, and the fetch_add would wait for that store).
+        if !bound_stored {
+            let bound = if lane.last_seq != 0 {
+                lane.last_seq + 1
+            } else {
+                self.counter.0.load(Ordering::Acquire).max(1)
+            };
+            me.scan.inflight.store(bound, Ordering::Release);
+        }
         let seq = self.counter.0.fetch_add(1, Ordering::AcqRel);
         lane.last_seq = seq;
         // The horizon: any value below the true one is a valid (weaker) claim, so a commit
