@@ -796,6 +796,14 @@ impl Lanes {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
             });
+        if guard.index as usize != first {
+            // Another thread holds this thread's usual lane (two threads came to prefer the
+            // same one, e.g. after one moved off a blocked lane below): keep the lane found
+            // instead, so that the two stop meeting at every commit (each meeting hands the
+            // lanes' lines between CPUs and makes the next holder adopt a pending record).
+            let hint = guard.index as usize;
+            THREAD.with_borrow_mut(|t| t.hint = hint);
+        }
         if self.blocked(&guard) {
             // The lane's next slot holds a record no durable claim passes yet (another
             // lane's pending record holds the horizon back): rather than the help path (a
