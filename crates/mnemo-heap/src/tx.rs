@@ -402,9 +402,20 @@ fn push_meta(buf: &mut Vec<u8>, op: MetaOp) {
 pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     let inner = heap.inner();
     inner.check_open()?;
-    let publish = |chunk, class| inner.publish_run(chunk, class);
-    let (reservation, op) =
-        inner.with_space(|| inner.alloc.alloc_as(&inner.pool, size, false, &publish))?;
+    let class = (size > 0 && size <= CACHED_SIZE_MAX)
+        .then(|| crate::layout::class_for(size))
+        .flatten();
+    let (reservation, op) = match class {
+        // From this thread's cache, without the arena lock: the unit is reserved to this
+        // thread until the bit set below makes it live (as a transaction's commit does).
+        Some(class) => {
+            TXS.with_borrow_mut(|txs| cached_reservation(&mut txs.caches, heap, class))?
+        }
+        None => {
+            let publish = |chunk, class| inner.publish_run(chunk, class);
+            inner.with_space(|| inner.alloc.alloc_as(&inner.pool, size, false, &publish))?
+        }
+    };
     if let MetaOp::Or(word, mask) = op {
         // A unit of an existing (published) run: one persistent word changes, so no record.
         // Set the bit atomically (other units of the word may change concurrently), then one
