@@ -294,7 +294,7 @@ static void out_of_space(void)
 {
     mnemo_pool *p;
     /* size == size_max: the pool cannot grow. */
-    OK(mnemo_pool_create(path_of("small.pool"), 4 << 20, 4 << 20, &p));
+    OK(mnemo_pool_create(path_of("small.pool"), 8 << 20, 8 << 20, &p));
     uint64_t offs[64];
     int n = 0, rc = MNEMO_OK;
     while (n < 64 && (rc = mnemo_pmalloc(p, 200 << 10, &offs[n])) == MNEMO_OK)
