@@ -189,10 +189,11 @@ impl Workload for Gmsync {
             for r in &ranges {
                 pool.write(r.offset, &i.to_le_bytes()).map_err(err)?; // raw stores
             }
-            // Something else the program does meanwhile: allocations and frees (heap
-            // commits), one turn of a lane's ring of 16 slots, after which the lane has
-            // scanned for a horizon that passes the previous round's record. (Before that,
-            // recovery would replay that record and put every word back, hiding a tear.)
+            // Something else the program does meanwhile: allocations and frees, 8 heap
+            // commits a round (each free is one; a small pmalloc writes no record). Over the
+            // rounds the lane completes a turn of its ring of 16 slots and scans for a
+            // horizon that passes the earlier rounds' records: until then recovery would
+            // replay them and put every word back, hiding a tear.
             for _ in 0..8 {
                 let scratch = entry.heap.pmalloc(64).map_err(err)?;
                 entry.heap.pfree(scratch).map_err(err)?;

@@ -691,7 +691,7 @@ pub type LaneGuard<'a> = MutexGuard<'a, LaneState>;
 
 /// What recovery found in one lane: the sequence number in each slot (0: none) and the slot
 /// the next record goes into.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LaneStart {
     /// Per slot, the valid record's sequence number (0: none); one entry per slot of the
     /// ring (a power of two, at most [`LANE_SLOTS_MAX`]).
@@ -716,12 +716,13 @@ impl Lanes {
     /// applied and durable).
     ///
     /// Panics if the lanes' slot counts differ or one is not a power of two in
-    /// `1..=LANE_SLOTS_MAX` (the geometry was validated before).
+    /// `LANE_SLOTS_MIN..=LANE_SLOTS_MAX` (the geometry was validated before).
     pub fn new(starts: &[LaneStart], next_seq: u64, word: u64) -> Lanes {
         let slots = starts.first().map_or(1, |s| s.slot_seq.len());
         assert!(
             slots.is_power_of_two()
-                && slots <= LANE_SLOTS_MAX as usize
+                && (crate::layout::LANE_SLOTS_MIN as usize..=LANE_SLOTS_MAX as usize)
+                    .contains(&slots)
                 && starts.iter().all(|s| s.slot_seq.len() == slots),
             "lane slot counts"
         );

@@ -24,8 +24,8 @@ fn bulk(s: &str) -> Reply {
 
 /// 2000 MSETs of the same three existing keys in one batch (what redis-benchmark's MSET test
 /// sends: one key, ten times per command) are 12,000 writes of six words. Logged one by one they
-/// would need ~290 KB of redo record, and the heap's default lane logs (128 KiB, records of
-/// a quarter of that) would force split commits; kept once per word they fit one record.
+/// would need ~290 KB of redo record, and the heap's default lane logs (256 KiB, records of
+/// 16 KiB) would force split commits; kept once per word they fit one record.
 #[test]
 fn words_rewritten_in_a_batch_reach_the_record_once() {
     let dir = tempfile::tempdir().expect("tempdir");

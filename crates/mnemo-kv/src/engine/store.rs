@@ -14,9 +14,15 @@ use mnemo_heap::{Heap, Tx};
 
 use super::limits::VALUE_BYTES_MAX;
 
-/// Bytes a logged word may add to the heap's redo record, bounded from above: an entry of
-/// its own (16 bytes of header, 8 of data) or, for a fresh range, a check entry (32).
-const RECORD_BYTES_PER_WORD: u64 = 32;
+/// Bytes a waiting word that starts a run (of words waiting next to each other, in the order
+/// they were first written: what [`Mem::flush`] hands over as one write) may add to the
+/// heap's redo record, bounded from above: an entry's 16 bytes of header and 8 of data, or,
+/// when the run lies in the heap's reservation of a fresh allocation past the size asked
+/// for, a check entry (32).
+const RECORD_BYTES_RUN_START: u64 = 32;
+/// Bytes each further word of a run adds: its 8 bytes of data (a check entry covers the
+/// whole run).
+const RECORD_BYTES_RUN_WORD: u64 = 8;
 /// Bytes an allocation, a free or a write into a fresh allocation may add to the record.
 const RECORD_BYTES_PER_OP: u64 = 32;
 /// The record's header, with room to spare.
@@ -58,9 +64,10 @@ struct Word {
 /// * Writes are **not** handed to the heap's transaction one by one: a word written many
 ///   times in a batch (a key's value and length under MSET, a table's count under SETs of new
 ///   keys, a list's tail) would become that many redo entries. They wait here and
-///   [`Mem::flush`] hands each changed word over once, neighbours merged into one write. The engine flushes before the commit, and after any command that could
-///   make the record outgrow its capacity (an upper bound is kept), so a too-large record still
-///   fails in the command that caused it.
+///   [`Mem::flush`] hands each changed word over once, neighbours merged into one write. The
+///   engine flushes before the commit. An upper bound of the record's size is kept, and a
+///   command that takes it past the capacity fails ([`Mem::check_size`]), so a too-large
+///   record fails in the command that caused it, never at the commit.
 /// * `fresh`: allocations made by the batch (offset -> requested size). The heap writes into
 ///   them in place without logging, so writes there go to the heap at once and are not kept.
 ///   The requested size is at most the heap's reservation, so "fresh here" implies "fresh
@@ -70,6 +77,11 @@ pub struct Overlay {
     words: RefCell<HashMap<u64, Word, BuildHasherDefault<WordHasher>>>,
     /// Words changed since the last flush (each once).
     pending: RefCell<Vec<u64>>,
+    /// Upper bound of the bytes the pending words will add to the record when flushed
+    /// (per run [`RECORD_BYTES_RUN_START`], then [`RECORD_BYTES_RUN_WORD`] per word). The same
+    /// on a replay of the same commands: it depends on the words' order, not on where the
+    /// heap put new objects.
+    pending_bytes: Cell<u64>,
     /// Lowest word and end of the highest word kept (a read outside skips the map).
     lo: Cell<u64>,
     hi: Cell<u64>,
@@ -86,6 +98,7 @@ impl Default for Overlay {
         Overlay {
             words: RefCell::default(),
             pending: RefCell::default(),
+            pending_bytes: Cell::new(0),
             lo: Cell::new(u64::MAX),
             hi: Cell::new(0),
             record_bytes: Cell::new(RECORD_BYTES_HEADER),
@@ -100,6 +113,7 @@ impl Overlay {
     pub fn clear(&self) {
         self.words.borrow_mut().clear();
         self.pending.borrow_mut().clear();
+        self.pending_bytes.set(0);
         self.lo.set(u64::MAX);
         self.hi.set(0);
         self.record_bytes.set(RECORD_BYTES_HEADER);
@@ -152,7 +166,7 @@ impl Overlay {
                 w.bytes = bytes;
                 if !w.pending {
                     w.pending = true;
-                    self.pending.borrow_mut().push(word);
+                    self.push_pending(word);
                 }
             }
             None => {
@@ -163,11 +177,25 @@ impl Overlay {
                         pending: true,
                     },
                 );
-                self.pending.borrow_mut().push(word);
+                self.push_pending(word);
                 self.lo.set(self.lo.get().min(word));
                 self.hi.set(self.hi.get().max(word + 8));
             }
         }
+    }
+
+    fn push_pending(&self, word: u64) {
+        let mut pending = self.pending.borrow_mut();
+        let continues = word
+            .checked_sub(8)
+            .is_some_and(|w| pending.last() == Some(&w));
+        let bytes = if continues {
+            RECORD_BYTES_RUN_WORD
+        } else {
+            RECORD_BYTES_RUN_START
+        };
+        self.pending_bytes.set(self.pending_bytes.get() + bytes);
+        pending.push(word);
     }
 
     fn add_record_bytes(&self, bytes: u64) {
@@ -307,6 +335,7 @@ impl<'a, 'h> Mem<'a, 'h> {
             self.overlay.add_record_bytes(16 + buf.len() as u64);
         }
         pending.clear();
+        self.overlay.pending_bytes.set(0);
         Ok(())
     }
 
@@ -319,7 +348,7 @@ impl<'a, 'h> Mem<'a, 'h> {
     /// replay allocates elsewhere. Flushing to measure it once made a replay fail and
     /// poison the batch.)
     pub fn check_size(&self) -> Result<()> {
-        let waiting = self.overlay.pending.borrow().len() as u64 * RECORD_BYTES_PER_WORD;
+        let waiting = self.overlay.pending_bytes.get();
         let capacity = self.heap.geometry().slot_size();
         let needed = self.overlay.record_bytes.get().saturating_add(waiting);
         if needed > capacity {
