@@ -112,7 +112,8 @@ impl Drop for Inner {
 impl Inner {
     /// Frees committed by record `seq`: kept from reuse until no recovery can replay that
     /// record (or an older one that wrote the space) over the space's next contents, which a
-    /// new owner writes in place, unlogged.
+    /// new owner writes in place, unlogged. Also hands back the earlier frees the durable
+    /// horizon has passed (as [`Inner::release_frees`]).
     #[inline]
     pub(crate) fn defer_frees(&self, seq: u64, frees: &[PendingFree]) {
         if !frees.is_empty() {
@@ -128,11 +129,51 @@ impl Inner {
             }
             return;
         }
-        let mut limbo = self.limbo.lock().unwrap_or_else(|p| p.into_inner());
-        limbo.extend(frees.iter().map(|f| (seq, *f)));
-        self.limbo_min.fetch_min(seq, Ordering::AcqRel);
-        drop(limbo);
-        self.release_frees();
+        // One lock for both: add these frees, and take out those the durable horizon has
+        // passed (most commits that free find some, so a second lock would be the rule).
+        let horizon = self.lanes.durable_horizon();
+        let mut ready = Vec::new();
+        {
+            let mut limbo = self.limbo.lock().unwrap_or_else(|p| p.into_inner());
+            limbo.extend(frees.iter().map(|f| (seq, *f)));
+            let low = self.limbo_min.load(Ordering::Acquire).min(seq);
+            Self::take_ready(&mut limbo, low, horizon, &mut ready, &self.limbo_min);
+        }
+        self.commit_frees(&ready);
+    }
+
+    /// Move the frees of `limbo` below `horizon` into `ready` if its smallest seq (`low`)
+    /// is below, and store the smallest seq left in `min`. Called under `limbo`'s lock (the
+    /// writers of `min` hold it).
+    fn take_ready(
+        limbo: &mut Vec<(u64, PendingFree)>,
+        low: u64,
+        horizon: u64,
+        ready: &mut Vec<PendingFree>,
+        min: &AtomicU64,
+    ) {
+        if low < horizon {
+            limbo.retain(|&(seq, f)| {
+                if seq < horizon {
+                    ready.push(f);
+                    false
+                } else {
+                    true
+                }
+            });
+            let low = limbo.iter().map(|&(seq, _)| seq).min().unwrap_or(u64::MAX);
+            min.store(low, Ordering::Release);
+        } else {
+            min.store(low, Ordering::Release);
+        }
+    }
+
+    /// Hand frees whose records no recovery replays back to the allocator.
+    fn commit_frees(&self, ready: &[PendingFree]) {
+        for f in ready {
+            self.alloc
+                .commit_free(f, &|chunk| self.set_chunk_entry(chunk, ChunkEntry::Free));
+        }
     }
 
     /// Hand the frees below the durable horizon back to the allocator.
@@ -153,21 +194,10 @@ impl Inner {
         let mut ready = Vec::new();
         {
             let mut limbo = self.limbo.lock().unwrap_or_else(|p| p.into_inner());
-            limbo.retain(|&(seq, f)| {
-                if seq < horizon {
-                    ready.push(f);
-                    false
-                } else {
-                    true
-                }
-            });
-            let min = limbo.iter().map(|&(seq, _)| seq).min().unwrap_or(u64::MAX);
-            self.limbo_min.store(min, Ordering::Release);
+            let low = self.limbo_min.load(Ordering::Acquire);
+            Self::take_ready(&mut limbo, low, horizon, &mut ready, &self.limbo_min);
         }
-        for f in &ready {
-            self.alloc
-                .commit_free(f, &|chunk| self.set_chunk_entry(chunk, ChunkEntry::Free));
-        }
+        self.commit_frees(&ready);
     }
 
     /// Every committed record applied, durable and never replayed again; every deferred

@@ -346,11 +346,12 @@ fn finish_commit(inner: &Inner, mut state: Box<TxState>, seq: Option<u64>) {
     for r in &state.allocs {
         inner.alloc.commit_alloc(r);
     }
-    if let Some(seq) = seq {
-        // Freed space waits until record `seq` can no longer be replayed.
-        inner.defer_frees(seq, &state.frees);
+    match seq {
+        // Freed space waits until record `seq` can no longer be replayed (and earlier frees
+        // the horizon has passed go back, under the same lock).
+        Some(seq) if !state.frees.is_empty() => inner.defer_frees(seq, &state.frees),
+        _ => inner.release_frees(),
     }
-    inner.release_frees();
     if !state.on_commit.is_empty() {
         for hook in std::mem::take(&mut state.on_commit) {
             hook(inner);
