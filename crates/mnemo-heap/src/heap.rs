@@ -114,14 +114,7 @@ impl Inner {
     /// record (or an older one that wrote the space) over the space's next contents, which a
     /// new owner writes in place, unlogged. Also hands back the earlier frees the durable
     /// horizon has passed (as [`Inner::release_frees`]).
-    #[inline]
     pub(crate) fn defer_frees(&self, seq: u64, frees: &[PendingFree]) {
-        if !frees.is_empty() {
-            self.defer_some_frees(seq, frees);
-        }
-    }
-
-    fn defer_some_frees(&self, seq: u64, frees: &[PendingFree]) {
         if mnemo_pmem::mutant::active("heap.reuse_before_horizon") {
             for f in frees {
                 self.alloc
@@ -152,7 +145,7 @@ impl Inner {
         ready: &mut Vec<PendingFree>,
         min: &AtomicU64,
     ) {
-        if low < horizon {
+        let low = if low < horizon {
             limbo.retain(|&(seq, f)| {
                 if seq < horizon {
                     ready.push(f);
@@ -161,11 +154,11 @@ impl Inner {
                     true
                 }
             });
-            let low = limbo.iter().map(|&(seq, _)| seq).min().unwrap_or(u64::MAX);
-            min.store(low, Ordering::Release);
+            limbo.iter().map(|&(seq, _)| seq).min().unwrap_or(u64::MAX)
         } else {
-            min.store(low, Ordering::Release);
-        }
+            low
+        };
+        min.store(low, Ordering::Release);
     }
 
     /// Hand frees whose records no recovery replays back to the allocator.

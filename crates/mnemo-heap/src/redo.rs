@@ -992,12 +992,12 @@ impl Lanes {
         }
         // A commit that waits for other lanes (below) must not hold its `inflight` bound
         // meanwhile (the early one of `acquire`): two such commits would wait for each other.
-        // Both waits are rare; the bound is stored again before the fetch_add.
+        // Both waits are rare; the bound is stored again before the fetch_add. Whether
+        // `acquire`'s bound is still stored (it stores one unless this is the lane's first
+        // commit since open):
+        let mut bound_stored = lane.last_seq != 0;
         // Bytes another thread's pending record wrote in place (checked by CRC at recovery):
         // this commit changes them, so that record's application must be durable first.
-        // Whether `acquire`'s bound is still stored (it stores one unless this is the lane's
-        // first commit since open).
-        let mut bound_stored = lane.last_seq != 0;
         if data.0 < data.1 && self.fresh_mask.0.load(Ordering::SeqCst) != 0 {
             me.scan.inflight.store(0, Ordering::Release);
             bound_stored = false;

@@ -167,6 +167,13 @@ struct Txs {
     caches: Vec<Cache>,
 }
 
+/// The size class of `size` if allocations of it come from the thread's cache.
+fn cached_class(size: u64) -> Option<u8> {
+    (size > 0 && size <= CACHED_SIZE_MAX)
+        .then(|| crate::layout::class_for(size))
+        .flatten()
+}
+
 /// A reservation of a cached size class from this thread's cache for `heap`, refilled by a
 /// claim when empty.
 fn cached_reservation(
@@ -403,10 +410,7 @@ fn push_meta(buf: &mut Vec<u8>, op: MetaOp) {
 pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     let inner = heap.inner();
     inner.check_open()?;
-    let class = (size > 0 && size <= CACHED_SIZE_MAX)
-        .then(|| crate::layout::class_for(size))
-        .flatten();
-    let (reservation, op) = match class {
+    let (reservation, op) = match cached_class(size) {
         // From this thread's cache, without the arena lock: the unit is reserved to this
         // thread until the bit set below makes it live (as a transaction's commit does).
         Some(class) => {
@@ -603,9 +607,7 @@ impl<'h> Tx<'h> {
         let inner = self.inner();
         let slot = inner.geometry.slot_size();
         inner.check_open()?;
-        let class = (size > 0 && size <= CACHED_SIZE_MAX)
-            .then(|| crate::layout::class_for(size))
-            .flatten();
+        let class = cached_class(size);
         TXS.with_borrow_mut(|txs| {
             let Txs { active, caches, .. } = txs;
             let s = active
