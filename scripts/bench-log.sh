@@ -34,8 +34,6 @@ trap 'rm -f "$raw"' EXIT
 for round in $(seq 1 "$rounds"); do
     echo "# round $round/$rounds" >&2
     "$ours" >>"$raw"
-    # The pool's copy path with non-temporal stores for copies from 64 bytes (default 256).
-    MNEMO_MOVNT_THRESHOLD=64 LOG_BENCH_TAG=-movnt64 LOG_BENCH_FLOORS=0 "$ours" | grep -- '-local' >>"$raw"
     PMEM_IS_PMEM_FORCE=1 "$peer" "/dev/shm/pmemlog-bench.$$" "$LOG_BENCH_N" "$LOG_BENCH_RUNS" "$LOG_BENCH_LEN" >>"$raw"
 done
 
@@ -66,8 +64,7 @@ with open(out, "w", newline="") as fh:
                 "fences_per_append", "lines_per_append"])
     load = open("/proc/loadavg").read().split()[0]
     peer_cpu = statistics.median(float(r[7]) for r in rows["pmemlog"])
-    for name in ["mnemo-log", "mnemo-log-local", "mnemo-log-local-movnt64",
-                 "mnemo-log-batch8", "pmemlog", "floor-nt", "floor-clwb1", "floor-clwb2"]:
+    for name in ["mnemo-log", "mnemo-log-batch8", "pmemlog", "floor-nt", "floor-clwb1", "floor-clwb2"]:
         if name not in rows:
             continue
         r = median_row(rows[name])

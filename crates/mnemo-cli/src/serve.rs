@@ -200,6 +200,7 @@ fn open_heap(args: &ServeArgs) -> Result<(Heap, Start), String> {
     let options = OpenOptions {
         layout: Some(LAYOUT.to_string()),
         size_max: args.size_max,
+        ..Default::default()
     };
     let pool = Pool::open(path, &options).map_err(|e| e.to_string())?;
     let start = if pool.was_clean() {

@@ -27,7 +27,7 @@
 //! 32  entries: offset u64, len u64, bytes (padded to 8)
 //! ```
 
-use mnemo_pmem::ByteRange;
+use mnemo_pmem::{ByteRange, SyncKind, SyncPoint};
 
 use crate::error::{code, Failure, Result};
 use crate::handle::{lock, PoolEntry};
@@ -174,9 +174,16 @@ pub fn recover(entry: &PoolEntry) -> Result<()> {
             )
         })?;
         heap.pool().write(range.offset, data)?;
-        heap.pool().flush(range.offset, range.len)?;
     }
-    heap.pool().drain()?;
+    // One sync point puts the record's contents back (a record holds at most as many ranges
+    // as one gmsync may name, which its checksum vouches for).
+    let ranges: Vec<ByteRange> = entries.iter().map(|(r, _)| *r).collect();
+    for part in ranges.chunks(mnemo_pmem::limits::GMSYNC_RANGES_MAX) {
+        mnemo_pmem::durable_site!(
+            "ffi.snapshot_recover",
+            heap.pool().sync(&SyncPoint::new(SyncKind::Data, part))
+        )?;
+    }
     state.seq = seq;
     state.next_slot = slot ^ 1;
     state.live = entries.iter().map(|(r, _)| *r).collect();
@@ -199,12 +206,14 @@ pub fn release(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
         return Ok(());
     };
     let pool = entry.heap.pool();
-    for slot in 0..2 {
-        let at = area + slot * SLOT_SIZE;
-        pool.write(at, &[0u8; HEADER])?;
-        pool.flush(at, HEADER as u64)?;
+    let headers = [0, 1].map(|slot| ByteRange::new(area + slot * SLOT_SIZE, HEADER as u64));
+    for r in &headers {
+        pool.write(r.offset, &[0u8; HEADER])?;
     }
-    pool.drain()?;
+    mnemo_pmem::durable_site!(
+        "ffi.snapshot_release",
+        pool.sync(&SyncPoint::new(SyncKind::Metadata, &headers))
+    )?;
     state.live.clear();
     Ok(())
 }
@@ -232,12 +241,27 @@ pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     let seq = state.seq + 1;
     let record = encode(seq, &entries);
     let slot = area + state.next_slot * SLOT_SIZE;
-    if !mnemo_pmem::mutant::active("ffi.gmsync_skip_snapshot") {
-        pool.copy_nodrain(slot, &record)?;
-        pool.flush(slot, record.len() as u64)?;
-    }
+    let staged = [ByteRange::new(slot, record.len() as u64)];
+    let staged: &[ByteRange] = if mnemo_pmem::mutant::active("ffi.gmsync_skip_snapshot") {
+        &[]
+    } else {
+        // `copy_nodrain` stages what it copies (the flush that used to follow it was redundant).
+        mnemo_pmem::durable_site!(
+            "ffi.snapshot_record",
+            pool.copy_nodrain(slot, &record),
+            pool.write(slot, &record)
+        )?;
+        &staged
+    };
     // One sync point: flushes the ranges, then the fence that also covers the record.
-    pool.gmsync(ranges)?;
+    mnemo_pmem::durable_site!(
+        "ffi.gmsync",
+        pool.sync(&SyncPoint {
+            kind: SyncKind::Data,
+            ranges,
+            staged,
+        })
+    )?;
     state.seq = seq;
     state.next_slot ^= 1;
     state.live = ranges.to_vec();

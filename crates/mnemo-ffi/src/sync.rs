@@ -93,7 +93,10 @@ pub fn msync(entry: &PoolEntry, range: ByteRange) -> Result<()> {
     if !mutant::active("ffi.msync_skip_retire") {
         retire_if_overlapping(entry, &[range])?;
     }
-    entry.heap.pool().msync(range.offset, range.len)?;
+    mnemo_pmem::durable_site!(
+        "ffi.msync",
+        entry.heap.pool().msync(range.offset, range.len)
+    )?;
     Ok(())
 }
 
@@ -128,6 +131,6 @@ pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
 /// compares the designs).
 pub fn gmsync_one_fence(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     retire_if_overlapping(entry, ranges)?;
-    entry.heap.pool().gmsync(ranges)?;
+    mnemo_pmem::durable_site!("ffi.gmsync_one_fence", entry.heap.pool().gmsync(ranges))?;
     Ok(())
 }

@@ -144,7 +144,7 @@ fn main() {
     }
     let (ns, fences, lines) = measure(&counters, n, |i| {
         pool.write(word.offset(), &i.to_le_bytes()).unwrap();
-        pool.persist(word.offset(), 8).unwrap();
+        pool.msync(word.offset(), 8).unwrap();
     });
     rows.push(Row {
         name: "floor: store+flush+fence",
@@ -155,9 +155,9 @@ fn main() {
     });
     let (ns, fences, lines) = measure(&counters, n, |i| {
         pool.write(word.offset() + 64, &i.to_le_bytes()).unwrap();
-        pool.persist(word.offset() + 64, 8).unwrap();
+        pool.msync(word.offset() + 64, 8).unwrap();
         pool.write(word.offset(), &i.to_le_bytes()).unwrap();
-        pool.persist(word.offset(), 8).unwrap();
+        pool.msync(word.offset(), 8).unwrap();
     });
     rows.push(Row {
         name: "floor: 2x (store+flush+fence)",

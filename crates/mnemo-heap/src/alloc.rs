@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use mnemo_pmem::Pool;
+use mnemo_pmem::{ByteRange, Pool, SyncKind, SyncPoint};
 
 use crate::error::{Error, Result};
 use crate::layout::{
@@ -539,7 +539,7 @@ impl Allocator {
             }
         };
         let offset = self.geometry.chunk_offset(start);
-        if let Err(e) = pool.media().ensure_backed(offset, n * CHUNK_SIZE) {
+        if let Err(e) = pool.ensure_backed(offset, n * CHUNK_SIZE) {
             chunks.insert_span(start, n);
             return Err(Error::OutOfSpace {
                 needed: n * CHUNK_SIZE,
@@ -552,7 +552,7 @@ impl Allocator {
     fn grow(&self, pool: &Pool, chunks: &mut Chunks, n: u64) -> Result<()> {
         let total = chunks.state.len() as u64;
         let needed = chunks.needed_for(n);
-        let limit = pool.header().size_max.min(pool.media().capacity());
+        let limit = pool.header().size_max.min(pool.capacity());
         let max_chunks = self.geometry.chunks_in(limit);
         if needed > max_chunks {
             return Err(Error::OutOfSpace {
@@ -584,15 +584,14 @@ impl Allocator {
         let zone_first = self.geometry.zone_offset(total / CHUNKS_PER_ZONE);
         let zone_last = self.geometry.zone_offset((target - 1) / CHUNKS_PER_ZONE);
         // New zone tables read as zero (new pool bytes do) but must be backed before use.
-        pool.media()
-            .ensure_backed(
-                zone_first,
-                zone_last - zone_first + crate::layout::ZONE_HEADER_SIZE,
-            )
-            .map_err(|e| Error::OutOfSpace {
-                needed: n * CHUNK_SIZE,
-                detail: e.to_string(),
-            })?;
+        pool.ensure_backed(
+            zone_first,
+            zone_last - zone_first + crate::layout::ZONE_HEADER_SIZE,
+        )
+        .map_err(|e| Error::OutOfSpace {
+            needed: n * CHUNK_SIZE,
+            detail: e.to_string(),
+        })?;
         chunks.add(total, target);
         tracing::debug!(from = total, to = target, "heap grew");
         Ok(())
@@ -760,11 +759,18 @@ impl Allocator {
         let chunk = self.take_chunks(pool, 1)?;
         let (units, _) = run_layout(class);
         let base = self.geometry.chunk_offset(chunk);
-        // The chunk is free, so nothing refers to its bytes: clear the bitmap in place; the
-        // run's record (fence 1) orders it before the chunk-table entry.
+        // The chunk is free, so nothing refers to its bytes: clear the bitmap in place, and
+        // make it durable with a sync point of its own before the run's record publishes the
+        // chunk-table entry (a crash between them leaves a free chunk with a clear bitmap).
         let zero = vec![0u8; (bitmap_words(units) * 8) as usize];
         let result = pool.write(base, &zero).map_err(Error::from).and_then(|()| {
-            pool.flush(base, zero.len() as u64)?;
+            mnemo_pmem::durable_site!(
+                "alloc.run_bitmap",
+                pool.sync(&SyncPoint::new(
+                    SyncKind::Metadata,
+                    &[ByteRange::new(base, zero.len() as u64)],
+                ))
+            )?;
             publish_run(chunk, class)
         });
         let mut chunks = lock(&self.chunks);

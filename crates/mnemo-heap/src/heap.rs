@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mnemo_pmem::{ByteRange, CreateOptions, OpenOptions, Pool};
+use mnemo_pmem::{ByteRange, CreateOptions, OpenOptions, Pool, SyncKind, SyncPoint};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::alloc::{Allocator, HeapStats, PendingFree};
@@ -251,10 +251,9 @@ impl Inner {
             || self.is_data(offset, len)
     }
 
-    /// Make a new run durable: its chunk-table entry, in a record of its own (the bitmap was
-    /// cleared and flushed by the caller; one extra fence orders it before the entry).
+    /// Make a new run durable: its chunk-table entry, in a record of its own (the caller
+    /// made the cleared bitmap durable first, with a sync point of its own).
     pub(crate) fn publish_run(&self, chunk: u64, class: u8) -> Result<()> {
-        self.pool.drain()?;
         self.set_chunk_entry(chunk, ChunkEntry::Run { class })
     }
 
@@ -379,8 +378,7 @@ impl Heap {
             })?;
         }
         let meta_len = geometry.zones_offset + ZONE_HEADER_SIZE - geometry.base;
-        pool.media()
-            .ensure_backed(geometry.base, meta_len)
+        pool.ensure_backed(geometry.base, meta_len)
             .map_err(|e| Error::OutOfSpace {
                 needed: meta_len,
                 detail: e.to_string(),
@@ -390,26 +388,38 @@ impl Heap {
         let zeros =
             vec![0u8; (geometry.toc_entries * TOC_ENTRY_SIZE).max(ZONE_HEADER_SIZE) as usize];
         let toc_len = geometry.toc_entries * TOC_ENTRY_SIZE;
-        pool.write(geometry.toc_offset, &zeros[..toc_len as usize])?;
-        pool.flush(geometry.toc_offset, toc_len)?;
-        pool.write(geometry.zone_offset(0), &zeros[..ZONE_HEADER_SIZE as usize])?;
-        pool.flush(geometry.zone_offset(0), ZONE_HEADER_SIZE)?;
+        let mut ranges = vec![
+            ByteRange::new(geometry.toc_offset, toc_len),
+            ByteRange::new(geometry.zone_offset(0), ZONE_HEADER_SIZE),
+            ByteRange::new(geometry.horizon_word_offset(), 8),
+            ByteRange::new(geometry.checked_word_offset(), 8),
+        ];
         for lane in 0..geometry.lane_count {
             for slot in 0..geometry.lane_slots as u64 {
-                let at = geometry.slot_offset(lane, slot);
-                pool.write(at, &zeros[..64])?;
-                pool.flush(at, 64)?;
+                ranges.push(ByteRange::new(geometry.slot_offset(lane, slot), 64));
             }
         }
-        pool.write(geometry.horizon_word_offset(), &zeros[..8])?;
-        pool.flush(geometry.horizon_word_offset(), 8)?;
-        pool.write(geometry.checked_word_offset(), &zeros[..8])?;
-        pool.flush(geometry.checked_word_offset(), 8)?;
-        pool.drain()?;
+        for r in &ranges {
+            pool.write(r.offset, &zeros[..r.len as usize])?;
+        }
+        // As many sync points as the limit on ranges asks for; all of them before the
+        // superblock's.
+        for part in ranges.chunks(mnemo_pmem::limits::GMSYNC_RANGES_MAX) {
+            mnemo_pmem::durable_site!(
+                "heap.create_meta",
+                pool.sync(&SyncPoint::new(SyncKind::Metadata, part))
+            )?;
+        }
         // The superblock last: a crash before this point leaves "no heap", not half a heap.
         let raw = geometry.encode();
         pool.write(geometry.base, raw.as_bytes())?;
-        pool.persist(geometry.base, SUPERBLOCK_SIZE)?;
+        mnemo_pmem::durable_site!(
+            "heap.create_superblock",
+            pool.sync(&SyncPoint::new(
+                SyncKind::Metadata,
+                &[ByteRange::new(geometry.base, SUPERBLOCK_SIZE)],
+            ))
+        )?;
         Heap::open_with(pool, options)
     }
 
@@ -674,7 +684,7 @@ impl Heap {
         let word = u64::read_from_bytes(value.as_bytes())
             .map_err(|_| Error::InvalidArgument("size".into()))?;
         redo::atomic_word(&inner.pool, offset)?.store(word, Ordering::Release);
-        inner.pool.msync(offset, 8)?;
+        mnemo_pmem::durable_site!("heap.atomic_update", inner.pool.msync(offset, 8))?;
         Ok(())
     }
 
@@ -856,6 +866,8 @@ impl Heap {
 fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
     let capacity = geometry.slot_size();
     let mut records = Vec::new();
+    // Headers of torn records, cleared in place: durable with the next sync point below.
+    let mut cleared: Vec<ByteRange> = Vec::new();
     let mut starts = vec![redo::LaneStart::new(geometry.lane_slots); geometry.lane_count as usize];
     for lane in 0..geometry.lane_count {
         let start = &mut starts[lane as usize];
@@ -889,7 +901,7 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
                     // could otherwise supply exactly the words this one misses and
                     // resurrect a transaction this recovery rolled back (refinement 5).
                     pool.write(slot, &[0u8; 64])?;
-                    pool.flush(slot, 64)?;
+                    cleared.push(ByteRange::new(slot, 64));
                 }
                 None => {}
             }
@@ -956,7 +968,10 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
     if first_failed > checked && !records.is_empty() {
         redo::atomic_word(pool, checked_at)?
             .store(first_failed, std::sync::atomic::Ordering::Release);
-        pool.persist(checked_at, 8)?;
+        // The cleared torn headers become durable with the verdict.
+        cleared.push(ByteRange::new(checked_at, 8));
+        mnemo_pmem::durable_site!("heap.recover_checked", sync_capped(pool, &mut cleared))?;
+        cleared.clear();
     }
     let mut ranges: Vec<ByteRange> = Vec::new();
     let mut replayed = 0;
@@ -966,10 +981,9 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
             replayed += 1;
         }
     }
-    for r in &ranges {
-        pool.flush(r.offset, r.len)?;
-    }
-    pool.drain()?;
+    // One sync point over every replayed range and the torn headers still to clear.
+    ranges.append(&mut cleared);
+    mnemo_pmem::durable_site!("heap.recover_replay", sync_capped(pool, &mut ranges))?;
     if replayed > 0 {
         tracing::info!(
             replayed,
@@ -982,13 +996,26 @@ fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
     // is replayed again (this replaces a retire record; the torn slots' headers, cleared
     // above, become durable with it).
     let next = max_seq + 1;
+    // (When the word is already right, the sync point above made everything durable.)
     if word != next {
         redo::atomic_word(pool, word_at)?.store(next, std::sync::atomic::Ordering::Release);
-        pool.persist(word_at, 8)?;
-    } else {
-        pool.drain()?;
+        mnemo_pmem::durable_site!(
+            "heap.recover_horizon",
+            pool.sync(&SyncPoint::new(
+                SyncKind::Metadata,
+                &[ByteRange::new(word_at, 8)],
+            ))
+        )?;
     }
     Ok(Lanes::new(&starts, next, next))
+}
+
+/// One metadata sync point over `ranges`, merged into fewer ranges first if there are more
+/// than a sync point may name (the merged ranges cover the same bytes and more).
+fn sync_capped(pool: &Pool, ranges: &mut Vec<ByteRange>) -> Result<()> {
+    redo::cap_ranges(ranges, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
+    pool.sync(&SyncPoint::new(SyncKind::Metadata, ranges))?;
+    Ok(())
 }
 
 fn load_toc(pool: &Pool, geometry: &Geometry, alloc: &Allocator) -> Result<Toc> {

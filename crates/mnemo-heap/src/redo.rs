@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use mnemo_pmem::mutant;
-use mnemo_pmem::{ByteRange, Pool};
+use mnemo_pmem::{ByteRange, Pool, SyncKind, SyncPoint};
 
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
@@ -548,6 +548,9 @@ pub struct LaneState {
     words: Vec<WordUpdate>,
     /// Scratch ranges of the next sync point.
     sync: Vec<ByteRange>,
+    /// Ranges the commit in progress staged before its record (another lane's pending
+    /// application it adopted or covers): its sync point names them too.
+    staged: Vec<ByteRange>,
     /// The holding thread (see `thread_id`), set by [`Lanes::acquire`].
     holder: u64,
     /// Commits of this lane since its last horizon scan (a lane scans at least once per turn
@@ -739,6 +742,7 @@ impl Lanes {
                     scratch: Vec::new(),
                     words: Vec::new(),
                     sync: Vec::new(),
+                    staged: Vec::new(),
                     holder: 0,
                     since_scan: 0,
                     fresh_bit: false,
@@ -982,11 +986,19 @@ impl Lanes {
         let p = me.scan.pending.load(Ordering::SeqCst);
         if p != 0 && me.applier.load(Ordering::Acquire) != tid {
             for r in &lane.pending_ranges {
-                if let Err(e) = pool.flush(r.offset, r.len) {
+                if let Err(e) =
+                    mnemo_pmem::durable_site!("redo.adopt_stage", pool.stage(r.offset, r.len))
+                {
                     me.scan.inflight.store(0, Ordering::Release);
                     return Err(e.into());
                 }
             }
+            let LaneState {
+                pending_ranges,
+                staged,
+                ..
+            } = &mut *lane;
+            staged.extend_from_slice(pending_ranges);
             me.applier.store(tid, Ordering::Release);
             self.note_own(index, p);
         }
@@ -1001,7 +1013,7 @@ impl Lanes {
         if data.0 < data.1 && self.fresh_mask.0.load(Ordering::SeqCst) != 0 {
             me.scan.inflight.store(0, Ordering::Release);
             bound_stored = false;
-            self.cover_fresh(pool, index, tid, data)?;
+            self.cover_fresh(pool, index, tid, data, &mut lane.staged)?;
         }
         // The overwrite rule: the slot's record may go only once a durable claim exceeds it.
         let k = lane.next_slot as usize;
@@ -1166,7 +1178,10 @@ impl Lanes {
                     return Err(e);
                 }
                 if fenced {
-                    if let Err(e) = pool.gmsync(&lane.pending_ranges) {
+                    let point = SyncPoint::new(SyncKind::Data, &lane.pending_ranges);
+                    if let Err(e) =
+                        mnemo_pmem::durable_site!("redo.fenced_apply", pool.sync(&point))
+                    {
                         me.scan.pending.store(seq, Ordering::Release);
                         me.scan.inflight.store(0, Ordering::Release);
                         self.note_own(index, seq);
@@ -1220,7 +1235,14 @@ impl Lanes {
     /// commit's fence makes its application durable before the bytes change; recovery would
     /// otherwise find its check failing and drop it while part of it is lost. A lane held by
     /// a committer is waited for (its fence covers the record).
-    fn cover_fresh(&self, pool: &Pool, mine: usize, tid: u64, data: (u64, u64)) -> Result<()> {
+    fn cover_fresh(
+        &self,
+        pool: &Pool,
+        mine: usize,
+        tid: u64,
+        data: (u64, u64),
+        staged: &mut Vec<ByteRange>,
+    ) -> Result<()> {
         if data.0 >= data.1 {
             return Ok(());
         }
@@ -1248,8 +1270,12 @@ impl Lanes {
                 if let Ok(guard) = lane.state.try_lock() {
                     if lane.scan.pending.load(Ordering::SeqCst) == p {
                         for r in &guard.pending_ranges {
-                            pool.flush(r.offset, r.len)?;
+                            mnemo_pmem::durable_site!(
+                                "redo.cover_fresh_stage",
+                                pool.stage(r.offset, r.len)
+                            )?;
                         }
+                        staged.extend_from_slice(&guard.pending_ranges);
                         self.note_own(i, p);
                     }
                     break;
@@ -1290,7 +1316,7 @@ impl Lanes {
             apply(pool, &lane.buf, allowed, applied)?;
         }
         for r in extra {
-            pool.flush(r.offset, r.len)?;
+            mnemo_pmem::durable_site!("redo.extra_stage", pool.stage(r.offset, r.len))?;
         }
         // The one fence, the commit point, as one unit of the sync-point pipeline: this
         // record, the applied data of this thread's pending records (flushed only now, so
@@ -1301,6 +1327,7 @@ impl Lanes {
         let mut sync = std::mem::take(&mut lane.sync);
         sync.clear();
         sync.push(ByteRange::new(slot, lane.buf.len() as u64));
+        sync.append(&mut lane.staged);
         let pending = self.lanes[lane.index as usize]
             .scan
             .pending
@@ -1325,11 +1352,19 @@ impl Lanes {
                 // The padding lies past the record's length, inside its slot.
                 let len = lane.buf.len();
                 lane.buf.resize(len.next_multiple_of(64), 0);
-                let streamed = pool.stream_nodrain(slot, &lane.buf);
+                let streamed = mnemo_pmem::durable_site!(
+                    "redo.record_stream",
+                    pool.stream_nodrain(slot, &lane.buf),
+                    pool.write(slot, &lane.buf)
+                );
                 lane.buf.truncate(len);
                 streamed?;
             } else {
-                pool.copy_nodrain(slot, &lane.buf)?;
+                mnemo_pmem::durable_site!(
+                    "redo.record_copy",
+                    pool.copy_nodrain(slot, &lane.buf),
+                    pool.write(slot, &lane.buf)
+                )?;
             }
             if defer {
                 return Ok(Some(pending));
@@ -1337,7 +1372,10 @@ impl Lanes {
             for &(instance, r) in &t.ranges {
                 if instance == self.instance {
                     if !skip_apply_flush {
-                        pool.flush(r.offset, r.len)?;
+                        mnemo_pmem::durable_site!(
+                            "redo.pending_stage",
+                            pool.stage(r.offset, r.len)
+                        )?;
                     }
                     sync.push(r);
                 }
@@ -1347,7 +1385,10 @@ impl Lanes {
         sync.extend_from_slice(extra);
         cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
         let fenced = flushed.and_then(|deferred| {
-            pool.gmsync_flushed(&sync)?;
+            mnemo_pmem::durable_site!(
+                "redo.commit",
+                pool.sync(&SyncPoint::staged(SyncKind::Data, &sync))
+            )?;
             Ok(deferred)
         });
         lane.sync = sync;
@@ -1370,6 +1411,8 @@ impl Lanes {
         let target = target.min(self.durable_max() + 1);
         loop {
             let mut helped: Vec<(usize, u64)> = Vec::new();
+            // Every range staged here, named by the sync point below.
+            let mut staged: Vec<ByteRange> = Vec::new();
             // This thread's own pending records: flush their applied lines (left unflushed
             // by their commits) so the fence below covers them. At thread exit, when the last
             // handle is dropped by a thread-local destructor, this thread's list may be gone
@@ -1380,7 +1423,11 @@ impl Lanes {
                     let mut own = false;
                     for &(instance, r) in &t.ranges {
                         if instance == self.instance {
-                            pool.flush(r.offset, r.len)?;
+                            mnemo_pmem::durable_site!(
+                                "redo.help_own_stage",
+                                pool.stage(r.offset, r.len)
+                            )?;
+                            staged.push(r);
                         }
                     }
                     for p in &t.pending {
@@ -1397,14 +1444,22 @@ impl Lanes {
                 if let Ok(guard) = lane.state.try_lock() {
                     if lane.scan.pending.load(Ordering::SeqCst) == p {
                         for r in &guard.pending_ranges {
-                            pool.flush(r.offset, r.len)?;
+                            mnemo_pmem::durable_site!(
+                                "redo.help_lane_stage",
+                                pool.stage(r.offset, r.len)
+                            )?;
                         }
+                        staged.extend_from_slice(&guard.pending_ranges);
                         helped.push((i, p));
                     }
                 }
             }
             if own || !helped.is_empty() {
-                pool.drain()?;
+                cap_ranges(&mut staged, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
+                mnemo_pmem::durable_site!(
+                    "redo.help",
+                    pool.sync(&SyncPoint::staged(SyncKind::Data, &staged))
+                )?;
                 let _ = THREAD.try_with(|t| self.clear_own(&mut t.borrow_mut()));
                 for (i, p) in helped {
                     let _ = self.lanes[i].scan.pending.compare_exchange(
@@ -1430,7 +1485,13 @@ impl Lanes {
         if h > *word {
             let at = geometry.horizon_word_offset();
             atomic_word(pool, at)?.store(h, Ordering::Release);
-            pool.persist(at, 8)?;
+            mnemo_pmem::durable_site!(
+                "redo.horizon_word",
+                pool.sync(&SyncPoint::new(
+                    SyncKind::Metadata,
+                    &[ByteRange::new(at, 8)],
+                ))
+            )?;
             *word = h;
         }
         self.word_value.fetch_max(*word, Ordering::AcqRel);

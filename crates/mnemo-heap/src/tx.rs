@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use mnemo_pmem::ByteRange;
+use mnemo_pmem::{ByteRange, SyncKind, SyncPoint};
 
 use crate::alloc::{Claim, MetaOp, PendingFree, Reservation};
 use crate::error::{Error, Result};
@@ -430,10 +430,15 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
         // below the durable horizon: refinement 6 of the design). Large allocations and new
         // runs keep their records (`publish_run` made this run's durable before returning).
         redo::atomic_word(&inner.pool, word)?.fetch_or(mask, Ordering::AcqRel);
+        let range = [ByteRange::new(word, 8)];
         let synced = if mnemo_pmem::mutant::active("alloc.direct_skip_flush") {
-            inner.pool.drain()
+            // Broken: the word is claimed staged, so nothing flushes it.
+            inner.pool.sync(&SyncPoint::staged(SyncKind::Data, &range))
         } else {
-            inner.pool.msync(word, 8)
+            mnemo_pmem::durable_site!(
+                "tx.direct_alloc",
+                inner.pool.sync(&SyncPoint::new(SyncKind::Data, &range))
+            )
         };
         // On an error the bit may be durable: a leak until the next open, never a double
         // allocation (as a record's commit error).

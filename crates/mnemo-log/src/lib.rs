@@ -58,14 +58,13 @@
 //! * `truncate_front`/`reset`: 1 header copy (1 line), 1 fence.
 //! * `open`: reads every live record and every free word (one pass over the area).
 //!
-//! Appends are sync points of the pool: the records are written with non-temporal stores
-//! (`Pool::stream_nodrain`: each aligned 8-byte word by one store, no flush needed) and then
-//! [`mnemo_pmem::Pool::gmsync_flushed`] names the written ranges: one fence locally, and
-//! replication (later) ships them as one unit. Header writes are `Pool::gmsync` sync points.
-//! [`Log::set_sync_points`]`(false)` makes appends local persists instead (the same stores,
-//! then one `Pool::drain`): still one fence, same bytes on media, not seen by replication;
-//! meant for logs internal to a layer whose own commit is the sync point.
-//! `crates/mnemo-bench/src/bin/log.rs` (run by `scripts/bench-log.sh`) measures both.
+//! Every durable change of a log is a sync point of the pool: appends write their records
+//! with non-temporal stores (`Pool::stream_nodrain`: each aligned 8-byte word by one store,
+//! no flush needed) and then one [`mnemo_pmem::Pool::sync`] names the written ranges as
+//! staged ([`mnemo_pmem::SyncPoint::staged`]): one fence locally, and replication ships them
+//! as one unit. Header writes, creation and repair are [`mnemo_pmem::SyncKind::Metadata`]
+//! sync points.
+//! `crates/mnemo-bench/src/bin/log.rs` (run by `scripts/bench-log.sh`) measures appends.
 //!
 //! ## Mutants
 //! With the `mutants` feature, `mnemo_pmem::mutant::with` switches on one deliberately

@@ -3,7 +3,7 @@
 use std::marker::PhantomData;
 use std::ops::{Deref, Range};
 
-use mnemo_pmem::{mutant, ByteRange, Pool};
+use mnemo_pmem::{mutant, ByteRange, Pool, SyncKind, SyncPoint};
 
 use crate::error::Error;
 use crate::format::{
@@ -94,8 +94,6 @@ pub struct Log<P: Deref<Target = Pool>> {
     entries: u64,
     stats: Stats,
     state: State,
-    /// Appends are sync points of the pool (the default), or local persists.
-    sync_points: bool,
     /// The words of the records being appended in local mode, as bytes.
     staged: Vec<u8>,
 }
@@ -277,7 +275,13 @@ impl<P: Deref<Target = Pool>> Log<P> {
         ensure_backed(&pool, start, end - start)?;
         // 1. No valid header while the area is cleaned: a crash leaves "not formatted".
         pool.write(start, &[0u8; HEADER_AREA as usize])?;
-        pool.persist(start, HEADER_AREA)?;
+        mnemo_pmem::durable_site!(
+            "log.create_clear",
+            pool.sync(&SyncPoint::new(
+                SyncKind::Metadata,
+                &[ByteRange::new(start, HEADER_AREA)],
+            ))
+        )?;
         let header = Header {
             region_len: end - start,
             capacity_words: cap,
@@ -294,7 +298,6 @@ impl<P: Deref<Target = Pool>> Log<P> {
             entries: 0,
             stats: Stats::default(),
             state: State::Open,
-            sync_points: true,
             staged: Vec::new(),
             start,
             end,
@@ -351,7 +354,6 @@ impl<P: Deref<Target = Pool>> Log<P> {
             entries: 0,
             stats: Stats::default(),
             state: State::Open,
-            sync_points: true,
             staged: Vec::new(),
             start,
             end,
@@ -392,20 +394,6 @@ impl<P: Deref<Target = Pool>> Log<P> {
         self.check_free(words)?;
         self.write_records(batch, words)?;
         Ok(lsns)
-    }
-
-    /// Whether appends are sync points of the pool (the default: `Pool::gmsync_flushed`,
-    /// which the replication pipeline sees) or local persists (`Pool::drain` only: one fence
-    /// too, not seen by replication; for logs internal to a layer whose own commit is the
-    /// sync point, as `Pool::persist` is for metadata). Both write the records with
-    /// non-temporal stores (`Pool::stream_nodrain`).
-    pub fn set_sync_points(&mut self, on: bool) {
-        self.sync_points = on;
-    }
-
-    /// See [`Log::set_sync_points`].
-    pub fn sync_points(&self) -> bool {
-        self.sync_points
     }
 
     /// Iterate over the live entries, oldest first. Each entry is checked again as it is read.
@@ -572,7 +560,11 @@ impl<P: Deref<Target = Pool>> Log<P> {
         let stored = if mutant::active("log.skip_flush") {
             self.pool.write(offset, bytes)
         } else {
-            self.pool.stream_nodrain(offset, bytes)
+            mnemo_pmem::durable_site!(
+                "log.append_small_stream",
+                self.pool.stream_nodrain(offset, bytes),
+                self.pool.write(offset, bytes)
+            )
         };
         self.fence_stored(stored, &[ByteRange::new(offset, bytes.len() as u64)])?;
         let mut next = self.next;
@@ -604,7 +596,7 @@ impl<P: Deref<Target = Pool>> Log<P> {
 
     /// Copy the staged words to the tail with non-temporal stores (records are written once
     /// and read back only by recovery and iteration), then one fence: a sync point over the
-    /// written ranges (`Pool::gmsync_flushed`), or a plain drain in local mode.
+    /// written ranges, named as staged.
     fn persist_staged(&mut self, staged: &[u8]) -> Result<(), Error> {
         let pos = self.next.pos;
         let words = staged.len() as u64 / 8;
@@ -617,7 +609,11 @@ impl<P: Deref<Target = Pool>> Log<P> {
                     continue;
                 }
                 if flush {
-                    self.pool.stream_nodrain(offset, bytes)?;
+                    mnemo_pmem::durable_site!(
+                        "log.append_stream",
+                        self.pool.stream_nodrain(offset, bytes),
+                        self.pool.write(offset, bytes)
+                    )?;
                 } else {
                     self.pool.write(offset, bytes)?;
                 }
@@ -637,7 +633,7 @@ impl<P: Deref<Target = Pool>> Log<P> {
     }
 
     /// After the stores of an append (`stored`: whether they went through): one fence, a sync
-    /// point over `ranges` (or a plain drain in local mode). A failure poisons the log.
+    /// point over `ranges` (staged by the stores). A failure poisons the log.
     #[inline]
     fn fence_stored(
         &mut self,
@@ -645,11 +641,10 @@ impl<P: Deref<Target = Pool>> Log<P> {
         ranges: &[ByteRange],
     ) -> Result<(), Error> {
         let result = stored.and_then(|()| {
-            if self.sync_points {
-                self.pool.gmsync_flushed(ranges)
-            } else {
-                self.pool.drain()
-            }
+            mnemo_pmem::durable_site!(
+                "log.append_sync",
+                self.pool.sync(&SyncPoint::staged(SyncKind::Data, ranges))
+            )
         });
         if let Err(err) = result {
             self.state = State::Poisoned;
@@ -776,7 +771,8 @@ impl<P: Deref<Target = Pool>> Log<P> {
         let area = Area::new(&self.pool, self.area, self.cap)?;
         let mut cursor = self.next;
         let mut fixed = 0u64;
-        let mut last_line = u64::MAX;
+        // The lines changed, as ranges of consecutive lines.
+        let mut lines: Vec<ByteRange> = Vec::new();
         for _ in 0..self.cap - (self.tail - self.head) {
             let want = free_word(cursor.sense);
             let word = area.load(cursor.pos);
@@ -787,17 +783,23 @@ impl<P: Deref<Target = Pool>> Log<P> {
             };
             if wrong {
                 area.store(cursor.pos, want);
-                let offset = self.area + cursor.pos * 8;
-                if offset / CACHE_LINE != last_line {
-                    self.pool.flush(offset, 8)?;
-                    last_line = offset / CACHE_LINE;
+                let line = (self.area + cursor.pos * 8) / CACHE_LINE * CACHE_LINE;
+                match lines.last_mut() {
+                    Some(last) if last.end() > line => {}
+                    Some(last) if last.end() == line => last.len += CACHE_LINE,
+                    _ => lines.push(ByteRange::new(line, CACHE_LINE)),
                 }
                 fixed += 1;
             }
             cursor.advance(self.cap);
         }
-        if fixed > 0 {
-            self.pool.drain()?;
+        // One sync point, or as many as the limit on ranges asks for (a scattered repair
+        // after a torn append; the log is not open for appends until all returned).
+        for part in lines.chunks(mnemo_pmem::limits::GMSYNC_RANGES_MAX) {
+            mnemo_pmem::durable_site!(
+                "log.repair",
+                self.pool.sync(&SyncPoint::new(SyncKind::Metadata, part))
+            )?;
         }
         Ok(fixed)
     }
@@ -833,10 +835,16 @@ impl<P: Deref<Target = Pool>> Log<P> {
         let offset = self.start + header.slot() * HEADER_COPY_SIZE;
         self.pool.write(offset, &header.encode())?;
         // The mutant spares create's two copies, so it is truncation that must be caught.
+        let range = [ByteRange::new(offset, HEADER_COPY_SIZE)];
         if mutant::active("log.head_skip_flush") && header.generation > 2 {
-            self.pool.drain()?;
+            // Broken: the copy is claimed staged, so nothing flushes it.
+            self.pool
+                .sync(&SyncPoint::staged(SyncKind::Metadata, &range))?;
         } else {
-            self.pool.msync(offset, HEADER_COPY_SIZE)?;
+            mnemo_pmem::durable_site!(
+                "log.header",
+                self.pool.sync(&SyncPoint::new(SyncKind::Metadata, &range))
+            )?;
         }
         self.stats.fences += 1;
         self.stats.lines_flushed += 1;
@@ -943,12 +951,7 @@ fn check_region(pool: &Pool, range: &Range<u64>) -> Result<u64, Error> {
 }
 
 fn ensure_backed(pool: &Pool, offset: u64, len: u64) -> Result<(), Error> {
-    pool.media().ensure_backed(offset, len).map_err(|source| {
-        Error::Pool(mnemo_pmem::Error::Media {
-            path: pool.name().to_path_buf(),
-            source,
-        })
-    })
+    pool.ensure_backed(offset, len).map_err(Error::Pool)
 }
 
 #[cfg(test)]

@@ -93,55 +93,6 @@ fn round_trip_every_small_size() {
     assert_eq!(log.used(), used);
 }
 
-/// Local appends (copy_nodrain + drain, not sync points) write exactly the bytes sync-point
-/// appends write, with one fence and no sync point.
-#[test]
-fn local_appends_write_the_same_bytes() {
-    let dir = shm_dir();
-    let pool = new_pool(&dir);
-    let one = region(&pool, 1024);
-    let two = one.end..one.end + (one.end - one.start);
-    let mut a = Log::create(&pool, one.clone()).expect("create");
-    let mut b = Log::create(&pool, two.clone()).expect("create");
-    b.set_sync_points(false);
-    let syncs = || {
-        pool.stats()
-            .sync_points
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    for i in 0..400u64 {
-        let data = payload(i, (i * 11 % 140) as usize);
-        if i % 5 == 4 {
-            let batch = [data.as_slice(), b"", &data[..data.len() / 2]];
-            if a.append_many(&batch).is_err() {
-                a.reset().expect("reset");
-                b.reset().expect("reset");
-                a.append_many(&batch).expect("after reset");
-            }
-            let before = (syncs(), b.stats().fences);
-            b.append_many(&batch).expect("local batch");
-            assert_eq!((syncs(), b.stats().fences), (before.0, before.1 + 1));
-        } else {
-            if a.append(&data).is_err() {
-                a.reset().expect("reset");
-                b.reset().expect("reset");
-                a.append(&data).expect("after reset");
-            }
-            let before = (syncs(), b.stats().fences);
-            b.append(&data).expect("local append");
-            assert_eq!((syncs(), b.stats().fences), (before.0, before.1 + 1));
-        }
-        assert_eq!(a.tail(), b.tail());
-        assert_eq!(
-            snapshot(&pool, &one)[128..],
-            snapshot(&pool, &two)[128..],
-            "after {i}"
-        );
-    }
-    assert_eq!(contents(&a), contents(&b));
-    assert!(a.tail().get() > 4 * a.capacity(), "wrapped several times");
-}
-
 #[test]
 fn one_fence_and_two_or_three_lines_per_64_byte_append() {
     let dir = shm_dir();
@@ -411,8 +362,6 @@ enum Op {
     Truncate(u16),
     Reset,
     Reopen,
-    /// Switch between sync-point and local appends.
-    Mode,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -423,7 +372,6 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u16..=1000).prop_map(Op::Truncate),
         1 => Just(Op::Reset),
         1 => Just(Op::Reopen),
-        1 => Just(Op::Mode),
     ]
 }
 
@@ -476,15 +424,9 @@ proptest! {
                     model.clear();
                 }
                 Op::Reopen => {
-                    let local = !log.sync_points();
                     let (l, n) = Log::open(&pool, range.clone()).expect("open");
                     log = l;
-                    log.set_sync_points(!local);
                     prop_assert_eq!(n, model.len() as u64);
-                }
-                Op::Mode => {
-                    let on = log.sync_points();
-                    log.set_sync_points(!on);
                 }
             }
             prop_assert_eq!(log.len(), model.len() as u64);

@@ -1,4 +1,4 @@
-//! What the sync-point counters cost, one and two threads: `Pool::gmsync_flushed` of one
+//! What the sync-point counters cost, one and two threads: a staged `Pool::sync` of one
 //! 64-byte range per call on a pool on /dev/shm (the per-thread counters inside), against
 //! the same calls followed by the three shared `fetch_add`s the counters used to be (one
 //! cache line written by every thread). Nothing is stored, so each fence has nothing to wait
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
 
-use mnemo_pmem::{ByteRange, CreateOptions, Pool};
+use mnemo_pmem::{ByteRange, CreateOptions, Pool, SyncKind, SyncPoint};
 
 /// The old layout: three counters side by side, shared by every thread.
 #[derive(Default)]
@@ -30,7 +30,8 @@ fn run(pool: &Pool, threads: u64, calls: u64, shared: Option<&Shared>) -> f64 {
                     barrier.wait();
                     let start = Instant::now();
                     for _ in 0..calls {
-                        pool.gmsync_flushed(&range).expect("sync point");
+                        pool.sync(&SyncPoint::staged(SyncKind::Data, &range))
+                            .expect("sync point");
                         if let Some(c) = shared {
                             c.points.fetch_add(1, Ordering::Relaxed);
                             c.ranges.fetch_add(1, Ordering::Relaxed);

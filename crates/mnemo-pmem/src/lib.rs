@@ -46,4 +46,4 @@ pub use error::{Error, MediaError};
 pub use file::FileMedia;
 pub use media::{Durability, ForwardMedia, Media, MediaInfo, MediaKind};
 pub use pool::{CreateOptions, OpenOptions, Pool, PoolStats};
-pub use sync::{ByteRange, LocalPolicy, SyncPolicy};
+pub use sync::{ByteRange, LocalPolicy, SyncKind, SyncPoint, SyncPolicy};

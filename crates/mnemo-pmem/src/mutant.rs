@@ -20,6 +20,12 @@ pub const KNOWN: &[&str] = &[
     // A sync point takes the dirty bitmap before the PAGEMAP_SCAN results are added to it,
     // so raw stores found by the scan are flushed one sync point late.
     "spf.collect_before_scan",
+    // A header copy is made durable by the medium directly, outside the sync policy: locally
+    // correct, but a replica never receives it (only the shadow replica can catch this).
+    "header.outside_policy",
+    // A sync point hides its staged ranges from the policy: the policy's fence still makes
+    // them durable locally, but a replica never receives them (shadow replica only).
+    "sync.staged_unnamed",
 ];
 
 #[cfg(feature = "mutants")]
@@ -66,4 +72,61 @@ pub fn active(name: &str) -> bool {
 #[cfg(feature = "mutants")]
 pub fn with<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
     imp::with(name, f)
+}
+
+/// A durability call site: a flush (staging), a fence or a sync point of the layers that
+/// make data durable (mnemo-pmem, mnemo-log, mnemo-heap, mnemo-ffi). Each carries an id,
+/// `"layer.what"`, unique in the workspace. With the `mutants` feature the mutant
+/// `"site:<id>"` removes the call (it evaluates to `Ok(())`, or to the given replacement:
+/// a plain write for a copy that also stages). Without the feature it is the call itself.
+///
+/// The crash tests of each layer find every site in their crate's sources and remove each in
+/// turn: the harness must catch every one, or the site is redundant and goes (the sweep
+/// reports sites, caught, and the redundant ones removed, with the argument, in
+/// `docs/design/durability-sites.md`).
+#[macro_export]
+macro_rules! durable_site {
+    ($id:literal, $call:expr) => {
+        $crate::durable_site!($id, $call, Ok(()))
+    };
+    ($id:literal, $call:expr, $instead:expr) => {
+        if $crate::mutant::active(concat!("site:", $id)) {
+            $instead
+        } else {
+            $call
+        }
+    };
+}
+
+/// The ids of every [`durable_site!`] in the Rust sources under `dir` (recursively), in
+/// file order: what a site sweep removes in turn. For tests (it reads source files).
+pub fn sites_in(dir: &std::path::Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut ids = Vec::new();
+    let marker = "durable_site!(\"";
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        for (at, _) in text.match_indices(marker) {
+            let rest = &text[at + marker.len()..];
+            if let Some(end) = rest.find('"') {
+                ids.push(rest[..end].to_string());
+            }
+        }
+    }
+    ids
 }

@@ -15,7 +15,7 @@ use crate::limits::{
     POOL_SIZE_MIN, RESERVE_DEFAULT,
 };
 use crate::media::{Media, MediaInfo, MediaKind};
-use crate::sync::{ByteRange, LocalPolicy, SyncPolicy};
+use crate::sync::{ByteRange, LocalPolicy, SyncKind, SyncPoint, SyncPolicy};
 use crate::track::{TrackStats, Tracker, TrackerOptions, Tracking, TrackingInfo};
 
 /// How to create a pool.
@@ -27,6 +27,9 @@ pub struct CreateOptions {
     pub size_max: u64,
     /// The program's name for what it keeps in the pool; checked at open.
     pub layout: String,
+    /// The durability policy from the first sync point on (None: [`LocalPolicy`]). Given
+    /// here, not set later, when a policy must see every sync point, the header's first.
+    pub policy: Option<Arc<dyn SyncPolicy>>,
 }
 
 impl CreateOptions {
@@ -36,6 +39,7 @@ impl CreateOptions {
             size,
             size_max: RESERVE_DEFAULT.max(size),
             layout: layout.to_string(),
+            policy: None,
         }
     }
 
@@ -69,6 +73,8 @@ pub struct OpenOptions {
     pub layout: Option<String>,
     /// Reserve address space for growth up to this many bytes (None: the header's size_max).
     pub size_max: Option<u64>,
+    /// The durability policy from the first sync point on (None: [`LocalPolicy`]).
+    pub policy: Option<Arc<dyn SyncPolicy>>,
 }
 
 /// Counters of the sync-point pipeline: a snapshot taken by [`Pool::stats`]. (The fields
@@ -82,6 +88,9 @@ pub struct PoolStats {
     pub sync_ranges: AtomicU64,
     /// Bytes named by sync points.
     pub sync_bytes: AtomicU64,
+    /// Sync points of metadata and of the pool header ([`SyncKind::Metadata`],
+    /// [`SyncKind::Header`]), not counted above.
+    pub internal_sync_points: AtomicU64,
 }
 
 /// One thread's sync-point counters for one pool, on a cache line of its own: only that
@@ -89,13 +98,13 @@ pub struct PoolStats {
 #[derive(Debug, Default)]
 #[repr(align(64))]
 struct Shard {
-    /// Sync points, ranges, bytes.
-    counts: [AtomicU64; 3],
+    /// Data sync points, their ranges, their bytes; internal sync points.
+    counts: [AtomicU64; COUNTERS],
 }
 
 impl Shard {
     #[inline]
-    fn add(&self, values: [u64; 3]) {
+    fn add(&self, values: [u64; COUNTERS]) {
         for (count, value) in self.counts.iter().zip(values) {
             // Single writer (the owning thread), so load + store loses nothing.
             count.store(count.load(Ordering::Relaxed) + value, Ordering::Relaxed);
@@ -115,6 +124,9 @@ struct SyncCounters {
     shards: Mutex<Vec<Arc<Shard>>>,
     retired: Shard,
 }
+
+/// Counters per shard: see [`Shard::counts`].
+const COUNTERS: usize = 4;
 
 /// The tracked sync point keeps its buffer of narrowed ranges up to this many (16 KiB).
 const SCRATCH_RANGES_KEPT: usize = 1024;
@@ -137,7 +149,7 @@ impl SyncCounters {
     }
 
     #[inline]
-    fn add(&self, values: [u64; 3]) {
+    fn add(&self, values: [u64; COUNTERS]) {
         let fast = SHARDS.try_with(|mine| {
             let mine = mine.try_borrow().ok()?;
             let (id, shard) = mine.first()?;
@@ -149,7 +161,7 @@ impl SyncCounters {
     }
 
     #[cold]
-    fn add_slow(&self, values: [u64; 3]) {
+    fn add_slow(&self, values: [u64; COUNTERS]) {
         let registered = SHARDS.try_with(|mine| {
             let Ok(mut mine) = mine.try_borrow_mut() else {
                 return false;
@@ -187,7 +199,7 @@ impl SyncCounters {
         }
     }
 
-    fn sum(&self) -> [u64; 3] {
+    fn sum(&self) -> [u64; COUNTERS] {
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
         let mut total = self
             .retired
@@ -290,7 +302,13 @@ impl Pool {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let temp = dir.join(format!(".{file_name}.creating.{}", std::process::id()));
-        let result = Self::create_at(path, &temp, size, size_max, &options.layout);
+        let result = Self::create_at(
+            path,
+            &temp,
+            (size, size_max),
+            &options.layout,
+            options.policy.clone(),
+        );
         if result.is_err() {
             let _ = std::fs::remove_file(&temp);
         }
@@ -300,9 +318,9 @@ impl Pool {
     fn create_at(
         path: &Path,
         temp: &Path,
-        size: u64,
-        size_max: u64,
+        (size, size_max): (u64, u64),
         layout: &str,
+        policy: Option<Arc<dyn SyncPolicy>>,
     ) -> Result<Pool, Error> {
         let file = FsOpenOptions::new()
             .read(true)
@@ -344,7 +362,13 @@ impl Pool {
             layout: layout.to_string(),
             creator: format!("mnemo {}", env!("CARGO_PKG_VERSION")),
         };
-        let pool = Pool::init(crate::emu::wrap_from_env(media), path, header, Some(lock))?;
+        let pool = Pool::init(
+            crate::emu::wrap_from_env(media),
+            path,
+            header,
+            Some(lock),
+            policy,
+        )?;
         pool.track_from_env()?;
         if pool.media.info().durability == crate::Durability::Msync {
             // The file's size and blocks are metadata: make them durable before the name.
@@ -391,7 +415,7 @@ impl Pool {
             layout: options.layout.clone(),
             creator: format!("mnemo {}", env!("CARGO_PKG_VERSION")),
         };
-        Pool::init(media, name, header, None)
+        Pool::init(media, name, header, None, options.policy.clone())
     }
 
     /// Write both header copies of a new pool: generation 1 into copy 1, then generation 2
@@ -401,13 +425,14 @@ impl Pool {
         name: &Path,
         first: Header,
         lock: Option<File>,
+        policy: Option<Arc<dyn SyncPolicy>>,
     ) -> Result<Pool, Error> {
         let pool = Pool {
             size: AtomicU64::new(first.pool_size),
             header: Mutex::new(first.clone()),
             media,
             name: name.to_path_buf(),
-            policy: Arc::new(LocalPolicy),
+            policy: policy.unwrap_or_else(|| Arc::new(LocalPolicy)),
             stats: SyncCounters::new(),
             was_clean: true,
             closed: AtomicBool::new(false),
@@ -468,7 +493,13 @@ impl Pool {
         media
             .ensure_backed(0, HEADER_COPY_SIZE * 2)
             .map_err(|e| media_error(path, e))?;
-        let pool = Pool::attach(crate::emu::wrap_from_env(media), path, header, Some(lock))?;
+        let pool = Pool::attach(
+            crate::emu::wrap_from_env(media),
+            path,
+            header,
+            Some(lock),
+            options.policy.clone(),
+        )?;
         pool.track_from_env()?;
         Ok(pool)
     }
@@ -499,7 +530,7 @@ impl Pool {
                 });
             }
         }
-        Pool::attach(media, name, header, None)
+        Pool::attach(media, name, header, None, options.policy.clone())
     }
 
     fn attach(
@@ -507,6 +538,7 @@ impl Pool {
         name: &Path,
         header: Header,
         lock: Option<File>,
+        policy: Option<Arc<dyn SyncPolicy>>,
     ) -> Result<Pool, Error> {
         let was_clean = header.clean_shutdown;
         let pool = Pool {
@@ -514,7 +546,7 @@ impl Pool {
             header: Mutex::new(header),
             media,
             name: name.to_path_buf(),
-            policy: Arc::new(LocalPolicy),
+            policy: policy.unwrap_or_else(|| Arc::new(LocalPolicy)),
             stats: SyncCounters::new(),
             was_clean,
             closed: AtomicBool::new(false),
@@ -566,9 +598,31 @@ impl Pool {
         DATA_OFFSET
     }
 
-    /// The medium.
-    pub fn media(&self) -> &dyn Media {
-        self.media.as_ref()
+    /// Address of the pool's first byte in this process; never moves while the pool is open.
+    pub fn base(&self) -> NonNull<u8> {
+        self.media.base()
+    }
+
+    /// Most bytes the pool may grow to while open (its address-space reservation).
+    pub fn capacity(&self) -> u64 {
+        self.media.capacity()
+    }
+
+    /// Make sure `offset..offset+len` is backed by storage, so that stores there cannot fail
+    /// for lack of space (on a file: `fallocate`). The range may lie beyond the pool's size
+    /// (space reserved before a growth), within its capacity.
+    pub fn ensure_backed(&self, offset: u64, len: u64) -> Result<(), Error> {
+        let capacity = self.capacity();
+        if offset.checked_add(len).is_none_or(|end| end > capacity) {
+            return Err(Error::OutOfBounds {
+                offset,
+                len,
+                size: capacity,
+            });
+        }
+        self.media
+            .ensure_backed(offset, len)
+            .map_err(|e| media_error(&self.name, e))
     }
 
     /// What the medium is and how it makes data durable.
@@ -578,11 +632,12 @@ impl Pool {
 
     /// Sync-point counters: a snapshot summed over the threads that made sync points.
     pub fn stats(&self) -> PoolStats {
-        let [points, ranges, bytes] = self.stats.sum();
+        let [points, ranges, bytes, internal] = self.stats.sum();
         PoolStats {
             sync_points: AtomicU64::new(points),
             sync_ranges: AtomicU64::new(ranges),
             sync_bytes: AtomicU64::new(bytes),
+            internal_sync_points: AtomicU64::new(internal),
         }
     }
 
@@ -622,8 +677,15 @@ impl Pool {
                 "dirty tracking is already enabled on this pool".into(),
             ));
         }
-        // Stores made before tracking began were not seen: make them durable now.
-        self.persist(0, self.size())?;
+        // Stores made before tracking began were not seen: make them durable now (a sync
+        // point the tracker does not narrow).
+        crate::durable_site!(
+            "pool.tracking_start",
+            self.sync_point(
+                &SyncPoint::new(SyncKind::Metadata, &[ByteRange::new(0, self.size())]),
+                false,
+            )
+        )?;
         Ok(info)
     }
 
@@ -684,12 +746,6 @@ impl Pool {
         Ok(())
     }
 
-    /// Copy `bytes` into the pool at `offset` and mark them for the next sync point (the
-    /// same as [`Pool::write`], named for the layers that rely on the marking).
-    pub fn write_tracked(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
-        self.write(offset, bytes)
-    }
-
     /// Tell dirty tracking that `offset..offset+len` was stored to through [`Pool::ptr`]
     /// (call after the stores). A no-op while tracking is off.
     #[inline]
@@ -713,8 +769,9 @@ impl Pool {
         Ok(())
     }
 
-    /// Copy `bytes` into the pool and start writing them back (non-temporal stores for large
-    /// copies). Durable after the next [`Pool::drain`] or sync point.
+    /// Copy `bytes` into the pool and stage them (non-temporal stores for large copies):
+    /// written back early, durable only once a sync point names the range in
+    /// [`SyncPoint::staged`].
     pub fn copy_nodrain(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
         self.check_range(offset, bytes.len() as u64)?;
         self.media.copy_nodrain(offset, bytes);
@@ -725,8 +782,8 @@ impl Pool {
     }
 
     /// Copy `bytes` into the pool with non-temporal stores whatever their length, for data
-    /// written once and not read back soon (log records); flushed, not yet durable. Follow
-    /// with [`Pool::gmsync_flushed`] or [`Pool::drain`].
+    /// written once and not read back soon (log records), and stage them like
+    /// [`Pool::copy_nodrain`].
     pub fn stream_nodrain(&self, offset: u64, bytes: &[u8]) -> Result<(), Error> {
         self.check_range(offset, bytes.len() as u64)?;
         self.media.stream_nodrain(offset, bytes);
@@ -736,23 +793,14 @@ impl Pool {
         Ok(())
     }
 
-    /// Start writing back a range (a low-level step; logs batch several before one drain).
-    pub fn flush(&self, offset: u64, len: u64) -> Result<(), Error> {
+    /// Stage a range: start writing it back now (a flush, no fence), so that the sync point
+    /// that names it in [`SyncPoint::staged`] need only fence. Nothing is durable before that
+    /// sync point, and a staged range that no sync point names is a change a replica never
+    /// receives (the testkit's shadow replica catches it).
+    pub fn stage(&self, offset: u64, len: u64) -> Result<(), Error> {
         self.check_range(offset, len)?;
         self.media.flush(offset, len);
         Ok(())
-    }
-
-    /// Wait until earlier flushes are durable (the fence).
-    pub fn drain(&self) -> Result<(), Error> {
-        self.media.drain().map_err(|e| media_error(&self.name, e))
-    }
-
-    /// Flush and drain one range, without counting as a sync point of the pipeline (the
-    /// library's internal persists: logs, allocator metadata, headers).
-    pub fn persist(&self, offset: u64, len: u64) -> Result<(), Error> {
-        self.flush(offset, len)?;
-        self.drain()
     }
 
     /// Sync point for one range: durable (and, with replication, replicated) on return.
@@ -763,17 +811,43 @@ impl Pool {
     /// Sync point for several ranges at once, as one unit of the pipeline (a replica applies
     /// them together). Local crash atomicity across ranges needs a transaction.
     pub fn gmsync(&self, ranges: &[ByteRange]) -> Result<(), Error> {
-        let bytes = self.check_sync_ranges(ranges)?;
-        match self.tracker.get() {
-            None => self.policy.sync(self.media.as_ref(), ranges),
+        self.sync(&SyncPoint::new(SyncKind::Data, ranges))
+    }
+
+    /// The sync point: make every range of `point` durable through the pool's policy, as one
+    /// unit (a replica applies it whole). The one way to durability above this crate.
+    pub fn sync(&self, point: &SyncPoint<'_>) -> Result<(), Error> {
+        self.sync_point(point, true)
+    }
+
+    /// [`Pool::sync`], with or without narrowing by dirty tracking.
+    fn sync_point(&self, point: &SyncPoint<'_>, narrow: bool) -> Result<(), Error> {
+        let bytes = self.check_sync_ranges(point)?;
+        let hidden;
+        let point = if crate::mutant::active("sync.staged_unnamed") {
+            // Broken: the policy's fence covers the staged ranges, but it is not told of them.
+            hidden = SyncPoint {
+                staged: &[],
+                ..*point
+            };
+            &hidden
+        } else {
+            point
+        };
+        match self.tracker.get().filter(|_| narrow) {
+            None => self.policy.sync(self.media.as_ref(), point),
             Some(tracker) => {
+                // Dirty tracking works per page: stores in the pages of a staged range may be
+                // unflushed, so staged ranges are narrowed and flushed like the others.
                 // The lock serialises sync points and guards a buffer reused by each.
                 let mut narrowed = tracker.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
                 narrowed.clear();
-                for range in ranges {
+                for range in point.all() {
                     tracker.narrow(*range, &mut |r| narrowed.push(r));
                 }
-                let result = self.policy.sync(self.media.as_ref(), &narrowed);
+                let result = self
+                    .policy
+                    .sync(self.media.as_ref(), &SyncPoint::new(point.kind, &narrowed));
                 if narrowed.capacity() > SCRATCH_RANGES_KEPT {
                     *narrowed = Vec::new();
                 }
@@ -781,38 +855,24 @@ impl Pool {
             }
         }
         .map_err(|e| media_error(&self.name, e))?;
-        self.count_sync_point(ranges.len(), bytes);
+        let count = point.ranges.len() + point.staged.len();
+        self.stats.add(match point.kind {
+            SyncKind::Data => [1, count as u64, bytes, 0],
+            SyncKind::Metadata | SyncKind::Header => [0, 0, 0, 1],
+        });
         Ok(())
     }
 
-    /// Sync point for ranges the caller has already flushed (written with
-    /// [`Pool::copy_nodrain`] or [`Pool::stream_nodrain`] since their last change): one fence
-    /// locally, the same unit as [`Pool::gmsync`] for replication. Passing a range with
-    /// unflushed stores loses them at a crash: use [`Pool::gmsync`] when unsure.
-    pub fn gmsync_flushed(&self, ranges: &[ByteRange]) -> Result<(), Error> {
-        if self.tracker.get().is_some() {
-            // Dirty tracking works per page: other stores in the same pages may be unflushed,
-            // so the tracked path (which flushes what it finds) is the safe one.
-            return self.gmsync(ranges);
-        }
-        let bytes = self.check_sync_ranges(ranges)?;
-        self.policy
-            .sync_flushed(self.media.as_ref(), ranges)
-            .map_err(|e| media_error(&self.name, e))?;
-        self.count_sync_point(ranges.len(), bytes);
-        Ok(())
-    }
-
-    fn check_sync_ranges(&self, ranges: &[ByteRange]) -> Result<u64, Error> {
-        if ranges.len() > GMSYNC_RANGES_MAX {
+    fn check_sync_ranges(&self, point: &SyncPoint<'_>) -> Result<u64, Error> {
+        let count = point.ranges.len() + point.staged.len();
+        if count > GMSYNC_RANGES_MAX {
             return Err(Error::InvalidArgument(format!(
-                "gmsync of {} ranges; at most {GMSYNC_RANGES_MAX} per sync point",
-                ranges.len()
+                "a sync point of {count} ranges; at most {GMSYNC_RANGES_MAX} per sync point"
             )));
         }
         let size = self.size();
         let mut bytes = 0u64;
-        for range in ranges {
+        for range in point.all() {
             match range.offset.checked_add(range.len) {
                 Some(end) if end <= size => bytes += range.len,
                 _ => {
@@ -825,11 +885,6 @@ impl Pool {
             }
         }
         Ok(bytes)
-    }
-
-    #[inline]
-    fn count_sync_point(&self, ranges: usize, bytes: u64) {
-        self.stats.add([1, ranges as u64, bytes]);
     }
 
     /// Grow the pool to `new_size` bytes (page-rounded) while it is open. Offsets and
@@ -892,7 +947,6 @@ impl Pool {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.media.drain().map_err(|e| media_error(&self.name, e))?;
         self.update_header(|h| h.clean_shutdown = true)
     }
 
@@ -915,10 +969,20 @@ impl Pool {
         let bytes = header.encode();
         let offset = header.copy_index() as u64 * HEADER_COPY_SIZE;
         self.write(offset, &bytes)?;
-        if crate::mutant::active("header.skip_flush") {
-            self.drain()?;
+        let range = [ByteRange::new(offset, HEADER_COPY_SIZE)];
+        if crate::mutant::active("header.outside_policy") {
+            // Broken: durable here, but no policy (no replica) ever sees it.
+            self.media.flush(offset, HEADER_COPY_SIZE);
+            self.media.drain().map_err(|e| media_error(&self.name, e))?;
+        } else if crate::mutant::active("header.skip_flush") {
+            // Broken: the copy is claimed staged, so nothing flushes it.
+            self.sync_point(&SyncPoint::staged(SyncKind::Header, &range), false)?;
         } else {
-            self.persist(offset, HEADER_COPY_SIZE)?;
+            // Not narrowed: `write` marked the copy, but the header must not depend on it.
+            crate::durable_site!(
+                "pool.header",
+                self.sync_point(&SyncPoint::new(SyncKind::Header, &range), false)
+            )?;
         }
         // Pair assertion: read back what is now on media and decode it.
         let back = media_bytes(self.media.as_ref(), offset, HEADER_COPY_SIZE);

@@ -1,17 +1,31 @@
 //! Sync points and durability policies.
 //!
-//! A *sync point* is the moment a program says "these ranges must now be durable":
-//! [`crate::Pool::msync`] for one range, [`crate::Pool::gmsync`] for several (a transaction
-//! commit is one too). Every sync point goes through the pool's [`SyncPolicy`]:
+//! A *sync point* is the moment a layer says "these ranges must now be durable". It is the
+//! only way to durability above this crate: the layers above store into the mapping, *stage*
+//! what they want written back early ([`crate::Pool::stage`], [`crate::Pool::copy_nodrain`],
+//! [`crate::Pool::stream_nodrain`]: a flush without a fence), and then make one sync point
+//! ([`crate::Pool::sync`], or [`crate::Pool::msync`] / [`crate::Pool::gmsync`] for programs)
+//! that names every range it makes durable, staged or not. Every sync point goes through the
+//! pool's [`SyncPolicy`], and the policy is where the fence happens:
 //!
 //! ```text
-//! stores into the mapping
-//!   -> sync point (ranges; later narrowed to what changed by dirty tracking)
-//!   -> SyncPolicy::sync   local: flush + fence (or msync(2))   replication: ship, wait
+//! stores into the mapping, staged ranges flushed early
+//!   -> sync point: SyncPoint { kind, ranges (to flush), staged (already flushed) }
+//!      (ranges narrowed to what changed by dirty tracking)
+//!   -> SyncPolicy::sync   local: flush ranges + one fence (or msync(2))
+//!                         recording (tests): local, then copy every range to a shadow image
+//!                         replication: local and/or ship the ranges as one record, wait
 //!   -> return: now, and only now, the caller may rely on the data
 //! ```
 //!
-//! Replication adds policies (mirror, backups) without changing any caller.
+//! Because the fence is issued only by a policy, a change that some layer made durable
+//! without naming it in a sync point is a change a mirror never receives. The testkit's
+//! recording policy proves there are none: it keeps a *shadow replica* fed only by sync
+//! points, and every crash workload checks that the shadow recovers at every sync point.
+//!
+//! Internal metadata (the pool header, the heap's superblock and table of contents, a log's
+//! header) is made durable by sync points too, marked with its [`SyncKind`], so a policy may
+//! treat it differently (a mirror keeps its own pool header) but always sees it.
 
 use std::fmt::Debug;
 
@@ -39,24 +53,73 @@ impl ByteRange {
     }
 }
 
-/// How a pool makes the ranges of a sync point durable (and, later, replicated).
+/// What a sync point makes durable, for policies that treat kinds differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncKind {
+    /// A program's data or a layer's commit (a transaction, a log append): `msync`,
+    /// `gmsync`, commits. Counted in [`crate::PoolStats::sync_points`].
+    Data,
+    /// A layer's own metadata (heap superblock, table of contents, horizon word, log header):
+    /// part of the image any replica needs to recover.
+    Metadata,
+    /// The pool header (open/close flag, generation, size after growth). A mirror keeps a
+    /// header of its own and may take only the size from it; recording policies copy it so
+    /// that the shadow image opens as a pool.
+    Header,
+}
+
+/// One sync point, as a policy receives it. Offsets lie within the medium's `len()`.
+#[derive(Clone, Copy, Debug)]
+pub struct SyncPoint<'a> {
+    /// What it makes durable.
+    pub kind: SyncKind,
+    /// Ranges the policy must flush (stored to, not yet written back).
+    pub ranges: &'a [ByteRange],
+    /// Ranges the calling thread already staged (flushed, or written with non-temporal
+    /// stores) since their last change: a local policy need only fence them; replication
+    /// ships them like the others.
+    pub staged: &'a [ByteRange],
+}
+
+impl<'a> SyncPoint<'a> {
+    /// A sync point over `ranges`, none of them staged.
+    pub const fn new(kind: SyncKind, ranges: &'a [ByteRange]) -> SyncPoint<'a> {
+        SyncPoint {
+            kind,
+            ranges,
+            staged: &[],
+        }
+    }
+
+    /// A sync point over ranges the caller staged already.
+    pub const fn staged(kind: SyncKind, staged: &'a [ByteRange]) -> SyncPoint<'a> {
+        SyncPoint {
+            kind,
+            ranges: &[],
+            staged,
+        }
+    }
+
+    /// Every range the sync point makes durable: `ranges`, then `staged`.
+    pub fn all(&self) -> impl Iterator<Item = &'a ByteRange> {
+        self.ranges.iter().chain(self.staged)
+    }
+}
+
+/// How a pool makes the ranges of a sync point durable (and, with replication, replicated).
 pub trait SyncPolicy: Send + Sync + Debug {
     /// The mode's name, as `mnemo pool info` and INFO print it ("local", "sync", ...).
     fn name(&self) -> &'static str;
 
-    /// Make every range durable before returning. The ranges lie within `media.len()`.
-    fn sync(&self, media: &dyn Media, ranges: &[ByteRange]) -> Result<(), MediaError>;
-
-    /// Make every range durable, where the caller has already flushed them (written with
-    /// `copy_nodrain`/`stream_nodrain`): a local policy need only fence; replication still
-    /// ships the ranges. The default flushes again, which is always correct.
-    fn sync_flushed(&self, media: &dyn Media, ranges: &[ByteRange]) -> Result<(), MediaError> {
-        self.sync(media, ranges)
-    }
+    /// Make every range of `point` durable before returning. This is the only place above
+    /// the media that fences: implementations end with `media.drain()` (or delegate to a
+    /// policy that does).
+    fn sync(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError>;
 }
 
-/// The "local" mode (Mojim's S-unreplicated): flush the ranges, then one fence (or one
-/// `msync(2)` where the pool is a page-cache file).
+/// The "local" mode (Mojim's S-unreplicated): flush the unstaged ranges, then one fence (or
+/// one `msync(2)` where the pool is a page-cache file).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LocalPolicy;
 
@@ -65,14 +128,13 @@ impl SyncPolicy for LocalPolicy {
         "local"
     }
 
-    fn sync(&self, media: &dyn Media, ranges: &[ByteRange]) -> Result<(), MediaError> {
-        for range in ranges {
-            media.flush(range.offset, range.len);
+    fn sync(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError> {
+        for range in point.ranges {
+            crate::durable_site!("policy.flush", {
+                media.flush(range.offset, range.len);
+                Ok::<(), MediaError>(())
+            })?;
         }
-        media.drain()
-    }
-
-    fn sync_flushed(&self, media: &dyn Media, _ranges: &[ByteRange]) -> Result<(), MediaError> {
-        media.drain()
+        crate::durable_site!("policy.fence", media.drain())
     }
 }

@@ -6,7 +6,7 @@
 //! tracking it flushes only what changed since the previous sync point:
 //!
 //! * **Tier 1, writes through mnemo's API** ([`crate::Pool::write`],
-//!   [`crate::Pool::copy_nodrain`], [`crate::Pool::write_tracked`],
+//!   [`crate::Pool::copy_nodrain`], [`crate::Pool::write`],
 //!   [`crate::Pool::mark_dirty`]): a two-level bitmap ([`DirtyBitmap`]), one bit per 64 B
 //!   line (a `u64` per 4 KiB page) plus one summary bit per page. Marking is one atomic OR
 //!   per page touched; no faults.

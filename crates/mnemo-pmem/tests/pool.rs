@@ -36,7 +36,7 @@ fn create_write_close_reopen_at_another_address() {
     assert_eq!(mode, 0o600, "pool files are private to their owner");
     pool.write(DATA_OFFSET, b"hello, durable world").unwrap();
     pool.msync(DATA_OFFSET, 20).unwrap();
-    let first_base = pool.media().base();
+    let first_base = pool.base();
     let uuid = pool.header().pool_uuid;
     // Keep the first mapping's addresses occupied so the second lands elsewhere.
     let keep = mnemo_pmem::reserve::Reservation::new(1 << 30).unwrap();
@@ -290,13 +290,13 @@ fn growth_keeps_offsets_and_addresses() {
     let dir = shm_dir();
     let path = dir.path().join("g.pool");
     let pool = make(&path, 128 << 10);
-    let base = pool.media().base();
+    let base = pool.base();
     pool.write(DATA_OFFSET, b"before growth").unwrap();
     pool.msync(DATA_OFFSET, 13).unwrap();
     for size in [256 << 10, 1 << 20, 8 << 20] {
         pool.grow(size).unwrap();
         assert_eq!(pool.size(), size);
-        assert_eq!(pool.media().base(), base, "the base address never moves");
+        assert_eq!(pool.base(), base, "the base address never moves");
         let tail = size - 64;
         let mut zero = [1u8; 64];
         pool.read(tail, &mut zero).unwrap();

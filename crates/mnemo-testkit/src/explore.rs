@@ -10,6 +10,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::rng::{mix64, SimRng};
+use mnemo_pmem::SyncKind;
+
+use crate::shadow::{Shadow, ShadowPoint};
 use crate::sim::{CrashPoint, Granularity, PointKind, SimMedia, SimOptions};
 use crate::workload::{Run, Workload};
 
@@ -71,6 +74,9 @@ pub struct Config {
     pub stop_at_first_failure: bool,
     /// Keep at most this many failures in the report (all are counted).
     pub failures_kept: usize,
+    /// Keep a shadow replica fed only by the run's sync points ([`crate::shadow`]) and
+    /// check it after every sync point and at the end.
+    pub shadow: bool,
 }
 
 impl Config {
@@ -90,6 +96,7 @@ impl Config {
             points_at_flush: false,
             stop_at_first_failure: false,
             failures_kept: 8,
+            shadow: true,
         }
     }
 
@@ -201,8 +208,12 @@ pub struct Failure {
     pub workload: String,
     /// The run's seed.
     pub seed: u64,
-    /// Index of the crash point among the run's points (`None`: the run itself failed).
+    /// Index of the crash point among the run's points (`None`: the run itself failed, or
+    /// the failure is the shadow replica's).
     pub point: Option<usize>,
+    /// The shadow replica failed after this sync point (its index and kind; index
+    /// `u64::MAX`: the final check against the last acknowledged state).
+    pub shadow: Option<(u64, SyncKind)>,
     /// Where the crash point was taken.
     pub kind: Option<PointKind>,
     /// Pending units at the point.
@@ -222,6 +233,19 @@ impl fmt::Display for Failure {
             .as_deref()
             .map(|m| format!(" mutant {m}"))
             .unwrap_or_default();
+        if let Some((index, kind)) = self.shadow {
+            let at = if index == u64::MAX {
+                "at the end of the run".to_string()
+            } else {
+                format!("after sync point {index} ({kind:?})")
+            };
+            return write!(
+                f,
+                "shadow replica check failed: workload {} seed {:#x}{mutant}, the shadow {at}: {}\n  \
+                 (a durable change that no sync point named, or a sync point that leaves a replica unrecoverable)",
+                self.workload, self.seed, self.message
+            );
+        }
         match (self.point, self.kind, &self.cut) {
             (Some(point), Some(kind), Some(cut)) => write!(
                 f,
@@ -264,6 +288,9 @@ pub struct Report {
     pub depth2_images: u64,
     /// Follow-on workloads run after recovery.
     pub follow_ons: u64,
+    /// Sync points of the runs whose shadow replica was recovered and checked (plus one
+    /// final check per run).
+    pub shadow_checks: u64,
     /// Wall time.
     pub elapsed: Duration,
     /// Failures counted.
@@ -303,6 +330,7 @@ impl Report {
         self.images_duplicate += other.images_duplicate;
         self.depth2_images += other.depth2_images;
         self.follow_ons += other.follow_ons;
+        self.shadow_checks += other.shadow_checks;
         self.elapsed += other.elapsed;
         self.failure_count += other.failure_count;
         let room = 8usize.saturating_sub(self.failures.len());
@@ -322,8 +350,8 @@ impl Report {
     pub fn summary(&self, label: &str) -> String {
         format!(
             "testkit {label}: {} runs, {} crash points ({} exhaustive, {} sampled; pending units p50 {} p99 {} max {}), \
-             {} images checked (+{} depth-2 = {} total, {} duplicates skipped), {} follow-ons, {:.0} images/s, {:.2}s, \
-             {} failures",
+             {} images checked (+{} depth-2 = {} total, {} duplicates skipped), {} follow-ons, {} shadow replicas checked, \
+             {:.0} images/s, {:.2}s, {} failures",
             self.runs,
             self.crash_points,
             self.intervals_exhaustive,
@@ -336,6 +364,7 @@ impl Report {
             self.images_total(),
             self.images_duplicate,
             self.follow_ons,
+            self.shadow_checks,
             self.images_per_second(),
             self.elapsed.as_secs_f64(),
             self.failure_count
@@ -357,6 +386,7 @@ impl Report {
 
 struct Recording<S> {
     points: Vec<CrashPoint>,
+    shadow: Vec<ShadowPoint>,
     states: Vec<S>,
     error: Option<String>,
     flushes: u64,
@@ -393,6 +423,7 @@ fn record<W: Workload>(workload: &W, config: &Config) -> Recording<W::State> {
         drop_flush: config.drop_flush,
         drop_fence: config.drop_fence,
         points_at_flush: config.points_at_flush,
+        shadow: config.shadow,
     };
     let media = SimMedia::with_options(workload.capacity(), options);
     let mut run = Run::new(media.clone(), config.seed, workload.initial());
@@ -403,6 +434,7 @@ fn record<W: Workload>(workload: &W, config: &Config) -> Recording<W::State> {
     let (flushes, fences) = (media.flushes(), media.fences());
     Recording {
         points: media.take_points(),
+        shadow: media.shadow().map(Shadow::take_points).unwrap_or_default(),
         states: run.into_states(),
         error: result.err(),
         flushes,
@@ -468,6 +500,7 @@ struct Shared<'a, W: Workload> {
     duplicates: AtomicU64,
     depth2: AtomicU64,
     follow_ons: AtomicU64,
+    shadow_checks: AtomicU64,
     exhaustive: AtomicU64,
     sampled: AtomicU64,
     failures: Mutex<(u64, Vec<Failure>)>,
@@ -486,6 +519,7 @@ impl<'a, W: Workload> Shared<'a, W> {
             duplicates: AtomicU64::new(0),
             depth2: AtomicU64::new(0),
             follow_ons: AtomicU64::new(0),
+            shadow_checks: AtomicU64::new(0),
             exhaustive: AtomicU64::new(0),
             sampled: AtomicU64::new(0),
             failures: Mutex::new((0, Vec::new())),
@@ -513,6 +547,7 @@ impl<'a, W: Workload> Shared<'a, W> {
             workload: self.workload.name(),
             seed: self.config.seed,
             point: point.map(|p| p.0),
+            shadow: None,
             kind: point.map(|p| p.1.kind),
             units: point.map_or(0, |p| p.1.units.len()),
             cut,
@@ -571,6 +606,33 @@ impl<'a, W: Workload> Shared<'a, W> {
             if let Err(message) = result {
                 self.fail(self.failure(Some((index, point)), Some(cut), message));
             }
+        }
+    }
+
+    /// Recover the shadow replica after one sync point like a crash image (no depth 2, no
+    /// follow-on): it must hold the acknowledged state or the one in flight. `last`: the
+    /// image at the end of the run, which must hold exactly the last acknowledged state.
+    fn check_shadow(&self, point: &ShadowPoint, last: bool) {
+        let (acked, in_flight, index) = if last {
+            (
+                self.states.last().unwrap_or(&self.states[0]),
+                None,
+                u64::MAX,
+            )
+        } else {
+            let acked = point.acked.min(self.states.len() - 1);
+            (&self.states[acked], self.states.get(acked + 1), point.index)
+        };
+        let w = self.workload;
+        let media = SimMedia::from_image(&point.image, w.capacity(), self.options(false));
+        let result = guard("recovery of the shadow replica", || w.recover(media))
+            .and_then(|r| guard("observation of the shadow replica", || w.observe(&r)))
+            .and_then(|observed| w.accept(&observed, acked, in_flight));
+        self.shadow_checks.fetch_add(1, Ordering::Relaxed);
+        if let Err(message) = result {
+            let mut failure = self.failure(None, None, message);
+            failure.shadow = Some((index, point.kind));
+            self.fail(failure);
         }
     }
 
@@ -678,12 +740,27 @@ pub fn explore<W: Workload>(workload: &W, config: &Config) -> Report {
     }
     let next = AtomicUsize::new(0);
     let points = &recording.points;
-    // Tasks 0..n are the quick pass over every point, n..2n the full pass.
+    let shadow = &recording.shadow;
+    // Tasks 0..n are the quick pass over every point, n..2n the full pass, then one per
+    // shadow point and the final shadow check (a run that failed has no final state).
+    let shadow_tasks = match shadow.len() {
+        0 => 0,
+        m if recording.error.is_none() => m + 1,
+        m => m,
+    };
     let work = || {
         with_mutant(config.mutant, || loop {
             let task = next.fetch_add(1, Ordering::AcqRel);
-            if task >= 2 * points.len() || shared.stop.load(Ordering::Acquire) {
+            if task >= 2 * points.len() + shadow_tasks || shared.stop.load(Ordering::Acquire) {
                 break;
+            }
+            if task >= 2 * points.len() {
+                let k = task - 2 * points.len();
+                match shadow.get(k) {
+                    Some(point) => shared.check_shadow(point, false),
+                    None => shared.check_shadow(&shadow[shadow.len() - 1], true),
+                }
+                continue;
             }
             let quick = task < points.len();
             let i = if quick { task } else { task - points.len() };
@@ -721,6 +798,7 @@ pub fn explore<W: Workload>(workload: &W, config: &Config) -> Report {
         images_duplicate: shared.duplicates.into_inner(),
         depth2_images: shared.depth2.into_inner(),
         follow_ons: shared.follow_ons.into_inner(),
+        shadow_checks: shared.shadow_checks.into_inner(),
         elapsed: start.elapsed(),
         failure_count,
         failures,
@@ -739,6 +817,7 @@ pub fn measure<W: Workload>(workload: &W, config: &Config) -> Report {
             workload: workload.name(),
             seed: config.seed,
             point: None,
+            shadow: None,
             kind: None,
             units: 0,
             cut: None,

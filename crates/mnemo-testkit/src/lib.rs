@@ -140,6 +140,7 @@ pub mod net;
 pub mod pool;
 pub mod redis;
 pub mod rng;
+pub mod shadow;
 pub mod sim;
 pub mod workload;
 
@@ -147,6 +148,7 @@ pub use explore::{cuts, explore, measure, replay, soak, Config, Cut, Failure, Re
 pub use fault::{FaultKind, FaultOp, FaultPlan, FaultyMedia};
 pub use net::{Message, NetConfig, NetStats, NodeId, SimClock, SimNet};
 pub use rng::SimRng;
+pub use shadow::{RecordingPolicy, Shadow, ShadowPoint};
 pub use sim::{CrashPoint, Granularity, PointKind, SimMedia, SimOptions, Word};
 pub use workload::{Run, Workload};
 

@@ -20,6 +20,7 @@ use mnemo_pmem::header::Pair;
 use mnemo_pmem::limits::{DATA_OFFSET, HEADER_COPY_SIZE, PAGE_SIZE, POOL_SIZE_MIN};
 use mnemo_pmem::{CreateOptions, Error, Media, OpenOptions, Pool};
 
+use crate::shadow::Shadow;
 use crate::sim::SimMedia;
 use crate::workload::{Run, Workload};
 
@@ -86,18 +87,25 @@ pub fn create_options(size: u64, size_max: u64) -> CreateOptions {
         size,
         size_max,
         layout: LAYOUT.to_string(),
+        policy: None,
     }
 }
 
 /// Create a pool named `name` on `media` with [`create_options`]`(size, size_max)`; the error
 /// as text, as workloads return it.
+/// A medium that keeps a shadow replica gives the pool its recording policy.
 pub fn create(media: SimMedia, name: &str, size: u64, size_max: u64) -> Result<Pool, String> {
-    Pool::create_on(
-        Box::new(media),
-        Path::new(name),
-        &create_options(size, size_max),
-    )
-    .map_err(|e| e.to_string())
+    create_with(media, name, &create_options(size, size_max))
+}
+
+/// Create a pool on `media` with `options`, the shadow replica's recording policy in force
+/// if the medium keeps one; the error as text.
+pub fn create_with(media: SimMedia, name: &str, options: &CreateOptions) -> Result<Pool, String> {
+    let mut options = options.clone();
+    if let Some(shadow) = media.shadow() {
+        options.policy = Some(shadow.policy());
+    }
+    Pool::create_on(Box::new(media), Path::new(name), &options).map_err(|e| e.to_string())
 }
 
 /// Open a pool on `media` with the testkit layout. `Ok(None)`: no valid header at all.
@@ -111,6 +119,7 @@ pub fn open(media: SimMedia) -> Result<Option<Pool>, String> {
     let options = OpenOptions {
         layout: Some(LAYOUT.to_string()),
         size_max: None,
+        policy: media.shadow().map(Shadow::policy),
     };
     match Pool::open_on(Box::new(media), Path::new(NAME), &options) {
         Ok(pool) => Ok(Some(pool)),
@@ -128,17 +137,16 @@ pub fn open(media: SimMedia) -> Result<Option<Pool>, String> {
 pub fn observe(pool: &Pool) -> Result<PoolState, String> {
     let header = pool.header();
     let size = pool.size();
-    let media = pool.media();
     if header.pool_size != size {
         return Err(format!(
             "header size {} differs from the pool's size {size}",
             header.pool_size
         ));
     }
-    if size % PAGE_SIZE != 0 || size < POOL_SIZE_MIN || size > media.len() {
+    if size % PAGE_SIZE != 0 || size < POOL_SIZE_MIN || size > pool.capacity() {
         return Err(format!(
             "size {size} is not a page multiple within {POOL_SIZE_MIN}..={}",
-            media.len()
+            pool.capacity()
         ));
     }
     if header.size_max < size || header.data_offset != DATA_OFFSET || header.layout != LAYOUT {

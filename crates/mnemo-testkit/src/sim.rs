@@ -19,6 +19,8 @@ use mnemo_pmem::limits::{CACHE_LINE, PAGE_SIZE};
 use mnemo_pmem::reserve::Reservation;
 use mnemo_pmem::{Durability, Media, MediaError, MediaInfo, MediaKind};
 
+use crate::shadow::Shadow;
+
 const LINE: usize = CACHE_LINE as usize;
 const WORD: usize = 8;
 
@@ -50,6 +52,10 @@ pub struct SimOptions {
     /// Also record a crash point at every flush (with `record`). Such a point sees values
     /// that a later store overwrites before the fence, which fence points cannot see.
     pub points_at_flush: bool,
+    /// Keep a shadow replica ([`crate::Shadow`], recording a point per sync point when
+    /// `record` is set): pools that [`crate::pool`] creates or opens on this medium sync
+    /// through its recording policy.
+    pub shadow: bool,
 }
 
 /// Where in a run a crash point was taken.
@@ -122,6 +128,7 @@ struct Inner {
     capacity: u64,
     len: AtomicU64,
     state: Mutex<State>,
+    shadow: Option<Shadow>,
 }
 
 // SAFETY: `base` points into `reservation`, which is Send + Sync; every access to the bytes
@@ -227,6 +234,7 @@ impl SimMedia {
             reservation: Some(reservation),
             len: AtomicU64::new(0),
             state: Mutex::new(state),
+            shadow: options.shadow.then(|| Shadow::new(options.record)),
         };
         SimMedia {
             inner: Arc::new(inner),
@@ -304,8 +312,16 @@ impl SimMedia {
         self.state().options.record = record;
     }
 
+    /// The shadow replica of this medium, if it keeps one ([`SimOptions::shadow`]).
+    pub fn shadow(&self) -> Option<&Shadow> {
+        self.inner.shadow.as_ref()
+    }
+
     /// Tell the simulator that an operation was acknowledged; records a crash point.
     pub fn mark_ack(&self) {
+        if let Some(shadow) = &self.inner.shadow {
+            shadow.mark_ack();
+        }
         let mut st = self.state();
         st.acked += 1;
         let n = st.acked;

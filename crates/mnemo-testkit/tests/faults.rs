@@ -53,24 +53,13 @@ fn workload(media: Box<dyn Media>, acked: &mut Acked) -> Result<(), Error> {
         acked.writes.push((offset, bytes));
         if i % 2 == 1 {
             let size = pool.size();
-            retry(acked, || {
-                pool.media()
-                    .ensure_backed(size, PAGE_SIZE)
-                    .map_err(|e| Error::Media {
-                        path: NAME.into(),
-                        source: e,
-                    })
-            })?;
+            retry(acked, || pool.ensure_backed(size, PAGE_SIZE))?;
             retry(acked, || pool.grow(size + PAGE_SIZE))?;
             acked.size = pool.size();
         }
     }
-    retry(acked, || {
-        pool.media().drain().map_err(|e| Error::Media {
-            path: NAME.into(),
-            source: e,
-        })
-    })?;
+    // An empty sync point: one fence, which may fail like any other.
+    retry(acked, || pool.gmsync(&[]))?;
     pool.close()
 }
 
@@ -81,6 +70,7 @@ fn open(media: Box<dyn Media>) -> Result<Pool, Error> {
         &OpenOptions {
             layout: Some(LAYOUT.into()),
             size_max: None,
+            policy: None,
         },
     )
 }

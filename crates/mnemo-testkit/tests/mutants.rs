@@ -14,12 +14,18 @@ fn config(seed: u64) -> Config {
     config
 }
 
-/// Explore `workload` with `tweak` applied; the first failure found, if any.
+/// Explore `workload` with `tweak` applied; the first failure of a check found, if any. A
+/// mutant counts as caught only when an image (a crash image or the shadow replica) fails
+/// its check: a workload that errors or panics on its own proves nothing.
 fn first_failure<W: Workload>(workload: &W, tweak: impl Fn(&mut Config)) -> Option<String> {
     let mut config = config(7);
     tweak(&mut config);
     let report: Report = explore(workload, &config);
-    report.failures.first().map(ToString::to_string)
+    report
+        .failures
+        .iter()
+        .find(|f| f.point.is_some() || f.shadow.is_some())
+        .map(ToString::to_string)
 }
 
 /// Whether the named mnemo-pmem mutant is caught by one of the media-layer workloads.
@@ -59,21 +65,28 @@ fn positions_caught(count: u64, tweak: impl Fn(&mut Config, u64)) -> (u64, Vec<u
 /// mutants), in the growth workload: flush 0 persists header generation 1 into copy 1, which
 /// generation 2 (copy 0) supersedes before anything is acknowledged and generation 3
 /// overwrites; fences 0 and 1 are the two fences of creation (fence 2 persists both copies
-/// before the first acknowledged write; until then either copy keeps the same pool); fence
-/// 18 is the drain `close` issues before its header update, with nothing flushed.
+/// before the first acknowledged write; until then either copy keeps the same pool). (`close`
+/// used to fence once with nothing flushed before its header update: that bare fence was
+/// redundant, and went when every fence became a sync point.)
 const EQUIVALENT_FLUSHES: &[u64] = &[0];
-const EQUIVALENT_FENCES: &[u64] = &[0, 1, 18];
+const EQUIVALENT_FENCES: &[u64] = &[0, 1];
 
 /// mnemo-pmem mutants outside the media seam this harness drives (dirty-page tracking of
 /// file pools), with the tests that catch them.
-const TESTED_ELSEWHERE: &[(&str, &str)] =
-    &[("spf.collect_before_scan", "crates/mnemo-pmem/tests/spf.rs")];
+const TESTED_ELSEWHERE: &[(&str, &str)] = &[
+    ("spf.collect_before_scan", "crates/mnemo-pmem/tests/spf.rs"),
+    (
+        "sync.staged_unnamed",
+        "crates/mnemo-log/tests/crash.rs, crates/mnemo-heap/tests/crash.rs (the pool workloads stage nothing)",
+    ),
+];
 
 /// mnemo-pmem mutants the pool workloads must catch.
 const NAMED: &[&str] = &[
     "header.skip_checksum",
     "grow.header_first",
     "header.skip_flush",
+    "header.outside_policy",
 ];
 
 fn assert_named(name: &'static str) {
@@ -105,6 +118,24 @@ fn mutant_grow_header_first_is_caught() {
 #[test]
 fn mutant_header_skip_flush_is_caught() {
     assert_named("header.skip_flush");
+}
+
+/// A header made durable outside the sync policy is locally perfect: only the shadow replica
+/// (fed by the policy alone) can see that a replica would miss it.
+#[test]
+fn mutant_header_outside_policy_is_caught_by_the_shadow_only() {
+    assert_named("header.outside_policy");
+    let failure = named_caught("header.outside_policy").unwrap_or_default();
+    assert!(failure.contains("shadow replica"), "{failure}");
+    let without_shadow = |c: &mut Config| {
+        c.mutant = Some("header.outside_policy");
+        c.shadow = false;
+    };
+    assert_eq!(
+        first_failure(&CyclesWorkload { cycles: 2 }, without_shadow),
+        None,
+        "crash images alone cannot see a change a replica misses"
+    );
 }
 
 #[test]

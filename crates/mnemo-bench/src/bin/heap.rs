@@ -200,9 +200,9 @@ fn one_run(heap: &Heap, words: &[PPtr<u64>], n: u64, between: &(dyn Fn(bool) + S
                                 let other = word.offset() + 64 * MAX_THREADS;
                                 for i in 0..n {
                                     pool.write(other, &i.to_le_bytes()).expect("write");
-                                    pool.persist(other, 8).expect("persist");
+                                    pool.msync(other, 8).expect("msync");
                                     pool.write(word.offset(), &i.to_le_bytes()).expect("write");
-                                    pool.persist(word.offset(), 8).expect("persist");
+                                    pool.msync(word.offset(), 8).expect("msync");
                                 }
                             }
                         }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use mnemo_bench::{median, plot, sample, write_csv, write_json};
 use mnemo_pmem::cpu::{self, FlushKind};
-use mnemo_pmem::{CreateOptions, Pool};
+use mnemo_pmem::{ByteRange, CreateOptions, Pool, SyncKind, SyncPoint};
 
 const SIZES: [usize; 3] = [64, 4096, 1 << 20];
 
@@ -79,7 +79,7 @@ fn main() {
                             std::ptr::write_volatile(words.add(w), i);
                         }
                     }
-                    pool.persist(off, 64).expect("persist");
+                    pool.msync(off, 64).expect("msync");
                 }
             }));
         }
@@ -91,7 +91,7 @@ fn main() {
             ns: median(&bare),
         });
         rows.push(Row {
-            method: "same stores + mnemo Pool::persist".into(),
+            method: "same stores + mnemo Pool::msync".into(),
             size: 64,
             ns: median(&ours),
         });
@@ -140,30 +140,34 @@ fn main() {
             ns: median(&s),
         });
     }
-    // mnemo's own paths: a write then Pool::persist (range check, media dispatch, chosen
-    // instruction), and Pool::copy_nodrain + drain (NT from 256 B).
+    // mnemo's own paths: a write then Pool::msync (range check, the policy, the chosen
+    // instruction), and Pool::copy_nodrain + a staged sync point (NT from 256 B).
     for size in SIZES {
         let ops = ops_for(size);
         let s = sample(batches, ops, || {
             for _ in 0..ops {
                 // SAFETY: as above.
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), base, size) };
-                pool.persist(off, size as u64).expect("persist");
+                pool.msync(off, size as u64).expect("msync");
             }
         });
         rows.push(Row {
-            method: format!("mnemo Pool::persist ({})", cpu::choice().flush.name()),
+            method: format!("mnemo Pool::msync ({})", cpu::choice().flush.name()),
             size,
             ns: median(&s),
         });
         let s = sample(batches, ops, || {
             for _ in 0..ops {
                 pool.copy_nodrain(off, &src[..size]).expect("copy");
-                pool.drain().expect("drain");
+                pool.sync(&SyncPoint::staged(
+                    SyncKind::Data,
+                    &[ByteRange::new(off, size as u64)],
+                ))
+                .expect("sync");
             }
         });
         rows.push(Row {
-            method: "mnemo Pool::copy_nodrain+drain".into(),
+            method: "mnemo Pool::copy_nodrain+sync".into(),
             size,
             ns: median(&s),
         });
@@ -197,7 +201,7 @@ fn main() {
         );
     }
     let bare = cell("bare store+clwb+sfence", 64);
-    let mnemo64 = cell("same stores + mnemo Pool::persist", 64);
+    let mnemo64 = cell("same stores + mnemo Pool::msync", 64);
     let persist_ratio = match (bare, mnemo64) {
         (Some(b), Some(m)) => {
             println!(

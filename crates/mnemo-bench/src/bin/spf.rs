@@ -102,7 +102,7 @@ fn prefill(pool: &Pool) {
     let p = pool.ptr(data, len).expect("ptr");
     // SAFETY: `data..data+len` is the pool's live mapping; nothing else uses it now.
     unsafe { std::ptr::write_bytes(p.as_ptr(), 0, len as usize) };
-    pool.persist(data, len).expect("persist");
+    pool.msync(data, len).expect("msync");
 }
 
 fn store_byte(pool: &Pool, offset: u64, value: u8) {
@@ -397,7 +397,7 @@ fn accuracy(rows: &mut Vec<String>, summary: &mut serde_json::Value) -> Vec<Seri
             for _ in 0..ops {
                 let before = b.pool.emulation().expect("emulated").modelled_ns;
                 let t = Instant::now();
-                b.pool.persist(data, s).expect("persist");
+                b.pool.msync(data, s).expect("msync");
                 measured.push(t.elapsed().as_nanos() as f64);
                 let after = b.pool.emulation().expect("emulated").modelled_ns;
                 modelled.push((after - before) as f64);
@@ -561,11 +561,11 @@ fn break_even(rows: &mut Vec<String>, summary: &mut serde_json::Value) -> Vec<Se
 }
 
 /// The hooks' cost when off: 1-byte store + 4 KiB sync point, four ways on the same
-/// store pattern: bare flush + fence; the media pipeline called directly (`LocalPolicy`, as
-/// before tracking existed); `Pool::msync` with tracking and emulation off; and the emulator
-/// with zero delays (the hook's own cost).
+/// store pattern: bare flush + fence; the sync point built by the caller (`Pool::sync` with
+/// a `SyncPoint`, no tracking check of its own); `Pool::msync` with tracking and emulation
+/// off; and the emulator with zero delays (the hook's own cost).
 fn off_cost(summary: &mut serde_json::Value) {
-    use mnemo_pmem::{ByteRange, LocalPolicy, SyncPolicy};
+    use mnemo_pmem::{ByteRange, SyncKind, SyncPoint};
     let region = 4 * KIB;
     let plain = make_pool(MIB, None, None);
     prefill(&plain.pool);
@@ -597,8 +597,12 @@ fn off_cost(summary: &mut serde_json::Value) {
     };
     let policy_op = |i: u64| {
         store_byte(&plain.pool, data + mix(i) % region, i as u8);
-        LocalPolicy
-            .sync(plain.pool.media(), &[ByteRange::new(data, region)])
+        plain
+            .pool
+            .sync(&SyncPoint::new(
+                SyncKind::Data,
+                &[ByteRange::new(data, region)],
+            ))
             .expect("sync");
     };
     // Interleaved rounds; the best median of each, so no variant pays for another's noise.
@@ -615,7 +619,7 @@ fn off_cost(summary: &mut serde_json::Value) {
     }
     let [bare, policy, pool_off, emu_native] = best;
     eprintln!(
-        "off cost, 1-byte store + 4 KiB sync point: bare flush+fence {bare:.0} ns, media pipeline direct {policy:.0} ns, Pool::msync (tracking and emulation off) {pool_off:.0} ns (x{:.3} of direct), emulator with zero delays {emu_native:.0} ns (x{:.3} of Pool::msync)",
+        "off cost, 1-byte store + 4 KiB sync point: bare flush+fence {bare:.0} ns, Pool::sync {policy:.0} ns, Pool::msync (tracking and emulation off) {pool_off:.0} ns (x{:.3} of direct), emulator with zero delays {emu_native:.0} ns (x{:.3} of Pool::msync)",
         pool_off / policy,
         emu_native / pool_off
     );
