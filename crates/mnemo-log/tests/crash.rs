@@ -229,3 +229,42 @@ fn log_mutants_are_caught() {
         }
     }
 }
+
+/// Every flush, fence and sync-point site of the log (`durable_site!` in `src/`), removed in
+/// turn, is caught by a crash image or the shadow replica.
+#[test]
+fn every_durable_site_is_needed() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let sites = mnemo_pmem::mutant::sites_in(&src);
+    assert!(sites.len() >= 6, "found only {} sites: {sites:?}", sites.len());
+    let mut missed = Vec::new();
+    for id in &sites {
+        let name: &'static str = Box::leak(format!("site:{id}").into_boxed_str());
+        let workload = LogWorkload {
+            area: 512,
+            ops: 40,
+        };
+        let found = (0..4).find_map(|seed| {
+            let mut config = config(seed);
+            config.mutant = Some(name);
+            config.stop_at_first_failure = true;
+            config.follow_on_every = 1;
+            let report = explore(&workload, &config);
+            report
+                .failures
+                .iter()
+                .find(|f| f.point.is_some() || f.shadow.is_some())
+                .map(ToString::to_string)
+        });
+        match found {
+            Some(f) => eprintln!("{name} caught: {}", f.lines().next().unwrap_or_default()),
+            None => missed.push(id.clone()),
+        }
+    }
+    eprintln!(
+        "log durability sites: {}, caught {}, not caught {missed:?}",
+        sites.len(),
+        sites.len() - missed.len()
+    );
+    assert!(missed.is_empty(), "sites whose removal nothing catches: {missed:?}");
+}

@@ -118,13 +118,24 @@ pub fn sites_in(dir: &std::path::Path) -> Vec<String> {
     }
     files.sort();
     let mut ids = Vec::new();
-    let marker = "durable_site!(\"";
+    let marker = "durable_site!(";
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         for (at, _) in text.match_indices(marker) {
-            let rest = &text[at + marker.len()..];
-            if let Some(end) = rest.find('"') {
-                ids.push(rest[..end].to_string());
+            // The id is the first argument, a string literal (formatting may break the line).
+            let rest = text[at + marker.len()..].trim_start();
+            let Some(rest) = rest.strip_prefix('"') else {
+                continue;
+            };
+            // Ids are "layer.what" in lower case (this skips the marker's own literal).
+            let id = rest.find('"').map(|end| &rest[..end]).filter(|id| {
+                id.contains('.')
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._".contains(&b))
+            });
+            if let Some(id) = id {
+                ids.push(id.to_string());
             }
         }
     }
