@@ -27,7 +27,8 @@ fn unknown_command(args: &[Bytes]) -> Reply {
     ))
 }
 
-/// The arity error of a command whose arguments must also pair up (MSET, HSET).
+/// The arity error of a command whose arguments the table's arity cannot fully check (MSET and
+/// HSET pairs, LPOP's count).
 fn wrong_arity(spec: &'static CommandSpec) -> Reply {
     Reply::Error(Bytes::from(
         CommandError::WrongArity {
@@ -79,7 +80,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
     let a = args;
     match spec.id {
         Id::Get => get(ctx, &a[1]),
-        Id::Set => set(ctx, a),
+        Id::Set => set(ctx, spec, a),
         Id::Getset => getset(ctx, &a[1], &a[2]),
         Id::Append => append(ctx, &a[1], &a[2]),
         Id::Strlen => strlen(ctx, &a[1]),
@@ -112,8 +113,8 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Flushall | Id::Flushdb => flush(ctx, a),
         Id::Lpush => push(ctx, a, true),
         Id::Rpush => push(ctx, a, false),
-        Id::Lpop => pop(ctx, a, true),
-        Id::Rpop => pop(ctx, a, false),
+        Id::Lpop => pop(ctx, spec, a, true),
+        Id::Rpop => pop(ctx, spec, a, false),
         Id::Lrange => lrange(ctx, a),
         Id::Llen => llen(ctx, &a[1]),
         Id::Lindex => lindex(ctx, a),
@@ -122,7 +123,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Smembers => smembers(ctx, &a[1]),
         Id::Scard => card(ctx, &a[1], tag::SET),
         Id::Sismember => sismember(ctx, &a[1], &a[2]),
-        Id::Spop => spop(ctx, a),
+        Id::Spop => spop(ctx, spec, a),
         Id::Hset | Id::Hmset => hset(ctx, spec, a),
         Id::Hget => hget(ctx, &a[1], &a[2]),
         Id::Hgetall => hgetall(ctx, &a[1]),
@@ -139,7 +140,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Zrange => zrange(ctx, a),
         Id::Zrangebyscore => super::score_range::zrangebyscore(ctx, a, false),
         Id::Zrevrangebyscore => super::score_range::zrangebyscore(ctx, a, true),
-        Id::Zpopmin => zpopmin(ctx, a),
+        Id::Zpopmin => zpopmin(ctx, spec, a),
         // Not data commands: the engine answers PING, ECHO, SELECT, SHUTDOWN, INFO and CONFIG
         // itself (`PersistentEngine::run_command`), the session the others (connection state),
         // which the engine does not know.
@@ -200,7 +201,7 @@ fn expire_at(
     }
 }
 
-fn set(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+fn set(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     let (mut nx, mut xx, mut get, mut keep) = (false, false, false, false);
     let mut expire: Option<i64> = None;
     let mut i = 3;
@@ -226,7 +227,7 @@ fn set(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
                 1
             };
             let absolute = opt.len() == 4;
-            match expire_at(ctx, &a[i + 1], unit, absolute, "set") {
+            match expire_at(ctx, &a[i + 1], unit, absolute, spec.name) {
                 Ok(at) => expire = Some(at),
                 Err(reply) => return Ok(reply),
             }
@@ -556,17 +557,17 @@ fn push(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
 
 /// Parses an optional count argument: Ok(None) without one, Err(reply) if invalid. Extra
 /// arguments: LPOP/RPOP answer with the arity error, SPOP/ZPOPMIN with a syntax error.
-fn count_arg(a: &[Bytes], at: usize) -> std::result::Result<Option<u64>, Reply> {
+fn count_arg(
+    spec: &'static CommandSpec,
+    a: &[Bytes],
+    at: usize,
+) -> std::result::Result<Option<u64>, Reply> {
     match a.get(at) {
         None => Ok(None),
-        Some(_) if a.len() > at + 1 => Err(
-            match String::from_utf8_lossy(&a[0]).to_ascii_lowercase().as_str() {
-                name @ ("lpop" | "rpop") => err_owned(format!(
-                    "ERR wrong number of arguments for '{name}' command"
-                )),
-                _ => err(errors::SYNTAX),
-            },
-        ),
+        Some(_) if a.len() > at + 1 => Err(match spec.id {
+            Id::Lpop | Id::Rpop => wrong_arity(spec),
+            _ => err(errors::SYNTAX),
+        }),
         Some(arg) => match parse_i64(arg) {
             Some(n) if n >= 0 => Ok(Some(n as u64)),
             _ => Err(err(errors::MUST_BE_POSITIVE)),
@@ -574,8 +575,13 @@ fn count_arg(a: &[Bytes], at: usize) -> std::result::Result<Option<u64>, Reply> 
     }
 }
 
-fn pop(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
-    let count = match count_arg(a, 2) {
+fn pop(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &'static CommandSpec,
+    a: &[Bytes],
+    left: bool,
+) -> Result<Reply> {
+    let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
     };
@@ -796,8 +802,8 @@ fn sismember(ctx: &mut Ctx<'_, '_>, key: &[u8], member: &[u8]) -> Result<Reply> 
     )))
 }
 
-fn spop(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let count = match count_arg(a, 2) {
+fn spop(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
+    let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
     };
@@ -1183,8 +1189,8 @@ fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     Ok(scored_reply(items, with_scores, resp3))
 }
 
-fn zpopmin(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let count = match count_arg(a, 2) {
+fn zpopmin(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
+    let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
     };
