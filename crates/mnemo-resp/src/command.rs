@@ -94,12 +94,14 @@ pub struct CommandSpec {
     pub key_step: i32,
     /// Subcommands, sorted by name, for containers (CONFIG, CLIENT, COMMAND).
     pub subcommands: &'static [CommandSpec],
+    /// `name` after the container's, cut once when the table is built: lookups compare it.
+    short_name: &'static str,
 }
 
 impl CommandSpec {
     /// The name after the container's: "get" for "config|get".
     pub fn short_name(&self) -> &'static str {
-        self.name.rsplit('|').next().unwrap_or(self.name)
+        self.short_name
     }
 
     /// Whether `argc` arguments (name included) satisfy the arity.
@@ -204,7 +206,7 @@ pub fn resolve<A: AsRef<[u8]>>(argv: &[A]) -> Result<&'static CommandSpec, Comma
 fn find(table: &'static [CommandSpec], name: &[u8]) -> Option<&'static CommandSpec> {
     table
         .binary_search_by(|spec| {
-            spec.short_name()
+            spec.short_name
                 .bytes()
                 .cmp(name.iter().map(u8::to_ascii_lowercase))
         })
@@ -240,6 +242,7 @@ const fn spec(
         last_key: keys.1,
         key_step: keys.2,
         subcommands: &[],
+        short_name: after_bar(name),
     }
 }
 
@@ -259,6 +262,23 @@ const fn container(
         last_key: 0,
         key_step: 0,
         subcommands,
+        short_name: after_bar(name),
+    }
+}
+
+/// `name` after its last '|' ("get" for "config|get"), at compile time.
+const fn after_bar(name: &'static str) -> &'static str {
+    let mut head = name.as_bytes();
+    while let [rest @ .., last] = head {
+        if *last == b'|' {
+            break;
+        }
+        head = rest;
+    }
+    let (_, tail) = name.as_bytes().split_at(head.len());
+    match std::str::from_utf8(tail) {
+        Ok(short) => short,
+        Err(_) => name,
     }
 }
 
@@ -443,14 +463,16 @@ mod tests {
         assert!(lookup_subcommand(client, b"SetName").is_some());
     }
 
-    /// Each id is its entry's name in CamelCase ("config|get" is `ConfigGet`), and finding an
-    /// entry by its name gives back that entry.
+    /// Each id is its entry's name in CamelCase ("config|get" is `ConfigGet`), each short
+    /// name is the part after the '|', and finding an entry by its name gives back that entry.
     #[test]
     fn ids_follow_names() {
         let subcommands = COMMANDS.iter().flat_map(|spec| spec.subcommands);
         for spec in COMMANDS.iter().chain(subcommands) {
             let id = format!("{:?}", spec.id).to_ascii_lowercase();
             assert_eq!(id, spec.name.replace('|', ""));
+            let short = spec.name.rsplit('|').next().unwrap_or_default();
+            assert_eq!(spec.short_name(), short);
             let found = lookup_full_name(spec.name.to_ascii_uppercase().as_bytes());
             assert_eq!(found.map(|found| found.id), Some(spec.id), "{}", spec.name);
         }
