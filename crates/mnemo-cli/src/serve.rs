@@ -22,7 +22,7 @@ use mnemo_kv::engine::{heap_options, EngineError, PersistentEngine};
 use mnemo_kv::server::{Effect, Engine, EventLoop, LoopStats, Request, SessionConfig, Stopper};
 use mnemo_pmem::{CreateOptions, OpenOptions, Pool};
 use mnemo_resp::bytes::{Bytes, BytesMut};
-use mnemo_resp::{encode_command, Encoder, Protocol, Reply, ReplyDecoder};
+use mnemo_resp::{encode_command, CommandId, Encoder, Protocol, Reply, ReplyDecoder};
 
 use crate::size;
 
@@ -342,7 +342,7 @@ impl Engine for Serving<'_> {
 
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
         let effect = self.engine.execute(request, reply);
-        if effect.close && request.spec.name == "shutdown" {
+        if effect.close && request.spec.id == CommandId::Shutdown {
             tracing::info!(
                 client = request.session,
                 "SHUTDOWN: stopping after this batch"

@@ -10,7 +10,8 @@ use std::net::TcpListener;
 use std::process::Command;
 
 use mnemo_kv::server::{Effect, Engine, Request, Server, SessionConfig};
-use mnemo_resp::Encoder;
+use mnemo_resp::command::Flags;
+use mnemo_resp::{CommandId, Encoder};
 use mnemo_testkit::redis::RedisServer;
 
 struct NoWork;
@@ -19,16 +20,13 @@ impl Engine for NoWork {
     type Error = std::convert::Infallible;
     fn begin(&mut self) {}
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
-        match request.spec.name {
-            "get" => reply.null_bulk(),
-            "config|get" => reply.map_len(0),
+        match request.spec.id {
+            CommandId::Get => reply.null_bulk(),
+            CommandId::ConfigGet => reply.map_len(0),
             _ => reply.simple(b"OK"),
         }
         Effect {
-            wrote: request
-                .spec
-                .flags
-                .contains(mnemo_resp::command::Flags::WRITE),
+            wrote: request.spec.flags.contains(Flags::WRITE),
             close: false,
         }
     }

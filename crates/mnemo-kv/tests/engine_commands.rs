@@ -556,6 +556,25 @@ fn info_and_config() {
         panic!()
     };
     assert_eq!(pairs.len(), 3);
+    // Subcommands and their arities come from mnemo-resp's table, with Redis's texts.
+    assert_eq!(
+        run(&mut e, &["CONFIG", "GET"]),
+        err("ERR wrong number of arguments for 'config|get' command")
+    );
+    assert_eq!(
+        run(&mut e, &["config", "set", "save", "1"]),
+        err("ERR Unknown option or number of arguments for CONFIG SET - 'save'")
+    );
+    assert_eq!(run(&mut e, &["CONFIG", "RESETSTAT"]), ok());
+    assert_eq!(
+        run(&mut e, &["CONFIG", "nosuch"]),
+        err("ERR unknown subcommand 'nosuch'. Try CONFIG HELP.")
+    );
+    // Connection commands are the session's: the engine does not know them.
+    assert_eq!(
+        run(&mut e, &["AUTH", "pw"]),
+        err("ERR unknown command 'AUTH', with args beginning with: 'pw' ")
+    );
     assert_eq!(run(&mut e, &["FLUSHALL"]), ok());
     assert_eq!(run(&mut e, &["DBSIZE"]), int(0));
 }

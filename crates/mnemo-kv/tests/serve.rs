@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use mnemo_kv::server::{Effect, Engine, EventLoop, Request, Server, SessionConfig};
 use mnemo_resp::bytes::Bytes;
-use mnemo_resp::{errors, parse_i64, Encoder};
+use mnemo_resp::{errors, parse_i64, CommandId, Encoder};
 
 /// GET / SET / INCR / DEL / DBSIZE / FLUSHALL / CONFIG GET over a map; counts commits.
 #[derive(Default)]
@@ -33,20 +33,20 @@ impl Engine for FakeEngine {
             wrote: true,
             close: false,
         };
-        match (request.spec.name, args) {
-            ("set", [_, key, value]) => {
+        match (request.spec.id, args) {
+            (CommandId::Set, [_, key, value]) => {
                 self.map.insert(key.clone(), value.clone());
                 reply.simple(b"OK");
                 wrote
             }
-            ("get", [_, key]) => {
+            (CommandId::Get, [_, key]) => {
                 match self.map.get(key) {
                     Some(value) => reply.bulk(value),
                     None => reply.null_bulk(),
                 }
                 Effect::default()
             }
-            ("incr", [_, key]) => {
+            (CommandId::Incr, [_, key]) => {
                 let current = self.map.get(key).map_or(Some(0), |value| parse_i64(value));
                 match current.and_then(|value| value.checked_add(1)) {
                     Some(next) => {
@@ -60,7 +60,7 @@ impl Engine for FakeEngine {
                     }
                 }
             }
-            ("del", [_, keys @ ..]) => {
+            (CommandId::Del, [_, keys @ ..]) => {
                 let removed = keys
                     .iter()
                     .filter(|key| self.map.remove(*key).is_some())
@@ -68,16 +68,16 @@ impl Engine for FakeEngine {
                 reply.integer(i64::try_from(removed).unwrap_or(i64::MAX));
                 wrote
             }
-            ("dbsize", _) => {
+            (CommandId::Dbsize, _) => {
                 reply.integer(i64::try_from(self.map.len()).unwrap_or(i64::MAX));
                 Effect::default()
             }
-            ("flushall", _) => {
+            (CommandId::Flushall, _) => {
                 self.map.clear();
                 reply.simple(b"OK");
                 wrote
             }
-            ("config|get", _) => {
+            (CommandId::ConfigGet, _) => {
                 reply.map_len(0);
                 Effect::default()
             }

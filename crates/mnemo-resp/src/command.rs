@@ -2,6 +2,10 @@
 //! positions, so that `COMMAND`, `COMMAND COUNT`, `COMMAND INFO` and argument-count checks
 //! answer as Redis does.
 //!
+//! It is the server's only list of commands. Each entry carries a [`CommandId`]: the session
+//! finds a request's entry once ([`resolve`]: name, subcommand, arity), and the session and
+//! the engine then dispatch with a `match` on the id, never again on a name or an arity.
+//!
 //! Arity follows Redis: a positive number is the exact argument count (name included); a
 //! negative one is the minimum. Key positions are Redis's legacy triple (first key, last key,
 //! step), with last key -1 meaning "to the end" and 0 0 0 for commands without keys.
@@ -73,6 +77,8 @@ impl Flags {
 /// One command (or subcommand) of the table.
 #[derive(Debug, PartialEq, Eq)]
 pub struct CommandSpec {
+    /// Which command this is: what the server dispatches on once the table has found it.
+    pub id: CommandId,
     /// Lower-case full name: "get", or "config|get" for a subcommand.
     pub name: &'static str,
     /// Redis arity: exact count if positive, minimum count if negative (name included; for a
@@ -88,12 +94,14 @@ pub struct CommandSpec {
     pub key_step: i32,
     /// Subcommands, sorted by name, for containers (CONFIG, CLIENT, COMMAND).
     pub subcommands: &'static [CommandSpec],
+    /// `name` after the container's, cut once when the table is built: lookups compare it.
+    short_name: &'static str,
 }
 
 impl CommandSpec {
     /// The name after the container's: "get" for "config|get".
     pub fn short_name(&self) -> &'static str {
-        self.name.rsplit('|').next().unwrap_or(self.name)
+        self.short_name
     }
 
     /// Whether `argc` arguments (name included) satisfy the arity.
@@ -146,6 +154,17 @@ pub fn lookup_subcommand(container: &CommandSpec, name: &[u8]) -> Option<&'stati
     find(container.subcommands, name)
 }
 
+/// A command by its full name, "get" or "config|get", as COMMAND INFO takes it.
+pub fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
+    match name.iter().position(|&byte| byte == b'|') {
+        None => lookup(name),
+        Some(bar) => {
+            let container = lookup(name.get(..bar)?)?;
+            lookup_subcommand(container, name.get(bar + 1..)?)
+        }
+    }
+}
+
 /// The error Redis gives if `argc` arguments do not fit `spec`'s arity.
 pub fn check_arity(spec: &'static CommandSpec, argc: usize) -> Result<(), CommandError> {
     if spec.arity_ok(argc) {
@@ -171,7 +190,7 @@ pub fn resolve<A: AsRef<[u8]>>(argv: &[A]) -> Result<&'static CommandSpec, Comma
         Some(sub) if !spec.subcommands.is_empty() => {
             let Some(found) = lookup_subcommand(spec, sub.as_ref()) else {
                 return Err(CommandError::UnknownSubcommand {
-                    container: container_upper(spec),
+                    container: spec.name,
                     subcommand: sub.as_ref().to_vec(),
                 });
             };
@@ -183,20 +202,11 @@ pub fn resolve<A: AsRef<[u8]>>(argv: &[A]) -> Result<&'static CommandSpec, Comma
     Ok(spec)
 }
 
-fn container_upper(spec: &CommandSpec) -> &'static str {
-    match spec.name {
-        "client" => "CLIENT",
-        "command" => "COMMAND",
-        "config" => "CONFIG",
-        _ => "",
-    }
-}
-
 /// Binary search with a case-insensitive comparison: table names are lower case.
 fn find(table: &'static [CommandSpec], name: &[u8]) -> Option<&'static CommandSpec> {
     table
         .binary_search_by(|spec| {
-            spec.short_name()
+            spec.short_name
                 .bytes()
                 .cmp(name.iter().map(u8::to_ascii_lowercase))
         })
@@ -213,10 +223,18 @@ const RF: Flags = Flags::READONLY.union(Flags::FAST);
 const LS: Flags = Flags::LOADING.union(Flags::STALE);
 const NLS: Flags = Flags::NOSCRIPT.union(LS);
 const ANLS: Flags = Flags::ADMIN.union(NLS);
+const NLS_FAST_NO_AUTH: Flags = NLS.union(Flags::FAST).union(Flags::NO_AUTH);
 const NONE: Flags = Flags::empty();
 
-const fn spec(name: &'static str, arity: i32, flags: Flags, keys: (i32, i32, i32)) -> CommandSpec {
+const fn spec(
+    id: CommandId,
+    name: &'static str,
+    arity: i32,
+    flags: Flags,
+    keys: (i32, i32, i32),
+) -> CommandSpec {
     CommandSpec {
+        id,
         name,
         arity,
         flags,
@@ -224,16 +242,19 @@ const fn spec(name: &'static str, arity: i32, flags: Flags, keys: (i32, i32, i32
         last_key: keys.1,
         key_step: keys.2,
         subcommands: &[],
+        short_name: after_bar(name),
     }
 }
 
 const fn container(
+    id: CommandId,
     name: &'static str,
     arity: i32,
     flags: Flags,
     subcommands: &'static [CommandSpec],
 ) -> CommandSpec {
     CommandSpec {
+        id,
         name,
         arity,
         flags,
@@ -241,120 +262,150 @@ const fn container(
         last_key: 0,
         key_step: 0,
         subcommands,
+        short_name: after_bar(name),
     }
+}
+
+/// `name` after its last '|' ("get" for "config|get"), at compile time.
+const fn after_bar(name: &'static str) -> &'static str {
+    let mut head = name.as_bytes();
+    while let [rest @ .., last] = head {
+        if *last == b'|' {
+            break;
+        }
+        head = rest;
+    }
+    let (_, tail) = name.as_bytes().split_at(head.len());
+    match std::str::from_utf8(tail) {
+        Ok(short) => short,
+        Err(_) => name,
+    }
+}
+
+/// Declares [`CommandId`] and the tables from one list, so that each command is written once:
+/// `Id => spec(name, arity, flags, keys)` or `Id => container(name, arity, flags, subtable)`.
+/// A variant per entry, in the tables' order; an id used twice does not compile.
+macro_rules! command_table {
+    ($(
+        $(#[$doc:meta])*
+        const $table:ident = [$($id:ident => $make:ident($name:literal $(, $arg:expr)*),)*];
+    )*) => {
+        /// Which command (or subcommand) a [`CommandSpec`] is, one variant per entry of the
+        /// table. The server finds a request's spec once ([`resolve`]) and then dispatches
+        /// with a `match` on its id, never on its name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum CommandId {
+            $($(
+                #[doc = concat!("`", $name, "`")]
+                $id,
+            )*)*
+        }
+
+        $(
+            $(#[$doc])*
+            const $table: &[CommandSpec] = &[$($make(CommandId::$id, $name $(, $arg)*),)*];
+        )*
+    };
 }
 
 const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
 const ONE_KEY: (i32, i32, i32) = (1, 1, 1);
 const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
 
-const CLIENT: &[CommandSpec] = &[
-    spec("client|getname", 2, NLS, NO_KEYS),
-    spec("client|id", 2, NLS, NO_KEYS),
-    spec("client|info", 2, NLS, NO_KEYS),
-    spec("client|setinfo", 4, NLS, NO_KEYS),
-    spec("client|setname", 3, NLS, NO_KEYS),
-];
+command_table! {
+    const CLIENT = [
+        ClientGetname => spec("client|getname", 2, NLS, NO_KEYS),
+        ClientId => spec("client|id", 2, NLS, NO_KEYS),
+        ClientInfo => spec("client|info", 2, NLS, NO_KEYS),
+        ClientSetinfo => spec("client|setinfo", 4, NLS, NO_KEYS),
+        ClientSetname => spec("client|setname", 3, NLS, NO_KEYS),
+    ];
 
-const COMMAND: &[CommandSpec] = &[
-    spec("command|count", 2, LS, NO_KEYS),
-    spec("command|docs", -2, LS, NO_KEYS),
-    spec("command|info", -2, LS, NO_KEYS),
-    spec("command|list", -2, LS, NO_KEYS),
-];
+    const COMMAND = [
+        CommandCount => spec("command|count", 2, LS, NO_KEYS),
+        CommandDocs => spec("command|docs", -2, LS, NO_KEYS),
+        CommandInfo => spec("command|info", -2, LS, NO_KEYS),
+        CommandList => spec("command|list", -2, LS, NO_KEYS),
+    ];
 
-const CONFIG: &[CommandSpec] = &[
-    spec("config|get", -3, ANLS, NO_KEYS),
-    spec("config|resetstat", 2, ANLS, NO_KEYS),
-    spec("config|set", -4, ANLS, NO_KEYS),
-];
+    const CONFIG = [
+        ConfigGet => spec("config|get", -3, ANLS, NO_KEYS),
+        ConfigResetstat => spec("config|resetstat", 2, ANLS, NO_KEYS),
+        ConfigSet => spec("config|set", -4, ANLS, NO_KEYS),
+    ];
 
-/// Every command of issue 6, plus the few small ones clients use alongside them (ECHO, HELLO,
-/// DECRBY, FLUSHDB, TYPE, PTTL, PEXPIRE, PERSIST) and YCSB's (HMGET, ZRANGEBYSCORE, and
-/// ZREVRANGEBYSCORE beside it). Values from Redis 7.0's command table.
-const COMMANDS: &[CommandSpec] = &[
-    spec("append", 3, WMF, ONE_KEY),
-    spec(
-        "auth",
-        -2,
-        NLS.union(Flags::FAST).union(Flags::NO_AUTH),
-        NO_KEYS,
-    ),
-    container("client", -2, NONE, CLIENT),
-    container("command", -1, LS, COMMAND),
-    container("config", -2, NONE, CONFIG),
-    spec("dbsize", 1, RF, NO_KEYS),
-    spec("decr", 2, WMF, ONE_KEY),
-    spec("decrby", 3, WMF, ONE_KEY),
-    spec("del", -2, W, ALL_KEYS),
-    spec("echo", 2, LS.union(Flags::FAST), NO_KEYS),
-    spec("exists", -2, RF, ALL_KEYS),
-    spec("expire", -3, WF, ONE_KEY),
-    spec("flushall", -1, W, NO_KEYS),
-    spec("flushdb", -1, W, NO_KEYS),
-    spec("get", 2, RF, ONE_KEY),
-    spec("getset", 3, WMF, ONE_KEY),
-    spec("hdel", -3, WF, ONE_KEY),
-    spec(
-        "hello",
-        -1,
-        NLS.union(Flags::FAST).union(Flags::NO_AUTH),
-        NO_KEYS,
-    ),
-    spec("hexists", 3, RF, ONE_KEY),
-    spec("hget", 3, RF, ONE_KEY),
-    spec("hgetall", 2, R, ONE_KEY),
-    spec("hincrby", 4, WMF, ONE_KEY),
-    spec("hlen", 2, RF, ONE_KEY),
-    spec("hmget", -3, RF, ONE_KEY),
-    spec("hmset", -4, WMF, ONE_KEY),
-    spec("hset", -4, WMF, ONE_KEY),
-    spec("incr", 2, WMF, ONE_KEY),
-    spec("incrby", 3, WMF, ONE_KEY),
-    spec("info", -1, LS, NO_KEYS),
-    spec("keys", 2, R, NO_KEYS),
-    spec("lindex", 3, R, ONE_KEY),
-    spec("llen", 2, RF, ONE_KEY),
-    spec("lpop", -2, WF, ONE_KEY),
-    spec("lpush", -3, WMF, ONE_KEY),
-    spec("lrange", 4, R, ONE_KEY),
-    spec("mget", -2, RF, ALL_KEYS),
-    spec("mset", -3, WM, (1, -1, 2)),
-    spec("persist", 2, WF, ONE_KEY),
-    spec("pexpire", -3, WF, ONE_KEY),
-    spec("ping", -1, Flags::FAST, NO_KEYS),
-    spec("pttl", 2, RF, ONE_KEY),
-    spec(
-        "quit",
-        -1,
-        NLS.union(Flags::FAST).union(Flags::NO_AUTH),
-        NO_KEYS,
-    ),
-    spec("rpop", -2, WF, ONE_KEY),
-    spec("rpush", -3, WMF, ONE_KEY),
-    spec("sadd", -3, WMF, ONE_KEY),
-    spec("scan", -2, R, NO_KEYS),
-    spec("scard", 2, RF, ONE_KEY),
-    spec("select", 2, LS.union(Flags::FAST), NO_KEYS),
-    spec("set", -3, WM, ONE_KEY),
-    spec("shutdown", -1, ANLS, NO_KEYS),
-    spec("sismember", 3, RF, ONE_KEY),
-    spec("smembers", 2, R, ONE_KEY),
-    spec("spop", -2, WF, ONE_KEY),
-    spec("srem", -3, WF, ONE_KEY),
-    spec("strlen", 2, RF, ONE_KEY),
-    spec("ttl", 2, RF, ONE_KEY),
-    spec("type", 2, RF, ONE_KEY),
-    spec("zadd", -4, WMF, ONE_KEY),
-    spec("zcard", 2, RF, ONE_KEY),
-    spec("zincrby", 4, WMF, ONE_KEY),
-    spec("zpopmin", -2, WF, ONE_KEY),
-    spec("zrange", -4, R, ONE_KEY),
-    spec("zrangebyscore", -4, R, ONE_KEY),
-    spec("zrem", -3, WF, ONE_KEY),
-    spec("zrevrangebyscore", -4, R, ONE_KEY),
-    spec("zscore", 3, RF, ONE_KEY),
-];
+    /// Every command of issue 6, plus the few small ones clients use alongside them (ECHO, HELLO,
+    /// DECRBY, FLUSHDB, TYPE, PTTL, PEXPIRE, PERSIST) and YCSB's (HMGET, ZRANGEBYSCORE, and
+    /// ZREVRANGEBYSCORE beside it). Values from Redis 7.0's command table.
+    const COMMANDS = [
+        Append => spec("append", 3, WMF, ONE_KEY),
+        Auth => spec("auth", -2, NLS_FAST_NO_AUTH, NO_KEYS),
+        Client => container("client", -2, NONE, CLIENT),
+        Command => container("command", -1, LS, COMMAND),
+        Config => container("config", -2, NONE, CONFIG),
+        Dbsize => spec("dbsize", 1, RF, NO_KEYS),
+        Decr => spec("decr", 2, WMF, ONE_KEY),
+        Decrby => spec("decrby", 3, WMF, ONE_KEY),
+        Del => spec("del", -2, W, ALL_KEYS),
+        Echo => spec("echo", 2, LS.union(Flags::FAST), NO_KEYS),
+        Exists => spec("exists", -2, RF, ALL_KEYS),
+        Expire => spec("expire", -3, WF, ONE_KEY),
+        Flushall => spec("flushall", -1, W, NO_KEYS),
+        Flushdb => spec("flushdb", -1, W, NO_KEYS),
+        Get => spec("get", 2, RF, ONE_KEY),
+        Getset => spec("getset", 3, WMF, ONE_KEY),
+        Hdel => spec("hdel", -3, WF, ONE_KEY),
+        Hello => spec("hello", -1, NLS_FAST_NO_AUTH, NO_KEYS),
+        Hexists => spec("hexists", 3, RF, ONE_KEY),
+        Hget => spec("hget", 3, RF, ONE_KEY),
+        Hgetall => spec("hgetall", 2, R, ONE_KEY),
+        Hincrby => spec("hincrby", 4, WMF, ONE_KEY),
+        Hlen => spec("hlen", 2, RF, ONE_KEY),
+        Hmget => spec("hmget", -3, RF, ONE_KEY),
+        Hmset => spec("hmset", -4, WMF, ONE_KEY),
+        Hset => spec("hset", -4, WMF, ONE_KEY),
+        Incr => spec("incr", 2, WMF, ONE_KEY),
+        Incrby => spec("incrby", 3, WMF, ONE_KEY),
+        Info => spec("info", -1, LS, NO_KEYS),
+        Keys => spec("keys", 2, R, NO_KEYS),
+        Lindex => spec("lindex", 3, R, ONE_KEY),
+        Llen => spec("llen", 2, RF, ONE_KEY),
+        Lpop => spec("lpop", -2, WF, ONE_KEY),
+        Lpush => spec("lpush", -3, WMF, ONE_KEY),
+        Lrange => spec("lrange", 4, R, ONE_KEY),
+        Mget => spec("mget", -2, RF, ALL_KEYS),
+        Mset => spec("mset", -3, WM, (1, -1, 2)),
+        Persist => spec("persist", 2, WF, ONE_KEY),
+        Pexpire => spec("pexpire", -3, WF, ONE_KEY),
+        Ping => spec("ping", -1, Flags::FAST, NO_KEYS),
+        Pttl => spec("pttl", 2, RF, ONE_KEY),
+        Quit => spec("quit", -1, NLS_FAST_NO_AUTH, NO_KEYS),
+        Rpop => spec("rpop", -2, WF, ONE_KEY),
+        Rpush => spec("rpush", -3, WMF, ONE_KEY),
+        Sadd => spec("sadd", -3, WMF, ONE_KEY),
+        Scan => spec("scan", -2, R, NO_KEYS),
+        Scard => spec("scard", 2, RF, ONE_KEY),
+        Select => spec("select", 2, LS.union(Flags::FAST), NO_KEYS),
+        Set => spec("set", -3, WM, ONE_KEY),
+        Shutdown => spec("shutdown", -1, ANLS, NO_KEYS),
+        Sismember => spec("sismember", 3, RF, ONE_KEY),
+        Smembers => spec("smembers", 2, R, ONE_KEY),
+        Spop => spec("spop", -2, WF, ONE_KEY),
+        Srem => spec("srem", -3, WF, ONE_KEY),
+        Strlen => spec("strlen", 2, RF, ONE_KEY),
+        Ttl => spec("ttl", 2, RF, ONE_KEY),
+        Type => spec("type", 2, RF, ONE_KEY),
+        Zadd => spec("zadd", -4, WMF, ONE_KEY),
+        Zcard => spec("zcard", 2, RF, ONE_KEY),
+        Zincrby => spec("zincrby", 4, WMF, ONE_KEY),
+        Zpopmin => spec("zpopmin", -2, WF, ONE_KEY),
+        Zrange => spec("zrange", -4, R, ONE_KEY),
+        Zrangebyscore => spec("zrangebyscore", -4, R, ONE_KEY),
+        Zrem => spec("zrem", -3, WF, ONE_KEY),
+        Zrevrangebyscore => spec("zrevrangebyscore", -4, R, ONE_KEY),
+        Zscore => spec("zscore", 3, RF, ONE_KEY),
+    ];
+}
 
 #[cfg(test)]
 mod tests {
@@ -410,6 +461,24 @@ mod tests {
         assert!(lookup_subcommand(config, b"GET").is_some());
         let client = lookup(b"client").expect("client");
         assert!(lookup_subcommand(client, b"SetName").is_some());
+    }
+
+    /// Each id is its entry's name in CamelCase ("config|get" is `ConfigGet`), each short
+    /// name is the part after the '|', and finding an entry by its name gives back that entry.
+    #[test]
+    fn ids_follow_names() {
+        let subcommands = COMMANDS.iter().flat_map(|spec| spec.subcommands);
+        for spec in COMMANDS.iter().chain(subcommands) {
+            let id = format!("{:?}", spec.id).to_ascii_lowercase();
+            assert_eq!(id, spec.name.replace('|', ""));
+            let short = spec.name.rsplit('|').next().unwrap_or_default();
+            assert_eq!(spec.short_name(), short);
+            let found = lookup_full_name(spec.name.to_ascii_uppercase().as_bytes());
+            assert_eq!(found.map(|found| found.id), Some(spec.id), "{}", spec.name);
+        }
+        assert!(lookup_full_name(b"config|").is_none());
+        assert!(lookup_full_name(b"get|x").is_none());
+        assert!(lookup_full_name(b"|get").is_none());
     }
 
     #[test]

@@ -103,7 +103,8 @@ pub enum CommandError {
     /// A container command (CONFIG, CLIENT, COMMAND) with a subcommand it does not have.
     #[error("{}", String::from_utf8_lossy(&unknown_subcommand_text(container, subcommand)))]
     UnknownSubcommand {
-        /// The container's name, upper-cased as Redis shows it.
+        /// The container's name as the command table has it ("config"); the text upper-cases
+        /// it, as Redis shows it.
         container: &'static str,
         /// The subcommand as the client sent it.
         subcommand: Vec<u8>,
@@ -191,7 +192,9 @@ fn unknown_command_text(name: &[u8], args: &[Vec<u8>]) -> Vec<u8> {
 fn unknown_subcommand_text(container: &str, subcommand: &[u8]) -> Vec<u8> {
     let mut text = b"ERR unknown subcommand '".to_vec();
     text.extend_from_slice(c_string_max(subcommand, ERROR_ECHO_BYTES_MAX));
-    text.extend_from_slice(format!("'. Try {container} HELP.").as_bytes());
+    text.extend_from_slice(b"'. Try ");
+    text.extend_from_slice(container.to_ascii_uppercase().as_bytes());
+    text.extend_from_slice(b" HELP.");
     text
 }
 
@@ -260,7 +263,7 @@ mod tests {
             b"ERR wrong number of arguments for 'get' command"
         );
         let sub = CommandError::UnknownSubcommand {
-            container: "CONFIG",
+            container: "config",
             subcommand: b"foo".to_vec(),
         };
         assert_eq!(

@@ -8,8 +8,9 @@
 //! - [`Encoder`] / [`Reply`]: replies, in RESP3 or downgraded to RESP2 the way Redis
 //!   downgrades them ([`Protocol`]).
 //! - [`ReplyDecoder`]: the client side, for tests and benchmark drivers.
-//! - [`command`]: the command table (arity, flags, key positions) behind COMMAND and the
-//!   argument-count check; [`errors`]: Redis's error texts for the command layer.
+//! - [`command`]: the command table (id, arity, flags, key positions) behind COMMAND, the
+//!   argument-count check and the server's dispatch; [`errors`]: Redis's error texts for the
+//!   command layer.
 //! - [`parse_i64`], [`parse_f64`], [`format_f64`]: numbers read and written exactly as Redis
 //!   does (`string2ll`, `strtod`, `%.17g`).
 //! - [`limits`]: every size limit, with its reason.
@@ -48,7 +49,7 @@ pub mod limits;
 mod number;
 mod reply;
 
-pub use command::{check_arity, lookup, CommandSpec};
+pub use command::{check_arity, lookup, CommandId, CommandSpec};
 pub use decode::{Command, Decoder, ProtocolError};
 pub use encode::{encode_command, Encoder, Protocol, Reply};
 pub use errors::CommandError;

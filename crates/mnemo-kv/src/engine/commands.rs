@@ -2,7 +2,8 @@
 //! that fails with WRONGTYPE or a syntax error leaves the keyspace as it found it.
 
 use mnemo_resp::bytes::Bytes;
-use mnemo_resp::{errors, parse_f64, parse_i64, Reply};
+use mnemo_resp::command::CommandSpec;
+use mnemo_resp::{errors, parse_f64, parse_i64, CommandError, CommandId as Id, Reply};
 
 use super::dict::{self, entry_field, tag, Value};
 use super::glob;
@@ -11,77 +12,30 @@ use super::limits::{SCAN_VISITS_PER_COUNT, VALUE_BYTES_MAX};
 use super::list;
 use super::store::{self, Result};
 
-/// A command the engine runs: (name, Redis arity, writes).
-pub const TABLE: &[(&str, i32, bool)] = &[
-    ("append", 3, true),
-    ("config", -2, false),
-    ("dbsize", 1, false),
-    ("decr", 2, true),
-    ("decrby", 3, true),
-    ("del", -2, true),
-    ("echo", 2, false),
-    ("exists", -2, false),
-    ("expire", -3, true),
-    ("flushall", -1, true),
-    ("flushdb", -1, true),
-    ("get", 2, false),
-    ("getset", 3, true),
-    ("hdel", -3, true),
-    ("hexists", 3, false),
-    ("hget", 3, false),
-    ("hgetall", 2, false),
-    ("hincrby", 4, true),
-    ("hlen", 2, false),
-    ("hmget", -3, false),
-    ("hmset", -4, true),
-    ("hset", -4, true),
-    ("incr", 2, true),
-    ("incrby", 3, true),
-    ("info", -1, false),
-    ("keys", 2, false),
-    ("lindex", 3, false),
-    ("llen", 2, false),
-    ("lpop", -2, true),
-    ("lpush", -3, true),
-    ("lrange", 4, false),
-    ("mget", -2, false),
-    ("mset", -3, true),
-    ("persist", 2, true),
-    ("pexpire", -3, true),
-    ("ping", -1, false),
-    ("pttl", 2, false),
-    ("rpop", -2, true),
-    ("rpush", -3, true),
-    ("sadd", -3, true),
-    ("scan", -2, false),
-    ("scard", 2, false),
-    ("select", 2, false),
-    ("set", -3, true),
-    ("shutdown", -1, false),
-    ("sismember", 3, false),
-    ("smembers", 2, false),
-    ("spop", -2, true),
-    ("srem", -3, true),
-    ("strlen", 2, false),
-    ("ttl", 2, false),
-    ("type", 2, false),
-    ("zadd", -4, true),
-    ("zcard", 2, false),
-    ("zincrby", 4, true),
-    ("zpopmin", -2, true),
-    ("zrange", -4, false),
-    ("zrangebyscore", -4, false),
-    ("zrem", -3, true),
-    ("zrevrangebyscore", -4, false),
-    ("zscore", 3, false),
-];
-
 pub(crate) fn err(text: &'static str) -> Reply {
     Reply::Error(Bytes::from_static(text.as_bytes()))
 }
 
 pub(crate) fn err_owned(text: String) -> Reply {
     Reply::Error(Bytes::from(text))
+}
+
+/// Redis's error for a name it does not know.
+fn unknown_command(args: &[Bytes]) -> Reply {
+    Reply::Error(Bytes::from(
+        CommandError::unknown_command(args).reply_text(),
+    ))
+}
+
+/// The arity error of a command whose arguments the table's arity cannot fully check (MSET and
+/// HSET pairs, LPOP's count).
+fn wrong_arity(spec: &'static CommandSpec) -> Reply {
+    Reply::Error(Bytes::from(
+        CommandError::WrongArity {
+            full_name: spec.name,
+        }
+        .reply_text(),
+    ))
 }
 
 fn wrongtype() -> Reply {
@@ -120,74 +74,99 @@ fn eq(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
-/// Runs one data command (`name` lower-case, arity already checked).
-pub fn run(ctx: &mut Ctx<'_, '_>, name: &str, args: &[Bytes]) -> Result<Reply> {
+/// Runs one data command: `spec` is its entry in mnemo-resp's table, found and checked
+/// (arity) by the caller.
+pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) -> Result<Reply> {
     let a = args;
-    match name {
-        "get" => get(ctx, &a[1]),
-        "set" => set(ctx, a),
-        "getset" => getset(ctx, &a[1], &a[2]),
-        "append" => append(ctx, &a[1], &a[2]),
-        "strlen" => strlen(ctx, &a[1]),
-        "incr" => incr(ctx, &a[1], 1),
-        "decr" => incr(ctx, &a[1], -1),
-        "incrby" => Ok(match parse_i64(&a[2]) {
+    match spec.id {
+        Id::Get => get(ctx, &a[1]),
+        Id::Set => set(ctx, spec, a),
+        Id::Getset => getset(ctx, &a[1], &a[2]),
+        Id::Append => append(ctx, &a[1], &a[2]),
+        Id::Strlen => strlen(ctx, &a[1]),
+        Id::Incr => incr(ctx, &a[1], 1),
+        Id::Decr => incr(ctx, &a[1], -1),
+        Id::Incrby => Ok(match parse_i64(&a[2]) {
             Some(by) => return incr(ctx, &a[1], by),
             None => err(errors::NOT_INTEGER),
         }),
-        "decrby" => Ok(match parse_i64(&a[2]) {
+        Id::Decrby => Ok(match parse_i64(&a[2]) {
             Some(i64::MIN) => err("ERR decrement would overflow"),
             Some(by) => return incr(ctx, &a[1], -by),
             None => err(errors::NOT_INTEGER),
         }),
-        "mget" => mget(ctx, &a[1..]),
-        "mset" => mset(ctx, a),
-        "del" => del(ctx, &a[1..]),
-        "exists" => exists(ctx, &a[1..]),
-        "expire" => expire(ctx, a, 1000, "expire"),
-        "pexpire" => expire(ctx, a, 1, "pexpire"),
-        "ttl" => ttl(ctx, &a[1], false),
-        "pttl" => ttl(ctx, &a[1], true),
-        "persist" => persist(ctx, &a[1]),
-        "type" => Ok(Reply::Simple(Bytes::from_static(
+        Id::Mget => mget(ctx, &a[1..]),
+        Id::Mset => mset(ctx, spec, a),
+        Id::Del => del(ctx, &a[1..]),
+        Id::Exists => exists(ctx, &a[1..]),
+        Id::Expire => expire(ctx, a, 1000, spec.name),
+        Id::Pexpire => expire(ctx, a, 1, spec.name),
+        Id::Ttl => ttl(ctx, &a[1], false),
+        Id::Pttl => ttl(ctx, &a[1], true),
+        Id::Persist => persist(ctx, &a[1]),
+        Id::Type => Ok(Reply::Simple(Bytes::from_static(
             super::keyspace::type_name(ctx.lookup(&a[1])?.map_or(0, |f| f.entry.tag)).as_bytes(),
         ))),
-        "keys" => keys(ctx, &a[1]),
-        "scan" => scan(ctx, a),
-        "dbsize" => Ok(int(dict::Header::read(ctx.tx, ctx.keyspace()?)?.count)),
-        "flushall" | "flushdb" => flush(ctx, a),
-        "lpush" => push(ctx, a, true),
-        "rpush" => push(ctx, a, false),
-        "lpop" => pop(ctx, a, true),
-        "rpop" => pop(ctx, a, false),
-        "lrange" => lrange(ctx, a),
-        "llen" => llen(ctx, &a[1]),
-        "lindex" => lindex(ctx, a),
-        "sadd" => sadd(ctx, a),
-        "srem" => srem(ctx, a),
-        "smembers" => smembers(ctx, &a[1]),
-        "scard" => card(ctx, &a[1], tag::SET),
-        "sismember" => sismember(ctx, &a[1], &a[2]),
-        "spop" => spop(ctx, a),
-        "hset" => hset(ctx, a, false),
-        "hmset" => hset(ctx, a, true),
-        "hget" => hget(ctx, &a[1], &a[2]),
-        "hgetall" => hgetall(ctx, &a[1]),
-        "hmget" => super::score_range::hmget(ctx, a),
-        "hdel" => hdel(ctx, a),
-        "hlen" => card(ctx, &a[1], tag::HASH),
-        "hexists" => hexists(ctx, &a[1], &a[2]),
-        "hincrby" => hincrby(ctx, a),
-        "zadd" => zadd(ctx, a, false),
-        "zscore" => zscore(ctx, &a[1], &a[2]),
-        "zincrby" => zadd(ctx, a, true),
-        "zcard" => card(ctx, &a[1], tag::ZSET),
-        "zrem" => zrem(ctx, a),
-        "zrange" => zrange(ctx, a),
-        "zrangebyscore" => super::score_range::zrangebyscore(ctx, a, false),
-        "zrevrangebyscore" => super::score_range::zrangebyscore(ctx, a, true),
-        "zpopmin" => zpopmin(ctx, a),
-        _ => Ok(err("ERR unknown command")),
+        Id::Keys => keys(ctx, &a[1]),
+        Id::Scan => scan(ctx, a),
+        Id::Dbsize => Ok(int(dict::Header::read(ctx.tx, ctx.keyspace()?)?.count)),
+        Id::Flushall | Id::Flushdb => flush(ctx, a),
+        Id::Lpush => push(ctx, a, true),
+        Id::Rpush => push(ctx, a, false),
+        Id::Lpop => pop(ctx, spec, a, true),
+        Id::Rpop => pop(ctx, spec, a, false),
+        Id::Lrange => lrange(ctx, a),
+        Id::Llen => llen(ctx, &a[1]),
+        Id::Lindex => lindex(ctx, a),
+        Id::Sadd => sadd(ctx, a),
+        Id::Srem => srem(ctx, a),
+        Id::Smembers => smembers(ctx, &a[1]),
+        Id::Scard => card(ctx, &a[1], tag::SET),
+        Id::Sismember => sismember(ctx, &a[1], &a[2]),
+        Id::Spop => spop(ctx, spec, a),
+        Id::Hset | Id::Hmset => hset(ctx, spec, a),
+        Id::Hget => hget(ctx, &a[1], &a[2]),
+        Id::Hgetall => hgetall(ctx, &a[1]),
+        Id::Hmget => super::score_range::hmget(ctx, a),
+        Id::Hdel => hdel(ctx, a),
+        Id::Hlen => card(ctx, &a[1], tag::HASH),
+        Id::Hexists => hexists(ctx, &a[1], &a[2]),
+        Id::Hincrby => hincrby(ctx, a),
+        Id::Zadd => zadd(ctx, a, false),
+        Id::Zscore => zscore(ctx, &a[1], &a[2]),
+        Id::Zincrby => zadd(ctx, a, true),
+        Id::Zcard => card(ctx, &a[1], tag::ZSET),
+        Id::Zrem => zrem(ctx, a),
+        Id::Zrange => zrange(ctx, a),
+        Id::Zrangebyscore => super::score_range::zrangebyscore(ctx, a, false),
+        Id::Zrevrangebyscore => super::score_range::zrangebyscore(ctx, a, true),
+        Id::Zpopmin => zpopmin(ctx, spec, a),
+        // Not data commands: the engine answers PING, ECHO, SELECT, SHUTDOWN, INFO and CONFIG
+        // itself (`PersistentEngine::run_command`), the session the others (connection state),
+        // which the engine does not know.
+        Id::Ping
+        | Id::Echo
+        | Id::Select
+        | Id::Shutdown
+        | Id::Info
+        | Id::Config
+        | Id::ConfigGet
+        | Id::ConfigResetstat
+        | Id::ConfigSet
+        | Id::Auth
+        | Id::Hello
+        | Id::Quit
+        | Id::Client
+        | Id::ClientGetname
+        | Id::ClientId
+        | Id::ClientInfo
+        | Id::ClientSetinfo
+        | Id::ClientSetname
+        | Id::Command
+        | Id::CommandCount
+        | Id::CommandDocs
+        | Id::CommandInfo
+        | Id::CommandList => Ok(unknown_command(args)),
     }
 }
 
@@ -222,7 +201,7 @@ fn expire_at(
     }
 }
 
-fn set(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+fn set(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     let (mut nx, mut xx, mut get, mut keep) = (false, false, false, false);
     let mut expire: Option<i64> = None;
     let mut i = 3;
@@ -248,7 +227,7 @@ fn set(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
                 1
             };
             let absolute = opt.len() == 4;
-            match expire_at(ctx, &a[i + 1], unit, absolute, "set") {
+            match expire_at(ctx, &a[i + 1], unit, absolute, spec.name) {
                 Ok(at) => expire = Some(at),
                 Err(reply) => return Ok(reply),
             }
@@ -351,9 +330,9 @@ fn mget(ctx: &mut Ctx<'_, '_>, keys: &[Bytes]) -> Result<Reply> {
     Ok(Reply::Array(out))
 }
 
-fn mset(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+fn mset(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     if a.len() % 2 == 0 {
-        return Ok(err("ERR wrong number of arguments for 'mset' command"));
+        return Ok(wrong_arity(spec));
     }
     for pair in a[1..].chunks_exact(2) {
         let found = ctx.lookup_write(&pair[0])?;
@@ -578,17 +557,17 @@ fn push(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
 
 /// Parses an optional count argument: Ok(None) without one, Err(reply) if invalid. Extra
 /// arguments: LPOP/RPOP answer with the arity error, SPOP/ZPOPMIN with a syntax error.
-fn count_arg(a: &[Bytes], at: usize) -> std::result::Result<Option<u64>, Reply> {
+fn count_arg(
+    spec: &'static CommandSpec,
+    a: &[Bytes],
+    at: usize,
+) -> std::result::Result<Option<u64>, Reply> {
     match a.get(at) {
         None => Ok(None),
-        Some(_) if a.len() > at + 1 => Err(
-            match String::from_utf8_lossy(&a[0]).to_ascii_lowercase().as_str() {
-                name @ ("lpop" | "rpop") => err_owned(format!(
-                    "ERR wrong number of arguments for '{name}' command"
-                )),
-                _ => err(errors::SYNTAX),
-            },
-        ),
+        Some(_) if a.len() > at + 1 => Err(match spec.id {
+            Id::Lpop | Id::Rpop => wrong_arity(spec),
+            _ => err(errors::SYNTAX),
+        }),
         Some(arg) => match parse_i64(arg) {
             Some(n) if n >= 0 => Ok(Some(n as u64)),
             _ => Err(err(errors::MUST_BE_POSITIVE)),
@@ -596,8 +575,13 @@ fn count_arg(a: &[Bytes], at: usize) -> std::result::Result<Option<u64>, Reply> 
     }
 }
 
-fn pop(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
-    let count = match count_arg(a, 2) {
+fn pop(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &'static CommandSpec,
+    a: &[Bytes],
+    left: bool,
+) -> Result<Reply> {
+    let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
     };
@@ -818,8 +802,8 @@ fn sismember(ctx: &mut Ctx<'_, '_>, key: &[u8], member: &[u8]) -> Result<Reply> 
     )))
 }
 
-fn spop(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let count = match count_arg(a, 2) {
+fn spop(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
+    let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
     };
@@ -856,12 +840,10 @@ fn ctx_random(state: &mut u64) -> u64 {
     x.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
-fn hset(ctx: &mut Ctx<'_, '_>, a: &[Bytes], hmset: bool) -> Result<Reply> {
+/// HSET, and HMSET (the same but for its reply).
+fn hset(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     if a.len() % 2 != 0 {
-        let name = if hmset { "hmset" } else { "hset" };
-        return Ok(err_owned(format!(
-            "ERR wrong number of arguments for '{name}' command"
-        )));
+        return Ok(wrong_arity(spec));
     }
     let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
         return Ok(Reply::Integer(0));
@@ -888,7 +870,11 @@ fn hset(ctx: &mut Ctx<'_, '_>, a: &[Bytes], hmset: bool) -> Result<Reply> {
             false,
         )?;
     }
-    Ok(if hmset { Reply::ok() } else { int(added) })
+    Ok(if spec.id == Id::Hmset {
+        Reply::ok()
+    } else {
+        int(added)
+    })
 }
 
 fn hget(ctx: &mut Ctx<'_, '_>, key: &[u8], field: &[u8]) -> Result<Reply> {
@@ -1203,8 +1189,8 @@ fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     Ok(scored_reply(items, with_scores, resp3))
 }
 
-fn zpopmin(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let count = match count_arg(a, 2) {
+fn zpopmin(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
+    let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
     };

@@ -32,7 +32,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use mnemo_heap::{Heap, HeapOptions, PPtr, TxHandle};
 use mnemo_resp::bytes::Bytes;
-use mnemo_resp::{errors, CommandError, Encoder, Protocol, Reply};
+use mnemo_resp::command::{self, CommandSpec, Flags};
+use mnemo_resp::{errors, CommandId, Encoder, Protocol, Reply};
 
 use crate::server::{Effect, Engine, Request};
 use dict::{tag, Kind};
@@ -212,24 +213,41 @@ impl<'h> PersistentEngine<'h> {
 
     /// Runs one command (arguments, name first) in the open batch and returns its reply:
     /// the seam without the server's [`Request`] (tests, tools). Opens a batch if none is.
+    /// Finds and checks the command in mnemo-resp's table ([`command::resolve`]), as the
+    /// session does for a [`Request`].
     pub fn execute_args(&mut self, args: &[Bytes], protocol: Protocol) -> (Reply, Effect) {
         if self.txn.is_none() {
             self.begin();
         }
-        let Some(&(full_name, arity, writes)) = command(args.first().map_or(&[][..], |a| &a[..]))
-        else {
-            let text = CommandError::unknown_command(args).reply_text();
-            return (Reply::Error(Bytes::from(text)), Effect::default());
-        };
-        let argc = args.len() as i64;
-        let arity = i64::from(arity);
-        if (arity >= 0 && argc != arity) || (arity < 0 && argc < -arity) {
-            let text = CommandError::WrongArity { full_name }.reply_text();
-            return (Reply::Error(Bytes::from(text)), Effect::default());
+        match command::resolve(args) {
+            Ok(spec) => self.run_command(spec, args, protocol),
+            Err(error) => (
+                Reply::Error(Bytes::from(error.reply_text())),
+                Effect::default(),
+            ),
         }
+    }
+
+    /// Runs a command that the table has found (`spec`) in the open batch, dispatching on its
+    /// id. The session has checked the arity already; it is checked again here, from the same
+    /// entry (one comparison), because the handlers index the arguments by it and a
+    /// [`Request`] built by hand must not make them panic.
+    fn run_command(
+        &mut self,
+        spec: &'static CommandSpec,
+        args: &[Bytes],
+        protocol: Protocol,
+    ) -> (Reply, Effect) {
+        if let Err(error) = command::check_arity(spec, args.len()) {
+            return (
+                Reply::Error(Bytes::from(error.reply_text())),
+                Effect::default(),
+            );
+        }
+        let writes = spec.flags.contains(Flags::WRITE);
         let effect = Effect {
             wrote: writes,
-            close: full_name == "shutdown",
+            close: spec.id == CommandId::Shutdown,
         };
         self.stats.commands += 1;
         if let Some(reason) = &self.poisoned {
@@ -239,34 +257,41 @@ impl<'h> PersistentEngine<'h> {
             );
         }
         let resp3 = protocol == Protocol::Resp3;
-        let reply = match full_name {
-            "ping" => Ok(match args.get(1) {
+        let reply = match spec.id {
+            CommandId::Ping => Ok(match args.get(1) {
                 Some(text) => Reply::Bulk(text.clone()),
                 None => Reply::Simple(Bytes::from_static(b"PONG")),
             }),
-            "echo" => Ok(Reply::Bulk(args[1].clone())),
-            "select" => Ok(match args[1].as_ref() {
+            CommandId::Echo => Ok(Reply::Bulk(args[1].clone())),
+            CommandId::Select => Ok(match args[1].as_ref() {
                 b"0" => Reply::ok(),
                 _ => commands::err(errors::DB_INDEX_OUT_OF_RANGE),
             }),
-            "shutdown" => Ok(Reply::ok()),
-            "info" => Ok(self.info(&args[1..])),
-            "config" => Ok(config(args)),
-            _ => self.run_data(full_name, args, resp3),
+            CommandId::Shutdown => Ok(Reply::ok()),
+            CommandId::Info => Ok(self.info(&args[1..])),
+            CommandId::ConfigGet => Ok(config_get(args)),
+            CommandId::ConfigSet => Ok(config_set(args)),
+            CommandId::ConfigResetstat => Ok(Reply::ok()),
+            _ => self.run_data(spec, args, resp3),
         };
         let reply = match reply {
             Ok(reply) => {
                 if writes {
-                    self.log.push(args);
+                    self.log.push(spec, args);
                 }
                 reply
             }
-            Err(e) => self.recover(e, full_name, args, resp3),
+            Err(e) => self.recover(e, spec, args, resp3),
         };
         (reply, effect)
     }
 
-    fn run_data(&mut self, name: &str, args: &[Bytes], resp3: bool) -> Result<Reply, EngineError> {
+    fn run_data(
+        &mut self,
+        spec: &'static CommandSpec,
+        args: &[Bytes],
+        resp3: bool,
+    ) -> Result<Reply, EngineError> {
         let Some(txn) = self.txn.as_deref() else {
             return store::corrupt("no open batch");
         };
@@ -280,14 +305,20 @@ impl<'h> PersistentEngine<'h> {
             resp3,
             keyspace: Cell::new(0),
         };
-        let reply = commands::run(&mut ctx, name, args)?;
+        let reply = commands::run(&mut ctx, spec, args)?;
         mem.check_size()?;
         Ok(reply)
     }
 
     /// A command failed inside the heap: undo it (abort, replay the batch so far), commit
     /// early and retry once if the batch outgrew a redo record, else reply the error.
-    fn recover(&mut self, e: EngineError, name: &str, args: &[Bytes], resp3: bool) -> Reply {
+    fn recover(
+        &mut self,
+        e: EngineError,
+        spec: &'static CommandSpec,
+        args: &[Bytes],
+        resp3: bool,
+    ) -> Reply {
         self.stats.rollbacks += 1;
         if let Err(failed) = self.rollback_and_replay() {
             self.poisoned = Some(failed.to_string());
@@ -298,9 +329,9 @@ impl<'h> PersistentEngine<'h> {
                 Ok(()) => {
                     self.stats.split_commits += 1;
                     self.begin_txn();
-                    match self.run_data(name, args, resp3) {
+                    match self.run_data(spec, args, resp3) {
                         Ok(reply) => {
-                            self.log.push(args);
+                            self.log.push(spec, args);
                             return reply;
                         }
                         Err(again) => {
@@ -347,11 +378,8 @@ impl<'h> PersistentEngine<'h> {
         self.rng = self.rng_batch;
         let log = std::mem::take(&mut self.log);
         let mut result = Ok(());
-        for args in log.commands() {
-            let Some(&(full_name, _, _)) = command(&args[0]) else {
-                continue;
-            };
-            if let Err(e) = self.run_data(full_name, &args, false) {
+        for (spec, args) in log.commands() {
+            if let Err(e) = self.run_data(spec, &args, false) {
                 result = Err(EngineError::ReplayFailed(e.to_string()));
                 break;
             }
@@ -603,8 +631,9 @@ fn human(bytes: u64) -> String {
     format!("{v:.2}{}", units[u])
 }
 
-/// CONFIG GET / SET / RESETSTAT. Values describe mnemo's behaviour in Redis's terms.
-fn config(args: &[Bytes]) -> Reply {
+/// CONFIG GET: the parameters matching any of the patterns. Values describe mnemo's behaviour
+/// in Redis's terms.
+fn config_get(args: &[Bytes]) -> Reply {
     const PARAMS: &[(&str, &str)] = &[
         ("appendfsync", "always"),
         ("appendonly", "no"),
@@ -617,49 +646,27 @@ fn config(args: &[Bytes]) -> Reply {
         ("timeout", "0"),
         ("tcp-keepalive", "300"),
     ];
-    let sub = args
-        .get(1)
-        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
-        .unwrap_or_default();
-    match sub.as_str() {
-        "get" if args.len() >= 3 => {
-            let mut pairs = Vec::new();
-            for (name, value) in PARAMS {
-                if args[2..]
-                    .iter()
-                    .any(|p| glob::matches(&p.to_ascii_lowercase(), name.as_bytes()))
-                {
-                    pairs.push((
-                        Reply::Bulk(Bytes::from_static(name.as_bytes())),
-                        Reply::Bulk(Bytes::from_static(value.as_bytes())),
-                    ));
-                }
-            }
-            Reply::Map(pairs)
+    let mut pairs = Vec::new();
+    for (name, value) in PARAMS {
+        if args[2..]
+            .iter()
+            .any(|p| glob::matches(&p.to_ascii_lowercase(), name.as_bytes()))
+        {
+            pairs.push((
+                Reply::Bulk(Bytes::from_static(name.as_bytes())),
+                Reply::Bulk(Bytes::from_static(value.as_bytes())),
+            ));
         }
-        "set" if args.len() >= 4 => commands::err_owned(format!(
-            "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-            String::from_utf8_lossy(&args[2])
-        )),
-        "resetstat" => Reply::ok(),
-        "get" | "set" => commands::err_owned(format!(
-            "ERR wrong number of arguments for 'config|{sub}' command"
-        )),
-        _ => Reply::Error(Bytes::from(
-            CommandError::UnknownSubcommand {
-                container: "CONFIG",
-                subcommand: args.get(1).map(|s| s.to_vec()).unwrap_or_default(),
-            }
-            .reply_text(),
-        )),
     }
+    Reply::Map(pairs)
 }
 
-/// The command table's entry for a name, in any case (no allocation).
-fn command(name: &[u8]) -> Option<&'static (&'static str, i32, bool)> {
-    commands::TABLE
-        .iter()
-        .find(|(n, _, _)| n.as_bytes().eq_ignore_ascii_case(name))
+/// CONFIG SET: no parameter can be changed at run time.
+fn config_set(args: &[Bytes]) -> Reply {
+    commands::err_owned(format!(
+        "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+        String::from_utf8_lossy(&args[2])
+    ))
 }
 
 impl Engine for PersistentEngine<'_> {
@@ -678,7 +685,11 @@ impl Engine for PersistentEngine<'_> {
     }
 
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
-        let (value, effect) = self.execute_args(request.command.args(), reply.protocol());
+        if self.txn.is_none() {
+            self.begin();
+        }
+        let (value, effect) =
+            self.run_command(request.spec, request.command.args(), reply.protocol());
         if !(effect.close && matches!(value, Reply::Simple(_))) {
             reply.reply(&value);
         }

@@ -8,6 +8,7 @@
 //! bytes, so a large value is never copied.
 
 use mnemo_resp::bytes::Bytes;
+use mnemo_resp::command::CommandSpec;
 
 /// Longest argument copied into the buffer.
 pub const COPY_BYTES_MAX: usize = 256;
@@ -28,13 +29,13 @@ enum Arg {
 pub struct ReplayLog {
     bytes: Vec<u8>,
     args: Vec<Arg>,
-    /// End (in `args`) of each command.
-    commands: Vec<usize>,
+    /// Each command's table entry and end (in `args`).
+    commands: Vec<(&'static CommandSpec, usize)>,
 }
 
 impl ReplayLog {
-    /// Keeps one command (its name first).
-    pub fn push(&mut self, args: &[Bytes]) {
+    /// Keeps one command: its table entry and its arguments (the name first).
+    pub fn push(&mut self, spec: &'static CommandSpec, args: &[Bytes]) {
         for a in args {
             if a.len() <= COPY_BYTES_MAX {
                 let start = self.bytes.len();
@@ -44,7 +45,7 @@ impl ReplayLog {
                 self.args.push(Arg::Shared(a.clone()));
             }
         }
-        self.commands.push(self.args.len());
+        self.commands.push((spec, self.args.len()));
     }
 
     /// Forgets every command (the batch committed or was abandoned).
@@ -60,12 +61,13 @@ impl ReplayLog {
         self.commands.is_empty()
     }
 
-    /// The kept commands, in order, as argument lists.
-    pub fn commands(&self) -> Vec<Vec<Bytes>> {
+    /// The kept commands, in order, as table entries and argument lists.
+    pub fn commands(&self) -> Vec<(&'static CommandSpec, Vec<Bytes>)> {
         let mut out = Vec::with_capacity(self.commands.len());
         let mut first = 0;
-        for &end in &self.commands {
-            out.push(
+        for &(spec, end) in &self.commands {
+            out.push((
+                spec,
                 self.args[first..end]
                     .iter()
                     .map(|a| match a {
@@ -75,7 +77,7 @@ impl ReplayLog {
                         Arg::Shared(bytes) => bytes.clone(),
                     })
                     .collect(),
-            );
+            ));
             first = end;
         }
         out
@@ -84,6 +86,8 @@ impl ReplayLog {
 
 #[cfg(test)]
 mod tests {
+    use mnemo_resp::CommandId;
+
     use super::*;
 
     #[test]
@@ -101,17 +105,19 @@ mod tests {
             Bytes::from_static(b""),
             Bytes::from(vec![1u8; COPY_BYTES_MAX]),
         ];
-        log.push(&first);
-        log.push(&second);
-        log.push(&[Bytes::from_static(b"FLUSHALL")]);
+        let third = vec![Bytes::from_static(b"FLUSHALL")];
+        let spec = |args: &[Bytes]| mnemo_resp::command::resolve(args).expect("in the table");
+        for args in [&first, &second, &third] {
+            log.push(spec(args), args);
+        }
         assert!(!log.is_empty());
         let got = log.commands();
-        assert_eq!(
-            got,
-            vec![first, second, vec![Bytes::from_static(b"FLUSHALL")]]
-        );
+        let ids: Vec<_> = got.iter().map(|(spec, _)| spec.id).collect();
+        assert_eq!(ids, [CommandId::Set, CommandId::Mset, CommandId::Flushall]);
+        let args: Vec<_> = got.iter().map(|(_, args)| args.clone()).collect();
+        assert_eq!(args, vec![first, second, third]);
         // The long argument is shared, not copied.
-        assert_eq!(got[0][2].as_ptr(), big.as_ptr());
+        assert_eq!(got[0].1[2].as_ptr(), big.as_ptr());
         log.clear();
         assert!(log.is_empty());
         assert!(log.commands().is_empty());

@@ -104,6 +104,7 @@ mod tests {
     use std::collections::HashMap;
 
     use mnemo_resp::bytes::Bytes;
+    use mnemo_resp::CommandId;
 
     use super::*;
     use crate::server::{Session, SessionConfig};
@@ -130,8 +131,8 @@ mod tests {
             let map = self.open.get_or_insert_with(HashMap::new);
             let args = request.command.args();
             self.log.push(request.spec.name.into());
-            match (request.spec.name, args) {
-                ("set", [_, key, value, ..]) => {
+            match (request.spec.id, args) {
+                (CommandId::Set, [_, key, value, ..]) => {
                     map.insert(key.clone(), value.clone());
                     reply.simple(b"OK");
                     Effect {
@@ -139,14 +140,14 @@ mod tests {
                         close: false,
                     }
                 }
-                ("get", [_, key]) => {
+                (CommandId::Get, [_, key]) => {
                     match map.get(key) {
                         Some(value) => reply.bulk(value),
                         None => reply.null_bulk(),
                     }
                     Effect::default()
                 }
-                ("shutdown", _) => {
+                (CommandId::Shutdown, _) => {
                     reply.simple(b"OK");
                     Effect {
                         wrote: false,

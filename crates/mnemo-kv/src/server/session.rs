@@ -7,14 +7,16 @@
 //!
 //! The session answers by itself what only concerns the connection (PING, ECHO, HELLO, AUTH,
 //! SELECT, CLIENT, COMMAND, QUIT) and every error found from the command table (unknown
-//! command, arity, NOAUTH), in Redis's order of checks. Replies always leave in request order:
-//! an answer computed here waits behind requests still at the executor.
+//! command, arity, NOAUTH), in Redis's order of checks. It looks each request up once in
+//! mnemo-resp's table and dispatches on the entry's [`CommandId`]; a request for the executor
+//! carries its entry along. Replies always leave in request order: an answer computed here
+//! waits behind requests still at the executor.
 
 use std::collections::VecDeque;
 
 use mnemo_resp::bytes::{Bytes, BytesMut};
-use mnemo_resp::command::{self, CommandSpec, Flags};
-use mnemo_resp::{errors, parse_i64, Command, Decoder, Encoder, Protocol};
+use mnemo_resp::command::{self, CommandId, CommandSpec, Flags};
+use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol};
 
 use super::limits::{DATABASES, REDIS_VERSION};
 
@@ -32,7 +34,8 @@ pub struct Request {
     pub session: u64,
     /// The protocol its reply must be written in.
     pub protocol: Protocol,
-    /// The table entry: name, arity, flags (WRITE tells the executor a sync point is due).
+    /// The table entry, found and checked (arity, authentication) by the session: the engine
+    /// dispatches on its id; its WRITE flag tells the executor a sync point is due.
     pub spec: &'static CommandSpec,
     /// The arguments, the name first.
     pub command: Command,
@@ -219,43 +222,66 @@ impl Session {
             self.answer_error(errors::NO_AUTH.as_bytes());
             return Route::Local;
         }
-        match spec.name {
-            "ping" => self.ping(args),
-            "echo" => {
+        match spec.id {
+            CommandId::Ping => self.ping(spec, args),
+            CommandId::Echo => {
                 let message = args.get(1).cloned().unwrap_or_default();
                 self.answer(|reply| reply.bulk(&message));
             }
-            "quit" => {
+            CommandId::Quit => {
                 self.answer(|reply| reply.simple(b"OK"));
                 self.closing = true;
             }
-            "auth" => self.auth(args),
-            "hello" => self.hello(args),
-            "select" => self.select(args),
-            "command" => self.answer(|reply| {
+            CommandId::Auth => self.auth(args),
+            CommandId::Hello => self.hello(args),
+            CommandId::Select => self.select(args),
+            CommandId::Command => self.answer(|reply| {
                 reply.array_len(command::commands().len());
                 for spec in command::commands() {
                     spec.encode_info(reply);
                 }
             }),
-            "command|count" => self.answer(|reply| reply.integer(count(command::commands().len()))),
-            "command|info" => self.command_info(args),
-            "command|docs" => self.answer(|reply| reply.map_len(0)),
-            "command|list" => self.command_list(args),
-            name if name.starts_with("client|") => self.client(spec, args),
+            CommandId::CommandCount => {
+                self.answer(|reply| reply.integer(count(command::commands().len())))
+            }
+            CommandId::CommandInfo => self.command_info(args),
+            CommandId::CommandDocs => self.answer(|reply| reply.map_len(0)),
+            CommandId::CommandList => self.command_list(args),
+            CommandId::ClientId => {
+                let id = count_u64(self.id);
+                self.answer(|reply| reply.integer(id));
+            }
+            CommandId::ClientGetname => {
+                let name = self.name.clone();
+                self.answer(|reply| match name {
+                    Some(name) => reply.bulk(&name),
+                    None => reply.null_bulk(),
+                });
+            }
+            CommandId::ClientSetname => self.client_setname(args),
+            CommandId::ClientSetinfo => self.client_setinfo(args),
+            CommandId::ClientInfo => {
+                let info = self.client_info();
+                self.answer(|reply| reply.verbatim(*b"txt", &info));
+            }
             _ => return Route::Executor(spec),
         }
         Route::Local
     }
 
-    fn ping(&mut self, args: &[Bytes]) {
+    fn ping(&mut self, spec: &'static CommandSpec, args: &[Bytes]) {
         match args {
             [_] => self.answer(|reply| reply.simple(b"PONG")),
             [_, message] => {
                 let message = message.clone();
                 self.answer(|reply| reply.bulk(&message));
             }
-            _ => self.answer_error(b"ERR wrong number of arguments for 'ping' command"),
+            _ => self.answer_error(
+                &CommandError::WrongArity {
+                    full_name: spec.name,
+                }
+                .reply_text(),
+            ),
         }
     }
 
@@ -390,7 +416,7 @@ impl Session {
             }
             reply.array_len(names.len());
             for name in names {
-                match lookup_full_name(name) {
+                match command::lookup_full_name(name) {
                     Some(spec) => spec.encode_info(reply),
                     None => reply.null_bulk(),
                 }
@@ -418,49 +444,31 @@ impl Session {
         });
     }
 
-    fn client(&mut self, spec: &'static CommandSpec, args: &[Bytes]) {
-        match spec.short_name() {
-            "id" => {
-                let id = count_u64(self.id);
-                self.answer(|reply| reply.integer(id));
-            }
-            "getname" => {
-                let name = self.name.clone();
-                self.answer(|reply| match name {
-                    Some(name) => reply.bulk(&name),
-                    None => reply.null_bulk(),
-                });
-            }
-            "setname" => {
-                let name = args.get(2).cloned().unwrap_or_default();
-                if !valid_client_name(&name) {
-                    return self.answer_error(errors::INVALID_CLIENT_NAME.as_bytes());
-                }
-                self.name = (!name.is_empty()).then_some(name);
-                self.answer(|reply| reply.simple(b"OK"));
-            }
-            "setinfo" => {
-                let (attribute, value) = (
-                    args.get(2).cloned().unwrap_or_default(),
-                    args.get(3).cloned(),
-                );
-                if attribute.eq_ignore_ascii_case(b"lib-name") {
-                    self.library.0 = value;
-                } else if attribute.eq_ignore_ascii_case(b"lib-ver") {
-                    self.library.1 = value;
-                } else {
-                    let mut text = b"ERR Unrecognized option '".to_vec();
-                    text.extend_from_slice(&attribute);
-                    text.push(b'\'');
-                    return self.answer_error(&text);
-                }
-                self.answer(|reply| reply.simple(b"OK"));
-            }
-            _ => {
-                let info = self.client_info();
-                self.answer(|reply| reply.verbatim(*b"txt", &info));
-            }
+    fn client_setname(&mut self, args: &[Bytes]) {
+        let name = args.get(2).cloned().unwrap_or_default();
+        if !valid_client_name(&name) {
+            return self.answer_error(errors::INVALID_CLIENT_NAME.as_bytes());
         }
+        self.name = (!name.is_empty()).then_some(name);
+        self.answer(|reply| reply.simple(b"OK"));
+    }
+
+    fn client_setinfo(&mut self, args: &[Bytes]) {
+        let (attribute, value) = (
+            args.get(2).cloned().unwrap_or_default(),
+            args.get(3).cloned(),
+        );
+        if attribute.eq_ignore_ascii_case(b"lib-name") {
+            self.library.0 = value;
+        } else if attribute.eq_ignore_ascii_case(b"lib-ver") {
+            self.library.1 = value;
+        } else {
+            let mut text = b"ERR Unrecognized option '".to_vec();
+            text.extend_from_slice(&attribute);
+            text.push(b'\'');
+            return self.answer_error(&text);
+        }
+        self.answer(|reply| reply.simple(b"OK"));
     }
 
     /// The CLIENT INFO line, with the fields this server knows.
@@ -481,17 +489,6 @@ impl Session {
 /// Redis accepts client names made of '!'..='~' only (no spaces, no newlines).
 fn valid_client_name(name: &[u8]) -> bool {
     name.iter().all(|byte| (b'!'..=b'~').contains(byte))
-}
-
-/// "get" or "config|get", as COMMAND INFO accepts them.
-fn lookup_full_name(name: &[u8]) -> Option<&'static CommandSpec> {
-    match name.iter().position(|&byte| byte == b'|') {
-        None => command::lookup(name),
-        Some(bar) => {
-            let container = command::lookup(name.get(..bar)?)?;
-            command::lookup_subcommand(container, name.get(bar + 1..)?)
-        }
-    }
 }
 
 fn count(len: usize) -> i64 {
@@ -655,9 +652,9 @@ mod tests {
         let mut s = session(None);
         s.receive(b"SET a 1\r\nPING\r\nGET a\r\nECHO z\r\n");
         let first = s.poll_request().expect("SET");
-        assert_eq!(first.spec.name, "set");
+        assert_eq!(first.spec.id, CommandId::Set);
         let second = s.poll_request().expect("GET");
-        assert_eq!(second.spec.name, "get");
+        assert_eq!(second.spec.id, CommandId::Get);
         assert!(s.poll_request().is_none());
         assert_eq!(s.in_flight(), 2);
         assert!(s.take_output().is_empty(), "PING answered before SET");
