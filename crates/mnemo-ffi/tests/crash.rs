@@ -448,7 +448,11 @@ const BLIND: &[(&str, &str)] = &[(
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut sites = mnemo_pmem::mutant::sites_in(&src);
-    assert!(sites.len() >= 5, "found only {} sites: {sites:?}", sites.len());
+    assert!(
+        sites.len() >= 5,
+        "found only {} sites: {sites:?}",
+        sites.len()
+    );
     sites.push("redo.fenced_apply".into());
     let mut missed = Vec::new();
     let mut caught = 0;
@@ -473,5 +477,8 @@ fn every_durable_site_is_needed() {
         sites.len(),
         BLIND.len()
     );
-    assert!(missed.is_empty(), "sites whose removal nothing catches: {missed:?}");
+    assert!(
+        missed.is_empty(),
+        "sites whose removal nothing catches: {missed:?}"
+    );
 }

@@ -236,14 +236,15 @@ fn log_mutants_are_caught() {
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let sites = mnemo_pmem::mutant::sites_in(&src);
-    assert!(sites.len() >= 6, "found only {} sites: {sites:?}", sites.len());
+    assert!(
+        sites.len() >= 6,
+        "found only {} sites: {sites:?}",
+        sites.len()
+    );
     let mut missed = Vec::new();
     for id in &sites {
         let name: &'static str = Box::leak(format!("site:{id}").into_boxed_str());
-        let workload = LogWorkload {
-            area: 512,
-            ops: 40,
-        };
+        let workload = LogWorkload { area: 512, ops: 40 };
         let found = (0..4).find_map(|seed| {
             let mut config = config(seed);
             config.mutant = Some(name);
@@ -266,5 +267,8 @@ fn every_durable_site_is_needed() {
         sites.len(),
         sites.len() - missed.len()
     );
-    assert!(missed.is_empty(), "sites whose removal nothing catches: {missed:?}");
+    assert!(
+        missed.is_empty(),
+        "sites whose removal nothing catches: {missed:?}"
+    );
 }

@@ -248,7 +248,11 @@ const BLIND_SITES: &[(&str, &str)] = &[(
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../mnemo-pmem/src");
     let sites = mnemo_pmem::mutant::sites_in(&src);
-    assert!(sites.len() >= 4, "found only {} sites: {sites:?}", sites.len());
+    assert!(
+        sites.len() >= 4,
+        "found only {} sites: {sites:?}",
+        sites.len()
+    );
     let mut missed = Vec::new();
     let mut caught = 0;
     for id in &sites {
@@ -269,5 +273,8 @@ fn every_durable_site_is_needed() {
         sites.len(),
         BLIND_SITES.len()
     );
-    assert!(missed.is_empty(), "sites whose removal nothing catches: {missed:?}");
+    assert!(
+        missed.is_empty(),
+        "sites whose removal nothing catches: {missed:?}"
+    );
 }
