@@ -60,7 +60,7 @@
  *   mnemo_tx_commit() aborts it and returns MNEMO_EABORTED. The pool stays consistent.
  *
  *   Recovery is automatic: mnemo_pool_open() replays committed transactions that were not
- *   completely applied and applies the last gmsync snapshot again; mnemo_log_open() finds
+ *   completely applied and applies the last gmsync journal record again; mnemo_log_open() finds
  *   exactly the complete appends. Only one process may have a pool open at a time.
  *
  *   In short:
@@ -124,15 +124,15 @@ extern "C" {
 /** Most ranges one mnemo_gmsync() call may name. */
 #define MNEMO_GMSYNC_RANGES_MAX 1024
 
-/** Bytes of mnemo_gmsync()'s snapshot record: 32, plus per range 16 and its length rounded
+/** Bytes of mnemo_gmsync()'s journal record: 32, plus per range 16 and its length rounded
  * up to 8. */
-#define MNEMO_GMSYNC_RECORD_MAX 65536
+#define MNEMO_GMSYNC_RECORD_MAX 16384
 
 /**
  * Metadata of the heap in a new pool (table of contents, 16 lane logs, the first chunk
  * table and chunk). mnemo_pool_create() grows a smaller pool to this size if size_max allows.
  */
-#define MNEMO_POOL_SIZE_MIN (4534272)
+#define MNEMO_POOL_SIZE_MIN (4567040)
 
 /** Smallest region mnemo_log_open() accepts. */
 #define MNEMO_LOG_SIZE_MIN 256
@@ -374,7 +374,8 @@ uint64_t mnemo_offset(mnemo_pool *pool, const void *ptr);
  * Recovery never puts older bytes back over the synced ones: if a committed transaction
  * wrote some of these bytes and its redo record could still be replayed, that record is
  * first retired (the heap raises its durable horizon past it: up to two extra fences); if
- * the last mnemo_gmsync() named some of them, its snapshot is released (one extra fence).
+ * the last mnemo_gmsync() named some of them, its journal record is released (one extra
+ * fence).
  * @param pool the pool
  * @param addr first byte, in the pool's data area
  * @param len  bytes (0: nothing to do)
@@ -392,10 +393,11 @@ int mnemo_msync(mnemo_pool *pool, const void *addr, size_t len);
  * plain stores, and the CPU may write any of their cache lines back to media at any moment,
  * before anyone asks. Nothing done inside the call can take such an early write-back back;
  * only a copy taken *earlier* can. So each mnemo_gmsync keeps one:
- *   1. it copies the current contents of all ranges into a snapshot record (in the
- *      reserved region "mnemo.ffi.gmsync"), then flushes the record and the ranges and
- *      issues one fence: the commit point; on return all ranges are durable;
- *   2. mnemo_pool_open applies the newest complete snapshot record again.
+ *   1. it copies the current contents of all ranges into a journal record (in one of the
+ *      pool's two journal slots, before its data area), then flushes the record and the
+ *      ranges and issues one fence: the commit point; on return all ranges are durable;
+ *   2. mnemo_pool_open applies the newest complete journal record again (before the
+ *      heap replays newer transactions).
  * After a crash:
  *   - if the call reached its commit point, every range holds exactly its contents at the
  *     call;
@@ -410,17 +412,17 @@ int mnemo_msync(mnemo_pool *pool, const void *addr, size_t len);
  * published size) is not rolled back but stays unpublished. The tests explore every crash
  * image of this under a simulator (crates/mnemo-ffi/tests/crash.rs).
  *
- * The snapshot stops applying to bytes that become durable otherwise, so it never puts old
- * bytes back over newer durable ones: mnemo_msync() of them, mnemo_tx_write() to them, and
- * mnemo_pfree()/mnemo_tx_free()/mnemo_nvfree() of memory holding them release it first (one
- * extra fence; the rollback protection of the whole snapshot ends until the next gmsync).
- * Raw stores to snapshot bytes that are never synced are undone at the next open.
+ * The record stops applying to bytes that become durable otherwise, so it never puts old
+ * bytes back over newer durable ones: any other sync point naming some of them (mnemo_msync(),
+ * the commit of a transaction that wrote them, a later write into memory freed and allocated
+ * again) releases it first (one extra fence; the rollback protection of the whole record
+ * ends until the next gmsync, whose crash images may then mix old and new words).
+ * Raw stores to journalled bytes that are never synced are undone at the next open.
  *
  * Rules: the ranges must lie in allocated objects or regions; other threads must not store
  * to them during the call; concurrent gmsync calls on one pool are serialised. The record
  * holds 32 bytes plus, per range, 16 bytes and the length rounded up to 8: at most
- * MNEMO_GMSYNC_RECORD_MAX. Cost: copying the ranges and one fence; plus a small
- * transaction on the first call (which creates the region), and up to two fences when a
+ * MNEMO_GMSYNC_RECORD_MAX. Cost: copying the ranges and one fence; up to two fences when a
  * transaction's redo record covering the ranges must be retired first. Called while the thread has a
  * transaction open, it does not join it.
  * @param pool   the pool
@@ -452,8 +454,8 @@ int mnemo_tx_begin(mnemo_pool *pool, mnemo_tx **tx);
 /**
  * Store @p len bytes from @p src at offset @p off when the transaction commits. The bytes
  * are copied now (src may be reused at once). Plain loads see them only after the commit;
- * mnemo_tx_read() sees them now. Bytes covered by the last mnemo_gmsync() snapshot release
- * it (see there).
+ * mnemo_tx_read() sees them now. Bytes covered by the last mnemo_gmsync() record release
+ * it when the commit's application is made durable (see there).
  * @param tx  an open level of this thread's transaction
  * @param off offset in the data area (an object, a region)
  * @param src the bytes (may be NULL if len is 0)

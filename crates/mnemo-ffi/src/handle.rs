@@ -123,8 +123,6 @@ pub struct PoolEntry {
     pub replayable: Mutex<Replayable>,
     /// Regions (offsets) with an open log handle: one handle per log.
     pub open_logs: Mutex<HashSet<u64>>,
-    /// The gmsync snapshot record's volatile state.
-    pub snapshot: Mutex<crate::snapshot::Snapshot>,
 }
 
 impl PoolEntry {
@@ -142,16 +140,13 @@ impl PoolEntry {
             open_txs: AtomicU64::new(0),
             replayable: Mutex::default(),
             open_logs: Mutex::default(),
-            snapshot: Mutex::default(),
         }
     }
 
-    /// An entry for `heap` after the recovery this layer adds: the newest gmsync snapshot
-    /// record is applied again.
+    /// An entry for an opened `heap` (the pool's open applied its gmsync journal, before the
+    /// heap's recovery replayed newer redo records).
     pub fn open(handle: usize, heap: Heap) -> Result<PoolEntry> {
-        let entry = PoolEntry::new(handle, heap);
-        crate::snapshot::recover(&entry)?;
-        Ok(entry)
+        Ok(PoolEntry::new(handle, heap))
     }
 }
 

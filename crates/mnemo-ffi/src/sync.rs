@@ -1,10 +1,10 @@
 //! `mnemo_msync` and `mnemo_gmsync` over raw stores, and the retirement of redo records
 //! that raw stores would otherwise race at recovery.
 
-use mnemo_pmem::limits::GMSYNC_RANGES_MAX;
-use mnemo_pmem::{mutant, ByteRange};
+use mnemo_pmem::limits::{GMSYNC_RANGES_MAX, JOURNAL_SLOT_SIZE};
+use mnemo_pmem::{mutant, ByteRange, SyncKind, SyncPoint};
 
-use crate::error::{Failure, Result};
+use crate::error::{code, Failure, Result};
 use crate::handle::{lock, PoolEntry};
 use crate::tx;
 
@@ -86,10 +86,9 @@ pub fn retire_if_overlapping(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<
 }
 
 /// `mnemo_msync`: one sync point over one range.
+/// The pool releases a gmsync journal record that covers some of the bytes (in the same
+/// sync point); a redo record that wrote them is retired here first.
 pub fn msync(entry: &PoolEntry, range: ByteRange) -> Result<()> {
-    if !mutant::active("ffi.msync_skip_release") {
-        crate::snapshot::release(entry, &[range])?;
-    }
     if !mutant::active("ffi.msync_skip_retire") {
         retire_if_overlapping(entry, &[range])?;
     }
@@ -100,9 +99,9 @@ pub fn msync(entry: &PoolEntry, range: ByteRange) -> Result<()> {
     Ok(())
 }
 
-/// `mnemo_gmsync`: the ranges' current contents become durable in one sync point, with a
-/// snapshot record that makes ranges updated again and again all-or-nothing
-/// ([`crate::snapshot`]).
+/// `mnemo_gmsync`: [`mnemo_pmem::Pool::gmsync`], the ranges' current contents durable in
+/// one sync point with a journal record that makes ranges updated again and again
+/// all-or-nothing ([`mnemo_pmem::journal`]), after retiring redo records that wrote them.
 ///
 /// Why a snapshot and not just a redo record of this call. The stores being synced were made
 /// before the call with plain stores, and the CPU may write any of their cache lines back at
@@ -123,14 +122,33 @@ pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     if ranges.is_empty() {
         return Ok(());
     }
+    let needed = mnemo_pmem::journal::record_len(&ranges);
+    if needed > JOURNAL_SLOT_SIZE {
+        return Err(Failure::new(
+            code::ETXTOOBIG,
+            format!(
+                "the ranges need a gmsync journal record of {needed} bytes; at most {JOURNAL_SLOT_SIZE} fit (split the call)"
+            ),
+        ));
+    }
+    for r in &ranges {
+        check_data(entry, r.offset, r.len)?;
+    }
     retire_if_overlapping(entry, &ranges)?;
-    crate::snapshot::gmsync(entry, &ranges)
+    mnemo_pmem::durable_site!("ffi.gmsync", entry.heap.pool().gmsync(&ranges))?;
+    Ok(())
 }
 
-/// The variant without a snapshot: flush the ranges, one fence (kept for the crash test that
+/// The variant without a journal: flush the ranges, one fence (kept for the crash test that
 /// compares the designs).
 pub fn gmsync_one_fence(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     retire_if_overlapping(entry, ranges)?;
-    mnemo_pmem::durable_site!("ffi.gmsync_one_fence", entry.heap.pool().gmsync(ranges))?;
+    mnemo_pmem::durable_site!(
+        "ffi.gmsync_one_fence",
+        entry
+            .heap
+            .pool()
+            .sync(&SyncPoint::new(SyncKind::Data, ranges))
+    )?;
     Ok(())
 }

@@ -325,8 +325,8 @@ impl Workload for SyncAfter {
         let w1 = ByteRange::new(region + WORDS[1], 8);
         let raw = |range: ByteRange, value: u64| pool.write(range.offset, &value.to_le_bytes());
         for i in 1..=4u64 {
-            // A transaction writes w0 (as mnemo_tx_write + mnemo_tx_commit do it).
-            mnemo::snapshot::release(&entry, &[w0]).map_err(fail)?;
+            // A transaction writes w0 (as mnemo_tx_write + mnemo_tx_commit do it; the pool
+            // releases a journal record covering w0 at the sync point that makes it durable).
             mnemo::sync::commit_tracked(&entry, &[w0], |tx| {
                 tx.write(PPtr::<u64>::from_offset(w0.offset), &i)
             })
@@ -386,11 +386,15 @@ fn sync_points_after_transactions_and_snapshots_survive() {
 #[test]
 fn every_mutant_is_caught() {
     let mut missed = Vec::new();
-    for &name in mnemo::MUTANTS {
+    // The C ABI's own, and the pool journal's (mnemo_gmsync is Pool::gmsync).
+    for &name in mnemo::MUTANTS
+        .iter()
+        .chain(&["journal.skip_record", "journal.skip_release"])
+    {
         let mut config = config(13);
         config.mutant = Some(name);
         config.stop_at_first_failure = true;
-        let report = if name.starts_with("ffi.gmsync") {
+        let report = if name == "journal.skip_record" {
             let workload = Gmsync {
                 variant: Variant::Snapshot,
                 strict: true,
@@ -433,49 +437,30 @@ fn caught_by(mutant: &'static str) -> Option<String> {
     None
 }
 
-/// Sites whose removal these workloads do not catch yet, with what a workload must do to
-/// reach them (`docs/design/durability-sites.md`).
-const BLIND: &[(&str, &str)] = &[(
-    "ffi.snapshot_recover",
-    "recovery re-applies a record of several ranges, then an msync of one of them releases the \
-     record while the others' restored bytes are unflushed, then a crash",
-)];
-
 /// Every flush, fence and sync-point site of the C ABI (`durable_site!` in `src/`), and the
-/// heap's fenced-commit site (reached only through the C ABI), removed in turn, is caught,
-/// except the listed blind spots (tried only in soak runs, where they must still be missed).
+/// heap's fenced-commit site (reached only through the C ABI), removed in turn, is caught.
 #[test]
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut sites = mnemo_pmem::mutant::sites_in(&src);
     assert!(
-        sites.len() >= 5,
+        sites.len() >= 3,
         "found only {} sites: {sites:?}",
         sites.len()
     );
     sites.push("redo.fenced_apply".into());
     let mut missed = Vec::new();
-    let mut caught = 0;
     for id in &sites {
-        let blind = BLIND.iter().any(|(b, _)| b == id);
-        if blind && !soak() {
-            continue;
-        }
         let name: &'static str = Box::leak(format!("site:{id}").into_boxed_str());
         match caught_by(name) {
-            Some(f) => {
-                caught += 1;
-                eprintln!("{name} caught: {}", f.lines().next().unwrap_or_default());
-                assert!(!blind, "{id} is caught now: take it off the blind list");
-            }
-            None if blind => {}
+            Some(f) => eprintln!("{name} caught: {}", f.lines().next().unwrap_or_default()),
             None => missed.push(id.clone()),
         }
     }
     eprintln!(
-        "C ABI durability sites: {}, caught {caught}, blind spots {} (listed), not caught {missed:?}",
+        "C ABI durability sites: {}, caught {}, not caught {missed:?}",
         sites.len(),
-        BLIND.len()
+        sites.len() - missed.len()
     );
     assert!(
         missed.is_empty(),

@@ -189,7 +189,7 @@ fn header_limits_equal_the_library() {
     );
     assert_eq!(
         define(&text, "MNEMO_GMSYNC_RECORD_MAX"),
-        mnemo::snapshot::SLOT_SIZE
+        mnemo_pmem::limits::JOURNAL_SLOT_SIZE
     );
     assert_eq!(define(&text, "MNEMO_LOG_SIZE_MIN"), mnemo::LOG_SIZE_MIN);
 }

@@ -2,7 +2,7 @@
 //! size classes, the table of contents. Byte layouts: `docs/design/media-format.md`.
 //!
 //! ```text
-//! pool data offset (8192)
+//! pool data offset (40960: after the pool header copies and the gmsync journal)
 //! +0        superblock (one 4 KiB page; the horizon word at +512, the checked word at +576)
 //! +4 KiB    table of contents: toc_entries x 128 B
 //! ...       lanes: lane_count x lane_log_size (each a ring of lane_slots redo-record slots, 4 KiB aligned)

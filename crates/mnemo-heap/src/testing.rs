@@ -77,8 +77,9 @@ mod tests {
 
     #[test]
     fn pool_size_matches_the_geometry_of_the_pools_data_area() {
-        // The geometry of `options`, written out: pools start at offset 8192.
-        let literal = Geometry::new(8192, 2, 65536, 16);
+        // The geometry of `options`, written out: pools data areas start at offset 40960
+        // (two header copies, two gmsync journal slots).
+        let literal = Geometry::new(40960, 2, 65536, 16);
         for chunks in 0..4 {
             assert_eq!(pool_size(chunks), literal.size_for_chunks(chunks));
         }

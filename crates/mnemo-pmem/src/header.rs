@@ -16,10 +16,11 @@ use crate::limits::{
 pub const MAGIC: [u8; 8] = *b"MNEMOPL\0";
 
 /// The format version this build writes. Bump on any change of any on-media structure.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the gmsync journal between the header copies and the data area (data at 40960).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The oldest format version this build reads.
-pub const FORMAT_VERSION_MIN: u32 = 1;
+pub const FORMAT_VERSION_MIN: u32 = 2;
 
 /// Bit of [`Header::flags`]: reserved for a future "pool carries a replication epoch" flag.
 pub const FLAGS_KNOWN: u32 = 0;
@@ -416,10 +417,12 @@ mod tests {
     #[test]
     fn newer_version_is_named() {
         let mut b = sample().encode();
-        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
         assert_eq!(
             Header::decode(&b),
-            Err(CopyProblem::UnsupportedVersion { found: 2 })
+            Err(CopyProblem::UnsupportedVersion {
+                found: FORMAT_VERSION + 1
+            })
         );
     }
 

@@ -33,6 +33,7 @@ pub mod error;
 pub mod file;
 pub mod header;
 pub mod inspect;
+pub mod journal;
 pub mod limits;
 pub mod media;
 pub mod mutant;

@@ -7,10 +7,19 @@ pub const HEADER_COPY_SIZE: u64 = 4096;
 /// Number of header copies; written alternately (LMDB's meta pages).
 pub const HEADER_COPIES: u64 = 2;
 
-/// Offset of the first byte that belongs to the layers above (heap, logs): after both copies.
-pub const DATA_OFFSET: u64 = HEADER_COPY_SIZE * HEADER_COPIES;
+/// Offset of the gmsync journal's two slots: right after both header copies.
+pub const JOURNAL_OFFSET: u64 = HEADER_COPY_SIZE * HEADER_COPIES;
 
-/// Smallest pool: the headers plus 56 KiB, enough for the heap's own metadata to start.
+/// Bytes of one gmsync journal slot: the largest record, so the most one gmsync may name
+/// (32 bytes, plus per range 16 and its length rounded up to 8). 16 KiB keeps the journal
+/// within the smallest pool with room for data.
+pub const JOURNAL_SLOT_SIZE: u64 = 16 * 1024;
+
+/// Offset of the first byte that belongs to the layers above (heap, logs): after both
+/// header copies and the two journal slots.
+pub const DATA_OFFSET: u64 = JOURNAL_OFFSET + 2 * JOURNAL_SLOT_SIZE;
+
+/// Smallest pool: the headers and the journal plus 24 KiB of data.
 pub const POOL_SIZE_MIN: u64 = 64 * 1024;
 
 /// Largest pool, and the largest address-space reservation: 1 TiB leaves room for dozens of
@@ -37,6 +46,10 @@ pub const MOVNT_THRESHOLD_DEFAULT: usize = 256;
 /// Most ranges one `gmsync` may name; bounds the work a sync point does and the size of a
 /// replication record built from it.
 pub const GMSYNC_RANGES_MAX: usize = 1024;
+
+/// Most ranges one sync point hands a policy: a gmsync's ranges, plus the journal record it
+/// stages, plus the header of a record another sync point releases.
+pub const SYNC_RANGES_MAX: usize = GMSYNC_RANGES_MAX + 2;
 
 /// How long open waits for a pool lock that is held, before reporting the pool in use: long
 /// enough to outlast a forked child's moment between fork and exec, short enough for a person.

@@ -26,6 +26,11 @@ pub const KNOWN: &[&str] = &[
     // A sync point hides its staged ranges from the policy: the policy's fence still makes
     // them durable locally, but a replica never receives them (shadow replica only).
     "sync.staged_unnamed",
+    // gmsync writes no journal record: stores written back early are not rolled back.
+    "journal.skip_record",
+    // A sync point over bytes of the newest gmsync record does not release it: recovery
+    // puts the older bytes back over newer durable ones.
+    "journal.skip_release",
 ];
 
 #[cfg(feature = "mutants")]

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::error::{Error, MediaError};
 use crate::file::FileMedia;
 use crate::header::{self, Header, Pair, FORMAT_VERSION};
+use crate::journal::{self, Journal};
 use crate::limits::{
-    DATA_OFFSET, GMSYNC_RANGES_MAX, HEADER_COPY_SIZE, LAYOUT_NAME_MAX, PAGE_SIZE, POOL_SIZE_MAX,
-    POOL_SIZE_MIN, RESERVE_DEFAULT,
+    DATA_OFFSET, GMSYNC_RANGES_MAX, HEADER_COPY_SIZE, JOURNAL_OFFSET, JOURNAL_SLOT_SIZE,
+    LAYOUT_NAME_MAX, PAGE_SIZE, POOL_SIZE_MAX, POOL_SIZE_MIN, RESERVE_DEFAULT, SYNC_RANGES_MAX,
 };
 use crate::media::{Media, MediaInfo, MediaKind};
 use crate::sync::{ByteRange, LocalPolicy, SyncKind, SyncPoint, SyncPolicy};
@@ -125,6 +126,20 @@ struct SyncCounters {
     retired: Shard,
 }
 
+/// Whether a sync point is narrowed to what dirty tracking saw change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Narrow {
+    Yes,
+    No,
+}
+
+/// Whether a sync point releases a gmsync journal record that covers some of its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    Yes,
+    No,
+}
+
 /// Counters per shard: see [`Shard::counts`].
 const COUNTERS: usize = 4;
 
@@ -215,7 +230,8 @@ impl SyncCounters {
     }
 }
 
-/// An open pool: a [`Media`] whose first 8 KiB hold the two header copies.
+/// An open pool: a [`Media`] whose first 8 KiB hold the two header copies and the next
+/// 32 KiB the gmsync journal ([`crate::journal`]).
 #[derive(Debug)]
 pub struct Pool {
     /// Dirty tracking (SPF), once enabled. Declared first: dropped before the medium is
@@ -226,6 +242,7 @@ pub struct Pool {
     header: Mutex<Header>,
     size: AtomicU64,
     policy: Arc<dyn SyncPolicy>,
+    journal: Journal,
     stats: SyncCounters,
     was_clean: bool,
     closed: AtomicBool,
@@ -341,7 +358,7 @@ impl Pool {
         // (20 ms for 64 MiB); the free-space check above covers creation, and the heap
         // reserves pages as it first hands them out (`Media::ensure_backed`).
         let backed = if media.info().kind == MediaKind::Tmpfs {
-            HEADER_COPY_SIZE * 2
+            DATA_OFFSET
         } else {
             size
         };
@@ -433,6 +450,7 @@ impl Pool {
             media,
             name: name.to_path_buf(),
             policy: policy.unwrap_or_else(|| Arc::new(LocalPolicy)),
+            journal: Journal::default(),
             stats: SyncCounters::new(),
             was_clean: true,
             closed: AtomicBool::new(false),
@@ -491,7 +509,7 @@ impl Pool {
             .map_err(|e| Error::from_io(path, "dup", e))?;
         let media = FileMedia::map(path, file, header.pool_size, size_max)?;
         media
-            .ensure_backed(0, HEADER_COPY_SIZE * 2)
+            .ensure_backed(0, DATA_OFFSET)
             .map_err(|e| media_error(path, e))?;
         let pool = Pool::attach(
             crate::emu::wrap_from_env(media),
@@ -547,6 +565,7 @@ impl Pool {
             media,
             name: name.to_path_buf(),
             policy: policy.unwrap_or_else(|| Arc::new(LocalPolicy)),
+            journal: Journal::default(),
             stats: SyncCounters::new(),
             was_clean,
             closed: AtomicBool::new(false),
@@ -554,6 +573,7 @@ impl Pool {
             _lock: lock,
         };
         pool.update_header(|h| h.clean_shutdown = false)?;
+        pool.recover_journal()?;
         if !was_clean {
             tracing::info!(pool = %name.display(), "pool was not closed cleanly; layers above run recovery");
         }
@@ -683,7 +703,8 @@ impl Pool {
             "pool.tracking_start",
             self.sync_point(
                 &SyncPoint::new(SyncKind::Metadata, &[ByteRange::new(0, self.size())]),
-                false,
+                Narrow::No,
+                Release::No,
             )
         )?;
         Ok(info)
@@ -803,26 +824,186 @@ impl Pool {
         Ok(())
     }
 
-    /// Sync point for one range: durable (and, with replication, replicated) on return.
+    /// Sync point for one range: every store made to it before the call is durable (and,
+    /// with replication, replicated) on return. Not atomic beyond aligned 8-byte words: a
+    /// crash during the call may leave some lines of the range new and others old. If the
+    /// last [`Pool::gmsync`] named some of these bytes, its journal record is released first
+    /// (in the same sync point), so recovery never puts older bytes back over them.
     pub fn msync(&self, offset: u64, len: u64) -> Result<(), Error> {
-        self.gmsync(&[ByteRange::new(offset, len)])
+        self.sync(&SyncPoint::new(
+            SyncKind::Data,
+            &[ByteRange::new(offset, len)],
+        ))
     }
 
-    /// Sync point for several ranges at once, as one unit of the pipeline (a replica applies
-    /// them together). Local crash atomicity across ranges needs a transaction.
+    /// Make several ranges of the data area durable together, all-or-nothing for ranges that
+    /// the previous gmsync on the pool also named (Mojim's gmsync; the C ABI's
+    /// `mnemo_gmsync` is this call).
+    ///
+    /// The call copies the ranges' current contents into a journal record ([`crate::journal`])
+    /// and makes the record and the ranges durable with one sync point; open applies the
+    /// newest complete record again. After a crash: past the sync point, every range holds
+    /// exactly its contents at the call; before it, every byte the *previous* gmsync named
+    /// holds what that call made durable (stores since are rolled back, even those the CPU
+    /// wrote back early), and bytes it did not name hold, per aligned 8-byte word, their old
+    /// or new value. So ranges a program updates with plain stores and publishes by repeated
+    /// gmsyncs of the same ranges move from one published state to the next, all or nothing.
+    /// Any other sync point naming bytes of the newest record releases it first.
+    ///
+    /// Empty ranges are skipped. Errors: [`Error::OutOfBounds`] (a range outside the data
+    /// area), [`Error::InvalidArgument`] (more than `GMSYNC_RANGES_MAX` ranges, or a record
+    /// larger than a journal slot: 32 bytes plus, per range, 16 and its length rounded up to
+    /// 8, at most `JOURNAL_SLOT_SIZE`), and the medium's errors. Concurrent gmsyncs on one
+    /// pool are serialised; other threads must not store to the ranges during the call.
     pub fn gmsync(&self, ranges: &[ByteRange]) -> Result<(), Error> {
-        self.sync(&SyncPoint::new(SyncKind::Data, ranges))
+        let ranges: Vec<ByteRange> = ranges.iter().copied().filter(|r| r.len > 0).collect();
+        if ranges.is_empty() {
+            return self.sync(&SyncPoint::new(SyncKind::Data, &[]));
+        }
+        let size = self.size();
+        for r in &ranges {
+            if r.offset < DATA_OFFSET || r.end() > size || r.offset.checked_add(r.len).is_none() {
+                return Err(Error::OutOfBounds {
+                    offset: r.offset,
+                    len: r.len,
+                    size,
+                });
+            }
+        }
+        let needed = journal::record_len(&ranges);
+        if needed > JOURNAL_SLOT_SIZE || ranges.len() > GMSYNC_RANGES_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "gmsync of {} ranges needs a journal record of {needed} bytes; at most \
+                 {JOURNAL_SLOT_SIZE} bytes and {GMSYNC_RANGES_MAX} ranges fit (split the call)",
+                ranges.len(),
+            )));
+        }
+        let mut state = self.journal.lock();
+        let mut bytes = Vec::with_capacity(ranges.len());
+        for r in &ranges {
+            let mut copy = vec![0u8; r.len as usize];
+            self.read(r.offset, &mut copy)?;
+            bytes.push(copy);
+        }
+        let entries: Vec<(ByteRange, &[u8])> = ranges
+            .iter()
+            .zip(&bytes)
+            .map(|(r, b)| (*r, b.as_slice()))
+            .collect();
+        let record = journal::encode(state.seq + 1, &entries);
+        let slot = journal::slot_offset(state.next_slot);
+        let staged = [ByteRange::new(slot, record.len() as u64)];
+        let staged: &[ByteRange] = if crate::mutant::active("journal.skip_record") {
+            &[]
+        } else {
+            crate::durable_site!(
+                "pool.journal_record",
+                self.copy_nodrain(slot, &record),
+                self.write(slot, &record)
+            )?;
+            &staged
+        };
+        // One sync point: the ranges flushed, the record staged; the newest record is
+        // superseded, not released.
+        crate::durable_site!(
+            "pool.gmsync",
+            self.sync_point(
+                &SyncPoint {
+                    kind: SyncKind::Data,
+                    ranges: &ranges,
+                    staged,
+                },
+                Narrow::Yes,
+                Release::No,
+            )
+        )?;
+        state.seq += 1;
+        state.next_slot ^= 1;
+        state.live = ranges;
+        self.journal.publish(&state);
+        Ok(())
+    }
+
+    /// At open: apply the newest valid journal record again, and load the journal's state.
+    fn recover_journal(&self) -> Result<(), Error> {
+        let both = media_bytes(self.media.as_ref(), JOURNAL_OFFSET, 2 * JOURNAL_SLOT_SIZE);
+        let mut state = self.journal.lock();
+        let Some((slot, (seq, entries))) = journal::newest(&both) else {
+            return Ok(());
+        };
+        let size = self.size();
+        let mut ranges = Vec::with_capacity(entries.len());
+        for (range, data) in &entries {
+            if range.offset < DATA_OFFSET || range.end() > size || range.end() < range.offset {
+                return Err(Error::Corrupt {
+                    path: self.name.clone(),
+                    detail: format!(
+                        "gmsync journal record {seq} names {:#x}+{}, outside the data area",
+                        range.offset, range.len
+                    ),
+                });
+            }
+            self.write(range.offset, data)?;
+            ranges.push(*range);
+        }
+        for part in ranges.chunks(GMSYNC_RANGES_MAX) {
+            crate::durable_site!(
+                "pool.journal_recover",
+                self.sync_point(
+                    &SyncPoint::new(SyncKind::Data, part),
+                    Narrow::No,
+                    Release::No
+                )
+            )?;
+        }
+        state.seq = seq;
+        state.next_slot = slot ^ 1;
+        state.live = ranges;
+        self.journal.publish(&state);
+        Ok(())
     }
 
     /// The sync point: make every range of `point` durable through the pool's policy, as one
     /// unit (a replica applies it whole). The one way to durability above this crate.
     pub fn sync(&self, point: &SyncPoint<'_>) -> Result<(), Error> {
-        self.sync_point(point, true)
+        self.sync_point(point, Narrow::Yes, Release::Yes)
     }
 
-    /// [`Pool::sync`], with or without narrowing by dirty tracking.
-    fn sync_point(&self, point: &SyncPoint<'_>, narrow: bool) -> Result<(), Error> {
+    /// [`Pool::sync`], with or without narrowing by dirty tracking and the release of a
+    /// gmsync record that covers some of its bytes.
+    fn sync_point(
+        &self,
+        point: &SyncPoint<'_>,
+        narrow: Narrow,
+        release: Release,
+    ) -> Result<(), Error> {
         let bytes = self.check_sync_ranges(point)?;
+        if release == Release::Yes && !crate::mutant::active("journal.skip_release") {
+            if let Some((older, newer)) = self.journal.releases(point.all()) {
+                // The records must not put these bytes back: zero the older one's header
+                // (durable first), then the newer one's with this sync point's fence. Whole
+                // headers, not only the magic: a later record torn while it is written could
+                // otherwise bring back just its magic over an old, valid header.
+                self.write(older.offset, &[0u8; journal::HEADER])?;
+                crate::durable_site!(
+                    "pool.journal_release_older",
+                    self.dispatch(&SyncPoint::new(SyncKind::Metadata, &[older]), Narrow::No, 0)
+                )?;
+                self.write(newer.offset, &[0u8; journal::HEADER])?;
+                let mut ranges = point.ranges.to_vec();
+                ranges.push(newer);
+                let point = SyncPoint {
+                    ranges: &ranges,
+                    ..*point
+                };
+                return self.dispatch(&point, narrow, bytes);
+            }
+        }
+        self.dispatch(point, narrow, bytes)
+    }
+
+    /// Hand `point` to the policy (narrowed by dirty tracking if asked) and count it.
+    fn dispatch(&self, point: &SyncPoint<'_>, narrow: Narrow, bytes: u64) -> Result<(), Error> {
         let hidden;
         let point = if crate::mutant::active("sync.staged_unnamed") {
             // Broken: the policy's fence covers the staged ranges, but it is not told of them.
@@ -834,7 +1015,7 @@ impl Pool {
         } else {
             point
         };
-        match self.tracker.get().filter(|_| narrow) {
+        match self.tracker.get().filter(|_| narrow == Narrow::Yes) {
             None => self.policy.sync(self.media.as_ref(), point),
             Some(tracker) => {
                 // Dirty tracking works per page: stores in the pages of a staged range may be
@@ -865,9 +1046,9 @@ impl Pool {
 
     fn check_sync_ranges(&self, point: &SyncPoint<'_>) -> Result<u64, Error> {
         let count = point.ranges.len() + point.staged.len();
-        if count > GMSYNC_RANGES_MAX {
+        if count > SYNC_RANGES_MAX {
             return Err(Error::InvalidArgument(format!(
-                "a sync point of {count} ranges; at most {GMSYNC_RANGES_MAX} per sync point"
+                "a sync point of {count} ranges; at most {SYNC_RANGES_MAX} per sync point"
             )));
         }
         let size = self.size();
@@ -976,12 +1157,20 @@ impl Pool {
             self.media.drain().map_err(|e| media_error(&self.name, e))?;
         } else if crate::mutant::active("header.skip_flush") {
             // Broken: the copy is claimed staged, so nothing flushes it.
-            self.sync_point(&SyncPoint::staged(SyncKind::Header, &range), false)?;
+            self.sync_point(
+                &SyncPoint::staged(SyncKind::Header, &range),
+                Narrow::No,
+                Release::No,
+            )?;
         } else {
             // Not narrowed: `write` marked the copy, but the header must not depend on it.
             crate::durable_site!(
                 "pool.header",
-                self.sync_point(&SyncPoint::new(SyncKind::Header, &range), false)
+                self.sync_point(
+                    &SyncPoint::new(SyncKind::Header, &range),
+                    Narrow::No,
+                    Release::No
+                )
             )?;
         }
         // Pair assertion: read back what is now on media and decode it.

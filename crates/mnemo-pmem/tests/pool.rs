@@ -435,9 +435,14 @@ fn gmsync_checks_every_range_and_counts() {
         stats.sync_points.load(std::sync::atomic::Ordering::Relaxed),
         1
     );
+    // The ranges and the journal record the gmsync staged with them (one sync point).
+    let record = mnemo_pmem::journal::record_len(&[
+        ByteRange::new(DATA_OFFSET, 64),
+        ByteRange::new(DATA_OFFSET + 4096, 8),
+    ]);
     assert_eq!(
         stats.sync_bytes.load(std::sync::atomic::Ordering::Relaxed),
-        72
+        72 + record
     );
 }
 
@@ -473,13 +478,18 @@ fn sync_point_counters_sum_over_threads() {
             stats.sync_points.load(Relaxed),
             rounds * threads * per_thread
         );
+        // Each gmsync names its two ranges and the journal record it stages.
+        let record = mnemo_pmem::journal::record_len(&[
+            ByteRange::new(DATA_OFFSET, 64),
+            ByteRange::new(DATA_OFFSET, 8),
+        ]);
         assert_eq!(
             stats.sync_ranges.load(Relaxed),
-            rounds * threads * per_thread * 2
+            rounds * threads * per_thread * 3
         );
         assert_eq!(
             stats.sync_bytes.load(Relaxed),
-            rounds * threads * per_thread * 72
+            rounds * threads * per_thread * (72 + record)
         );
         let stats = other.stats();
         assert_eq!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mnemo_pmem::emu::{EmuConfig, EmulatedMedia};
 use mnemo_pmem::track::{RawMethod, TrackerOptions, Tracking};
-use mnemo_pmem::{ByteRange, CreateOptions, FileMedia, ForwardMedia, Media, Pool};
+use mnemo_pmem::{CreateOptions, FileMedia, ForwardMedia, Media, Pool};
 
 const PAGE: u64 = 4096;
 
@@ -99,7 +99,7 @@ fn api_writes_narrow_to_their_lines() {
     pool.copy_nodrain(data + 70_000, &[1u8; 300]).unwrap();
     flushed.store(0, Ordering::Relaxed);
     pool.msync(data, (1 << 20) - data).unwrap();
-    // One line for "hello" (8292..8297), six for 78192..78492 (lines 1221..=1226).
+    // One line for "hello" (41060..41065), six for 110960..111260 (lines 1733..=1738).
     assert_eq!(flushed.load(Ordering::Relaxed), 64 + 6 * 64);
     flushed.store(0, Ordering::Relaxed);
     pool.msync(data, (1 << 20) - data).unwrap();
@@ -392,8 +392,7 @@ fn emulated_media_counts_what_it_charges() {
     .unwrap();
     let before = pool.emulation().unwrap();
     pool.write(pool.data_offset(), &[1u8; 100]).unwrap();
-    pool.gmsync(&[ByteRange::new(pool.data_offset(), 100)])
-        .unwrap();
+    pool.msync(pool.data_offset(), 100).unwrap();
     let after = pool.emulation().unwrap();
     assert_eq!(after.fences, before.fences + 1);
     assert_eq!(after.flushed_lines, before.flushed_lines + 2);

@@ -571,3 +571,187 @@ impl Workload for GrowWorkload {
 
     pool_checks!();
 }
+
+/// Workload "gmsync": three ranges of 24 bytes (three words each, on different lines)
+/// published by repeated `Pool::gmsync` of all three: every crash image must hold one
+/// published state whole, the acknowledged one or the one in flight, never a mix, although
+/// the stores reach media in any order before the call (the journal rolls them back). Every
+/// third operation instead stores one aligned word of a range and `msync`s it: that must
+/// survive (the journal's record is released, not applied over it); the gmsync after such a
+/// release has no earlier copy to roll back to, so its crash images may mix old and new
+/// words (as `Pool::gmsync` documents), and the one after it is all-or-nothing again.
+#[derive(Clone, Copy, Debug)]
+pub struct GmsyncWorkload {
+    /// Operations after the first, publishing gmsync.
+    pub ops: u32,
+}
+
+impl GmsyncWorkload {
+    /// The three ranges.
+    pub fn ranges() -> [mnemo_pmem::ByteRange; 3] {
+        [0u64, 3, 7].map(|line| mnemo_pmem::ByteRange::new(DATA_OFFSET + line * 64 + 8, 24))
+    }
+
+    fn read(pool: &Pool) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        for r in Self::ranges() {
+            let mut bytes = vec![0u8; r.len as usize];
+            pool.read(r.offset, &mut bytes).map_err(fail)?;
+            out.extend_from_slice(&bytes);
+        }
+        Ok(out)
+    }
+}
+
+/// The model of [`GmsyncWorkload`]: the ranges' bytes, and whether a journal record covers
+/// them (the next gmsync is all-or-nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Published {
+    /// The bytes of the three ranges.
+    pub bytes: Vec<u8>,
+    /// Whether the newest journal record covers them.
+    pub covered: bool,
+}
+
+impl Workload for GmsyncWorkload {
+    /// `None`: no pool yet.
+    type State = Option<Published>;
+    type Recovered = Option<Pool>;
+
+    fn name(&self) -> String {
+        format!("pool-gmsync({} ops)", self.ops)
+    }
+
+    fn capacity(&self) -> u64 {
+        1 << 20
+    }
+
+    fn initial(&self) -> Option<Published> {
+        None
+    }
+
+    fn run(&self, run: &mut Run<Option<Published>>) -> Result<(), String> {
+        let pool = create(run.media(), NAME, POOL_SIZE_MIN, 1 << 20)?;
+        let state = |pool: &Pool, covered| -> Result<Option<Published>, String> {
+            Ok(Some(Published {
+                bytes: Self::read(pool)?,
+                covered,
+            }))
+        };
+        run.ack(state(&pool, false)?);
+        // The first gmsync publishes the (zero) ranges: from now on each has an earlier copy.
+        pool.gmsync(&Self::ranges()).map_err(fail)?;
+        run.ack(state(&pool, true)?);
+        for op in 0..self.ops {
+            if op % 3 == 2 {
+                let r = Self::ranges()[run.rng().below(3) as usize];
+                let word = r.offset + 8 * run.rng().below(3);
+                let value = run.rng().next_u64().to_le_bytes();
+                pool.write(word, &value).map_err(fail)?;
+                pool.msync(word, 8).map_err(fail)?;
+                run.ack(state(&pool, false)?);
+            } else {
+                for r in Self::ranges() {
+                    let mut bytes = vec![0u8; r.len as usize];
+                    run.rng().fill(&mut bytes);
+                    pool.write(r.offset, &bytes).map_err(fail)?;
+                }
+                pool.gmsync(&Self::ranges()).map_err(fail)?;
+                run.ack(state(&pool, true)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn recover(&self, media: SimMedia) -> Result<Option<Pool>, String> {
+        open(media)
+    }
+
+    fn observe(&self, recovered: &Option<Pool>) -> Result<Option<Published>, String> {
+        recovered
+            .as_ref()
+            .map(|pool| {
+                Ok(Published {
+                    bytes: Self::read(pool)?,
+                    covered: false,
+                })
+            })
+            .transpose()
+    }
+
+    /// The bytes of the acknowledged state or of the one in flight, whole; per aligned word
+    /// either, when no journal record covered the ranges as the operation began (an msync
+    /// is one word, so that is all-or-nothing too).
+    fn accept(
+        &self,
+        observed: &Option<Published>,
+        acked: &Option<Published>,
+        in_flight: Option<&Option<Published>>,
+    ) -> Result<(), String> {
+        let bytes = |s: &Option<Published>| s.as_ref().map(|p| p.bytes.clone());
+        let (seen, old) = (bytes(observed), bytes(acked));
+        let new = in_flight.map(bytes);
+        if seen == old || new.as_ref() == Some(&seen) {
+            return Ok(());
+        }
+        let uncovered = acked.as_ref().is_some_and(|p| !p.covered);
+        if let (true, Some(seen), Some(old), Some(Some(new))) = (uncovered, &seen, &old, &new) {
+            let per_word = seen
+                .chunks(8)
+                .zip(old.chunks(8).zip(new.chunks(8)))
+                .all(|(s, (o, n))| s == o || s == n);
+            if per_word {
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "observed {seen:?}; acceptable: {old:?} (acknowledged) or {new:?} (in flight){}",
+            if uncovered { ", per word" } else { ", whole" }
+        ))
+    }
+
+    fn same_recovery(
+        &self,
+        first: &Option<Published>,
+        second: &Option<Published>,
+        _acked: &Option<Published>,
+        _in_flight: Option<&Option<Published>>,
+    ) -> Result<(), String> {
+        if first == second {
+            return Ok(());
+        }
+        Err(format!("recovery after a crash during recovery gave {second:?}, uninterrupted recovery gave {first:?}"))
+    }
+
+    fn follow_on(&self, recovered: Option<Pool>, media: &SimMedia) -> Result<(), String> {
+        let Some(pool) = recovered else {
+            return Ok(());
+        };
+        // An msync right after recovery releases the record recovery applied: the bytes it
+        // put back in the other ranges must have been made durable by recovery itself.
+        let r = Self::ranges();
+        pool.write(r[0].offset, &[0xa5; 8]).map_err(fail)?;
+        pool.msync(r[0].offset, 8).map_err(fail)?;
+        let want = Self::read(&pool)?;
+        drop(pool);
+        let media = media.crash();
+        let pool = open(media.clone())?.ok_or("the pool vanished after an msync")?;
+        let got = Self::read(&pool)?;
+        if got != want {
+            return Err(format!(
+                "after recovery, msync and a crash {got:?}, expected {want:?}"
+            ));
+        }
+        // One more publication survives a close and a reopen from the durable image.
+        pool.write(r[1].offset, &[0x5a; 24]).map_err(fail)?;
+        pool.gmsync(&r).map_err(fail)?;
+        let want = Self::read(&pool)?;
+        pool.close().map_err(fail)?;
+        let again = open(media.crash())?.ok_or("the pool vanished after close")?;
+        let got = Self::read(&again)?;
+        if got != want {
+            return Err(format!("after reopen {got:?}, published {want:?}"));
+        }
+        Ok(())
+    }
+}

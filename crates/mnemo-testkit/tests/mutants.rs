@@ -5,7 +5,7 @@
 //! simulator's own (`MUTANTS_SIM`): a dropped flush and a dropped fence, tried at every
 //! flush / fence position of the workloads.
 
-use mnemo_testkit::pool::{CreateWorkload, CyclesWorkload, GrowWorkload};
+use mnemo_testkit::pool::{CreateWorkload, CyclesWorkload, GmsyncWorkload, GrowWorkload};
 use mnemo_testkit::{explore, measure, replay, Config, Report, Workload, MUTANTS_SIM};
 
 fn config(seed: u64) -> Config {
@@ -34,6 +34,7 @@ fn named_caught(name: &'static str) -> Option<String> {
     first_failure(&CreateWorkload::default(), with)
         .or_else(|| first_failure(&CyclesWorkload { cycles: 2 }, with))
         .or_else(|| first_failure(&GrowWorkload::default(), with))
+        .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, with))
 }
 
 fn clean_run_counts() -> (u64, u64) {
@@ -87,6 +88,8 @@ const NAMED: &[&str] = &[
     "grow.header_first",
     "header.skip_flush",
     "header.outside_policy",
+    "journal.skip_record",
+    "journal.skip_release",
 ];
 
 fn assert_named(name: &'static str) {

@@ -88,3 +88,20 @@ fn pool_header_and_growth_survive_every_crash_image() {
     assert!(total.intervals_exhaustive > 0 && total.intervals_sampled > 0);
     assert!(total.depth2_images > 0 && total.follow_ons > 0);
 }
+
+/// `Pool::gmsync` is all-or-nothing for ranges it publishes again and again: every crash
+/// image holds one published state whole (and an msync'd word survives the journal).
+#[test]
+fn gmsync_publishes_all_or_nothing() {
+    let mut total = Report::default();
+    for seed in 0..seeds(2) {
+        run(
+            &mnemo_testkit::pool::GmsyncWorkload { ops: 12 },
+            seed,
+            Granularity::Word,
+            &mut total,
+        );
+    }
+    eprintln!("{}", total.summary("gmsync"));
+    assert!(total.images_checked > 1_000, "{}", total.summary("gmsync"));
+}
