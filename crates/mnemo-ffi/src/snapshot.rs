@@ -244,12 +244,13 @@ pub fn gmsync(entry: &PoolEntry, ranges: &[ByteRange]) -> Result<()> {
     Ok(())
 }
 
-/// The record region, created on first use (outside any transaction of this thread).
+/// The record region, created on first use (a transaction of its own: heap calls never join
+/// the C caller's open transaction).
 fn ensure_area(entry: &PoolEntry) -> Result<u64> {
     if let Some(area) = lock(&entry.snapshot).area {
         return Ok(area);
     }
-    let area = crate::sync::outside_tx(entry, || Ok(entry.heap.nvalloc(REGION, 2 * SLOT_SIZE)?))?;
+    let area = entry.heap.nvalloc(REGION, 2 * SLOT_SIZE)?;
     lock(&entry.snapshot).area = Some(area);
     Ok(area)
 }

@@ -700,14 +700,14 @@ fn corrupt_root_is_an_error_at_open() {
     let dir = tempfile::tempdir().expect("tempdir");
     let heap = create(&dir, 64 << 20, 256 << 20, &small_options());
     let root = heap.root::<[u64; 8]>("kv.keyspace").expect("root");
-    heap.transaction(|tx| tx.write(root, &[7, 1, 2, 3, 0, 0, 0, 0]))
+    heap.tx(|tx| tx.write(root, &[7, 1, 2, 3, 0, 0, 0, 0]))
         .expect("write");
     let error = PersistentEngine::open(&heap).expect_err("corrupt");
     assert!(
         error.to_string().contains("does not hold a mnemo keyspace"),
         "{error}"
     );
-    heap.transaction(|tx| {
+    heap.tx(|tx| {
         tx.write(
             root,
             &[u64::from_le_bytes(*b"MNEMOKV\0"), 1, 4096, 0, 0, 0, 0, 0],
@@ -837,7 +837,7 @@ fn corrupt_words_give_errors_not_panics() {
             2 => offset,
             _ => next() % 64,
         };
-        heap.transaction(|tx| tx.write_bytes(at, &word.to_le_bytes()))
+        heap.tx(|tx| tx.write_bytes(at, &word.to_le_bytes()))
             .expect("corrupt");
         let Ok(mut e) = PersistentEngine::open(&heap) else {
             continue;

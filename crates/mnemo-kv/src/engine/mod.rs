@@ -30,7 +30,7 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use mnemo_heap::{Heap, HeapOptions, PPtr, TxHandle};
+use mnemo_heap::{Heap, HeapOptions, PPtr, Tx};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::{errors, CommandError, Encoder, Protocol, Reply};
 
@@ -88,7 +88,7 @@ pub type InfoHook<'h> = Box<dyn Fn(&str, &mut String) + 'h>;
 pub struct PersistentEngine<'h> {
     heap: &'h Heap,
     root: u64,
-    txn: Option<TxHandle<'h>>,
+    txn: Option<Tx<'h>>,
     /// Write commands run in the open transaction, for replay after a failure.
     log: ReplayLog,
     poisoned: Option<String>,
@@ -127,7 +127,7 @@ impl<'h> PersistentEngine<'h> {
         let root = root_ptr.offset();
         let words = heap.get(root_ptr)?;
         let overlay = Overlay::default();
-        heap.transaction(|txn| -> mnemo_heap::Result<Result<(), EngineError>> {
+        heap.tx(|txn| -> mnemo_heap::Result<Result<(), EngineError>> {
             let tx = &Mem::new(txn, heap, &overlay);
             if words[0] == 0 {
                 if words.iter().any(|&w| w != 0) {
@@ -267,7 +267,7 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn run_data(&mut self, name: &str, args: &[Bytes], resp3: bool) -> Result<Reply, EngineError> {
-        let Some(txn) = self.txn.as_deref() else {
+        let Some(txn) = self.txn.as_ref() else {
             return store::corrupt("no open batch");
         };
         let mem = Mem::new(txn, self.heap, &self.overlay);
@@ -391,7 +391,7 @@ impl<'h> PersistentEngine<'h> {
     /// Bounded background work done with a committing batch: keyspace resize steps, active
     /// expiry of a few buckets, lazy freeing from the reclaim queue.
     fn housekeeping(&mut self) -> Result<(), EngineError> {
-        let Some(txn) = self.txn.as_deref() else {
+        let Some(txn) = self.txn.as_ref() else {
             return Ok(());
         };
         let mem = Mem::new(txn, self.heap, &self.overlay);
@@ -446,7 +446,7 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn check_open(&self) -> Result<u64, EngineError> {
-        let Some(txn) = self.txn.as_deref() else {
+        let Some(txn) = self.txn.as_ref() else {
             return store::corrupt("no open batch");
         };
         let tx = &Mem::new(txn, self.heap, &self.overlay);
@@ -584,7 +584,7 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn key_counts(&self) -> Option<(u64, u64)> {
-        let txn = self.txn.as_deref()?;
+        let txn = self.txn.as_ref()?;
         let tx = &Mem::new(txn, self.heap, &self.overlay);
         let ks = store::word(tx, self.root + root::KEYSPACE).ok()?;
         let h = dict::Header::read(tx, ks).ok()?;
