@@ -312,10 +312,14 @@ impl TxState {
 
     /// Patch `out` (pool bytes at `offset`) with the pieces it overlaps.
     fn overlay(&self, offset: u64, out: &mut [u8]) {
-        if self.pieces.is_empty() || out.is_empty() {
+        let (Some(first), Some(last)) = (self.pieces.first(), self.pieces.last()) else {
+            return;
+        };
+        let end = offset + out.len() as u64;
+        if end <= first.offset || offset >= last.end() {
+            // Outside the span of the writes: most reads of a large transaction.
             return;
         }
-        let end = offset + out.len() as u64;
         let i = self.pieces.partition_point(|p| p.end() <= offset);
         for p in &self.pieces[i..] {
             if p.offset >= end {
@@ -971,11 +975,13 @@ impl<'h> Tx<'h> {
     ///
     /// Errors: `Pool` (outside the pool), `Closed`.
     pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.state(|s, inner| {
-            inner.pool.read(offset, out)?;
-            s.overlay(offset, out);
-            Ok(())
-        })
+        let inner = self.inner();
+        inner.check_open()?;
+        let state = self.state.borrow();
+        let state = state.as_deref().ok_or_else(ended)?;
+        inner.pool.read(offset, out)?;
+        state.overlay(offset, out);
+        Ok(())
     }
 
     /// Allocate a zeroed `T`; it exists only if the transaction commits.
