@@ -172,6 +172,17 @@ impl HeapWorkload {
                 heap.tx(|tx| {
                     let obj = tx.alloc_bytes(SIZES[size])?;
                     write_object(tx, obj, tag)?;
+                    if matches!(mix, Mix::Transactions) {
+                        // Work rolled back before the commit leaves no trace in any image:
+                        // no leaked object, no stray write, the in-place tags put back.
+                        let sp = tx.savepoint()?;
+                        let ghost = tx.alloc_bytes(SIZES[0])?;
+                        write_object(tx, ghost, tag + 1)?;
+                        write_object(tx, obj, tag + 1)?;
+                        tx.write(r.counter, &u64::MAX)?;
+                        tx.rollback_to(&sp)?;
+                        tx.release(sp)?;
+                    }
                     tx.write(slot_ptr(r, slot), &PPtr::from_offset(obj))?;
                     let c = tx.read(r.counter)?;
                     tx.write(r.counter, &(c + 1))
