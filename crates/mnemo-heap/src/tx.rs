@@ -13,8 +13,9 @@
 //!   pointing at its bytes in one append-only buffer (`data`). A write replaces the pieces it
 //!   covers (trimming the ones it overlaps at its edges), so a read of the transaction's view
 //!   is the pool's bytes patched with the pieces a binary search finds (`O(log n + k)`), and
-//!   the commit writes one redo entry per piece: bytes written several times are logged once,
-//!   with their last value. A write that falls inside one piece whose bytes were written
+//!   the commit writes one redo entry per run of adjacent pieces: bytes written several
+//!   times are logged once, with their last value. (The record size checked at each write
+//!   counts an entry per piece: an upper bound, kept without looking at neighbours.) A write that falls inside one piece whose bytes were written
 //!   after the innermost open savepoint overwrites them in place (no new bytes, no new
 //!   piece): the common case of a word written again and again.
 //! * **Writes into the transaction's own fresh allocations** go to the pool at once, unlogged,
@@ -140,6 +141,8 @@ pub(crate) struct TxState {
     /// (offset, position in `undo_data`, length), to put back on rollback.
     undo: Vec<(u64, usize, usize)>,
     undo_data: Vec<u8>,
+    /// Reused by the commit to gather a run of adjacent pieces into one entry.
+    scratch: Vec<u8>,
 }
 
 impl TxState {
@@ -528,7 +531,7 @@ fn recycle(mut state: Box<TxState>) {
 }
 
 /// Commit `state`: one redo record (none if it is empty), then the allocator's bookkeeping.
-fn commit_state(inner: &Inner, state: Box<TxState>) -> Result<()> {
+fn commit_state(inner: &Inner, mut state: Box<TxState>) -> Result<()> {
     if let Some(reason) = state.poisoned.clone() {
         abort_state(inner, state);
         return Err(Error::Aborted(reason));
@@ -557,10 +560,7 @@ fn commit_state(inner: &Inner, state: Box<TxState>) -> Result<()> {
     let buf = &mut lane.buf;
     redo::start(buf);
     let mut count = 0u32;
-    for p in &state.pieces {
-        redo::push_data(buf, p.offset, &state.data[p.pos..p.pos + p.len]);
-        count += 1;
-    }
+    count += push_pieces(buf, &mut state);
     for &op in &state.meta {
         push_meta(buf, op);
         count += 1;
@@ -597,6 +597,38 @@ fn commit_state(inner: &Inner, state: Box<TxState>) -> Result<()> {
             Err(e)
         }
     }
+}
+
+/// Append the data entries of `state`'s pieces to a record: one entry per run of adjacent
+/// pieces (a run's bytes gathered in `state.scratch`). Returns the number of entries.
+fn push_pieces(buf: &mut Vec<u8>, state: &mut TxState) -> u32 {
+    let TxState {
+        pieces,
+        data,
+        scratch,
+        ..
+    } = state;
+    let bytes = |p: &Piece| &data[p.pos..p.pos + p.len];
+    let mut count = 0;
+    let mut i = 0;
+    while i < pieces.len() {
+        let mut j = i + 1;
+        while j < pieces.len() && pieces[j].offset == pieces[j - 1].end() {
+            j += 1;
+        }
+        if j == i + 1 {
+            redo::push_data(buf, pieces[i].offset, bytes(&pieces[i]));
+        } else {
+            scratch.clear();
+            for p in &pieces[i..j] {
+                scratch.extend_from_slice(bytes(p));
+            }
+            redo::push_data(buf, pieces[i].offset, scratch);
+        }
+        count += 1;
+        i = j;
+    }
+    count
 }
 
 /// The commit of record `seq` (None: nothing committed, or the outcome is unknown).
