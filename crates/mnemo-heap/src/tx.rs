@@ -1057,8 +1057,8 @@ impl<'h> Tx<'h> {
             if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
                 return Ok(reservation.offset);
             }
-            // Allocations from the same bitmap word share one entry (not an entry made before
-            // the innermost savepoint, which restores it anyway: merging is only cheaper).
+            // Allocations from the same bitmap word share one entry (a rollback puts the
+            // entry's mask back as it was at the savepoint: `Marks::last_meta`).
             if let (MetaOp::Or(word, mask), Some(MetaOp::Or(last, last_mask))) =
                 (op, s.meta.last_mut())
             {
