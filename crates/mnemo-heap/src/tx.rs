@@ -810,17 +810,13 @@ impl<'h> Tx<'h> {
         f(state, inner)
     }
 
-    fn take(&self) -> Option<Box<TxState>> {
-        self.state.borrow_mut().take()
-    }
-
     /// Commit: one redo record and one sync point (none for an empty transaction); on
     /// `Ok` every write, allocation and free is durable.
     ///
     /// Errors: `Aborted` ([`Tx::doom`] was called), `Closed`, `TransactionTooLarge`
     /// (nothing applied), `Pool` (the commit may or may not have taken effect).
-    pub fn commit(self) -> Result<()> {
-        let state = self.take().ok_or_else(ended)?;
+    pub fn commit(mut self) -> Result<()> {
+        let state = self.state.get_mut().take().ok_or_else(ended)?;
         commit_state(self.inner(), state)
     }
 
