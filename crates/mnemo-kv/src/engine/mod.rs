@@ -643,7 +643,7 @@ impl Engine for PersistentEngine<'_> {
     }
 
     fn commit(&mut self) -> Result<(), EngineError> {
-        if self.poisoned.is_none() && self.housekeeping().is_err() {
+        if self.txn.is_some() && self.poisoned.is_none() && self.housekeeping().is_err() {
             // Rolled back to its savepoint; retried with the next batch.
             self.stats.housekeeping_errors += 1;
         }
