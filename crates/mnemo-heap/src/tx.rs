@@ -878,7 +878,8 @@ impl<'h> Tx<'h> {
 
     /// Undo every write, allocation (its reservation released) and free (un-deferred) made
     /// since `sp`, and run the abort hooks registered since; savepoints taken after `sp`
-    /// close, `sp` stays open. The commit writes only what survives.
+    /// close, `sp` stays open. The commit writes only what survives. A doomed transaction
+    /// ([`Tx::doom`]) stays doomed.
     ///
     /// Errors: `InvalidArgument` (not an open savepoint of this transaction), `Closed`,
     /// `Pool` (the pool bytes of a fresh allocation could not be put back: everything else
