@@ -9,7 +9,8 @@
 //!   caught and reported as `MNEMO_EPANIC` instead of unwinding into C;
 //! * handles are table entries, not pointers ([`handle`]): a closed or bogus handle is an
 //!   error, never a use after free; a NULL pointer argument is `MNEMO_EINVAL`;
-//! * transactions keep one level per `mnemo_tx_begin` on a thread-local stack ([`tx`]);
+//! * transactions are the heap's explicit [`mnemo_heap::Tx`], kept in the thread's state with
+//!   one level per `mnemo_tx_begin` ([`tx`]); heap calls inside one join it explicitly;
 //! * `mnemo_msync`/`mnemo_gmsync` are sync points of the pool; before flushing they retire
 //!   a transaction's redo record that could otherwise replay older bytes over the synced
 //!   ones; why gmsync is one fence and not a redo record is explained in [`sync::gmsync`].
@@ -333,7 +334,9 @@ pub unsafe extern "C" fn mnemo_nvalloc(
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
         reserved(name)?;
-        put(off, entry.heap.nvalloc(name, size)?, "off")
+        let offset = tx::joined(entry.handle, |t| Ok(t.nvalloc(name, size)?))
+            .unwrap_or_else(|| Ok(entry.heap.nvalloc(name, size)?))?;
+        put(off, offset, "off")
     })
 }
 
@@ -348,8 +351,8 @@ pub unsafe extern "C" fn mnemo_nvfree(pool: *mut MnemoPool, name: *const c_char)
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
         reserved(name)?;
-        entry.heap.nvfree(name)?;
-        Ok(())
+        tx::joined(entry.handle, |t| Ok(t.nvfree(name)?))
+            .unwrap_or_else(|| Ok(entry.heap.nvfree(name)?))
     })
 }
 
@@ -411,7 +414,8 @@ pub unsafe extern "C" fn mnemo_root(
         // SAFETY: forwarded from this function's contract.
         let name = unsafe { name_str(name) }?;
         reserved(name)?;
-        let offset = entry.heap.nvalloc(name, size)?;
+        let offset = tx::joined(entry.handle, |t| Ok(t.nvalloc(name, size)?))
+            .unwrap_or_else(|| Ok(entry.heap.nvalloc(name, size)?))?;
         let address = entry.heap.pool().ptr(offset, size)?;
         put(ptr, address.as_ptr().cast::<c_void>(), "ptr")
     })
@@ -429,7 +433,9 @@ pub unsafe extern "C" fn mnemo_pmalloc(pool: *mut MnemoPool, size: u64, off: *mu
         if size == 0 {
             return Err(Failure::invalid("allocation of 0 bytes"));
         }
-        put(off, entry.heap.pmalloc(size)?, "off")
+        let offset = tx::joined(entry.handle, |t| Ok(t.alloc_bytes(size)?))
+            .unwrap_or_else(|| Ok(entry.heap.pmalloc(size)?))?;
+        put(off, offset, "off")
     })
 }
 
@@ -439,8 +445,8 @@ pub extern "C" fn mnemo_pfree(pool: *mut MnemoPool, off: u64) -> c_int {
     guard("mnemo_pfree", || {
         let entry = pool_of(pool)?;
         refuse_region_free(&entry, off)?;
-        entry.heap.pfree(off)?;
-        Ok(())
+        tx::joined(entry.handle, |t| Ok(t.free_offset(off)?))
+            .unwrap_or_else(|| Ok(entry.heap.pfree(off)?))
     })
 }
 

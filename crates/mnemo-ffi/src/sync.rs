@@ -6,7 +6,6 @@ use mnemo_pmem::{mutant, ByteRange, SyncKind, SyncPoint};
 
 use crate::error::{code, Failure, Result};
 use crate::handle::{lock, PoolEntry};
-use crate::tx;
 
 /// Check that `offset..offset+len` lies in the heap's data area (objects and regions).
 pub fn check_data(entry: &PoolEntry, offset: u64, len: u64) -> Result<()> {
@@ -32,26 +31,13 @@ pub fn offset_of(entry: &PoolEntry, addr: usize, len: u64) -> Result<u64> {
     Ok(offset)
 }
 
-/// Run `f` on this thread, or on a helper thread when this thread has a transaction open on
-/// the pool (the heap would otherwise join `f`'s transaction to it).
-pub fn outside_tx<R: Send>(entry: &PoolEntry, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
-    if !tx::open_on(entry.handle) {
-        return f();
-    }
-    std::thread::scope(|s| {
-        s.spawn(f)
-            .join()
-            .unwrap_or_else(|_| Err(Failure::new(crate::error::code::EPANIC, "helper panicked")))
-    })
-}
-
 /// Commit one transaction built by `body` and note what it wrote as replayable.
 pub fn commit_tracked(
     entry: &PoolEntry,
     written: &[ByteRange],
     body: impl FnOnce(&mnemo_heap::Tx<'_>) -> mnemo_heap::Result<()>,
 ) -> Result<()> {
-    entry.heap.transaction(body)?;
+    entry.heap.tx(body)?;
     note_committed(entry, written);
     Ok(())
 }
@@ -103,7 +89,7 @@ pub fn msync(entry: &PoolEntry, range: ByteRange) -> Result<()> {
 /// one sync point with a journal record that makes ranges updated again and again
 /// all-or-nothing ([`mnemo_pmem::journal`]), after retiring redo records that wrote them.
 ///
-/// Why a snapshot and not just a redo record of this call. The stores being synced were made
+/// Why a journal record of the contents and not just a redo record of this call. The stores being synced were made
 /// before the call with plain stores, and the CPU may write any of their cache lines back at
 /// any moment before the call: nothing done *inside* the call can undo that. A redo record of
 /// the call's ranges (commit, apply, flush: two fences) therefore reaches exactly the crash

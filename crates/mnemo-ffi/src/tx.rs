@@ -1,17 +1,21 @@
-//! Transactions begun from C: a thread-local stack of open levels.
+//! Transactions begun from C: the heap's explicit transaction ([`Tx`]), kept in this thread's
+//! state between calls, and a stack of the levels C has begun on it.
 //!
-//! The heap keeps a thread's transaction in its own thread-local state and flattens
-//! nesting; each `mnemo_tx_begin` holds one level of it as a [`TxHandle`]. Levels end in
-//! LIFO order per pool. A failing call dooms the whole transaction (PMDK's rule): the heap
-//! poisons it and the outermost commit aborts and reports [`code::EABORTED`].
+//! The outermost `mnemo_tx_begin` on a pool begins a [`Tx`] (owning a handle of the heap, so
+//! it outlives the call) and keeps it in its level; a nested begin on the same pool adds a
+//! level that works on the same transaction (flattened: only the outermost level's end
+//! commits or aborts it). Levels end in LIFO order per pool. A failing call dooms the whole
+//! transaction (PMDK's rule): [`Tx::doom`], so the outermost commit aborts and reports
+//! [`code::EABORTED`]; so does an inner level's abort. Heap calls that C makes on the pool
+//! meanwhile (`mnemo_pmalloc`, `mnemo_nvalloc`...) join through [`joined`]; everything else
+//! calls the heap directly, which never joins.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use mnemo_heap::{Heap, TxHandle};
+use mnemo_heap::Tx;
 use mnemo_pmem::ByteRange;
 
 use crate::error::{code, Failure, Result};
@@ -21,34 +25,18 @@ use crate::handle::{self, lock, Kind, PoolEntry};
 struct Level {
     handle: usize,
     pool: Arc<PoolEntry>,
-    /// The heap level; `None` once ended. Borrows `*heap`.
-    tx: Option<TxHandle<'static>>,
-    /// A leaked box, freed in `Drop` after `tx` (see the SAFETY comments).
-    heap: *mut Heap,
+    /// The transaction, on the outermost level of its pool only.
+    tx: Option<Tx<'static>>,
     /// Ranges written with `mnemo_tx_write` (kept on the outermost level).
     written: Vec<ByteRange>,
     /// Whether the transaction certainly produces a redo record.
     nonempty: bool,
 }
 
-impl Level {
-    fn tx(&self) -> Result<&TxHandle<'static>> {
-        self.tx
-            .as_ref()
-            .ok_or_else(|| Failure::new(code::ECLOSED, "the transaction has ended"))
-    }
-}
-
 impl Drop for Level {
     fn drop(&mut self) {
-        // Dropping an unended level aborts it (the thread exits with a transaction open).
-        // The heap's own thread-local state may already be gone then: its panic is caught.
-        if let Some(tx) = self.tx.take() {
-            let _ = catch_unwind(AssertUnwindSafe(|| drop(tx)));
-        }
-        // SAFETY: `heap` came from `Box::into_raw` in `begin` and is freed only here, once;
-        // the only borrow of it, `tx`, was dropped just above.
-        drop(unsafe { Box::from_raw(self.heap) });
+        // A level dropped with its transaction (the thread exits with it open) aborts it:
+        // `Tx`'s own drop, after this.
         self.pool.open_txs.fetch_sub(1, Ordering::AcqRel);
         lock(&LIVE).remove(&self.handle);
     }
@@ -92,15 +80,10 @@ pub fn pool_of(handle: usize) -> Result<Arc<PoolEntry>> {
 
 /// Begin a level on `pool`; returns its handle.
 pub fn begin(pool: Arc<PoolEntry>) -> Result<usize> {
-    let heap: &'static Heap = Box::leak(Box::new(pool.heap.clone()));
-    let heap_ptr = heap as *const Heap as *mut Heap;
-    let tx = match heap.begin() {
-        Ok(tx) => tx,
-        Err(e) => {
-            // SAFETY: the box was leaked just above and nothing borrows it any more.
-            drop(unsafe { Box::from_raw(heap_ptr) });
-            return Err(e.into());
-        }
+    let tx = if open_on(pool.handle) {
+        None
+    } else {
+        Some(pool.heap.begin_owned()?)
     };
     let handle = handle::new_handle(Kind::Tx);
     pool.open_txs.fetch_add(1, Ordering::AcqRel);
@@ -108,8 +91,7 @@ pub fn begin(pool: Arc<PoolEntry>) -> Result<usize> {
     let level = Level {
         handle,
         pool,
-        tx: Some(tx),
-        heap: heap_ptr,
+        tx,
         written: Vec::new(),
         nonempty: false,
     };
@@ -117,35 +99,56 @@ pub fn begin(pool: Arc<PoolEntry>) -> Result<usize> {
     Ok(handle)
 }
 
-/// Run `f` on the level `handle` of this thread. On failure the transaction is doomed.
-pub fn with<R>(handle: usize, f: impl FnOnce(&TxHandle<'static>) -> Result<R>) -> Result<R> {
-    let found = STACK.with_borrow(|s| {
-        s.iter()
-            .find(|l| l.handle == handle)
-            .map(|l| (l.pool.heap.clone(), l.tx.is_some()))
-    });
-    let Some((heap, true)) = found else {
-        return Err(not_here(handle));
-    };
-    // `f` runs with the stack borrowed: heap calls never re-enter this module.
-    let result = STACK.with_borrow(|s| {
+/// The transaction of `pool` among this thread's levels.
+fn tx_of(levels: &[Level], pool: usize) -> Option<&Tx<'static>> {
+    levels
+        .iter()
+        .find(|l| l.pool.handle == pool)
+        .and_then(|l| l.tx.as_ref())
+}
+
+/// Run `f` on the transaction of level `handle` of this thread. On failure the transaction
+/// is doomed.
+pub fn with<R>(handle: usize, f: impl FnOnce(&Tx<'static>) -> Result<R>) -> Result<R> {
+    // `f` runs with the stack borrowed (shared): it may ask `open_on`, never begin or end.
+    STACK.with_borrow(|s| {
         let level = s
             .iter()
             .find(|l| l.handle == handle)
             .ok_or_else(|| not_here(handle))?;
-        f(level.tx()?)
-    });
-    if result.is_err() {
-        doom(&heap);
-    }
-    result
+        let tx = tx_of(s, level.pool.handle)
+            .ok_or_else(|| Failure::new(code::ECLOSED, "the transaction has ended"))?;
+        let result = f(tx);
+        if let Err(failure) = &result {
+            tx.doom(&failure.message);
+        }
+        result
+    })
 }
 
-/// Doom the thread's transaction on `heap`: an inner level begun and aborted poisons it.
-fn doom(heap: &Heap) {
-    if let Ok(inner) = heap.begin() {
-        inner.abort();
+/// Run `f` in this thread's transaction on `pool`, if it has one (the heap calls C makes
+/// inside a transaction join it); `None` if it has none. A failure dooms the transaction.
+pub fn joined<R>(pool: usize, f: impl FnOnce(&Tx<'static>) -> Result<R>) -> Option<Result<R>> {
+    let result = STACK
+        .try_with(|s| {
+            let s = s.borrow();
+            let tx = tx_of(&s, pool)?;
+            let result = f(tx);
+            if let Err(failure) = &result {
+                tx.doom(&failure.message);
+            }
+            Some(result)
+        })
+        .ok()
+        .flatten()?;
+    if result.is_ok() {
+        STACK.with_borrow_mut(|s| {
+            if let Some(outer) = s.iter_mut().find(|l| l.pool.handle == pool) {
+                outer.nonempty = true;
+            }
+        });
     }
+    Some(result)
 }
 
 /// Note that level `handle` wrote `range` (for [`handle::Replayable`]).
@@ -165,7 +168,7 @@ pub fn note_write(handle: usize, range: Option<ByteRange>) {
 
 /// End level `handle` (commit or abort). Only the innermost open level of its pool may end.
 pub fn end(handle: usize, commit: bool) -> Result<()> {
-    let level = STACK.with_borrow_mut(|s| {
+    let mut level = STACK.with_borrow_mut(|s| {
         let i = s
             .iter()
             .position(|l| l.handle == handle)
@@ -177,38 +180,31 @@ pub fn end(handle: usize, commit: bool) -> Result<()> {
                 "a transaction level must end after the levels begun inside it (commit or abort the innermost first)",
             ));
         }
-        Ok(s.remove(i))
+        let level = s.remove(i);
+        if level.tx.is_none() {
+            // An inner level: hand what it noted to the outermost one; an abort dooms it.
+            if let Some(outer) = s.iter_mut().find(|l| l.pool.handle == pool) {
+                outer.written.extend_from_slice(&level.written);
+                outer.nonempty |= level.nonempty;
+                if !commit {
+                    if let Some(tx) = &outer.tx {
+                        tx.doom("an inner level was aborted");
+                    }
+                }
+            }
+        }
+        Ok(level)
     })?;
-    finish(level, commit)
-}
-
-fn finish(mut level: Level, commit: bool) -> Result<()> {
-    let outermost = !open_on(level.pool.handle);
-    let tx = level
-        .tx
-        .take()
-        .ok_or_else(|| Failure::new(code::ECLOSED, "the transaction has ended"))?;
+    let Some(tx) = level.tx.take() else {
+        return Ok(());
+    };
     if !commit {
         tx.abort();
         return Ok(());
     }
-    if !outermost {
-        // Flattened: hand what this level noted to the enclosing one.
-        let written = std::mem::take(&mut level.written);
-        let nonempty = level.nonempty;
-        let pool = level.pool.handle;
-        STACK.with_borrow_mut(|s| {
-            if let Some(outer) = s.iter_mut().find(|l| l.pool.handle == pool) {
-                outer.written.extend(written);
-                outer.nonempty |= nonempty;
-            }
-        });
-        return tx.commit().map_err(Into::into);
-    }
-    let entry = level.pool.clone();
     tx.commit()?;
     if level.nonempty || !level.written.is_empty() {
-        crate::sync::note_committed(&entry, &level.written);
+        crate::sync::note_committed(&level.pool, &level.written);
     }
     Ok(())
 }

@@ -101,10 +101,7 @@ fn follow_on_entry(entry: Option<PoolEntry>) -> Result<(), String> {
         .write(region, &41u64.to_le_bytes())
         .map_err(err)?;
     mnemo::sync::gmsync(&entry, &[ByteRange::new(region, 8)]).map_err(fail)?;
-    entry
-        .heap
-        .transaction(|tx| tx.write(word, &42))
-        .map_err(err)?;
+    entry.heap.tx(|tx| tx.write(word, &42)).map_err(err)?;
     match entry.heap.get(word).map_err(err)? {
         42 => Ok(()),
         other => Err(format!("follow-on transaction wrote 42, read {other}")),
@@ -150,7 +147,7 @@ impl Gmsync {
             Variant::OneFence => mnemo::sync::gmsync_one_fence(entry, ranges).map_err(fail),
             Variant::RedoRecord => entry
                 .heap
-                .transaction(|tx| {
+                .tx(|tx| {
                     for r in ranges {
                         let mut bytes = vec![0u8; r.len as usize];
                         entry.heap.pool().read(r.offset, &mut bytes)?;

@@ -134,9 +134,9 @@ fn main() {
     if let Ok(only) = std::env::var("BENCH_ONLY") {
         for i in 0..n {
             if only == "tx" {
-                heap.transaction(|tx| tx.write(word, &i)).unwrap();
+                heap.tx(|tx| tx.write(word, &i)).unwrap();
             } else {
-                let off = heap.transaction(|tx| tx.alloc_bytes(64)).unwrap();
+                let off = heap.tx(|tx| tx.alloc_bytes(64)).unwrap();
                 heap.pfree(off).unwrap();
             }
         }
@@ -177,9 +177,7 @@ fn main() {
         lines,
         pmdk_per_s: None,
     });
-    let (ns, fences, lines) = measure(&counters, n, |i| {
-        heap.transaction(|tx| tx.write(word, &i)).unwrap()
-    });
+    let (ns, fences, lines) = measure(&counters, n, |i| heap.tx(|tx| tx.write(word, &i)).unwrap());
     rows.push(Row {
         name: "tx 8-byte update",
         ns,
@@ -199,7 +197,7 @@ fn main() {
 
     let mut offs = Vec::with_capacity(n as usize * 2);
     let (ns, fences, lines) = measure(&counters, n, |_| {
-        offs.push(heap.transaction(|tx| tx.alloc_bytes(64)).unwrap())
+        offs.push(heap.tx(|tx| tx.alloc_bytes(64)).unwrap())
     });
     rows.push(Row {
         name: "tx alloc 64 B",
@@ -209,11 +207,7 @@ fn main() {
         pmdk_per_s: Some((0.8e6, 1.07e6)),
     });
     let (ns, fences, lines) = measure(&counters, n, |_| {
-        offs.push(
-            heap.transaction(|tx| tx.alloc::<[u8; 64]>())
-                .unwrap()
-                .offset(),
-        )
+        offs.push(heap.tx(|tx| tx.alloc::<[u8; 64]>()).unwrap().offset())
     });
     rows.push(Row {
         name: "tx zalloc 64 B",
@@ -267,7 +261,7 @@ fn main() {
             let w = *w;
             s.spawn(move || {
                 for i in 0..n {
-                    heap.transaction(|tx| tx.write(w, &i)).unwrap();
+                    heap.tx(|tx| tx.write(w, &i)).unwrap();
                 }
             });
         }

@@ -20,7 +20,7 @@ use crate::layout::{
 };
 use crate::pptr::{PPtr, Persist};
 use crate::redo::{self, Lanes};
-use crate::tx::{self, Tx, TxHandle};
+use crate::tx::{self, Tx};
 
 /// How to lay out a new heap.
 #[derive(Clone, Debug)]
@@ -566,81 +566,69 @@ impl Heap {
         Ok(())
     }
 
-    /// Begin a transaction explicitly (joins the thread's current one on this heap).
-    pub fn begin(&self) -> Result<TxHandle<'_>> {
-        tx::begin(self)?;
-        Ok(TxHandle::new(self))
+    /// Begin a transaction: the returned [`Tx`] is the caller's, ended by [`Tx::commit`] or
+    /// [`Tx::abort`] (dropping it aborts). Heap calls made meanwhile (`pmalloc`, `nvalloc`,
+    /// another `begin`) are not part of it: use the [`Tx`]'s methods for that.
+    ///
+    /// Errors: `Closed`.
+    pub fn begin(&self) -> Result<Tx<'_>> {
+        Tx::begin(self)
     }
 
-    /// C-ABI style: begin (or join) this thread's transaction on this heap, without a handle.
-    /// Work on it through [`Heap::tx`]; end it with [`Heap::tx_commit`] or [`Heap::tx_abort`]
-    /// (once per `tx_begin`).
-    pub fn tx_begin(&self) -> Result<()> {
-        tx::begin(self)
-    }
-
-    /// A handle to this thread's current transaction on this heap (its calls fail with
-    /// `InvalidArgument` if there is none).
-    pub fn tx(&self) -> Tx<'_> {
-        Tx::new(self)
-    }
-
-    /// End one level begun by [`Heap::tx_begin`]; the outermost level commits.
-    pub fn tx_commit(&self) -> Result<()> {
-        tx::commit(self)
-    }
-
-    /// Abort the transaction begun by [`Heap::tx_begin`] (the whole transaction, at its
-    /// outermost level).
-    pub fn tx_abort(&self) {
-        tx::abort(self, "aborted by the caller")
+    /// [`Heap::begin`] for a transaction that outlives this borrow of the heap (it holds a
+    /// clone of the handle): the C ABI keeps one per thread between calls.
+    ///
+    /// Errors: `Closed`.
+    pub fn begin_owned(&self) -> Result<Tx<'static>> {
+        Tx::begin_owned(self)
     }
 
     /// Run `f` as one durable, atomic transaction: all its writes, allocations and frees take
     /// effect together at commit, or none does (on `Err` or panic, which is re-raised after
-    /// the abort). Called inside another transaction on this heap, it joins it.
+    /// the abort). Roll back part of it with [`Tx::savepoint`] and [`Tx::rollback_to`].
     ///
-    /// Errors: `Closed`, whatever `f` returns, `TransactionTooLarge`, `Aborted` (an inner transaction failed), `Pool`.
-    pub fn transaction<R>(&self, f: impl FnOnce(&Tx<'_>) -> Result<R>) -> Result<R> {
-        let handle = self.begin()?;
-        match catch_unwind(AssertUnwindSafe(|| f(&handle))) {
+    /// Errors: `Closed`, whatever `f` returns, `TransactionTooLarge`, `Aborted` (`f` doomed
+    /// it: [`Tx::doom`]), `Pool`.
+    pub fn tx<R>(&self, f: impl FnOnce(&Tx<'_>) -> Result<R>) -> Result<R> {
+        let tx = self.begin()?;
+        match catch_unwind(AssertUnwindSafe(|| f(&tx))) {
             Ok(Ok(value)) => {
-                handle.commit()?;
+                tx.commit()?;
                 Ok(value)
             }
             Ok(Err(e)) => {
-                handle.abort_because(&e.to_string());
+                tx.abort();
                 Err(e)
             }
             Err(panic) => {
-                handle.abort_because("the transaction panicked");
+                tx.abort();
                 resume_unwind(panic)
             }
         }
     }
 
-    /// Allocate `size` bytes (contents unspecified), durably on return: in the thread's
-    /// current transaction if one is open, else on its own (a small size sets its bitmap bit
-    /// with one sync point and no redo record; a large one commits a one-entry record). Leaks
-    /// if never published: prefer [`Heap::alloc_into`].
+    /// Allocate `size` bytes (contents unspecified), durably on return, as a transaction of
+    /// its own: a small size sets its bitmap bit with one sync point and no redo record; a
+    /// large one commits a one-entry record. Leaks if never published: prefer
+    /// [`Heap::alloc_into`] (or [`Tx::alloc_bytes`]).
     ///
     /// Errors: `Closed`, `InvalidArgument` (0 bytes), `OutOfSpace`.
     pub fn pmalloc(&self, size: u64) -> Result<u64> {
-        if tx::active_on(self) || mnemo_pmem::mutant::active("alloc.skip_bitmap") {
-            return self.transaction(|tx| tx.alloc_bytes(size));
+        if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
+            return self.tx(|tx| tx.alloc_bytes(size));
         }
         tx::alloc_alone(self, size)
     }
 
     /// Allocate a zeroed `T`.
     pub fn alloc<T: Persist>(&self) -> Result<PPtr<T>> {
-        self.transaction(|tx| tx.alloc::<T>())
+        self.tx(|tx| tx.alloc::<T>())
     }
 
     /// Allocate a `T` holding `value` and store its pointer into `dest`, atomically: after a
     /// crash either both happened or neither (PMDK's `pmemobj_alloc` with a destination).
     pub fn alloc_into<T: Persist>(&self, dest: PPtr<PPtr<T>>, value: &T) -> Result<PPtr<T>> {
-        self.transaction(|tx| {
+        self.tx(|tx| {
             let ptr =
                 PPtr::<T>::from_offset(tx.alloc_bytes(std::mem::size_of::<T>().max(1) as u64)?);
             tx.write(ptr, value)?;
@@ -649,11 +637,11 @@ impl Heap {
         })
     }
 
-    /// Free the object at `offset` (a transaction of its own, or the current one).
+    /// Free the object at `offset` (a transaction of its own).
     ///
     /// Errors: `Closed`, `InvalidFree` (not the start of a live allocation, or already freed).
     pub fn pfree(&self, offset: u64) -> Result<()> {
-        self.transaction(|tx| tx.free_offset(offset))
+        self.tx(|tx| tx.free_offset(offset))
     }
 
     /// Free the object at `ptr`.
@@ -698,7 +686,7 @@ impl Heap {
         slot: PPtr<PPtr<T>>,
         build: impl FnOnce(Option<T>) -> T,
     ) -> Result<PPtr<T>> {
-        self.transaction(|tx| {
+        self.tx(|tx| {
             let old: PPtr<T> = tx.read(slot)?;
             let current = if old.is_null() {
                 None
@@ -718,115 +706,20 @@ impl Heap {
     }
 
     /// Temporality's `nvalloc`: the region named `name`, created zeroed with `size` bytes if
-    /// it does not exist. An existing region of another size is an error.
+    /// it does not exist (a transaction of its own; [`Tx::nvalloc`] in a transaction). An
+    /// existing region of another size is an error.
     ///
     /// Errors: `Closed`, `NameTooLong`, `InvalidName`, `InvalidArgument` (size 0), `SizeMismatch`, `TocFull`, `NameBusy`, `OutOfSpace`.
     pub fn nvalloc(&self, name: &str, size: u64) -> Result<u64> {
-        check_name(name)?;
-        if size == 0 {
-            return Err(Error::InvalidArgument("region of 0 bytes".into()));
-        }
-        self.transaction(|tx| {
-            let token = tx.token()?;
-            let inner = &*self.inner;
-            let slot = {
-                let mut toc = inner.lock_toc();
-                if let Some(e) = toc.names.get(name) {
-                    match (e.committed, e.busy) {
-                        (_, Some(t)) if t != token => {
-                            return Err(Error::NameBusy(name.to_string()))
-                        }
-                        (true, Some(_)) => return Err(Error::NameBusy(name.to_string())),
-                        _ => {}
-                    }
-                    if e.size != size {
-                        return Err(Error::SizeMismatch {
-                            name: name.to_string(),
-                            existing: e.size,
-                            requested: size,
-                        });
-                    }
-                    return Ok(e.offset);
-                }
-                let slot = toc
-                    .free_slots
-                    .pop()
-                    .ok_or(Error::TocFull(inner.geometry.toc_entries))?;
-                toc.names.insert(
-                    name.to_string(),
-                    TocEntry {
-                        slot,
-                        offset: 0,
-                        size,
-                        busy: Some(token),
-                        committed: false,
-                    },
-                );
-                slot
-            };
-            let owned = name.to_string();
-            tx.on_abort(move |inner| {
-                let mut toc = inner.lock_toc();
-                toc.names.remove(&owned);
-                toc.free_slots.push(slot);
-            })?;
-            let offset = tx.zalloc_bytes(size)?;
-            if let Some(e) = inner.lock_toc().names.get_mut(name) {
-                e.offset = offset;
-            }
-            let entry_offset = inner.geometry.toc_offset + slot * TOC_ENTRY_SIZE;
-            tx.write_meta(entry_offset, &toc_entry(name, offset, size))?;
-            let owned = name.to_string();
-            tx.on_commit(move |inner| {
-                if let Some(e) = inner.lock_toc().names.get_mut(&owned) {
-                    e.busy = None;
-                    e.committed = true;
-                }
-            })?;
-            Ok(offset)
-        })
+        self.tx(|tx| tx.nvalloc(name, size))
     }
 
-    /// Temporality's `nvfree`: free the region named `name` and remove the name.
+    /// Temporality's `nvfree`: free the region named `name` and remove the name (a
+    /// transaction of its own; [`Tx::nvfree`] in a transaction).
     ///
     /// Errors: `Closed`, `NameTooLong`, `InvalidName`, `NoSuchRegion`, `NameBusy`.
     pub fn nvfree(&self, name: &str) -> Result<()> {
-        check_name(name)?;
-        self.transaction(|tx| {
-            let token = tx.token()?;
-            let inner = &*self.inner;
-            let (slot, offset) = {
-                let mut toc = inner.lock_toc();
-                let e = toc
-                    .names
-                    .get_mut(name)
-                    .filter(|e| e.committed)
-                    .ok_or_else(|| Error::NoSuchRegion(name.to_string()))?;
-                if e.busy.is_some() {
-                    return Err(Error::NameBusy(name.to_string()));
-                }
-                e.busy = Some(token);
-                (e.slot, e.offset)
-            };
-            let owned = name.to_string();
-            tx.on_abort(move |inner| {
-                if let Some(e) = inner.lock_toc().names.get_mut(&owned) {
-                    e.busy = None;
-                }
-            })?;
-            tx.free_offset(offset)?;
-            tx.write_meta(
-                inner.geometry.toc_offset + slot * TOC_ENTRY_SIZE,
-                &[0u8; 64],
-            )?;
-            let owned = name.to_string();
-            tx.on_commit(move |inner| {
-                let mut toc = inner.lock_toc();
-                toc.names.remove(&owned);
-                toc.free_slots.push(slot);
-            })?;
-            Ok(())
-        })
+        self.tx(|tx| tx.nvfree(name))
     }
 
     /// The region named `name`, as (offset, size), if it exists (committed).
@@ -855,6 +748,121 @@ impl Heap {
     }
 
     /// A persistent "static variable": the root named `name`, created zeroed on first use.
+    pub fn root<T: Persist>(&self, name: &str) -> Result<PPtr<T>> {
+        Ok(PPtr::from_offset(
+            self.nvalloc(name, std::mem::size_of::<T>().max(1) as u64)?,
+        ))
+    }
+}
+
+impl Tx<'_> {
+    /// [`Heap::nvalloc`] in this transaction: the region and its name exist only if it
+    /// commits (the name is reserved to it meanwhile: `NameBusy` for others).
+    ///
+    /// Errors: `Closed`, `NameTooLong`, `InvalidName`, `InvalidArgument` (size 0), `SizeMismatch`, `TocFull`, `NameBusy`, `OutOfSpace`.
+    pub fn nvalloc(&self, name: &str, size: u64) -> Result<u64> {
+        check_name(name)?;
+        if size == 0 {
+            return Err(Error::InvalidArgument("region of 0 bytes".into()));
+        }
+        let token = self.token()?;
+        let inner = self.inner();
+        let slot = {
+            let mut toc = inner.lock_toc();
+            if let Some(e) = toc.names.get(name) {
+                match (e.committed, e.busy) {
+                    (_, Some(t)) if t != token => return Err(Error::NameBusy(name.to_string())),
+                    (true, Some(_)) => return Err(Error::NameBusy(name.to_string())),
+                    _ => {}
+                }
+                if e.size != size {
+                    return Err(Error::SizeMismatch {
+                        name: name.to_string(),
+                        existing: e.size,
+                        requested: size,
+                    });
+                }
+                return Ok(e.offset);
+            }
+            let slot = toc
+                .free_slots
+                .pop()
+                .ok_or(Error::TocFull(inner.geometry.toc_entries))?;
+            toc.names.insert(
+                name.to_string(),
+                TocEntry {
+                    slot,
+                    offset: 0,
+                    size,
+                    busy: Some(token),
+                    committed: false,
+                },
+            );
+            slot
+        };
+        let owned = name.to_string();
+        self.on_abort(move |inner| {
+            let mut toc = inner.lock_toc();
+            toc.names.remove(&owned);
+            toc.free_slots.push(slot);
+        })?;
+        let offset = self.zalloc_bytes(size)?;
+        if let Some(e) = inner.lock_toc().names.get_mut(name) {
+            e.offset = offset;
+        }
+        let entry_offset = inner.geometry.toc_offset + slot * TOC_ENTRY_SIZE;
+        self.write_meta(entry_offset, &toc_entry(name, offset, size))?;
+        let owned = name.to_string();
+        self.on_commit(move |inner| {
+            if let Some(e) = inner.lock_toc().names.get_mut(&owned) {
+                e.busy = None;
+                e.committed = true;
+            }
+        })?;
+        Ok(offset)
+    }
+
+    /// [`Heap::nvfree`] in this transaction.
+    ///
+    /// Errors: `Closed`, `NameTooLong`, `InvalidName`, `NoSuchRegion`, `NameBusy`.
+    pub fn nvfree(&self, name: &str) -> Result<()> {
+        check_name(name)?;
+        let token = self.token()?;
+        let inner = self.inner();
+        let (slot, offset) = {
+            let mut toc = inner.lock_toc();
+            let e = toc
+                .names
+                .get_mut(name)
+                .filter(|e| e.committed)
+                .ok_or_else(|| Error::NoSuchRegion(name.to_string()))?;
+            if e.busy.is_some() {
+                return Err(Error::NameBusy(name.to_string()));
+            }
+            e.busy = Some(token);
+            (e.slot, e.offset)
+        };
+        let owned = name.to_string();
+        self.on_abort(move |inner| {
+            if let Some(e) = inner.lock_toc().names.get_mut(&owned) {
+                e.busy = None;
+            }
+        })?;
+        self.free_offset(offset)?;
+        self.write_meta(
+            inner.geometry.toc_offset + slot * TOC_ENTRY_SIZE,
+            &[0u8; 64],
+        )?;
+        let owned = name.to_string();
+        self.on_commit(move |inner| {
+            let mut toc = inner.lock_toc();
+            toc.names.remove(&owned);
+            toc.free_slots.push(slot);
+        })?;
+        Ok(())
+    }
+
+    /// [`Heap::root`] in this transaction.
     pub fn root<T: Persist>(&self, name: &str) -> Result<PPtr<T>> {
         Ok(PPtr::from_offset(
             self.nvalloc(name, std::mem::size_of::<T>().max(1) as u64)?,

@@ -183,7 +183,10 @@ impl Geometry {
 
     /// Bytes of one record slot: the largest redo record a transaction may write.
     pub fn slot_size(&self) -> u64 {
-        self.lane_log_size / self.lane_slots as u64
+        // `lane_slots` is a power of two (`check_lane_slots`, at create and decode): a shift,
+        // not a 64-bit division, on every transactional write's size check.
+        debug_assert!(self.lane_slots.is_power_of_two());
+        self.lane_log_size >> self.lane_slots.trailing_zeros()
     }
 
     /// Offset of slot `slot` (`< lane_slots`) of lane `lane`.

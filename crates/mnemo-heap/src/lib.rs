@@ -15,18 +15,26 @@
 //! * Named regions and roots: [`Heap::nvalloc`], [`Heap::nvfree`], [`Heap::root`].
 //! * Consistent updates: [`Heap::atomic_update`] (8 bytes, one fence),
 //!   [`Heap::shadow_update`] (new version aside, published with the free of the old one in
-//!   one record), and durable transactions [`Heap::transaction`] / [`Heap::begin`].
+//!   one record), and durable transactions [`Heap::tx`] / [`Heap::begin`] ([`Tx`]).
 //!   (The append-only torn-bit log is `mnemo-log`.)
 //!
 //! ## Transactions
+//! A transaction is an explicit object, [`Tx`], owned by its caller: `heap.tx(|tx| ...)`
+//! commits on `Ok` and aborts on `Err` or panic; [`Heap::begin`] hands it out for
+//! [`Tx::commit`] / [`Tx::abort`] by hand. Nothing joins it implicitly: a heap call outside
+//! it is a transaction of its own, so code that wants allocations, frees or named regions in
+//! the transaction calls the [`Tx`]'s methods. [`Tx::savepoint`] / [`Tx::rollback_to`] undo
+//! part of a transaction (writes, allocations, frees), nested.
+//!
 //! Redo logging with one fence per transaction: writes are buffered in a volatile write set
-//! (reads through the transaction see them); the commit writes one redo record into a lane
+//! indexed by offset (reads through the transaction see them, found by lookup; bytes written
+//! twice are logged once); the commit writes one redo record into a lane
 //! and makes it durable with one sync point (the commit point), which also makes durable the
 //! thread's previous transaction's in-place application; then it applies the record in
 //! place, left for the next fence. Allocations and frees are bitmap/chunk-table changes in
 //! the same record, so they take effect only if it commits; freed space is reused once the
-//! freeing record can no longer be replayed. Abort on `Err` or panic; nesting is flattened;
-//! several threads may commit at once (one lane each). Code that stores to transactional
+//! freeing record can no longer be replayed. Several threads may commit at once (one lane
+//! each). Code that stores to transactional
 //! data outside transactions uses [`Heap::set_fenced_commits`] and
 //! [`Heap::retire_committed`].
 //!
@@ -64,7 +72,7 @@ pub use alloc::{ClassStats, HeapStats};
 pub use error::{Error, Result};
 pub use heap::{Heap, HeapOptions};
 pub use pptr::{PPtr, Persist};
-pub use tx::{Tx, TxHandle};
+pub use tx::{Savepoint, Tx};
 
 /// A process-unique number for volatile per-instance state.
 pub(crate) fn next_instance() -> u64 {

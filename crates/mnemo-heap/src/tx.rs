@@ -1,8 +1,36 @@
-//! Durable transactions: a volatile write set, one redo record at commit.
+//! Durable transactions: an explicit handle ([`Tx`]) owning a volatile write set, one redo
+//! record at commit.
 //!
-//! The state of a thread's transaction lives in a thread-local (one per heap), so a
-//! transaction started inside another on the same heap joins it (nesting is flattened) and
-//! the C ABI can begin and commit from separate calls. [`Tx`] is the handle user code gets.
+//! A transaction is an object its caller owns: [`Heap::begin`] returns it, [`Tx::commit`] and
+//! [`Tx::abort`] consume it, and dropping it aborts ([`Heap::tx`] wraps the three around a
+//! closure). Nothing joins a transaction behind the caller's back: heap calls outside a
+//! [`Tx`] are transactions of their own; code that wants them in the transaction calls the
+//! [`Tx`]'s methods ([`Tx::alloc_bytes`], [`Tx::free_offset`], [`Tx::nvalloc`]...).
+//!
+//! The write set:
+//!
+//! * **Logged writes** are kept as *pieces*: non-overlapping extents sorted by offset, each
+//!   pointing at its bytes in one append-only buffer (`data`). A write replaces the pieces it
+//!   covers (trimming the ones it overlaps at its edges), so a read of the transaction's view
+//!   is the pool's bytes patched with the pieces a binary search finds (`O(log n + k)`), and
+//!   the commit writes one redo entry per run of adjacent pieces: bytes written several
+//!   times are logged once, with their last value. (The record size checked at each write
+//!   counts an entry per piece: an upper bound, kept without looking at neighbours.) A write that falls inside one piece whose bytes were written
+//!   after the innermost open savepoint overwrites them in place (no new bytes, no new
+//!   piece): the common case of a word written again and again.
+//! * **Writes into the transaction's own fresh allocations** go to the pool at once, unlogged,
+//!   and are checked by CRC at recovery (design, refinement 4).
+//! * **Allocations and frees** are allocator reservations plus their metadata entries
+//!   (bitmap masks, chunk-table entries), in order.
+//!
+//! **Savepoints** ([`Tx::savepoint`], [`Tx::rollback_to`], [`Tx::release`]) nest as a stack.
+//! A savepoint remembers the lengths of every list above; rolling back truncates them,
+//! releases the reservations and un-defers the frees made since (in reverse), runs the abort
+//! hooks registered since, puts back the pool bytes of fresh allocations older than the
+//! savepoint that were overwritten in place since (their old bytes are kept while a savepoint
+//! is open), and rebuilds the piece index from the log of logged writes (`writes`), cut at
+//! the savepoint. Rollbacks are rare (a failed command), so the rebuild is not optimised; a
+//! write pays for savepoints only by appending where it could have overwritten in place.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -20,48 +48,112 @@ use crate::redo;
 
 type Hook = Box<dyn FnOnce(&Inner)>;
 
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Data { offset: u64, pos: usize, len: usize },
-    Meta(MetaOp),
-}
-
 /// Up to this many allocations, a transaction finds its fresh objects by a scan (no index to
 /// build and drop per transaction); beyond, by `TxState::fresh_index`.
 const FRESH_SCAN_MAX: usize = 16;
 
-/// One thread's transaction on one heap.
+/// One logged write, in write order (`TxState::writes`): the bytes are `data[pos..pos + len]`.
+#[derive(Clone, Copy, Debug)]
+struct Write {
+    offset: u64,
+    pos: usize,
+    len: usize,
+}
+
+/// The latest bytes of `offset..offset + len`: `data[pos..pos + len]`. Pieces never overlap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    offset: u64,
+    pos: usize,
+    len: usize,
+}
+
+impl Piece {
+    fn end(&self) -> u64 {
+        self.offset + self.len as u64
+    }
+
+    /// The part of this piece from `from` to `to` (both inside it).
+    fn cut(&self, from: u64, to: u64) -> Piece {
+        Piece {
+            offset: from,
+            pos: self.pos + (from - self.offset) as usize,
+            len: (to - from) as usize,
+        }
+    }
+}
+
+/// What a savepoint restores: the lengths of the write set's lists when it was taken, and the
+/// few values that later calls change in place.
+#[derive(Clone, Copy, Debug)]
+struct Marks {
+    serial: u64,
+    writes: usize,
+    data: usize,
+    meta: usize,
+    /// The last metadata entry (later allocations from the same bitmap word merge into it).
+    last_meta: Option<MetaOp>,
+    allocs: usize,
+    frees: usize,
+    direct: usize,
+    /// The last in-place range (`redo::push_range` extends it).
+    last_direct: Option<ByteRange>,
+    record_len: usize,
+    data_lo: u64,
+    data_hi: u64,
+    on_commit: usize,
+    on_abort: usize,
+    undo: usize,
+    undo_data: usize,
+}
+
+/// A transaction's volatile state (reused from transaction to transaction on a thread).
 #[derive(Default)]
 pub(crate) struct TxState {
     heap_id: u64,
     token: u64,
-    depth: u32,
     poisoned: Option<String>,
-    ops: Vec<Op>,
+    /// Bytes of logged writes, appended (pieces and writes point into it).
     data: Vec<u8>,
+    /// Logged writes in order: the source the piece index is rebuilt from after a rollback.
+    writes: Vec<Write>,
+    /// The index: non-overlapping, sorted by offset.
+    pieces: Vec<Piece>,
+    /// Allocator metadata entries, in order.
+    meta: Vec<MetaOp>,
     record_len: usize,
     allocs: Vec<Reservation>,
-    /// The same allocations by offset (start -> size), once there are more than
-    /// `FRESH_SCAN_MAX`, so `fresh` is a lookup, not a scan:
-    /// a batch of the key-value server makes hundreds. They never overlap (frees take effect
-    /// at commit, so no space is handed out twice within one transaction).
-    fresh_index: BTreeMap<u64, u64>,
+    /// The same allocations by offset (start -> (size, index in `allocs`)), once there are
+    /// more than `FRESH_SCAN_MAX`, so `fresh` is a lookup, not a scan: a batch of the
+    /// key-value server makes hundreds. They never overlap (frees take effect at commit, so
+    /// no space is handed out twice within one transaction).
+    fresh_index: BTreeMap<u64, (u64, usize)>,
     frees: Vec<PendingFree>,
     direct: Vec<ByteRange>,
     data_lo: u64,
     data_hi: u64,
     on_commit: Vec<Hook>,
     on_abort: Vec<Hook>,
+    /// Open savepoints, outermost first.
+    savepoints: Vec<Marks>,
+    serial: u64,
+    /// Pool bytes of fresh allocations overwritten in place while a savepoint was open
+    /// (offset, position in `undo_data`, length), to put back on rollback.
+    undo: Vec<(u64, usize, usize)>,
+    undo_data: Vec<u8>,
+    /// Reused by the commit to gather a run of adjacent pieces into one entry.
+    scratch: Vec<u8>,
 }
 
 impl TxState {
     fn reset(&mut self, heap_id: u64) {
         self.heap_id = heap_id;
         self.token = 0; // assigned on first use (`Tx::token`): most transactions never ask
-        self.depth = 1;
         self.poisoned = None;
-        self.ops.clear();
         self.data.clear();
+        self.writes.clear();
+        self.pieces.clear();
+        self.meta.clear();
         self.record_len = redo::RECORD_HEADER;
         self.allocs.clear();
         if !self.fresh_index.is_empty() {
@@ -75,39 +167,50 @@ impl TxState {
             self.on_commit.clear();
             self.on_abort.clear();
         }
+        self.savepoints.clear();
+        self.undo.clear();
+        self.undo_data.clear();
     }
 
     fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.pieces.is_empty()
+            && self.meta.is_empty()
             && self.direct.is_empty()
             && self.allocs.is_empty()
             && self.frees.is_empty()
     }
 
-    fn grow_record(&mut self, bytes: usize, capacity: u64) -> Result<()> {
-        let next = self.record_len + bytes;
+    fn check_record(&self, next: usize, capacity: u64) -> Result<()> {
         if next as u64 > capacity {
             return Err(Error::TransactionTooLarge {
                 needed: next as u64,
                 capacity,
             });
         }
+        Ok(())
+    }
+
+    fn grow_record(&mut self, bytes: usize, capacity: u64) -> Result<()> {
+        let next = self.record_len + bytes;
+        self.check_record(next, capacity)?;
         self.record_len = next;
         Ok(())
     }
 
-    fn fresh(&self, offset: u64, len: u64) -> bool {
+    /// The index in `allocs` of this transaction's allocation holding `offset..offset+len`.
+    fn fresh(&self, offset: u64, len: u64) -> Option<usize> {
         let end = offset.saturating_add(len);
         if self.allocs.len() <= FRESH_SCAN_MAX {
             return self
                 .allocs
                 .iter()
-                .any(|r| r.offset <= offset && end <= r.offset + r.size);
+                .position(|r| r.offset <= offset && end <= r.offset + r.size);
         }
         self.fresh_index
             .range(..=offset)
             .next_back()
-            .is_some_and(|(&start, &size)| end <= start + size)
+            .filter(|(&start, &(size, _))| end <= start + size)
+            .map(|(_, &(_, i))| i)
     }
 
     /// Note an allocation of this transaction (the index is built only past a few).
@@ -115,11 +218,16 @@ impl TxState {
         self.allocs.push(reservation);
         if self.allocs.len() > FRESH_SCAN_MAX {
             if self.fresh_index.is_empty() {
-                self.fresh_index
-                    .extend(self.allocs.iter().map(|r| (r.offset, r.size)));
+                self.fresh_index.extend(
+                    self.allocs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| (r.offset, (r.size, i))),
+                );
             } else {
+                let i = self.allocs.len() - 1;
                 self.fresh_index
-                    .insert(reservation.offset, reservation.size);
+                    .insert(reservation.offset, (reservation.size, i));
             }
         }
     }
@@ -130,6 +238,191 @@ impl TxState {
             return self.allocs.iter().any(|r| r.offset == offset);
         }
         self.fresh_index.contains_key(&offset)
+    }
+
+    /// Bytes of `data` from this position on were written after the innermost open
+    /// savepoint: a rollback drops them all, so they may be overwritten in place.
+    fn keep_below(&self) -> usize {
+        self.savepoints.last().map_or(0, |m| m.data)
+    }
+
+    /// Log a write of `bytes` at `offset` (not into a fresh allocation).
+    fn put(&mut self, offset: u64, bytes: &[u8], capacity: u64) -> Result<()> {
+        let end = offset + bytes.len() as u64;
+        let i = self.pieces.partition_point(|p| p.end() <= offset);
+        if let Some(p) = self.pieces.get(i) {
+            if p.offset <= offset && end <= p.end() && p.pos >= self.keep_below() {
+                // Inside one piece written since the innermost savepoint: overwrite its bytes
+                // (the write that made the piece owns them, and no later write covers them,
+                // so a rebuild from `writes` finds these bytes too).
+                let at = p.pos + (offset - p.offset) as usize;
+                self.data[at..at + bytes.len()].copy_from_slice(bytes);
+                return Ok(());
+            }
+        }
+        let j = i + self.pieces[i..].partition_point(|p| p.offset < end);
+        let new = Piece {
+            offset,
+            pos: self.data.len(),
+            len: bytes.len(),
+        };
+        let (replaced, record_len) = self.replacement(i, j, new);
+        self.check_record(record_len, capacity)?;
+        self.record_len = record_len;
+        self.data.extend_from_slice(bytes);
+        self.writes.push(Write {
+            offset,
+            pos: new.pos,
+            len: new.len,
+        });
+        self.splice(i, j, replaced);
+        Ok(())
+    }
+
+    /// The pieces that replace `pieces[i..j]` when `new` is written over them (the parts of
+    /// the first and last that stick out, and `new`), and the record length after.
+    fn replacement(&self, i: usize, j: usize, new: Piece) -> ([Option<Piece>; 3], usize) {
+        let mut len = self.record_len + redo::entry_size(new.len);
+        let mut out = [None, Some(new), None];
+        if i < j {
+            for p in &self.pieces[i..j] {
+                len -= redo::entry_size(p.len);
+            }
+            let (first, last) = (self.pieces[i], self.pieces[j - 1]);
+            if first.offset < new.offset {
+                let left = first.cut(first.offset, new.offset);
+                len += redo::entry_size(left.len);
+                out[0] = Some(left);
+            }
+            if last.end() > new.end() {
+                let right = last.cut(new.end(), last.end());
+                len += redo::entry_size(right.len);
+                out[2] = Some(right);
+            }
+        }
+        (out, len)
+    }
+
+    fn splice(&mut self, i: usize, j: usize, replaced: [Option<Piece>; 3]) {
+        match (j - i, replaced) {
+            (0, [None, Some(new), None]) => self.pieces.insert(i, new),
+            (1, [None, Some(new), None]) => self.pieces[i] = new,
+            _ => {
+                self.pieces.splice(i..j, replaced.into_iter().flatten());
+            }
+        }
+    }
+
+    /// Patch `out` (pool bytes at `offset`) with the pieces it overlaps.
+    fn overlay(&self, offset: u64, out: &mut [u8]) {
+        let (Some(first), Some(last)) = (self.pieces.first(), self.pieces.last()) else {
+            return;
+        };
+        let end = offset + out.len() as u64;
+        if end <= first.offset || offset >= last.end() {
+            // Outside the span of the writes: most reads of a large transaction.
+            return;
+        }
+        let i = self.pieces.partition_point(|p| p.end() <= offset);
+        for p in &self.pieces[i..] {
+            if p.offset >= end {
+                break;
+            }
+            let (lo, hi) = (p.offset.max(offset), p.end().min(end));
+            let src = p.pos + (lo - p.offset) as usize;
+            out[(lo - offset) as usize..(hi - offset) as usize]
+                .copy_from_slice(&self.data[src..src + (hi - lo) as usize]);
+        }
+    }
+
+    /// Rebuild the piece index from `writes` (after a rollback cut it).
+    fn rebuild(&mut self) {
+        self.pieces.clear();
+        let record_len = self.record_len;
+        for k in 0..self.writes.len() {
+            let w = self.writes[k];
+            let new = Piece {
+                offset: w.offset,
+                pos: w.pos,
+                len: w.len,
+            };
+            let i = self.pieces.partition_point(|p| p.end() <= w.offset);
+            let j = i + self.pieces[i..].partition_point(|p| p.offset < new.end());
+            let (replaced, _) = self.replacement(i, j, new);
+            self.splice(i, j, replaced);
+        }
+        self.record_len = record_len;
+    }
+
+    fn marks(&mut self) -> Marks {
+        self.serial += 1;
+        Marks {
+            serial: self.serial,
+            writes: self.writes.len(),
+            data: self.data.len(),
+            meta: self.meta.len(),
+            last_meta: self.meta.last().copied(),
+            allocs: self.allocs.len(),
+            frees: self.frees.len(),
+            direct: self.direct.len(),
+            last_direct: self.direct.last().copied(),
+            record_len: self.record_len,
+            data_lo: self.data_lo,
+            data_hi: self.data_hi,
+            on_commit: self.on_commit.len(),
+            on_abort: self.on_abort.len(),
+            undo: self.undo.len(),
+            undo_data: self.undo_data.len(),
+        }
+    }
+
+    /// Undo everything done since `m` was taken.
+    fn roll_back(&mut self, inner: &Inner, m: Marks) -> Result<()> {
+        // Fresh bytes first, newest first, while the allocations they lie in are still ours.
+        let mut restored = Ok(());
+        for &(offset, pos, len) in self.undo[m.undo..].iter().rev() {
+            if let Err(e) = inner.pool.write(offset, &self.undo_data[pos..pos + len]) {
+                restored = Err(e.into());
+            }
+        }
+        self.undo.truncate(m.undo);
+        self.undo_data.truncate(m.undo_data);
+        for f in self.frees[m.frees..].iter().rev() {
+            inner.alloc.abort_free(f);
+        }
+        self.frees.truncate(m.frees);
+        for r in self.allocs[m.allocs..].iter().rev() {
+            inner.alloc.abort_alloc(r);
+            if !self.fresh_index.is_empty() {
+                self.fresh_index.remove(&r.offset);
+            }
+        }
+        self.allocs.truncate(m.allocs);
+        if self.allocs.len() <= FRESH_SCAN_MAX && !self.fresh_index.is_empty() {
+            self.fresh_index.clear();
+        }
+        for hook in self.on_abort.drain(m.on_abort..).rev() {
+            hook(inner);
+        }
+        self.on_commit.truncate(m.on_commit);
+        self.meta.truncate(m.meta);
+        if let (Some(last), Some(saved)) = (self.meta.last_mut(), m.last_meta) {
+            *last = saved;
+        }
+        self.direct.truncate(m.direct);
+        if let (Some(last), Some(saved)) = (self.direct.last_mut(), m.last_direct) {
+            *last = saved;
+        }
+        let cut = self.writes.len() > m.writes || self.data.len() > m.data;
+        self.writes.truncate(m.writes);
+        self.data.truncate(m.data);
+        self.record_len = m.record_len;
+        if cut {
+            self.rebuild();
+        }
+        self.data_lo = m.data_lo;
+        self.data_hi = m.data_hi;
+        restored
     }
 }
 
@@ -156,13 +449,11 @@ impl Drop for Cache {
     }
 }
 
-/// A thread's transactions (one per heap it is in), spare states to reuse, and its
-/// allocation caches. Boxed states, so taking one out or putting it back moves a pointer,
-/// not the state.
+/// A thread's spare transaction states (their buffers are reused) and its allocation
+/// caches. Boxed states, so taking one out or putting it back moves a pointer, not the state.
 #[derive(Default)]
-#[allow(clippy::vec_box)] // moved in and out on every transaction: a pointer, not ~300 bytes
-struct Txs {
-    active: Vec<Box<TxState>>,
+#[allow(clippy::vec_box)] // moved in and out on every transaction: a pointer, not ~500 bytes
+struct Local {
     spare: Vec<Box<TxState>>,
     caches: Vec<Cache>,
 }
@@ -209,37 +500,18 @@ fn cached_reservation(
 }
 
 thread_local! {
-    static TXS: RefCell<Txs> = RefCell::new(Txs::default());
+    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
 }
 
-fn with_state<R>(heap_id: u64, f: impl FnOnce(&mut TxState) -> Result<R>) -> Result<R> {
-    TXS.with_borrow_mut(
-        |txs| match txs.active.iter_mut().find(|s| s.heap_id == heap_id) {
-            Some(state) => f(state),
-            None => Err(Error::InvalidArgument(
-                "no transaction is active on this thread".into(),
-            )),
-        },
-    )
-}
-
-/// Leave one nesting level; returns the state if it was the outermost.
-fn leave(heap_id: u64, poison: Option<&str>) -> Result<Option<Box<TxState>>> {
-    TXS.with_borrow_mut(|txs| {
-        let i = txs
-            .active
-            .iter()
-            .position(|s| s.heap_id == heap_id)
-            .ok_or_else(|| {
-                Error::InvalidArgument("no transaction is active on this thread".into())
-            })?;
-        let state = &mut txs.active[i];
-        state.depth -= 1;
-        if let Some(reason) = poison {
-            state.poisoned.get_or_insert_with(|| reason.to_string());
-        }
-        Ok((state.depth == 0).then(|| txs.active.swap_remove(i)))
-    })
+/// A fresh state for a transaction on heap `heap_id`: a spare one of this thread's if any.
+fn fresh_state(heap_id: u64) -> Box<TxState> {
+    let mut state = LOCAL
+        .try_with(|l| l.borrow_mut().spare.pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    state.reset(heap_id);
+    state
 }
 
 fn recycle(mut state: Box<TxState>) {
@@ -248,35 +520,18 @@ fn recycle(mut state: Box<TxState>) {
         state.on_commit.clear();
         state.on_abort.clear();
     }
-    TXS.with_borrow_mut(|txs| {
-        if txs.spare.len() < 4 {
-            txs.spare.push(state);
+    // A thread that is exiting (its locals destroyed) drops the state instead.
+    let _ = LOCAL.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            if l.spare.len() < 4 {
+                l.spare.push(state);
+            }
         }
     });
 }
 
-/// Start a transaction (or join the thread's current one on this heap).
-pub(crate) fn begin(heap: &Heap) -> Result<()> {
-    let inner = heap.inner();
-    inner.check_open()?;
-    TXS.with_borrow_mut(|txs| {
-        if let Some(state) = txs.active.iter_mut().find(|s| s.heap_id == inner.id) {
-            state.depth += 1;
-        } else {
-            let mut state = txs.spare.pop().unwrap_or_default();
-            state.reset(inner.id);
-            txs.active.push(state);
-        }
-    });
-    Ok(())
-}
-
-/// End one nesting level; the outermost commits.
-pub(crate) fn commit(heap: &Heap) -> Result<()> {
-    let inner = heap.inner();
-    let Some(state) = leave(inner.id, None)? else {
-        return Ok(());
-    };
+/// Commit `state`: one redo record (none if it is empty), then the allocator's bookkeeping.
+fn commit_state(inner: &Inner, mut state: Box<TxState>) -> Result<()> {
     if let Some(reason) = state.poisoned.clone() {
         abort_state(inner, state);
         return Err(Error::Aborted(reason));
@@ -305,13 +560,9 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
     let buf = &mut lane.buf;
     redo::start(buf);
     let mut count = 0u32;
-    for op in &state.ops {
-        match *op {
-            Op::Data { offset, pos, len } => {
-                redo::push_data(buf, offset, &state.data[pos..pos + len])
-            }
-            Op::Meta(op) => push_meta(buf, op),
-        }
+    count += push_pieces(buf, &mut state);
+    for &op in &state.meta {
+        push_meta(buf, op);
         count += 1;
     }
     for &(offset, len, crc) in &checks {
@@ -348,6 +599,38 @@ pub(crate) fn commit(heap: &Heap) -> Result<()> {
     }
 }
 
+/// Append the data entries of `state`'s pieces to a record: one entry per run of adjacent
+/// pieces (a run's bytes gathered in `state.scratch`). Returns the number of entries.
+fn push_pieces(buf: &mut Vec<u8>, state: &mut TxState) -> u32 {
+    let TxState {
+        pieces,
+        data,
+        scratch,
+        ..
+    } = state;
+    let bytes = |p: &Piece| &data[p.pos..p.pos + p.len];
+    let mut count = 0;
+    let mut i = 0;
+    while i < pieces.len() {
+        let mut j = i + 1;
+        while j < pieces.len() && pieces[j].offset == pieces[j - 1].end() {
+            j += 1;
+        }
+        if j == i + 1 {
+            redo::push_data(buf, pieces[i].offset, bytes(&pieces[i]));
+        } else {
+            scratch.clear();
+            for p in &pieces[i..j] {
+                scratch.extend_from_slice(bytes(p));
+            }
+            redo::push_data(buf, pieces[i].offset, scratch);
+        }
+        count += 1;
+        i = j;
+    }
+    count
+}
+
 /// The commit of record `seq` (None: nothing committed, or the outcome is unknown).
 fn finish_commit(inner: &Inner, mut state: Box<TxState>, seq: Option<u64>) {
     for r in &state.allocs {
@@ -380,20 +663,6 @@ fn abort_state(inner: &Inner, mut state: Box<TxState>) {
     recycle(state);
 }
 
-/// End one nesting level by aborting: an inner abort dooms the whole (flattened) transaction.
-pub(crate) fn abort(heap: &Heap, reason: &str) {
-    let inner = heap.inner();
-    if let Ok(Some(state)) = leave(inner.id, Some(reason)) {
-        abort_state(inner, state);
-    }
-}
-
-/// Whether this thread has a transaction open on `heap`.
-pub(crate) fn active_on(heap: &Heap) -> bool {
-    let id = heap.inner().id;
-    TXS.with_borrow(|txs| txs.active.iter().any(|s| s.heap_id == id))
-}
-
 /// Append the entry of an allocator metadata change to a record.
 fn push_meta(buf: &mut Vec<u8>, op: MetaOp) {
     match op {
@@ -403,19 +672,16 @@ fn push_meta(buf: &mut Vec<u8>, op: MetaOp) {
     }
 }
 
-/// An allocation that is a transaction of its own, when none is open on this thread (the
-/// caller checked). A small size sets its unit's bitmap bit directly (one sync point over
-/// that word, no record); a large one commits the same record as
-/// `transaction(|tx| tx.alloc_bytes(size))` (one entry), without the transaction's state.
+/// An allocation that is a transaction of its own. A small size sets its unit's bitmap bit
+/// directly (one sync point over that word, no record); a large one commits the same record
+/// as `tx(|tx| tx.alloc_bytes(size))` (one entry), without a transaction's state.
 pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     let inner = heap.inner();
     inner.check_open()?;
     let (reservation, op) = match cached_class(size) {
         // From this thread's cache, without the arena lock: the unit is reserved to this
         // thread until the bit set below makes it live (as a transaction's commit does).
-        Some(class) => {
-            TXS.with_borrow_mut(|txs| cached_reservation(&mut txs.caches, heap, class))?
-        }
+        Some(class) => LOCAL.with_borrow_mut(|l| cached_reservation(&mut l.caches, heap, class))?,
         None => {
             let publish = |chunk, class| inner.publish_run(chunk, class);
             inner.with_space(|| inner.alloc.alloc_as(&inner.pool, size, false, &publish))?
@@ -469,30 +735,113 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     result.map(|_| reservation.offset)
 }
 
-/// The handle a transaction's code works through. Not `Send`: a transaction belongs to
-/// the thread that began it.
+/// The heap a transaction works on: borrowed (Rust callers, no reference count touched per
+/// transaction) or owned (a transaction kept across calls of the C ABI).
 #[derive(Debug)]
+enum HeapRef<'h> {
+    Borrowed(&'h Heap),
+    Owned(Heap),
+}
+
+/// A marker of a point in a transaction to roll back to ([`Tx::savepoint`]).
+#[derive(Debug)]
+#[must_use = "a savepoint stays open until released or its transaction ends"]
+pub struct Savepoint {
+    token: u64,
+    depth: usize,
+    serial: u64,
+}
+
+/// A durable transaction, owned by its caller: begun by [`Heap::begin`] (or run by
+/// [`Heap::tx`]), ended by [`Tx::commit`] or [`Tx::abort`]; dropping it aborts it. All its
+/// writes, allocations and frees take effect together at commit, or none does. Reads through
+/// it see its own writes. Not `Send`: a transaction belongs to the thread that began it
+/// (its allocations come from that thread's cache).
 pub struct Tx<'h> {
-    heap: &'h Heap,
+    heap: HeapRef<'h>,
+    /// `None` only once ended (commit and abort consume the handle).
+    state: RefCell<Option<Box<TxState>>>,
     _thread_bound: PhantomData<*const ()>,
 }
 
+impl std::fmt::Debug for Tx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").finish_non_exhaustive()
+    }
+}
+
+fn ended() -> Error {
+    Error::InvalidArgument("the transaction has ended".into())
+}
+
 impl<'h> Tx<'h> {
-    pub(crate) fn new(heap: &'h Heap) -> Tx<'h> {
-        Tx {
+    fn start(heap: HeapRef<'h>) -> Result<Tx<'h>> {
+        let id = {
+            let h = match &heap {
+                HeapRef::Borrowed(h) => *h,
+                HeapRef::Owned(h) => h,
+            };
+            h.inner().check_open()?;
+            h.inner().id
+        };
+        Ok(Tx {
             heap,
+            state: RefCell::new(Some(fresh_state(id))),
             _thread_bound: PhantomData,
+        })
+    }
+
+    pub(crate) fn begin(heap: &'h Heap) -> Result<Tx<'h>> {
+        Tx::start(HeapRef::Borrowed(heap))
+    }
+
+    /// The heap this transaction works on.
+    pub fn heap(&self) -> &Heap {
+        match &self.heap {
+            HeapRef::Borrowed(h) => h,
+            HeapRef::Owned(h) => h,
         }
     }
 
-    fn inner(&self) -> &Inner {
-        self.heap.inner()
+    pub(crate) fn inner(&self) -> &Inner {
+        self.heap().inner()
     }
 
     fn state<R>(&self, f: impl FnOnce(&mut TxState, &Inner) -> Result<R>) -> Result<R> {
         let inner = self.inner();
         inner.check_open()?;
-        with_state(inner.id, |s| f(s, inner))
+        let mut state = self.state.borrow_mut();
+        let state = state.as_deref_mut().ok_or_else(ended)?;
+        f(state, inner)
+    }
+
+    /// Commit: one redo record and one sync point (none for an empty transaction); on
+    /// `Ok` every write, allocation and free is durable.
+    ///
+    /// Errors: `Aborted` ([`Tx::doom`] was called), `Closed`, `TransactionTooLarge`
+    /// (nothing applied), `Pool` (the commit may or may not have taken effect).
+    pub fn commit(mut self) -> Result<()> {
+        let state = self.state.get_mut().take().ok_or_else(ended)?;
+        commit_state(self.inner(), state)
+    }
+
+    /// Abort: discard every write, allocation and free.
+    pub fn abort(self) {
+        drop(self);
+    }
+
+    /// Make the commit fail with `Aborted(reason)` (and abort) whatever happens next: for
+    /// callers that must not let a failed step be followed by a commit (the C ABI's rule).
+    /// The first reason is kept.
+    pub fn doom(&self, reason: &str) {
+        if let Some(state) = self.state.borrow_mut().as_deref_mut() {
+            state.poisoned.get_or_insert_with(|| reason.to_string());
+        }
+    }
+
+    /// Whether the transaction has nothing to commit (no write, allocation or free).
+    pub fn is_empty(&self) -> bool {
+        self.state.borrow().as_deref().is_none_or(TxState::is_empty)
     }
 
     /// A number identifying this transaction (unique in the process).
@@ -506,12 +855,73 @@ impl<'h> Tx<'h> {
         })
     }
 
+    /// Mark this point of the transaction: [`Tx::rollback_to`] undoes everything done after
+    /// it. Savepoints nest; release them ([`Tx::release`]) when they are no longer needed
+    /// (an open savepoint makes later writes keep the bytes they replace).
+    pub fn savepoint(&self) -> Result<Savepoint> {
+        let token = self.token()?;
+        self.state(|s, _| {
+            let marks = s.marks();
+            s.savepoints.push(marks);
+            Ok(Savepoint {
+                token,
+                depth: s.savepoints.len() - 1,
+                serial: marks.serial,
+            })
+        })
+    }
+
+    fn check_savepoint(s: &TxState, sp: &Savepoint) -> Result<Marks> {
+        match s.savepoints.get(sp.depth) {
+            Some(m) if s.token == sp.token && m.serial == sp.serial => Ok(*m),
+            _ => Err(Error::InvalidArgument(
+                "the savepoint is not open in this transaction (released, or rolled back past)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Undo every write, allocation (its reservation released) and free (un-deferred) made
+    /// since `sp`, and run the abort hooks registered since; savepoints taken after `sp`
+    /// close, `sp` stays open. The commit writes only what survives. A doomed transaction
+    /// ([`Tx::doom`]) stays doomed.
+    ///
+    /// Errors: `InvalidArgument` (not an open savepoint of this transaction), `Closed`,
+    /// `Pool` (the pool bytes of a fresh allocation could not be put back: everything else
+    /// is rolled back; the transaction is doomed).
+    pub fn rollback_to(&self, sp: &Savepoint) -> Result<()> {
+        self.state(|s, inner| {
+            let marks = Self::check_savepoint(s, sp)?;
+            s.savepoints.truncate(sp.depth + 1);
+            let result = s.roll_back(inner, marks);
+            if let Err(e) = &result {
+                s.poisoned
+                    .get_or_insert_with(|| format!("a rollback failed: {e}"));
+            }
+            result
+        })
+    }
+
+    /// Close `sp` and every savepoint taken after it, keeping what was done since.
+    ///
+    /// Errors: `InvalidArgument` (not an open savepoint of this transaction), `Closed`.
+    pub fn release(&self, sp: Savepoint) -> Result<()> {
+        self.state(|s, _| {
+            Self::check_savepoint(s, &sp)?;
+            s.savepoints.truncate(sp.depth);
+            Ok(())
+        })
+    }
+
     /// Store `value` at `ptr` when the transaction commits.
     pub fn write<T: Persist>(&self, ptr: PPtr<T>, value: &T) -> Result<()> {
         self.write_bytes(ptr.offset(), value.as_bytes())
     }
 
     /// Store `bytes` at `offset` (in the heap's data area) when the transaction commits.
+    ///
+    /// Errors: `InvalidArgument` (outside the data area), `TransactionTooLarge` (the redo
+    /// record would outgrow a lane's slot; nothing changed), `Closed`.
     pub fn write_bytes(&self, offset: u64, bytes: &[u8]) -> Result<()> {
         let inner = self.inner();
         if !bytes.is_empty() && !inner.is_user_writable(offset, bytes.len() as u64) {
@@ -529,37 +939,62 @@ impl<'h> Tx<'h> {
     }
 
     fn log_write(&self, offset: u64, bytes: &[u8], user: bool) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
         let slot = self.inner().geometry.slot_size();
         self.state(|s, inner| {
             let len = bytes.len() as u64;
-            if user && s.fresh(offset, len) {
-                // Allocated by this transaction: nothing refers to it until the commit, so it
-                // is written in place and checked by CRC at recovery (no logging).
-                let before = s.direct.len();
-                redo::push_range(&mut s.direct, offset, len);
-                if s.direct.len() > before {
-                    if let Err(e) = s.grow_record(redo::entry_size(16), slot) {
-                        s.direct.pop();
-                        return Err(e);
-                    }
+            if user {
+                if let Some(i) = s.fresh(offset, len) {
+                    return Self::write_fresh(s, inner, i, offset, bytes, slot);
                 }
-                inner.pool.write(offset, bytes)?;
-                return Ok(());
             }
-            s.grow_record(redo::entry_size(bytes.len()), slot)?;
-            let pos = s.data.len();
-            s.data.extend_from_slice(bytes);
-            s.ops.push(Op::Data {
-                offset,
-                pos,
-                len: bytes.len(),
-            });
+            s.put(offset, bytes, slot)?;
             if user {
                 s.data_lo = s.data_lo.min(offset);
                 s.data_hi = s.data_hi.max(offset + len);
             }
             Ok(())
         })
+    }
+
+    /// A write into allocation `i` of this transaction: nothing refers to it until the
+    /// commit, so it is written in place and checked by CRC at recovery (no logging). Its old
+    /// bytes are kept if a savepoint older than the allocation is open.
+    fn write_fresh(
+        s: &mut TxState,
+        inner: &Inner,
+        i: usize,
+        offset: u64,
+        bytes: &[u8],
+        slot: u64,
+    ) -> Result<()> {
+        let len = bytes.len() as u64;
+        let before = s.direct.len();
+        let last = s.direct.last().copied();
+        redo::push_range(&mut s.direct, offset, len);
+        if s.direct.len() > before {
+            if let Err(e) = s.grow_record(redo::entry_size(16), slot) {
+                s.direct.pop();
+                return Err(e);
+            }
+        }
+        if s.savepoints.last().is_some_and(|m| i < m.allocs) {
+            let pos = s.undo_data.len();
+            s.undo_data.resize(pos + bytes.len(), 0);
+            if let Err(e) = inner.pool.read(offset, &mut s.undo_data[pos..]) {
+                s.undo_data.truncate(pos);
+                s.direct.truncate(before);
+                if let (Some(l), Some(saved)) = (s.direct.last_mut(), last) {
+                    *l = saved;
+                }
+                return Err(e.into());
+            }
+            s.undo.push((offset, pos, bytes.len()));
+        }
+        inner.pool.write(offset, bytes)?;
+        Ok(())
     }
 
     /// Read the value at `ptr` as this transaction sees it (its own writes included).
@@ -569,27 +1004,18 @@ impl<'h> Tx<'h> {
         Ok(value)
     }
 
-    /// Read bytes as this transaction sees them.
+    /// Read bytes as this transaction sees them: the pool's, patched with the transaction's
+    /// logged writes (found by lookup).
+    ///
+    /// Errors: `Pool` (outside the pool), `Closed`.
     pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.state(|s, inner| {
-            inner.pool.read(offset, out)?;
-            let end = offset + out.len() as u64;
-            for op in &s.ops {
-                if let Op::Data {
-                    offset: o,
-                    pos,
-                    len,
-                } = *op
-                {
-                    let (lo, hi) = (o.max(offset), (o + len as u64).min(end));
-                    if lo < hi {
-                        let src = &s.data[pos + (lo - o) as usize..pos + (hi - o) as usize];
-                        out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
-                    }
-                }
-            }
-            Ok(())
-        })
+        let inner = self.inner();
+        inner.check_open()?;
+        let state = self.state.borrow();
+        let state = state.as_deref().ok_or_else(ended)?;
+        inner.pool.read(offset, out)?;
+        state.overlay(offset, out);
+        Ok(())
     }
 
     /// Allocate a zeroed `T`; it exists only if the transaction commits.
@@ -608,32 +1034,35 @@ impl<'h> Tx<'h> {
     }
 
     /// Allocate `size` bytes whose contents are unspecified (whatever the space held).
+    ///
+    /// Errors: `InvalidArgument` (0 bytes), `OutOfSpace`, `TransactionTooLarge`, `Closed`.
     pub fn alloc_bytes(&self, size: u64) -> Result<u64> {
-        let inner = self.inner();
-        let slot = inner.geometry.slot_size();
-        inner.check_open()?;
+        let slot = self.inner().geometry.slot_size();
         let class = cached_class(size);
-        TXS.with_borrow_mut(|txs| {
-            let Txs { active, caches, .. } = txs;
-            let s = active
-                .iter_mut()
-                .find(|s| s.heap_id == inner.id)
-                .ok_or_else(|| {
-                    Error::InvalidArgument("no transaction is active on this thread".into())
-                })?;
+        self.state(|s, inner| {
             s.grow_record(redo::entry_size(8), slot)?;
             let publish = |chunk, class| inner.publish_run(chunk, class);
-            let (reservation, op) = match class {
-                Some(class) => cached_reservation(caches, self.heap, class)?,
-                None => inner.with_space(|| inner.alloc.alloc(&inner.pool, size, &publish))?,
+            let taken = match class {
+                Some(class) => {
+                    LOCAL.with_borrow_mut(|l| cached_reservation(&mut l.caches, self.heap(), class))
+                }
+                None => inner.with_space(|| inner.alloc.alloc(&inner.pool, size, &publish)),
+            };
+            let (reservation, op) = match taken {
+                Ok(taken) => taken,
+                Err(e) => {
+                    s.record_len -= redo::entry_size(8);
+                    return Err(e);
+                }
             };
             s.add_fresh(reservation);
             if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
                 return Ok(reservation.offset);
             }
-            // Allocations from the same bitmap word share one entry.
-            if let (MetaOp::Or(word, mask), Some(Op::Meta(MetaOp::Or(last, last_mask)))) =
-                (op, s.ops.last_mut())
+            // Allocations from the same bitmap word share one entry (a rollback puts the
+            // entry's mask back as it was at the savepoint: `Marks::last_meta`).
+            if let (MetaOp::Or(word, mask), Some(MetaOp::Or(last, last_mask))) =
+                (op, s.meta.last_mut())
             {
                 if *last == word {
                     *last_mask |= mask;
@@ -641,7 +1070,7 @@ impl<'h> Tx<'h> {
                     return Ok(reservation.offset);
                 }
             }
-            s.ops.push(Op::Meta(op));
+            s.meta.push(op);
             Ok(reservation.offset)
         })
     }
@@ -652,14 +1081,18 @@ impl<'h> Tx<'h> {
     }
 
     /// Free the object at `offset` when the transaction commits.
+    ///
+    /// Errors: `InvalidFree` (not the start of a live allocation, or already freed),
+    /// `TransactionTooLarge`, `Closed`.
     pub fn free_offset(&self, offset: u64) -> Result<()> {
         let slot = self.inner().geometry.slot_size();
         self.state(|s, inner| {
-            s.grow_record(redo::entry_size(8), slot)?;
+            s.check_record(s.record_len + redo::entry_size(8), slot)?;
             let own = s.own(offset);
             let (pending, op) = inner.alloc.free(&inner.pool, offset, own)?;
+            s.record_len += redo::entry_size(8);
             s.frees.push(pending);
-            s.ops.push(Op::Meta(op));
+            s.meta.push(op);
             Ok(())
         })
     }
@@ -672,7 +1105,7 @@ impl<'h> Tx<'h> {
         })
     }
 
-    /// Run `hook` if the transaction aborts.
+    /// Run `hook` if the transaction aborts (or rolls back past this point).
     pub(crate) fn on_abort(&self, hook: impl FnOnce(&Inner) + 'static) -> Result<()> {
         self.state(|s, _| {
             s.on_abort.push(Box::new(hook));
@@ -681,54 +1114,16 @@ impl<'h> Tx<'h> {
     }
 }
 
-/// An explicitly begun transaction (the C ABI's begin/commit/abort). Dropping it without
-/// [`TxHandle::commit`] aborts it.
-#[derive(Debug)]
-pub struct TxHandle<'h> {
-    tx: Tx<'h>,
-    done: bool,
-}
-
-impl<'h> TxHandle<'h> {
-    pub(crate) fn new(heap: &'h Heap) -> TxHandle<'h> {
-        TxHandle {
-            tx: Tx::new(heap),
-            done: false,
-        }
-    }
-
-    /// Commit (the outermost level) or leave this nesting level.
-    pub fn commit(mut self) -> Result<()> {
-        self.done = true;
-        commit(self.tx.heap)
-    }
-
-    /// Abort: discards every write, allocation and free of the whole transaction.
-    pub fn abort(mut self) {
-        self.done = true;
-        abort(self.tx.heap, "aborted by the caller");
-    }
-
-    pub(crate) fn abort_because(mut self, reason: &str) {
-        self.done = true;
-        abort(self.tx.heap, reason);
+impl Tx<'static> {
+    pub(crate) fn begin_owned(heap: &Heap) -> Result<Tx<'static>> {
+        Tx::start(HeapRef::Owned(heap.clone()))
     }
 }
 
-impl<'h> std::ops::Deref for TxHandle<'h> {
-    type Target = Tx<'h>;
-    fn deref(&self) -> &Tx<'h> {
-        &self.tx
-    }
-}
-
-impl Drop for TxHandle<'_> {
+impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if !self.done {
-            abort(
-                self.tx.heap,
-                "the transaction handle was dropped without commit",
-            );
+        if let Some(state) = self.state.get_mut().take() {
+            abort_state(self.heap().inner(), state);
         }
     }
 }

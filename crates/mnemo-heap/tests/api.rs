@@ -48,7 +48,7 @@ fn allocations_and_values_survive_reopen() {
     let mut objects = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         let off = heap
-            .transaction(|tx| {
+            .tx(|tx| {
                 let off = tx.alloc_bytes(size)?;
                 tx.write_bytes(off, &(i as u64 + 1).to_le_bytes()[..size.min(8) as usize])?;
                 Ok(off)
@@ -87,7 +87,7 @@ fn transactions_see_their_writes_and_abort_cleanly() {
     let dir = shm_dir();
     let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
     let root = heap.root::<Node>("root").unwrap();
-    heap.transaction(|tx| {
+    heap.tx(|tx| {
         tx.write(
             root,
             &Node {
@@ -106,7 +106,7 @@ fn transactions_see_their_writes_and_abort_cleanly() {
 
     let live_before = heap.live_allocations();
     let err = heap
-        .transaction(|tx| {
+        .tx(|tx| {
             let n = tx.alloc::<Node>()?;
             tx.write(
                 n,
@@ -132,7 +132,7 @@ fn transactions_see_their_writes_and_abort_cleanly() {
     assert_eq!(heap.live_allocations(), live_before);
 
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = heap.transaction(|tx| {
+        let _ = heap.tx(|tx| {
             tx.alloc::<Node>()?;
             tx.write(
                 root,
@@ -151,7 +151,7 @@ fn transactions_see_their_writes_and_abort_cleanly() {
     assert_eq!(heap.get(root).unwrap().value, 10);
     assert_eq!(heap.live_allocations(), live_before);
     // The thread's transaction state was cleaned up: a new transaction works.
-    heap.transaction(|tx| {
+    heap.tx(|tx| {
         tx.write(
             root,
             &Node {
@@ -168,39 +168,56 @@ fn transactions_see_their_writes_and_abort_cleanly() {
     assert_eq!(heap.live_allocations(), live_before);
 }
 
+/// A transaction is an explicit object: a heap call made while one is open is a
+/// transaction of its own (it does not join), and a doomed transaction's commit aborts.
 #[test]
-fn nested_transactions_are_flattened() {
+fn transactions_are_explicit_and_never_joined() {
     let dir = shm_dir();
     let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
     let a = heap.root::<u64>("a").unwrap();
     let b = heap.root::<u64>("b").unwrap();
-    heap.transaction(|tx| {
+    heap.tx(|tx| {
         tx.write(a, &1)?;
-        heap.transaction(|inner| {
-            assert_eq!(inner.read(a)?, 1);
-            inner.write(b, &2)
+        assert_eq!(tx.read(a)?, 1);
+        // Another transaction, committed on its own: it does not see `tx`'s write.
+        heap.tx(|other| {
+            assert_eq!(other.read(a)?, 0);
+            other.write(b, &2)
         })?;
-        assert_eq!(
-            heap.get(b)?,
-            0,
-            "inner commit is not durable before the outer one"
-        );
+        assert_eq!(heap.get(b)?, 2, "the other transaction committed at once");
+        assert_eq!(heap.get(a)?, 0, "tx's write waits for its commit");
         Ok(())
     })
     .unwrap();
     assert_eq!((heap.get(a).unwrap(), heap.get(b).unwrap()), (1, 2));
 
-    // An inner failure dooms the whole transaction even if the outer code swallows it.
-    let result = heap.transaction(|tx| {
+    // A doomed transaction aborts at commit even if the code swallowed the failure.
+    let result = heap.tx(|tx| {
         tx.write(a, &5)?;
-        let _ = heap.transaction(|inner| {
-            inner.write(b, &6)?;
-            Err::<(), _>(Error::InvalidArgument("inner".into()))
-        });
+        tx.doom("a step failed");
         Ok(())
     });
     assert!(matches!(result, Err(Error::Aborted(_))), "{result:?}");
-    assert_eq!((heap.get(a).unwrap(), heap.get(b).unwrap()), (1, 2));
+    assert_eq!(heap.get(a).unwrap(), 1);
+
+    // Named regions in a transaction exist only if it commits.
+    let tx = heap.begin().unwrap();
+    let r = tx.nvalloc("in-tx", 64).unwrap();
+    tx.write_bytes(r, &[7; 8]).unwrap();
+    assert_eq!(heap.region("in-tx").unwrap(), None, "not before the commit");
+    assert!(matches!(heap.nvalloc("in-tx", 64), Err(Error::NameBusy(_))));
+    tx.abort();
+    assert_eq!(heap.region("in-tx").unwrap(), None);
+    let r = heap
+        .tx(|tx| {
+            let r = tx.nvalloc("in-tx", 64)?;
+            tx.write_bytes(r, &[7; 8])?;
+            Ok(r)
+        })
+        .unwrap();
+    assert_eq!(heap.region("in-tx").unwrap(), Some((r, 64)));
+    heap.tx(|tx| tx.nvfree("in-tx")).unwrap();
+    assert_eq!(heap.region("in-tx").unwrap(), None);
 }
 
 #[test]
@@ -248,7 +265,7 @@ fn bad_frees_are_refused_and_harmless() {
         matches!(heap.pfree(small), Err(Error::InvalidFree { .. })),
         "double free"
     );
-    let err = heap.transaction(|tx| {
+    let err = heap.tx(|tx| {
         tx.free_offset(large)?;
         tx.free_offset(large)
     });
@@ -327,14 +344,14 @@ fn transaction_larger_than_the_log_is_refused() {
     let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
     let big = heap.pmalloc(64 << 10).unwrap();
     let err = heap
-        .transaction(|tx| tx.write_bytes(big, &vec![7u8; 32 << 10]))
+        .tx(|tx| tx.write_bytes(big, &vec![7u8; 32 << 10]))
         .unwrap_err();
     assert!(matches!(err, Error::TransactionTooLarge { .. }), "{err}");
     let mut buf = [0u8; 8];
     heap.read_bytes(big, &mut buf).unwrap();
     assert_ne!(buf, [7u8; 8]);
     // Writes into an object allocated by the same transaction are not logged: no limit.
-    heap.transaction(|tx| {
+    heap.tx(|tx| {
         let fresh = tx.alloc_bytes(64 << 10)?;
         tx.write_bytes(fresh, &vec![9u8; 64 << 10])
     })
@@ -412,7 +429,7 @@ fn named_regions_and_roots() {
         Node::default(),
         "roots start zeroed"
     );
-    heap.transaction(|tx| {
+    heap.tx(|tx| {
         tx.write(
             cfg,
             &Node {
@@ -424,8 +441,8 @@ fn named_regions_and_roots() {
     })
     .unwrap();
     // Region creation inside a failing transaction leaves no trace.
-    let _ = heap.transaction(|_| {
-        heap.nvalloc("ghost", 64)?;
+    let _ = heap.tx(|tx| {
+        tx.nvalloc("ghost", 64)?;
         Err::<(), _>(Error::InvalidArgument("no".into()))
     });
     assert_eq!(heap.region("ghost").unwrap(), None);
@@ -462,10 +479,7 @@ fn closed_heap_refuses_calls() {
     heap.close();
     assert!(matches!(clone.get(a), Err(Error::Closed)));
     assert!(matches!(clone.pmalloc(8), Err(Error::Closed)));
-    assert!(matches!(
-        clone.transaction(|tx| tx.write(a, &1)),
-        Err(Error::Closed)
-    ));
+    assert!(matches!(clone.tx(|tx| tx.write(a, &1)), Err(Error::Closed)));
     assert!(matches!(clone.atomic_update(a, 5u64), Err(Error::Closed)));
     assert!(matches!(clone.nvalloc("b", 8), Err(Error::Closed)));
     assert!(matches!(clone.root::<u64>("a"), Err(Error::Closed)));
@@ -476,7 +490,7 @@ fn atomic_update_survives_reopen_even_over_a_logged_write() {
     let dir = shm_dir();
     let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
     let word = heap.root::<u64>("word").unwrap();
-    heap.transaction(|tx| tx.write(word, &1)).unwrap();
+    heap.tx(|tx| tx.write(word, &1)).unwrap();
     // The record that wrote 1 is still in its lane; the atomic store must retire it.
     heap.atomic_update(word, 2u64).unwrap();
     assert_eq!(heap.get(word).unwrap(), 2);
@@ -565,7 +579,7 @@ fn threads_commit_concurrently() {
                     for i in 0..per_thread {
                         let size = [24u64, 64, 200, 3000, 70_000][(i + t) % 5];
                         let off = heap
-                            .transaction(|tx| {
+                            .tx(|tx| {
                                 let off = tx.alloc_bytes(size)?;
                                 tx.write_bytes(off, &(off ^ 0xabcd).to_le_bytes())?;
                                 let c = tx.read(counter)?;
@@ -638,7 +652,7 @@ fn damaged_metadata_is_an_error_never_a_panic() {
     let mut objs = Vec::new();
     for i in 0..50u64 {
         objs.push(
-            heap.transaction(|tx| {
+            heap.tx(|tx| {
                 let o = tx.alloc_bytes([24, 300, 100_000][i as usize % 3])?;
                 tx.write_bytes(o, &i.to_le_bytes())?;
                 tx.write(root, &[i; 4])?;
@@ -699,7 +713,7 @@ fn empty_runs_return_to_the_chunk_pool() {
     assert!(runs(&heap) >= 3);
     let free_chunks = heap.stats().chunks_free;
     for chunk in offs.chunks(100) {
-        heap.transaction(|tx| chunk.iter().try_for_each(|&o| tx.free_offset(o)))
+        heap.tx(|tx| chunk.iter().try_for_each(|&o| tx.free_offset(o)))
             .unwrap();
     }
     assert_eq!(runs(&heap), 1, "all but one empty run released");
@@ -711,32 +725,29 @@ fn empty_runs_return_to_the_chunk_pool() {
     heap.pmalloc(512 << 10).unwrap();
 }
 
+/// The C ABI keeps a transaction between calls: `begin_owned` holds its own handle of the
+/// heap, so it outlives the borrow it was begun from.
 #[test]
-fn handle_free_begin_commit_abort_for_the_c_abi() {
+fn an_owned_transaction_outlives_the_borrow() {
     let dir = shm_dir();
     let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
     let a = heap.root::<u64>("a").unwrap();
-    assert!(
-        matches!(heap.tx().write(a, &1), Err(Error::InvalidArgument(_))),
-        "no transaction yet"
-    );
-    heap.tx_begin().unwrap();
-    heap.tx().write(a, &1).unwrap();
-    heap.tx_begin().unwrap(); // nested: joins
-    let obj = heap.tx().alloc::<u64>().unwrap();
-    heap.tx_commit().unwrap();
-    assert_eq!(heap.get(a).unwrap(), 0);
-    heap.tx_commit().unwrap();
+    let kept: Vec<mnemo_heap::Tx<'static>> = {
+        let clone = heap.clone();
+        let tx = clone.begin_owned().unwrap();
+        tx.write(a, &1).unwrap();
+        vec![tx]
+    };
+    let obj = kept[0].alloc::<u64>().unwrap();
+    for tx in kept {
+        tx.commit().unwrap();
+    }
     assert_eq!(heap.get(a).unwrap(), 1);
     assert!(heap.usable_size(obj.offset()).is_some());
-    heap.tx_begin().unwrap();
-    heap.tx().write(a, &2).unwrap();
-    heap.tx_abort();
-    assert_eq!(heap.get(a).unwrap(), 1);
-    assert!(
-        matches!(heap.tx_commit(), Err(Error::InvalidArgument(_))),
-        "nothing to commit"
-    );
+    let tx = heap.begin_owned().unwrap();
+    tx.write(a, &2).unwrap();
+    drop(tx);
+    assert_eq!(heap.get(a).unwrap(), 1, "dropped: aborted");
 }
 
 #[test]
@@ -751,16 +762,16 @@ fn an_idle_threads_pending_record_does_not_block_other_threads() {
         let heap_a = heap.clone();
         s.spawn(move || {
             // One commit, then idle: its record stays pending (applied, not fenced).
-            heap_a.transaction(|tx| tx.write(a, &1)).unwrap();
+            heap_a.tx(|tx| tx.write(a, &1)).unwrap();
             done_tx.send(()).unwrap();
             go_rx.recv().unwrap();
-            heap_a.transaction(|tx| tx.write(a, &2)).unwrap();
+            heap_a.tx(|tx| tx.write(a, &2)).unwrap();
         });
         done_rx.recv().unwrap();
         // Many more commits than a lane has slots: the overwrite rule needs a durable claim
         // past the idle thread's record, which this thread makes by helping.
         for i in 1..=40u64 {
-            heap.transaction(|tx| tx.write(b, &i)).unwrap();
+            heap.tx(|tx| tx.write(b, &i)).unwrap();
         }
         // An unlogged store over a word the other thread's pending record wrote.
         heap.atomic_update(a, 7u64).unwrap();
@@ -789,14 +800,14 @@ fn set_heap_version(path: &std::path::Path, g: mnemo_heap::layout::Geometry, ver
 fn ranges_per_commit(heap: &Heap) -> f64 {
     use std::sync::atomic::Ordering;
     let word = heap.root::<u64>("counter").unwrap();
-    heap.transaction(|tx| tx.write(word, &1)).unwrap();
+    heap.tx(|tx| tx.write(word, &1)).unwrap();
     let stats = heap.pool().stats();
     let (points, ranges) = (
         stats.sync_points.load(Ordering::Relaxed),
         stats.sync_ranges.load(Ordering::Relaxed),
     );
     for i in 0..100u64 {
-        heap.transaction(|tx| tx.write(word, &i)).unwrap();
+        heap.tx(|tx| tx.write(word, &i)).unwrap();
     }
     let stats = heap.pool().stats();
     let points = stats.sync_points.load(Ordering::Relaxed) - points;
@@ -901,7 +912,7 @@ fn lanes_of_any_allowed_slot_count_commit_and_recover() {
                 let heap = heap.clone();
                 s.spawn(move || {
                     for i in 1..=500u64 {
-                        heap.transaction(|tx| {
+                        heap.tx(|tx| {
                             let _ = tx.alloc_bytes(64)?;
                             tx.write(w, &i)
                         })
@@ -972,7 +983,7 @@ fn the_last_handle_dropped_at_thread_exit_settles_the_heap() {
         HOLDER.with_borrow(|h| {
             let heap = h.as_ref().unwrap();
             for i in 1..=10u64 {
-                heap.transaction(|tx| {
+                heap.tx(|tx| {
                     let _ = tx.alloc_bytes(64)?;
                     tx.write(word, &i)
                 })

@@ -60,12 +60,12 @@ struct Roots {
     counter: PPtr<u64>,
 }
 
-/// Both roots, created together by one transaction (the inner ones join it).
+/// Both roots, created together by one transaction.
 fn roots(heap: &Heap) -> Result<Roots, String> {
-    heap.transaction(|_| {
+    heap.tx(|tx| {
         Ok(Roots {
-            table: heap.root("table")?,
-            counter: heap.root("counter")?,
+            table: tx.root("table")?,
+            counter: tx.root("counter")?,
         })
     })
     .map_err(err)
@@ -105,7 +105,7 @@ impl HeapWorkload {
                     model.regions.remove(i);
                 } else {
                     let off = heap.nvalloc(&name, 200).map_err(err)?;
-                    heap.transaction(|tx| tx.write_bytes(off, &tag.to_le_bytes()))
+                    heap.tx(|tx| tx.write_bytes(off, &tag.to_le_bytes()))
                         .map_err(err)?;
                     model.regions.push((name, tag));
                     model.regions.sort();
@@ -113,8 +113,7 @@ impl HeapWorkload {
             }
             (Mix::Toc, 2, _) => {
                 // A logged write of the counter, then an atomic update of the same word.
-                heap.transaction(|tx| tx.write(r.counter, &tag))
-                    .map_err(err)?;
+                heap.tx(|tx| tx.write(r.counter, &tag)).map_err(err)?;
                 heap.atomic_update(r.counter, tag + 1).map_err(err)?;
                 model.counter = tag + 1;
             }
@@ -132,7 +131,7 @@ impl HeapWorkload {
             }
             (Mix::Transactions, 6, _) | (Mix::Allocator, 6, _) => {
                 // Aborted: nothing may remain.
-                let result = heap.transaction(|tx| {
+                let result = heap.tx(|tx| {
                     let obj = tx.alloc_bytes(SIZES[size])?;
                     write_object(tx, obj, tag)?;
                     tx.write(slot_ptr(r, slot), &PPtr::from_offset(obj))?;
@@ -153,7 +152,7 @@ impl HeapWorkload {
             }
             (_, _, None) if !model.loose.is_empty() => {
                 let (obj, size) = model.loose[0];
-                heap.transaction(|tx| {
+                heap.tx(|tx| {
                     write_object(tx, obj, tag)?;
                     tx.write(slot_ptr(r, slot), &PPtr::from_offset(obj))?;
                     let c = tx.read(r.counter)?;
@@ -170,9 +169,20 @@ impl HeapWorkload {
                 } else {
                     size
                 };
-                heap.transaction(|tx| {
+                heap.tx(|tx| {
                     let obj = tx.alloc_bytes(SIZES[size])?;
                     write_object(tx, obj, tag)?;
+                    if matches!(mix, Mix::Transactions) {
+                        // Work rolled back before the commit leaves no trace in any image:
+                        // no leaked object, no stray write, the in-place tags put back.
+                        let sp = tx.savepoint()?;
+                        let ghost = tx.alloc_bytes(SIZES[0])?;
+                        write_object(tx, ghost, tag + 1)?;
+                        write_object(tx, obj, tag + 1)?;
+                        tx.write(r.counter, &u64::MAX)?;
+                        tx.rollback_to(&sp)?;
+                        tx.release(sp)?;
+                    }
                     tx.write(slot_ptr(r, slot), &PPtr::from_offset(obj))?;
                     let c = tx.read(r.counter)?;
                     tx.write(r.counter, &(c + 1))
@@ -185,7 +195,7 @@ impl HeapWorkload {
                 // A last logged write to the object in the transaction that frees it: its
                 // space must not be reused (and written in place, unlogged) while this record
                 // can still be replayed (caught: `heap.reuse_before_horizon`).
-                heap.transaction(|tx| {
+                heap.tx(|tx| {
                     let obj: PPtr<u64> = tx.read(slot_ptr(r, slot))?;
                     write_object(tx, obj.offset(), tag)?;
                     tx.free(obj)?;
@@ -195,7 +205,7 @@ impl HeapWorkload {
                 model.table[slot] = None;
             }
             (_, 0..=2, Some(_)) => {
-                heap.transaction(|tx| {
+                heap.tx(|tx| {
                     let obj: PPtr<u64> = tx.read(slot_ptr(r, slot))?;
                     tx.free(obj)?;
                     tx.write(slot_ptr(r, slot), &PPtr::null())
@@ -204,7 +214,7 @@ impl HeapWorkload {
                 model.table[slot] = None;
             }
             (_, _, Some((_, s))) => {
-                heap.transaction(|tx| {
+                heap.tx(|tx| {
                     let obj: PPtr<u64> = tx.read(slot_ptr(r, slot))?;
                     write_object(tx, obj.offset(), tag)
                 })

@@ -24,7 +24,7 @@ const ENV: &str = "MNEMO_HEAP_KILL_POOL";
 type Table = [PPtr<u64>; SLOTS];
 
 fn roots(heap: &Heap, t: usize) -> (PPtr<Table>, PPtr<u64>) {
-    heap.transaction(|_| {
+    heap.tx(|_| {
         Ok((
             heap.root::<Table>(&format!("table{t}"))?,
             heap.root::<u64>(&format!("count{t}"))?,
@@ -57,7 +57,7 @@ fn kill_child() {
                     let slot = (x % SLOTS as u64) as usize;
                     let size = [64u64, 200, 5000, 300_000][(x >> 8) as usize % 4];
                     let n = heap
-                        .transaction(|tx| {
+                        .tx(|tx| {
                             let p = table.byte_add::<PPtr<u64>>(slot as u64 * 8);
                             let old: PPtr<u64> = tx.read(p)?;
                             if !old.is_null() {

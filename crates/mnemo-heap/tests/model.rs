@@ -74,7 +74,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Alloc(s, v) => {
-                    let off = heap.transaction(|tx| {
+                    let off = heap.tx(|tx| {
                         let off = tx.alloc_bytes(SIZES[s])?;
                         tx.write_bytes(off, &v.to_le_bytes())?;
                         Ok(off)
@@ -88,12 +88,12 @@ proptest! {
                 }
                 Op::Update(i, v) if !model.is_empty() => {
                     let off = *model.keys().nth(i % model.len()).unwrap();
-                    heap.transaction(|tx| tx.write_bytes(off, &v.to_le_bytes())).unwrap();
+                    heap.tx(|tx| tx.write_bytes(off, &v.to_le_bytes())).unwrap();
                     model.insert(off, v);
                 }
                 Op::Batch(sizes, f, abort) => {
                     let victim = (!model.is_empty()).then(|| *model.keys().nth(f % model.len()).unwrap());
-                    let result = heap.transaction(|tx| {
+                    let result = heap.tx(|tx| {
                         let mut got = Vec::new();
                         for (k, &s) in sizes.iter().enumerate() {
                             let off = tx.alloc_bytes(SIZES[s])?;

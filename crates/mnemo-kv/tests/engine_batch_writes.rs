@@ -1,5 +1,5 @@
-//! The engine's write set inside one batch (`engine/store.rs`, `Overlay`): words written
-//! many times in a batch reach the heap's redo record once, every read in the batch sees the
+//! The batch's write set (the heap transaction's, through `engine/store.rs`'s `Mem`): words
+//! written many times in a batch reach the heap's redo record once, every read in the batch sees the
 //! latest write (whole or partial word), and what a batch leaves is what a restart finds.
 
 use mnemo_heap::{Heap, HeapOptions};

@@ -714,19 +714,62 @@ fn batches_larger_than_a_redo_record_are_split() {
     e.check().expect("valid");
 }
 
+/// A command that fails halfway rolls back to its savepoint, including what it wrote in
+/// place into an object an earlier command of the batch created (the heap writes a batch's
+/// new objects unlogged): here MSET overwrites the new key's inline value, then outgrows the
+/// redo record; the batch so far is committed early (split) with the first value, and the
+/// MSET, retried alone, is refused.
+#[test]
+fn a_failed_command_rolls_back_its_in_place_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let heap = create(&dir, 64 << 20, 256 << 20, &HeapOptions::default());
+    let mut e = PersistentEngine::open(&heap).expect("open");
+    let in_batch =
+        |e: &mut PersistentEngine<'_>, cmd: &[&str]| e.execute_args(&args(cmd), Protocol::Resp2).0;
+    e.begin();
+    assert_eq!(in_batch(&mut e, &["SET", "k", "first"]), ok());
+    assert_eq!(in_batch(&mut e, &["RPUSH", "l", "a", "b"]), int(2));
+    let mut mset = vec!["MSET".to_string(), "k".into(), "other".into()];
+    for i in 0..3000 {
+        mset.push(format!("m{i}"));
+        mset.push("y".repeat(100));
+    }
+    let refs: Vec<&str> = mset.iter().map(String::as_str).collect();
+    let reply = in_batch(&mut e, &refs);
+    let Reply::Error(text) = reply else {
+        panic!("{reply:?}")
+    };
+    assert!(text.starts_with(b"ERR command too large"));
+    assert_eq!(in_batch(&mut e, &["GET", "k"]), bulk("first"));
+    assert_eq!(in_batch(&mut e, &["RPUSH", "l", "c"]), int(3));
+    e.commit().expect("commit");
+    assert_eq!(e.stats().rollbacks, 1);
+    assert_eq!(e.stats().split_commits, 1);
+    drop(e);
+    drop(heap);
+    let heap = reopen(&dir);
+    let mut e = PersistentEngine::open(&heap).expect("reopen");
+    assert_eq!(run(&mut e, &["GET", "k"]), bulk("first"));
+    assert_eq!(
+        run(&mut e, &["LRANGE", "l", "0", "-1"]),
+        arr(&["a", "b", "c"])
+    );
+    assert_eq!(e.check().expect("valid"), 2);
+}
+
 #[test]
 fn corrupt_root_is_an_error_at_open() {
     let dir = tempfile::tempdir().expect("tempdir");
     let heap = create(&dir, 64 << 20, 256 << 20, &small_options());
     let root = heap.root::<[u64; 8]>("kv.keyspace").expect("root");
-    heap.transaction(|tx| tx.write(root, &[7, 1, 2, 3, 0, 0, 0, 0]))
+    heap.tx(|tx| tx.write(root, &[7, 1, 2, 3, 0, 0, 0, 0]))
         .expect("write");
     let error = PersistentEngine::open(&heap).expect_err("corrupt");
     assert!(
         error.to_string().contains("does not hold a mnemo keyspace"),
         "{error}"
     );
-    heap.transaction(|tx| {
+    heap.tx(|tx| {
         tx.write(
             root,
             &[u64::from_le_bytes(*b"MNEMOKV\0"), 1, 4096, 0, 0, 0, 0, 0],
@@ -856,7 +899,7 @@ fn corrupt_words_give_errors_not_panics() {
             2 => offset,
             _ => next() % 64,
         };
-        heap.transaction(|tx| tx.write_bytes(at, &word.to_le_bytes()))
+        heap.tx(|tx| tx.write_bytes(at, &word.to_le_bytes()))
             .expect("corrupt");
         let Ok(mut e) = PersistentEngine::open(&heap) else {
             continue;

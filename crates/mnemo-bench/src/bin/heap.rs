@@ -8,8 +8,8 @@
 //!
 //! `heap run <ops per thread> <runs> <threads>`: the same operations, in the same order, as
 //! the C peer (each thread its own objects; a barrier starts the threads together):
-//! * `tx8`: `heap.transaction(|tx| tx.write(word, &i))`, each thread its own word and line;
-//! * `txalloc64`: `heap.transaction(|tx| tx.alloc_bytes(64))` (objects freed untimed);
+//! * `tx8`: `heap.tx(|tx| tx.write(word, &i))`, each thread its own word and line;
+//! * `txalloc64`: `heap.tx(|tx| tx.alloc_bytes(64))` (objects freed untimed);
 //! * `alloc64`: `heap.pmalloc(64)` (an atomic allocation: its bitmap bit and one sync point,
 //!   no redo record);
 //! * `free64`: `heap.pfree` of the objects of `alloc64`;
@@ -171,14 +171,12 @@ fn one_run(heap: &Heap, words: &[PPtr<u64>], n: u64, between: &(dyn Fn(bool) + S
                         match op {
                             0 => {
                                 for i in 0..n {
-                                    heap.transaction(|tx| tx.write(word, &i)).expect("tx8");
+                                    heap.tx(|tx| tx.write(word, &i)).expect("tx8");
                                 }
                             }
                             1 => {
                                 for _ in 0..n {
-                                    let off = heap
-                                        .transaction(|tx| tx.alloc_bytes(64))
-                                        .expect("txalloc64");
+                                    let off = heap.tx(|tx| tx.alloc_bytes(64)).expect("txalloc64");
                                     offs.push(off);
                                 }
                             }
@@ -551,15 +549,12 @@ fn profile_thread(heap: &Heap, op: &str, n: u64, word: PPtr<u64>) {
     match op {
         "tx8" => {
             for i in 0..n {
-                heap.transaction(|tx| tx.write(word, &i)).expect("tx8");
+                heap.tx(|tx| tx.write(word, &i)).expect("tx8");
             }
         }
         "txalloc64" => {
             for _ in 0..n {
-                offs.push(
-                    heap.transaction(|tx| tx.alloc_bytes(64))
-                        .expect("txalloc64"),
-                );
+                offs.push(heap.tx(|tx| tx.alloc_bytes(64)).expect("txalloc64"));
             }
         }
         "alloc64" => {

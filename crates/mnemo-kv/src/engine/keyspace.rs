@@ -71,6 +71,15 @@ impl ZCache {
         self.dirty.clear();
     }
 
+    /// A command of the batch was rolled back: forget the indexes the batch changed (the
+    /// command may have changed them halfway); they are rebuilt from the transaction's view
+    /// on next use, and still forgotten if the batch aborts.
+    pub fn rolled_back(&mut self) {
+        for d in &self.dirty {
+            self.map.remove(d);
+        }
+    }
+
     /// The batch aborted: forget what it changed.
     pub fn aborted(&mut self) {
         for d in self.dirty.drain() {
@@ -96,9 +105,9 @@ pub struct Ctx<'a, 'h> {
     pub tx: &'a Mem<'a, 'h>,
     /// Offset of the root.
     pub root: u64,
-    /// The batch's clock (Unix ms), fixed for the batch so replays repeat it.
+    /// The batch's clock (Unix ms), one for the whole batch.
     pub now: i64,
-    /// Random state (SPOP), reset for replays.
+    /// Random state (SPOP), put back when the command is rolled back.
     pub rng: &'a mut u64,
     /// Sorted-set indexes.
     pub zcache: &'a mut ZCache,

@@ -6,13 +6,12 @@
 //! - Everything is in the pool and found again through one root ([`ROOT_NAME`]): open reads
 //!   a few words and serves at once. The only volatile state is the order index of each
 //!   sorted set, rebuilt on the first access to that set after open.
-//! - A command that fails changes nothing: data commands validate before they mutate; a
-//!   command that fails inside the heap (pool full, corrupt data) is undone by aborting the
-//!   batch's transaction and replaying the batch's earlier write commands (the heap has no
-//!   savepoints), with the same clock and random state so they do exactly what they did.
+//! - A command that fails changes nothing: data commands validate before they mutate; each
+//!   command runs under a savepoint of the batch's transaction, and one that fails inside
+//!   the heap (pool full, record full, corrupt data) is rolled back to it.
 //!
-//! The engine borrows its [`Heap`] and holds an open transaction, which the heap binds to
-//! the thread that began it: create the engine on the executor thread.
+//! The engine borrows its [`Heap`] and holds an open transaction, which belongs to the
+//! thread that began it (`Tx` is not `Send`): create the engine on the executor thread.
 
 #![deny(unsafe_code)]
 
@@ -22,7 +21,6 @@ mod glob;
 mod keyspace;
 pub mod limits;
 pub mod list;
-mod replay;
 mod score_range;
 mod store;
 
@@ -30,7 +28,7 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use mnemo_heap::{Heap, HeapOptions, PPtr, TxHandle};
+use mnemo_heap::{Heap, HeapOptions, PPtr, Tx};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::command::{self, CommandSpec, Flags};
 use mnemo_resp::{errors, CommandId, Encoder, Protocol, Reply};
@@ -38,9 +36,8 @@ use mnemo_resp::{errors, CommandId, Encoder, Protocol, Reply};
 use crate::server::{Effect, Engine, Request};
 use dict::{tag, Kind};
 use keyspace::{root, Ctx, ZCache, SEED};
-use replay::ReplayLog;
 pub use store::EngineError;
-use store::{Mem, Overlay};
+use store::Mem;
 
 /// Name of the heap root holding the keyspace.
 pub const ROOT_NAME: &str = "kv.keyspace";
@@ -65,13 +62,13 @@ pub fn heap_options() -> HeapOptions {
 /// Counters the engine keeps (volatile; INFO reports them).
 #[derive(Clone, Debug, Default)]
 pub struct EngineStats {
-    /// Commands executed (replays not counted).
+    /// Commands executed (retries after a split commit not counted).
     pub commands: u64,
     /// Batches committed with a sync point.
     pub commits: u64,
     /// Batches finished without writes.
     pub read_only_batches: u64,
-    /// Commands undone because they failed inside the heap.
+    /// Commands rolled back to their savepoint because they failed inside the heap.
     pub rollbacks: u64,
     /// Extra commits made because a batch outgrew one redo record.
     pub split_commits: u64,
@@ -89,16 +86,12 @@ pub type InfoHook<'h> = Box<dyn Fn(&str, &mut String) + 'h>;
 pub struct PersistentEngine<'h> {
     heap: &'h Heap,
     root: u64,
-    txn: Option<TxHandle<'h>>,
-    /// Write commands run in the open transaction, for replay after a failure.
-    log: ReplayLog,
+    txn: Option<Tx<'h>>,
     poisoned: Option<String>,
     now: i64,
     clock: Option<i64>,
     rng: u64,
-    rng_batch: u64,
     zcache: ZCache,
-    overlay: Overlay,
     expire_cursor: u64,
     stats: EngineStats,
     info_hook: Option<InfoHook<'h>>,
@@ -127,9 +120,8 @@ impl<'h> PersistentEngine<'h> {
         let root_ptr = heap.root::<[u64; 8]>(ROOT_NAME)?;
         let root = root_ptr.offset();
         let words = heap.get(root_ptr)?;
-        let overlay = Overlay::default();
-        heap.transaction(|txn| -> mnemo_heap::Result<Result<(), EngineError>> {
-            let tx = &Mem::new(txn, heap, &overlay);
+        heap.tx(|txn| -> mnemo_heap::Result<Result<(), EngineError>> {
+            let tx = &Mem::new(txn, heap);
             if words[0] == 0 {
                 if words.iter().any(|&w| w != 0) {
                     return Ok(store::corrupt("keyspace root without magic"));
@@ -139,12 +131,6 @@ impl<'h> PersistentEngine<'h> {
                     Err(EngineError::Heap(e)) => return Err(e),
                     Err(e) => return Ok(Err(e)),
                 };
-                if let Err(e) = tx.flush() {
-                    return match e {
-                        EngineError::Heap(e) => Err(e),
-                        other => Ok(Err(other)),
-                    };
-                }
                 txn.write(
                     PPtr::<[u64; 4]>::from_offset(root),
                     &[ROOT_MAGIC, LAYOUT_VERSION, ks, 0],
@@ -177,14 +163,11 @@ impl<'h> PersistentEngine<'h> {
             heap,
             root,
             txn: None,
-            log: ReplayLog::default(),
             poisoned: None,
             now: 0,
             clock: None,
             rng: seed,
-            rng_batch: seed,
             zcache: ZCache::default(),
-            overlay: Overlay::default(),
             expire_cursor: 0,
             stats: EngineStats::default(),
             info_hook: None,
@@ -275,12 +258,7 @@ impl<'h> PersistentEngine<'h> {
             _ => self.run_data(spec, args, resp3),
         };
         let reply = match reply {
-            Ok(reply) => {
-                if writes {
-                    self.log.push(spec, args);
-                }
-                reply
-            }
+            Ok(reply) => reply,
             Err(e) => self.recover(e, spec, args, resp3),
         };
         (reply, effect)
@@ -292,10 +270,24 @@ impl<'h> PersistentEngine<'h> {
         args: &[Bytes],
         resp3: bool,
     ) -> Result<Reply, EngineError> {
-        let Some(txn) = self.txn.as_deref() else {
+        self.under_savepoint(resp3, |ctx| commands::run(ctx, spec, args))
+    }
+
+    /// Runs `f` under a savepoint of the batch's transaction: if it fails, everything it did
+    /// is rolled back (the transaction's writes, allocations and frees, the random state,
+    /// and the sorted-set indexes it may have changed, which are rebuilt on next use). A
+    /// rollback that fails poisons the batch.
+    fn under_savepoint<R>(
+        &mut self,
+        resp3: bool,
+        f: impl FnOnce(&mut Ctx<'_, 'h>) -> Result<R, EngineError>,
+    ) -> Result<R, EngineError> {
+        let Some(txn) = self.txn.as_ref() else {
             return store::corrupt("no open batch");
         };
-        let mem = Mem::new(txn, self.heap, &self.overlay);
+        let sp = txn.savepoint()?;
+        let rng = self.rng;
+        let mem = Mem::new(txn, self.heap);
         let mut ctx = Ctx {
             tx: &mem,
             root: self.root,
@@ -305,13 +297,23 @@ impl<'h> PersistentEngine<'h> {
             resp3,
             keyspace: Cell::new(0),
         };
-        let reply = commands::run(&mut ctx, spec, args)?;
-        mem.check_size()?;
-        Ok(reply)
+        let result = f(&mut ctx);
+        if result.is_err() {
+            self.rng = rng;
+            self.zcache.rolled_back();
+            if let Err(e) = txn.rollback_to(&sp) {
+                self.poisoned.get_or_insert_with(|| e.to_string());
+            }
+        }
+        if let Err(e) = txn.release(sp) {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+        }
+        result
     }
 
-    /// A command failed inside the heap: undo it (abort, replay the batch so far), commit
-    /// early and retry once if the batch outgrew a redo record, else reply the error.
+    /// A command failed inside the heap (and was rolled back): if the batch outgrew a redo
+    /// record, commit the batch so far early and retry the command alone; else reply the
+    /// error.
     fn recover(
         &mut self,
         e: EngineError,
@@ -320,26 +322,18 @@ impl<'h> PersistentEngine<'h> {
         resp3: bool,
     ) -> Reply {
         self.stats.rollbacks += 1;
-        if let Err(failed) = self.rollback_and_replay() {
-            self.poisoned = Some(failed.to_string());
-            return commands::err_owned(format!("ERR batch failed: {failed}"));
+        if let Some(reason) = &self.poisoned {
+            return commands::err_owned(format!("ERR batch failed: {reason}"));
         }
-        let e = if e.is_too_large() && !self.log.is_empty() {
+        let batch_wrote = self.txn.as_ref().is_some_and(|t| !t.is_empty());
+        let e = if e.is_too_large() && batch_wrote {
             match self.commit_open() {
                 Ok(()) => {
                     self.stats.split_commits += 1;
                     self.begin_txn();
                     match self.run_data(spec, args, resp3) {
-                        Ok(reply) => {
-                            self.log.push(spec, args);
-                            return reply;
-                        }
-                        Err(again) => {
-                            if let Err(failed) = self.rollback_and_replay() {
-                                self.poisoned = Some(failed.to_string());
-                            }
-                            again
-                        }
+                        Ok(reply) => return reply,
+                        Err(again) => again,
                     }
                 }
                 Err(failed) => {
@@ -362,30 +356,18 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn begin_txn(&mut self) {
-        self.overlay.clear();
         match self.heap.begin() {
             Ok(txn) => self.txn = Some(txn),
             Err(e) => self.poisoned = Some(e.to_string()),
         }
     }
 
-    fn rollback_and_replay(&mut self) -> Result<(), EngineError> {
+    /// Abandons the open transaction, if any.
+    fn abort_open(&mut self) {
         if let Some(txn) = self.txn.take() {
             txn.abort();
         }
         self.zcache.aborted();
-        self.begin_txn();
-        self.rng = self.rng_batch;
-        let log = std::mem::take(&mut self.log);
-        let mut result = Ok(());
-        for (spec, args) in log.commands() {
-            if let Err(e) = self.run_data(spec, &args, false) {
-                result = Err(EngineError::ReplayFailed(e.to_string()));
-                break;
-            }
-        }
-        self.log = log;
-        result
     }
 
     /// Commits the open transaction (one sync point).
@@ -393,70 +375,53 @@ impl<'h> PersistentEngine<'h> {
         let Some(txn) = self.txn.take() else {
             return Ok(());
         };
-        if let Err(e) = Mem::new(&txn, self.heap, &self.overlay).flush() {
-            txn.abort();
-            self.zcache.aborted();
-            self.log.clear();
-            return Err(e);
-        }
         match txn.commit() {
             Ok(()) => {
                 self.zcache.committed();
-                self.log.clear();
-                self.rng_batch = self.rng;
                 self.stats.commits += 1;
                 self.stats.last_commit_unix = (self.now / 1000).max(0) as u64;
                 Ok(())
             }
             Err(e) => {
                 self.zcache.aborted();
-                self.log.clear();
                 Err(e.into())
             }
         }
     }
 
     /// Bounded background work done with a committing batch: keyspace resize steps, active
-    /// expiry of a few buckets, lazy freeing from the reclaim queue.
+    /// expiry of a few buckets, lazy freeing from the reclaim queue. Under a savepoint of its
+    /// own: if it fails, its partial work is rolled back (and retried with the next batch).
     fn housekeeping(&mut self) -> Result<(), EngineError> {
-        let Some(txn) = self.txn.as_deref() else {
-            return Ok(());
-        };
-        let mem = Mem::new(txn, self.heap, &self.overlay);
-        let mut ctx = Ctx {
-            tx: &mem,
-            root: self.root,
-            now: self.now,
-            rng: &mut self.rng,
-            zcache: &mut self.zcache,
-            resp3: false,
-            keyspace: Cell::new(0),
-        };
-        let ks = ctx.keyspace()?;
-        dict::step(ctx.tx, ks, limits::REHASH_BUCKETS_PER_BATCH)?;
-        let h = dict::Header::read(ctx.tx, ks)?;
-        if h.extra > 0 {
-            let mut cursor = self.expire_cursor;
-            let mut expired = Vec::new();
-            for _ in 0..limits::EXPIRE_BUCKETS_PER_BATCH {
-                let now = ctx.now;
-                cursor = dict::scan(ctx.tx, ks, cursor, |e| {
-                    if e.expire != 0 && e.expire <= now {
-                        expired.push(e.key(ctx.tx)?);
+        let mut cursor = self.expire_cursor;
+        let result = self.under_savepoint(false, |ctx| {
+            let ks = ctx.keyspace()?;
+            dict::step(ctx.tx, ks, limits::REHASH_BUCKETS_PER_BATCH)?;
+            let h = dict::Header::read(ctx.tx, ks)?;
+            if h.extra > 0 {
+                let mut expired = Vec::new();
+                for _ in 0..limits::EXPIRE_BUCKETS_PER_BATCH {
+                    let now = ctx.now;
+                    cursor = dict::scan(ctx.tx, ks, cursor, |e| {
+                        if e.expire != 0 && e.expire <= now {
+                            expired.push(e.key(ctx.tx)?);
+                        }
+                        Ok(())
+                    })?;
+                    if cursor == 0 {
+                        break;
                     }
-                    Ok(())
-                })?;
-                if cursor == 0 {
-                    break;
+                }
+                for key in expired {
+                    ctx.lookup_write(&key)?;
                 }
             }
+            ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)
+        });
+        if result.is_ok() {
             self.expire_cursor = cursor;
-            for key in expired {
-                ctx.lookup_write(&key)?;
-            }
         }
-        ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)?;
-        mem.check_size()
+        result
     }
 
     /// Validates the whole keyspace (every table's structure and count, every list's chain)
@@ -474,10 +439,10 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn check_open(&self) -> Result<u64, EngineError> {
-        let Some(txn) = self.txn.as_deref() else {
+        let Some(txn) = self.txn.as_ref() else {
             return store::corrupt("no open batch");
         };
-        let tx = &Mem::new(txn, self.heap, &self.overlay);
+        let tx = &Mem::new(txn, self.heap);
         let ks = store::word(tx, self.root + root::KEYSPACE)?;
         let n = dict::check(tx, ks, SEED)?;
         let mut expires = 0;
@@ -612,8 +577,8 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn key_counts(&self) -> Option<(u64, u64)> {
-        let txn = self.txn.as_deref()?;
-        let tx = &Mem::new(txn, self.heap, &self.overlay);
+        let txn = self.txn.as_ref()?;
+        let tx = &Mem::new(txn, self.heap);
         let ks = store::word(tx, self.root + root::KEYSPACE).ok()?;
         let h = dict::Header::read(tx, ks).ok()?;
         Some((h.count, h.extra))
@@ -673,14 +638,9 @@ impl Engine for PersistentEngine<'_> {
     type Error = EngineError;
 
     fn begin(&mut self) {
-        if let Some(txn) = self.txn.take() {
-            txn.abort();
-            self.zcache.aborted();
-        }
-        self.log.clear();
+        self.abort_open();
         self.poisoned = None;
         self.now = self.clock.unwrap_or_else(unix_ms);
-        self.rng_batch = self.rng;
         self.begin_txn();
     }
 
@@ -697,28 +657,19 @@ impl Engine for PersistentEngine<'_> {
     }
 
     fn commit(&mut self) -> Result<(), EngineError> {
-        if let Some(reason) = self.poisoned.take() {
-            if let Some(txn) = self.txn.take() {
-                txn.abort();
-            }
-            self.zcache.aborted();
-            self.log.clear();
-            return Err(EngineError::ReplayFailed(reason));
-        }
-        if self.housekeeping().is_err() {
-            // Housekeeping is retried with the next batch; undo its partial work only.
+        if self.txn.is_some() && self.poisoned.is_none() && self.housekeeping().is_err() {
+            // Rolled back to its savepoint; retried with the next batch.
             self.stats.housekeeping_errors += 1;
-            self.rollback_and_replay()?;
+        }
+        if let Some(reason) = self.poisoned.take() {
+            self.abort_open();
+            return Err(EngineError::RollbackFailed(reason));
         }
         self.commit_open()
     }
 
     fn finish_read_only(&mut self) {
-        if let Some(txn) = self.txn.take() {
-            txn.abort();
-        }
-        self.zcache.aborted();
-        self.log.clear();
+        self.abort_open();
         self.poisoned = None;
         self.stats.read_only_batches += 1;
     }
