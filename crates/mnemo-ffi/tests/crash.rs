@@ -88,24 +88,41 @@ fn observe_words(entry: &Option<PoolEntry>) -> Result<State, String> {
     Ok(Some(words))
 }
 
-/// After recovery the pool must work: a gmsync and a transaction on the region.
-fn follow_on_entry(entry: Option<PoolEntry>) -> Result<(), String> {
-    let Some(entry) = entry else { return Ok(()) };
+/// After recovery the pool must work, and what recovery put back must stay: a raw store and
+/// msync of one word (which releases the snapshot record recovery applied again), a gmsync
+/// and a transaction on the region; then a crash (`media`'s durable image only), and the
+/// words recovered again must be the first recovery's, as the follow-on changed them. The
+/// msync releases a record of several ranges, so the ones it does not name must already be
+/// durable as recovery restored them (caught: `ffi.snapshot_recover`).
+fn follow_on_entry(entry: Option<PoolEntry>, media: &SimMedia) -> Result<(), String> {
+    let before = observe_words(&entry)?;
+    let (Some(entry), Some(mut expected)) = (entry, before) else {
+        return Ok(());
+    };
     let Some((region, _)) = entry.heap.region("r").map_err(err)? else {
         return Ok(());
     };
+    let pool = entry.heap.pool();
+    pool.write(region, &40u64.to_le_bytes()).map_err(err)?;
+    mnemo::sync::msync(&entry, ByteRange::new(region, 8)).map_err(fail)?;
     let word = PPtr::<u64>::from_offset(region + WORDS[1]);
-    entry
-        .heap
-        .pool()
-        .write(region, &41u64.to_le_bytes())
-        .map_err(err)?;
+    pool.write(region, &41u64.to_le_bytes()).map_err(err)?;
     mnemo::sync::gmsync(&entry, &[ByteRange::new(region, 8)]).map_err(fail)?;
     entry.heap.tx(|tx| tx.write(word, &42)).map_err(err)?;
     match entry.heap.get(word).map_err(err)? {
-        42 => Ok(()),
-        other => Err(format!("follow-on transaction wrote 42, read {other}")),
+        42 => {}
+        other => return Err(format!("follow-on transaction wrote 42, read {other}")),
     }
+    expected[0] = 41;
+    expected[1] = 42;
+    // A crash now, the pool still open: only what the calls made durable.
+    let again = observe_words(&recover_entry(media.crash())?)?;
+    if again != Some(expected.clone()) {
+        return Err(format!(
+            "after the follow-on and a crash, recovery found {again:?}, not {expected:?}"
+        ));
+    }
+    Ok(())
 }
 
 /// Each word as acknowledged or as in flight (what plain stores promise).
@@ -226,8 +243,8 @@ impl Workload for Gmsync {
         per_word(observed, acked, in_flight)
     }
 
-    fn follow_on(&self, entry: Self::Recovered, _media: &SimMedia) -> Result<(), String> {
-        follow_on_entry(entry)
+    fn follow_on(&self, entry: Self::Recovered, media: &SimMedia) -> Result<(), String> {
+        follow_on_entry(entry, media)
     }
 }
 
@@ -365,8 +382,8 @@ impl Workload for SyncAfter {
         observe_words(entry)
     }
 
-    fn follow_on(&self, entry: Self::Recovered, _media: &SimMedia) -> Result<(), String> {
-        follow_on_entry(entry)
+    fn follow_on(&self, entry: Self::Recovered, media: &SimMedia) -> Result<(), String> {
+        follow_on_entry(entry, media)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Workloads of the media layer: pool creation, open/close cycles (the clean-shutdown flag),
-//! growth while data is written and synced.
+//! growth while data is written and synced, dirty tracking turned on after stores.
 //!
-//! All three share one model, [`PoolState`]: whether a pool is there, its identity, size,
+//! All four share one model, [`PoolState`]: whether a pool is there, its identity, size,
 //! clean flag and the whole data area. Invariants checked on every recovered pool:
 //! * the pool opens (or, only while its creation is in flight, holds no valid header);
 //! * the header in force agrees with the medium: size a page multiple within the medium,
@@ -754,4 +754,94 @@ impl Workload for GmsyncWorkload {
         }
         Ok(())
     }
+}
+
+/// Workload "tracking": create a pool, store `writes` seeded writes into it without a sync
+/// point, turn dirty tracking on ([`mnemo_pmem::track::Tracking::Api`]: sync points flush
+/// only what the tracker saw written), `msync` each of those writes, acknowledge them all;
+/// then as many more writes under tracking, synced and acknowledged the same way; close. The
+/// tracker never saw the stores made before it began: turning it on must make them durable,
+/// or the narrowed `msync`s after it flush nothing for them (caught: `pool.tracking_start`).
+///
+/// Each batch is acknowledged once, after its last `msync`: a store not synced yet may reach
+/// the medium at any time, so until then every word of the batch is old or new.
+#[derive(Clone, Copy, Debug)]
+pub struct TrackingWorkload {
+    /// Writes per batch.
+    pub writes: u32,
+}
+
+impl Default for TrackingWorkload {
+    fn default() -> TrackingWorkload {
+        TrackingWorkload { writes: 3 }
+    }
+}
+
+impl TrackingWorkload {
+    const SIZE: u64 = 4 * POOL_SIZE_MIN;
+
+    /// Store `writes` seeded writes (no sync point), apply them to `model`, return the ranges.
+    fn store(
+        &self,
+        pool: &Pool,
+        run: &mut Run<PoolState>,
+        model: &mut PoolState,
+    ) -> Result<Vec<(u64, u64)>, String> {
+        let mut ranges = Vec::new();
+        for _ in 0..self.writes {
+            let len = run.rng().range(1, 200);
+            let offset = run.rng().range(DATA_OFFSET, Self::SIZE - len);
+            let mut bytes = vec![0u8; len as usize];
+            run.rng().fill(&mut bytes);
+            pool.write(offset, &bytes).map_err(fail)?;
+            if let PoolState::Present(p) = model {
+                let at = (offset - DATA_OFFSET) as usize;
+                p.data[at..at + bytes.len()].copy_from_slice(&bytes);
+            }
+            ranges.push((offset, len));
+        }
+        Ok(ranges)
+    }
+}
+
+impl Workload for TrackingWorkload {
+    type State = PoolState;
+    type Recovered = Option<Pool>;
+
+    fn name(&self) -> String {
+        format!("pool-tracking({} writes a batch)", self.writes)
+    }
+
+    fn capacity(&self) -> u64 {
+        1 << 20
+    }
+
+    fn initial(&self) -> PoolState {
+        PoolState::Absent
+    }
+
+    fn run(&self, run: &mut Run<PoolState>) -> Result<(), String> {
+        let pool = create(run.media(), NAME, Self::SIZE, self.capacity())?;
+        let mut model = state_of(&pool)?;
+        run.ack(model.clone());
+        for tracked in [false, true] {
+            let ranges = self.store(&pool, run, &mut model)?;
+            if !tracked {
+                pool.enable_tracking(mnemo_pmem::track::Tracking::Api)
+                    .map_err(fail)?;
+            }
+            for (offset, len) in ranges {
+                pool.msync(offset, len).map_err(fail)?;
+            }
+            run.ack(model.clone());
+        }
+        pool.close().map_err(fail)?;
+        if let PoolState::Present(p) = &mut model {
+            p.clean = true;
+        }
+        run.ack(model);
+        Ok(())
+    }
+
+    pool_checks!();
 }

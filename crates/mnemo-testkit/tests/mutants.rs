@@ -5,7 +5,9 @@
 //! simulator's own (`MUTANTS_SIM`): a dropped flush and a dropped fence, tried at every
 //! flush / fence position of the workloads.
 
-use mnemo_testkit::pool::{CreateWorkload, CyclesWorkload, GmsyncWorkload, GrowWorkload};
+use mnemo_testkit::pool::{
+    CreateWorkload, CyclesWorkload, GmsyncWorkload, GrowWorkload, TrackingWorkload,
+};
 use mnemo_testkit::{explore, measure, replay, Config, Report, Workload, MUTANTS_SIM};
 
 fn config(seed: u64) -> Config {
@@ -35,6 +37,7 @@ fn named_caught(name: &'static str) -> Option<String> {
         .or_else(|| first_failure(&CyclesWorkload { cycles: 2 }, with))
         .or_else(|| first_failure(&GrowWorkload::default(), with))
         .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, with))
+        .or_else(|| first_failure(&TrackingWorkload::default(), with))
 }
 
 fn clean_run_counts() -> (u64, u64) {
@@ -240,10 +243,7 @@ fn a_failure_replays_from_its_seed_point_and_cut() {
 }
 
 /// mnemo-pmem's durability sites these workloads do not reach, with what would.
-const BLIND_SITES: &[(&str, &str)] = &[(
-    "pool.tracking_start",
-    "a crash workload that turns dirty tracking on after storing into the pool",
-)];
+const BLIND_SITES: &[(&str, &str)] = &[];
 
 /// Every flush, fence and sync-point site of mnemo-pmem (`durable_site!` in its `src/`),
 /// removed in turn, is caught by the media-layer workloads, except the listed blind spots.

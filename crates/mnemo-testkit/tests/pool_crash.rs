@@ -2,7 +2,7 @@
 //! and growth while data is written. A normal `cargo test` run checks at least 100,000 crash
 //! images; `MNEMO_SOAK=1` runs more seeds with wider sampling (see the crate docs).
 
-use mnemo_testkit::pool::{CreateWorkload, CyclesWorkload, GrowWorkload};
+use mnemo_testkit::pool::{CreateWorkload, CyclesWorkload, GrowWorkload, TrackingWorkload};
 use mnemo_testkit::{explore, soak, Config, Granularity, Report, Workload};
 
 fn seeds(normal: u64) -> u64 {
@@ -28,7 +28,7 @@ fn run<W: Workload>(workload: &W, seed: u64, granularity: Granularity, total: &m
     total.merge(&report);
 }
 
-/// The figures of issue 3: every crash image of the three workloads recovers to an
+/// The figures of issue 3: every crash image of the workloads recovers to an
 /// acceptable state; at least 100,000 images per normal run.
 #[test]
 fn pool_header_and_growth_survive_every_crash_image() {
@@ -70,6 +70,14 @@ fn pool_header_and_growth_survive_every_crash_image() {
         );
     }
     run(&GrowWorkload::default(), 200, Granularity::Line, &mut total);
+    for seed in 0..seeds(2) {
+        run(
+            &TrackingWorkload::default(),
+            400 + seed,
+            Granularity::Word,
+            &mut total,
+        );
+    }
     let flush_points = Config {
         points_at_flush: true,
         threads: 2,
