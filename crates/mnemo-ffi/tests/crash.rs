@@ -399,30 +399,13 @@ fn sync_points_after_transactions_and_snapshots_survive() {
 
 #[test]
 fn every_mutant_is_caught() {
-    let mut missed = Vec::new();
     // The C ABI's own, and the pool journal's (mnemo_gmsync is Pool::gmsync).
-    for &name in mnemo::MUTANTS
+    let names: Vec<&'static str> = mnemo::MUTANTS
         .iter()
-        .chain(&["journal.skip_record", "journal.skip_release"])
-    {
-        let mut config = config(13);
-        config.mutant = Some(name);
-        config.stop_at_first_failure = true;
-        let report = if name == "journal.skip_record" {
-            let workload = Gmsync {
-                variant: Variant::Snapshot,
-                strict: true,
-            };
-            explore(&workload, &config)
-        } else {
-            explore(&SyncAfter { later_tx: false }, &config)
-        };
-        eprintln!("mutant {name}: {}", report.summary(name));
-        if report.is_ok() {
-            missed.push(name);
-        }
-    }
-    assert!(missed.is_empty(), "mutants not caught: {missed:?}");
+        .copied()
+        .chain(["journal.skip_record", "journal.skip_release"])
+        .collect();
+    mnemo_testkit::assert_caught("C ABI mutants", &names, &[], caught_by);
 }
 
 /// The first failure of a check (a crash image or the shadow replica) that `mutant` causes
@@ -439,12 +422,7 @@ fn caught_by(mutant: &'static str) -> Option<String> {
         let mut config = config(13);
         config.mutant = Some(mutant);
         config.stop_at_first_failure = true;
-        let report = run(&config);
-        let found = report
-            .failures
-            .iter()
-            .find(|f| f.point.is_some() || f.shadow.is_some());
-        if let Some(f) = found {
+        if let Some(f) = run(&config).first_caught() {
             return Some(f.to_string());
         }
     }
@@ -456,28 +434,7 @@ fn caught_by(mutant: &'static str) -> Option<String> {
 #[test]
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut sites = mnemo_pmem::mutant::sites_in(&src);
-    assert!(
-        sites.len() >= 3,
-        "found only {} sites: {sites:?}",
-        sites.len()
-    );
-    sites.push("redo.fenced_apply".into());
-    let mut missed = Vec::new();
-    for id in &sites {
-        let name: &'static str = Box::leak(format!("site:{id}").into_boxed_str());
-        match caught_by(name) {
-            Some(f) => eprintln!("{name} caught: {}", f.lines().next().unwrap_or_default()),
-            None => missed.push(id.clone()),
-        }
-    }
-    eprintln!(
-        "C ABI durability sites: {}, caught {}, not caught {missed:?}",
-        sites.len(),
-        sites.len() - missed.len()
-    );
-    assert!(
-        missed.is_empty(),
-        "sites whose removal nothing catches: {missed:?}"
-    );
+    let mut sites = mnemo_testkit::site_mutants(&src, 3);
+    sites.push("site:redo.fenced_apply");
+    mnemo_testkit::assert_caught("C ABI durability sites", &sites, &[], caught_by);
 }

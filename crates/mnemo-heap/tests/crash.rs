@@ -595,11 +595,7 @@ fn caught_by(mutant: &'static str) -> Option<String> {
             config.stop_at_first_failure = true;
             config.threads = 2;
             let report = explore(&HeapWorkload { mix, ops: 8 }, &config);
-            let found = report
-                .failures
-                .iter()
-                .find(|f| f.point.is_some() || f.shadow.is_some());
-            if let Some(f) = found {
+            if let Some(f) = report.first_caught() {
                 return Some(f.to_string());
             }
         }
@@ -627,34 +623,18 @@ const TARGETED: &[(&str, Mix)] = &[
 /// `Mix::ChunkReuse`, which catches `heap.reuse_before_horizon`, passes with it). A mutant
 /// that breaks the claim would zero the sealed horizon while `durable_h` still took the
 /// computed one (a change to `redo.rs`, not made here).
-const UNCAUGHT: &[&str] = &["redo.no_horizon"];
+const UNCAUGHT: &[(&str, &str)] = &[("redo.no_horizon", "equivalent in effect (see above)")];
 
 #[test]
 fn every_mutant_is_caught() {
-    let mut missed = Vec::new();
     // The heap's own, and the pipeline's: a commit's staged record hidden from the policy is
     // durable here but missing on a replica (only the shadow replica can see it).
-    for &name in mnemo_heap::MUTANTS.iter().chain(&["sync.staged_unnamed"]) {
-        if UNCAUGHT.contains(&name) && !mnemo_testkit::soak() {
-            eprintln!("mutant {name}: NOT CAUGHT (listed; tried in soak runs)");
-            continue;
-        }
-        match caught_by(name) {
-            Some(f) => {
-                eprintln!(
-                    "mutant {name} caught: {}",
-                    f.lines().next().unwrap_or_default()
-                );
-                assert!(
-                    !UNCAUGHT.contains(&name),
-                    "{name} is caught now: take it off the uncaught list"
-                );
-            }
-            None if UNCAUGHT.contains(&name) => {}
-            None => missed.push(name),
-        }
-    }
-    assert!(missed.is_empty(), "mutants not caught: {missed:?}");
+    let names: Vec<&'static str> = mnemo_heap::MUTANTS
+        .iter()
+        .copied()
+        .chain(["sync.staged_unnamed"])
+        .collect();
+    mnemo_testkit::assert_caught("heap mutants", &names, UNCAUGHT, caught_by);
 }
 
 /// Sites whose removal these single-threaded workloads do not catch yet, with what a workload
@@ -668,50 +648,10 @@ const BLIND: &[(&str, &str)] = &[
 ];
 
 /// Every flush, fence and sync-point site of the heap (`durable_site!` in `src/`), removed in
-/// turn, is caught, except the listed blind spots (tried only in soak runs: each costs a full
-/// exploration, and must still be missed, or it leaves the list).
+/// turn, is caught, except the listed blind spots.
 #[test]
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let sites = mnemo_pmem::mutant::sites_in(&src);
-    let unique: std::collections::HashSet<&String> = sites.iter().collect();
-    assert_eq!(unique.len(), sites.len(), "site ids repeat: {sites:?}");
-    assert!(
-        sites.len() >= 15,
-        "found only {} sites: {sites:?}",
-        sites.len()
-    );
-    for (id, _) in BLIND {
-        assert!(
-            sites.iter().any(|s| s == id),
-            "blind site {id} no longer exists"
-        );
-    }
-    let mut missed = Vec::new();
-    let mut caught = 0;
-    for id in &sites {
-        let blind = BLIND.iter().any(|(b, _)| b == id);
-        if blind && !mnemo_testkit::soak() {
-            continue;
-        }
-        let name: &'static str = Box::leak(format!("site:{id}").into_boxed_str());
-        match caught_by(name) {
-            Some(f) => {
-                caught += 1;
-                eprintln!("{name} caught: {}", f.lines().next().unwrap_or_default());
-                assert!(!blind, "{id} is caught now: take it off the blind list");
-            }
-            None if blind => {}
-            None => missed.push(id.clone()),
-        }
-    }
-    eprintln!(
-        "heap durability sites: {}, caught {caught}, blind spots {} (listed), not caught {missed:?}",
-        sites.len(),
-        BLIND.len()
-    );
-    assert!(
-        missed.is_empty(),
-        "sites whose removal nothing catches: {missed:?}"
-    );
+    let sites = mnemo_testkit::site_mutants(&src, 15);
+    mnemo_testkit::assert_caught("heap durability sites", &sites, BLIND, caught_by);
 }

@@ -200,34 +200,31 @@ fn log_survives_every_crash_image() {
     assert!(total.follow_ons > 0);
 }
 
+/// The first failure of a check that `mutant` causes in the log workload (four seeds).
+fn caught_by(mutant: &'static str) -> Option<String> {
+    let workload = LogWorkload { area: 512, ops: 40 };
+    (0..4).find_map(|seed| {
+        let mut config = config(seed);
+        config.mutant = Some(mutant);
+        config.stop_at_first_failure = true;
+        config.follow_on_every = 1;
+        explore(&workload, &config)
+            .first_caught()
+            .map(ToString::to_string)
+    })
+}
+
 /// Each of the log's mutants is caught by the harness.
 #[test]
 fn log_mutants_are_caught() {
     // The log's own, and the pipeline's: an append's staged records hidden from the policy
     // are durable here but missing on a replica (only the shadow replica can see it).
-    for &mutant in mnemo_log::MUTANTS.iter().chain(&["sync.staged_unnamed"]) {
-        {
-            let workload = LogWorkload { area: 512, ops: 40 };
-            let mut caught = false;
-            for seed in 0..4 {
-                let mut config = config(seed);
-                config.mutant = Some(mutant);
-                config.stop_at_first_failure = true;
-                config.follow_on_every = 1;
-                let report = explore(&workload, &config);
-                let found = report
-                    .failures
-                    .iter()
-                    .find(|f| f.point.is_some() || f.shadow.is_some());
-                if let Some(f) = found {
-                    eprintln!("{mutant}: caught: {f}");
-                    caught = true;
-                    break;
-                }
-            }
-            assert!(caught, "mutant {mutant} was not caught");
-        }
-    }
+    let names: Vec<&'static str> = mnemo_log::MUTANTS
+        .iter()
+        .copied()
+        .chain(["sync.staged_unnamed"])
+        .collect();
+    mnemo_testkit::assert_caught("log mutants", &names, &[], caught_by);
 }
 
 /// Every flush, fence and sync-point site of the log (`durable_site!` in `src/`), removed in
@@ -235,40 +232,6 @@ fn log_mutants_are_caught() {
 #[test]
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let sites = mnemo_pmem::mutant::sites_in(&src);
-    assert!(
-        sites.len() >= 6,
-        "found only {} sites: {sites:?}",
-        sites.len()
-    );
-    let mut missed = Vec::new();
-    for id in &sites {
-        let name: &'static str = Box::leak(format!("site:{id}").into_boxed_str());
-        let workload = LogWorkload { area: 512, ops: 40 };
-        let found = (0..4).find_map(|seed| {
-            let mut config = config(seed);
-            config.mutant = Some(name);
-            config.stop_at_first_failure = true;
-            config.follow_on_every = 1;
-            let report = explore(&workload, &config);
-            report
-                .failures
-                .iter()
-                .find(|f| f.point.is_some() || f.shadow.is_some())
-                .map(ToString::to_string)
-        });
-        match found {
-            Some(f) => eprintln!("{name} caught: {}", f.lines().next().unwrap_or_default()),
-            None => missed.push(id.clone()),
-        }
-    }
-    eprintln!(
-        "log durability sites: {}, caught {}, not caught {missed:?}",
-        sites.len(),
-        sites.len() - missed.len()
-    );
-    assert!(
-        missed.is_empty(),
-        "sites whose removal nothing catches: {missed:?}"
-    );
+    let sites = mnemo_testkit::site_mutants(&src, 6);
+    mnemo_testkit::assert_caught("log durability sites", &sites, &[], caught_by);
 }

@@ -142,6 +142,7 @@ pub mod redis;
 pub mod rng;
 pub mod shadow;
 pub mod sim;
+pub mod sweep;
 pub mod workload;
 
 pub use explore::{cuts, explore, measure, replay, soak, Config, Cut, Failure, Report, Sampling};
@@ -150,6 +151,7 @@ pub use net::{Message, NetConfig, NetStats, NodeId, SimClock, SimNet};
 pub use rng::SimRng;
 pub use shadow::{RecordingPolicy, Shadow, ShadowPoint};
 pub use sim::{CrashPoint, Granularity, PointKind, SimMedia, SimOptions, Word};
+pub use sweep::{assert_caught, site_mutants};
 pub use workload::{Run, Workload};
 
 /// The simulator's own mutants (beside the named ones of each layer): a dropped flush and a

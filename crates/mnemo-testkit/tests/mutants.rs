@@ -23,11 +23,7 @@ fn first_failure<W: Workload>(workload: &W, tweak: impl Fn(&mut Config)) -> Opti
     let mut config = config(7);
     tweak(&mut config);
     let report: Report = explore(workload, &config);
-    report
-        .failures
-        .iter()
-        .find(|f| f.point.is_some() || f.shadow.is_some())
-        .map(ToString::to_string)
+    report.first_caught().map(ToString::to_string)
 }
 
 /// Whether the named mnemo-pmem mutant is caught by one of the media-layer workloads.
@@ -242,42 +238,11 @@ fn a_failure_replays_from_its_seed_point_and_cut() {
     );
 }
 
-/// mnemo-pmem's durability sites these workloads do not reach, with what would.
-const BLIND_SITES: &[(&str, &str)] = &[];
-
 /// Every flush, fence and sync-point site of mnemo-pmem (`durable_site!` in its `src/`),
-/// removed in turn, is caught by the media-layer workloads, except the listed blind spots.
+/// removed in turn, is caught by the media-layer workloads.
 #[test]
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../mnemo-pmem/src");
-    let sites = mnemo_pmem::mutant::sites_in(&src);
-    assert!(
-        sites.len() >= 4,
-        "found only {} sites: {sites:?}",
-        sites.len()
-    );
-    let mut missed = Vec::new();
-    let mut caught = 0;
-    for id in &sites {
-        if BLIND_SITES.iter().any(|(b, _)| b == id) {
-            continue;
-        }
-        let name: &'static str = Box::leak(format!("site:{id}").into_boxed_str());
-        match named_caught(name) {
-            Some(f) => {
-                caught += 1;
-                eprintln!("{name} caught: {}", f.lines().next().unwrap_or_default());
-            }
-            None => missed.push(id.clone()),
-        }
-    }
-    eprintln!(
-        "pmem durability sites: {}, caught {caught}, blind spots {} (listed), not caught {missed:?}",
-        sites.len(),
-        BLIND_SITES.len()
-    );
-    assert!(
-        missed.is_empty(),
-        "sites whose removal nothing catches: {missed:?}"
-    );
+    let sites = mnemo_testkit::site_mutants(&src, 8);
+    mnemo_testkit::assert_caught("pmem durability sites", &sites, &[], named_caught);
 }

@@ -231,10 +231,11 @@ static void transactions(mnemo_pool *p)
     OK(mnemo_tx_abort(tx));
     TRUE(bytes[100] == 7);
 
-    /* gmsync larger than a record; bad ranges. */
-    struct mnemo_range huge = { bytes, 64 << 10 };
+    /* gmsync larger than a record (32 bytes of header and 16 per range go with the data);
+     * the largest one that fits; bad ranges. */
+    struct mnemo_range huge = { bytes, MNEMO_GMSYNC_RECORD_MAX - 32 - 16 + 1 };
     EXPECT(mnemo_gmsync(p, &huge, 1), MNEMO_ETXTOOBIG);
-    struct mnemo_range large = { bytes, 40000 };
+    struct mnemo_range large = { bytes, MNEMO_GMSYNC_RECORD_MAX - 32 - 16 };
     OK(mnemo_gmsync(p, &large, 1));
     struct mnemo_range outside = { &off, 8 };
     EXPECT(mnemo_gmsync(p, &outside, 1), MNEMO_EINVAL);
