@@ -32,7 +32,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use mnemo_pmem::mutant;
+use mnemo_pmem::{cpu, mutant};
 use mnemo_pmem::{ByteRange, Pool, SyncKind, SyncPoint};
 
 use crate::error::{Error, Result};
@@ -114,48 +114,7 @@ fn checksum(record: &[u8]) -> u32 {
     crc32c_words(&record[8..])
 }
 
-/// Records up to this many bytes are checksummed a word at a time ([`crc32c_words`]).
-const SHORT_CRC_MAX: usize = 512;
-
-/// CRC-32C of `bytes`, the value of `crc32c::crc32c`. Most records are a few words long,
-/// where that crate's three-way split and tail handling cost several times the checksum
-/// itself (~150 instructions for a 56-byte record against ~25): a whole number of words up to
-/// `SHORT_CRC_MAX` (512) bytes is checksummed with one CRC-32C instruction per word.
-pub fn crc32c_words(bytes: &[u8]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if bytes.len() % 8 == 0 && bytes.len() <= SHORT_CRC_MAX && has_sse42() {
-        // SAFETY: the CPU has SSE4.2 (checked just above).
-        #[allow(unsafe_code)]
-        return unsafe { crc32c_words_sse42(bytes) };
-    }
-    crc32c::crc32c(bytes)
-}
-
-/// Whether the CPU has the CRC-32C instruction (std caches the answer).
-#[cfg(target_arch = "x86_64")]
-#[inline]
-fn has_sse42() -> bool {
-    std::is_x86_feature_detected!("sse4.2")
-}
-
-/// [`crc32c_words`] with the CRC-32C instruction, `bytes` a whole number of words.
-///
-/// # Safety
-/// The CPU must support SSE4.2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse4.2")]
-#[allow(unsafe_code)]
-unsafe fn crc32c_words_sse42(bytes: &[u8]) -> u32 {
-    use std::arch::x86_64::_mm_crc32_u64;
-    // CRC-32C of bytes = !(the instruction's chain from !0), each word taken little-endian.
-    let mut crc = u64::from(u32::MAX);
-    for chunk in bytes.chunks_exact(8) {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(chunk);
-        crc = _mm_crc32_u64(crc, u64::from_le_bytes(w));
-    }
-    !(crc as u32)
-}
+pub use mnemo_pmem::cpu::crc32c_words;
 
 /// Fill in the header of a built record.
 pub fn seal(buf: &mut [u8], seq: u64, horizon: u64, count: u32) {
@@ -567,42 +526,6 @@ pub struct LaneState {
     deferred: bool,
 }
 
-/// Whether the CPU has `prefetchw` (CPUID 0x8000_0001, ECX bit 8: AMD's 3DNowPrefetch,
-/// Intel's PRFCHW); std has no detection for it.
-fn cpu_has_prefetchw() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::__cpuid;
-        // SAFETY: CPUID exists on every x86_64 CPU (the intrinsic is `unsafe` on older
-        // toolchains only).
-        #[allow(unused_unsafe, unsafe_code)]
-        let (max, ecx) = unsafe { (__cpuid(0x8000_0000).eax, __cpuid(0x8000_0001).ecx) };
-        max >= 0x8000_0001 && ecx & (1 << 8) != 0
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// Ask for `word`'s cache line in exclusive state without waiting for it (`prefetchw`), on a
-/// CPU that has the instruction (`has`, from [`cpu_has_prefetchw`]).
-#[inline]
-fn prefetch_for_write(has: bool, word: &AtomicU64) {
-    #[cfg(target_arch = "x86_64")]
-    if has {
-        // SAFETY: a prefetch hint never faults and changes no memory; the CPU has it.
-        #[allow(unsafe_code)]
-        unsafe {
-            std::arch::asm!(
-                "prefetchw [{0}]",
-                in(reg) word.as_ptr(),
-                options(nostack, preserves_flags, readonly)
-            );
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (has, word);
-}
-
 /// An atomic word alone on its cache line (and the adjacent-line prefetch pair).
 #[derive(Debug)]
 #[repr(align(128))]
@@ -776,7 +699,7 @@ impl Lanes {
             word: Mutex::new(word),
             next_hint: AtomicUsize::new(0),
             slot_mask,
-            prefetchw: cpu_has_prefetchw(),
+            prefetchw: cpu::cpu_has_prefetchw(),
             instance: crate::next_instance(),
         }
     }
@@ -839,7 +762,7 @@ impl Lanes {
         // The counter's line is usually in the other committing CPU's cache: ask for it now,
         // so that the transfer overlaps building the record instead of stalling the fetch_add
         // (a locked instruction) of the commit (refinement 11).
-        prefetch_for_write(self.prefetchw, &self.counter.0);
+        cpu::prefetch_for_write(self.prefetchw, &self.counter.0);
         let end = guard.index as usize + 1;
         if self.used.load(Ordering::Relaxed) < end {
             self.used.fetch_max(end, Ordering::SeqCst);
@@ -1530,15 +1453,6 @@ impl Lanes {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn word_crc_matches_the_crate() {
-        let mut bytes = Vec::new();
-        for i in 0..SHORT_CRC_MAX + 24 {
-            assert_eq!(crc32c_words(&bytes), crc32c::crc32c(&bytes), "{i} bytes");
-            bytes.push((i as u8).wrapping_mul(151).wrapping_add(7));
-        }
-    }
 
     #[test]
     fn records_round_trip_and_reject_damage() {
