@@ -272,11 +272,7 @@ impl Inner {
             &self.pool,
             &self.geometry,
             &mut lane,
-            1,
-            &[],
-            (u64::MAX, 0),
-            (u64::MAX, 0),
-            &allowed,
+            &redo::Commit::metadata(1, &allowed),
         )?;
         Ok(())
     }

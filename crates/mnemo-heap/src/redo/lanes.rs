@@ -1,20 +1,49 @@
 //! Lanes: the one-fence commit protocol, the help path and the durable horizon.
 //!
-//! # Commit (one fence)
-//! 1. Build the record, take a sequence number, copy it into the lane's next slot, flush.
-//! 2. One sync point (the commit point) over the record, this thread's pending applied
-//!    ranges (flushed just before it) and the transaction's in-place bytes.
-//! 3. Apply the entries in place, unflushed: the record is *pending* until this thread's next
-//!    fence (or a helper's, [`Lanes::help`]) covers it.
+//! Each lane is a ring of `lane_slots` record slots (see
+//! [`crate::layout::LANE_SLOTS_DEFAULT`]), held by one committing thread at a time. A commit
+//! copies its record into the lane's next slot, makes it durable with one sync point (the
+//! commit point), which also names this thread's earlier applied-but-unflushed records, then
+//! applies the entries in place, unflushed: the record is *pending* until a later fence of
+//! this thread (or a helper's, [`Lanes::help`]) covers its application. Recovery replays
+//! every record with `seq >= max(horizon word, every record's horizon)`, in seq order.
+//! The protocol and its argument: `docs/design/heap-and-transactions.md`.
 //!
-//! Each lane is a ring of `lane_slots` slots (see [`crate::layout::LANE_SLOTS_DEFAULT`]); a
-//! slot is overwritten only once a durable
-//! horizon lies above its record (the overwrite rule). A record's `horizon` claims every
-//! smaller seq applied and fenced: the minimum of the counter and every lane's in-flight and
-//! pending seq when the lanes are scanned, else (a weaker claim, still true) the lane's last
-//! durable one; a lane scans only when its next overwrite needs a larger claim, or every few
-//! commits. Recovery replays records with `seq >= max(horizon word, every horizon)`, in
-//! seq order. See `docs/design/heap-and-transactions.md`.
+//! # State
+//! Per lane, volatile: `inflight` (a lower bound of the seq of the commit in progress, 0:
+//! none), `pending` (the seq of the lane's oldest applied record no fence has covered, 0:
+//! none; tagged with `PENDING_DEFERRED` while it stands for two records), `applier` (the
+//! thread whose fence covers it), `durable_h` (the largest horizon a fenced record of the lane
+//! carries), per slot the seq of its record. Durable: the records and the horizon word. `MH`
+//! ([`Lanes::durable_horizon`]) is the largest of the horizon word and every `durable_h`.
+//!
+//! # Invariants
+//! Each is stated here once, and `debug_assert!`ed where it must hold.
+//!
+//! 1. **In flight.** From before a commit takes its seq `s` until its record is pending (or,
+//!    in fenced mode, its application fenced), its lane's `inflight` holds a bound
+//!    `0 < b <= s`; a commit stores `pending` before it clears `inflight`. So no committed
+//!    record whose application is unfenced escapes the minimum a horizon scan takes.
+//!    (Asserted by `admit`, `sequence`, `publish`.)
+//! 2. **Pending.** `pending` is cleared only after a fence that covers every application it
+//!    stands for: the holder's own fence, when the holder applied the record or adopted it
+//!    (flushed its ranges again before the fence), or a helper's, which flushed the lane's
+//!    pending ranges under the lane's lock; a deferral stores the older seq again, tagged,
+//!    so that no helper's compare-and-swap clears it while the newer application is
+//!    unfenced. (Asserted by `publish`; `clear_own` takes a `Fenced` proof.)
+//! 3. **Horizon.** A record's horizon claims every record below it applied and fenced: it is
+//!    at most the counter and every lane's `inflight` and `pending` when the lanes are
+//!    scanned, else the lane's `durable_h` (an older true claim: a weaker one). So it never
+//!    exceeds the record's seq nor its lane's `pending`. (Asserted by `sequence`.)
+//! 4. **Overwrite rule.** A slot holding record `w` is overwritten only when a durable claim
+//!    lies above it: `MH > w`. The claim the next overwrite needs is computed one commit
+//!    early; when it is missing, the help path makes one. (Asserted by `write`.)
+//! 5. **Waits.** A commit that waits for other lanes (`cover_fresh`, the help path) holds no
+//!    `inflight` bound meanwhile, and a commit in flight waits for nobody: the help path,
+//!    which waits for commits in flight below its target, always ends.
+//!
+//! Together: every committed record whose application may not be durable has
+//! `seq >= MH` and every claim, so it is still in its slot (4) and recovery replays it.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -27,7 +56,7 @@ use super::record::{apply, apply_split, apply_words, atomic_word, seal, WordUpda
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, LANE_SLOTS_MAX};
 
-/// Tag of a lane's `pending` while it covers two records' applications (refinement 10): the
+/// Tag of a lane's `pending` while it covers two records' applications (a deferral): the
 /// seq is the older one's; the tag makes compare-and-swaps by threads that saw the untagged
 /// value fail.
 const PENDING_DEFERRED: u64 = 1 << 63;
@@ -139,7 +168,7 @@ pub struct Lanes {
     /// Every commit fences its application before returning (two fences): for callers that
     /// store to transactional data outside transactions (the C ABI).
     fenced: std::sync::atomic::AtomicBool,
-    /// Commits may leave their predecessor's application unflushed (refinement 10; heap
+    /// Commits may leave their predecessor's application unflushed (a deferral; heap
     /// format version 3 and later).
     defer: std::sync::atomic::AtomicBool,
     /// The persistent horizon word's value (a durable claim; `MH` is the larger of it and
@@ -200,6 +229,108 @@ fn thread_id(t: &mut ThreadLanes) -> u64 {
         t.id = IDS.fetch_add(1, Ordering::Relaxed);
     }
     t.id
+}
+
+/// What [`Lanes::commit`] commits: the record built in the lane's buffer, and what the lanes
+/// must know of it.
+#[derive(Clone, Copy)]
+pub struct Commit<'a> {
+    /// Entries in the record (after its zeroed header, in [`LaneState::buf`]).
+    pub count: u32,
+    /// Bytes written in place and not yet flushed (fresh allocations): staged before the
+    /// fence and named by its sync point.
+    pub extra: &'a [ByteRange],
+    /// Range of user data the entries change (lo >= hi: none).
+    pub data: (u64, u64),
+    /// Range of `extra`, which the record's check entries cover (lo >= hi: none).
+    pub fresh: (u64, u64),
+    /// Whether an entry may change `(offset, len)`: the areas records may change.
+    pub allowed: &'a dyn Fn(u64, u64) -> bool,
+}
+
+impl<'a> Commit<'a> {
+    /// A record of `count` entries that changes no user data and wrote nothing in place
+    /// (allocator metadata: a bitmap mask, a chunk-table entry).
+    pub fn metadata(count: u32, allowed: &'a dyn Fn(u64, u64) -> bool) -> Commit<'a> {
+        Commit {
+            count,
+            extra: &[],
+            data: (u64::MAX, 0),
+            fresh: (u64::MAX, 0),
+            allowed,
+        }
+    }
+}
+
+impl std::fmt::Debug for Commit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Commit")
+            .field("count", &self.count)
+            .field("extra", &self.extra)
+            .field("data", &self.data)
+            .field("fresh", &self.fresh)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the sequence phase of a commit hands on: the slot the record goes into, its sequence
+/// number and the horizon it carries.
+#[derive(Clone, Copy, Debug)]
+struct Sealed {
+    slot: usize,
+    seq: u64,
+    horizon: u64,
+}
+
+/// How far a commit's fence reached.
+#[derive(Debug)]
+enum Written {
+    /// Its sync point named this thread's pending applications too (and the lane's pending
+    /// record, adopted or its own): they are covered.
+    Covered(Fenced),
+    /// It named the record only (a deferral): the lane's pending record, this thread's
+    /// previous one (seq), stays pending, now with this record's application too.
+    Deferred(u64),
+}
+
+/// Proof that a sync point of this thread returned: what it named is durable. Pending
+/// records are cleared only with one in hand (invariant 2).
+#[derive(Clone, Copy, Debug)]
+struct Fenced(());
+
+/// Copy the sealed record into its slot (at `slot`, `capacity` bytes), on its way to media,
+/// not fenced. A deferring commit's record is the fence's only line: whole lines of
+/// non-temporal stores then write back faster than store + clwb (measured: 141-183 against
+/// 198 ns with the fence); with a clwb'd line in the same fence they are slower.
+#[inline]
+fn store_record(
+    pool: &Pool,
+    lane: &mut LaneState,
+    slot: u64,
+    capacity: u64,
+    defer: bool,
+) -> Result<()> {
+    if mutant::active("tx.skip_record_flush") {
+        pool.write(slot, &lane.buf)?; // stored, never flushed
+    } else if defer && lane.buf.len().next_multiple_of(64) as u64 <= capacity {
+        // The padding lies past the record's length, inside its slot.
+        let len = lane.buf.len();
+        lane.buf.resize(len.next_multiple_of(64), 0);
+        let streamed = mnemo_pmem::durable_site!(
+            "redo.record_stream",
+            pool.stream_nodrain(slot, &lane.buf),
+            pool.write(slot, &lane.buf)
+        );
+        lane.buf.truncate(len);
+        streamed?;
+    } else {
+        mnemo_pmem::durable_site!(
+            "redo.record_copy",
+            pool.copy_nodrain(slot, &lane.buf),
+            pool.write(slot, &lane.buf)
+        )?;
+    }
+    Ok(())
 }
 
 /// A held lane.
@@ -351,7 +482,7 @@ impl Lanes {
         }
         // The counter's line is usually in the other committing CPU's cache: ask for it now,
         // so that the transfer overlaps building the record instead of stalling the fetch_add
-        // (a locked instruction) of the commit (refinement 11).
+        // (a locked instruction) of the commit.
         cpu::prefetch_for_write(self.prefetchw, &self.counter.0);
         let end = guard.index as usize + 1;
         if self.used.load(Ordering::Relaxed) < end {
@@ -426,8 +557,9 @@ impl Lanes {
             )
     }
 
-    /// After a fence issued by this thread: its pending records of this heap are covered.
-    fn clear_own(&self, t: &mut ThreadLanes) {
+    /// After a fence issued by this thread (`_fence`): its pending records of this heap are
+    /// covered.
+    fn clear_own(&self, t: &mut ThreadLanes, _fence: Fenced) {
         let mut others = false;
         for p in &t.pending {
             if p.instance != self.instance {
@@ -459,78 +591,84 @@ impl Lanes {
         }
     }
 
-    /// Commit the record built in `lane.buf` (entries after a zeroed header, `count` of
+    /// Commit the record built in `lane.buf` (entries after a zeroed header, `op.count` of
     /// them) with one fence: the record is copied into the lane's next slot and flushed, then
     /// one sync point (the commit point) makes it durable together with this thread's
-    /// earlier applied-but-unfenced records and `extra` (written in place and not yet
-    /// flushed); then the entries are applied in place and flushed, not fenced: the record
-    /// is *pending* until this thread's next fence (or a helper's) covers it. `data` is the
-    /// range of user data its entries change, `fresh` the range of `extra` (bytes of fresh
-    /// allocations written in place, which its check entries cover). Returns the sequence
-    /// number.
-    #[allow(clippy::too_many_arguments)]
+    /// earlier applied-but-unfenced records and `op.extra` (written in place and not yet
+    /// flushed); then the entries are applied in place, not flushed: the record is *pending*
+    /// until this thread's next fence (or a helper's) covers it. Returns the sequence number.
+    ///
+    /// Four phases, each keeping the invariants stated at the top of this module: *admit*
+    /// (the record fits; the lane's pending record adopted if another thread applied it;
+    /// other lanes' pending in-place bytes this commit changes covered; the overwrite rule
+    /// met for the lane's next slot; the in-flight bound stored), *sequence* (the sequence
+    /// number, the horizon, the sealed record), *write* (the record into its slot, the sync
+    /// point, the entries applied in place) and *publish* (what the lanes and the thread know
+    /// of the record: slot, durable horizon, pending record; the bitmap masks; then
+    /// `inflight` cleared).
     pub fn commit(
         &self,
         pool: &Pool,
         geometry: &Geometry,
         lane: &mut LaneState,
-        count: u32,
-        extra: &[ByteRange],
-        data: (u64, u64),
-        fresh: (u64, u64),
-        allowed: &dyn Fn(u64, u64) -> bool,
+        op: &Commit<'_>,
     ) -> Result<u64> {
-        let capacity = geometry.slot_size();
-        if lane.buf.len() as u64 > capacity {
+        if let Err(e) = self.admit(pool, geometry, lane, op) {
             self.lanes[lane.index as usize]
                 .scan
                 .inflight
                 .store(0, Ordering::Release);
+            return Err(e);
+        }
+        let sealed = self.sequence(lane, op.count);
+        let mut applied = std::mem::take(&mut lane.scratch);
+        applied.clear();
+        let written = self.write(pool, geometry, lane, op, &sealed, &mut applied);
+        self.publish(pool, lane, op, &sealed, written, applied)
+    }
+
+    /// Phase 1 of [`Lanes::commit`]: what must hold before the sequence number is taken.
+    /// Ends with the lane's `inflight` bound stored (invariant 1); on an error the caller
+    /// clears it.
+    #[inline]
+    fn admit(
+        &self,
+        pool: &Pool,
+        geometry: &Geometry,
+        lane: &mut LaneState,
+        op: &Commit<'_>,
+    ) -> Result<()> {
+        let capacity = geometry.slot_size();
+        if lane.buf.len() as u64 > capacity {
             return Err(Error::TransactionTooLarge {
                 needed: lane.buf.len() as u64,
                 capacity,
             });
         }
+        self.adopt(pool, lane)?;
         let index = lane.index as usize;
         let me = &self.lanes[index];
-        let tid = lane.holder;
-        // A pending record left by another thread: flush its lines again (write-back works
-        // by address from any CPU), so this thread's fence covers it.
-        let p = me.scan.pending.load(Ordering::SeqCst);
-        if p != 0 && me.applier.load(Ordering::Acquire) != tid {
-            for r in &lane.pending_ranges {
-                if let Err(e) =
-                    mnemo_pmem::durable_site!("redo.adopt_stage", pool.stage(r.offset, r.len))
-                {
-                    me.scan.inflight.store(0, Ordering::Release);
-                    return Err(e.into());
-                }
-            }
-            let LaneState {
-                pending_ranges,
-                staged,
-                ..
-            } = &mut *lane;
-            staged.extend_from_slice(pending_ranges);
-            me.applier.store(tid, Ordering::Release);
-            self.note_own(index, p);
-        }
         // A commit that waits for other lanes (below) must not hold its `inflight` bound
-        // meanwhile (the early one of `acquire`): two such commits would wait for each other.
-        // Both waits are rare; the bound is stored again before the fetch_add. Whether
-        // `acquire`'s bound is still stored (it stores one unless this is the lane's first
-        // commit since open):
+        // meanwhile (the early one of `acquire`): two such commits would wait for each other
+        // (invariant 5). Both waits are rare; the bound is stored again before the fetch_add.
+        // Whether `acquire`'s bound is still stored (it stores one unless this is the lane's
+        // first commit since open):
         let mut bound_stored = lane.last_seq != 0;
+        debug_assert!(
+            !bound_stored || me.scan.inflight.load(Ordering::Relaxed) == lane.last_seq + 1,
+            "in flight: lane {index} was acquired without its bound"
+        );
         // Bytes another thread's pending record wrote in place (checked by CRC at recovery):
         // this commit changes them, so that record's application must be durable first.
-        if data.0 < data.1 && self.fresh_mask.0.load(Ordering::SeqCst) != 0 {
+        if op.data.0 < op.data.1 && self.fresh_mask.0.load(Ordering::SeqCst) != 0 {
             me.scan.inflight.store(0, Ordering::Release);
             bound_stored = false;
-            self.cover_fresh(pool, index, tid, data, &mut lane.staged)?;
+            self.cover_fresh(pool, index, lane.holder, op.data, &mut lane.staged)?;
         }
         // The overwrite rule: the slot's record may go only once a durable claim exceeds it.
-        let k = lane.next_slot as usize;
-        let w = me.slots[k].seq.load(Ordering::Acquire);
+        let w = me.slots[lane.next_slot as usize]
+            .seq
+            .load(Ordering::Acquire);
         if w != 0
             && me.durable_h.load(Ordering::Acquire) <= w
             && self.durable_horizon() <= w
@@ -557,8 +695,47 @@ impl Lanes {
             };
             me.scan.inflight.store(bound, Ordering::Release);
         }
+        Ok(())
+    }
+
+    /// A pending record left on this lane by another thread: flush its lines again
+    /// (write-back works by address from any CPU) and name them in this commit's sync point,
+    /// so this thread's fence covers it (invariant 2); it becomes this thread's.
+    #[inline]
+    fn adopt(&self, pool: &Pool, lane: &mut LaneState) -> Result<()> {
+        let index = lane.index as usize;
+        let me = &self.lanes[index];
+        let tid = lane.holder;
+        let p = me.scan.pending.load(Ordering::SeqCst);
+        if p == 0 || me.applier.load(Ordering::Acquire) == tid {
+            return Ok(());
+        }
+        for r in &lane.pending_ranges {
+            mnemo_pmem::durable_site!("redo.adopt_stage", pool.stage(r.offset, r.len))?;
+        }
+        let LaneState {
+            pending_ranges,
+            staged,
+            ..
+        } = &mut *lane;
+        staged.extend_from_slice(pending_ranges);
+        me.applier.store(tid, Ordering::Release);
+        self.note_own(index, p);
+        Ok(())
+    }
+
+    /// Phase 2 of [`Lanes::commit`]: take the sequence number, choose the horizon the record
+    /// carries, and seal the record.
+    #[inline]
+    fn sequence(&self, lane: &mut LaneState, count: u32) -> Sealed {
+        let me = &self.lanes[lane.index as usize];
         let seq = self.counter.0.fetch_add(1, Ordering::AcqRel);
         lane.last_seq = seq;
+        debug_assert!(
+            (1..=seq).contains(&me.scan.inflight.load(Ordering::Relaxed)),
+            "in flight: seq {seq} taken on lane {} without a bound at or below it",
+            lane.index
+        );
         // The horizon: any value below the true one is a valid (weaker) claim, so a commit
         // carries the lane's last durable one, already computed, unless a larger one is
         // needed: when the next commit of this lane would otherwise find its slot's record
@@ -567,7 +744,8 @@ impl Lanes {
         // of the ring (freed space waits for the durable horizon). Scanning reads every
         // lane's line, written by other CPUs: the cross-CPU traffic of a commit. The longer
         // the ring, the older the record in the slot after next, and the rarer the scans
-        // (refinement 11: with 16 slots, about one commit in 16 scans; with 4, most did).
+        // (with 16 slots, about one commit in 16 scans; with 4, most did).
+        let k = lane.next_slot as usize;
         let own_h = me.durable_h.load(Ordering::Relaxed);
         let next = me.slots[(k + 1) & self.slot_mask as usize]
             .seq
@@ -582,10 +760,45 @@ impl Lanes {
             lane.since_scan += 1;
             own_h
         };
+        debug_assert!(
+            horizon <= seq && {
+                let p = me.scan.pending.load(Ordering::Relaxed) & !PENDING_DEFERRED;
+                p == 0 || horizon <= p
+            },
+            "horizon: record {seq} of lane {} would claim {horizon}, past its own in-flight \
+             or pending record",
+            lane.index
+        );
         seal(&mut lane.buf, seq, horizon, count);
-        let slot = geometry.slot_offset(lane.index, k as u64);
-        let mut applied = std::mem::take(&mut lane.scratch);
-        applied.clear();
+        Sealed {
+            slot: k,
+            seq,
+            horizon,
+        }
+    }
+
+    /// Phase 3 of [`Lanes::commit`], the media work: the record into its slot, the one
+    /// sync point, the entries applied in place (not flushed; the bitmap masks left in
+    /// `lane.words` for [`Lanes::publish`]). `applied` receives the applied ranges.
+    #[inline]
+    fn write(
+        &self,
+        pool: &Pool,
+        geometry: &Geometry,
+        lane: &mut LaneState,
+        op: &Commit<'_>,
+        sealed: &Sealed,
+        applied: &mut Vec<ByteRange>,
+    ) -> Result<Written> {
+        let me = &self.lanes[lane.index as usize];
+        debug_assert!(
+            !self.blocked(lane) || mutant::active("redo.ignore_overwrite_rule"),
+            "overwrite rule: slot {} of lane {} holds a record no durable claim passes",
+            sealed.slot,
+            lane.index
+        );
+        let capacity = geometry.slot_size();
+        let slot = geometry.slot_offset(lane.index, sealed.slot as u64);
         // This thread's previous application (its lane's pending record) may stay unflushed
         // through this commit when neither record wrote bytes in place: a record is replayed
         // until a horizon passes it, and horizons stay below the lane's pending seq, which
@@ -596,118 +809,240 @@ impl Lanes {
         // consecutive allocations, a hot counter) then cost one flush per two commits.
         let may_defer = self.defer.load(Ordering::Relaxed)
             && !self.fenced.load(Ordering::Relaxed)
-            && extra.is_empty()
-            && fresh.0 >= fresh.1
+            && op.extra.is_empty()
+            && op.fresh.0 >= op.fresh.1
             && me.fresh_lo.load(Ordering::Acquire) >= me.fresh_hi.load(Ordering::Acquire);
-        let result = self.commit_io(
-            pool,
-            lane,
-            ByteRange::new(slot, capacity),
-            extra,
-            allowed,
-            &mut applied,
-            may_defer,
-        );
+        let allowed = op.allowed;
+        if mutant::active("tx.apply_before_commit") {
+            apply(pool, &lane.buf, allowed, applied)?;
+        }
+        for r in op.extra {
+            mnemo_pmem::durable_site!("redo.extra_stage", pool.stage(r.offset, r.len))?;
+        }
+        // The one fence, the commit point, as one unit of the sync-point pipeline: this
+        // record, the applied data of this thread's pending records (flushed only now, so
+        // that their write-back overlaps this record's and no locked instruction in between
+        // waits for it), the in-place bytes.
+        let skip_apply_flush = mutant::active("tx.skip_flush");
+        let mut sync = std::mem::take(&mut lane.sync);
+        sync.clear();
+        sync.push(ByteRange::new(slot, lane.buf.len() as u64));
+        sync.append(&mut lane.staged);
+        let pending = me.scan.pending.load(Ordering::Acquire);
+        let flushed = THREAD.with_borrow(|t| -> Result<Option<u64>> {
+            // Defer when the only unfenced application of this thread is this lane's
+            // previous record, and this commit writes nothing in place (above).
+            let mut own = t.pending.iter().filter(|p| p.instance == self.instance);
+            let defer = may_defer
+                && !lane.deferred
+                && pending != 0
+                && own
+                    .next()
+                    .is_some_and(|p| p.lane == lane.index && p.seq == pending)
+                && own.next().is_none();
+            store_record(pool, lane, slot, capacity, defer)?;
+            if defer {
+                return Ok(Some(pending));
+            }
+            for &(instance, r) in &t.ranges {
+                if instance == self.instance {
+                    if !skip_apply_flush {
+                        mnemo_pmem::durable_site!(
+                            "redo.pending_stage",
+                            pool.stage(r.offset, r.len)
+                        )?;
+                    }
+                    sync.push(r);
+                }
+            }
+            Ok(None)
+        });
+        sync.extend_from_slice(op.extra);
+        cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
+        let fenced = flushed.and_then(|deferred| {
+            mnemo_pmem::durable_site!(
+                "redo.commit",
+                pool.sync(&SyncPoint::staged(SyncKind::Data, &sync))
+            )?;
+            Ok(match deferred {
+                Some(older) => Written::Deferred(older),
+                None => Written::Covered(Fenced(())),
+            })
+        });
+        lane.sync = sync;
+        let written = fenced?;
+        lane.words.clear();
+        if !mutant::active("tx.apply_before_commit") {
+            // Bitmap masks are applied at the end of the commit (`Lanes::publish`).
+            apply_split(pool, &lane.buf, allowed, applied, Some(&mut lane.words))?;
+        }
+        Ok(written)
+    }
+
+    /// Phase 4 of [`Lanes::commit`]: publish what the lanes and this thread know of the
+    /// record (its slot, the lane's durable horizon and pending record), apply the bitmap
+    /// masks, and clear `inflight` (invariant 1: after `pending` is stored).
+    #[inline]
+    fn publish(
+        &self,
+        pool: &Pool,
+        lane: &mut LaneState,
+        op: &Commit<'_>,
+        sealed: &Sealed,
+        written: Result<Written>,
+        applied: Vec<ByteRange>,
+    ) -> Result<u64> {
+        let index = lane.index as usize;
+        let me = &self.lanes[index];
+        let Sealed { slot: k, seq, .. } = *sealed;
+        let (data, fresh) = (op.data, op.fresh);
         // The slot's record: this one if it is durable, else unknown (0: no constraint).
         me.slots[k]
             .seq
-            .store(if result.is_ok() { seq } else { 0 }, Ordering::Release);
+            .store(if written.is_ok() { seq } else { 0 }, Ordering::Release);
         me.slots[k].lo.store(data.0.min(fresh.0), Ordering::Release);
         me.slots[k].hi.store(data.1.max(fresh.1), Ordering::Release);
         lane.next_slot = (lane.next_slot + 1) & self.slot_mask;
-        match result {
-            Ok(Some(older)) => {
-                // Deferred: the lane's pending record stays the previous one (its seq, its
-                // fresh range: none), now with this record's applied ranges added. Its seq is
-                // stored again, tagged: another thread that flushed and fenced the older
-                // record (a helper, a covering commit, an adopting thread) clears `pending`
-                // with a compare-and-swap against the value it saw, after releasing the lane,
-                // and must not clear it now that this record's application is unfenced too.
-                me.scan
-                    .pending
-                    .store(older | PENDING_DEFERRED, Ordering::Release);
-                if horizon > me.durable_h.load(Ordering::Relaxed) {
-                    me.durable_h.store(horizon, Ordering::Release);
-                }
-                if mutant::active("redo.defer_forgets") {
-                    // Broken: the deferred application's lines are forgotten, never flushed.
-                    lane.pending_ranges.clear();
-                    THREAD.with_borrow_mut(|t| {
-                        t.ranges.retain(|&(instance, _)| instance != self.instance)
-                    });
-                }
-                for r in &applied {
-                    push_range(&mut lane.pending_ranges, r.offset, r.len);
-                }
-                THREAD.with_borrow_mut(|t| {
-                    for &r in &applied {
-                        match t.ranges.last_mut() {
-                            Some((instance, last)) if *instance == self.instance && *last == r => {}
-                            _ => t.ranges.push((self.instance, r)),
-                        }
-                    }
-                });
+        // Whether the record stays pending when it leaves flight (not in fenced mode).
+        let published = match written {
+            Ok(Written::Deferred(older)) => self.keep_pending(pool, lane, sealed, older, applied),
+            Ok(Written::Covered(fence)) => self.hand_over(pool, lane, op, sealed, applied, fence),
+            Err(e) => {
                 lane.scratch = applied;
-                lane.deferred = true;
-                if let Err(e) = apply_words(pool, &lane.words) {
-                    me.scan.inflight.store(0, Ordering::Release);
-                    return Err(e);
-                }
+                Err(e)
             }
-            Ok(None) => {
-                lane.deferred = false;
-                self.note_fresh(lane, fresh);
-                if horizon > me.durable_h.load(Ordering::Relaxed) {
-                    me.durable_h.store(horizon, Ordering::Release);
-                }
-                // This thread's earlier pending records are covered by the fence; the lane's
-                // previous one too (applied or adopted by this thread). The applied ranges
-                // become the lane's pending record, and this thread's.
-                me.scan.pending.store(0, Ordering::Release);
-                me.fresh_lo.store(fresh.0, Ordering::Release);
-                me.fresh_hi.store(fresh.1, Ordering::Release);
-                me.applier.store(tid, Ordering::Release);
-                lane.scratch = std::mem::replace(&mut lane.pending_ranges, applied);
-                let fenced = self.fenced.load(Ordering::Relaxed);
-                THREAD.with_borrow_mut(|t| {
-                    self.clear_own(t);
-                    if fenced {
-                        return;
-                    }
-                    t.pending.push(Pend {
-                        instance: self.instance,
-                        lane: lane.index,
-                        seq,
-                    });
-                    for &r in &lane.pending_ranges {
-                        t.ranges.push((self.instance, r));
-                    }
-                });
-                // Last: the bitmap masks, locked instructions (see `apply_split`). The
-                // record is still in flight (`inflight` is set), so no horizon passes it.
-                if let Err(e) = apply_words(pool, &lane.words) {
-                    me.scan.pending.store(seq, Ordering::Release);
-                    me.scan.inflight.store(0, Ordering::Release);
-                    return Err(e);
-                }
-                if fenced {
-                    let point = SyncPoint::new(SyncKind::Data, &lane.pending_ranges);
-                    if let Err(e) =
-                        mnemo_pmem::durable_site!("redo.fenced_apply", pool.sync(&point))
-                    {
-                        me.scan.pending.store(seq, Ordering::Release);
-                        me.scan.inflight.store(0, Ordering::Release);
-                        self.note_own(index, seq);
-                        return Err(e.into());
-                    }
-                } else {
-                    me.scan.pending.store(seq, Ordering::Release);
-                }
-            }
-            Err(_) => lane.scratch = applied,
-        }
+        };
+        debug_assert!(
+            !published.as_ref().is_ok_and(|&stays_pending| stays_pending) || {
+                let p = me.scan.pending.load(Ordering::Relaxed) & !PENDING_DEFERRED;
+                p != 0 && p <= seq
+            },
+            "in flight: record {seq} of lane {index} leaves flight before it is pending"
+        );
         me.scan.inflight.store(0, Ordering::Release);
-        result.map(|_| seq)
+        published.map(|_| seq)
+    }
+
+    /// [`Lanes::publish`] after a deferral: the lane's pending record stays the previous one
+    /// (its seq, its fresh range: none), now with this record's applied ranges added. Its seq
+    /// is stored again, tagged: another thread that flushed and fenced the older record (a
+    /// helper, a covering commit, an adopting thread) clears `pending` with a
+    /// compare-and-swap against the value it saw, after releasing the lane, and must not
+    /// clear it now that this record's application is unfenced too (invariant 2). Returns
+    /// that the record stays pending.
+    #[inline]
+    fn keep_pending(
+        &self,
+        pool: &Pool,
+        lane: &mut LaneState,
+        sealed: &Sealed,
+        older: u64,
+        applied: Vec<ByteRange>,
+    ) -> Result<bool> {
+        let index = lane.index as usize;
+        let me = &self.lanes[index];
+        let Sealed { seq, horizon, .. } = *sealed;
+        debug_assert!(
+            older < seq && {
+                let p = me.scan.pending.load(Ordering::Relaxed) & !PENDING_DEFERRED;
+                p == 0 || p == older
+            },
+            "pending: lane {index} deferred record {seq} behind {older}, not its pending one"
+        );
+        me.scan
+            .pending
+            .store(older | PENDING_DEFERRED, Ordering::Release);
+        if horizon > me.durable_h.load(Ordering::Relaxed) {
+            me.durable_h.store(horizon, Ordering::Release);
+        }
+        if mutant::active("redo.defer_forgets") {
+            // Broken: the deferred application's lines are forgotten, never flushed.
+            lane.pending_ranges.clear();
+            THREAD.with_borrow_mut(|t| t.ranges.retain(|&(instance, _)| instance != self.instance));
+        }
+        for r in &applied {
+            push_range(&mut lane.pending_ranges, r.offset, r.len);
+        }
+        THREAD.with_borrow_mut(|t| {
+            for &r in &applied {
+                match t.ranges.last_mut() {
+                    Some((instance, last)) if *instance == self.instance && *last == r => {}
+                    _ => t.ranges.push((self.instance, r)),
+                }
+            }
+        });
+        lane.scratch = applied;
+        lane.deferred = true;
+        apply_words(pool, &lane.words)?;
+        Ok(true)
+    }
+
+    /// [`Lanes::publish`] after a fence that covered this thread's earlier pending records
+    /// and the lane's previous one (applied or adopted by this thread): this record becomes
+    /// the lane's pending record, and this thread's; in fenced mode its application is
+    /// fenced at once instead. Returns whether the record stays pending.
+    #[inline]
+    fn hand_over(
+        &self,
+        pool: &Pool,
+        lane: &mut LaneState,
+        op: &Commit<'_>,
+        sealed: &Sealed,
+        applied: Vec<ByteRange>,
+        fence: Fenced,
+    ) -> Result<bool> {
+        let index = lane.index as usize;
+        let me = &self.lanes[index];
+        let tid = lane.holder;
+        let Sealed { seq, horizon, .. } = *sealed;
+        let fresh = op.fresh;
+        lane.deferred = false;
+        self.note_fresh(lane, fresh);
+        if horizon > me.durable_h.load(Ordering::Relaxed) {
+            me.durable_h.store(horizon, Ordering::Release);
+        }
+        debug_assert!(
+            me.scan.pending.load(Ordering::Relaxed) == 0
+                || me.applier.load(Ordering::Relaxed) == tid,
+            "pending: lane {index}'s pending record is cleared by a fence that did not cover it"
+        );
+        me.scan.pending.store(0, Ordering::Release);
+        me.fresh_lo.store(fresh.0, Ordering::Release);
+        me.fresh_hi.store(fresh.1, Ordering::Release);
+        me.applier.store(tid, Ordering::Release);
+        lane.scratch = std::mem::replace(&mut lane.pending_ranges, applied);
+        let fenced = self.fenced.load(Ordering::Relaxed);
+        THREAD.with_borrow_mut(|t| {
+            self.clear_own(t, fence);
+            if fenced {
+                return;
+            }
+            t.pending.push(Pend {
+                instance: self.instance,
+                lane: lane.index,
+                seq,
+            });
+            for &r in &lane.pending_ranges {
+                t.ranges.push((self.instance, r));
+            }
+        });
+        // Last: the bitmap masks, locked instructions (see `apply_split`). The record is
+        // still in flight (`inflight` is set), so no horizon passes it.
+        if let Err(e) = apply_words(pool, &lane.words) {
+            me.scan.pending.store(seq, Ordering::Release);
+            return Err(e);
+        }
+        if fenced {
+            let point = SyncPoint::new(SyncKind::Data, &lane.pending_ranges);
+            if let Err(e) = mnemo_pmem::durable_site!("redo.fenced_apply", pool.sync(&point)) {
+                me.scan.pending.store(seq, Ordering::Release);
+                self.note_own(index, seq);
+                return Err(e.into());
+            }
+        } else {
+            me.scan.pending.store(seq, Ordering::Release);
+        }
+        Ok(!fenced)
     }
 
     /// Keep this lane's bit of `fresh_mask` a superset: set before a record with fresh bytes
@@ -812,108 +1147,6 @@ impl Lanes {
         self.defer.store(defer, Ordering::Relaxed);
     }
 
-    /// The media work of a commit: record, the one fence, apply (not flushed). Returns
-    /// whether the thread's pending applications were left unflushed (`may_defer`).
-    #[allow(clippy::too_many_arguments)]
-    fn commit_io(
-        &self,
-        pool: &Pool,
-        lane: &mut LaneState,
-        slot: ByteRange,
-        extra: &[ByteRange],
-        allowed: &dyn Fn(u64, u64) -> bool,
-        applied: &mut Vec<ByteRange>,
-        may_defer: bool,
-    ) -> Result<Option<u64>> {
-        if mutant::active("tx.apply_before_commit") {
-            apply(pool, &lane.buf, allowed, applied)?;
-        }
-        for r in extra {
-            mnemo_pmem::durable_site!("redo.extra_stage", pool.stage(r.offset, r.len))?;
-        }
-        // The one fence, the commit point, as one unit of the sync-point pipeline: this
-        // record, the applied data of this thread's pending records (flushed only now, so
-        // that their write-back overlaps this record's and no locked instruction in between
-        // waits for it), the in-place bytes.
-        let skip_apply_flush = mutant::active("tx.skip_flush");
-        let (slot, capacity) = (slot.offset, slot.len);
-        let mut sync = std::mem::take(&mut lane.sync);
-        sync.clear();
-        sync.push(ByteRange::new(slot, lane.buf.len() as u64));
-        sync.append(&mut lane.staged);
-        let pending = self.lanes[lane.index as usize]
-            .scan
-            .pending
-            .load(Ordering::Acquire);
-        let flushed = THREAD.with_borrow(|t| -> Result<Option<u64>> {
-            // Defer when the only unfenced application of this thread is this lane's
-            // previous record, and this commit writes nothing in place (see `Lanes::commit`).
-            let mut own = t.pending.iter().filter(|p| p.instance == self.instance);
-            let defer = may_defer
-                && !lane.deferred
-                && pending != 0
-                && own
-                    .next()
-                    .is_some_and(|p| p.lane == lane.index && p.seq == pending)
-                && own.next().is_none();
-            if mutant::active("tx.skip_record_flush") {
-                pool.write(slot, &lane.buf)?; // stored, never flushed
-            } else if defer && lane.buf.len().next_multiple_of(64) as u64 <= capacity {
-                // The record is the fence's only line: whole lines of non-temporal stores
-                // write back faster than store + clwb (measured: 141-183 against 198 ns
-                // with the fence); with a clwb'd line in the same fence they are slower.
-                // The padding lies past the record's length, inside its slot.
-                let len = lane.buf.len();
-                lane.buf.resize(len.next_multiple_of(64), 0);
-                let streamed = mnemo_pmem::durable_site!(
-                    "redo.record_stream",
-                    pool.stream_nodrain(slot, &lane.buf),
-                    pool.write(slot, &lane.buf)
-                );
-                lane.buf.truncate(len);
-                streamed?;
-            } else {
-                mnemo_pmem::durable_site!(
-                    "redo.record_copy",
-                    pool.copy_nodrain(slot, &lane.buf),
-                    pool.write(slot, &lane.buf)
-                )?;
-            }
-            if defer {
-                return Ok(Some(pending));
-            }
-            for &(instance, r) in &t.ranges {
-                if instance == self.instance {
-                    if !skip_apply_flush {
-                        mnemo_pmem::durable_site!(
-                            "redo.pending_stage",
-                            pool.stage(r.offset, r.len)
-                        )?;
-                    }
-                    sync.push(r);
-                }
-            }
-            Ok(None)
-        });
-        sync.extend_from_slice(extra);
-        cap_ranges(&mut sync, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
-        let fenced = flushed.and_then(|deferred| {
-            mnemo_pmem::durable_site!(
-                "redo.commit",
-                pool.sync(&SyncPoint::staged(SyncKind::Data, &sync))
-            )?;
-            Ok(deferred)
-        });
-        lane.sync = sync;
-        let deferred = fenced?;
-        lane.words.clear();
-        if !mutant::active("tx.apply_before_commit") {
-            // Bitmap masks are applied at the end of the commit (`Lanes::commit`).
-            apply_split(pool, &lane.buf, allowed, applied, Some(&mut lane.words))?;
-        }
-        Ok(deferred)
-    }
-
     /// Make a durable claim of at least `target`: every record below it applied, fenced, and
     /// never replayed again. This thread fences its own pending records; pending records of
     /// free lanes are flushed again and fenced by this thread; commits in flight below the
@@ -973,7 +1206,8 @@ impl Lanes {
                     "redo.help",
                     pool.sync(&SyncPoint::staged(SyncKind::Data, &staged))
                 )?;
-                let _ = THREAD.try_with(|t| self.clear_own(&mut t.borrow_mut()));
+                let fence = Fenced(());
+                let _ = THREAD.try_with(|t| self.clear_own(&mut t.borrow_mut(), fence));
                 for (i, p) in helped {
                     let _ = self.lanes[i].scan.pending.compare_exchange(
                         p,

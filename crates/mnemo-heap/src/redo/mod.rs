@@ -17,7 +17,7 @@ mod ranges;
 mod record;
 mod recover;
 
-pub use lanes::{Lane, LaneGuard, LaneStart, LaneState, Lanes};
+pub use lanes::{Commit, Lane, LaneGuard, LaneStart, LaneState, Lanes};
 pub use mnemo_pmem::cpu::crc32c_words;
 pub use ranges::{cap_ranges, push_range};
 pub use record::{

@@ -59,7 +59,7 @@ pub(crate) fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
                     // anything is written into this slot again: sequence numbers restart
                     // after the largest *valid* one, so a later record torn the right way
                     // could otherwise supply exactly the words this one misses and
-                    // resurrect a transaction this recovery rolled back (refinement 5).
+                    // resurrect a transaction this recovery rolled back.
                     pool.write(slot, &[0u8; 64])?;
                     cleared.push(ByteRange::new(slot, 64));
                 }
