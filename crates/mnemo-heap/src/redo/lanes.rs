@@ -273,10 +273,11 @@ impl std::fmt::Debug for Commit<'_> {
     }
 }
 
-/// What the sequence phase of a commit hands on: the slot the record goes into, its sequence
-/// number and the horizon it carries.
+/// What the sequence phase of a commit hands on: the lane, the slot the record goes into,
+/// its sequence number and the horizon it carries.
 #[derive(Clone, Copy, Debug)]
-struct Sealed {
+struct Sealed<'a> {
+    me: &'a Lane,
     slot: usize,
     seq: u64,
     horizon: u64,
@@ -613,14 +614,12 @@ impl Lanes {
         lane: &mut LaneState,
         op: &Commit<'_>,
     ) -> Result<u64> {
-        if let Err(e) = self.admit(pool, geometry, lane, op) {
-            self.lanes[lane.index as usize]
-                .scan
-                .inflight
-                .store(0, Ordering::Release);
+        let me = &self.lanes[lane.index as usize];
+        if let Err(e) = self.admit(me, pool, geometry, lane, op) {
+            me.scan.inflight.store(0, Ordering::Release);
             return Err(e);
         }
-        let sealed = self.sequence(lane, op.count);
+        let sealed = self.sequence(me, lane, op.count);
         let mut applied = std::mem::take(&mut lane.scratch);
         applied.clear();
         let written = self.write(pool, geometry, lane, op, &sealed, &mut applied);
@@ -633,6 +632,7 @@ impl Lanes {
     #[inline]
     fn admit(
         &self,
+        me: &Lane,
         pool: &Pool,
         geometry: &Geometry,
         lane: &mut LaneState,
@@ -645,9 +645,8 @@ impl Lanes {
                 capacity,
             });
         }
-        self.adopt(pool, lane)?;
+        self.adopt(me, pool, lane)?;
         let index = lane.index as usize;
-        let me = &self.lanes[index];
         // A commit that waits for other lanes (below) must not hold its `inflight` bound
         // meanwhile (the early one of `acquire`): two such commits would wait for each other
         // (invariant 5). Both waits are rare; the bound is stored again before the fetch_add.
@@ -702,9 +701,7 @@ impl Lanes {
     /// (write-back works by address from any CPU) and name them in this commit's sync point,
     /// so this thread's fence covers it (invariant 2); it becomes this thread's.
     #[inline]
-    fn adopt(&self, pool: &Pool, lane: &mut LaneState) -> Result<()> {
-        let index = lane.index as usize;
-        let me = &self.lanes[index];
+    fn adopt(&self, me: &Lane, pool: &Pool, lane: &mut LaneState) -> Result<()> {
         let tid = lane.holder;
         let p = me.scan.pending.load(Ordering::SeqCst);
         if p == 0 || me.applier.load(Ordering::Acquire) == tid {
@@ -720,15 +717,14 @@ impl Lanes {
         } = &mut *lane;
         staged.extend_from_slice(pending_ranges);
         me.applier.store(tid, Ordering::Release);
-        self.note_own(index, p);
+        self.note_own(lane.index as usize, p);
         Ok(())
     }
 
     /// Phase 2 of [`Lanes::commit`]: take the sequence number, choose the horizon the record
     /// carries, and seal the record.
     #[inline]
-    fn sequence(&self, lane: &mut LaneState, count: u32) -> Sealed {
-        let me = &self.lanes[lane.index as usize];
+    fn sequence<'l>(&self, me: &'l Lane, lane: &mut LaneState, count: u32) -> Sealed<'l> {
         let seq = self.counter.0.fetch_add(1, Ordering::AcqRel);
         lane.last_seq = seq;
         debug_assert!(
@@ -771,6 +767,7 @@ impl Lanes {
         );
         seal(&mut lane.buf, seq, horizon, count);
         Sealed {
+            me,
             slot: k,
             seq,
             horizon,
@@ -790,7 +787,7 @@ impl Lanes {
         sealed: &Sealed,
         applied: &mut Vec<ByteRange>,
     ) -> Result<Written> {
-        let me = &self.lanes[lane.index as usize];
+        let me = sealed.me;
         debug_assert!(
             !self.blocked(lane) || mutant::active("redo.ignore_overwrite_rule"),
             "overwrite rule: slot {} of lane {} holds a record no durable claim passes",
@@ -893,7 +890,7 @@ impl Lanes {
         applied: Vec<ByteRange>,
     ) -> Result<u64> {
         let index = lane.index as usize;
-        let me = &self.lanes[index];
+        let me = sealed.me;
         let Sealed { slot: k, seq, .. } = *sealed;
         let (data, fresh) = (op.data, op.fresh);
         // The slot's record: this one if it is durable, else unknown (0: no constraint).
@@ -940,7 +937,7 @@ impl Lanes {
         applied: Vec<ByteRange>,
     ) -> Result<bool> {
         let index = lane.index as usize;
-        let me = &self.lanes[index];
+        let me = sealed.me;
         let Sealed { seq, horizon, .. } = *sealed;
         debug_assert!(
             older < seq && {
@@ -992,7 +989,7 @@ impl Lanes {
         fence: Fenced,
     ) -> Result<bool> {
         let index = lane.index as usize;
-        let me = &self.lanes[index];
+        let me = sealed.me;
         let tid = lane.holder;
         let Sealed { seq, horizon, .. } = *sealed;
         let fresh = op.fresh;
