@@ -272,11 +272,7 @@ impl Inner {
             &self.pool,
             &self.geometry,
             &mut lane,
-            1,
-            &[],
-            (u64::MAX, 0),
-            (u64::MAX, 0),
-            &allowed,
+            &redo::Commit::metadata(1, &allowed),
         )?;
         Ok(())
     }
@@ -446,7 +442,7 @@ impl Heap {
             Error::NotAHeap(_) => Error::NotAHeap(pool.name().display().to_string()),
             other => other,
         })?;
-        let lanes = recover(&pool, &geometry)?;
+        let lanes = redo::recover(&pool, &geometry)?;
         lanes.set_deferral(geometry.version >= 3);
         let alloc = Allocator::load(&pool, geometry, options.arenas())?;
         let toc = load_toc(&pool, &geometry, &alloc)?;
@@ -869,163 +865,6 @@ impl Tx<'_> {
         ))
     }
 }
-
-/// Replay the committed records that may not have been applied; returns the lanes, ready.
-fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
-    let capacity = geometry.slot_size();
-    let mut records = Vec::new();
-    // Headers of torn records, cleared in place: durable with the next sync point below.
-    let mut cleared: Vec<ByteRange> = Vec::new();
-    let mut starts = vec![redo::LaneStart::new(geometry.lane_slots); geometry.lane_count as usize];
-    for lane in 0..geometry.lane_count {
-        let start = &mut starts[lane as usize];
-        let mut latest = 0u64;
-        let slots = geometry.lane_slots as u64;
-        for k in 0..slots {
-            let slot = geometry.slot_offset(lane, k);
-            let mut head = [0u8; redo::RECORD_HEADER];
-            pool.read(slot, &mut head)?;
-            let record = match redo::header_len(&head, capacity as usize) {
-                Some(len) => {
-                    let mut bytes = vec![0u8; len];
-                    pool.read(slot, &mut bytes)?;
-                    redo::decode(bytes)
-                }
-                None => None,
-            };
-            match record {
-                Some(record) => {
-                    start.slot_seq[k as usize] = record.seq;
-                    if record.seq >= latest {
-                        latest = record.seq;
-                        start.next_slot = (k + 1) % slots;
-                    }
-                    records.push(record);
-                }
-                None if head.iter().any(|&b| b != 0) => {
-                    // A torn record (its commit never completed). Clear its header before
-                    // anything is written into this slot again: sequence numbers restart
-                    // after the largest *valid* one, so a later record torn the right way
-                    // could otherwise supply exactly the words this one misses and
-                    // resurrect a transaction this recovery rolled back (refinement 5).
-                    pool.write(slot, &[0u8; 64])?;
-                    cleared.push(ByteRange::new(slot, 64));
-                }
-                None => {}
-            }
-        }
-    }
-    let max_seq = records.iter().map(|r| r.seq).max().unwrap_or(0);
-    let word_at = geometry.horizon_word_offset();
-    let mut word_bytes = [0u8; 8];
-    pool.read(word_at, &mut word_bytes)?;
-    let word = u64::from_le_bytes(word_bytes);
-    if word > max_seq + 1 {
-        // The word claims records that are nowhere: believing it could skip committed ones.
-        return Err(Error::Corrupt(format!(
-            "heap horizon word {word} exceeds the largest redo record found ({max_seq}) + 1"
-        )));
-    }
-    let horizon = records
-        .iter()
-        .map(|r| r.horizon)
-        .max()
-        .unwrap_or(0)
-        .max(word);
-    records.retain(|r| r.seq >= horizon && r.count > 0);
-    records.sort_by_key(|r| r.seq);
-    let zones = geometry.zones_offset;
-    let toc = (geometry.toc_offset, geometry.lanes_offset);
-    let size = pool.size();
-    let allowed = |o: u64, l: u64| {
-        o.checked_add(l)
-            .is_some_and(|end| (o >= toc.0 && end <= toc.1) || (o >= zones && end <= size))
-    };
-    // Which of them committed: a record's check entries (in-place bytes of its fresh
-    // allocations) are read on the image as found, before anything is replayed, and the
-    // verdict is made durable (the checked word) before the first replayed byte: replaying a
-    // later record may change those bytes (it updated the object), and a recovery
-    // interrupted after that must not find the check failing and drop the record.
-    let checked_at = geometry.checked_word_offset();
-    pool.read(checked_at, &mut word_bytes)?;
-    let checked = u64::from_le_bytes(word_bytes);
-    if checked > max_seq + 1 {
-        return Err(Error::Corrupt(format!(
-            "heap checked word {checked} exceeds the largest redo record found ({max_seq}) + 1"
-        )));
-    }
-    let mut verdicts = Vec::with_capacity(records.len());
-    let mut first_failed = max_seq + 1;
-    for (i, record) in records.iter().enumerate() {
-        // A later record that writes into the checked bytes proves the commit: its
-        // transaction knew the object, which nobody can before the commit returns. Those
-        // bytes changed after a committed record; skipping it would let replays of older
-        // records roll back its other effects.
-        let holds = record.seq < checked
-            || redo::checks_hold(pool, &record.bytes, &allowed)
-            || redo::checks_overwritten(&record.bytes, &records[i + 1..]);
-        if !holds {
-            tracing::info!(
-                seq = record.seq,
-                "record's in-place bytes do not match: it never committed"
-            );
-            first_failed = first_failed.min(record.seq);
-        }
-        verdicts.push(holds);
-    }
-    if first_failed > checked && !records.is_empty() {
-        redo::atomic_word(pool, checked_at)?
-            .store(first_failed, std::sync::atomic::Ordering::Release);
-        // The cleared torn headers become durable with the verdict.
-        cleared.push(ByteRange::new(checked_at, 8));
-        mnemo_pmem::durable_site!("heap.recover_checked", sync_capped(pool, &mut cleared))?;
-        cleared.clear();
-    }
-    let mut ranges: Vec<ByteRange> = Vec::new();
-    let mut replayed = 0;
-    for (record, holds) in records.iter().zip(verdicts) {
-        if holds {
-            redo::apply(pool, &record.bytes, &allowed, &mut ranges)?;
-            replayed += 1;
-        }
-    }
-    // One sync point over every replayed range and the torn headers still to clear.
-    ranges.append(&mut cleared);
-    mnemo_pmem::durable_site!("heap.recover_replay", sync_capped(pool, &mut ranges))?;
-    if replayed > 0 {
-        tracing::info!(
-            replayed,
-            horizon,
-            max_seq,
-            "heap recovery replayed redo records"
-        );
-    }
-    // Everything found is applied and durable: the horizon word says so, and no record found
-    // is replayed again (this replaces a retire record; the torn slots' headers, cleared
-    // above, become durable with it).
-    let next = max_seq + 1;
-    // (When the word is already right, the sync point above made everything durable.)
-    if word != next {
-        redo::atomic_word(pool, word_at)?.store(next, std::sync::atomic::Ordering::Release);
-        mnemo_pmem::durable_site!(
-            "heap.recover_horizon",
-            pool.sync(&SyncPoint::new(
-                SyncKind::Metadata,
-                &[ByteRange::new(word_at, 8)],
-            ))
-        )?;
-    }
-    Ok(Lanes::new(&starts, next, next))
-}
-
-/// One metadata sync point over `ranges`, merged into fewer ranges first if there are more
-/// than a sync point may name (the merged ranges cover the same bytes and more).
-fn sync_capped(pool: &Pool, ranges: &mut Vec<ByteRange>) -> Result<()> {
-    redo::cap_ranges(ranges, mnemo_pmem::limits::GMSYNC_RANGES_MAX);
-    pool.sync(&SyncPoint::new(SyncKind::Metadata, ranges))?;
-    Ok(())
-}
-
 fn load_toc(pool: &Pool, geometry: &Geometry, alloc: &Allocator) -> Result<Toc> {
     let mut bytes = vec![0u8; (geometry.toc_entries * TOC_ENTRY_SIZE) as usize];
     pool.read(geometry.toc_offset, &mut bytes)?;

@@ -574,11 +574,13 @@ fn commit_state(inner: &Inner, mut state: Box<TxState>) -> Result<()> {
         &inner.pool,
         &inner.geometry,
         &mut lane,
-        count,
-        &state.direct,
-        (state.data_lo, state.data_hi),
-        fresh,
-        &allowed,
+        &redo::Commit {
+            count,
+            extra: &state.direct,
+            data: (state.data_lo, state.data_hi),
+            fresh,
+            allowed: &allowed,
+        },
     );
     drop(lane);
     match result {
@@ -716,16 +718,11 @@ pub(crate) fn alloc_alone(heap: &Heap, size: u64) -> Result<u64> {
     redo::start(&mut lane.buf);
     push_meta(&mut lane.buf, op);
     let allowed = |o: u64, l: u64| inner.allowed(o, l);
-    let none = (u64::MAX, 0);
     let result = inner.lanes.commit(
         &inner.pool,
         &inner.geometry,
         &mut lane,
-        1,
-        &[],
-        none,
-        none,
-        &allowed,
+        &redo::Commit::metadata(1, &allowed),
     );
     drop(lane);
     // The unit was marked live at once (nobody knows its offset before this returns). On an

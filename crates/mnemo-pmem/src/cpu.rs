@@ -1,4 +1,6 @@
-//! Persistence primitives: flush a range of cache lines, fence, copy with non-temporal stores.
+//! Persistence primitives: flush a range of cache lines, fence, copy with non-temporal stores;
+//! and the other instructions the layers above reach for on their hot paths (CRC-32C of a few
+//! words, `prefetchw`), so that every intrinsic and its detection live in one place.
 //!
 //! The flush instruction is chosen once per process ([`choice`]) from CPUID, best first:
 //! `clwb` (writes the line back and keeps it cached: on this machine a reload costs 9 ns
@@ -326,6 +328,86 @@ pub unsafe fn copy_nt(dst: *mut u8, src: *const u8, len: usize, kind: FlushKind)
     }
 }
 
+/// Longest input [`crc32c_words`] checksums one CRC-32C instruction per word (512 B): beyond
+/// it the `crc32c` crate's three-way split pays off.
+pub const CRC_WORDS_MAX: usize = 512;
+
+/// CRC-32C of `bytes`, the value of `crc32c::crc32c`. Most redo records are a few words long,
+/// where that crate's three-way split and tail handling cost several times the checksum
+/// itself (~150 instructions for a 56-byte record against ~25): a whole number of words up to
+/// [`CRC_WORDS_MAX`] bytes is checksummed with one CRC-32C instruction per word.
+#[inline]
+pub fn crc32c_words(bytes: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if bytes.len() % 8 == 0 && bytes.len() <= CRC_WORDS_MAX && has_sse42() {
+        // SAFETY: the CPU has SSE4.2 (checked just above).
+        return unsafe { crc32c_words_sse42(bytes) };
+    }
+    crc32c::crc32c(bytes)
+}
+
+/// Whether the CPU has the CRC-32C instruction (std caches the answer).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_sse42() -> bool {
+    std::is_x86_feature_detected!("sse4.2")
+}
+
+/// [`crc32c_words`] with the CRC-32C instruction, `bytes` a whole number of words.
+///
+/// # Safety
+/// The CPU must support SSE4.2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn crc32c_words_sse42(bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::_mm_crc32_u64;
+    // CRC-32C of bytes = !(the instruction's chain from !0), each word taken little-endian.
+    let mut crc = u64::from(u32::MAX);
+    for chunk in bytes.chunks_exact(8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        crc = _mm_crc32_u64(crc, u64::from_le_bytes(w));
+    }
+    !(crc as u32)
+}
+
+/// Whether the CPU has `prefetchw` (CPUID 0x8000_0001, ECX bit 8: AMD's 3DNowPrefetch,
+/// Intel's PRFCHW); std has no detection for it. Callers ask once and keep the answer for
+/// [`prefetch_for_write`].
+pub fn cpu_has_prefetchw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // SAFETY: CPUID exists on every x86_64 CPU (the intrinsic is `unsafe` on older
+        // toolchains only).
+        #[allow(unused_unsafe)]
+        let (max, ecx) = unsafe { (__cpuid(0x8000_0000).eax, __cpuid(0x8000_0001).ecx) };
+        max >= 0x8000_0001 && ecx & (1 << 8) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Ask for `word`'s cache line in exclusive state without waiting for it (`prefetchw`), on a
+/// CPU that has the instruction (`has`, from [`cpu_has_prefetchw`]): a later locked
+/// instruction on the word then finds the line here instead of stalling for its transfer.
+#[inline]
+pub fn prefetch_for_write(has: bool, word: &std::sync::atomic::AtomicU64) {
+    #[cfg(target_arch = "x86_64")]
+    if has {
+        // SAFETY: a prefetch hint never faults and changes no memory; the CPU has it.
+        unsafe {
+            std::arch::asm!(
+                "prefetchw [{0}]",
+                in(reg) word.as_ptr(),
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (has, word);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,5 +515,22 @@ mod tests {
                 assert!(dst[shift + len..].iter().all(|&b| b == 0));
             }
         }
+    }
+
+    #[test]
+    fn word_crc_matches_the_crate() {
+        let mut bytes = Vec::new();
+        for i in 0..CRC_WORDS_MAX + 24 {
+            assert_eq!(crc32c_words(&bytes), crc32c::crc32c(&bytes), "{i} bytes");
+            bytes.push((i as u8).wrapping_mul(151).wrapping_add(7));
+        }
+    }
+
+    #[test]
+    fn prefetch_for_write_changes_nothing() {
+        let word = std::sync::atomic::AtomicU64::new(42);
+        prefetch_for_write(cpu_has_prefetchw(), &word);
+        prefetch_for_write(false, &word);
+        assert_eq!(word.load(std::sync::atomic::Ordering::Relaxed), 42);
     }
 }
