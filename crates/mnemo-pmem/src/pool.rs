@@ -965,12 +965,14 @@ impl Pool {
 
     /// The sync point: make every range of `point` durable through the pool's policy, as one
     /// unit (a replica applies it whole). The one way to durability above this crate.
+    #[inline]
     pub fn sync(&self, point: &SyncPoint<'_>) -> Result<(), Error> {
         self.sync_point(point, Narrow::Yes, Release::Yes)
     }
 
     /// [`Pool::sync`], with or without narrowing by dirty tracking and the release of a
     /// gmsync record that covers some of its bytes.
+    #[inline]
     fn sync_point(
         &self,
         point: &SyncPoint<'_>,
@@ -1003,6 +1005,7 @@ impl Pool {
     }
 
     /// Hand `point` to the policy (narrowed by dirty tracking if asked) and count it.
+    #[inline]
     fn dispatch(&self, point: &SyncPoint<'_>, narrow: Narrow, bytes: u64) -> Result<(), Error> {
         let hidden;
         let point = if crate::mutant::active("sync.staged_unnamed") {
@@ -1044,6 +1047,7 @@ impl Pool {
         Ok(())
     }
 
+    #[inline]
     fn check_sync_ranges(&self, point: &SyncPoint<'_>) -> Result<u64, Error> {
         let count = point.ranges.len() + point.staged.len();
         if count > SYNC_RANGES_MAX {
