@@ -51,10 +51,43 @@ enum Mix {
     /// process killed (the heap abandoned, nothing closed) and the heap opened again, whose
     /// recovery replays that record; then the freed chunk allocated again.
     Restart,
+    /// A fixed script (`HANDOVER_SCRIPT`) whose roots and every operation run on a thread of
+    /// their own, one at a time (spawned, joined): deterministic, but each commit is another
+    /// thread's, so the heap's cross-thread paths run. Consecutive threads take the two lanes
+    /// in turn, so each commit finds its lane's pending record left by a thread that is gone
+    /// (adopted: `redo.adopt_stage`), a commit that writes into an object another lane's
+    /// pending record wrote fresh (in place, checked by CRC) flushes that record first
+    /// (`redo.cover_fresh_stage`), and the heap's close on the main thread flushes both lanes'
+    /// pending records (`redo.help_lane_stage`).
+    Handover,
 }
 
 /// The choices of `Mix::Reuse` (kind = bits 0..8, slot = bits 8..16, size = bits 16..).
 const REUSE_SCRIPT: [u64; 6] = [0x0003, 0x0007, 0x0103, 0x0103, 0x0003, 0x0107];
+
+/// The steps of `Mix::Handover` (encoded as `REUSE_SCRIPT`: inserts of 128-byte objects and
+/// updates of their tags), each on a thread of its own; the roots' transaction runs on one
+/// too (R0). Threads take the lanes in turn, L (the roots') and M: objects X0, X1, X2 in
+/// slots 0, 1, 2, record `Ak` of step k on M for odd k and on L for even k.
+///
+/// 0. M: insert X0 (A1). Its writes to the table and the counter change bytes R0 wrote fresh:
+///    R0 is covered (the TOC lines it applied are flushed by nobody else: caught,
+///    `redo.cover_fresh_stage`).
+/// 1. L: insert X1 (A2); L's pending record R0 was covered: nothing to adopt.
+/// 2. M: update X1 (A3): adopts A1, covers A2 (fresh X1).
+/// 3. L: update X0 (A4).
+/// 4. M: insert X2 (A5): adopts A3, the last write of X1's tags (caught, `redo.adopt_stage`).
+/// 5. L: update X2 (A6): adopts A4, covers A5 (fresh X2; its table, counter and bitmap lines
+///    are the last anyone writes).
+/// 6. M: update X0 (A7).
+/// 7. L: update X2: adopts A6 and defers it (A8).
+///
+/// The heap's close, on the main thread, flushes A7 and A8, pending on lanes it does not hold
+/// (caught, `redo.help_lane_stage`), and raises the horizon word past every record: a line
+/// the removed site should have flushed is then lost in a crash image.
+const HANDOVER_SCRIPT: [u64; 8] = [
+    0x0003, 0x0103, 0x0103, 0x0003, 0x0203, 0x0203, 0x0003, 0x0203,
+];
 
 /// `CHUNK_REUSE_SCRIPT`'s step that settles the heap (`Heap::retire_committed`: every record
 /// unreplayable, deferred frees handed back) instead of an operation.
@@ -121,6 +154,21 @@ fn roots(heap: &Heap) -> Result<Roots, String> {
     .map_err(err)
 }
 
+/// Run `f` on a thread of its own and wait for it (its thread-local state, lane state and
+/// allocation cache, gone with it), the mutant in force here switched on there too
+/// (`Mix::Handover`).
+fn on_own_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let mutant = mnemo_pmem::mutant::current();
+    std::thread::scope(|s| {
+        s.spawn(|| match mutant {
+            Some(name) => mnemo_pmem::mutant::with(name, f),
+            None => f(),
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 fn slot_ptr(roots: &Roots, i: usize) -> PPtr<PPtr<u64>> {
     roots.table.byte_add(i as u64 * 8)
 }
@@ -144,7 +192,7 @@ impl HeapWorkload {
         let size = (choice >> 16) as usize % SIZES.len();
         let kind = choice % 8;
         let mix = match self.mix {
-            Mix::Reuse | Mix::ChunkReuse | Mix::Restart => Mix::Allocator,
+            Mix::Reuse | Mix::ChunkReuse | Mix::Restart | Mix::Handover => Mix::Allocator,
             other => other,
         };
         match (mix, kind, model.table[slot]) {
@@ -337,7 +385,12 @@ impl Workload for HeapWorkload {
             used_area(&p, run)?;
         }
         let mut heap = testing::create(p)?;
-        let r = roots(&heap)?;
+        let handover = matches!(self.mix, Mix::Handover);
+        let r = if handover {
+            on_own_thread(|| roots(&heap))?
+        } else {
+            roots(&heap)?
+        };
         let mut model = Model::default();
         run.ack(Some(model.clone()));
         for i in 0..self.ops {
@@ -345,6 +398,7 @@ impl Workload for HeapWorkload {
                 Mix::Reuse => REUSE_SCRIPT[i % REUSE_SCRIPT.len()],
                 Mix::ChunkReuse => CHUNK_REUSE_SCRIPT[i % CHUNK_REUSE_SCRIPT.len()],
                 Mix::Restart => RESTART_SCRIPT[i % RESTART_SCRIPT.len()],
+                Mix::Handover => HANDOVER_SCRIPT[i % HANDOVER_SCRIPT.len()],
                 _ => run.rng().next_u64(),
             };
             let tag = run.rng().next_u64() >> 8;
@@ -357,7 +411,11 @@ impl Workload for HeapWorkload {
                 heap = self.recover(run.media())?.ok_or("no heap after the kill")?;
                 continue;
             }
-            self.step(&heap, &r, &mut model, choice, tag)?;
+            if handover {
+                on_own_thread(|| self.step(&heap, &r, &mut model, choice, tag))?;
+            } else {
+                self.step(&heap, &r, &mut model, choice, tag)?;
+            }
             run.ack(Some(model.clone()));
         }
         Ok(())
@@ -550,19 +608,25 @@ fn crash_restart() {
 }
 
 #[test]
+fn crash_handover() {
+    check(Mix::Handover, HANDOVER_SCRIPT.len(), 6001);
+}
+
+#[test]
 fn crash_toc_roots_atomic_shadow() {
     check(Mix::Toc, 8, 2001);
 }
 
 /// The mixes and seeds the mutant searches run; each passes without a mutant
 /// (`mutant_search_runs_pass_clean`), so a failure in one is the mutant's.
-const SEARCH: [Mix; 6] = [
+const SEARCH: [Mix; 7] = [
     Mix::Transactions,
     Mix::Toc,
     Mix::Allocator,
     Mix::Reuse,
     Mix::ChunkReuse,
     Mix::Restart,
+    Mix::Handover,
 ];
 const SEARCH_SEEDS: std::ops::Range<u64> = 1..4;
 
@@ -609,6 +673,9 @@ const TARGETED: &[(&str, Mix)] = &[
     ("site:alloc.run_bitmap", Mix::ChunkReuse),
     ("site:heap.create_meta", Mix::ChunkReuse),
     ("site:heap.recover_horizon", Mix::Restart),
+    ("site:redo.adopt_stage", Mix::Handover),
+    ("site:redo.cover_fresh_stage", Mix::Handover),
+    ("site:redo.help_lane_stage", Mix::Handover),
 ];
 
 /// Mutants these workloads do not catch, tried in soak runs (where they must still be missed).
@@ -637,14 +704,11 @@ fn every_mutant_is_caught() {
     mnemo_testkit::assert_caught("heap mutants", &names, UNCAUGHT, caught_by);
 }
 
-/// Sites whose removal these single-threaded workloads do not catch yet, with what a workload
+/// Sites whose removal these workloads do not catch yet, with what a workload
 /// must do to reach them (issue 13 keeps them open; `docs/design/durability-sites.md`).
 const BLIND: &[(&str, &str)] = &[
     ("heap.recover_checked", "torn redo headers a recovery clears, lost at a crash after it, then a record of the same seq written into such a slot and torn so that the two form the old record again (refinement 7); its other half, the checked word, is argued redundant in docs/design/durability-sites.md"),
-    ("redo.adopt_stage", "two threads: a commit on a lane whose pending record another thread applied"),
     ("redo.fenced_apply", "fenced commits (the C ABI's mode): crates/mnemo-ffi/tests/crash.rs runs them"),
-    ("redo.cover_fresh_stage", "two threads: a commit changing bytes another lane's pending record wrote in place"),
-    ("redo.help_lane_stage", "two threads: help() flushing the pending record of a lane it does not hold"),
 ];
 
 /// Every flush, fence and sync-point site of the heap (`durable_site!` in `src/`), removed in

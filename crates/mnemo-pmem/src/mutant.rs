@@ -46,6 +46,10 @@ mod imp {
         ACTIVE.with(|a| a.get().is_some_and(|m| m == name))
     }
 
+    pub fn current() -> Option<&'static str> {
+        ACTIVE.with(Cell::get)
+    }
+
     pub fn with<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
         struct Reset(Option<&'static str>);
         impl Drop for Reset {
@@ -77,6 +81,14 @@ pub fn active(name: &str) -> bool {
 #[cfg(feature = "mutants")]
 pub fn with<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
     imp::with(name, f)
+}
+
+/// The mutant switched on on this thread, if any: for a workload that runs part of its work
+/// on threads of its own, which must switch it on there too (the switch is per thread).
+/// Requires the `mutants` feature.
+#[cfg(feature = "mutants")]
+pub fn current() -> Option<&'static str> {
+    imp::current()
 }
 
 /// A durability call site: a flush (staging), a fence or a sync point of the layers that

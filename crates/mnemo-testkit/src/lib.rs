@@ -48,7 +48,10 @@
 //! * growth is atomic and immediately durable (new bytes zero in both views); the file
 //!   system's own metadata is below this model;
 //! * concurrency: workloads are single-threaded; the simulator reads the volatile view at
-//!   crash points and flushes while no other thread stores;
+//!   crash points and flushes while no other thread stores. A workload may run its steps on
+//!   threads of their own one at a time, each joined before the next starts (mnemo-heap's
+//!   `Mix::Handover`: deterministic, yet each step is another thread's); a mutant is switched
+//!   on per thread, so such a workload passes `mnemo_pmem::mutant::current` on;
 //! * stray accesses: media recycle their address-space reservation (a fresh mapping per crash
 //!   image costs a page fault per page), so a read or write just beyond `len()` may hit stale
 //!   mapped memory instead of faulting.
