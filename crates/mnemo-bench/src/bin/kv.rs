@@ -165,6 +165,20 @@ struct Row {
     avg_ms: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// The commit of the code measured (`git rev-parse --short HEAD` when it ran).
+    commit: String,
+}
+
+/// The commit of this tree, for the results (`unknown` outside a git checkout).
+fn head_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(bench_dir())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Row>, String> {
@@ -207,6 +221,7 @@ fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Ro
             avg_ms: number(2),
             p50_ms: number(4),
             p99_ms: number(6),
+            commit: head_commit(),
         });
     }
     if rows.is_empty() {
@@ -243,6 +258,7 @@ fn read_csv() -> Result<Vec<Row>, String> {
             avg_ms: number(5),
             p50_ms: number(6),
             p99_ms: number(7),
+            commit: f.get(8).unwrap_or(&"unknown").to_string(),
         });
     }
     Ok(rows)
@@ -316,7 +332,7 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
         .iter()
         .map(|r| {
             format!(
-                "{},{},{},{},{:.0},{:.3},{:.3},{:.3}",
+                "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{}",
                 r.target.name(),
                 r.clients,
                 r.round,
@@ -324,13 +340,14 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
                 r.rps,
                 r.avg_ms,
                 r.p50_ms,
-                r.p99_ms
+                r.p99_ms,
+                r.commit
             )
         })
         .collect();
     let csv_path = write_csv(
         "kv-redis-benchmark.csv",
-        "server,clients,round,test,requests_per_s,avg_ms,p50_ms,p99_ms",
+        "server,clients,round,test,requests_per_s,avg_ms,p50_ms,p99_ms,commit",
         &csv,
     )
     .map_err(|e| e.to_string())?;
@@ -376,6 +393,8 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
     );
     let json = serde_json::json!({
         "benchmark": "kv-redis-benchmark",
+        "commit": rows.first().map(|r| r.commit.as_str()).unwrap_or("unknown"),
+        "command": "scripts/bench-kv.sh (KV_BENCH_* settings: see \"n\" and \"rounds\"; bench/README.md)",
         "machine": machine(),
         "redis_server": redis_version,
         "client_command": command,
