@@ -7,8 +7,8 @@
 //!    the right way must not complete it).
 //! 2. `H = max(horizon word, every record's horizon)`; the horizon word and the checked word
 //!    above `max seq + 1` are `Corrupt`.
-//! 3. For records with `seq >= H`: judge their check entries on the image as found, persist
-//!    the verdict (the checked word), replay the committed ones in `seq` order, persist.
+//! 3. For records with `seq >= H`: judge their check entries on the image as found, replay
+//!    the committed ones in `seq` order, persist them with the cleared torn headers.
 //! 4. Set the horizon word to `max seq + 1`: nothing found is replayed again; the counter
 //!    continues after `max seq`.
 
@@ -94,10 +94,14 @@ pub(crate) fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
             .is_some_and(|end| (o >= toc.0 && end <= toc.1) || (o >= zones && end <= size))
     };
     // Which of them committed: a record's check entries (in-place bytes of its fresh
-    // allocations) are read on the image as found, before anything is replayed, and the
-    // verdict is made durable (the checked word) before the first replayed byte: replaying a
-    // later record may change those bytes (it updated the object), and a recovery
-    // interrupted after that must not find the check failing and drop the record.
+    // allocations) are read on the image as found, before anything is replayed. A recovery
+    // interrupted after some replay judges again on a half-replayed image, and may only
+    // reach the same verdicts: replay changes a record's checked bytes only through a later
+    // record that writes into them, which proves the commit (`checks_overwritten`); an
+    // earlier record above the horizon cannot write there, since the space is reused only
+    // after the horizon passes its freeing (docs/design/durability-sites.md). The checked
+    // word (records below it committed), which earlier versions of recovery persisted, is
+    // still honoured: sequence numbers continue above it, so it stays true.
     let checked_at = geometry.checked_word_offset();
     pool.read(checked_at, &mut word_bytes)?;
     let checked = u64::from_le_bytes(word_bytes);
@@ -107,7 +111,6 @@ pub(crate) fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
         )));
     }
     let mut verdicts = Vec::with_capacity(records.len());
-    let mut first_failed = max_seq + 1;
     for (i, record) in records.iter().enumerate() {
         // A later record that writes into the checked bytes proves the commit: its
         // transaction knew the object, which nobody can before the commit returns. Those
@@ -121,16 +124,8 @@ pub(crate) fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
                 seq = record.seq,
                 "record's in-place bytes do not match: it never committed"
             );
-            first_failed = first_failed.min(record.seq);
         }
         verdicts.push(holds);
-    }
-    if first_failed > checked && !records.is_empty() {
-        atomic_word(pool, checked_at)?.store(first_failed, std::sync::atomic::Ordering::Release);
-        // The cleared torn headers become durable with the verdict.
-        cleared.push(ByteRange::new(checked_at, 8));
-        mnemo_pmem::durable_site!("heap.recover_checked", sync_capped(pool, &mut cleared))?;
-        cleared.clear();
     }
     let mut ranges: Vec<ByteRange> = Vec::new();
     let mut replayed = 0;
@@ -140,7 +135,8 @@ pub(crate) fn recover(pool: &Pool, geometry: &Geometry) -> Result<Lanes> {
             replayed += 1;
         }
     }
-    // One sync point over every replayed range and the torn headers still to clear.
+    // One sync point over every replayed range and the cleared torn headers (durable before
+    // recovery returns, so before any new record can be written into their slots).
     ranges.append(&mut cleared);
     mnemo_pmem::durable_site!("heap.recover_replay", sync_capped(pool, &mut ranges))?;
     if replayed > 0 {
