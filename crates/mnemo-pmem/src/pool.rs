@@ -609,6 +609,7 @@ impl Pool {
     }
 
     /// Pool size in bytes, headers included.
+    #[inline]
     pub fn size(&self) -> u64 {
         self.size.load(Ordering::Acquire)
     }

@@ -84,6 +84,7 @@ pub struct SyncPoint<'a> {
 
 impl<'a> SyncPoint<'a> {
     /// A sync point over `ranges`, none of them staged.
+    #[inline]
     pub const fn new(kind: SyncKind, ranges: &'a [ByteRange]) -> SyncPoint<'a> {
         SyncPoint {
             kind,
@@ -93,6 +94,7 @@ impl<'a> SyncPoint<'a> {
     }
 
     /// A sync point over ranges the caller staged already.
+    #[inline]
     pub const fn staged(kind: SyncKind, staged: &'a [ByteRange]) -> SyncPoint<'a> {
         SyncPoint {
             kind,
@@ -102,6 +104,7 @@ impl<'a> SyncPoint<'a> {
     }
 
     /// Every range the sync point makes durable: `ranges`, then `staged`.
+    #[inline]
     pub fn all(&self) -> impl Iterator<Item = &'a ByteRange> {
         self.ranges.iter().chain(self.staged)
     }

@@ -567,6 +567,16 @@ fn profile_thread(heap: &Heap, op: &str, n: u64, word: PPtr<u64>) {
                 heap.pfree(off).expect("free64");
             }
         }
+        "floor2" => {
+            let pool = heap.pool();
+            let other = word.offset() + 64 * MAX_THREADS;
+            for i in 0..n {
+                pool.write(other, &i.to_le_bytes()).expect("write");
+                pool.msync(other, 8).expect("msync");
+                pool.write(word.offset(), &i.to_le_bytes()).expect("write");
+                pool.msync(word.offset(), 8).expect("msync");
+            }
+        }
         other => {
             eprintln!("unknown operation {other}");
             std::process::exit(2);
@@ -597,7 +607,7 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: heap run <ops per thread> <runs> <threads>\n       \
-                 heap profile <tx8|txalloc64|alloc64|free64> <ops> [threads]\n       \
+                 heap profile <tx8|txalloc64|alloc64|free64|floor2> <ops> [threads]\n       \
                  heap report <raw file> <load before> <load after> <rounds>"
             );
             std::process::exit(2);
