@@ -1,0 +1,25 @@
+//! Replication at sync points, after Mojim (Zhang et al., ASPLOS 2015): every sync point of
+//! a pool is one record shipped to a mirror, which makes it durable in its log, acknowledges,
+//! and applies it to its image of the pool, whole or not at all.
+//!
+//! * [`proto`]: the frames, sans I/O (encode, decode; never panics on any input);
+//! * [`auth`]: the shared-secret handshake that authenticates both ends of a link;
+//! * [`link`]: frames over a blocking TCP stream;
+//! * [`policy`]: [`MirrorPolicy`], the primary's [`mnemo_pmem::SyncPolicy`] (modes `local`,
+//!   `async`, `sync`, `syncflush`);
+//! * [`mirror`]: [`MirrorStore`] (image, log, state, recovery, promotion) and [`Mirror`], the
+//!   server.
+//!
+//! The design and the byte layouts: `docs/design/replication.md`.
+
+pub mod auth;
+pub mod error;
+pub mod link;
+pub mod mirror;
+pub mod policy;
+pub mod proto;
+
+pub use auth::Secret;
+pub use error::{Error, ProtoError, Result};
+pub use mirror::{Mirror, MirrorOptions, MirrorState, MirrorStats, MirrorStore};
+pub use policy::{MirrorConfig, MirrorPolicy, Mode, ReplStats};

@@ -1,0 +1,146 @@
+//! The thin transport: frames over a blocking TCP stream.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::proto::{self, Frame};
+
+/// One end of a TCP link, with a receive buffer for partial frames.
+#[derive(Debug)]
+pub struct Link {
+    stream: TcpStream,
+    peer: SocketAddr,
+    rbuf: Vec<u8>,
+    /// Bytes of `rbuf` already consumed by decoded frames.
+    rpos: usize,
+    wbuf: Vec<u8>,
+}
+
+impl Link {
+    /// Wrap a connected stream (no delay: every frame is a round trip someone waits for).
+    pub fn new(stream: TcpStream) -> Result<Link> {
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::io("TCP_NODELAY", e))?;
+        let peer = stream
+            .peer_addr()
+            .map_err(|e| Error::io("peer address", e))?;
+        Ok(Link {
+            stream,
+            peer,
+            rbuf: Vec::with_capacity(64 << 10),
+            rpos: 0,
+            wbuf: Vec::with_capacity(64 << 10),
+        })
+    }
+
+    /// Connect to `addr` within `timeout`.
+    pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Link> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
+        Link::new(stream)
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Time out reads after `timeout` (None: wait for ever).
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        self.stream
+            .set_read_timeout(timeout)
+            .map_err(|e| Error::io("read timeout", e))
+    }
+
+    /// Send one frame.
+    pub fn send(&mut self, frame: &Frame) -> Result<()> {
+        self.wbuf.clear();
+        proto::encode(frame, &mut self.wbuf);
+        let peer = self.peer;
+        self.stream
+            .write_all(&self.wbuf)
+            .map_err(|e| Error::io(format!("sending to {peer}"), e))
+    }
+
+    /// Send bytes that already are one or more encoded frames.
+    pub fn send_encoded(&mut self, bytes: &[u8]) -> Result<()> {
+        let peer = self.peer;
+        self.stream
+            .write_all(bytes)
+            .map_err(|e| Error::io(format!("sending to {peer}"), e))
+    }
+
+    /// Receive one frame, waiting for it (up to the read timeout).
+    pub fn recv(&mut self) -> Result<Frame> {
+        loop {
+            if let Some(frame) = self.decode_buffered()? {
+                return Ok(frame);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// A frame already received, if a whole one is buffered or arrives without waiting.
+    pub fn try_recv(&mut self) -> Result<Option<Frame>> {
+        if let Some(frame) = self.decode_buffered()? {
+            return Ok(Some(frame));
+        }
+        self.stream
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("non-blocking", e))?;
+        let filled = self.fill();
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| Error::io("blocking", e))?;
+        match filled {
+            Ok(()) => self.decode_buffered(),
+            Err(Error::Io { source, .. }) if source.kind() == ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn decode_buffered(&mut self) -> Result<Option<Frame>> {
+        match proto::decode(&self.rbuf[self.rpos..])? {
+            Some((frame, used)) => {
+                self.rpos += used;
+                if self.rpos == self.rbuf.len() {
+                    self.rbuf.clear();
+                    self.rpos = 0;
+                }
+                Ok(Some(frame))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn fill(&mut self) -> Result<()> {
+        if self.rpos > 0 {
+            self.rbuf.drain(..self.rpos);
+            self.rpos = 0;
+        }
+        let start = self.rbuf.len();
+        self.rbuf.resize(start + (64 << 10), 0);
+        let peer = self.peer;
+        let n = loop {
+            match self.stream.read(&mut self.rbuf[start..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.rbuf.truncate(start);
+                    return Err(Error::io(format!("receiving from {peer}"), e));
+                }
+            }
+        };
+        self.rbuf.truncate(start + n);
+        if n == 0 {
+            return Err(Error::io(
+                format!("receiving from {peer}"),
+                std::io::Error::new(ErrorKind::UnexpectedEof, "the peer closed the link"),
+            ));
+        }
+        Ok(())
+    }
+}

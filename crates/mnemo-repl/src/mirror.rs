@@ -1,0 +1,683 @@
+//! The mirror: receives sync points, makes each durable in its log, acknowledges, and
+//! applies them to its image of the primary's pool.
+//!
+//! A mirror directory holds:
+//! * `image`: a byte-for-byte image of the primary's pool (a pool file: `mnemo serve --pool
+//!   DIR/image` serves it after `mnemo mirror promote`);
+//! * `log.pool`: a pool holding a [`mnemo_log::Log`] of received records (the exact bytes of
+//!   each record frame), appended with one fence each before the acknowledgement;
+//! * `state`: epoch, last checkpointed record id, whether the image holds a complete copy
+//!   (written whole: a new file, synced, renamed over the old one);
+//! * `lock`: held (`flock`) while a mirror process uses the directory.
+//!
+//! A record is applied to the image right after its acknowledgement, without a fence; a
+//! checkpoint (every `checkpoint_records` records, when the log fills, at a full copy's end
+//! and at close) makes the image durable, records the last id in `state`, and empties the
+//! log. Recovery replays every logged record in order (replay only writes bytes, so applying
+//! a record twice is harmless) and checkpoints. A record in the log is whole or absent (the
+//! log's appends are atomic), so the image never holds part of a sync point once recovered.
+
+use std::fs::{File, OpenOptions as FsOpen};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mnemo_log::{Log, Lsn};
+use mnemo_pmem::{CreateOptions, FileMedia, Media, OpenOptions, Pool};
+
+use crate::auth::{self, Secret};
+use crate::error::{Error, Result};
+use crate::link::Link;
+use crate::proto::{self, Frame, Role, VERSION};
+
+const STATE_MAGIC: u32 = u32::from_le_bytes(*b"MNRS");
+const STATE_VERSION: u32 = 1;
+const STATE_LEN: usize = 4 + 4 + 8 + 8 + 8 + 1 + 4;
+
+/// What a mirror directory records about its image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MirrorState {
+    /// Highest epoch seen: records and primaries of an older one are refused.
+    pub epoch: u64,
+    /// Id of the last record the image holds durably (checkpointed).
+    pub last_id: u64,
+    /// Size of the primary's pool the image mirrors.
+    pub pool_size: u64,
+    /// Whether the image holds a complete copy (false during a full copy, and before one).
+    pub complete: bool,
+}
+
+impl MirrorState {
+    fn encode(&self) -> [u8; STATE_LEN] {
+        let mut b = [0u8; STATE_LEN];
+        b[0..4].copy_from_slice(&STATE_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&STATE_VERSION.to_le_bytes());
+        b[8..16].copy_from_slice(&self.epoch.to_le_bytes());
+        b[16..24].copy_from_slice(&self.last_id.to_le_bytes());
+        b[24..32].copy_from_slice(&self.pool_size.to_le_bytes());
+        b[32] = u8::from(self.complete);
+        let crc = crc32c::crc32c(&b[..STATE_LEN - 4]);
+        b[STATE_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> std::result::Result<MirrorState, String> {
+        if b.len() != STATE_LEN {
+            return Err(format!("{} bytes, expected {STATE_LEN}", b.len()));
+        }
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
+        if u32_at(0) != STATE_MAGIC {
+            return Err("not a mirror state file".into());
+        }
+        if u32_at(STATE_LEN - 4) != crc32c::crc32c(&b[..STATE_LEN - 4]) {
+            return Err("checksum mismatch".into());
+        }
+        if u32_at(4) != STATE_VERSION {
+            return Err(format!(
+                "version {}, this build reads {STATE_VERSION}",
+                u32_at(4)
+            ));
+        }
+        let complete = match b[32] {
+            0 => false,
+            1 => true,
+            _ => return Err("bad completeness flag".into()),
+        };
+        Ok(MirrorState {
+            epoch: word(8),
+            last_id: word(16),
+            pool_size: word(24),
+            complete,
+        })
+    }
+}
+
+/// How a mirror is set up.
+#[derive(Debug, Clone)]
+pub struct MirrorOptions {
+    /// Size of the log pool created on first start (records larger than half of it are
+    /// refused).
+    pub log_size: u64,
+    /// Checkpoint after this many records.
+    pub checkpoint_records: u64,
+}
+
+impl Default for MirrorOptions {
+    fn default() -> MirrorOptions {
+        MirrorOptions {
+            log_size: 64 << 20,
+            checkpoint_records: 1024,
+        }
+    }
+}
+
+/// Counters a mirror keeps (read by tests and `INFO`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MirrorStats {
+    /// Sync-point records logged and acknowledged.
+    pub records: u64,
+    /// Bytes of range data in them.
+    pub bytes: u64,
+    /// Checkpoints made.
+    pub checkpoints: u64,
+    /// Full copies received.
+    pub copies: u64,
+    /// Records replayed from the log at open.
+    pub replayed: u64,
+}
+
+/// A mirror directory, open: its image, log and state.
+#[derive(Debug)]
+pub struct MirrorStore {
+    dir: PathBuf,
+    _lock: File,
+    image: Option<FileMedia>,
+    log: Log<Box<Pool>>,
+    state: MirrorState,
+    /// Highest id logged (>= `state.last_id`).
+    last_logged: u64,
+    since_checkpoint: u64,
+    options: MirrorOptions,
+    stats: MirrorStats,
+    entry: Vec<u8>,
+}
+
+fn image_capacity(len: u64) -> u64 {
+    len.saturating_mul(4).max(64 << 30)
+}
+
+impl MirrorStore {
+    /// Open (creating on first use) the mirror directory `dir` and recover it: replay the
+    /// logged records into the image, then checkpoint.
+    pub fn open(dir: &Path, options: MirrorOptions) -> Result<MirrorStore> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("{}", dir.display()), e))?;
+        let lock = private_file(&dir.join("lock"), false)?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+            |_| {
+                Error::Storage(format!(
+                    "{} is in use by another mirror process; stop it first or choose another --dir",
+                    dir.display()
+                ))
+            },
+        )?;
+        let state = match std::fs::read(dir.join("state")) {
+            Ok(bytes) => MirrorState::decode(&bytes).map_err(|e| {
+                Error::Storage(format!(
+                    "{}: {e}; the mirror cannot trust this directory: start with a fresh --dir",
+                    dir.join("state").display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => MirrorState::default(),
+            Err(e) => return Err(Error::io(format!("{}", dir.join("state").display()), e)),
+        };
+        let log_path = dir.join("log.pool");
+        let log = if log_path.exists() {
+            let pool = Box::new(Pool::open(&log_path, &OpenOptions::default())?);
+            let range = pool.data_offset()..pool.size();
+            Log::open(pool, range)?.0
+        } else {
+            let pool = Box::new(Pool::create(
+                &log_path,
+                &CreateOptions::new(options.log_size, "mnemo-mirror-log"),
+            )?);
+            let range = pool.data_offset()..pool.size();
+            Log::create(pool, range)?
+        };
+        let image_path = dir.join("image");
+        let image = if image_path.exists() {
+            let file = private_file(&image_path, false)?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io("image size", e))?
+                .len();
+            Some(FileMedia::map(&image_path, file, len, image_capacity(len))?)
+        } else {
+            None
+        };
+        let mut store = MirrorStore {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+            image,
+            log,
+            state,
+            last_logged: state.last_id,
+            since_checkpoint: 0,
+            options,
+            stats: MirrorStats::default(),
+            entry: Vec::new(),
+        };
+        store.replay()?;
+        Ok(store)
+    }
+
+    fn replay(&mut self) -> Result<()> {
+        let mut records = Vec::new();
+        for entry in self.log.iter() {
+            let entry = entry?;
+            match proto::decode(&entry.data)? {
+                Some((
+                    Frame::Record {
+                        id, ranges, copy, ..
+                    },
+                    _,
+                )) if !copy => records.push((id, ranges)),
+                _ => {
+                    return Err(Error::Storage(
+                        "the mirror log holds an entry that is not a sync-point record".into(),
+                    ))
+                }
+            }
+        }
+        for (id, ranges) in &records {
+            for r in ranges {
+                self.write_image(r.offset, &r.data)?;
+            }
+            self.last_logged = self.last_logged.max(*id);
+        }
+        self.stats.replayed = records.len() as u64;
+        if !records.is_empty() {
+            tracing::info!(records = records.len(), "mirror replayed its log");
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// The state as recorded.
+    pub fn state(&self) -> MirrorState {
+        self.state
+    }
+
+    /// Highest record id the mirror holds durably (logged or checkpointed).
+    pub fn last_id(&self) -> u64 {
+        self.last_logged
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> MirrorStats {
+        self.stats
+    }
+
+    /// Path of the image (a pool file once the copy is complete).
+    pub fn image_path(&self) -> PathBuf {
+        self.dir.join("image")
+    }
+
+    fn write_state(&mut self, state: MirrorState) -> Result<()> {
+        let tmp = self.dir.join("state.tmp");
+        let mut f = private_file(&tmp, true)?;
+        f.write_all(&state.encode())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| Error::io("writing the mirror state", e))?;
+        std::fs::rename(&tmp, self.dir.join("state"))
+            .map_err(|e| Error::io("publishing the mirror state", e))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io("syncing the mirror directory", e))?;
+        self.state = state;
+        Ok(())
+    }
+
+    /// Record a higher epoch (durably) before acting on it.
+    pub fn observe_epoch(&mut self, epoch: u64) -> Result<()> {
+        if epoch > self.state.epoch {
+            let state = MirrorState {
+                epoch,
+                ..self.state
+            };
+            self.write_state(state)?;
+        }
+        Ok(())
+    }
+
+    /// Make the image durable, record the last id, and empty the log.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        if let Some(image) = &self.image {
+            image.drain().map_err(|e| Error::Storage(e.to_string()))?;
+        }
+        let state = MirrorState {
+            last_id: self.last_logged,
+            ..self.state
+        };
+        self.write_state(state)?;
+        let tail: Lsn = self.log.tail();
+        self.log.truncate_front(tail)?;
+        self.since_checkpoint = 0;
+        self.stats.checkpoints += 1;
+        Ok(())
+    }
+
+    fn write_image(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let Some(end) = offset.checked_add(data.len() as u64) else {
+            return Err(Error::Storage(
+                "record range past the end of addresses".into(),
+            ));
+        };
+        let image = match &self.image {
+            Some(image) => image,
+            None => {
+                return Err(Error::Storage(
+                    "no image yet: a full copy must come first".into(),
+                ))
+            }
+        };
+        if end > image.len() {
+            let new_len = end.next_multiple_of(4096);
+            if new_len > image.capacity() {
+                return Err(Error::Storage(format!(
+                    "record ends at {end}, past the image's reserved {} bytes",
+                    image.capacity()
+                )));
+            }
+            image
+                .grow(new_len)
+                .map_err(|e| Error::Storage(e.to_string()))?;
+        }
+        if !data.is_empty() {
+            image.copy_nodrain(offset, data);
+        }
+        Ok(())
+    }
+
+    /// Start a full copy of a pool of `pool_size` bytes: the image is emptied to zeros and
+    /// marked incomplete (durably) until [`MirrorStore::finish_copy`].
+    pub fn begin_copy(&mut self, epoch: u64, pool_size: u64) -> Result<()> {
+        self.write_state(MirrorState {
+            epoch: self.state.epoch.max(epoch),
+            complete: false,
+            ..self.state
+        })?;
+        self.log.reset()?;
+        self.image = None;
+        let path = self.image_path();
+        let file = private_file(&path, false)?;
+        file.set_len(0)
+            .and_then(|()| file.set_len(pool_size))
+            .map_err(|e| Error::io("resetting the image", e))?;
+        self.image = Some(FileMedia::map(
+            &path,
+            file,
+            pool_size,
+            image_capacity(pool_size),
+        )?);
+        Ok(())
+    }
+
+    /// Apply ranges of a full copy (not logged: the copy is not in use until it completes).
+    pub fn copy_ranges(&mut self, ranges: &[proto::Range]) -> Result<()> {
+        if self.state.complete {
+            return Err(Error::Storage("copy ranges outside a copy".into()));
+        }
+        for r in ranges {
+            self.write_image(r.offset, &r.data)?;
+        }
+        Ok(())
+    }
+
+    /// The full copy is complete at record `id`.
+    pub fn finish_copy(&mut self, id: u64, pool_size: u64) -> Result<()> {
+        if let Some(image) = &self.image {
+            image.drain().map_err(|e| Error::Storage(e.to_string()))?;
+        }
+        self.last_logged = id;
+        self.write_state(MirrorState {
+            last_id: id,
+            pool_size,
+            complete: true,
+            ..self.state
+        })?;
+        self.stats.copies += 1;
+        Ok(())
+    }
+
+    /// Make a sync-point record durable here (it is in the log on return): the caller then
+    /// acknowledges it and calls [`MirrorStore::apply`].
+    pub fn log_record(&mut self, epoch: u64, id: u64, ranges: &[proto::Range]) -> Result<()> {
+        if !self.state.complete {
+            return Err(Error::Storage(
+                "this mirror holds no complete copy yet; a full copy must come first".into(),
+            ));
+        }
+        if id <= self.last_logged {
+            return Err(Error::Storage(format!(
+                "record {id} is not after the last one held ({})",
+                self.last_logged
+            )));
+        }
+        self.entry.clear();
+        proto::encode_record(
+            &mut self.entry,
+            epoch,
+            id,
+            false,
+            ranges.iter().map(|r| (r.offset, r.data.as_slice())),
+        );
+        if self.entry.len() as u64 > self.log.entry_len_max().min(self.log.capacity() / 2) {
+            return Err(Error::Storage(format!(
+                "a record of {} bytes does not fit the mirror's log of {} bytes; restart the mirror with a larger --log-size",
+                self.entry.len(),
+                self.log.capacity()
+            )));
+        }
+        if mnemo_log::Log::<Box<Pool>>::record_size(self.entry.len()) > self.log.free() {
+            self.checkpoint()?;
+        }
+        self.log.append(&self.entry)?;
+        self.last_logged = id;
+        self.stats.records += 1;
+        self.stats.bytes += ranges.iter().map(|r| r.data.len() as u64).sum::<u64>();
+        Ok(())
+    }
+
+    /// Apply a logged record to the image (not durable until the next checkpoint).
+    pub fn apply(&mut self, ranges: &[proto::Range]) -> Result<()> {
+        for r in ranges {
+            self.write_image(r.offset, &r.data)?;
+        }
+        self.since_checkpoint += 1;
+        if self.since_checkpoint >= self.options.checkpoint_records {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Promote: checkpoint, raise the epoch so the old primary's records are refused, and
+    /// return the image's path, ready to be opened as a pool.
+    pub fn promote(&mut self) -> Result<PathBuf> {
+        if !self.state.complete {
+            return Err(Error::Storage(
+                "this mirror never completed a copy of the primary's pool: it cannot be promoted"
+                    .into(),
+            ));
+        }
+        self.checkpoint()?;
+        let epoch = self.state.epoch + 1;
+        self.observe_epoch(epoch)?;
+        Ok(self.image_path())
+    }
+}
+
+impl Drop for MirrorStore {
+    fn drop(&mut self) {
+        if self.since_checkpoint > 0 {
+            if let Err(e) = self.checkpoint() {
+                tracing::warn!(error = %e, "mirror checkpoint at close failed; the log is replayed at the next start");
+            }
+        }
+    }
+}
+
+fn private_file(path: &Path, truncate: bool) -> Result<File> {
+    FsOpen::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(truncate)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(format!("{}", path.display()), e))
+}
+
+/// A mirror serving primaries on a TCP listener.
+#[derive(Debug)]
+pub struct Mirror {
+    store: Arc<Mutex<MirrorStore>>,
+    secret: Secret,
+}
+
+impl Mirror {
+    /// A mirror over an opened store.
+    pub fn new(store: MirrorStore, secret: Secret) -> Mirror {
+        Mirror {
+            store: Arc::new(Mutex::new(store)),
+            secret,
+        }
+    }
+
+    /// The store (for stats and tests).
+    pub fn store(&self) -> Arc<Mutex<MirrorStore>> {
+        Arc::clone(&self.store)
+    }
+
+    /// Accept primaries for ever (one thread per link; records of all links are applied
+    /// one at a time, in the order of their ids).
+    pub fn serve(&self, listener: TcpListener) -> Result<()> {
+        for stream in listener.incoming() {
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let store = Arc::clone(&self.store);
+            let secret = self.secret.clone();
+            std::thread::Builder::new()
+                .name("mnemo-mirror-link".into())
+                .spawn(move || {
+                    let peer = stream.peer_addr().ok();
+                    match serve_link(stream, &store, &secret) {
+                        Ok(()) => tracing::info!(?peer, "primary closed the link"),
+                        Err(e) => tracing::warn!(?peer, error = %e, "link ended"),
+                    }
+                })
+                .map_err(|e| Error::io("spawning a link thread", e))?;
+        }
+        Ok(())
+    }
+}
+
+fn lock(store: &Mutex<MirrorStore>) -> std::sync::MutexGuard<'_, MirrorStore> {
+    store.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Serve one primary's link until it closes.
+pub fn serve_link(stream: TcpStream, store: &Mutex<MirrorStore>, secret: &Secret) -> Result<()> {
+    let mut link = Link::new(stream)?;
+    link.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let epoch = match mirror_handshake(&mut link, store, secret) {
+        Ok(epoch) => epoch,
+        Err(e) => {
+            let _ = link.send(&Frame::Refused {
+                reason: e.to_string(),
+            });
+            return Err(e);
+        }
+    };
+    link.set_read_timeout(None)?;
+    let mut copying = false;
+    loop {
+        let frame = match link.recv() {
+            Ok(f) => f,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Ok(())
+            }
+            Err(e) => return Err(e),
+        };
+        let result = match frame {
+            Frame::Record {
+                epoch: e,
+                id,
+                copy,
+                ranges,
+            } => {
+                if e != epoch {
+                    Err(Error::Refused(format!(
+                        "record of epoch {e} on a link of epoch {epoch}"
+                    )))
+                } else if copy {
+                    if copying {
+                        lock(store).copy_ranges(&ranges).map(|()| None)
+                    } else {
+                        Err(Error::Unexpected("copy record outside a copy".into()))
+                    }
+                } else {
+                    let mut s = lock(store);
+                    if s.state().epoch > epoch {
+                        Err(Error::Refused(format!(
+                            "stale epoch {epoch}: this mirror has seen epoch {}",
+                            s.state().epoch
+                        )))
+                    } else {
+                        s.log_record(epoch, id, &ranges).and_then(|()| {
+                            link.send(&Frame::Ack { epoch, id })?;
+                            s.apply(&ranges)?;
+                            Ok(None)
+                        })
+                    }
+                }
+            }
+            Frame::CopyBegin {
+                epoch: e,
+                pool_size,
+            } if e == epoch && !copying => {
+                copying = true;
+                lock(store).begin_copy(epoch, pool_size).map(|()| None)
+            }
+            Frame::CopyDone {
+                epoch: e,
+                id,
+                pool_size,
+            } if e == epoch && copying => {
+                copying = false;
+                lock(store)
+                    .finish_copy(id, pool_size)
+                    .map(|()| Some(Frame::Ack { epoch, id }))
+            }
+            other => Err(Error::Unexpected(format!("{other:?}"))),
+        };
+        match result {
+            Ok(Some(reply)) => link.send(&reply)?,
+            Ok(None) => {}
+            Err(e) => {
+                let _ = link.send(&Frame::Refused {
+                    reason: e.to_string(),
+                });
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The mirror's half of the handshake; returns the link's epoch.
+fn mirror_handshake(link: &mut Link, store: &Mutex<MirrorStore>, secret: &Secret) -> Result<u64> {
+    let Frame::Hello {
+        version,
+        role,
+        nonce: theirs,
+    } = link.recv()?
+    else {
+        return Err(Error::Unexpected("expected Hello".into()));
+    };
+    if version != VERSION || role != Role::Primary {
+        return Err(Error::Auth(format!(
+            "peer speaks version {version} as {role:?}; this mirror speaks version {VERSION} to primaries"
+        )));
+    }
+    let ours = auth::nonce()?;
+    link.send(&Frame::Challenge {
+        version: VERSION,
+        proof: secret.mirror_proof(&theirs, &ours),
+        nonce: ours,
+    })?;
+    let Frame::Auth {
+        proof,
+        epoch,
+        pool_size: _,
+    } = link.recv()?
+    else {
+        return Err(Error::Unexpected("expected Auth".into()));
+    };
+    if !secret.check_primary(&proof, &ours, &theirs) {
+        return Err(Error::Auth(
+            "the primary does not know the shared secret".into(),
+        ));
+    }
+    let mut s = lock(store);
+    if epoch < s.state().epoch {
+        return Err(Error::Refused(format!(
+            "stale epoch {epoch}: this mirror has seen epoch {} (was it promoted?)",
+            s.state().epoch
+        )));
+    }
+    s.observe_epoch(epoch)?;
+    link.send(&Frame::Welcome {
+        epoch: s.state().epoch,
+        last_id: s.last_id(),
+    })?;
+    Ok(epoch)
+}
+
+/// Bind `addr` and serve (a convenience for the CLI and tests).
+pub fn listen(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| {
+        Error::io(
+            format!("listening on {addr} (is another process using the port?)"),
+            e,
+        )
+    })
+}

@@ -1,0 +1,449 @@
+//! The primary's side: a [`SyncPolicy`] that ships every sync point to a mirror.
+//!
+//! Each sync point becomes one record (epoch, id, its ranges with their bytes read from the
+//! pool) that the mirror applies whole or not at all. Modes (Mojim's, section 3):
+//!
+//! | mode | local flush and fence | ship | wait for the mirror's ack |
+//! |---|---|---|---|
+//! | `local` | yes | no | no |
+//! | `async` | yes | yes | no |
+//! | `sync` | no | yes | yes |
+//! | `syncflush` | yes (while the record travels) | yes | yes |
+//!
+//! On first use (and after a lost link, at most once per retry interval) the policy connects,
+//! authenticates, and sends a full copy of the pool before any record, so the mirror's image
+//! is whole before it acknowledges anything. When the link fails in a mode that skips the
+//! local flush, every line of the pool is flushed at once, so what the mirror acknowledged
+//! is durable here too, and the policy carries on locally (flush and fence) until a link
+//! comes back. A sync point is therefore durable on return in every mode: at the mirror, or
+//! here, or both.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mnemo_pmem::error::MediaError;
+use mnemo_pmem::{Media, SyncPoint, SyncPolicy};
+
+use crate::auth::{self, Secret};
+use crate::error::{Error, Result};
+use crate::link::Link;
+use crate::proto::{self, Frame, Role, VERSION};
+
+/// How the primary replicates (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// No mirror.
+    Local,
+    /// Flush locally, ship, do not wait.
+    Async,
+    /// Ship and wait for the mirror; no local flush.
+    Sync,
+    /// Ship, flush locally meanwhile, wait for the mirror.
+    SyncFlush,
+}
+
+impl Mode {
+    /// The mode's name as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Local => "local",
+            Mode::Async => "async",
+            Mode::Sync => "sync",
+            Mode::SyncFlush => "syncflush",
+        }
+    }
+
+    /// Parse a name.
+    pub fn parse(name: &str) -> Option<Mode> {
+        [Mode::Local, Mode::Async, Mode::Sync, Mode::SyncFlush]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+
+    fn flushes_locally(self) -> bool {
+        !matches!(self, Mode::Sync)
+    }
+}
+
+/// Where and how to replicate.
+#[derive(Debug, Clone)]
+pub struct MirrorConfig {
+    /// The mirror's address.
+    pub addr: SocketAddr,
+    /// The shared secret.
+    pub secret: Secret,
+    /// The mode.
+    pub mode: Mode,
+    /// This primary's epoch (a mirror that has seen a higher one refuses it).
+    pub epoch: u64,
+    /// How long to wait for a connection, and for an acknowledgement, before the link is
+    /// declared lost.
+    pub timeout: Duration,
+    /// How often to try again while the mirror is away.
+    pub retry: Duration,
+}
+
+impl MirrorConfig {
+    /// Defaults: epoch 1, 2 s timeout, retry every second.
+    pub fn new(addr: SocketAddr, secret: Secret, mode: Mode) -> MirrorConfig {
+        MirrorConfig {
+            addr,
+            secret,
+            mode,
+            epoch: 1,
+            timeout: Duration::from_secs(2),
+            retry: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A snapshot of the policy's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplStats {
+    /// Whether a link to the mirror is up and in sync.
+    pub in_sync: bool,
+    /// Records shipped.
+    pub shipped: u64,
+    /// Bytes of range data shipped.
+    pub bytes: u64,
+    /// Highest record id the mirror acknowledged.
+    pub acked: u64,
+    /// Highest record id shipped.
+    pub last_id: u64,
+    /// Full copies sent.
+    pub copies: u64,
+    /// Links lost.
+    pub link_losses: u64,
+    /// Sync points made durable only locally (mirror away).
+    pub local_only: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    link: Option<Link>,
+    next_id: u64,
+    last_attempt: Option<Instant>,
+    buf: Vec<u8>,
+    /// Local flushes skipped while the link was up (sync mode): all lines must be flushed
+    /// when it goes down.
+    unflushed: bool,
+}
+
+/// The replicating sync policy. Give it to a pool at create or open
+/// (`CreateOptions::policy`, `OpenOptions::policy`).
+#[derive(Debug)]
+pub struct MirrorPolicy {
+    config: MirrorConfig,
+    inner: Mutex<Inner>,
+    in_sync: AtomicBool,
+    shipped: AtomicU64,
+    bytes: AtomicU64,
+    acked: AtomicU64,
+    last_id: AtomicU64,
+    copies: AtomicU64,
+    link_losses: AtomicU64,
+    local_only: AtomicU64,
+}
+
+impl MirrorPolicy {
+    /// A policy for `config`; it connects at the first sync point.
+    pub fn new(config: MirrorConfig) -> MirrorPolicy {
+        MirrorPolicy {
+            config,
+            inner: Mutex::new(Inner {
+                link: None,
+                next_id: 1,
+                last_attempt: None,
+                buf: Vec::new(),
+                unflushed: false,
+            }),
+            in_sync: AtomicBool::new(false),
+            shipped: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
+            last_id: AtomicU64::new(0),
+            copies: AtomicU64::new(0),
+            link_losses: AtomicU64::new(0),
+            local_only: AtomicU64::new(0),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MirrorConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ReplStats {
+        ReplStats {
+            in_sync: self.in_sync.load(Ordering::Relaxed),
+            shipped: self.shipped.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            acked: self.acked.load(Ordering::Relaxed),
+            last_id: self.last_id.load(Ordering::Relaxed),
+            copies: self.copies.load(Ordering::Relaxed),
+            link_losses: self.link_losses.load(Ordering::Relaxed),
+            local_only: self.local_only.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Connect, authenticate and send a full copy of `media`; on return the mirror holds
+    /// an image of the pool as of now.
+    fn connect(&self, inner: &mut Inner, media: &dyn Media) -> Result<()> {
+        let c = &self.config;
+        let mut link = Link::connect(c.addr, c.timeout)?;
+        link.set_read_timeout(Some(c.timeout))?;
+        let ours = auth::nonce()?;
+        link.send(&Frame::Hello {
+            version: VERSION,
+            role: Role::Primary,
+            nonce: ours,
+        })?;
+        let (proof, theirs) = match link.recv()? {
+            Frame::Challenge {
+                version,
+                proof,
+                nonce,
+            } if version == VERSION => (proof, nonce),
+            Frame::Refused { reason } => return Err(Error::Refused(reason)),
+            other => {
+                return Err(Error::Unexpected(format!(
+                    "expected the mirror's challenge, got {other:?}"
+                )))
+            }
+        };
+        if !c.secret.check_mirror(&proof, &ours, &theirs) {
+            return Err(Error::Auth(format!(
+                "{} does not know the shared secret: not our mirror",
+                c.addr
+            )));
+        }
+        let size = media.len();
+        link.send(&Frame::Auth {
+            proof: c.secret.primary_proof(&theirs, &ours),
+            epoch: c.epoch,
+            pool_size: size,
+        })?;
+        let last = match link.recv()? {
+            Frame::Welcome { last_id, .. } => last_id,
+            Frame::Refused { reason } => return Err(Error::Refused(reason)),
+            other => {
+                return Err(Error::Unexpected(format!(
+                    "expected Welcome, got {other:?}"
+                )))
+            }
+        };
+        // Ids continue after anything the mirror holds.
+        inner.next_id = inner.next_id.max(last + 1);
+        // The full copy: every non-zero chunk (the mirror's image starts zeroed).
+        link.send(&Frame::CopyBegin {
+            epoch: c.epoch,
+            pool_size: size,
+        })?;
+        const CHUNK: u64 = 1 << 20;
+        let mut at = 0u64;
+        while at < size {
+            let len = CHUNK.min(size - at);
+            // SAFETY: `at..at+len` lies inside the medium's mapping, which stays mapped while
+            // the pool (which owns the medium and calls this policy) is open. Other threads
+            // may store into these bytes meanwhile; what is copied is then, per aligned
+            // word, the old or the new value, as a crash image would hold.
+            let chunk = unsafe {
+                std::slice::from_raw_parts(media.base().as_ptr().add(at as usize), len as usize)
+            };
+            if chunk.iter().any(|&b| b != 0) {
+                inner.buf.clear();
+                let id = inner.next_id;
+                inner.next_id += 1;
+                proto::encode_record(&mut inner.buf, c.epoch, id, true, [(at, chunk)].into_iter());
+                link.send_encoded(&inner.buf)?;
+            }
+            at += len;
+        }
+        let done = inner.next_id;
+        inner.next_id += 1;
+        link.send(&Frame::CopyDone {
+            epoch: c.epoch,
+            id: done,
+            pool_size: size,
+        })?;
+        // The copy may take a while on a large pool: wait longer for its acknowledgement.
+        link.set_read_timeout(Some(c.timeout.max(Duration::from_secs(60))))?;
+        expect_ack(&mut link, c.epoch, done)?;
+        link.set_read_timeout(Some(c.timeout))?;
+        self.acked.store(done, Ordering::Relaxed);
+        self.last_id.store(done, Ordering::Relaxed);
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(mirror = %c.addr, pool_size = size, mode = c.mode.name(), "mirror in sync (full copy sent)");
+        inner.link = Some(link);
+        self.in_sync.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The link failed: drop it and make everything durable locally.
+    fn lose_link(&self, inner: &mut Inner, media: &dyn Media, error: &Error) {
+        tracing::warn!(mirror = %self.config.addr, error = %error, "mirror link lost: sync points are durable locally until it is back");
+        inner.link = None;
+        inner.last_attempt = Some(Instant::now());
+        self.in_sync.store(false, Ordering::Relaxed);
+        self.link_losses.fetch_add(1, Ordering::Relaxed);
+        if inner.unflushed {
+            // What sync mode left to the mirror alone: every line of the pool, now.
+            media.flush(0, media.len());
+            inner.unflushed = false;
+        }
+    }
+
+    fn flush_local(media: &dyn Media, point: &SyncPoint<'_>) {
+        for range in point.ranges {
+            media.flush(range.offset, range.len);
+        }
+    }
+
+    fn ship(&self, inner: &mut Inner, media: &dyn Media, point: &SyncPoint<'_>) -> Result<u64> {
+        let c = &self.config;
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let len = media.len();
+        let mut bytes = 0u64;
+        let ranges = point.all().filter(|r| r.len > 0).map(|r| {
+            bytes += r.len;
+            let end = r.offset.saturating_add(r.len).min(len);
+            let start = r.offset.min(end);
+            // SAFETY: `start..end` is clamped to the mapping (the pool checked the ranges
+            // already), which stays mapped while the pool is open.
+            let data = unsafe {
+                std::slice::from_raw_parts(
+                    media.base().as_ptr().add(start as usize),
+                    (end - start) as usize,
+                )
+            };
+            (start, data)
+        });
+        let ranges: Vec<(u64, &[u8])> = ranges.collect();
+        inner.buf.clear();
+        proto::encode_record(&mut inner.buf, c.epoch, id, false, ranges.into_iter());
+        let link = inner
+            .link
+            .as_mut()
+            .ok_or_else(|| Error::Unexpected("no link".into()))?;
+        link.send_encoded(&inner.buf)?;
+        self.shipped.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.last_id.store(id, Ordering::Relaxed);
+        Ok(id)
+    }
+
+    /// Returns whether the sync point needs the local fence (every mode but `sync` with the
+    /// mirror in sync).
+    fn sync_inner(&self, media: &dyn Media, point: &SyncPoint<'_>) -> bool {
+        let mode = self.config.mode;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = &mut *inner;
+        if inner.link.is_none()
+            && inner
+                .last_attempt
+                .is_none_or(|t| t.elapsed() >= self.config.retry)
+        {
+            inner.last_attempt = Some(Instant::now());
+            if let Err(e) = self.connect(inner, media) {
+                tracing::warn!(mirror = %self.config.addr, error = %e, "cannot reach the mirror");
+            }
+        }
+        if inner.link.is_none() {
+            Self::flush_local(media, point);
+            self.local_only.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        let shipped = self.ship(inner, media, point);
+        if mode.flushes_locally() {
+            // While the record travels (syncflush) or after it left (async).
+            Self::flush_local(media, point);
+        } else {
+            inner.unflushed = true;
+        }
+        let result = shipped.and_then(|id| {
+            let link = inner
+                .link
+                .as_mut()
+                .ok_or_else(|| Error::Unexpected("no link".into()))?;
+            if mode == Mode::Async {
+                while let Some(frame) = link.try_recv()? {
+                    self.note_ack(frame)?;
+                }
+                Ok(())
+            } else {
+                let acked = expect_ack(link, self.config.epoch, id)?;
+                self.acked.store(acked, Ordering::Relaxed);
+                Ok(())
+            }
+        });
+        match result {
+            Ok(()) => mode.flushes_locally(),
+            Err(e) => {
+                // In sync mode this sync point's own ranges are flushed with the whole pool.
+                self.lose_link(inner, media, &e);
+                self.local_only.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    fn note_ack(&self, frame: Frame) -> Result<()> {
+        match frame {
+            Frame::Ack { id, .. } => {
+                self.acked.fetch_max(id, Ordering::Relaxed);
+                Ok(())
+            }
+            Frame::Refused { reason } => Err(Error::Refused(reason)),
+            other => Err(Error::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+/// Wait for the acknowledgement of `id` (acks of earlier ids are skipped).
+fn expect_ack(link: &mut Link, epoch: u64, id: u64) -> Result<u64> {
+    loop {
+        match link.recv()? {
+            Frame::Ack { epoch: e, id: got } if e == epoch && got >= id => return Ok(got),
+            Frame::Ack { epoch: e, .. } if e == epoch => continue,
+            Frame::Ack { epoch: e, .. } => {
+                return Err(Error::Refused(format!(
+                    "acknowledged under epoch {e}, this primary's is {epoch}"
+                )))
+            }
+            Frame::Refused { reason } => return Err(Error::Refused(reason)),
+            other => return Err(Error::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+impl SyncPolicy for MirrorPolicy {
+    fn name(&self) -> &'static str {
+        match self.config.mode {
+            Mode::Local => "local",
+            Mode::Async => "mirror-async",
+            Mode::Sync => "mirror-sync",
+            Mode::SyncFlush => "mirror-syncflush",
+        }
+    }
+
+    fn sync(
+        &self,
+        media: &dyn Media,
+        point: &SyncPoint<'_>,
+    ) -> std::result::Result<(), MediaError> {
+        if self.config.mode == Mode::Local {
+            Self::flush_local(media, point);
+            return media.drain();
+        }
+        // Errors of the link never fail a sync point: it is then made durable locally.
+        if self.sync_inner(media, point) {
+            media.drain()
+        } else {
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! A primary pool replicating to a mirror over loopback TCP: the mirror's image, opened as a
+//! pool, holds what the primary acknowledged; wrong secrets and stale epochs are refused;
+//! a mirror that comes back gets a full copy; a mirror restart replays its log.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mnemo_heap::{Heap, HeapOptions};
+use mnemo_pmem::{CreateOptions, OpenOptions, Pool};
+use mnemo_repl::proto::Range;
+use mnemo_repl::{Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret};
+
+const SECRET: &[u8] = b"test secret of enough bytes";
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("mnemo-repl-")
+        .tempdir_in("/dev/shm")
+        .expect("scratch dir on /dev/shm")
+}
+
+/// A mirror on an ephemeral loopback port, served by a background thread.
+fn start_mirror(dir: &Path) -> (SocketAddr, Arc<Mutex<MirrorStore>>) {
+    let store = MirrorStore::open(dir, MirrorOptions::default()).expect("mirror store");
+    let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let store = mirror.store();
+    std::thread::spawn(move || mirror.serve(listener));
+    (addr, store)
+}
+
+fn config(addr: SocketAddr, mode: Mode, secret: &[u8]) -> MirrorConfig {
+    let mut c = MirrorConfig::new(addr, Secret::new(secret).unwrap(), mode);
+    c.timeout = Duration::from_millis(500);
+    c.retry = Duration::from_millis(50);
+    c
+}
+
+/// Create a pool with a heap through `policy`, write `n` counters in transactions, and return
+/// what they must read.
+fn run_heap(path: &Path, policy: Arc<MirrorPolicy>, n: u64) -> Vec<(u64, u64)> {
+    let mut options = CreateOptions::new(16 << 20, "repl-test");
+    options.policy = Some(policy);
+    let pool = Pool::create(path, &options).expect("primary pool");
+    let heap = Heap::create(pool, &HeapOptions::default()).expect("heap");
+    let mut written = Vec::new();
+    for i in 0..n {
+        let obj = heap.tx(|tx| tx.alloc_bytes(64)).expect("alloc");
+        heap.tx(|tx| tx.write(mnemo_heap::PPtr::<u64>::from_offset(obj), &(i * 7 + 1)))
+            .expect("write");
+        written.push((obj, i * 7 + 1));
+    }
+    heap.close();
+    written
+}
+
+fn read_heap(path: &Path, written: &[(u64, u64)]) {
+    let pool = Pool::open(path, &OpenOptions::default()).expect("the image opens as a pool");
+    let heap = Heap::open(pool).expect("the image's heap recovers");
+    for &(obj, value) in written {
+        let got: u64 = heap
+            .get(mnemo_heap::PPtr::<u64>::from_offset(obj))
+            .expect("read");
+        assert_eq!(got, value, "object at {obj:#x}");
+    }
+}
+
+#[test]
+fn every_mode_leaves_the_mirror_with_the_primary_s_data() {
+    for mode in [Mode::Sync, Mode::SyncFlush, Mode::Async] {
+        let dir = scratch();
+        let (addr, store) = start_mirror(&dir.path().join("mirror"));
+        let policy = Arc::new(MirrorPolicy::new(config(addr, mode, SECRET)));
+        let written = run_heap(&dir.path().join("primary.pool"), Arc::clone(&policy), 50);
+        let stats = policy.stats();
+        assert!(stats.in_sync, "{mode:?}: {stats:?}");
+        assert_eq!(stats.copies, 1);
+        assert!(
+            stats.shipped >= 100,
+            "{mode:?}: every commit is a record: {stats:?}"
+        );
+        assert_eq!(stats.local_only, 0);
+        if mode != Mode::Async {
+            assert_eq!(
+                stats.acked, stats.last_id,
+                "{mode:?}: every record acknowledged"
+            );
+        }
+        // Let an async mirror catch up, then take the image as the mirror has it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let image = loop {
+            let mut s = store.lock().unwrap();
+            if s.last_id() >= stats.last_id || std::time::Instant::now() > deadline {
+                assert_eq!(
+                    s.last_id(),
+                    stats.last_id,
+                    "{mode:?}: the mirror got every record"
+                );
+                s.checkpoint().unwrap();
+                break s.image_path();
+            }
+            drop(s);
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The image is a copy, opened without the mirror's lock (the mirror is idle).
+        let copy = dir.path().join("copy.pool");
+        std::fs::copy(&image, &copy).unwrap();
+        read_heap(&copy, &written);
+    }
+}
+
+#[test]
+fn a_wrong_secret_is_refused_both_ways() {
+    let dir = scratch();
+    let (addr, store) = start_mirror(&dir.path().join("mirror"));
+    let policy = Arc::new(MirrorPolicy::new(config(
+        addr,
+        Mode::Sync,
+        b"another secret, long enough",
+    )));
+    let written = run_heap(&dir.path().join("primary.pool"), Arc::clone(&policy), 5);
+    let stats = policy.stats();
+    assert!(!stats.in_sync);
+    assert_eq!(stats.shipped, 0, "nothing reaches a mirror that refused us");
+    assert!(
+        stats.local_only > 0,
+        "sync points fell back to local durability"
+    );
+    assert!(
+        !store.lock().unwrap().state().complete,
+        "the mirror holds no copy"
+    );
+    // The primary's own pool holds everything (made durable locally).
+    read_heap(&dir.path().join("primary.pool"), &written);
+
+    // A listener that is not a mirror (does not know the secret) is not accepted either.
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake_addr = fake.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        if let Ok((mut s, _)) = fake.accept() {
+            let mut b = [0u8; 256];
+            let _ = s.read(&mut b);
+            // A challenge with a made-up proof.
+            let mut out = Vec::new();
+            mnemo_repl::proto::encode(
+                &mnemo_repl::proto::Frame::Challenge {
+                    version: mnemo_repl::proto::VERSION,
+                    proof: [9; 32],
+                    nonce: [8; 32],
+                },
+                &mut out,
+            );
+            let _ = s.write_all(&out);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let policy = Arc::new(MirrorPolicy::new(config(fake_addr, Mode::Sync, SECRET)));
+    run_heap(&dir.path().join("primary2.pool"), Arc::clone(&policy), 2);
+    assert!(!policy.stats().in_sync);
+    assert_eq!(policy.stats().shipped, 0);
+}
+
+#[test]
+fn a_mirror_that_comes_back_gets_a_full_copy() {
+    let dir = scratch();
+    // Reserve a port, then leave it closed: the mirror is away at first.
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let policy = Arc::new(MirrorPolicy::new(config(addr, Mode::SyncFlush, SECRET)));
+    let mut options = CreateOptions::new(16 << 20, "repl-test");
+    options.policy = Some(Arc::clone(&policy) as _);
+    let path = dir.path().join("primary.pool");
+    let pool = Pool::create(&path, &options).unwrap();
+    let heap = Heap::create(pool, &HeapOptions::default()).unwrap();
+    let first = heap.tx(|tx| tx.alloc_bytes(64)).unwrap();
+    heap.tx(|tx| tx.write(mnemo_heap::PPtr::<u64>::from_offset(first), &11))
+        .unwrap();
+    assert!(!policy.stats().in_sync);
+    assert!(policy.stats().local_only > 0);
+    // The mirror starts on that port; the next sync point after the retry interval connects.
+    let store = MirrorStore::open(&dir.path().join("mirror"), MirrorOptions::default()).unwrap();
+    let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
+    let store = mirror.store();
+    let listener = TcpListener::bind(addr).unwrap();
+    std::thread::spawn(move || mirror.serve(listener));
+    std::thread::sleep(Duration::from_millis(100));
+    let second = heap.tx(|tx| tx.alloc_bytes(64)).unwrap();
+    heap.tx(|tx| tx.write(mnemo_heap::PPtr::<u64>::from_offset(second), &22))
+        .unwrap();
+    let stats = policy.stats();
+    assert!(stats.in_sync, "{stats:?}");
+    assert_eq!(stats.copies, 1);
+    heap.close();
+    let image = {
+        let mut s = store.lock().unwrap();
+        s.checkpoint().unwrap();
+        s.image_path()
+    };
+    let copy = dir.path().join("copy.pool");
+    std::fs::copy(&image, &copy).unwrap();
+    // The value written while the mirror was away came with the copy.
+    read_heap(&copy, &[(first, 11), (second, 22)]);
+}
+
+#[test]
+fn a_stale_primary_is_refused_after_a_promotion() {
+    let dir = scratch();
+    let (addr, store) = start_mirror(&dir.path().join("mirror"));
+    let policy = Arc::new(MirrorPolicy::new(config(addr, Mode::Sync, SECRET)));
+    run_heap(&dir.path().join("primary.pool"), Arc::clone(&policy), 3);
+    assert!(policy.stats().in_sync);
+    let epoch = {
+        let mut s = store.lock().unwrap();
+        s.promote().unwrap();
+        s.state().epoch
+    };
+    assert_eq!(epoch, 2, "promotion raises the epoch");
+    // The old primary (epoch 1) comes back: refused, so it acknowledges only locally.
+    let policy = Arc::new(MirrorPolicy::new(config(addr, Mode::Sync, SECRET)));
+    run_heap(&dir.path().join("primary2.pool"), Arc::clone(&policy), 2);
+    assert!(!policy.stats().in_sync);
+    assert_eq!(policy.stats().shipped, 0);
+}
+
+#[test]
+fn a_restarted_mirror_replays_its_log() {
+    let dir = scratch();
+    let path = dir.path().join("mirror");
+    {
+        let mut s = MirrorStore::open(&path, MirrorOptions::default()).unwrap();
+        s.begin_copy(1, 1 << 20).unwrap();
+        s.finish_copy(1, 1 << 20).unwrap();
+        for id in 2..5u64 {
+            let ranges = [Range {
+                offset: id * 4096,
+                data: vec![id as u8; 100],
+            }];
+            s.log_record(1, id, &ranges).unwrap();
+            // Logged and acknowledged, never applied: as if the mirror died right after.
+        }
+        assert_eq!(s.last_id(), 4);
+    }
+    let s = MirrorStore::open(&path, MirrorOptions::default()).unwrap();
+    assert_eq!(s.stats().replayed, 3);
+    assert_eq!(s.state().last_id, 4, "replay ends in a checkpoint");
+    let image = std::fs::read(s.image_path()).unwrap();
+    for id in 2..5usize {
+        assert!(image[id * 4096..id * 4096 + 100]
+            .iter()
+            .all(|&b| b == id as u8));
+    }
+    // A second mirror process on the same directory is refused.
+    let err = MirrorStore::open(&path, MirrorOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    // Records must follow the ones held.
+    drop(s);
+    let mut s = MirrorStore::open(&path, MirrorOptions::default()).unwrap();
+    assert!(s.log_record(1, 3, &[]).is_err());
+}
