@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod mirror;
 mod pool;
 mod serve;
 mod size;
@@ -45,6 +46,10 @@ enum Command {
     /// Talk to a running `mnemo serve` (stats).
     #[command(subcommand)]
     Kv(serve::KvCommand),
+    /// Replication: a mirror that keeps a durable image of a primary's pool, sync point by
+    /// sync point (start the primary with `mnemo serve --mirror HOST:PORT`).
+    #[command(subcommand)]
+    Mirror(mirror::MirrorCommand),
 }
 
 fn main() -> ExitCode {
@@ -63,5 +68,6 @@ fn main() -> ExitCode {
         Command::Analyze(args) => mnemo_analyze::run_cli(args),
         Command::Serve(args) => serve::run(&args),
         Command::Kv(cmd) => serve::run_kv(&cmd),
+        Command::Mirror(cmd) => mirror::run(&cmd),
     }
 }

@@ -78,6 +78,8 @@ pub struct ServeArgs {
     /// `ps` does not show. Never logged.
     #[arg(long, env = "MNEMO_REQUIREPASS", hide_env_values = true, value_parser = secret)]
     pub requirepass: Option<Secret>,
+    #[command(flatten)]
+    pub repl: crate::mirror::ReplArgs,
 }
 
 /// How the pool was found at start.
@@ -111,7 +113,8 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 }
 
 fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
-    let (heap, start) = open_heap(args)?;
+    let repl = args.repl.policy()?;
+    let (heap, start) = open_heap(args, repl.clone())?;
     let address = SocketAddr::new(args.bind, args.port);
     let listener = TcpListener::bind(address).map_err(|e| {
         format!("cannot listen on {address}: {e} (is another server using the port? choose another with --port)")
@@ -148,7 +151,13 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     }
     let (event_loop, stopper) =
         EventLoop::new(listener, config).map_err(|e| format!("event loop: {e}"))?;
-    engine.set_info_hook(info_hook(&heap, address, start, event_loop.stats()));
+    engine.set_info_hook(info_hook(
+        &heap,
+        address,
+        start,
+        event_loop.stats(),
+        repl.clone(),
+    ));
     let signals = Signals::watch(stopper.clone())?;
 
     let pool = heap.pool();
@@ -164,6 +173,10 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         dirty_tracking = %tracking_name(pool),
         keys,
         auth = if password.is_some() { "requirepass" } else { "none" },
+        replication = %repl.as_ref().map_or_else(
+            || "local".to_string(),
+            |p| format!("{} to {} (epoch {})", p.config().mode.name(), p.config().addr, p.config().epoch),
+        ),
         startup_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
         "mnemo serve ready: every acknowledged write is durable"
     );
@@ -190,17 +203,21 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
 }
 
 /// Creates the pool and its heap on first start, else opens (and if needed recovers) them.
-fn open_heap(args: &ServeArgs) -> Result<(Heap, Start), String> {
+fn open_heap(
+    args: &ServeArgs,
+    repl: Option<Arc<mnemo_repl::MirrorPolicy>>,
+) -> Result<(Heap, Start), String> {
     let path = &args.pool;
+    let policy = repl.map(|p| p as Arc<dyn mnemo_pmem::SyncPolicy>);
     if !path.exists() {
-        if let Some(created) = create_heap(args)? {
+        if let Some(created) = create_heap(args, policy.clone())? {
             return Ok((created, Start::Created));
         }
     }
     let options = OpenOptions {
         layout: Some(LAYOUT.to_string()),
         size_max: args.size_max,
-        ..Default::default()
+        policy,
     };
     let pool = Pool::open(path, &options).map_err(|e| e.to_string())?;
     let start = if pool.was_clean() {
@@ -228,7 +245,10 @@ fn open_heap(args: &ServeArgs) -> Result<(Heap, Start), String> {
 }
 
 /// A new pool with an empty heap; `None` if another process created the file meanwhile.
-fn create_heap(args: &ServeArgs) -> Result<Option<Heap>, String> {
+fn create_heap(
+    args: &ServeArgs,
+    policy: Option<Arc<dyn mnemo_pmem::SyncPolicy>>,
+) -> Result<Option<Heap>, String> {
     let path = &args.pool;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
@@ -241,6 +261,7 @@ fn create_heap(args: &ServeArgs) -> Result<Option<Heap>, String> {
     }
     let mut options = CreateOptions::new(args.size, LAYOUT);
     options.size_max = args.size_max.unwrap_or(SIZE_MAX_DEFAULT).max(args.size);
+    options.policy = policy;
     let pool = match Pool::create(path, &options) {
         Ok(pool) => pool,
         Err(mnemo_pmem::Error::AlreadyExists { .. }) => return Ok(None),
@@ -280,12 +301,42 @@ fn info_hook<'h>(
     address: SocketAddr,
     start: Start,
     clients: Arc<LoopStats>,
+    repl: Option<Arc<mnemo_repl::MirrorPolicy>>,
 ) -> mnemo_kv::engine::InfoHook<'h> {
     let started = Instant::now();
     Box::new(move |section: &str, out: &mut String| {
         use std::fmt::Write as _;
         let pool = heap.pool();
         match section {
+            "replication" => {
+                let _ = write!(out, "role:master\r\n");
+                match &repl {
+                    None => {
+                        let _ = write!(out, "connected_slaves:0\r\nmnemo_repl_mode:local\r\n");
+                    }
+                    Some(p) => {
+                        let s = p.stats();
+                        let c = p.config();
+                        let _ = write!(
+                            out,
+                            "connected_slaves:{}\r\nmnemo_repl_mode:{}\r\nmnemo_repl_mirror:{}\r\nmnemo_repl_epoch:{}\r\nmnemo_repl_mirror_in_sync:{}\r\nmnemo_repl_records_shipped:{}\r\nmnemo_repl_bytes_shipped:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_acked_id:{}\r\nmnemo_repl_lag_records:{}\r\nmnemo_repl_full_copies:{}\r\nmnemo_repl_link_losses:{}\r\nmnemo_repl_local_only_sync_points:{}\r\n",
+                            u8::from(s.in_sync),
+                            c.mode.name(),
+                            c.addr,
+                            c.epoch,
+                            u8::from(s.in_sync),
+                            s.shipped,
+                            s.bytes,
+                            s.last_id,
+                            s.acked,
+                            s.last_id.saturating_sub(s.acked),
+                            s.copies,
+                            s.link_losses,
+                            s.local_only,
+                        );
+                    }
+                }
+            }
             "server" => {
                 let _ = write!(
                     out,

@@ -644,13 +644,10 @@ fn mirror_handshake(link: &mut Link, store: &Mutex<MirrorStore>, secret: &Secret
         proof: secret.mirror_proof(&theirs, &ours),
         nonce: ours,
     })?;
-    let Frame::Auth {
-        proof,
-        epoch,
-        pool_size: _,
-    } = link.recv()?
-    else {
-        return Err(Error::Unexpected("expected Auth".into()));
+    let (proof, epoch) = match link.recv()? {
+        Frame::Auth { proof, epoch, .. } => (proof, epoch),
+        Frame::Refused { reason } => return Err(Error::Refused(reason)),
+        other => return Err(Error::Unexpected(format!("expected Auth, got {other:?}"))),
     };
     if !secret.check_primary(&proof, &ours, &theirs) {
         return Err(Error::Auth(

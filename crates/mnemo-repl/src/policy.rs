@@ -31,6 +31,15 @@ use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::proto::{self, Frame, Role, VERSION};
 
+/// Deliberately broken variants of this crate (compiled in only with mnemo-pmem's `mutants`
+/// feature, in test builds), each caught by `tests/mirror.rs`.
+pub const MUTANTS: &[&str] = &[
+    // A record carries the sync point's named ranges but not its staged ones.
+    "repl.ship_named_only",
+    // A new link skips the full copy: the mirror lacks what was written before it.
+    "repl.skip_copy",
+];
+
 /// How the primary replicates (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -215,6 +224,10 @@ impl MirrorPolicy {
             }
         };
         if !c.secret.check_mirror(&proof, &ours, &theirs) {
+            // Tell the mirror why, so that its operator sees it too.
+            let _ = link.send(&Frame::Refused {
+                reason: "authentication failed: the mirror's proof does not match the primary's shared secret".into(),
+            });
             return Err(Error::Auth(format!(
                 "{} does not know the shared secret: not our mirror",
                 c.addr
@@ -244,6 +257,10 @@ impl MirrorPolicy {
         })?;
         const CHUNK: u64 = 1 << 20;
         let mut at = 0u64;
+        if mnemo_pmem::mutant::active("repl.skip_copy") {
+            // Broken on purpose (tests only): the mirror gets no copy of what came before.
+            at = size;
+        }
         while at < size {
             let len = CHUNK.min(size - at);
             // SAFETY: `at..at+len` lies inside the medium's mapping, which stays mapped while
@@ -308,20 +325,32 @@ impl MirrorPolicy {
         inner.next_id += 1;
         let len = media.len();
         let mut bytes = 0u64;
-        let ranges = point.all().filter(|r| r.len > 0).map(|r| {
-            bytes += r.len;
-            let end = r.offset.saturating_add(r.len).min(len);
-            let start = r.offset.min(end);
-            // SAFETY: `start..end` is clamped to the mapping (the pool checked the ranges
-            // already), which stays mapped while the pool is open.
-            let data = unsafe {
-                std::slice::from_raw_parts(
-                    media.base().as_ptr().add(start as usize),
-                    (end - start) as usize,
-                )
-            };
-            (start, data)
-        });
+        // Broken on purpose (tests only): the staged ranges are left out of the record.
+        let staged: &[mnemo_pmem::ByteRange] = if mnemo_pmem::mutant::active("repl.ship_named_only")
+        {
+            &[]
+        } else {
+            point.staged
+        };
+        let ranges = point
+            .ranges
+            .iter()
+            .chain(staged)
+            .filter(|r| r.len > 0)
+            .map(|r| {
+                bytes += r.len;
+                let end = r.offset.saturating_add(r.len).min(len);
+                let start = r.offset.min(end);
+                // SAFETY: `start..end` is clamped to the mapping (the pool checked the ranges
+                // already), which stays mapped while the pool is open.
+                let data = unsafe {
+                    std::slice::from_raw_parts(
+                        media.base().as_ptr().add(start as usize),
+                        (end - start) as usize,
+                    )
+                };
+                (start, data)
+            });
         let ranges: Vec<(u64, &[u8])> = ranges.collect();
         inner.buf.clear();
         proto::encode_record(&mut inner.buf, c.epoch, id, false, ranges.into_iter());

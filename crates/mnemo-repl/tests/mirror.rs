@@ -58,13 +58,96 @@ fn run_heap(path: &Path, policy: Arc<MirrorPolicy>, n: u64) -> Vec<(u64, u64)> {
 }
 
 fn read_heap(path: &Path, written: &[(u64, u64)]) {
-    let pool = Pool::open(path, &OpenOptions::default()).expect("the image opens as a pool");
-    let heap = Heap::open(pool).expect("the image's heap recovers");
+    if let Err(e) = check_heap(path, written) {
+        panic!("{e}");
+    }
+}
+
+/// Whether the pool at `path` holds every written value.
+fn check_heap(path: &Path, written: &[(u64, u64)]) -> Result<(), String> {
+    let pool = Pool::open(path, &OpenOptions::default())
+        .map_err(|e| format!("the image does not open as a pool: {e}"))?;
+    let heap = Heap::open(pool).map_err(|e| format!("the image's heap does not recover: {e}"))?;
     for &(obj, value) in written {
         let got: u64 = heap
             .get(mnemo_heap::PPtr::<u64>::from_offset(obj))
-            .expect("read");
-        assert_eq!(got, value, "object at {obj:#x}");
+            .map_err(|e| format!("object at {obj:#x}: {e}"))?;
+        if got != value {
+            return Err(format!("object at {obj:#x}: {got}, expected {value}"));
+        }
+    }
+    Ok(())
+}
+
+/// One run in `mode`; the mirror's image checked against what the primary wrote.
+fn replicate_and_check(mode: Mode) -> Result<(), String> {
+    let dir = scratch();
+    let (addr, store) = start_mirror(&dir.path().join("mirror"));
+    let policy = Arc::new(MirrorPolicy::new(config(addr, mode, SECRET)));
+    let written = run_heap(&dir.path().join("primary.pool"), Arc::clone(&policy), 20);
+    let image = {
+        let mut s = store.lock().unwrap();
+        s.checkpoint().unwrap();
+        s.image_path()
+    };
+    let copy = dir.path().join("copy.pool");
+    std::fs::copy(&image, &copy).unwrap();
+    check_heap(&copy, &written)
+}
+
+/// The mirror joins late: a pool written while it was away, then more writes once it is up.
+fn late_mirror_and_check() -> Result<(), String> {
+    let dir = scratch();
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let policy = Arc::new(MirrorPolicy::new(config(addr, Mode::Sync, SECRET)));
+    let mut options = CreateOptions::new(16 << 20, "repl-test");
+    options.policy = Some(Arc::clone(&policy) as _);
+    let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
+    let heap = Heap::create(pool, &HeapOptions::default()).unwrap();
+    let mut written = Vec::new();
+    let mut write = |heap: &Heap, value: u64| {
+        let obj = heap.tx(|tx| tx.alloc_bytes(64)).unwrap();
+        heap.tx(|tx| tx.write(mnemo_heap::PPtr::<u64>::from_offset(obj), &value))
+            .unwrap();
+        written.push((obj, value));
+    };
+    write(&heap, 11);
+    let (_, store) = {
+        let store =
+            MirrorStore::open(&dir.path().join("mirror"), MirrorOptions::default()).unwrap();
+        let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
+        let store = mirror.store();
+        let listener = TcpListener::bind(addr).unwrap();
+        std::thread::spawn(move || mirror.serve(listener));
+        ((), store)
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    write(&heap, 22);
+    heap.close();
+    let image = {
+        let mut s = store.lock().unwrap();
+        s.checkpoint().unwrap();
+        s.image_path()
+    };
+    let copy = dir.path().join("copy.pool");
+    std::fs::copy(&image, &copy).map_err(|e| format!("no image: {e}"))?;
+    check_heap(&copy, &written)
+}
+
+#[test]
+fn every_mutant_is_caught() {
+    replicate_and_check(Mode::Sync).expect("the unbroken policy passes");
+    late_mirror_and_check().expect("the unbroken policy passes with a late mirror");
+    for &name in mnemo_repl::policy::MUTANTS {
+        let results = mnemo_pmem::mutant::with(name, || {
+            [replicate_and_check(Mode::Sync), late_mirror_and_check()]
+        });
+        let caught: Vec<String> = results.into_iter().filter_map(Result::err).collect();
+        assert!(!caught.is_empty(), "mutant {name} not caught");
+        eprintln!("{name}: caught ({})", caught.join("; "));
     }
 }
 

@@ -485,6 +485,7 @@ impl<'h> PersistentEngine<'h> {
             "memory",
             "persistence",
             "stats",
+            "replication",
             "keyspace",
             "pool",
         ];

@@ -1,0 +1,207 @@
+//! `mnemo mirror`: the replication mirror (serve, status, promote), and the flags that make
+//! `mnemo serve` a replicating primary. The protocol and the mirror's storage are
+//! `mnemo_repl`'s (`docs/design/replication.md`).
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use mnemo_repl::{Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret};
+
+use crate::size;
+
+/// The mirror's default port (mnemo serve's 7379, plus one).
+pub const MIRROR_PORT_DEFAULT: u16 = 7380;
+
+#[derive(Debug, Subcommand)]
+pub enum MirrorCommand {
+    /// Receive a primary's sync points and keep a durable image of its pool.
+    ///
+    /// Each sync point is made durable in the mirror's log before it is acknowledged, then
+    /// applied to DIR/image, a byte-for-byte image of the primary's pool. Start the primary
+    /// with `mnemo serve --mirror HOST:PORT --repl-secret-file FILE`.
+    ///
+    /// Example: mnemo mirror serve --dir /dev/shm/mirror --secret-file repl.secret
+    Serve(MirrorServeArgs),
+    /// Show what a mirror directory holds (epoch, last record, whether its copy is whole).
+    Status(MirrorDirArgs),
+    /// Make a stopped mirror's image a primary's pool: replay its log, raise its epoch (the
+    /// old primary is refused from now on), and print the pool to serve.
+    ///
+    /// Example: mnemo mirror promote --dir /dev/shm/mirror, then
+    /// mnemo serve --pool /dev/shm/mirror/image
+    Promote(MirrorDirArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MirrorServeArgs {
+    /// The mirror's directory (image, log, state); created on first start, mode 0700.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Address to listen on (this machine only unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+    /// TCP port.
+    #[arg(long, default_value_t = MIRROR_PORT_DEFAULT)]
+    pub port: u16,
+    /// File holding the secret shared with the primary (at least 16 bytes; mode 0600).
+    /// Make one with: head -c 32 /dev/urandom | base64 > repl.secret; chmod 600 repl.secret
+    #[arg(long, env = "MNEMO_REPL_SECRET_FILE")]
+    pub secret_file: PathBuf,
+    /// Size of the log that holds records until they are checkpointed into the image
+    /// (created on first start). A sync point larger than half of it is refused.
+    #[arg(long, default_value = "64M", value_parser = size::parse)]
+    pub log_size: u64,
+    /// Checkpoint the image (make it durable, empty the log) after this many records.
+    #[arg(long, default_value_t = 1024)]
+    pub checkpoint_records: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct MirrorDirArgs {
+    /// The mirror's directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+}
+
+/// `mnemo serve`'s replication flags.
+#[derive(Debug, Args)]
+pub struct ReplArgs {
+    /// Replicate every sync point to the mirror at HOST:PORT (`mnemo mirror serve`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub mirror: Option<String>,
+    /// How: syncflush (wait for the mirror and flush locally meanwhile; the default),
+    /// sync (wait for the mirror, no local flush: after a crash of this machine, restore the
+    /// pool from the mirror with `mnemo mirror promote`), async (flush locally, do not wait:
+    /// the mirror may lag), local (no mirror).
+    #[arg(long, default_value = "syncflush", value_parser = parse_mode)]
+    pub repl_mode: Mode,
+    /// File holding the secret shared with the mirror (mode 0600).
+    #[arg(long, env = "MNEMO_REPL_SECRET_FILE")]
+    pub repl_secret_file: Option<PathBuf>,
+    /// This primary's epoch; a mirror promoted since (which raised its epoch) refuses it.
+    #[arg(long, default_value_t = 1)]
+    pub repl_epoch: u64,
+}
+
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    Mode::parse(text).ok_or_else(|| {
+        format!("unknown replication mode {text:?}: use local, async, sync or syncflush")
+    })
+}
+
+impl ReplArgs {
+    /// The policy these flags ask for, if any.
+    pub fn policy(&self) -> Result<Option<Arc<MirrorPolicy>>, String> {
+        let Some(mirror) = &self.mirror else {
+            return Ok(None);
+        };
+        if self.repl_mode == Mode::Local {
+            return Ok(None);
+        }
+        let addr = resolve(mirror)?;
+        let path = self
+            .repl_secret_file
+            .as_ref()
+            .ok_or("--mirror needs --repl-secret-file FILE (the secret shared with the mirror)")?;
+        let secret = Secret::from_file(path).map_err(|e| e.to_string())?;
+        let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
+        config.epoch = self.repl_epoch;
+        Ok(Some(Arc::new(MirrorPolicy::new(config))))
+    }
+}
+
+fn resolve(text: &str) -> Result<SocketAddr, String> {
+    text.to_socket_addrs()
+        .map_err(|e| format!("--mirror {text}: {e} (give HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| format!("--mirror {text}: no address"))
+}
+
+/// `mnemo mirror ...`.
+pub fn run(command: &MirrorCommand) -> ExitCode {
+    let result = match command {
+        MirrorCommand::Serve(args) => serve(args),
+        MirrorCommand::Status(args) => status(&args.dir),
+        MirrorCommand::Promote(args) => promote(&args.dir),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mnemo mirror: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn make_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+fn serve(args: &MirrorServeArgs) -> Result<(), String> {
+    let secret = Secret::from_file(&args.secret_file).map_err(|e| e.to_string())?;
+    make_dir(&args.dir)?;
+    let options = MirrorOptions {
+        log_size: args.log_size,
+        checkpoint_records: args.checkpoint_records.max(1),
+    };
+    let store = MirrorStore::open(&args.dir, options).map_err(|e| e.to_string())?;
+    let state = store.state();
+    let address = SocketAddr::new(args.bind, args.port);
+    let listener = mnemo_repl::mirror::listen(address).map_err(|e| e.to_string())?;
+    if !address.ip().is_loopback() {
+        tracing::warn!(address = %address, "the mirror listens beyond this machine: links are authenticated by the shared secret, but not encrypted");
+    }
+    tracing::info!(
+        address = %address,
+        dir = %args.dir.display(),
+        epoch = state.epoch,
+        last_id = state.last_id,
+        complete = state.complete,
+        replayed = store.stats().replayed,
+        "mnemo mirror ready"
+    );
+    Mirror::new(store, secret)
+        .serve(listener)
+        .map_err(|e| e.to_string())
+}
+
+fn status(dir: &Path) -> Result<(), String> {
+    let store = MirrorStore::open(dir, MirrorOptions::default()).map_err(|e| e.to_string())?;
+    let s = store.state();
+    println!("dir: {}", dir.display());
+    println!("epoch: {}", s.epoch);
+    println!("last_record: {}", s.last_id);
+    println!("pool_size: {}", s.pool_size);
+    println!(
+        "image: {} ({})",
+        store.image_path().display(),
+        if s.complete {
+            "a complete copy"
+        } else {
+            "incomplete: no copy finished yet"
+        }
+    );
+    println!("replayed_at_open: {}", store.stats().replayed);
+    Ok(())
+}
+
+fn promote(dir: &Path) -> Result<(), String> {
+    let mut store = MirrorStore::open(dir, MirrorOptions::default()).map_err(|e| e.to_string())?;
+    let image = store.promote().map_err(|e| e.to_string())?;
+    let epoch = store.state().epoch;
+    drop(store);
+    println!("promoted at epoch {epoch}: serve it with");
+    println!("  mnemo serve --pool {}", image.display());
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! Replication end to end, with the real programs: `mnemo mirror serve` and `mnemo serve
+//! --mirror` as processes on loopback. Clients write; the primary is killed with SIGKILL,
+//! then the mirror too; `mnemo mirror promote` and `mnemo serve` on the promoted image must
+//! hold every acknowledged write (and the one in flight whole or not at all). A primary
+//! whose secret is wrong is refused and says so in INFO; the promoted mirror refuses the old
+//! primary's epoch.
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mnemo_resp::Reply;
+use support::{shm_dir, Client, Server};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+fn write_secret(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// A `mnemo mirror serve` process, killed on drop.
+struct MirrorProc {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl MirrorProc {
+    fn start(dir: &Path, secret: &Path, log: PathBuf) -> MirrorProc {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+            .args(["mirror", "serve", "--dir"])
+            .arg(dir)
+            .args(["--port", &port.to_string(), "--secret-file"])
+            .arg(secret)
+            .env("MNEMO_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn mnemo mirror serve");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the mirror did not listen:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        MirrorProc { child, port, log }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for MirrorProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn info(client: &mut Client, section: &str) -> String {
+    match client.call(&["INFO", section]).expect("INFO") {
+        Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        Reply::Verbatim { text, .. } => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("INFO {section}: {other:?}"),
+    }
+}
+
+fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+fn value(i: u64) -> String {
+    format!("value-{i}-{}", "m".repeat((i as usize * 13) % 900))
+}
+
+#[test]
+fn acknowledged_writes_survive_the_primary_on_the_promoted_mirror() {
+    for mode in ["sync", "syncflush"] {
+        let dir = shm_dir();
+        let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+        let mirror_dir = dir.path().join("mirror");
+        let mut mirror = MirrorProc::start(&mirror_dir, &secret, dir.path().join("mirror.log"));
+        let pool = dir.path().join("primary").join("kv.pool");
+        let mirror_addr = format!("127.0.0.1:{}", mirror.port);
+        let primary = Server::start(
+            &pool,
+            &[
+                "--mirror",
+                &mirror_addr,
+                "--repl-mode",
+                mode,
+                "--repl-secret-file",
+                secret.to_str().unwrap(),
+            ],
+        );
+        let mut client = primary.client();
+        let repl = info(&mut client, "replication");
+        assert_eq!(
+            field(&repl, "mnemo_repl_mirror_in_sync"),
+            Some("1"),
+            "{repl}"
+        );
+        assert_eq!(field(&repl, "mnemo_repl_mode"), Some(mode), "{repl}");
+
+        // Writes until the kill; what was acknowledged is known exactly.
+        let killer = {
+            let pid = primary.pid();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                let pid = rustix::process::Pid::from_raw(pid).unwrap();
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            })
+        };
+        let mut acked = 0u64;
+        let mut in_flight = None;
+        for i in 0..1_000_000u64 {
+            let key = format!("k{i}");
+            match client.call(&["SET", key.as_str(), value(i).as_str()]) {
+                Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => acked = i + 1,
+                Ok(other) => panic!("SET: {other:?}"),
+                Err(_) => {
+                    in_flight = Some(i);
+                    break;
+                }
+            }
+        }
+        killer.join().unwrap();
+        drop(primary);
+        assert!(
+            acked > 50,
+            "{mode}: only {acked} writes acknowledged before the kill"
+        );
+        // The mirror goes down hard too: its log must be replayed.
+        mirror.kill();
+
+        let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+            .args(["mirror", "promote", "--dir"])
+            .arg(&mirror_dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "promote: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("promoted at epoch 2"), "{text}");
+
+        let promoted = Server::start(&mirror_dir.join("image"), &[]);
+        let mut client = promoted.client();
+        for i in 0..acked {
+            let key = format!("k{i}");
+            match client.call(&["GET", key.as_str()]).unwrap() {
+                Reply::Bulk(v) => assert_eq!(
+                    String::from_utf8_lossy(&v),
+                    value(i),
+                    "{mode}: acknowledged key {key}"
+                ),
+                other => {
+                    panic!("{mode}: acknowledged key {key} lost: {other:?} ({acked} acknowledged)")
+                }
+            }
+        }
+        if let Some(i) = in_flight {
+            let key = format!("k{i}");
+            match client.call(&["GET", key.as_str()]).unwrap() {
+                Reply::NullBulk => {}
+                Reply::Bulk(v) => assert_eq!(String::from_utf8_lossy(&v), value(i)),
+                other => panic!("{other:?}"),
+            }
+        }
+        drop(client);
+        drop(promoted);
+
+        // The old primary restarted against the promoted mirror's directory is refused (its
+        // epoch is older), and its INFO says it runs without a mirror.
+        let mut mirror = MirrorProc::start(&mirror_dir, &secret, dir.path().join("mirror2.log"));
+        let stale = Server::start(
+            &dir.path().join("stale").join("kv.pool"),
+            &[
+                "--mirror",
+                &format!("127.0.0.1:{}", mirror.port),
+                "--repl-secret-file",
+                secret.to_str().unwrap(),
+            ],
+        );
+        let mut client = stale.client();
+        let repl = info(&mut client, "replication");
+        assert_eq!(
+            field(&repl, "mnemo_repl_mirror_in_sync"),
+            Some("0"),
+            "{repl}"
+        );
+        drop(client);
+        drop(stale);
+        let log = mirror.log_text();
+        assert!(log.contains("stale epoch"), "mirror log:\n{log}");
+        mirror.kill();
+    }
+}
+
+#[test]
+fn a_primary_with_the_wrong_secret_is_refused() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "the mirror's own secret\n");
+    let wrong = write_secret(dir.path(), "wrong.secret", "somebody else's secret\n");
+    let mirror = MirrorProc::start(
+        &dir.path().join("mirror"),
+        &secret,
+        dir.path().join("m.log"),
+    );
+    let primary = Server::start(
+        &dir.path().join("p").join("kv.pool"),
+        &[
+            "--mirror",
+            &format!("127.0.0.1:{}", mirror.port),
+            "--repl-secret-file",
+            wrong.to_str().unwrap(),
+        ],
+    );
+    let mut client = primary.client();
+    assert!(matches!(
+        client.call(&["SET", "a", "1"]),
+        Ok(Reply::Simple(_))
+    ));
+    let repl = info(&mut client, "replication");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror_in_sync"),
+        Some("0"),
+        "{repl}"
+    );
+    assert_eq!(
+        field(&repl, "mnemo_repl_records_shipped"),
+        Some("0"),
+        "{repl}"
+    );
+    let log = primary.log_text();
+    assert!(log.contains("cannot reach the mirror"), "{log}");
+    assert!(
+        !log.contains("the mirror's own secret") && !log.contains("somebody else"),
+        "a secret was logged:\n{log}"
+    );
+    assert!(
+        mirror.log_text().contains("authentication failed"),
+        "{}",
+        mirror.log_text()
+    );
+
+    // A secret file others can read is refused at start, with what to do.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["serve", "--pool"])
+        .arg(dir.path().join("q.pool"))
+        .args(["--mirror", "127.0.0.1:1", "--repl-secret-file"])
+        .arg(&wrong)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
+}
