@@ -7,14 +7,21 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::proto::{self, Frame};
 
+/// Bytes read per `read(2)` at least (the receive buffer's initial size).
+const READ_CHUNK: usize = 64 << 10;
+
 /// One end of a TCP link, with a receive buffer for partial frames.
 #[derive(Debug)]
 pub struct Link {
     stream: TcpStream,
     peer: SocketAddr,
+    /// Receive buffer, allocated (and zeroed) once, grown only for a larger frame:
+    /// `rbuf[rpos..rend]` holds bytes received and not yet decoded.
     rbuf: Vec<u8>,
-    /// Bytes of `rbuf` already consumed by decoded frames.
     rpos: usize,
+    rend: usize,
+    /// Where the last frame returned lies in `rbuf` (valid until the next receive).
+    last: (usize, usize),
     wbuf: Vec<u8>,
 }
 
@@ -30,8 +37,10 @@ impl Link {
         Ok(Link {
             stream,
             peer,
-            rbuf: Vec::with_capacity(64 << 10),
+            rbuf: vec![0; READ_CHUNK],
             rpos: 0,
+            rend: 0,
+            last: (0, 0),
             wbuf: Vec::with_capacity(64 << 10),
         })
     }
@@ -83,6 +92,11 @@ impl Link {
         }
     }
 
+    /// The encoded bytes of the frame the last `recv` returned (its checksum verified).
+    pub fn last_frame(&self) -> &[u8] {
+        &self.rbuf[self.last.0..self.last.1]
+    }
+
     /// A frame already received, if a whole one is buffered or arrives without waiting.
     pub fn try_recv(&mut self) -> Result<Option<Frame>> {
         if let Some(frame) = self.decode_buffered()? {
@@ -103,12 +117,13 @@ impl Link {
     }
 
     fn decode_buffered(&mut self) -> Result<Option<Frame>> {
-        match proto::decode(&self.rbuf[self.rpos..])? {
+        match proto::decode(&self.rbuf[self.rpos..self.rend])? {
             Some((frame, used)) => {
+                self.last = (self.rpos, self.rpos + used);
                 self.rpos += used;
-                if self.rpos == self.rbuf.len() {
-                    self.rbuf.clear();
+                if self.rpos == self.rend {
                     self.rpos = 0;
+                    self.rend = 0;
                 }
                 Ok(Some(frame))
             }
@@ -116,25 +131,28 @@ impl Link {
         }
     }
 
+    /// Read what has arrived (at least one byte) after the buffered bytes.
     fn fill(&mut self) -> Result<()> {
-        if self.rpos > 0 {
-            self.rbuf.drain(..self.rpos);
-            self.rpos = 0;
+        if self.rend == self.rbuf.len() {
+            // Full: move the undecoded bytes to the front, or grow for a larger frame.
+            if self.rpos > 0 {
+                self.rbuf.copy_within(self.rpos..self.rend, 0);
+                self.rend -= self.rpos;
+                self.rpos = 0;
+            } else {
+                let len = self.rbuf.len() * 2;
+                self.rbuf.resize(len, 0);
+            }
         }
-        let start = self.rbuf.len();
-        self.rbuf.resize(start + (64 << 10), 0);
         let peer = self.peer;
         let n = loop {
-            match self.stream.read(&mut self.rbuf[start..]) {
+            match self.stream.read(&mut self.rbuf[self.rend..]) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.rbuf.truncate(start);
-                    return Err(Error::io(format!("receiving from {peer}"), e));
-                }
+                Err(e) => return Err(Error::io(format!("receiving from {peer}"), e)),
             }
         };
-        self.rbuf.truncate(start + n);
+        self.rend += n;
         if n == 0 {
             return Err(Error::io(
                 format!("receiving from {peer}"),

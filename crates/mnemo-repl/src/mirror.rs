@@ -394,8 +394,15 @@ impl MirrorStore {
     }
 
     /// Make a sync-point record durable here (it is in the log on return): the caller then
-    /// acknowledges it and calls [`MirrorStore::apply`].
-    pub fn log_record(&mut self, epoch: u64, id: u64, ranges: &[proto::Range]) -> Result<()> {
+    /// acknowledges it and calls [`MirrorStore::apply`]. `frame` is the record's encoded
+    /// frame as received (logged as is), or None to encode it here.
+    pub fn log_record(
+        &mut self,
+        epoch: u64,
+        id: u64,
+        ranges: &[proto::Range],
+        frame: Option<&[u8]>,
+    ) -> Result<()> {
         if !self.state.complete {
             return Err(Error::Storage(
                 "this mirror holds no complete copy yet; a full copy must come first".into(),
@@ -407,25 +414,35 @@ impl MirrorStore {
                 self.last_logged
             )));
         }
-        self.entry.clear();
-        proto::encode_record(
-            &mut self.entry,
-            epoch,
-            id,
-            false,
-            ranges.iter().map(|r| (r.offset, r.data.as_slice())),
-        );
-        if self.entry.len() as u64 > self.log.entry_len_max().min(self.log.capacity() / 2) {
+        let entry: &[u8] = match frame {
+            Some(bytes) => bytes,
+            None => {
+                self.entry.clear();
+                proto::encode_record(
+                    &mut self.entry,
+                    epoch,
+                    id,
+                    false,
+                    ranges.iter().map(|r| (r.offset, r.data.as_slice())),
+                );
+                &self.entry
+            }
+        };
+        if entry.len() as u64 > self.log.entry_len_max().min(self.log.capacity() / 2) {
             return Err(Error::Storage(format!(
                 "a record of {} bytes does not fit the mirror's log of {} bytes; restart the mirror with a larger --log-size",
-                self.entry.len(),
+                entry.len(),
                 self.log.capacity()
             )));
         }
-        if mnemo_log::Log::<Box<Pool>>::record_size(self.entry.len()) > self.log.free() {
+        if mnemo_log::Log::<Box<Pool>>::record_size(entry.len()) > self.log.free() {
+            // Checkpoint first (the entry may live in `self.entry`: keep it aside).
+            let entry = entry.to_vec();
             self.checkpoint()?;
+            self.log.append(&entry)?;
+        } else {
+            self.log.append(entry)?;
         }
-        self.log.append(&self.entry)?;
         self.last_logged = id;
         self.stats.records += 1;
         self.stats.bytes += ranges.iter().map(|r| r.data.len() as u64).sum::<u64>();
@@ -583,11 +600,13 @@ pub fn serve_link(stream: TcpStream, store: &Mutex<MirrorStore>, secret: &Secret
                             s.state().epoch
                         )))
                     } else {
-                        s.log_record(epoch, id, &ranges).and_then(|()| {
-                            link.send(&Frame::Ack { epoch, id })?;
-                            s.apply(&ranges)?;
-                            Ok(None)
-                        })
+                        let frame = link.last_frame();
+                        s.log_record(epoch, id, &ranges, Some(frame))
+                            .and_then(|()| {
+                                link.send(&Frame::Ack { epoch, id })?;
+                                s.apply(&ranges)?;
+                                Ok(None)
+                            })
                     }
                 }
             }

@@ -324,7 +324,7 @@ fn a_restarted_mirror_replays_its_log() {
                 offset: id * 4096,
                 data: vec![id as u8; 100],
             }];
-            s.log_record(1, id, &ranges).unwrap();
+            s.log_record(1, id, &ranges, None).unwrap();
             // Logged and acknowledged, never applied: as if the mirror died right after.
         }
         assert_eq!(s.last_id(), 4);
@@ -344,5 +344,5 @@ fn a_restarted_mirror_replays_its_log() {
     // Records must follow the ones held.
     drop(s);
     let mut s = MirrorStore::open(&path, MirrorOptions::default()).unwrap();
-    assert!(s.log_record(1, 3, &[]).is_err());
+    assert!(s.log_record(1, 3, &[], None).is_err());
 }
