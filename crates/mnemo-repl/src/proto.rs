@@ -20,6 +20,8 @@ pub const FRAME_TRAILER: usize = 4;
 pub const FRAME_BODY_MAX: usize = 64 << 20;
 /// Largest number of ranges in one record.
 pub const RECORD_RANGES_MAX: usize = 1 << 16;
+/// Longest reason a Refused frame carries (bytes of UTF-8).
+pub const REASON_MAX: usize = 1024;
 /// Length of a handshake nonce and of a proof.
 pub const NONCE_LEN: usize = 32;
 
@@ -190,10 +192,13 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
             out.extend_from_slice(&last_id.to_le_bytes());
         }
         Frame::Refused { reason } => {
-            let bytes = reason.as_bytes();
-            let len = bytes.len().min(1024);
+            // At most REASON_MAX bytes, cut at a character boundary.
+            let mut len = reason.len().min(REASON_MAX);
+            while !reason.is_char_boundary(len) {
+                len -= 1;
+            }
             out.extend_from_slice(&(len as u32).to_le_bytes());
-            out.extend_from_slice(&bytes[..len]);
+            out.extend_from_slice(&reason.as_bytes()[..len]);
         }
         Frame::Record {
             epoch,
@@ -347,9 +352,14 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
         },
         K_REFUSED => {
             let n = b.u32()? as usize;
+            if n > REASON_MAX {
+                return Err(ProtoError::Malformed("reason length"));
+            }
             let bytes = b.take(n)?;
             Frame::Refused {
-                reason: String::from_utf8_lossy(bytes).into_owned(),
+                reason: std::str::from_utf8(bytes)
+                    .map_err(|_| ProtoError::Malformed("reason not UTF-8"))?
+                    .to_string(),
             }
         }
         K_RECORD => {
@@ -527,6 +537,27 @@ mod tests {
             assert_eq!(back, frame);
             assert_eq!(used, buf.len() - 4);
         }
+    }
+
+    #[test]
+    fn refusal_reasons_are_utf8_and_bounded() {
+        let long = "é".repeat(600); // 1200 bytes: cut to 1024 at a character boundary
+        let mut buf = Vec::new();
+        encode(&Frame::Refused { reason: long }, &mut buf);
+        let (frame, _) = decode(&buf).unwrap().unwrap();
+        assert_eq!(
+            frame,
+            Frame::Refused {
+                reason: "é".repeat(512)
+            }
+        );
+        // Invalid UTF-8 is refused, not replaced (one encoding per frame: found by fuzzing).
+        let mut bad = Vec::new();
+        bad.extend_from_slice(&MAGIC.to_le_bytes());
+        bad.extend_from_slice(&[K_REFUSED, 0, 0, 0, 6, 0, 0, 0, 2, 0, 0, 0, 0xff, 0xfe]);
+        let crc = crc32c::crc32c(&bad);
+        bad.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode(&bad), Err(ProtoError::Malformed("reason not UTF-8")));
     }
 
     #[test]
