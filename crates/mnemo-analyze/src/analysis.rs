@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::facts::{Problem, Program, Record, Site, Val};
+use crate::facts::{Function, Problem, Program, Record, Root, Site, Val, Write};
 use crate::{Error, Options};
 
 /// Calls that write a buffer to a file (or a socket): name, buffer arguments, and the index
@@ -134,6 +134,27 @@ pub struct Finding {
     pub write_count: usize,
     /// Why this may be a false positive.
     pub suspicion: Option<Suspicion>,
+    /// For a type that loading does not write but reaches: a pointer field of it read during
+    /// loading and the write that the pointer leads to (the type is then persistent as the
+    /// container that keeps the written objects reachable).
+    pub reach: Option<Reach>,
+}
+
+/// Why a type counts as a reached container: the read of one of its pointer fields during
+/// loading, and a write into the object that pointer leads to.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reach {
+    /// The function reading the field.
+    pub function: String,
+    /// The field read.
+    pub field: String,
+    /// Where it is read.
+    pub site: Site,
+    /// The source line of the read.
+    pub text: String,
+    /// A write that the pointer read leads to (in this function, or in the callee it is
+    /// passed to, or deeper).
+    pub leads_to: WriteSite,
 }
 
 /// One step of an evidence chain.
@@ -303,6 +324,8 @@ fn load_strategy(
     let targets = pointer_targets(program);
     let mut external = BTreeSet::new();
     let mut found: BTreeMap<&str, Finding> = BTreeMap::new();
+    // The functions analyzed, in breadth-first order.
+    let mut order: Vec<&str> = Vec::new();
     while let Some(usr) = queue.pop_front() {
         let Some(function) = program.functions.get(usr) else {
             continue;
@@ -313,6 +336,7 @@ fn load_strategy(
             continue;
         }
         report.visited.push(function.name.clone());
+        order.push(usr);
         for write in &function.writes {
             for (key, why) in &write.records {
                 let Some(record) = program.records.get(key) else {
@@ -332,6 +356,7 @@ fn load_strategy(
                     writes: Vec::new(),
                     write_count: 0,
                     suspicion: None,
+                    reach: None,
                 });
                 finding.write_count += 1;
                 if finding.writes.len() < SITES_PER_TYPE_MAX {
@@ -368,6 +393,32 @@ fn load_strategy(
             }
         }
     }
+    let reaches = param_reaches(program, lines);
+    for usr in &order {
+        let Some(function) = program.functions.get(*usr) else {
+            continue;
+        };
+        for (key, reach) in reached_containers(function, &reaches, lines) {
+            if found.contains_key(key) {
+                continue;
+            }
+            let Some(record) = program.records.get(key) else {
+                continue;
+            };
+            found.insert(
+                key,
+                Finding {
+                    name: record.name.clone(),
+                    definition: record.site.clone(),
+                    chain: chain(program, &parent, usr),
+                    writes: Vec::new(),
+                    write_count: 0,
+                    suspicion: None,
+                    reach: Some(reach),
+                },
+            );
+        }
+    }
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key));
         report.findings.push(finding);
@@ -377,6 +428,115 @@ fn load_strategy(
         .sort_by(|a, b| (&a.name, &a.definition).cmp(&(&b.name, &b.definition)));
     report.external = external.into_iter().collect();
     Ok(report)
+}
+
+/// Passes over the call graph to settle which parameters lead to writes; a bound for
+/// pathological graphs (each pass that changes something adds at least one entry).
+const REACH_PASSES_MAX: usize = 64;
+
+/// For each function (by key) and parameter index: a write into the object the parameter
+/// points to, or into an object reached from it through pointer fields, in this function or a
+/// callee it passes the pointer to.
+type ParamReaches<'p> = HashMap<(&'p str, usize), WriteSite>;
+
+fn write_site(function: &Function, write: &Write, lines: &mut SourceLines) -> WriteSite {
+    let why = write
+        .records
+        .first()
+        .map(|(_, why)| why.clone())
+        .unwrap_or_default();
+    WriteSite {
+        function: function.name.clone(),
+        site: write.site.clone(),
+        how: write.how.clone(),
+        why,
+        text: lines.line(&write.site),
+    }
+}
+
+/// Settles [`ParamReaches`] for the whole program: a fixed point over the call graph.
+fn param_reaches<'p>(program: &'p Program, lines: &mut SourceLines) -> ParamReaches<'p> {
+    let mut reaches: ParamReaches = HashMap::new();
+    for (usr, function) in &program.functions {
+        for write in &function.writes {
+            if let Some(i) = write.root.as_ref().and_then(Root::param) {
+                reaches
+                    .entry((usr.as_str(), i))
+                    .or_insert_with(|| write_site(function, write, lines));
+            }
+        }
+    }
+    for _ in 0..REACH_PASSES_MAX {
+        let mut changed = false;
+        for (usr, function) in &program.functions {
+            for call in &function.calls {
+                let Some(callee) = call.callee.as_deref() else {
+                    continue;
+                };
+                for (k, root) in call.roots.iter().enumerate() {
+                    let Some(i) = root.as_ref().and_then(Root::param) else {
+                        continue;
+                    };
+                    if reaches.contains_key(&(usr.as_str(), i)) {
+                        continue;
+                    }
+                    if let Some(site) = reaches.get(&(callee, k)).cloned() {
+                        reaches.insert((usr.as_str(), i), site);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    reaches
+}
+
+/// The records whose pointer fields `function` reads and follows to a write: directly (the
+/// base of a write) or by passing the pointer to a callee whose parameter leads to one.
+fn reached_containers<'p>(
+    function: &'p Function,
+    reaches: &ParamReaches,
+    lines: &mut SourceLines,
+) -> Vec<(&'p str, Reach)> {
+    let mut out: Vec<(&str, Reach)> = Vec::new();
+    let mut add = |root: &'p Root, leads_to: WriteSite, lines: &mut SourceLines| {
+        if let Root::Field {
+            owner, field, site, ..
+        } = root
+        {
+            if !out.iter().any(|(k, _)| *k == owner.as_str()) {
+                out.push((
+                    owner.as_str(),
+                    Reach {
+                        function: function.name.clone(),
+                        field: field.clone(),
+                        site: site.clone(),
+                        text: lines.line(site),
+                        leads_to,
+                    },
+                ));
+            }
+        }
+    };
+    for write in &function.writes {
+        if let Some(root) = &write.root {
+            add(root, write_site(function, write, lines), lines);
+        }
+    }
+    for call in &function.calls {
+        let Some(callee) = call.callee.as_deref() else {
+            continue;
+        };
+        for (k, root) in call.roots.iter().enumerate() {
+            if let (Some(root), Some(site)) = (root, reaches.get(&(callee, k))) {
+                add(root, site.clone(), lines);
+            }
+        }
+    }
+    out
 }
 
 /// Address-taken functions by canonical type, names sorted and unique.

@@ -11,7 +11,9 @@ use std::sync::Mutex;
 use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
-use crate::facts::{Call, External, Flow, Function, Problem, Program, Record, Site, Val, Write};
+use crate::facts::{
+    Call, External, Flow, Function, Problem, Program, Record, Root, Site, Val, Write,
+};
 use crate::sources::Unit;
 use crate::Error;
 
@@ -508,6 +510,7 @@ impl Builder {
         let mut walker = BodyWalker {
             builder: self,
             params,
+            local_roots: BTreeMap::new(),
             function: Function {
                 name: entity.get_name().unwrap_or_default(),
                 signature,
@@ -574,6 +577,14 @@ fn array_element<'tu>(ty: &Type<'tu>) -> Option<Type<'tu>> {
         | TypeKind::DependentSizedArray => ty.get_element_type(),
         _ => None,
     }
+}
+
+/// A pointer (arrays decay to pointers too).
+fn is_pointer(ty: Option<Type>) -> bool {
+    ty.is_some_and(|t| {
+        let t = t.get_canonical_type();
+        t.get_kind() == TypeKind::Pointer || array_element(&t).is_some()
+    })
 }
 
 /// A non-pointer scalar: integers, floating point, enums. Pointers, arrays (decayed to
@@ -834,6 +845,9 @@ struct BodyWalker<'b> {
     builder: &'b mut Builder,
     /// USRs of the parameters, in order.
     params: Vec<String>,
+    /// Local pointer variables (by USR) and where what they point to lives, from their
+    /// initializers and assignments (flow-insensitive: the last one seen wins).
+    local_roots: BTreeMap<String, Root>,
     function: Function,
 }
 
@@ -847,6 +861,12 @@ impl BodyWalker<'_> {
                 if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
                     self.write_lvalue(*lhs, &e, "=", loop_header);
                     self.flow_into(*lhs, *rhs, &e);
+                    let target = strip_parens(*lhs);
+                    if target.get_kind() == EntityKind::DeclRefExpr {
+                        if let Some(var) = target.get_reference() {
+                            self.local_assign(var, *rhs);
+                        }
+                    }
                 }
             }
             EntityKind::CompoundAssignOperator => {
@@ -914,8 +934,10 @@ impl BodyWalker<'_> {
                 site: site.clone(),
                 how: "initializer".into(),
                 loop_header,
+                root: None,
             });
         }
+        self.local_assign(var, init);
         if let Some(usr) = var.get_usr().map(|u| u.0) {
             let mut from = Vec::new();
             self.vals(init, &mut from);
@@ -934,12 +956,119 @@ impl BodyWalker<'_> {
         let mut records = Vec::new();
         self.lvalue_records(lv, &mut records);
         if !records.is_empty() {
+            let root = self.object_root(lv);
             self.function.writes.push(Write {
                 records,
                 site: self.builder.site(statement),
                 how: how.to_string(),
                 loop_header,
+                root,
             });
+        }
+    }
+
+    /// A local pointer variable gets a value: remember where what it points to lives.
+    fn local_assign(&mut self, var: Entity, value: Entity) {
+        if var.get_kind() != EntityKind::VarDecl || !is_pointer(var.get_type()) {
+            return;
+        }
+        let Some(usr) = var.get_usr().map(|u| u.0) else {
+            return;
+        };
+        if let Some(root) = self.pointer_root(value) {
+            self.local_roots.insert(usr, root);
+        }
+    }
+
+    /// Where the object that the pointer expression `e` points to lives: behind a parameter,
+    /// or behind a pointer read from a field. Casts and pointer arithmetic keep the object.
+    fn pointer_root(&mut self, e: Entity) -> Option<Root> {
+        let e = strip_casts(e);
+        match e.get_kind() {
+            EntityKind::DeclRefExpr => {
+                let var = e.get_reference()?;
+                let usr = var.get_usr()?.0;
+                match var.get_kind() {
+                    EntityKind::ParmDecl => {
+                        self.params.iter().position(|p| *p == usr).map(Root::Param)
+                    }
+                    EntityKind::VarDecl => self.local_roots.get(&usr).cloned(),
+                    _ => None,
+                }
+            }
+            EntityKind::MemberRefExpr => {
+                let field = e.get_reference()?;
+                let ty = field.get_type()?.get_canonical_type();
+                if array_element(&ty).is_some() {
+                    // An embedded array decays to a pointer into the object holding it.
+                    return self.object_root(e);
+                }
+                if ty.get_kind() != TypeKind::Pointer {
+                    return None;
+                }
+                let owner = self.builder.record_key(field.get_semantic_parent()?)?;
+                let base = self.object_root(e).and_then(|r| r.param());
+                Some(Root::Field {
+                    owner,
+                    field: field.get_name().unwrap_or_default(),
+                    site: self.builder.site(&e),
+                    base,
+                })
+            }
+            EntityKind::BinaryOperator => {
+                // Pointer arithmetic: `server.db + i`.
+                let pointer = e
+                    .get_children()
+                    .into_iter()
+                    .find(|c| is_pointer(c.get_type()))?;
+                self.pointer_root(pointer)
+            }
+            EntityKind::UnaryOperator => {
+                let operand = e.get_children().into_iter().next()?;
+                if unary_operator(&mut self.builder.texts, &e).as_deref() == Some("&") {
+                    self.object_root(operand)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Where the object denoted by the lvalue `lv` lives, when it is reached through a
+    /// pointer: `p->a.b` lives behind `p`, `db->dict->used` behind the field `dict`.
+    fn object_root(&mut self, lv: Entity) -> Option<Root> {
+        let mut e = strip_parens(lv);
+        loop {
+            match e.get_kind() {
+                EntityKind::MemberRefExpr => {
+                    let base = e.get_children().into_iter().next()?;
+                    if is_pointer(base.get_type()) {
+                        return self.pointer_root(base);
+                    }
+                    e = strip_parens(base);
+                }
+                EntityKind::ArraySubscriptExpr => {
+                    let base = e.get_children().into_iter().next()?;
+                    let inner = strip_parens(base);
+                    let embedded = inner
+                        .get_type()
+                        .is_some_and(|t| array_element(&t.get_canonical_type()).is_some());
+                    if !embedded {
+                        return self.pointer_root(base);
+                    }
+                    e = inner;
+                }
+                EntityKind::UnaryOperator => {
+                    let operand = e.get_children().into_iter().next()?;
+                    return if unary_operator(&mut self.builder.texts, &e).as_deref() == Some("*") {
+                        self.pointer_root(operand)
+                    } else {
+                        None
+                    };
+                }
+                _ => return None,
+            }
         }
     }
 
@@ -1040,10 +1169,17 @@ impl BodyWalker<'_> {
         };
         let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);
         let mut arg_vals = Vec::new();
+        let mut roots = Vec::new();
         for arg in &args {
             let mut vals = Vec::new();
             self.vals(*arg, &mut vals);
             arg_vals.push(vals);
+            let root = if is_pointer(arg.get_type()) {
+                self.pointer_root(*arg)
+            } else {
+                None
+            };
+            roots.push(root);
         }
         if let Some(f) = referenced {
             if !f.is_definition() && f.get_definition().is_none() {
@@ -1083,6 +1219,7 @@ impl BodyWalker<'_> {
             args: arg_vals,
             stream,
             signature,
+            roots,
         });
         direct
     }
@@ -1097,9 +1234,11 @@ impl BodyWalker<'_> {
     ) {
         if let Some((_, written, from)) = LIBRARY_WRITERS.iter().find(|(n, _, _)| *n == name) {
             let mut records = Vec::new();
+            let mut root = None;
             for (i, arg) in args.iter().enumerate() {
                 if written.contains(&i) || from.is_some_and(|f| i >= f) {
                     self.pointer_target_records(*arg, &mut records);
+                    root = root.or_else(|| self.pointer_root(*arg));
                 }
             }
             if !records.is_empty() {
@@ -1108,6 +1247,7 @@ impl BodyWalker<'_> {
                     site: site.clone(),
                     how: name.to_string(),
                     loop_header,
+                    root,
                 });
             }
         }

@@ -51,6 +51,35 @@ pub enum Val {
     Local(String),
 }
 
+/// Where a pointer value comes from, as far as the reach rule needs it: the object it points
+/// to lives behind a parameter, or the pointer was read from a field of a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Root {
+    /// The pointee of the function's parameter with this index.
+    Param(usize),
+    /// A pointer read from a field (`db->dict`, `server.db + i`).
+    Field {
+        /// The record holding the field (key into [`Program::records`]).
+        owner: String,
+        /// The field's name.
+        field: String,
+        /// Where it is read.
+        site: Site,
+        /// When the record read is itself the pointee of a parameter: that parameter's index.
+        base: Option<usize>,
+    },
+}
+
+impl Root {
+    /// The parameter whose pointee this leads back to, if any.
+    pub fn param(&self) -> Option<usize> {
+        match self {
+            Root::Param(i) => Some(*i),
+            Root::Field { base, .. } => *base,
+        }
+    }
+}
+
 /// One write performed by a function.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Write {
@@ -63,6 +92,8 @@ pub struct Write {
     pub how: String,
     /// The write is in the header of a `for` loop (init or increment).
     pub loop_header: bool,
+    /// Where the object written lives, when it is reached through a pointer.
+    pub root: Option<Root>,
 }
 
 /// One call made by a function.
@@ -81,6 +112,8 @@ pub struct Call {
     pub stream: Option<String>,
     /// For a call through a pointer: the canonical function type called.
     pub signature: Option<String>,
+    /// For each argument of pointer type: where the object it points to lives.
+    pub roots: Vec<Option<Root>>,
 }
 
 /// A flow of data into a local variable (assignment, `memcpy`, `sprintf`, ...).

@@ -54,7 +54,7 @@ mod workers;
 use std::path::PathBuf;
 
 pub use analysis::{
-    BacktrackFinding, ChainStep, Finding, LoadReport, Report, Strategy, Summary, Suspicion,
+    BacktrackFinding, ChainStep, Finding, LoadReport, Reach, Report, Strategy, Summary, Suspicion,
     Unresolved, WriteSite,
 };
 pub use cli::{run_cli, AnalyzeArgs};

@@ -96,6 +96,19 @@ fn finding_text(out: &mut String, finding: &Finding) {
             first.site, first.text, first.how, first.why
         );
     }
+    if let Some(reach) = &finding.reach {
+        let _ = writeln!(
+            out,
+            "    reach {}: {}   (field `{}` read in {})",
+            reach.site, reach.text, reach.field, reach.function
+        );
+        let w = &reach.leads_to;
+        let _ = writeln!(
+            out,
+            "          leads to {} in {}: {}   ({}, {})",
+            w.site, w.function, w.text, w.how, w.why
+        );
+    }
     if finding.write_count > 1 {
         let _ = writeln!(
             out,

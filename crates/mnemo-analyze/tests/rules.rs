@@ -135,8 +135,17 @@ fn struct_members_of_struct_members() {
         vec!["embeds the written object in field `mid`"]
     );
 
+    // outer's bytes do not change, but its pointer field leads to the write: a reached
+    // container.
     let report = run("nested.c", &["through_pointer"]);
-    assert_eq!(names(&report), plain(&["struct inner"]));
+    assert_eq!(names(&report), plain(&["struct inner", "struct outer"]));
+    let outer = finding(&report, "struct outer");
+    assert_eq!(outer.write_count, 0);
+    let reach = outer.reach.as_ref().expect("outer is reached");
+    assert_eq!(
+        (reach.field.as_str(), reach.leads_to.site.line),
+        ("ext", 31)
+    );
 
     let report = run("nested.c", &["embedded_array"]);
     assert_eq!(names(&report), plain(&["struct holder", "struct inner"]));
@@ -447,4 +456,51 @@ fn writes_inside_macro_bodies() {
         (lst.writes[0].how.as_str(), lst.writes[0].site.line),
         ("++", 31)
     );
+}
+
+#[test]
+fn containers_reached_through_pointer_fields_are_persistent() {
+    let report = run("reach.c", &["load"]);
+    assert_eq!(
+        names(&report),
+        plain(&["struct db", "struct dict", "struct entry", "struct server"])
+    );
+    // Written: dict (d->used++; `d->table[0] = e` writes the table, not the dict) and entry.
+    assert!(finding(&report, "struct dict").reach.is_none());
+    assert_eq!(finding(&report, "struct dict").write_count, 1);
+    // struct db: `db->dict` read in db_add, passed to dict_add, which writes the dict.
+    let db = finding(&report, "struct db");
+    assert_eq!(db.write_count, 0);
+    assert_eq!(chain(db), vec!["load", "db_add"]);
+    let reach = db.reach.as_ref().expect("db is a reached container");
+    assert_eq!(
+        (
+            reach.function.as_str(),
+            reach.field.as_str(),
+            reach.site.line
+        ),
+        ("db_add", "dict", 46)
+    );
+    assert_eq!(reach.text, "return dict_add(db->dict, key);");
+    assert_eq!(
+        (reach.leads_to.function.as_str(), reach.leads_to.site.line),
+        ("dict_add", 40)
+    );
+    // struct server: `server.db + i` read in load, passed to db_add, which reaches the dict.
+    let server = finding(&report, "struct server");
+    let reach = server
+        .reach
+        .as_ref()
+        .expect("server is a reached container");
+    assert_eq!(
+        (
+            reach.function.as_str(),
+            reach.field.as_str(),
+            reach.site.line
+        ),
+        ("load", "db", 58)
+    );
+    assert_eq!(reach.leads_to.function.as_str(), "dict_add");
+    // struct config's pointer is only read through: not persistent.
+    assert!(findings(&report).iter().all(|f| f.name != "struct config"));
 }
