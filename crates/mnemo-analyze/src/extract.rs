@@ -12,7 +12,7 @@ use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
 use crate::facts::{
-    Call, External, Flow, Function, Problem, Program, Record, Root, Site, Val, Write,
+    Alloc, Call, External, Flow, Function, Problem, Program, Record, Root, Site, Val, Write,
 };
 use crate::sources::Unit;
 use crate::Error;
@@ -113,6 +113,7 @@ pub(crate) fn extract_share(
         flows,
         shown: BTreeMap::new(),
         texts: BTreeMap::new(),
+        returned_sizes: BTreeMap::new(),
     };
     for unit in share.iter().filter_map(|&i| all.get(i)) {
         bar.set_message(display_name(&unit.file));
@@ -201,6 +202,9 @@ struct Builder {
     shown: BTreeMap<PathBuf, String>,
     /// Source files read to find operators, by path.
     texts: BTreeMap<PathBuf, Vec<u8>>,
+    /// For helper functions (by USR) that return `sizeof(T)` (Redis's `sdsHdrSize` switch):
+    /// the records named, with where.
+    returned_sizes: BTreeMap<String, Vec<(String, Site)>>,
 }
 
 impl Builder {
@@ -462,6 +466,49 @@ impl Builder {
         Some(format!("{keyword} <{path}.{field}>"))
     }
 
+    /// The records named by `sizeof` in the return statements of the function `f` (a helper
+    /// like `sdsHdrSize`), when its definition is in this unit.
+    fn returned_sizes(&mut self, f: Entity) -> Vec<(String, Site)> {
+        let Some(usr) = f.get_usr().map(|u| u.0) else {
+            return Vec::new();
+        };
+        if let Some(known) = self.returned_sizes.get(&usr) {
+            return known.clone();
+        }
+        // Registered first: a recursive helper finds itself empty.
+        self.returned_sizes.insert(usr.clone(), Vec::new());
+        let mut out = Vec::new();
+        if let Some(def) = f.get_definition() {
+            let mut stack = def.get_children();
+            while let Some(e) = stack.pop() {
+                if e.get_kind() != EntityKind::ReturnStmt {
+                    stack.extend(e.get_children());
+                    continue;
+                }
+                let mut inner = e.get_children();
+                while let Some(x) = inner.pop() {
+                    if x.get_kind() == EntityKind::UnaryExpr {
+                        let site = self.site(&x);
+                        for child in x.get_children() {
+                            let ty = if child.get_kind() == EntityKind::TypeRef {
+                                child.get_reference().and_then(|d| d.get_type())
+                            } else {
+                                child.get_type()
+                            };
+                            if let Some(key) = self.record_of_type(ty) {
+                                push_sized(&mut out, key, &site);
+                            }
+                        }
+                    } else {
+                        inner.extend(x.get_children());
+                    }
+                }
+            }
+        }
+        self.returned_sizes.insert(usr, out.clone());
+        out
+    }
+
     /// The record written when an object of type `ty` is written (arrays count as their
     /// elements).
     fn record_of_type(&mut self, ty: Option<Type>) -> Option<String> {
@@ -511,6 +558,8 @@ impl Builder {
             builder: self,
             params,
             local_roots: BTreeMap::new(),
+            local_memory: BTreeMap::new(),
+            alloc_target: None,
             function: Function {
                 name: entity.get_name().unwrap_or_default(),
                 signature,
@@ -841,6 +890,21 @@ fn spelled(e: &Entity) -> String {
     }
 }
 
+/// Where an expression is, to recognize it again: its file and spelling offsets.
+type EntityAt = ((Option<PathBuf>, u32), (Option<PathBuf>, usize));
+
+fn entity_at(e: &Entity) -> Option<EntityAt> {
+    let start = e.get_range()?.get_start();
+    Some((offset_of(start), spelling_of(start)))
+}
+
+/// An allocating function, by name: `malloc`, `calloc`, `realloc`, `zmalloc`,
+/// `s_malloc_usable`, `je_calloc`, ... (the result must be a pointer too).
+fn is_allocator(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.contains("alloc") && !lower.contains("free") && !lower.contains("size")
+}
+
 struct BodyWalker<'b> {
     builder: &'b mut Builder,
     /// USRs of the parameters, in order.
@@ -848,6 +912,12 @@ struct BodyWalker<'b> {
     /// Local pointer variables (by USR) and where what they point to lives, from their
     /// initializers and assignments (flow-insensitive: the last one seen wins).
     local_roots: BTreeMap<String, Root>,
+    /// Local variables (by USR) typed by a `sizeof(T)`: pointers to memory allocated with a
+    /// size naming T, and sizes computed from `sizeof(T)`; with where T is named.
+    local_memory: BTreeMap<String, Vec<(String, Site)>>,
+    /// An allocating call whose result is assigned or cast to a pointer to a record: the call
+    /// and the record.
+    alloc_target: Option<(EntityAt, String)>,
     function: Function,
 }
 
@@ -861,6 +931,7 @@ impl BodyWalker<'_> {
                 if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
                     self.write_lvalue(*lhs, &e, "=", loop_header);
                     self.flow_into(*lhs, *rhs, &e);
+                    self.note_alloc_target(lhs.get_type(), *rhs);
                     let target = strip_parens(*lhs);
                     if target.get_kind() == EntityKind::DeclRefExpr {
                         if let Some(var) = target.get_reference() {
@@ -927,6 +998,7 @@ impl BodyWalker<'_> {
         let Some(init) = init.filter(|_| has_init) else {
             return;
         };
+        self.note_alloc_target(var.get_type(), init);
         let site = self.builder.site(&var);
         if let Some(key) = self.builder.record_of_type(var.get_type()) {
             self.function.writes.push(Write {
@@ -969,14 +1041,180 @@ impl BodyWalker<'_> {
 
     /// A local pointer variable gets a value: remember where what it points to lives.
     fn local_assign(&mut self, var: Entity, value: Entity) {
-        if var.get_kind() != EntityKind::VarDecl || !is_pointer(var.get_type()) {
+        if var.get_kind() != EntityKind::VarDecl {
             return;
         }
         let Some(usr) = var.get_usr().map(|u| u.0) else {
             return;
         };
+        if !is_pointer(var.get_type()) {
+            // A size: `int hdrlen = sdsHdrSize(type);`.
+            let sizes = self.sizeof_records(value);
+            if !sizes.is_empty() {
+                self.local_memory.insert(usr, sizes);
+            }
+            return;
+        }
+        let memory = self.memory_records(value);
+        if !memory.is_empty() {
+            self.local_memory.insert(usr.clone(), memory);
+        }
         if let Some(root) = self.pointer_root(value) {
             self.local_roots.insert(usr, root);
+        }
+    }
+
+    /// Before walking `value` assigned to something of type `target`: when `value` is an
+    /// allocating call, the pointee record of the target (or of a cast around the call) is
+    /// what the call allocates.
+    fn note_alloc_target(&mut self, target: Option<Type>, value: Entity) {
+        let call = strip_casts(value);
+        if call.get_kind() != EntityKind::CallExpr {
+            return;
+        }
+        let record = self
+            .builder
+            .record_of_pointee(value.get_type())
+            .or_else(|| self.builder.record_of_pointee(target));
+        if let (Some(at), Some(record)) = (entity_at(&call), record) {
+            self.alloc_target = Some((at, record));
+        }
+    }
+
+    /// The records named by `sizeof` in the expression `e` (a size): directly, through local
+    /// sizes computed from `sizeof`, and through helpers that return `sizeof(T)`.
+    fn sizeof_records(&mut self, e: Entity) -> Vec<(String, Site)> {
+        let mut out: Vec<(String, Site)> = Vec::new();
+        let mut stack = vec![e];
+        while let Some(e) = stack.pop() {
+            match e.get_kind() {
+                EntityKind::UnaryExpr => {
+                    // sizeof(struct T), sizeof(T), sizeof *p, sizeof(*p).
+                    let site = self.builder.site(&e);
+                    for child in e.get_children() {
+                        let ty = if child.get_kind() == EntityKind::TypeRef {
+                            child
+                                .get_reference()
+                                .and_then(|d| d.get_type())
+                                .or_else(|| child.get_type())
+                        } else {
+                            child.get_type()
+                        };
+                        if let Some(key) = self.builder.record_of_type(ty) {
+                            push_sized(&mut out, key, &site);
+                        }
+                    }
+                }
+                EntityKind::DeclRefExpr => {
+                    let usr = e.get_reference().and_then(|v| v.get_usr()).map(|u| u.0);
+                    if let Some(known) = usr.and_then(|u| self.local_memory.get(&u)) {
+                        for (key, site) in known.clone() {
+                            push_sized(&mut out, key, &site);
+                        }
+                    }
+                }
+                EntityKind::CallExpr => {
+                    if let Some(f) = e.get_reference() {
+                        for (key, site) in self.builder.returned_sizes(f) {
+                            push_sized(&mut out, key, &site);
+                        }
+                    }
+                    stack.extend(e.get_children());
+                }
+                _ => stack.extend(e.get_children()),
+            }
+        }
+        out
+    }
+
+    /// The records the memory that the pointer expression `e` points into was allocated for:
+    /// an allocating call whose size names `sizeof(T)`, or a local pointer derived from one by
+    /// a cast or pointer arithmetic (`s = (char *)sh + hdrlen`).
+    fn memory_records(&mut self, e: Entity) -> Vec<(String, Site)> {
+        let e = strip_casts(e);
+        match e.get_kind() {
+            EntityKind::CallExpr => {
+                let name = e
+                    .get_reference()
+                    .and_then(|f| f.get_name())
+                    .unwrap_or_default();
+                if !is_allocator(&name) || !is_pointer(e.get_type()) {
+                    return Vec::new();
+                }
+                let mut out = Vec::new();
+                for arg in e.get_arguments().unwrap_or_default() {
+                    for (key, site) in self.sizeof_records(arg) {
+                        push_sized(&mut out, key, &site);
+                    }
+                }
+                out
+            }
+            EntityKind::BinaryOperator => e
+                .get_children()
+                .into_iter()
+                .find(|c| is_pointer(c.get_type()))
+                .map(|p| self.memory_records(p))
+                .unwrap_or_default(),
+            EntityKind::ConditionalOperator => {
+                let mut out = Vec::new();
+                for branch in e.get_children().into_iter().skip(1) {
+                    for (key, site) in self.memory_records(branch) {
+                        push_sized(&mut out, key, &site);
+                    }
+                }
+                out
+            }
+            EntityKind::DeclRefExpr => e
+                .get_reference()
+                .and_then(|v| v.get_usr())
+                .and_then(|u| self.local_memory.get(&u.0).cloned())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The records whose bytes a write through the pointer expression `e` changes, when `e`
+    /// is no pointer to a record: a cast or arithmetic away from a pointer to a record
+    /// (`((char *)obj)[3]`), or memory allocated with `sizeof(T)` (`*fp = type` where
+    /// `fp = (unsigned char *)s - 1`).
+    fn byte_records(&mut self, e: Entity, out: &mut Vec<(String, String)>) {
+        let mut at = strip_parens(e);
+        loop {
+            match at.get_kind() {
+                EntityKind::CStyleCastExpr => {
+                    let Some(inner) = at.get_children().into_iter().last() else {
+                        return;
+                    };
+                    let inner = strip_parens(inner);
+                    if let Some(key) = self.builder.record_of_pointee(inner.get_type()) {
+                        let why = format!(
+                            "bytes written through a cast of a pointer to it at {}",
+                            self.builder.site(&at)
+                        );
+                        push_unique(out, key, why);
+                        return;
+                    }
+                    at = inner;
+                }
+                EntityKind::BinaryOperator => {
+                    let Some(pointer) = at
+                        .get_children()
+                        .into_iter()
+                        .find(|c| is_pointer(c.get_type()))
+                    else {
+                        return;
+                    };
+                    at = strip_parens(pointer);
+                }
+                _ => break,
+            }
+        }
+        for (key, site) in self.memory_records(at) {
+            push_unique(
+                out,
+                key,
+                format!("bytes written in memory allocated with its sizeof at {site}"),
+            );
         }
     }
 
@@ -1079,6 +1317,9 @@ impl BodyWalker<'_> {
         let mut e = strip_parens(lv);
         if let Some(key) = self.builder.record_of_type(e.get_type()) {
             push_unique(out, key, "object written".into());
+        } else if let Some(pointer) = dereferenced(&mut self.builder.texts, &e) {
+            // `*fp = v`, `s[-1] = v`: bytes of whatever the pointer points into.
+            self.byte_records(pointer, out);
         }
         let mut depth = 0usize;
         loop {
@@ -1148,6 +1389,8 @@ impl BodyWalker<'_> {
             self.lvalue_records(e, out);
         } else if let Some(key) = self.builder.record_of_pointee(e.get_type()) {
             push_unique(out, key, "pointed to by the argument".into());
+        } else {
+            self.byte_records(arg, out);
         }
     }
 
@@ -1202,6 +1445,9 @@ impl BodyWalker<'_> {
             .find(|(name, _)| *name == callee_text)
             .and_then(|(_, i)| args.get(*i))
             .map(|a| spelled(&strip_casts(*a)));
+        if is_allocator(&callee_text) && is_pointer(e.get_type()) {
+            self.allocation(&e, &args, &callee_text, &site);
+        }
         let direct = callee.is_some();
         let signature = if direct {
             None
@@ -1222,6 +1468,31 @@ impl BodyWalker<'_> {
             roots,
         });
         direct
+    }
+
+    /// An allocating call: the records it allocates (the assignment's or cast's pointee, and
+    /// the `sizeof`s in its size), if any.
+    fn allocation(&mut self, e: &Entity, args: &[Entity], callee: &str, site: &Site) {
+        let mut records: Vec<String> = Vec::new();
+        if let Some((at, record)) = self.alloc_target.take() {
+            if entity_at(e).as_ref() == Some(&at) {
+                records.push(record);
+            }
+        }
+        for arg in args {
+            for (key, _) in self.sizeof_records(*arg) {
+                if !records.contains(&key) {
+                    records.push(key);
+                }
+            }
+        }
+        if !records.is_empty() {
+            self.function.allocs.push(Alloc {
+                records,
+                callee: callee.to_string(),
+                site: site.clone(),
+            });
+        }
     }
 
     fn library_call(
@@ -1377,6 +1648,33 @@ fn is_expression(kind: EntityKind) -> bool {
 fn push_unique(out: &mut Vec<(String, String)>, key: String, why: String) {
     if !out.iter().any(|(k, _)| *k == key) {
         out.push((key, why));
+    }
+}
+
+fn push_sized(out: &mut Vec<(String, Site)>, key: String, site: &Site) {
+    if !out.iter().any(|(k, _)| *k == key) {
+        out.push((key, site.clone()));
+    }
+}
+
+/// The pointer that the lvalue `e` dereferences, for `*p` and `p[i]` (not for an embedded
+/// array, which is part of its object).
+fn dereferenced<'tu>(
+    texts: &mut BTreeMap<PathBuf, Vec<u8>>,
+    e: &Entity<'tu>,
+) -> Option<Entity<'tu>> {
+    match e.get_kind() {
+        EntityKind::UnaryOperator if unary_operator(texts, e).as_deref() == Some("*") => {
+            e.get_children().into_iter().next()
+        }
+        EntityKind::ArraySubscriptExpr => {
+            let base = e.get_children().into_iter().next()?;
+            let embedded = strip_parens(base)
+                .get_type()
+                .is_some_and(|t| array_element(&t.get_canonical_type()).is_some());
+            (!embedded).then_some(base)
+        }
+        _ => None,
     }
 }
 

@@ -127,6 +127,19 @@ pub struct Flow {
     pub site: Site,
 }
 
+/// A call that allocates memory for objects of program records: the call to change when
+/// those records move to persistent memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Alloc {
+    /// Records the memory is for (keys into [`Program::records`]): the pointee type of what
+    /// the result is assigned or cast to, and every `sizeof(T)` in the size.
+    pub records: Vec<String>,
+    /// The allocating function called (`malloc`, `zmalloc`, ...).
+    pub callee: String,
+    /// Where.
+    pub site: Site,
+}
+
 /// A function defined in the program's sources.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Function {
@@ -145,6 +158,8 @@ pub struct Function {
     pub calls: Vec<Call>,
     /// Data flows into its local variables.
     pub flows: Vec<Flow>,
+    /// Allocations of program records in its body.
+    pub allocs: Vec<Alloc>,
 }
 
 /// A function declared but not defined in the sources (the C library, other libraries).

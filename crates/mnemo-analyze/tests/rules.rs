@@ -504,3 +504,39 @@ fn containers_reached_through_pointer_fields_are_persistent() {
     // struct config's pointer is only read through: not persistent.
     assert!(findings(&report).iter().all(|f| f.name != "struct config"));
 }
+
+#[test]
+fn byte_writes_count_for_the_struct_the_memory_was_allocated_for() {
+    let report = run("bytes.c", &["load"]);
+    // struct other is only named in the size of a memset of a local buffer.
+    assert_eq!(
+        names(&report),
+        plain(&["struct hdr5", "struct hdr8", "struct item"])
+    );
+    // `*fp = type | (len << 3)` where fp = (unsigned char *)s - 1, s = (char *)sh + hdrlen,
+    // sh = malloc(hdrlen + ...), hdrlen = hdr_size(type), which returns sizeof(struct hdr5)
+    // or sizeof(struct hdr8).
+    for name in ["struct hdr5", "struct hdr8"] {
+        let hdr = finding(&report, name);
+        let hows: Vec<(&str, u32)> = hdr
+            .writes
+            .iter()
+            .map(|w| (w.how.as_str(), w.site.line))
+            .collect();
+        assert_eq!(hows, vec![("=", 48), ("memcpy", 49)], "{name}");
+        assert!(
+            hdr.writes[0]
+                .why
+                .starts_with("bytes written in memory allocated with its sizeof at bytes.c:"),
+            "{}",
+            hdr.writes[0].why
+        );
+        assert_eq!(chain(hdr), vec!["load", "str_new"]);
+    }
+    let item = finding(&report, "struct item");
+    assert_eq!(write_lines(item), vec![55]);
+    assert_eq!(
+        item.writes[0].why,
+        "bytes written through a cast of a pointer to it at bytes.c:55"
+    );
+}
