@@ -1,10 +1,11 @@
 //! The strategies, run on the extracted [`facts`](crate::facts).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::exits::Exits;
 use crate::facts::{Function, Problem, Program, Record, Root, Site, Val, Write};
 use crate::{Error, Options};
 
@@ -419,8 +420,11 @@ fn load_strategy(
             );
         }
     }
+    let exits = Exits::new(program);
+    let dead = exit_only(program, &exits, &order, &parent, &found);
     for (key, mut finding) in found {
-        finding.suspicion = suspicion(program, key, writes_loop_only(program, key));
+        finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
+            .or_else(|| dead.get(key).cloned());
         report.findings.push(finding);
     }
     report
@@ -428,6 +432,148 @@ fn load_strategy(
         .sort_by(|a, b| (&a.name, &a.definition).cmp(&(&b.name, &b.definition)));
     report.external = external.into_iter().collect();
     Ok(report)
+}
+
+/// The findings whose every write (or read, for a reached container) is on a path that ends
+/// the process: in a function reached only through functions that cannot return or calls
+/// after which the process ends, or followed by such a call. Each with the reason.
+fn exit_only<'p>(
+    program: &'p Program,
+    exits: &Exits,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    let visited: HashSet<&str> = order.iter().copied().collect();
+    // Functions reached from the load functions without going through the end of the
+    // process.
+    let mut live: HashSet<&str> = HashSet::new();
+    let mut queue: VecDeque<&str> = VecDeque::new();
+    for (usr, from) in parent {
+        if from.is_none() {
+            live.insert(usr);
+            queue.push_back(usr);
+        }
+    }
+    while let Some(usr) = queue.pop_front() {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for call in &f.calls {
+            let Some(callee) = call.callee.as_deref() else {
+                continue;
+            };
+            if visited.contains(callee) && !exits.call_ends(f, call) && live.insert(callee) {
+                queue.push_back(callee);
+            }
+        }
+    }
+    // Per record: reached on a live path; else the first dead place (function, doomed
+    // write).
+    let mut alive: HashSet<&str> = HashSet::new();
+    let mut first_dead: HashMap<&str, (&str, Option<&Site>)> = HashMap::new();
+    for &usr in order {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        let in_live = live.contains(usr);
+        for write in &f.writes {
+            let doomed = in_live && exits.ends_after(f, write.at);
+            for (key, _) in &write.records {
+                if in_live && !doomed {
+                    alive.insert(key);
+                } else {
+                    first_dead
+                        .entry(key)
+                        .or_insert((usr, doomed.then_some(&write.site)));
+                }
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for (&key, finding) in found {
+        let reach_alive = finding.reach.as_ref().is_some_and(|r| {
+            order.iter().any(|&usr| {
+                live.contains(usr)
+                    && program
+                        .functions
+                        .get(usr)
+                        .is_some_and(|f| f.name == r.function)
+            })
+        });
+        if alive.contains(key) || reach_alive {
+            continue;
+        }
+        let reason = match first_dead.get(key) {
+            Some((_, Some(site))) => format!(
+                "written only where the process ends next: {site} is followed by a call \
+                 that cannot return"
+            ),
+            Some((usr, None)) => dead_entry(program, exits, parent, &live, usr),
+            None => match order.iter().find(|&&usr| {
+                finding.reach.as_ref().is_some_and(|r| {
+                    program
+                        .functions
+                        .get(usr)
+                        .is_some_and(|f| f.name == r.function)
+                })
+            }) {
+                Some(usr) => dead_entry(program, exits, parent, &live, usr),
+                None => continue,
+            },
+        };
+        out.insert(
+            key,
+            Suspicion {
+                kind: "exit-path".into(),
+                reason,
+            },
+        );
+    }
+    out
+}
+
+/// Why the function `usr` is only on paths that end the process: the first function on its
+/// chain from the load functions that is not live, and how it was entered.
+fn dead_entry(
+    program: &Program,
+    exits: &Exits,
+    parent: &HashMap<&str, Option<(&str, &Site)>>,
+    live: &HashSet<&str>,
+    usr: &str,
+) -> String {
+    let name = |u: &str| {
+        program
+            .functions
+            .get(u)
+            .map(|f| f.name.clone())
+            .unwrap_or_default()
+    };
+    let mut at = usr;
+    for _ in 0..=parent.len() {
+        match parent.get(at).copied().flatten() {
+            Some((caller, _)) if !live.contains(caller) => at = caller,
+            Some((_, site)) => {
+                return if exits.cannot_return(at) {
+                    format!(
+                        "reached only through `{}` (called at {site}), which cannot return",
+                        name(at)
+                    )
+                } else {
+                    format!(
+                        "reached only through `{}`, called at {site}, after which the \
+                         process ends",
+                        name(at)
+                    )
+                };
+            }
+            None => break,
+        }
+    }
+    format!(
+        "reached only on paths that end the process (in `{}`)",
+        name(usr)
+    )
 }
 
 /// Passes over the call graph to settle which parameters lead to writes; a bound for

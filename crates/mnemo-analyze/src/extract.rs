@@ -12,7 +12,8 @@ use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
 use crate::facts::{
-    Alloc, Call, External, Flow, Function, Problem, Program, Record, Root, Site, Val, Write,
+    Alloc, Block, Call, External, Flow, Function, Problem, Program, Record, Root, Shape, Site, Val,
+    Write,
 };
 use crate::sources::Unit;
 use crate::Error;
@@ -53,6 +54,30 @@ const LIBRARY_WRITERS: &[(&str, &[usize], Option<usize>)] = &[
     ("sscanf", &[], Some(2)),
     ("fscanf", &[], Some(2)),
     ("scanf", &[], Some(1)),
+];
+
+/// Functions that never return, whatever their declarations say.
+const NORETURN_FUNCTIONS: &[&str] = &[
+    "exit",
+    "_exit",
+    "_Exit",
+    "quick_exit",
+    "abort",
+    "__builtin_unreachable",
+    "__builtin_trap",
+    "__builtin_abort",
+    "__builtin_exit",
+    "longjmp",
+    "_longjmp",
+    "siglongjmp",
+    "pthread_exit",
+    "__assert_fail",
+    "__assert_perror_fail",
+    "__stack_chk_fail",
+    "err",
+    "errx",
+    "verr",
+    "verrx",
 ];
 
 /// Output functions and the index of their stream or descriptor argument.
@@ -560,6 +585,8 @@ impl Builder {
             local_roots: BTreeMap::new(),
             local_memory: BTreeMap::new(),
             alloc_target: None,
+            position: None,
+            depth: 0,
             function: Function {
                 name: entity.get_name().unwrap_or_default(),
                 signature,
@@ -569,9 +596,10 @@ impl Builder {
             },
         };
         walker.function.site = walker.builder.site(&entity);
+        walker.function.noreturn = is_noreturn(&entity);
         for child in entity.get_children() {
             if child.get_kind() == EntityKind::CompoundStmt {
-                walker.walk(child, false);
+                walker.function.body = Some(walker.walk(child, false));
             }
         }
         walker.function
@@ -626,6 +654,33 @@ fn array_element<'tu>(ty: &Type<'tu>) -> Option<Type<'tu>> {
         | TypeKind::DependentSizedArray => ty.get_element_type(),
         _ => None,
     }
+}
+
+/// Deepest nesting of statements and expressions whose [`Shape`] is kept; below it, code
+/// counts as falling through (the safe side). It bounds the nesting of the facts that cross
+/// between processes as JSON (at most four JSON levels per level of code), and the recursion
+/// that reads them.
+const SHAPE_DEPTH_MAX: usize = 48;
+
+/// Longest declaration prefix (before the name) searched for `_Noreturn`.
+const DECLARATION_PREFIX_BYTES_MAX: usize = 512;
+
+/// A function declared `noreturn`: the attribute shows in its type; C11's `_Noreturn` and
+/// C23's `[[noreturn]]` only in the tokens before its name.
+fn is_noreturn(f: &Entity) -> bool {
+    if f.get_type()
+        .is_some_and(|t| t.get_display_name().contains("noreturn"))
+    {
+        return true;
+    }
+    let (Some(range), Some(name_at)) = (f.get_range(), f.get_location()) else {
+        return false;
+    };
+    let prefix = clang::source::SourceRange::new(range.get_start(), name_at);
+    tokens_within(prefix, DECLARATION_PREFIX_BYTES_MAX)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| matches!(t.get_spelling().as_str(), "_Noreturn" | "noreturn"))
 }
 
 /// A pointer (arrays decay to pointers too).
@@ -918,17 +973,37 @@ struct BodyWalker<'b> {
     /// An allocating call whose result is assigned or cast to a pointer to a record: the call
     /// and the record.
     alloc_target: Option<(EntityAt, String)>,
+    /// The statement being walked: (block, index) in [`Function::blocks`].
+    position: Option<(usize, usize)>,
+    /// How deep in the body the walk is.
+    depth: usize,
     function: Function,
 }
 
 impl BodyWalker<'_> {
-    fn walk(&mut self, e: Entity, loop_header: bool) {
+    /// Walks a statement or expression, recording its writes, calls and flows; returns how it
+    /// ends (see [`Shape`]).
+    fn walk(&mut self, e: Entity, loop_header: bool) -> Shape {
+        self.depth += 1;
+        let shape = self.walk_inner(e, loop_header);
+        self.depth -= 1;
+        if self.depth > SHAPE_DEPTH_MAX {
+            // Beyond the bound (long `else if` chains), code counts as falling through.
+            Shape::falls()
+        } else {
+            shape
+        }
+    }
+
+    fn walk_inner(&mut self, e: Entity, loop_header: bool) -> Shape {
+        let mut operator = None;
         match e.get_kind() {
-            EntityKind::BinaryOperator
-                if binary_operator(&mut self.builder.texts, &e).as_deref() == Some("=") =>
-            {
+            EntityKind::BinaryOperator => {
+                operator = binary_operator(&mut self.builder.texts, &e);
                 let children = e.get_children();
-                if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
+                if let (Some("="), Some(lhs), Some(rhs)) =
+                    (operator.as_deref(), children.first(), children.get(1))
+                {
                     self.write_lvalue(*lhs, &e, "=", loop_header);
                     self.flow_into(*lhs, *rhs, &e);
                     self.note_alloc_target(lhs.get_type(), *rhs);
@@ -960,26 +1035,120 @@ impl BodyWalker<'_> {
             EntityKind::CallExpr => {
                 let direct = self.call(e, loop_header);
                 // A direct callee is a call, not a use of the function's address.
-                for child in e.get_children().into_iter().skip(usize::from(direct)) {
-                    self.walk(child, loop_header);
-                }
-                return;
+                let mut parts: Vec<Shape> = e
+                    .get_children()
+                    .into_iter()
+                    .skip(usize::from(direct))
+                    .map(|child| self.walk(child, loop_header))
+                    .collect();
+                parts.push(self.call_shape(&e));
+                return Shape::seq(parts);
             }
             EntityKind::DeclRefExpr => self.builder.function_reference(&e),
-            EntityKind::ForStmt => {
-                // libclang lists only the parts present; the body is always last.
+            EntityKind::CompoundStmt => return self.block(e, loop_header),
+            EntityKind::ForStmt | EntityKind::WhileStmt | EntityKind::DoStmt => {
+                // After a loop body comes the loop again: blocks inside start a new chain.
+                let outside = self.position.take();
                 let children = e.get_children();
                 let last = children.len().saturating_sub(1);
+                let is_for = e.get_kind() == EntityKind::ForStmt;
                 for (i, child) in children.into_iter().enumerate() {
-                    self.walk(child, loop_header || i < last);
+                    // libclang lists only the parts of a `for` present; the body is last.
+                    self.walk(child, loop_header || (is_for && i < last));
                 }
-                return;
+                self.position = outside;
+                return Shape::falls();
             }
-            EntityKind::UnaryExpr => return, // sizeof, alignof: nothing is evaluated
+            EntityKind::SwitchStmt => {
+                for child in e.get_children() {
+                    self.walk(child, loop_header);
+                }
+                return Shape::falls();
+            }
+            EntityKind::IfStmt | EntityKind::ConditionalOperator => {
+                let mut parts: Vec<Shape> = e
+                    .get_children()
+                    .into_iter()
+                    .map(|child| self.walk(child, loop_header))
+                    .collect();
+                if parts.len() < 2 {
+                    return Shape::seq(parts);
+                }
+                let branches = parts.split_off(1);
+                let branches = if branches.len() == 1 {
+                    vec![branches[0].clone(), Shape::falls()]
+                } else {
+                    branches
+                };
+                parts.push(Shape::alt(branches));
+                return Shape::seq(parts);
+            }
+            EntityKind::ReturnStmt => {
+                let mut parts: Vec<Shape> = e
+                    .get_children()
+                    .into_iter()
+                    .map(|child| self.walk(child, loop_header))
+                    .collect();
+                parts.push(Shape::Leave);
+                return Shape::seq(parts);
+            }
+            EntityKind::BreakStmt
+            | EntityKind::ContinueStmt
+            | EntityKind::GotoStmt
+            | EntityKind::IndirectGotoStmt => return Shape::Leave,
+            EntityKind::UnaryExpr => return Shape::falls(), // sizeof: nothing is evaluated
             _ => {}
         }
-        for child in e.get_children() {
-            self.walk(child, loop_header);
+        let mut parts: Vec<Shape> = e
+            .get_children()
+            .into_iter()
+            .map(|child| self.walk(child, loop_header))
+            .collect();
+        if matches!(operator.as_deref(), Some("&&" | "||")) && parts.len() == 2 {
+            // The right operand may not be evaluated.
+            let right = parts.pop().unwrap_or_else(Shape::falls);
+            parts.push(Shape::alt(vec![right, Shape::falls()]));
+        }
+        Shape::seq(parts)
+    }
+
+    /// A `{ ... }` block: a new entry of [`Function::blocks`], its statements walked with
+    /// their positions.
+    fn block(&mut self, e: Entity, loop_header: bool) -> Shape {
+        let id = self.function.blocks.len();
+        self.function.blocks.push(Block {
+            items: Vec::new(),
+            parent: self.position,
+        });
+        let outside = self.position;
+        let mut items = Vec::new();
+        for (i, child) in e.get_children().into_iter().enumerate() {
+            self.position = Some((id, i));
+            items.push(self.walk(child, loop_header));
+        }
+        self.position = outside;
+        if let Some(block) = self.function.blocks.get_mut(id) {
+            block.items = items;
+        }
+        Shape::Block(id)
+    }
+
+    /// How a call ends: the process, for `exit`, `abort` and functions declared `noreturn`;
+    /// for other direct calls it depends on the callee, settled by the analysis.
+    fn call_shape(&mut self, e: &Entity) -> Shape {
+        let Some(f) = e
+            .get_reference()
+            .filter(|r| r.get_kind() == EntityKind::FunctionDecl)
+        else {
+            return Shape::falls();
+        };
+        let name = f.get_name().unwrap_or_default();
+        if NORETURN_FUNCTIONS.contains(&name.as_str()) || is_noreturn(&f) {
+            return Shape::Stop;
+        }
+        match f.get_usr() {
+            Some(usr) => Shape::Call(usr.0),
+            None => Shape::falls(),
         }
     }
 
@@ -1007,6 +1176,7 @@ impl BodyWalker<'_> {
                 how: "initializer".into(),
                 loop_header,
                 root: None,
+                at: self.position,
             });
         }
         self.local_assign(var, init);
@@ -1035,6 +1205,7 @@ impl BodyWalker<'_> {
                 how: how.to_string(),
                 loop_header,
                 root,
+                at: self.position,
             });
         }
     }
@@ -1466,6 +1637,7 @@ impl BodyWalker<'_> {
             stream,
             signature,
             roots,
+            at: self.position,
         });
         direct
     }
@@ -1519,6 +1691,7 @@ impl BodyWalker<'_> {
                     how: name.to_string(),
                     loop_header,
                     root,
+                    at: self.position,
                 });
             }
         }

@@ -80,6 +80,85 @@ impl Root {
     }
 }
 
+/// How control leaves a piece of code, as far as ending the process goes: what is needed to
+/// find the functions that cannot return and the statements after which the process ends.
+/// `Seq(vec![])` is code that simply falls through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Shape {
+    /// Ends the process: a call to `exit`, `abort`, a `noreturn` function,
+    /// `__builtin_unreachable`.
+    Stop,
+    /// Leaves the statements around it another way: `return`, `break`, `continue`, `goto`.
+    Leave,
+    /// A direct call to this function (USR): ends the process when it cannot return.
+    Call(String),
+    /// The statements of block number `n` of the function ([`Function::blocks`]).
+    Block(usize),
+    /// One after the other.
+    Seq(Vec<Shape>),
+    /// One of these (branches).
+    Alt(Vec<Shape>),
+}
+
+impl Shape {
+    /// Code that falls through.
+    pub fn falls() -> Shape {
+        Shape::Seq(Vec::new())
+    }
+
+    /// `parts` one after the other, simplified: nested sequences flattened, code that falls
+    /// through dropped, nothing kept after a [`Shape::Stop`] or [`Shape::Leave`].
+    pub fn seq(parts: Vec<Shape>) -> Shape {
+        let mut out = Vec::new();
+        for part in parts {
+            let ends = matches!(part, Shape::Stop | Shape::Leave);
+            match part {
+                Shape::Seq(inner) => out.extend(inner),
+                other => out.push(other),
+            }
+            if ends {
+                break;
+            }
+        }
+        if out.len() == 1 {
+            out.pop().unwrap_or_else(Shape::falls)
+        } else {
+            Shape::Seq(out)
+        }
+    }
+
+    /// One of `branches`, simplified: when every branch falls through, so does this.
+    /// Nested alternatives are flattened (an `else if` chain stays one level deep).
+    pub fn alt(branches: Vec<Shape>) -> Shape {
+        if branches.iter().all(|b| *b == Shape::falls()) {
+            return Shape::falls();
+        }
+        let mut out = Vec::new();
+        for branch in branches {
+            match branch {
+                Shape::Alt(inner) => out.extend(inner),
+                other => {
+                    if !out.contains(&other) {
+                        out.push(other);
+                    }
+                }
+            }
+        }
+        Shape::Alt(out)
+    }
+}
+
+/// A `{ ... }` block of a function: its statements' shapes, and where the block sits (the
+/// block and index of the statement holding it), unless it is a function or loop body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Block {
+    /// The shape of each statement.
+    pub items: Vec<Shape>,
+    /// The statement holding this block: (block, index). `None` for a function's body and
+    /// inside loops (after a loop body comes the loop again, not the statements after it).
+    pub parent: Option<(usize, usize)>,
+}
+
 /// One write performed by a function.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Write {
@@ -94,6 +173,8 @@ pub struct Write {
     pub loop_header: bool,
     /// Where the object written lives, when it is reached through a pointer.
     pub root: Option<Root>,
+    /// The statement holding it: (block, index) in [`Function::blocks`].
+    pub at: Option<(usize, usize)>,
 }
 
 /// One call made by a function.
@@ -114,6 +195,8 @@ pub struct Call {
     pub signature: Option<String>,
     /// For each argument of pointer type: where the object it points to lives.
     pub roots: Vec<Option<Root>>,
+    /// The statement holding it: (block, index) in [`Function::blocks`].
+    pub at: Option<(usize, usize)>,
 }
 
 /// A flow of data into a local variable (assignment, `memcpy`, `sprintf`, ...).
@@ -160,6 +243,12 @@ pub struct Function {
     pub flows: Vec<Flow>,
     /// Allocations of program records in its body.
     pub allocs: Vec<Alloc>,
+    /// Declared `noreturn` (`__attribute__((noreturn))`, `_Noreturn`).
+    pub noreturn: bool,
+    /// How its body ends (see [`Shape`]).
+    pub body: Option<Shape>,
+    /// Its blocks, for [`Shape::Block`] and the `at` of writes and calls.
+    pub blocks: Vec<Block>,
 }
 
 /// A function declared but not defined in the sources (the C library, other libraries).

@@ -45,6 +45,7 @@
 
 mod analysis;
 mod cli;
+mod exits;
 mod extract;
 pub mod facts;
 mod render;

@@ -540,3 +540,50 @@ fn byte_writes_count_for_the_struct_the_memory_was_allocated_for() {
         "bytes written through a cast of a pointer to it at bytes.c:55"
     );
 }
+
+#[test]
+fn types_written_only_on_paths_that_end_the_process_are_flagged() {
+    let report = run("exits.c", &["load"]);
+    let exit_path = Some("exit-path".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct both".to_string(), None),
+            ("struct crash".to_string(), exit_path.clone()),
+            ("struct last_words".to_string(), exit_path.clone()),
+            ("struct logged".to_string(), exit_path.clone()),
+            ("struct note".to_string(), exit_path.clone()),
+            ("struct report".to_string(), exit_path.clone()),
+            ("struct state".to_string(), None),
+        ]
+    );
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        reason("struct report"),
+        "reached only through `check_main`, called at exits.c:56, after which the process ends"
+    );
+    assert_eq!(
+        reason("struct note"),
+        "written only where the process ends next: exits.c:58 is followed by a call that \
+         cannot return"
+    );
+    assert_eq!(
+        reason("struct logged"),
+        "reached only through `fatal` (called at exits.c:110), which cannot return"
+    );
+    assert_eq!(
+        reason("struct crash"),
+        "reached only through `crash_exit` (called at exits.c:112), which cannot return"
+    );
+    assert_eq!(
+        reason("struct last_words"),
+        "reached only through `goodbye` (called at exits.c:114), which cannot return"
+    );
+    assert_eq!(report.summary.types_suspicious, 5);
+}
