@@ -74,6 +74,59 @@ pub struct Report {
     pub backtrack: Option<Vec<BacktrackFinding>>,
     /// Sources that did not parse cleanly (`skipped` ones contributed nothing).
     pub problems: Vec<Problem>,
+    /// What a port to persistent memory changes, per persistent type (when the load strategy
+    /// ran), in the order of `load.findings`.
+    pub checklist: Option<Vec<PortItem>>,
+    /// The file behind each name shown in a [`Site`] (for output formats that need absolute
+    /// locations, such as SARIF).
+    #[serde(skip)]
+    pub paths: BTreeMap<String, std::path::PathBuf>,
+}
+
+/// The port checklist of one persistent type: where its objects are allocated (the calls to
+/// change to `mnemo_pmalloc`) and where they are changed (the stores that need a transaction
+/// or a sync point once the objects live in persistent memory).
+#[derive(Debug, Clone, Serialize)]
+pub struct PortItem {
+    /// The type.
+    pub name: String,
+    /// Where it is defined.
+    pub definition: Site,
+    /// Carried from the finding: a likely false positive may need no change at all.
+    pub suspicion: Option<Suspicion>,
+    /// Every call in the program that allocates objects of the type.
+    pub allocations: Vec<AllocationSite>,
+    /// Every statement in the program that stores into objects of the type.
+    pub mutations: Vec<MutationSite>,
+}
+
+/// A call that allocates objects of a persistent type.
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocationSite {
+    /// The function making the call.
+    pub function: String,
+    /// Where.
+    pub site: Site,
+    /// The allocator called (`malloc`, `zmalloc`, ...).
+    pub allocator: String,
+    /// The source line.
+    pub text: String,
+}
+
+/// A statement that stores into an object of a persistent type.
+#[derive(Debug, Clone, Serialize)]
+pub struct MutationSite {
+    /// The function it is in.
+    pub function: String,
+    /// Where.
+    pub site: Site,
+    /// `=`, `++`, `memcpy`, ...
+    pub how: String,
+    /// The source line.
+    pub text: String,
+    /// The function also runs while loading (it is reached from the load functions); the
+    /// others run only after loading.
+    pub during_load: bool,
 }
 
 /// The numbers of an analysis.
@@ -256,12 +309,80 @@ pub(crate) fn run(program: &Program, options: &Options, started: Instant) -> Res
         functions_in_program: program.functions.len(),
         seconds: started.elapsed().as_secs_f64(),
     };
+    let checklist = load
+        .as_ref()
+        .map(|l| port_checklist(program, l, &mut lines));
     Ok(Report {
         summary,
         load,
         backtrack,
         problems: program.problems.clone(),
+        checklist,
+        paths: program.paths.clone(),
     })
+}
+
+/// The port checklist: for each persistent type, its allocation and mutation sites in the
+/// whole program.
+fn port_checklist(program: &Program, load: &LoadReport, lines: &mut SourceLines) -> Vec<PortItem> {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut items: Vec<PortItem> = Vec::new();
+    // Findings are keyed by name and definition; records by USR.
+    let by_place: HashMap<(&str, &Site), usize> = load
+        .findings
+        .iter()
+        .enumerate()
+        .map(|(i, f)| ((f.name.as_str(), &f.definition), i))
+        .collect();
+    for (key, record) in &program.records {
+        if let Some(&i) = by_place.get(&(record.name.as_str(), &record.site)) {
+            index.insert(key.as_str(), i);
+        }
+    }
+    for finding in &load.findings {
+        items.push(PortItem {
+            name: finding.name.clone(),
+            definition: finding.definition.clone(),
+            suspicion: finding.suspicion.clone(),
+            allocations: Vec::new(),
+            mutations: Vec::new(),
+        });
+    }
+    let during_load: HashSet<&str> = load.visited.iter().map(String::as_str).collect();
+    for function in program.functions.values() {
+        for alloc in &function.allocs {
+            for key in &alloc.records {
+                if let Some(item) = index.get(key.as_str()).and_then(|&i| items.get_mut(i)) {
+                    item.allocations.push(AllocationSite {
+                        function: function.name.clone(),
+                        site: alloc.site.clone(),
+                        allocator: alloc.callee.clone(),
+                        text: lines.line(&alloc.site),
+                    });
+                }
+            }
+        }
+        for write in &function.writes {
+            for (key, _) in &write.records {
+                if let Some(item) = index.get(key.as_str()).and_then(|&i| items.get_mut(i)) {
+                    item.mutations.push(MutationSite {
+                        function: function.name.clone(),
+                        site: write.site.clone(),
+                        how: write.how.clone(),
+                        text: lines.line(&write.site),
+                        during_load: during_load.contains(function.name.as_str()),
+                    });
+                }
+            }
+        }
+    }
+    for item in &mut items {
+        item.allocations.sort_by(|a, b| a.site.cmp(&b.site));
+        item.allocations.dedup_by(|a, b| a.site == b.site);
+        item.mutations.sort_by(|a, b| a.site.cmp(&b.site));
+        item.mutations.dedup_by(|a, b| a.site == b.site);
+    }
+    items
 }
 
 /// Lines of source files, read once each, for quoting write sites.

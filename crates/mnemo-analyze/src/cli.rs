@@ -38,7 +38,8 @@ How it works:
 
 Examples:
   mnemo analyze --load rdbLoad --load loadAppendOnlyFiles redis/src -- -Ideps/hiredis
-  mnemo analyze --load load_records --json app/
+  mnemo analyze --load load_records --format json app/
+  mnemo analyze --load load_records --format sarif app/ > analyze.sarif
   mnemo analyze --load load_records --strategy both app/ -- -Iinclude -DNDEBUG
 
 Strategies:
@@ -55,8 +56,13 @@ pub struct AnalyzeArgs {
     #[arg(long, value_enum, default_value = "load")]
     pub strategy: Strategy,
 
-    /// Print the report as JSON (for tools) instead of text.
-    #[arg(long)]
+    /// Output format: text for a person, JSON for tools, SARIF 2.1.0 for editors and
+    /// code scanning.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
 
     /// Source directories or files.
@@ -71,6 +77,17 @@ pub struct AnalyzeArgs {
     /// Compiler flags for every source, after `--` (e.g. `-- -Iinclude -DNDEBUG`).
     #[arg(last = true, value_name = "FLAGS", allow_hyphen_values = true)]
     pub flags: Vec<String>,
+}
+
+/// How the report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Text for a person, with the port checklist.
+    Text,
+    /// The whole report as JSON.
+    Json,
+    /// SARIF 2.1.0: persistent types, allocation sites and stores as results.
+    Sarif,
 }
 
 /// Runs `mnemo analyze`: prints the report (text or JSON) on standard output, errors on
@@ -101,16 +118,21 @@ pub fn run_cli(args: AnalyzeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("mnemo analyze: cannot encode the report: {e}");
-                return ExitCode::FAILURE;
-            }
+    let format = if args.json { Format::Json } else { args.format };
+    let encoded = match format {
+        Format::Text => {
+            print!("{}", render::text(&report));
+            return ExitCode::SUCCESS;
         }
-    } else {
-        print!("{}", render::text(&report));
+        Format::Json => serde_json::to_string_pretty(&report),
+        Format::Sarif => serde_json::to_string_pretty(&render::sarif(&report)),
+    };
+    match encoded {
+        Ok(text) => println!("{text}"),
+        Err(e) => {
+            eprintln!("mnemo analyze: cannot encode the report: {e}");
+            return ExitCode::FAILURE;
+        }
     }
     ExitCode::SUCCESS
 }

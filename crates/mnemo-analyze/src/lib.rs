@@ -55,10 +55,11 @@ mod workers;
 use std::path::PathBuf;
 
 pub use analysis::{
-    BacktrackFinding, ChainStep, Finding, LoadReport, Reach, Report, Strategy, Summary, Suspicion,
-    Unresolved, WriteSite,
+    AllocationSite, BacktrackFinding, ChainStep, Finding, LoadReport, MutationSite, PortItem,
+    Reach, Report, Strategy, Summary, Suspicion, Unresolved, WriteSite,
 };
-pub use cli::{run_cli, AnalyzeArgs};
+pub use cli::{run_cli, AnalyzeArgs, Format};
+pub use render::{sarif, text};
 
 /// What to analyze and how.
 #[derive(Debug, Clone)]

@@ -1,0 +1,61 @@
+/* The port checklist: where persistent objects are allocated and where they are changed,
+ * while loading and after. */
+#include <stdlib.h>
+#include <string.h>
+
+struct kv {
+    char key[16];
+    long value;
+    struct kv *next;
+};
+
+struct table {
+    struct kv *head;
+    long count;
+};
+
+/* Allocated and freed, never written while loading: not persistent, not on the list. */
+struct scratch {
+    int tmp;
+};
+
+static struct kv *kv_new(const char *key, long value)
+{
+    struct kv *e = calloc(1, sizeof(struct kv));
+    strncpy(e->key, key, sizeof e->key - 1);
+    e->value = value;
+    return e;
+}
+
+static void table_put(struct table *t, const char *key, long value)
+{
+    struct kv *e = kv_new(key, value);
+    e->next = t->head;
+    t->head = e;
+    t->count++;
+}
+
+int load(struct table *t, const char **keys, const long *values, int n)
+{
+    for (int i = 0; i < n; i++)
+        table_put(t, keys[i], values[i]);
+    return 0;
+}
+
+/* After loading: a command that changes the data. */
+void cmd_incr(struct table *t, const char *key)
+{
+    for (struct kv *e = t->head; e; e = e->next)
+        if (strcmp(e->key, key) == 0)
+            e->value++;
+}
+
+struct table *table_new(void)
+{
+    struct table *t = (struct table *)malloc(sizeof *t);
+    struct scratch *s = malloc(sizeof *s);
+    t->head = NULL;
+    t->count = 0;
+    free(s);
+    return t;
+}
