@@ -542,9 +542,12 @@ fn load_strategy(
         }
     }
     let exits = Exits::new(program);
-    let dead = exit_only(program, &exits, &order, &parent, &found);
+    let live = live_functions(program, &exits, &order, &parent);
+    let dead = exit_only(program, &exits, &order, &parent, &live, &found);
+    let stack = stack_only(program, &order, &parent, &live, &found);
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
+            .or_else(|| stack.get(key).cloned())
             .or_else(|| dead.get(key).cloned());
         report.findings.push(finding);
     }
@@ -563,32 +566,9 @@ fn exit_only<'p>(
     exits: &Exits,
     order: &[&'p str],
     parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    live: &HashSet<&'p str>,
     found: &BTreeMap<&'p str, Finding>,
 ) -> HashMap<&'p str, Suspicion> {
-    let visited: HashSet<&str> = order.iter().copied().collect();
-    // Functions reached from the load functions without going through the end of the
-    // process.
-    let mut live: HashSet<&str> = HashSet::new();
-    let mut queue: VecDeque<&str> = VecDeque::new();
-    for (usr, from) in parent {
-        if from.is_none() {
-            live.insert(usr);
-            queue.push_back(usr);
-        }
-    }
-    while let Some(usr) = queue.pop_front() {
-        let Some(f) = program.functions.get(usr) else {
-            continue;
-        };
-        for call in &f.calls {
-            let Some(callee) = call.callee.as_deref() else {
-                continue;
-            };
-            if visited.contains(callee) && !exits.call_ends(f, call) && live.insert(callee) {
-                queue.push_back(callee);
-            }
-        }
-    }
     // Per record: reached on a live path; else the first dead place (function, doomed
     // write).
     let mut alive: HashSet<&str> = HashSet::new();
@@ -630,7 +610,7 @@ fn exit_only<'p>(
                 "written only where the process ends next: {site} is followed by a call \
                  that cannot return"
             ),
-            Some((usr, None)) => dead_entry(program, exits, parent, &live, usr),
+            Some((usr, None)) => dead_entry(program, exits, parent, live, usr),
             None => match order.iter().find(|&&usr| {
                 finding.reach.as_ref().is_some_and(|r| {
                     program
@@ -639,7 +619,7 @@ fn exit_only<'p>(
                         .is_some_and(|f| f.name == r.function)
                 })
             }) {
-                Some(usr) => dead_entry(program, exits, parent, &live, usr),
+                Some(usr) => dead_entry(program, exits, parent, live, usr),
                 None => continue,
             },
         };
@@ -650,6 +630,132 @@ fn exit_only<'p>(
                 reason,
             },
         );
+    }
+    out
+}
+
+/// The functions reached from the load functions without going through the end of the
+/// process (a function that cannot return, or a call after which the process ends).
+fn live_functions<'p>(
+    program: &'p Program,
+    exits: &Exits,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+) -> HashSet<&'p str> {
+    let visited: HashSet<&str> = order.iter().copied().collect();
+    let mut live: HashSet<&str> = HashSet::new();
+    let mut queue: VecDeque<&str> = VecDeque::new();
+    for (usr, from) in parent {
+        if from.is_none() {
+            live.insert(usr);
+            queue.push_back(usr);
+        }
+    }
+    while let Some(usr) = queue.pop_front() {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for call in &f.calls {
+            let Some(callee) = call.callee.as_deref() else {
+                continue;
+            };
+            if visited.contains(callee) && !exits.call_ends(f, call) && live.insert(callee) {
+                queue.push_back(callee);
+            }
+        }
+    }
+    live
+}
+
+/// The written findings whose every write while loading is into an object on the stack: a
+/// local variable of the writing function, or one whose address every caller on the load
+/// path passes down (`rio r; rioInitWithFile(&r, fp);`). Such objects end with the call that
+/// holds them, so they cannot be the state that survives loading.
+fn stack_only<'p>(
+    program: &'p Program,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    live: &HashSet<&str>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    // Only the live load path counts: calls on paths that end the process are left out.
+    let path: Vec<&str> = order.iter().copied().filter(|u| live.contains(u)).collect();
+    let visited: HashSet<&str> = path.iter().copied().collect();
+    // Parameters that receive only addresses of stack objects from the load path: the
+    // greatest fixed point, starting from every parameter passed to on the load path
+    // (the load functions' own parameters come from outside).
+    let mut stack_params: HashSet<(&str, usize)> = HashSet::new();
+    for &usr in &path {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for call in &f.calls {
+            if let Some(callee) = call.callee.as_deref().filter(|c| visited.contains(c)) {
+                if matches!(parent.get(callee), Some(Some(_))) {
+                    stack_params.extend((0..call.stack_args.len()).map(|k| (callee, k)));
+                }
+            }
+        }
+    }
+    for _ in 0..REACH_PASSES_MAX {
+        let before = stack_params.len();
+        for &usr in &path {
+            let Some(f) = program.functions.get(usr) else {
+                continue;
+            };
+            for call in &f.calls {
+                let Some(callee) = call.callee.as_deref() else {
+                    continue;
+                };
+                for (k, &on_stack) in call.stack_args.iter().enumerate() {
+                    let forwarded = matches!(call.roots.get(k), Some(Some(Root::Param(j)))
+                        if stack_params.contains(&(usr, *j)));
+                    if !on_stack && !forwarded {
+                        stack_params.remove(&(callee, k));
+                    }
+                }
+            }
+        }
+        if stack_params.len() == before {
+            break;
+        }
+    }
+    let mut on_heap: HashSet<&str> = HashSet::new();
+    let mut first: HashMap<&str, &Site> = HashMap::new();
+    // Writes on paths that end the process do not count (they are flagged as such).
+    for &usr in order.iter().filter(|u| live.contains(*u)) {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for write in &f.writes {
+            let stack = write.stack
+                || matches!(write.root, Some(Root::Param(i)) if stack_params.contains(&(usr, i)));
+            for (key, _) in &write.records {
+                if stack {
+                    first.entry(key).or_insert(&write.site);
+                } else {
+                    on_heap.insert(key);
+                }
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for &key in found.keys() {
+        if on_heap.contains(key) {
+            continue;
+        }
+        if let Some(site) = first.get(key) {
+            out.insert(
+                key,
+                Suspicion {
+                    kind: "stack-only".into(),
+                    reason: format!(
+                        "written while loading only in objects on the stack (local variables, \
+                         e.g. at {site}), which end with their function"
+                    ),
+                },
+            );
+        }
     }
     out
 }

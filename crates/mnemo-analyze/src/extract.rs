@@ -1176,6 +1176,7 @@ impl BodyWalker<'_> {
                 how: "initializer".into(),
                 loop_header,
                 root: None,
+                stack: is_local(&var),
                 at: self.position,
             });
         }
@@ -1205,6 +1206,7 @@ impl BodyWalker<'_> {
                 how: how.to_string(),
                 loop_header,
                 root,
+                stack: on_stack(lv),
                 at: self.position,
             });
         }
@@ -1584,6 +1586,10 @@ impl BodyWalker<'_> {
         let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);
         let mut arg_vals = Vec::new();
         let mut roots = Vec::new();
+        let stack_args: Vec<bool> = args
+            .iter()
+            .map(|a| address_on_stack(&mut self.builder.texts, *a))
+            .collect();
         for arg in &args {
             let mut vals = Vec::new();
             self.vals(*arg, &mut vals);
@@ -1637,6 +1643,7 @@ impl BodyWalker<'_> {
             stream,
             signature,
             roots,
+            stack_args,
             at: self.position,
         });
         direct
@@ -1678,10 +1685,12 @@ impl BodyWalker<'_> {
         if let Some((_, written, from)) = LIBRARY_WRITERS.iter().find(|(n, _, _)| *n == name) {
             let mut records = Vec::new();
             let mut root = None;
+            let mut stack = true;
             for (i, arg) in args.iter().enumerate() {
                 if written.contains(&i) || from.is_some_and(|f| i >= f) {
                     self.pointer_target_records(*arg, &mut records);
                     root = root.or_else(|| self.pointer_root(*arg));
+                    stack &= address_on_stack(&mut self.builder.texts, *arg);
                 }
             }
             if !records.is_empty() {
@@ -1691,6 +1700,7 @@ impl BodyWalker<'_> {
                     how: name.to_string(),
                     loop_header,
                     root,
+                    stack,
                     at: self.position,
                 });
             }
@@ -1794,6 +1804,55 @@ impl BodyWalker<'_> {
                 }
             }
         }
+    }
+}
+
+/// The lvalue `lv` is a local variable or a part of one held by value (a member, an element
+/// of an embedded array): an object on the stack.
+fn on_stack(lv: Entity) -> bool {
+    let mut e = strip_parens(lv);
+    loop {
+        match e.get_kind() {
+            EntityKind::MemberRefExpr | EntityKind::ArraySubscriptExpr => {
+                let Some(base) = e.get_children().into_iter().next() else {
+                    return false;
+                };
+                let inner = strip_parens(base);
+                let by_value = inner.get_type().is_some_and(|t| {
+                    let t = t.get_canonical_type();
+                    t.get_kind() == TypeKind::Record || array_element(&t).is_some()
+                });
+                if !by_value {
+                    return false;
+                }
+                e = inner;
+            }
+            EntityKind::DeclRefExpr => {
+                // A local variable, or a parameter: a struct passed by value is a copy.
+                return e.get_reference().is_some_and(|v| {
+                    v.get_kind() == EntityKind::ParmDecl
+                        || (v.get_kind() == EntityKind::VarDecl && is_local(&v))
+                });
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// The pointer expression `e` is the address of an object on the stack: `&local`,
+/// `&local.member`, or a local array.
+fn address_on_stack(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: Entity) -> bool {
+    let e = strip_casts(e);
+    match e.get_kind() {
+        EntityKind::UnaryOperator if unary_operator(texts, &e).as_deref() == Some("&") => {
+            e.get_children().into_iter().next().is_some_and(on_stack)
+        }
+        EntityKind::DeclRefExpr | EntityKind::MemberRefExpr => {
+            e.get_type()
+                .is_some_and(|t| array_element(&t.get_canonical_type()).is_some())
+                && on_stack(e)
+        }
+        _ => false,
     }
 }
 

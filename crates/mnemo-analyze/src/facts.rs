@@ -173,6 +173,9 @@ pub struct Write {
     pub loop_header: bool,
     /// Where the object written lives, when it is reached through a pointer.
     pub root: Option<Root>,
+    /// The object written is a local variable of the function (on the stack), or a part of
+    /// one.
+    pub stack: bool,
     /// The statement holding it: (block, index) in [`Function::blocks`].
     pub at: Option<(usize, usize)>,
 }
@@ -195,6 +198,9 @@ pub struct Call {
     pub signature: Option<String>,
     /// For each argument of pointer type: where the object it points to lives.
     pub roots: Vec<Option<Root>>,
+    /// For each argument: it is the address of a local variable (or part of one), or a local
+    /// array.
+    pub stack_args: Vec<bool>,
     /// The statement holding it: (block, index) in [`Function::blocks`].
     pub at: Option<(usize, usize)>,
 }

@@ -218,9 +218,16 @@ fn functions_without_pointer_arguments_are_skipped() {
     assert_eq!(load.skipped, strings(&["bump_global", "bump_scalar"]));
     // The C library is not entered.
     assert_eq!(load.external, strings(&["strlen"]));
+    // by_value is only ever a local and a parameter passed by value: on the stack.
     assert_eq!(
         names(&report),
-        plain(&["struct by_value", "struct counter"])
+        vec![
+            (
+                "struct by_value".to_string(),
+                Some("stack-only".to_string())
+            ),
+            ("struct counter".to_string(), None)
+        ]
     );
     // Not lines 16 and 21: those are in the skipped functions.
     assert_eq!(
@@ -586,4 +593,31 @@ fn types_written_only_on_paths_that_end_the_process_are_flagged() {
         "reached only through `goodbye` (called at exits.c:114), which cannot return"
     );
     assert_eq!(report.summary.types_suspicious, 5);
+}
+
+#[test]
+fn types_written_only_on_the_stack_are_flagged() {
+    let report = run("stack.c", &["load"]);
+    let stack_only = Some("stack-only".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct ctx".to_string(), stack_only.clone()),
+            // Written on the stack (`first`) and in the table's slots: persistent.
+            ("struct entry".to_string(), None),
+            // rio_init(&r, ...) in load, rio_read(r) forwarded by fill(&r, ...).
+            ("struct rio".to_string(), stack_only),
+            ("struct table".to_string(), None),
+        ]
+    );
+    assert_eq!(
+        finding(&report, "struct ctx")
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.as_str()),
+        Some(
+            "written while loading only in objects on the stack (local variables, e.g. at \
+             stack.c:43), which end with their function"
+        )
+    );
 }
