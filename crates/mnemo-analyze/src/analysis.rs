@@ -545,10 +545,12 @@ fn load_strategy(
     let live = live_functions(program, &exits, &order, &parent);
     let dead = exit_only(program, &exits, &order, &parent, &live, &found);
     let stack = stack_only(program, &order, &parent, &live, &found);
+    let teardown = teardown_only(program, &order, &live, &found);
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
             .or_else(|| stack.get(key).cloned())
-            .or_else(|| dead.get(key).cloned());
+            .or_else(|| dead.get(key).cloned())
+            .or_else(|| teardown.get(key).cloned());
         report.findings.push(finding);
     }
     report
@@ -756,6 +758,59 @@ fn stack_only<'p>(
                 },
             );
         }
+    }
+    out
+}
+
+/// Words that name a function releasing memory (`freeClient`, `listRelease`,
+/// `RM_FreeDict`, `dictDestroy`), lower case.
+const TEARDOWN_WORDS: &[&str] = &["free", "release", "destroy"];
+
+/// The findings written while loading (or, for a reached container, read) only in functions
+/// whose names say they release memory: clean-up that loading runs, not state it builds.
+fn teardown_only<'p>(
+    program: &'p Program,
+    order: &[&'p str],
+    live: &HashSet<&str>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    let releases = |name: &str| {
+        let lower = name.to_lowercase();
+        TEARDOWN_WORDS.iter().any(|w| lower.contains(w))
+    };
+    // Per record: the names of the live functions writing it.
+    let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for &usr in order.iter().filter(|u| live.contains(*u)) {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for write in &f.writes {
+            for (key, _) in &write.records {
+                writers.entry(key).or_default().insert(f.name.as_str());
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for (&key, finding) in found {
+        let names: Vec<&str> = match (&finding.reach, writers.get(key)) {
+            (Some(reach), _) => vec![reach.function.as_str()],
+            (None, Some(names)) => names.iter().copied().collect(),
+            (None, None) => continue,
+        };
+        if names.is_empty() || !names.iter().all(|n| releases(n)) {
+            continue;
+        }
+        out.insert(
+            key,
+            Suspicion {
+                kind: "teardown".into(),
+                reason: format!(
+                    "written while loading only in functions that release memory, by their \
+                     names: {}",
+                    names.join(", ")
+                ),
+            },
+        );
     }
     out
 }

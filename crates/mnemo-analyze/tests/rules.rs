@@ -621,3 +621,22 @@ fn types_written_only_on_the_stack_are_flagged() {
         )
     );
 }
+
+#[test]
+fn types_written_only_by_functions_that_release_memory_are_flagged() {
+    let report = run("heuristics.c", &["load_handles"]);
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct entry".to_string(), None),
+            ("struct handle".to_string(), Some("teardown".to_string())),
+        ]
+    );
+    assert_eq!(
+        finding(&report, "struct handle")
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.as_str()),
+        Some("written while loading only in functions that release memory, by their names: handle_release")
+    );
+}
