@@ -954,10 +954,41 @@ fn entity_at(e: &Entity) -> Option<EntityAt> {
 }
 
 /// An allocating function, by name: `malloc`, `calloc`, `realloc`, `zmalloc`,
-/// `s_malloc_usable`, `je_calloc`, ... (the result must be a pointer too).
+/// `s_malloc_usable`, `je_calloc`, `slabs_alloc`, ... (the result must be a pointer too).
+/// Not `address6_allocate` (it allocates an address, not memory) nor `zmalloc_size`.
 fn is_allocator(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    lower.contains("alloc") && !lower.contains("free") && !lower.contains("size")
+    let allocates = ["malloc", "calloc", "realloc"]
+        .iter()
+        .any(|a| lower.contains(a))
+        || lower.ends_with("alloc");
+    allocates && !lower.contains("free") && !lower.contains("size")
+}
+
+#[cfg(test)]
+mod allocator_tests {
+    use super::is_allocator;
+
+    #[test]
+    fn allocators_are_known_by_name() {
+        for name in [
+            "malloc",
+            "zcalloc",
+            "s_malloc_usable",
+            "ztrymalloc_usable",
+            "slabs_alloc",
+        ] {
+            assert!(is_allocator(name), "{name}");
+        }
+        for name in [
+            "address6_allocate",
+            "zmalloc_size",
+            "zfree",
+            "lease_allocate",
+        ] {
+            assert!(!is_allocator(name), "{name}");
+        }
+    }
 }
 
 struct BodyWalker<'b> {
