@@ -491,6 +491,40 @@ impl Builder {
         Some(format!("{keyword} <{path}.{field}>"))
     }
 
+    /// The record whose size the `sizeof` (or `alignof`) expression `e` takes, if any:
+    /// `sizeof(struct T)`, `sizeof(T)`, `sizeof *p`, `sizeof(*p)`; not `sizeof(T *)`, the size
+    /// of a pointer.
+    fn sizeof_operand(&mut self, e: &Entity) -> Vec<String> {
+        let mut out = Vec::new();
+        for child in e.get_children() {
+            let ty = if child.get_kind() == EntityKind::TypeRef {
+                // libclang shows the type operand only as a reference to its named type:
+                // look for a `*` among the tokens to tell `T *` from `T`.
+                let pointer = e.get_range().is_some_and(|r| {
+                    tokens_within(r, SPELLED_BYTES_MAX)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|t| t.get_spelling() == "*")
+                });
+                if pointer {
+                    continue;
+                }
+                child
+                    .get_reference()
+                    .and_then(|d| d.get_type())
+                    .or_else(|| child.get_type())
+            } else {
+                child.get_type()
+            };
+            if let Some(key) = self.record_of_type(ty) {
+                if !out.contains(&key) {
+                    out.push(key);
+                }
+            }
+        }
+        out
+    }
+
     /// The records named by `sizeof` in the return statements of the function `f` (a helper
     /// like `sdsHdrSize`), when its definition is in this unit.
     fn returned_sizes(&mut self, f: Entity) -> Vec<(String, Site)> {
@@ -514,15 +548,8 @@ impl Builder {
                 while let Some(x) = inner.pop() {
                     if x.get_kind() == EntityKind::UnaryExpr {
                         let site = self.site(&x);
-                        for child in x.get_children() {
-                            let ty = if child.get_kind() == EntityKind::TypeRef {
-                                child.get_reference().and_then(|d| d.get_type())
-                            } else {
-                                child.get_type()
-                            };
-                            if let Some(key) = self.record_of_type(ty) {
-                                push_sized(&mut out, key, &site);
-                            }
+                        for key in self.sizeof_operand(&x) {
+                            push_sized(&mut out, key, &site);
                         }
                     } else {
                         inner.extend(x.get_children());
@@ -1295,18 +1322,8 @@ impl BodyWalker<'_> {
                 EntityKind::UnaryExpr => {
                     // sizeof(struct T), sizeof(T), sizeof *p, sizeof(*p).
                     let site = self.builder.site(&e);
-                    for child in e.get_children() {
-                        let ty = if child.get_kind() == EntityKind::TypeRef {
-                            child
-                                .get_reference()
-                                .and_then(|d| d.get_type())
-                                .or_else(|| child.get_type())
-                        } else {
-                            child.get_type()
-                        };
-                        if let Some(key) = self.builder.record_of_type(ty) {
-                            push_sized(&mut out, key, &site);
-                        }
+                    for key in self.builder.sizeof_operand(&e) {
+                        push_sized(&mut out, key, &site);
                     }
                 }
                 EntityKind::DeclRefExpr => {

@@ -96,7 +96,7 @@ fn checklist_lists_allocations_and_stores_of_each_persistent_type() {
         .filter(|m| !m.during_load)
         .map(|m| m.site.line)
         .collect();
-    assert_eq!(after, vec![57, 58]);
+    assert_eq!(after, vec![60, 61]);
 
     let shown = text(&report);
     assert!(

@@ -54,6 +54,9 @@ struct table *table_new(void)
 {
     struct table *t = (struct table *)malloc(sizeof *t);
     struct scratch *s = malloc(sizeof *s);
+    /* An array of pointers to kv: not an allocation of kv. */
+    struct kv **index = malloc(sizeof(struct kv *) * 8);
+    free(index);
     t->head = NULL;
     t->count = 0;
     free(s);
