@@ -29,10 +29,15 @@ How it works:
   through memcpy/strcpy/memset/read/fread/fgets/sscanf... is followed to the type of
   the object written and to the structs that embed it by value. Reported: each type of
   the program's own sources (not system headers) with its definition and the chain of
-  calls down to the statement that writes it. Functions taking no pointers are skipped,
-  the C library is not entered, calls through function pointers are listed as
-  unresolved, and iterator-like types and alignment variants are flagged as likely
-  false positives. Sources are parsed with libclang (apt-get install libclang-14-dev):
+  calls down to the statement that writes it. A type whose pointer field is followed
+  to a write is reported as a reached container (redisDb in `dictAdd(db->dict, ...)`);
+  bytes written through casts or into memory allocated with sizeof(T) count for T.
+  Functions taking no pointers are skipped, the C library is not entered, calls
+  through function pointers are listed as unresolved. Flagged as likely false
+  positives: iterators, alignment variants, types written only on the stack, only
+  where the process ends next (exit, abort, noreturn), or only by functions that
+  release memory. The port checklist lists, per type, the allocation sites to change
+  to mnemo_pmalloc and the stores that need a transaction once it is persistent. Sources are parsed with libclang (apt-get install libclang-14-dev):
   a directory's compile_commands.json when present, else every .c file under it with
   -I for its header directories and the flags after --.
 
