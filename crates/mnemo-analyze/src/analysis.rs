@@ -349,9 +349,20 @@ fn port_checklist(program: &Program, load: &LoadReport, lines: &mut SourceLines)
         });
     }
     let during_load: HashSet<&str> = load.visited.iter().map(String::as_str).collect();
+    let wrappers = allocator_wrappers(program);
     for function in program.functions.values() {
         for alloc in &function.allocs {
+            let inside = match alloc.through.as_deref() {
+                None => None,
+                Some(usr) => match wrappers.get(usr) {
+                    Some(typed) => Some(typed),
+                    None => continue,
+                },
+            };
             for key in &alloc.records {
+                if inside.is_some_and(|typed| typed.contains(key.as_str())) {
+                    continue;
+                }
                 if let Some(item) = index.get(key.as_str()).and_then(|&i| items.get_mut(i)) {
                     item.allocations.push(AllocationSite {
                         function: function.name.clone(),
@@ -856,6 +867,62 @@ fn dead_entry(
         "reached only on paths that end the process (in `{}`)",
         name(usr)
     )
+}
+
+/// Functions of the program that hand out memory from an allocator (they return the result of
+/// an allocator by name, or of another such function), with the records they type it as
+/// themselves. A call to one whose result is assigned or cast to another record is an
+/// allocation of that record too (memcached's `do_item_alloc_pull` allocates an item, and
+/// `do_item_alloc_chunk` casts its memory to a chunk); one that names the same record adds
+/// nothing (Redis's `createObject` callers: `zmalloc(sizeof(*o))` inside is the site).
+fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
+    let mut wrappers: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for _ in 0..REACH_PASSES_MAX {
+        let mut changed = false;
+        for (usr, f) in &program.functions {
+            if wrappers.contains_key(usr.as_str()) {
+                continue;
+            }
+            let wraps = f.returns_from.iter().any(|(callee, name)| {
+                crate::extract::is_allocator(name) || wrappers.contains_key(callee.as_str())
+            });
+            if wraps {
+                // Every record it types memory as (by an allocator or another wrapper).
+                let typed = f
+                    .allocs
+                    .iter()
+                    .flat_map(|a| a.records.iter().map(String::as_str))
+                    .collect();
+                wrappers.insert(usr.as_str(), typed);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // A wrapper of a wrapper types what the inner one types (`createStringObject` returns
+    // `createEmbeddedStringObject`'s object, typed there).
+    for _ in 0..REACH_PASSES_MAX {
+        let mut changed = false;
+        for (usr, f) in &program.functions {
+            let inherited: Vec<&str> = f
+                .returns_from
+                .iter()
+                .filter_map(|(callee, _)| wrappers.get(callee.as_str()))
+                .flat_map(|typed| typed.iter().copied())
+                .collect();
+            if let Some(typed) = wrappers.get_mut(usr.as_str()) {
+                for record in inherited {
+                    changed |= typed.insert(record);
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    wrappers
 }
 
 /// Passes over the call graph to settle which parameters lead to writes; a bound for

@@ -612,6 +612,7 @@ impl Builder {
             local_roots: BTreeMap::new(),
             local_memory: BTreeMap::new(),
             alloc_target: None,
+            call_locals: BTreeMap::new(),
             position: None,
             depth: 0,
             function: Function {
@@ -980,10 +981,18 @@ fn entity_at(e: &Entity) -> Option<EntityAt> {
     Some((offset_of(start), spelling_of(start)))
 }
 
+/// The callee of a direct call: (USR, name).
+fn direct_callee(call: &Entity) -> Option<(String, String)> {
+    let f = call
+        .get_reference()
+        .filter(|r| r.get_kind() == EntityKind::FunctionDecl)?;
+    Some((f.get_usr()?.0, f.get_name().unwrap_or_default()))
+}
+
 /// An allocating function, by name: `malloc`, `calloc`, `realloc`, `zmalloc`,
 /// `s_malloc_usable`, `je_calloc`, `slabs_alloc`, ... (the result must be a pointer too).
 /// Not `address6_allocate` (it allocates an address, not memory) nor `zmalloc_size`.
-fn is_allocator(name: &str) -> bool {
+pub(crate) fn is_allocator(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     let allocates = ["malloc", "calloc", "realloc"]
         .iter()
@@ -1031,6 +1040,8 @@ struct BodyWalker<'b> {
     /// An allocating call whose result is assigned or cast to a pointer to a record: the call
     /// and the record.
     alloc_target: Option<(EntityAt, String)>,
+    /// Local pointers (by USR) assigned the result of a direct call: (callee USR, name).
+    call_locals: BTreeMap<String, (String, String)>,
     /// The statement being walked: (block, index) in [`Function::blocks`].
     position: Option<(usize, usize)>,
     /// How deep in the body the walk is.
@@ -1142,6 +1153,9 @@ impl BodyWalker<'_> {
                 return Shape::seq(parts);
             }
             EntityKind::ReturnStmt => {
+                if let Some(value) = e.get_children().into_iter().next() {
+                    self.note_returned(value);
+                }
                 let mut parts: Vec<Shape> = e
                     .get_children()
                     .into_iter()
@@ -1290,8 +1304,33 @@ impl BodyWalker<'_> {
         if !memory.is_empty() {
             self.local_memory.insert(usr.clone(), memory);
         }
+        let call = strip_casts(value);
+        if call.get_kind() == EntityKind::CallExpr {
+            if let Some(from) = direct_callee(&call) {
+                self.call_locals.insert(usr.clone(), from);
+            }
+        }
         if let Some(root) = self.pointer_root(value) {
             self.local_roots.insert(usr, root);
+        }
+    }
+
+    /// `return value;`: when the value is the result of a direct call (or a local assigned
+    /// one), the callee is recorded in [`Function::returns_from`].
+    fn note_returned(&mut self, value: Entity) {
+        let value = strip_casts(value);
+        let from = match value.get_kind() {
+            EntityKind::CallExpr => direct_callee(&value),
+            EntityKind::DeclRefExpr => value
+                .get_reference()
+                .and_then(|v| v.get_usr())
+                .and_then(|u| self.call_locals.get(&u.0).cloned()),
+            _ => None,
+        };
+        if let Some(from) = from {
+            if !self.function.returns_from.contains(&from) {
+                self.function.returns_from.push(from);
+            }
         }
     }
 
@@ -1670,8 +1709,12 @@ impl BodyWalker<'_> {
             .find(|(name, _)| *name == callee_text)
             .and_then(|(_, i)| args.get(*i))
             .map(|a| spelled(&strip_casts(*a)));
-        if is_allocator(&callee_text) && is_pointer(e.get_type()) {
-            self.allocation(&e, &args, &callee_text, &site);
+        if is_pointer(e.get_type()) {
+            if is_allocator(&callee_text) {
+                self.allocation(&e, &args, &callee_text, &site, None);
+            } else if let Some(usr) = &callee {
+                self.allocation(&e, &[], &callee_text, &site, Some(usr.clone()));
+            }
         }
         let direct = callee.is_some();
         let signature = if direct {
@@ -1699,12 +1742,25 @@ impl BodyWalker<'_> {
 
     /// An allocating call: the records it allocates (the assignment's or cast's pointee, and
     /// the `sizeof`s in its size), if any.
-    fn allocation(&mut self, e: &Entity, args: &[Entity], callee: &str, site: &Site) {
+    /// `through` names a function of the program that may wrap an allocator: only the
+    /// record its result is assigned or cast to counts then.
+    fn allocation(
+        &mut self,
+        e: &Entity,
+        args: &[Entity],
+        callee: &str,
+        site: &Site,
+        through: Option<String>,
+    ) {
         let mut records: Vec<String> = Vec::new();
-        if let Some((at, record)) = self.alloc_target.take() {
-            if entity_at(e).as_ref() == Some(&at) {
-                records.push(record);
-            }
+        let target = self
+            .alloc_target
+            .as_ref()
+            .filter(|(at, _)| entity_at(e).as_ref() == Some(at))
+            .map(|(_, record)| record.clone());
+        if let Some(record) = target {
+            self.alloc_target = None;
+            records.push(record);
         }
         for arg in args {
             for (key, _) in self.sizeof_records(*arg) {
@@ -1718,6 +1774,7 @@ impl BodyWalker<'_> {
                 records,
                 callee: callee.to_string(),
                 site: site.clone(),
+                through,
             });
         }
     }

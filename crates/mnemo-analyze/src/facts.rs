@@ -227,6 +227,10 @@ pub struct Alloc {
     pub callee: String,
     /// Where.
     pub site: Site,
+    /// Set when the callee is not an allocator by its name but a function of the program
+    /// (its USR): the site counts when that function turns out to hand out untyped memory
+    /// from an allocator (memcached's `do_item_alloc_pull`).
+    pub through: Option<String>,
 }
 
 /// A function defined in the program's sources.
@@ -249,6 +253,9 @@ pub struct Function {
     pub flows: Vec<Flow>,
     /// Allocations of program records in its body.
     pub allocs: Vec<Alloc>,
+    /// The functions whose results it returns (`return g(...)`, or a local assigned from
+    /// `g(...)` and returned): (USR, name), to find allocator wrappers.
+    pub returns_from: Vec<(String, String)>,
     /// Declared `noreturn` (`__attribute__((noreturn))`, `_Noreturn`).
     pub noreturn: bool,
     /// How its body ends (see [`Shape`]).

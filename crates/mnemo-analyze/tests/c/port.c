@@ -19,6 +19,13 @@ struct scratch {
     int tmp;
 };
 
+/* Hands out untyped memory from the allocator: its callers decide the type. */
+static void *pool_get(size_t size)
+{
+    void *p = malloc(size);
+    return p;
+}
+
 static struct kv *kv_new(const char *key, long value)
 {
     struct kv *e = calloc(1, sizeof(struct kv));
@@ -50,6 +57,14 @@ void cmd_incr(struct table *t, const char *key)
             e->value++;
 }
 
+/* Typed through the wrapper: an allocation site of kv. Not kv_new's callers (table_put):
+ * kv_new returns calloc's memory too, but types it as a kv itself. */
+struct kv *kv_spare(void)
+{
+    struct kv *spare = (struct kv *)pool_get(sizeof(struct kv));
+    return spare;
+}
+
 struct table *table_new(void)
 {
     struct table *t = (struct table *)malloc(sizeof *t);
@@ -60,5 +75,19 @@ struct table *table_new(void)
     t->head = NULL;
     t->count = 0;
     free(s);
+    return t;
+}
+
+/* Allocates a kv and hands the memory out (memcached's do_item_alloc_pull): a caller that
+ * casts it to another type allocates that type there. */
+static struct kv *kv_pull(void)
+{
+    struct kv *k = malloc(sizeof(struct kv));
+    return k;
+}
+
+struct table *table_from_pull(void)
+{
+    struct table *t = (struct table *)kv_pull();
     return t;
 }
