@@ -12,10 +12,13 @@ use crate::{analyze, render, Options, Strategy};
 /// you name, the analysis walks the call graph breadth-first (each function once), finds every
 /// variable and field assigned or modified (`=`, `+=`, `++`, `memcpy`, `read` into a buffer,
 /// ...), follows it to the type of the object written, and reports each struct or union of the
-/// program's own sources with where it is defined and the chain of calls that writes it.
-/// Functions taking no pointers are skipped, the C library is not entered, and calls through
-/// function pointers are listed as unresolved. Iterator-like types and alignment variants of
-/// another type are flagged as likely false positives.
+/// program's own sources with where it is defined and the chain of calls that writes it, plus
+/// the containers whose pointer fields lead to those writes. Functions taking no pointers are
+/// skipped, the C library is not entered, and calls through function pointers are listed as
+/// unresolved. Iterators, alignment variants, and types written only on the stack, only on
+/// paths that end the process, or only by functions that release memory are flagged as likely
+/// false positives. A port checklist lists, per type, where its objects are allocated and
+/// changed (text, JSON or SARIF 2.1.0).
 ///
 /// Sources are parsed with libclang (install `libclang-14-dev`). A directory with a
 /// `compile_commands.json` is parsed with its flags; otherwise every `.c` file under it is
