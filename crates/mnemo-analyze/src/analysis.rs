@@ -464,7 +464,9 @@ fn load_strategy(
             continue;
         };
         let is_root = matches!(parent.get(usr), Some(None));
-        if !is_root && !function.takes_pointers {
+        // A function without pointer arguments that allocates program records is a
+        // constructor (`createZsetObject(void)`): what it builds is what loading keeps.
+        if !is_root && !function.takes_pointers && function.allocs.is_empty() {
             report.skipped.push(function.name.clone());
             continue;
         }

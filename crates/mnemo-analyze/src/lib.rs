@@ -34,7 +34,8 @@
 //! - **Only the program's records** count: not those of system headers, not compiler builtins.
 //! - **Breadth-first** from the load functions, each function once, so the evidence chain of
 //!   each type is a shortest one. Functions whose parameters are all non-pointer scalars (or
-//!   none) are skipped, except the load functions themselves; functions without a body in the
+//!   none) are skipped, except the load functions themselves and constructors (functions
+//!   that allocate program records); functions without a body in the
 //!   sources (the C library) are not entered; calls through function pointers are listed as
 //!   unresolved.
 //! - **Reached containers**: a type whose pointer field is read while loading and followed to

@@ -245,6 +245,15 @@ fn functions_without_pointer_arguments_are_skipped() {
 }
 
 #[test]
+fn constructors_without_arguments_are_not_skipped() {
+    let report = run("skip.c", &["load_made"]);
+    let load = report.load.as_ref().expect("load ran");
+    assert_eq!(load.visited, strings(&["load_made", "made_new"]));
+    assert!(load.skipped.is_empty());
+    assert_eq!(names(&report), plain(&["struct made"]));
+}
+
+#[test]
 fn system_header_types_are_not_reported() {
     let report = run("system_types.c", &["load"]);
     // struct stat and struct tm are written too, but belong to the C library.
