@@ -1,11 +1,12 @@
 //! The strategies, run on the extracted [`facts`](crate::facts).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::facts::{Problem, Program, Record, Site, Val};
+use crate::exits::Exits;
+use crate::facts::{Function, Problem, Program, Record, Root, Site, Val, Write};
 use crate::{Error, Options};
 
 /// Calls that write a buffer to a file (or a socket): name, buffer arguments, and the index
@@ -73,6 +74,59 @@ pub struct Report {
     pub backtrack: Option<Vec<BacktrackFinding>>,
     /// Sources that did not parse cleanly (`skipped` ones contributed nothing).
     pub problems: Vec<Problem>,
+    /// What a port to persistent memory changes, per persistent type (when the load strategy
+    /// ran), in the order of `load.findings`.
+    pub checklist: Option<Vec<PortItem>>,
+    /// The file behind each name shown in a [`Site`] (for output formats that need absolute
+    /// locations, such as SARIF).
+    #[serde(skip)]
+    pub paths: BTreeMap<String, std::path::PathBuf>,
+}
+
+/// The port checklist of one persistent type: where its objects are allocated (the calls to
+/// change to `mnemo_pmalloc`) and where they are changed (the stores that need a transaction
+/// or a sync point once the objects live in persistent memory).
+#[derive(Debug, Clone, Serialize)]
+pub struct PortItem {
+    /// The type.
+    pub name: String,
+    /// Where it is defined.
+    pub definition: Site,
+    /// Carried from the finding: a likely false positive may need no change at all.
+    pub suspicion: Option<Suspicion>,
+    /// Every call in the program that allocates objects of the type.
+    pub allocations: Vec<AllocationSite>,
+    /// Every statement in the program that stores into objects of the type.
+    pub mutations: Vec<MutationSite>,
+}
+
+/// A call that allocates objects of a persistent type.
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocationSite {
+    /// The function making the call.
+    pub function: String,
+    /// Where.
+    pub site: Site,
+    /// The allocator called (`malloc`, `zmalloc`, ...).
+    pub allocator: String,
+    /// The source line.
+    pub text: String,
+}
+
+/// A statement that stores into an object of a persistent type.
+#[derive(Debug, Clone, Serialize)]
+pub struct MutationSite {
+    /// The function it is in.
+    pub function: String,
+    /// Where.
+    pub site: Site,
+    /// `=`, `++`, `memcpy`, ...
+    pub how: String,
+    /// The source line.
+    pub text: String,
+    /// The function also runs while loading (it is reached from the load functions); the
+    /// others run only after loading.
+    pub during_load: bool,
 }
 
 /// The numbers of an analysis.
@@ -134,6 +188,27 @@ pub struct Finding {
     pub write_count: usize,
     /// Why this may be a false positive.
     pub suspicion: Option<Suspicion>,
+    /// For a type that loading does not write but reaches: a pointer field of it read during
+    /// loading and the write that the pointer leads to (the type is then persistent as the
+    /// container that keeps the written objects reachable).
+    pub reach: Option<Reach>,
+}
+
+/// Why a type counts as a reached container: the read of one of its pointer fields during
+/// loading, and a write into the object that pointer leads to.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reach {
+    /// The function reading the field.
+    pub function: String,
+    /// The field read.
+    pub field: String,
+    /// Where it is read.
+    pub site: Site,
+    /// The source line of the read.
+    pub text: String,
+    /// A write that the pointer read leads to (in this function, or in the callee it is
+    /// passed to, or deeper).
+    pub leads_to: WriteSite,
 }
 
 /// One step of an evidence chain.
@@ -234,12 +309,91 @@ pub(crate) fn run(program: &Program, options: &Options, started: Instant) -> Res
         functions_in_program: program.functions.len(),
         seconds: started.elapsed().as_secs_f64(),
     };
+    let checklist = load
+        .as_ref()
+        .map(|l| port_checklist(program, l, &mut lines));
     Ok(Report {
         summary,
         load,
         backtrack,
         problems: program.problems.clone(),
+        checklist,
+        paths: program.paths.clone(),
     })
+}
+
+/// The port checklist: for each persistent type, its allocation and mutation sites in the
+/// whole program.
+fn port_checklist(program: &Program, load: &LoadReport, lines: &mut SourceLines) -> Vec<PortItem> {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut items: Vec<PortItem> = Vec::new();
+    // Findings are keyed by name and definition; records by USR.
+    let by_place: HashMap<(&str, &Site), usize> = load
+        .findings
+        .iter()
+        .enumerate()
+        .map(|(i, f)| ((f.name.as_str(), &f.definition), i))
+        .collect();
+    for (key, record) in &program.records {
+        if let Some(&i) = by_place.get(&(record.name.as_str(), &record.site)) {
+            index.insert(key.as_str(), i);
+        }
+    }
+    for finding in &load.findings {
+        items.push(PortItem {
+            name: finding.name.clone(),
+            definition: finding.definition.clone(),
+            suspicion: finding.suspicion.clone(),
+            allocations: Vec::new(),
+            mutations: Vec::new(),
+        });
+    }
+    let during_load: HashSet<&str> = load.visited.iter().map(String::as_str).collect();
+    let wrappers = allocator_wrappers(program);
+    for function in program.functions.values() {
+        for alloc in &function.allocs {
+            let inside = match alloc.through.as_deref() {
+                None => None,
+                Some(usr) => match wrappers.get(usr) {
+                    Some(typed) => Some(typed),
+                    None => continue,
+                },
+            };
+            for key in &alloc.records {
+                if inside.is_some_and(|typed| typed.contains(key.as_str())) {
+                    continue;
+                }
+                if let Some(item) = index.get(key.as_str()).and_then(|&i| items.get_mut(i)) {
+                    item.allocations.push(AllocationSite {
+                        function: function.name.clone(),
+                        site: alloc.site.clone(),
+                        allocator: alloc.callee.clone(),
+                        text: lines.line(&alloc.site),
+                    });
+                }
+            }
+        }
+        for write in &function.writes {
+            for (key, _) in &write.records {
+                if let Some(item) = index.get(key.as_str()).and_then(|&i| items.get_mut(i)) {
+                    item.mutations.push(MutationSite {
+                        function: function.name.clone(),
+                        site: write.site.clone(),
+                        how: write.how.clone(),
+                        text: lines.line(&write.site),
+                        during_load: during_load.contains(function.name.as_str()),
+                    });
+                }
+            }
+        }
+    }
+    for item in &mut items {
+        item.allocations.sort_by(|a, b| a.site.cmp(&b.site));
+        item.allocations.dedup_by(|a, b| a.site == b.site);
+        item.mutations.sort_by(|a, b| a.site.cmp(&b.site));
+        item.mutations.dedup_by(|a, b| a.site == b.site);
+    }
+    items
 }
 
 /// Lines of source files, read once each, for quoting write sites.
@@ -303,16 +457,21 @@ fn load_strategy(
     let targets = pointer_targets(program);
     let mut external = BTreeSet::new();
     let mut found: BTreeMap<&str, Finding> = BTreeMap::new();
+    // The functions analyzed, in breadth-first order.
+    let mut order: Vec<&str> = Vec::new();
     while let Some(usr) = queue.pop_front() {
         let Some(function) = program.functions.get(usr) else {
             continue;
         };
         let is_root = matches!(parent.get(usr), Some(None));
-        if !is_root && !function.takes_pointers {
+        // A function without pointer arguments that allocates program records is a
+        // constructor (`createZsetObject(void)`): what it builds is what loading keeps.
+        if !is_root && !function.takes_pointers && function.allocs.is_empty() {
             report.skipped.push(function.name.clone());
             continue;
         }
         report.visited.push(function.name.clone());
+        order.push(usr);
         for write in &function.writes {
             for (key, why) in &write.records {
                 let Some(record) = program.records.get(key) else {
@@ -332,6 +491,7 @@ fn load_strategy(
                     writes: Vec::new(),
                     write_count: 0,
                     suspicion: None,
+                    reach: None,
                 });
                 finding.write_count += 1;
                 if finding.writes.len() < SITES_PER_TYPE_MAX {
@@ -368,8 +528,42 @@ fn load_strategy(
             }
         }
     }
+    let reaches = param_reaches(program, lines);
+    for usr in &order {
+        let Some(function) = program.functions.get(*usr) else {
+            continue;
+        };
+        for (key, reach) in reached_containers(function, &reaches, lines) {
+            if found.contains_key(key) {
+                continue;
+            }
+            let Some(record) = program.records.get(key) else {
+                continue;
+            };
+            found.insert(
+                key,
+                Finding {
+                    name: record.name.clone(),
+                    definition: record.site.clone(),
+                    chain: chain(program, &parent, usr),
+                    writes: Vec::new(),
+                    write_count: 0,
+                    suspicion: None,
+                    reach: Some(reach),
+                },
+            );
+        }
+    }
+    let exits = Exits::new(program);
+    let live = live_functions(program, &exits, &order, &parent);
+    let dead = exit_only(program, &exits, &order, &parent, &live, &found);
+    let stack = stack_only(program, &order, &parent, &live, &found);
+    let teardown = teardown_only(program, &order, &live, &found);
     for (key, mut finding) in found {
-        finding.suspicion = suspicion(program, key, writes_loop_only(program, key));
+        finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
+            .or_else(|| stack.get(key).cloned())
+            .or_else(|| dead.get(key).cloned())
+            .or_else(|| teardown.get(key).cloned());
         report.findings.push(finding);
     }
     report
@@ -377,6 +571,469 @@ fn load_strategy(
         .sort_by(|a, b| (&a.name, &a.definition).cmp(&(&b.name, &b.definition)));
     report.external = external.into_iter().collect();
     Ok(report)
+}
+
+/// The findings whose every write (or read, for a reached container) is on a path that ends
+/// the process: in a function reached only through functions that cannot return or calls
+/// after which the process ends, or followed by such a call. Each with the reason.
+fn exit_only<'p>(
+    program: &'p Program,
+    exits: &Exits,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    live: &HashSet<&'p str>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    // Per record: reached on a live path; else the first dead place (function, doomed
+    // write).
+    let mut alive: HashSet<&str> = HashSet::new();
+    let mut first_dead: HashMap<&str, (&str, Option<&Site>)> = HashMap::new();
+    for &usr in order {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        let in_live = live.contains(usr);
+        for write in &f.writes {
+            let doomed = in_live && exits.ends_after(f, write.at);
+            for (key, _) in &write.records {
+                if in_live && !doomed {
+                    alive.insert(key);
+                } else {
+                    first_dead
+                        .entry(key)
+                        .or_insert((usr, doomed.then_some(&write.site)));
+                }
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for (&key, finding) in found {
+        let reach_alive = finding.reach.as_ref().is_some_and(|r| {
+            order.iter().any(|&usr| {
+                live.contains(usr)
+                    && program
+                        .functions
+                        .get(usr)
+                        .is_some_and(|f| f.name == r.function)
+            })
+        });
+        if alive.contains(key) || reach_alive {
+            continue;
+        }
+        let reason = match first_dead.get(key) {
+            Some((_, Some(site))) => format!(
+                "written only where the process ends next: {site} is followed by a call \
+                 that cannot return"
+            ),
+            Some((usr, None)) => dead_entry(program, exits, parent, live, usr),
+            None => match order.iter().find(|&&usr| {
+                finding.reach.as_ref().is_some_and(|r| {
+                    program
+                        .functions
+                        .get(usr)
+                        .is_some_and(|f| f.name == r.function)
+                })
+            }) {
+                Some(usr) => dead_entry(program, exits, parent, live, usr),
+                None => continue,
+            },
+        };
+        out.insert(
+            key,
+            Suspicion {
+                kind: "exit-path".into(),
+                reason,
+            },
+        );
+    }
+    out
+}
+
+/// The functions reached from the load functions without going through the end of the
+/// process (a function that cannot return, or a call after which the process ends).
+fn live_functions<'p>(
+    program: &'p Program,
+    exits: &Exits,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+) -> HashSet<&'p str> {
+    let visited: HashSet<&str> = order.iter().copied().collect();
+    let mut live: HashSet<&str> = HashSet::new();
+    let mut queue: VecDeque<&str> = VecDeque::new();
+    for (usr, from) in parent {
+        if from.is_none() {
+            live.insert(usr);
+            queue.push_back(usr);
+        }
+    }
+    while let Some(usr) = queue.pop_front() {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for call in &f.calls {
+            let Some(callee) = call.callee.as_deref() else {
+                continue;
+            };
+            if visited.contains(callee) && !exits.call_ends(f, call) && live.insert(callee) {
+                queue.push_back(callee);
+            }
+        }
+    }
+    live
+}
+
+/// The written findings whose every write while loading is into an object on the stack: a
+/// local variable of the writing function, or one whose address every caller on the load
+/// path passes down (`rio r; rioInitWithFile(&r, fp);`). Such objects end with the call that
+/// holds them, so they cannot be the state that survives loading.
+fn stack_only<'p>(
+    program: &'p Program,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    live: &HashSet<&str>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    // Only the live load path counts: calls on paths that end the process are left out.
+    let path: Vec<&str> = order.iter().copied().filter(|u| live.contains(u)).collect();
+    let visited: HashSet<&str> = path.iter().copied().collect();
+    // Parameters that receive only addresses of stack objects from the load path: the
+    // greatest fixed point, starting from every parameter passed to on the load path
+    // (the load functions' own parameters come from outside).
+    let mut stack_params: HashSet<(&str, usize)> = HashSet::new();
+    for &usr in &path {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for call in &f.calls {
+            if let Some(callee) = call.callee.as_deref().filter(|c| visited.contains(c)) {
+                if matches!(parent.get(callee), Some(Some(_))) {
+                    stack_params.extend((0..call.stack_args.len()).map(|k| (callee, k)));
+                }
+            }
+        }
+    }
+    for _ in 0..REACH_PASSES_MAX {
+        let before = stack_params.len();
+        for &usr in &path {
+            let Some(f) = program.functions.get(usr) else {
+                continue;
+            };
+            for call in &f.calls {
+                let Some(callee) = call.callee.as_deref() else {
+                    continue;
+                };
+                for (k, &on_stack) in call.stack_args.iter().enumerate() {
+                    let forwarded = matches!(call.roots.get(k), Some(Some(Root::Param(j)))
+                        if stack_params.contains(&(usr, *j)));
+                    if !on_stack && !forwarded {
+                        stack_params.remove(&(callee, k));
+                    }
+                }
+            }
+        }
+        if stack_params.len() == before {
+            break;
+        }
+    }
+    let mut on_heap: HashSet<&str> = HashSet::new();
+    let mut first: HashMap<&str, &Site> = HashMap::new();
+    // Writes on paths that end the process do not count (they are flagged as such).
+    for &usr in order.iter().filter(|u| live.contains(*u)) {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for write in &f.writes {
+            let stack = write.stack
+                || matches!(write.root, Some(Root::Param(i)) if stack_params.contains(&(usr, i)));
+            for (key, _) in &write.records {
+                if stack {
+                    first.entry(key).or_insert(&write.site);
+                } else {
+                    on_heap.insert(key);
+                }
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for &key in found.keys() {
+        if on_heap.contains(key) {
+            continue;
+        }
+        if let Some(site) = first.get(key) {
+            out.insert(
+                key,
+                Suspicion {
+                    kind: "stack-only".into(),
+                    reason: format!(
+                        "written while loading only in objects on the stack (local variables, \
+                         e.g. at {site}), which end with their function"
+                    ),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Words that name a function releasing memory (`freeClient`, `listRelease`,
+/// `RM_FreeDict`, `dictDestroy`), lower case.
+const TEARDOWN_WORDS: &[&str] = &["free", "release", "destroy"];
+
+/// The findings written while loading (or, for a reached container, read) only in functions
+/// whose names say they release memory: clean-up that loading runs, not state it builds.
+fn teardown_only<'p>(
+    program: &'p Program,
+    order: &[&'p str],
+    live: &HashSet<&str>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    let releases = |name: &str| {
+        let lower = name.to_lowercase();
+        TEARDOWN_WORDS.iter().any(|w| lower.contains(w))
+    };
+    // Per record: the names of the live functions writing it.
+    let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for &usr in order.iter().filter(|u| live.contains(*u)) {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for write in &f.writes {
+            for (key, _) in &write.records {
+                writers.entry(key).or_default().insert(f.name.as_str());
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for (&key, finding) in found {
+        let names: Vec<&str> = match (&finding.reach, writers.get(key)) {
+            (Some(reach), _) => vec![reach.function.as_str()],
+            (None, Some(names)) => names.iter().copied().collect(),
+            (None, None) => continue,
+        };
+        if names.is_empty() || !names.iter().all(|n| releases(n)) {
+            continue;
+        }
+        out.insert(
+            key,
+            Suspicion {
+                kind: "teardown".into(),
+                reason: format!(
+                    "written while loading only in functions that release memory, by their \
+                     names: {}",
+                    names.join(", ")
+                ),
+            },
+        );
+    }
+    out
+}
+
+/// Why the function `usr` is only on paths that end the process: the first function on its
+/// chain from the load functions that is not live, and how it was entered.
+fn dead_entry(
+    program: &Program,
+    exits: &Exits,
+    parent: &HashMap<&str, Option<(&str, &Site)>>,
+    live: &HashSet<&str>,
+    usr: &str,
+) -> String {
+    let name = |u: &str| {
+        program
+            .functions
+            .get(u)
+            .map(|f| f.name.clone())
+            .unwrap_or_default()
+    };
+    let mut at = usr;
+    for _ in 0..=parent.len() {
+        match parent.get(at).copied().flatten() {
+            Some((caller, _)) if !live.contains(caller) => at = caller,
+            Some((_, site)) => {
+                return if exits.cannot_return(at) {
+                    format!(
+                        "reached only through `{}` (called at {site}), which cannot return",
+                        name(at)
+                    )
+                } else {
+                    format!(
+                        "reached only through `{}`, called at {site}, after which the \
+                         process ends",
+                        name(at)
+                    )
+                };
+            }
+            None => break,
+        }
+    }
+    format!(
+        "reached only on paths that end the process (in `{}`)",
+        name(usr)
+    )
+}
+
+/// Functions of the program that hand out memory from an allocator (they return the result of
+/// an allocator by name, or of another such function), with the records they type it as
+/// themselves. A call to one whose result is assigned or cast to another record is an
+/// allocation of that record too (memcached's `do_item_alloc_pull` allocates an item, and
+/// `do_item_alloc_chunk` casts its memory to a chunk); one that names the same record adds
+/// nothing (Redis's `createObject` callers: `zmalloc(sizeof(*o))` inside is the site).
+fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
+    let mut wrappers: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for _ in 0..REACH_PASSES_MAX {
+        let mut changed = false;
+        for (usr, f) in &program.functions {
+            if wrappers.contains_key(usr.as_str()) {
+                continue;
+            }
+            let wraps = f.returns_from.iter().any(|(callee, name)| {
+                crate::extract::is_allocator(name) || wrappers.contains_key(callee.as_str())
+            });
+            if wraps {
+                // Every record it types memory as (by an allocator or another wrapper).
+                let typed = f
+                    .allocs
+                    .iter()
+                    .flat_map(|a| a.records.iter().map(String::as_str))
+                    .collect();
+                wrappers.insert(usr.as_str(), typed);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // A wrapper of a wrapper types what the inner one types (`createStringObject` returns
+    // `createEmbeddedStringObject`'s object, typed there).
+    for _ in 0..REACH_PASSES_MAX {
+        let mut changed = false;
+        for (usr, f) in &program.functions {
+            let inherited: Vec<&str> = f
+                .returns_from
+                .iter()
+                .filter_map(|(callee, _)| wrappers.get(callee.as_str()))
+                .flat_map(|typed| typed.iter().copied())
+                .collect();
+            if let Some(typed) = wrappers.get_mut(usr.as_str()) {
+                for record in inherited {
+                    changed |= typed.insert(record);
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    wrappers
+}
+
+/// Passes over the call graph to settle which parameters lead to writes; a bound for
+/// pathological graphs (each pass that changes something adds at least one entry).
+const REACH_PASSES_MAX: usize = 64;
+
+/// For each function (by key) and parameter index: a write into the object the parameter
+/// points to, or into an object reached from it through pointer fields, in this function or a
+/// callee it passes the pointer to.
+type ParamReaches<'p> = HashMap<(&'p str, usize), WriteSite>;
+
+fn write_site(function: &Function, write: &Write, lines: &mut SourceLines) -> WriteSite {
+    let why = write
+        .records
+        .first()
+        .map(|(_, why)| why.clone())
+        .unwrap_or_default();
+    WriteSite {
+        function: function.name.clone(),
+        site: write.site.clone(),
+        how: write.how.clone(),
+        why,
+        text: lines.line(&write.site),
+    }
+}
+
+/// Settles [`ParamReaches`] for the whole program: a fixed point over the call graph.
+fn param_reaches<'p>(program: &'p Program, lines: &mut SourceLines) -> ParamReaches<'p> {
+    let mut reaches: ParamReaches = HashMap::new();
+    for (usr, function) in &program.functions {
+        for write in &function.writes {
+            if let Some(i) = write.root.as_ref().and_then(Root::param) {
+                reaches
+                    .entry((usr.as_str(), i))
+                    .or_insert_with(|| write_site(function, write, lines));
+            }
+        }
+    }
+    for _ in 0..REACH_PASSES_MAX {
+        let mut changed = false;
+        for (usr, function) in &program.functions {
+            for call in &function.calls {
+                let Some(callee) = call.callee.as_deref() else {
+                    continue;
+                };
+                for (k, root) in call.roots.iter().enumerate() {
+                    let Some(i) = root.as_ref().and_then(Root::param) else {
+                        continue;
+                    };
+                    if reaches.contains_key(&(usr.as_str(), i)) {
+                        continue;
+                    }
+                    if let Some(site) = reaches.get(&(callee, k)).cloned() {
+                        reaches.insert((usr.as_str(), i), site);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    reaches
+}
+
+/// The records whose pointer fields `function` reads and follows to a write: directly (the
+/// base of a write) or by passing the pointer to a callee whose parameter leads to one.
+fn reached_containers<'p>(
+    function: &'p Function,
+    reaches: &ParamReaches,
+    lines: &mut SourceLines,
+) -> Vec<(&'p str, Reach)> {
+    let mut out: Vec<(&str, Reach)> = Vec::new();
+    let mut add = |root: &'p Root, leads_to: WriteSite, lines: &mut SourceLines| {
+        if let Root::Field {
+            owner, field, site, ..
+        } = root
+        {
+            if !out.iter().any(|(k, _)| *k == owner.as_str()) {
+                out.push((
+                    owner.as_str(),
+                    Reach {
+                        function: function.name.clone(),
+                        field: field.clone(),
+                        site: site.clone(),
+                        text: lines.line(site),
+                        leads_to,
+                    },
+                ));
+            }
+        }
+    };
+    for write in &function.writes {
+        if let Some(root) = &write.root {
+            add(root, write_site(function, write, lines), lines);
+        }
+    }
+    for call in &function.calls {
+        let Some(callee) = call.callee.as_deref() else {
+            continue;
+        };
+        for (k, root) in call.roots.iter().enumerate() {
+            if let (Some(root), Some(site)) = (root, reaches.get(&(callee, k))) {
+                add(root, site.clone(), lines);
+            }
+        }
+    }
+    out
 }
 
 /// Address-taken functions by canonical type, names sorted and unique.

@@ -12,10 +12,13 @@ use crate::{analyze, render, Options, Strategy};
 /// you name, the analysis walks the call graph breadth-first (each function once), finds every
 /// variable and field assigned or modified (`=`, `+=`, `++`, `memcpy`, `read` into a buffer,
 /// ...), follows it to the type of the object written, and reports each struct or union of the
-/// program's own sources with where it is defined and the chain of calls that writes it.
-/// Functions taking no pointers are skipped, the C library is not entered, and calls through
-/// function pointers are listed as unresolved. Iterator-like types and alignment variants of
-/// another type are flagged as likely false positives.
+/// program's own sources with where it is defined and the chain of calls that writes it, plus
+/// the containers whose pointer fields lead to those writes. Functions taking no pointers are
+/// skipped, the C library is not entered, and calls through function pointers are listed as
+/// unresolved. Iterators, alignment variants, and types written only on the stack, only on
+/// paths that end the process, or only by functions that release memory are flagged as likely
+/// false positives. A port checklist lists, per type, where its objects are allocated and
+/// changed (text, JSON or SARIF 2.1.0).
 ///
 /// Sources are parsed with libclang (install `libclang-14-dev`). A directory with a
 /// `compile_commands.json` is parsed with its flags; otherwise every `.c` file under it is
@@ -29,16 +32,22 @@ How it works:
   through memcpy/strcpy/memset/read/fread/fgets/sscanf... is followed to the type of
   the object written and to the structs that embed it by value. Reported: each type of
   the program's own sources (not system headers) with its definition and the chain of
-  calls down to the statement that writes it. Functions taking no pointers are skipped,
-  the C library is not entered, calls through function pointers are listed as
-  unresolved, and iterator-like types and alignment variants are flagged as likely
-  false positives. Sources are parsed with libclang (apt-get install libclang-14-dev):
+  calls down to the statement that writes it. A type whose pointer field is followed
+  to a write is reported as a reached container (redisDb in `dictAdd(db->dict, ...)`);
+  bytes written through casts or into memory allocated with sizeof(T) count for T.
+  Functions taking no pointers are skipped, the C library is not entered, calls
+  through function pointers are listed as unresolved. Flagged as likely false
+  positives: iterators, alignment variants, types written only on the stack, only
+  where the process ends next (exit, abort, noreturn), or only by functions that
+  release memory. The port checklist lists, per type, the allocation sites to change
+  to mnemo_pmalloc and the stores that need a transaction once it is persistent. Sources are parsed with libclang (apt-get install libclang-14-dev):
   a directory's compile_commands.json when present, else every .c file under it with
   -I for its header directories and the flags after --.
 
 Examples:
   mnemo analyze --load rdbLoad --load loadAppendOnlyFiles redis/src -- -Ideps/hiredis
-  mnemo analyze --load load_records --json app/
+  mnemo analyze --load load_records --format json app/
+  mnemo analyze --load load_records --format sarif app/ > analyze.sarif
   mnemo analyze --load load_records --strategy both app/ -- -Iinclude -DNDEBUG
 
 Strategies:
@@ -55,8 +64,13 @@ pub struct AnalyzeArgs {
     #[arg(long, value_enum, default_value = "load")]
     pub strategy: Strategy,
 
-    /// Print the report as JSON (for tools) instead of text.
-    #[arg(long)]
+    /// Output format: text for a person, JSON for tools, SARIF 2.1.0 for editors and
+    /// code scanning.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
 
     /// Source directories or files.
@@ -71,6 +85,17 @@ pub struct AnalyzeArgs {
     /// Compiler flags for every source, after `--` (e.g. `-- -Iinclude -DNDEBUG`).
     #[arg(last = true, value_name = "FLAGS", allow_hyphen_values = true)]
     pub flags: Vec<String>,
+}
+
+/// How the report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Text for a person, with the port checklist.
+    Text,
+    /// The whole report as JSON.
+    Json,
+    /// SARIF 2.1.0: persistent types, allocation sites and stores as results.
+    Sarif,
 }
 
 /// Runs `mnemo analyze`: prints the report (text or JSON) on standard output, errors on
@@ -101,16 +126,21 @@ pub fn run_cli(args: AnalyzeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("mnemo analyze: cannot encode the report: {e}");
-                return ExitCode::FAILURE;
-            }
+    let format = if args.json { Format::Json } else { args.format };
+    let encoded = match format {
+        Format::Text => {
+            print!("{}", render::text(&report));
+            return ExitCode::SUCCESS;
         }
-    } else {
-        print!("{}", render::text(&report));
+        Format::Json => serde_json::to_string_pretty(&report),
+        Format::Sarif => serde_json::to_string_pretty(&render::sarif(&report)),
+    };
+    match encoded {
+        Ok(text) => println!("{text}"),
+        Err(e) => {
+            eprintln!("mnemo analyze: cannot encode the report: {e}");
+            return ExitCode::FAILURE;
+        }
     }
     ExitCode::SUCCESS
 }

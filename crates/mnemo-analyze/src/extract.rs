@@ -11,7 +11,10 @@ use std::sync::Mutex;
 use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
-use crate::facts::{Call, External, Flow, Function, Problem, Program, Record, Site, Val, Write};
+use crate::facts::{
+    Alloc, Block, Call, External, Flow, Function, Problem, Program, Record, Root, Shape, Site, Val,
+    Write,
+};
 use crate::sources::Unit;
 use crate::Error;
 
@@ -51,6 +54,30 @@ const LIBRARY_WRITERS: &[(&str, &[usize], Option<usize>)] = &[
     ("sscanf", &[], Some(2)),
     ("fscanf", &[], Some(2)),
     ("scanf", &[], Some(1)),
+];
+
+/// Functions that never return, whatever their declarations say.
+const NORETURN_FUNCTIONS: &[&str] = &[
+    "exit",
+    "_exit",
+    "_Exit",
+    "quick_exit",
+    "abort",
+    "__builtin_unreachable",
+    "__builtin_trap",
+    "__builtin_abort",
+    "__builtin_exit",
+    "longjmp",
+    "_longjmp",
+    "siglongjmp",
+    "pthread_exit",
+    "__assert_fail",
+    "__assert_perror_fail",
+    "__stack_chk_fail",
+    "err",
+    "errx",
+    "verr",
+    "verrx",
 ];
 
 /// Output functions and the index of their stream or descriptor argument.
@@ -111,6 +138,7 @@ pub(crate) fn extract_share(
         flows,
         shown: BTreeMap::new(),
         texts: BTreeMap::new(),
+        returned_sizes: BTreeMap::new(),
     };
     for unit in share.iter().filter_map(|&i| all.get(i)) {
         bar.set_message(display_name(&unit.file));
@@ -199,6 +227,9 @@ struct Builder {
     shown: BTreeMap<PathBuf, String>,
     /// Source files read to find operators, by path.
     texts: BTreeMap<PathBuf, Vec<u8>>,
+    /// For helper functions (by USR) that return `sizeof(T)` (Redis's `sdsHdrSize` switch):
+    /// the records named, with where.
+    returned_sizes: BTreeMap<String, Vec<(String, Site)>>,
 }
 
 impl Builder {
@@ -460,6 +491,76 @@ impl Builder {
         Some(format!("{keyword} <{path}.{field}>"))
     }
 
+    /// The record whose size the `sizeof` (or `alignof`) expression `e` takes, if any:
+    /// `sizeof(struct T)`, `sizeof(T)`, `sizeof *p`, `sizeof(*p)`; not `sizeof(T *)`, the size
+    /// of a pointer.
+    fn sizeof_operand(&mut self, e: &Entity) -> Vec<String> {
+        let mut out = Vec::new();
+        for child in e.get_children() {
+            let ty = if child.get_kind() == EntityKind::TypeRef {
+                // libclang shows the type operand only as a reference to its named type:
+                // look for a `*` among the tokens to tell `T *` from `T`.
+                let pointer = e.get_range().is_some_and(|r| {
+                    tokens_within(r, SPELLED_BYTES_MAX)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|t| t.get_spelling() == "*")
+                });
+                if pointer {
+                    continue;
+                }
+                child
+                    .get_reference()
+                    .and_then(|d| d.get_type())
+                    .or_else(|| child.get_type())
+            } else {
+                child.get_type()
+            };
+            if let Some(key) = self.record_of_type(ty) {
+                if !out.contains(&key) {
+                    out.push(key);
+                }
+            }
+        }
+        out
+    }
+
+    /// The records named by `sizeof` in the return statements of the function `f` (a helper
+    /// like `sdsHdrSize`), when its definition is in this unit.
+    fn returned_sizes(&mut self, f: Entity) -> Vec<(String, Site)> {
+        let Some(usr) = f.get_usr().map(|u| u.0) else {
+            return Vec::new();
+        };
+        if let Some(known) = self.returned_sizes.get(&usr) {
+            return known.clone();
+        }
+        // Registered first: a recursive helper finds itself empty.
+        self.returned_sizes.insert(usr.clone(), Vec::new());
+        let mut out = Vec::new();
+        if let Some(def) = f.get_definition() {
+            let mut stack = def.get_children();
+            while let Some(e) = stack.pop() {
+                if e.get_kind() != EntityKind::ReturnStmt {
+                    stack.extend(e.get_children());
+                    continue;
+                }
+                let mut inner = e.get_children();
+                while let Some(x) = inner.pop() {
+                    if x.get_kind() == EntityKind::UnaryExpr {
+                        let site = self.site(&x);
+                        for key in self.sizeof_operand(&x) {
+                            push_sized(&mut out, key, &site);
+                        }
+                    } else {
+                        inner.extend(x.get_children());
+                    }
+                }
+            }
+        }
+        self.returned_sizes.insert(usr, out.clone());
+        out
+    }
+
     /// The record written when an object of type `ty` is written (arrays count as their
     /// elements).
     fn record_of_type(&mut self, ty: Option<Type>) -> Option<String> {
@@ -508,6 +609,12 @@ impl Builder {
         let mut walker = BodyWalker {
             builder: self,
             params,
+            local_roots: BTreeMap::new(),
+            local_memory: BTreeMap::new(),
+            alloc_target: None,
+            call_locals: BTreeMap::new(),
+            position: None,
+            depth: 0,
             function: Function {
                 name: entity.get_name().unwrap_or_default(),
                 signature,
@@ -517,9 +624,10 @@ impl Builder {
             },
         };
         walker.function.site = walker.builder.site(&entity);
+        walker.function.noreturn = is_noreturn(&entity);
         for child in entity.get_children() {
             if child.get_kind() == EntityKind::CompoundStmt {
-                walker.walk(child, false);
+                walker.function.body = Some(walker.walk(child, false));
             }
         }
         walker.function
@@ -574,6 +682,41 @@ fn array_element<'tu>(ty: &Type<'tu>) -> Option<Type<'tu>> {
         | TypeKind::DependentSizedArray => ty.get_element_type(),
         _ => None,
     }
+}
+
+/// Deepest nesting of statements and expressions whose [`Shape`] is kept; below it, code
+/// counts as falling through (the safe side). It bounds the nesting of the facts that cross
+/// between processes as JSON (at most four JSON levels per level of code), and the recursion
+/// that reads them.
+const SHAPE_DEPTH_MAX: usize = 48;
+
+/// Longest declaration prefix (before the name) searched for `_Noreturn`.
+const DECLARATION_PREFIX_BYTES_MAX: usize = 512;
+
+/// A function declared `noreturn`: the attribute shows in its type; C11's `_Noreturn` and
+/// C23's `[[noreturn]]` only in the tokens before its name.
+fn is_noreturn(f: &Entity) -> bool {
+    if f.get_type()
+        .is_some_and(|t| t.get_display_name().contains("noreturn"))
+    {
+        return true;
+    }
+    let (Some(range), Some(name_at)) = (f.get_range(), f.get_location()) else {
+        return false;
+    };
+    let prefix = clang::source::SourceRange::new(range.get_start(), name_at);
+    tokens_within(prefix, DECLARATION_PREFIX_BYTES_MAX)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| matches!(t.get_spelling().as_str(), "_Noreturn" | "noreturn"))
+}
+
+/// A pointer (arrays decay to pointers too).
+fn is_pointer(ty: Option<Type>) -> bool {
+    ty.is_some_and(|t| {
+        let t = t.get_canonical_type();
+        t.get_kind() == TypeKind::Pointer || array_element(&t).is_some()
+    })
 }
 
 /// A non-pointer scalar: integers, floating point, enums. Pointers, arrays (decayed to
@@ -830,23 +973,115 @@ fn spelled(e: &Entity) -> String {
     }
 }
 
+/// Where an expression is, to recognize it again: its file and spelling offsets.
+type EntityAt = ((Option<PathBuf>, u32), (Option<PathBuf>, usize));
+
+fn entity_at(e: &Entity) -> Option<EntityAt> {
+    let start = e.get_range()?.get_start();
+    Some((offset_of(start), spelling_of(start)))
+}
+
+/// The callee of a direct call: (USR, name).
+fn direct_callee(call: &Entity) -> Option<(String, String)> {
+    let f = call
+        .get_reference()
+        .filter(|r| r.get_kind() == EntityKind::FunctionDecl)?;
+    Some((f.get_usr()?.0, f.get_name().unwrap_or_default()))
+}
+
+/// An allocating function, by name: `malloc`, `calloc`, `realloc`, `zmalloc`,
+/// `s_malloc_usable`, `je_calloc`, `slabs_alloc`, ... (the result must be a pointer too).
+/// Not `address6_allocate` (it allocates an address, not memory) nor `zmalloc_size`.
+pub(crate) fn is_allocator(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let allocates = ["malloc", "calloc", "realloc"]
+        .iter()
+        .any(|a| lower.contains(a))
+        || lower.ends_with("alloc");
+    allocates && !lower.contains("free") && !lower.contains("size")
+}
+
+#[cfg(test)]
+mod allocator_tests {
+    use super::is_allocator;
+
+    #[test]
+    fn allocators_are_known_by_name() {
+        for name in [
+            "malloc",
+            "zcalloc",
+            "s_malloc_usable",
+            "ztrymalloc_usable",
+            "slabs_alloc",
+        ] {
+            assert!(is_allocator(name), "{name}");
+        }
+        for name in [
+            "address6_allocate",
+            "zmalloc_size",
+            "zfree",
+            "lease_allocate",
+        ] {
+            assert!(!is_allocator(name), "{name}");
+        }
+    }
+}
+
 struct BodyWalker<'b> {
     builder: &'b mut Builder,
     /// USRs of the parameters, in order.
     params: Vec<String>,
+    /// Local pointer variables (by USR) and where what they point to lives, from their
+    /// initializers and assignments (flow-insensitive: the last one seen wins).
+    local_roots: BTreeMap<String, Root>,
+    /// Local variables (by USR) typed by a `sizeof(T)`: pointers to memory allocated with a
+    /// size naming T, and sizes computed from `sizeof(T)`; with where T is named.
+    local_memory: BTreeMap<String, Vec<(String, Site)>>,
+    /// An allocating call whose result is assigned or cast to a pointer to a record: the call
+    /// and the record.
+    alloc_target: Option<(EntityAt, String)>,
+    /// Local pointers (by USR) assigned the result of a direct call: (callee USR, name).
+    call_locals: BTreeMap<String, (String, String)>,
+    /// The statement being walked: (block, index) in [`Function::blocks`].
+    position: Option<(usize, usize)>,
+    /// How deep in the body the walk is.
+    depth: usize,
     function: Function,
 }
 
 impl BodyWalker<'_> {
-    fn walk(&mut self, e: Entity, loop_header: bool) {
+    /// Walks a statement or expression, recording its writes, calls and flows; returns how it
+    /// ends (see [`Shape`]).
+    fn walk(&mut self, e: Entity, loop_header: bool) -> Shape {
+        self.depth += 1;
+        let shape = self.walk_inner(e, loop_header);
+        self.depth -= 1;
+        if self.depth > SHAPE_DEPTH_MAX {
+            // Beyond the bound (long `else if` chains), code counts as falling through.
+            Shape::falls()
+        } else {
+            shape
+        }
+    }
+
+    fn walk_inner(&mut self, e: Entity, loop_header: bool) -> Shape {
+        let mut operator = None;
         match e.get_kind() {
-            EntityKind::BinaryOperator
-                if binary_operator(&mut self.builder.texts, &e).as_deref() == Some("=") =>
-            {
+            EntityKind::BinaryOperator => {
+                operator = binary_operator(&mut self.builder.texts, &e);
                 let children = e.get_children();
-                if let (Some(lhs), Some(rhs)) = (children.first(), children.get(1)) {
+                if let (Some("="), Some(lhs), Some(rhs)) =
+                    (operator.as_deref(), children.first(), children.get(1))
+                {
                     self.write_lvalue(*lhs, &e, "=", loop_header);
                     self.flow_into(*lhs, *rhs, &e);
+                    self.note_alloc_target(lhs.get_type(), *rhs);
+                    let target = strip_parens(*lhs);
+                    if target.get_kind() == EntityKind::DeclRefExpr {
+                        if let Some(var) = target.get_reference() {
+                            self.local_assign(var, *rhs);
+                        }
+                    }
                 }
             }
             EntityKind::CompoundAssignOperator => {
@@ -869,26 +1104,123 @@ impl BodyWalker<'_> {
             EntityKind::CallExpr => {
                 let direct = self.call(e, loop_header);
                 // A direct callee is a call, not a use of the function's address.
-                for child in e.get_children().into_iter().skip(usize::from(direct)) {
-                    self.walk(child, loop_header);
-                }
-                return;
+                let mut parts: Vec<Shape> = e
+                    .get_children()
+                    .into_iter()
+                    .skip(usize::from(direct))
+                    .map(|child| self.walk(child, loop_header))
+                    .collect();
+                parts.push(self.call_shape(&e));
+                return Shape::seq(parts);
             }
             EntityKind::DeclRefExpr => self.builder.function_reference(&e),
-            EntityKind::ForStmt => {
-                // libclang lists only the parts present; the body is always last.
+            EntityKind::CompoundStmt => return self.block(e, loop_header),
+            EntityKind::ForStmt | EntityKind::WhileStmt | EntityKind::DoStmt => {
+                // After a loop body comes the loop again: blocks inside start a new chain.
+                let outside = self.position.take();
                 let children = e.get_children();
                 let last = children.len().saturating_sub(1);
+                let is_for = e.get_kind() == EntityKind::ForStmt;
                 for (i, child) in children.into_iter().enumerate() {
-                    self.walk(child, loop_header || i < last);
+                    // libclang lists only the parts of a `for` present; the body is last.
+                    self.walk(child, loop_header || (is_for && i < last));
                 }
-                return;
+                self.position = outside;
+                return Shape::falls();
             }
-            EntityKind::UnaryExpr => return, // sizeof, alignof: nothing is evaluated
+            EntityKind::SwitchStmt => {
+                for child in e.get_children() {
+                    self.walk(child, loop_header);
+                }
+                return Shape::falls();
+            }
+            EntityKind::IfStmt | EntityKind::ConditionalOperator => {
+                let mut parts: Vec<Shape> = e
+                    .get_children()
+                    .into_iter()
+                    .map(|child| self.walk(child, loop_header))
+                    .collect();
+                if parts.len() < 2 {
+                    return Shape::seq(parts);
+                }
+                let branches = parts.split_off(1);
+                let branches = if branches.len() == 1 {
+                    vec![branches[0].clone(), Shape::falls()]
+                } else {
+                    branches
+                };
+                parts.push(Shape::alt(branches));
+                return Shape::seq(parts);
+            }
+            EntityKind::ReturnStmt => {
+                if let Some(value) = e.get_children().into_iter().next() {
+                    self.note_returned(value);
+                }
+                let mut parts: Vec<Shape> = e
+                    .get_children()
+                    .into_iter()
+                    .map(|child| self.walk(child, loop_header))
+                    .collect();
+                parts.push(Shape::Leave);
+                return Shape::seq(parts);
+            }
+            EntityKind::BreakStmt
+            | EntityKind::ContinueStmt
+            | EntityKind::GotoStmt
+            | EntityKind::IndirectGotoStmt => return Shape::Leave,
+            EntityKind::UnaryExpr => return Shape::falls(), // sizeof: nothing is evaluated
             _ => {}
         }
-        for child in e.get_children() {
-            self.walk(child, loop_header);
+        let mut parts: Vec<Shape> = e
+            .get_children()
+            .into_iter()
+            .map(|child| self.walk(child, loop_header))
+            .collect();
+        if matches!(operator.as_deref(), Some("&&" | "||")) && parts.len() == 2 {
+            // The right operand may not be evaluated.
+            let right = parts.pop().unwrap_or_else(Shape::falls);
+            parts.push(Shape::alt(vec![right, Shape::falls()]));
+        }
+        Shape::seq(parts)
+    }
+
+    /// A `{ ... }` block: a new entry of [`Function::blocks`], its statements walked with
+    /// their positions.
+    fn block(&mut self, e: Entity, loop_header: bool) -> Shape {
+        let id = self.function.blocks.len();
+        self.function.blocks.push(Block {
+            items: Vec::new(),
+            parent: self.position,
+        });
+        let outside = self.position;
+        let mut items = Vec::new();
+        for (i, child) in e.get_children().into_iter().enumerate() {
+            self.position = Some((id, i));
+            items.push(self.walk(child, loop_header));
+        }
+        self.position = outside;
+        if let Some(block) = self.function.blocks.get_mut(id) {
+            block.items = items;
+        }
+        Shape::Block(id)
+    }
+
+    /// How a call ends: the process, for `exit`, `abort` and functions declared `noreturn`;
+    /// for other direct calls it depends on the callee, settled by the analysis.
+    fn call_shape(&mut self, e: &Entity) -> Shape {
+        let Some(f) = e
+            .get_reference()
+            .filter(|r| r.get_kind() == EntityKind::FunctionDecl)
+        else {
+            return Shape::falls();
+        };
+        let name = f.get_name().unwrap_or_default();
+        if NORETURN_FUNCTIONS.contains(&name.as_str()) || is_noreturn(&f) {
+            return Shape::Stop;
+        }
+        match f.get_usr() {
+            Some(usr) => Shape::Call(usr.0),
+            None => Shape::falls(),
         }
     }
 
@@ -907,6 +1239,7 @@ impl BodyWalker<'_> {
         let Some(init) = init.filter(|_| has_init) else {
             return;
         };
+        self.note_alloc_target(var.get_type(), init);
         let site = self.builder.site(&var);
         if let Some(key) = self.builder.record_of_type(var.get_type()) {
             self.function.writes.push(Write {
@@ -914,8 +1247,12 @@ impl BodyWalker<'_> {
                 site: site.clone(),
                 how: "initializer".into(),
                 loop_header,
+                root: None,
+                stack: is_local(&var),
+                at: self.position,
             });
         }
+        self.local_assign(var, init);
         if let Some(usr) = var.get_usr().map(|u| u.0) {
             let mut from = Vec::new();
             self.vals(init, &mut from);
@@ -934,12 +1271,302 @@ impl BodyWalker<'_> {
         let mut records = Vec::new();
         self.lvalue_records(lv, &mut records);
         if !records.is_empty() {
+            let root = self.object_root(lv);
             self.function.writes.push(Write {
                 records,
                 site: self.builder.site(statement),
                 how: how.to_string(),
                 loop_header,
+                root,
+                stack: on_stack(lv),
+                at: self.position,
             });
+        }
+    }
+
+    /// A local pointer variable gets a value: remember where what it points to lives.
+    fn local_assign(&mut self, var: Entity, value: Entity) {
+        if var.get_kind() != EntityKind::VarDecl {
+            return;
+        }
+        let Some(usr) = var.get_usr().map(|u| u.0) else {
+            return;
+        };
+        if !is_pointer(var.get_type()) {
+            // A size: `int hdrlen = sdsHdrSize(type);`.
+            let sizes = self.sizeof_records(value);
+            if !sizes.is_empty() {
+                self.local_memory.insert(usr, sizes);
+            }
+            return;
+        }
+        let memory = self.memory_records(value);
+        if !memory.is_empty() {
+            self.local_memory.insert(usr.clone(), memory);
+        }
+        let call = strip_casts(value);
+        if call.get_kind() == EntityKind::CallExpr {
+            if let Some(from) = direct_callee(&call) {
+                self.call_locals.insert(usr.clone(), from);
+            }
+        }
+        if let Some(root) = self.pointer_root(value) {
+            self.local_roots.insert(usr, root);
+        }
+    }
+
+    /// `return value;`: when the value is the result of a direct call (or a local assigned
+    /// one), the callee is recorded in [`Function::returns_from`].
+    fn note_returned(&mut self, value: Entity) {
+        let value = strip_casts(value);
+        let from = match value.get_kind() {
+            EntityKind::CallExpr => direct_callee(&value),
+            EntityKind::DeclRefExpr => value
+                .get_reference()
+                .and_then(|v| v.get_usr())
+                .and_then(|u| self.call_locals.get(&u.0).cloned()),
+            _ => None,
+        };
+        if let Some(from) = from {
+            if !self.function.returns_from.contains(&from) {
+                self.function.returns_from.push(from);
+            }
+        }
+    }
+
+    /// Before walking `value` assigned to something of type `target`: when `value` is an
+    /// allocating call, the pointee record of the target (or of a cast around the call) is
+    /// what the call allocates.
+    fn note_alloc_target(&mut self, target: Option<Type>, value: Entity) {
+        let call = strip_casts(value);
+        if call.get_kind() != EntityKind::CallExpr {
+            return;
+        }
+        let record = self
+            .builder
+            .record_of_pointee(value.get_type())
+            .or_else(|| self.builder.record_of_pointee(target));
+        if let (Some(at), Some(record)) = (entity_at(&call), record) {
+            self.alloc_target = Some((at, record));
+        }
+    }
+
+    /// The records named by `sizeof` in the expression `e` (a size): directly, through local
+    /// sizes computed from `sizeof`, and through helpers that return `sizeof(T)`.
+    fn sizeof_records(&mut self, e: Entity) -> Vec<(String, Site)> {
+        let mut out: Vec<(String, Site)> = Vec::new();
+        let mut stack = vec![e];
+        while let Some(e) = stack.pop() {
+            match e.get_kind() {
+                EntityKind::UnaryExpr => {
+                    // sizeof(struct T), sizeof(T), sizeof *p, sizeof(*p).
+                    let site = self.builder.site(&e);
+                    for key in self.builder.sizeof_operand(&e) {
+                        push_sized(&mut out, key, &site);
+                    }
+                }
+                EntityKind::DeclRefExpr => {
+                    let usr = e.get_reference().and_then(|v| v.get_usr()).map(|u| u.0);
+                    if let Some(known) = usr.and_then(|u| self.local_memory.get(&u)) {
+                        for (key, site) in known.clone() {
+                            push_sized(&mut out, key, &site);
+                        }
+                    }
+                }
+                EntityKind::CallExpr => {
+                    if let Some(f) = e.get_reference() {
+                        for (key, site) in self.builder.returned_sizes(f) {
+                            push_sized(&mut out, key, &site);
+                        }
+                    }
+                    stack.extend(e.get_children());
+                }
+                _ => stack.extend(e.get_children()),
+            }
+        }
+        out
+    }
+
+    /// The records the memory that the pointer expression `e` points into was allocated for:
+    /// an allocating call whose size names `sizeof(T)`, or a local pointer derived from one by
+    /// a cast or pointer arithmetic (`s = (char *)sh + hdrlen`).
+    fn memory_records(&mut self, e: Entity) -> Vec<(String, Site)> {
+        let e = strip_casts(e);
+        match e.get_kind() {
+            EntityKind::CallExpr => {
+                let name = e
+                    .get_reference()
+                    .and_then(|f| f.get_name())
+                    .unwrap_or_default();
+                if !is_allocator(&name) || !is_pointer(e.get_type()) {
+                    return Vec::new();
+                }
+                let mut out = Vec::new();
+                for arg in e.get_arguments().unwrap_or_default() {
+                    for (key, site) in self.sizeof_records(arg) {
+                        push_sized(&mut out, key, &site);
+                    }
+                }
+                out
+            }
+            EntityKind::BinaryOperator => e
+                .get_children()
+                .into_iter()
+                .find(|c| is_pointer(c.get_type()))
+                .map(|p| self.memory_records(p))
+                .unwrap_or_default(),
+            EntityKind::ConditionalOperator => {
+                let mut out = Vec::new();
+                for branch in e.get_children().into_iter().skip(1) {
+                    for (key, site) in self.memory_records(branch) {
+                        push_sized(&mut out, key, &site);
+                    }
+                }
+                out
+            }
+            EntityKind::DeclRefExpr => e
+                .get_reference()
+                .and_then(|v| v.get_usr())
+                .and_then(|u| self.local_memory.get(&u.0).cloned())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The records whose bytes a write through the pointer expression `e` changes, when `e`
+    /// is no pointer to a record: a cast or arithmetic away from a pointer to a record
+    /// (`((char *)obj)[3]`), or memory allocated with `sizeof(T)` (`*fp = type` where
+    /// `fp = (unsigned char *)s - 1`).
+    fn byte_records(&mut self, e: Entity, out: &mut Vec<(String, String)>) {
+        let mut at = strip_parens(e);
+        loop {
+            match at.get_kind() {
+                EntityKind::CStyleCastExpr => {
+                    let Some(inner) = at.get_children().into_iter().last() else {
+                        return;
+                    };
+                    let inner = strip_parens(inner);
+                    if let Some(key) = self.builder.record_of_pointee(inner.get_type()) {
+                        let why = format!(
+                            "bytes written through a cast of a pointer to it at {}",
+                            self.builder.site(&at)
+                        );
+                        push_unique(out, key, why);
+                        return;
+                    }
+                    at = inner;
+                }
+                EntityKind::BinaryOperator => {
+                    let Some(pointer) = at
+                        .get_children()
+                        .into_iter()
+                        .find(|c| is_pointer(c.get_type()))
+                    else {
+                        return;
+                    };
+                    at = strip_parens(pointer);
+                }
+                _ => break,
+            }
+        }
+        for (key, site) in self.memory_records(at) {
+            push_unique(
+                out,
+                key,
+                format!("bytes written in memory allocated with its sizeof at {site}"),
+            );
+        }
+    }
+
+    /// Where the object that the pointer expression `e` points to lives: behind a parameter,
+    /// or behind a pointer read from a field. Casts and pointer arithmetic keep the object.
+    fn pointer_root(&mut self, e: Entity) -> Option<Root> {
+        let e = strip_casts(e);
+        match e.get_kind() {
+            EntityKind::DeclRefExpr => {
+                let var = e.get_reference()?;
+                let usr = var.get_usr()?.0;
+                match var.get_kind() {
+                    EntityKind::ParmDecl => {
+                        self.params.iter().position(|p| *p == usr).map(Root::Param)
+                    }
+                    EntityKind::VarDecl => self.local_roots.get(&usr).cloned(),
+                    _ => None,
+                }
+            }
+            EntityKind::MemberRefExpr => {
+                let field = e.get_reference()?;
+                let ty = field.get_type()?.get_canonical_type();
+                if array_element(&ty).is_some() {
+                    // An embedded array decays to a pointer into the object holding it.
+                    return self.object_root(e);
+                }
+                if ty.get_kind() != TypeKind::Pointer {
+                    return None;
+                }
+                let owner = self.builder.record_key(field.get_semantic_parent()?)?;
+                let base = self.object_root(e).and_then(|r| r.param());
+                Some(Root::Field {
+                    owner,
+                    field: field.get_name().unwrap_or_default(),
+                    site: self.builder.site(&e),
+                    base,
+                })
+            }
+            EntityKind::BinaryOperator => {
+                // Pointer arithmetic: `server.db + i`.
+                let pointer = e
+                    .get_children()
+                    .into_iter()
+                    .find(|c| is_pointer(c.get_type()))?;
+                self.pointer_root(pointer)
+            }
+            EntityKind::UnaryOperator => {
+                let operand = e.get_children().into_iter().next()?;
+                if unary_operator(&mut self.builder.texts, &e).as_deref() == Some("&") {
+                    self.object_root(operand)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Where the object denoted by the lvalue `lv` lives, when it is reached through a
+    /// pointer: `p->a.b` lives behind `p`, `db->dict->used` behind the field `dict`.
+    fn object_root(&mut self, lv: Entity) -> Option<Root> {
+        let mut e = strip_parens(lv);
+        loop {
+            match e.get_kind() {
+                EntityKind::MemberRefExpr => {
+                    let base = e.get_children().into_iter().next()?;
+                    if is_pointer(base.get_type()) {
+                        return self.pointer_root(base);
+                    }
+                    e = strip_parens(base);
+                }
+                EntityKind::ArraySubscriptExpr => {
+                    let base = e.get_children().into_iter().next()?;
+                    let inner = strip_parens(base);
+                    let embedded = inner
+                        .get_type()
+                        .is_some_and(|t| array_element(&t.get_canonical_type()).is_some());
+                    if !embedded {
+                        return self.pointer_root(base);
+                    }
+                    e = inner;
+                }
+                EntityKind::UnaryOperator => {
+                    let operand = e.get_children().into_iter().next()?;
+                    return if unary_operator(&mut self.builder.texts, &e).as_deref() == Some("*") {
+                        self.pointer_root(operand)
+                    } else {
+                        None
+                    };
+                }
+                _ => return None,
+            }
         }
     }
 
@@ -950,6 +1577,9 @@ impl BodyWalker<'_> {
         let mut e = strip_parens(lv);
         if let Some(key) = self.builder.record_of_type(e.get_type()) {
             push_unique(out, key, "object written".into());
+        } else if let Some(pointer) = dereferenced(&mut self.builder.texts, &e) {
+            // `*fp = v`, `s[-1] = v`: bytes of whatever the pointer points into.
+            self.byte_records(pointer, out);
         }
         let mut depth = 0usize;
         loop {
@@ -1019,6 +1649,8 @@ impl BodyWalker<'_> {
             self.lvalue_records(e, out);
         } else if let Some(key) = self.builder.record_of_pointee(e.get_type()) {
             push_unique(out, key, "pointed to by the argument".into());
+        } else {
+            self.byte_records(arg, out);
         }
     }
 
@@ -1040,10 +1672,21 @@ impl BodyWalker<'_> {
         };
         let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);
         let mut arg_vals = Vec::new();
+        let mut roots = Vec::new();
+        let stack_args: Vec<bool> = args
+            .iter()
+            .map(|a| address_on_stack(&mut self.builder.texts, *a))
+            .collect();
         for arg in &args {
             let mut vals = Vec::new();
             self.vals(*arg, &mut vals);
             arg_vals.push(vals);
+            let root = if is_pointer(arg.get_type()) {
+                self.pointer_root(*arg)
+            } else {
+                None
+            };
+            roots.push(root);
         }
         if let Some(f) = referenced {
             if !f.is_definition() && f.get_definition().is_none() {
@@ -1066,6 +1709,13 @@ impl BodyWalker<'_> {
             .find(|(name, _)| *name == callee_text)
             .and_then(|(_, i)| args.get(*i))
             .map(|a| spelled(&strip_casts(*a)));
+        if is_pointer(e.get_type()) {
+            if is_allocator(&callee_text) {
+                self.allocation(&e, &args, &callee_text, &site, None);
+            } else if let Some(usr) = &callee {
+                self.allocation(&e, &[], &callee_text, &site, Some(usr.clone()));
+            }
+        }
         let direct = callee.is_some();
         let signature = if direct {
             None
@@ -1083,8 +1733,50 @@ impl BodyWalker<'_> {
             args: arg_vals,
             stream,
             signature,
+            roots,
+            stack_args,
+            at: self.position,
         });
         direct
+    }
+
+    /// An allocating call: the records it allocates (the assignment's or cast's pointee, and
+    /// the `sizeof`s in its size), if any.
+    /// `through` names a function of the program that may wrap an allocator: only the
+    /// record its result is assigned or cast to counts then.
+    fn allocation(
+        &mut self,
+        e: &Entity,
+        args: &[Entity],
+        callee: &str,
+        site: &Site,
+        through: Option<String>,
+    ) {
+        let mut records: Vec<String> = Vec::new();
+        let target = self
+            .alloc_target
+            .as_ref()
+            .filter(|(at, _)| entity_at(e).as_ref() == Some(at))
+            .map(|(_, record)| record.clone());
+        if let Some(record) = target {
+            self.alloc_target = None;
+            records.push(record);
+        }
+        for arg in args {
+            for (key, _) in self.sizeof_records(*arg) {
+                if !records.contains(&key) {
+                    records.push(key);
+                }
+            }
+        }
+        if !records.is_empty() {
+            self.function.allocs.push(Alloc {
+                records,
+                callee: callee.to_string(),
+                site: site.clone(),
+                through,
+            });
+        }
     }
 
     fn library_call(
@@ -1097,9 +1789,13 @@ impl BodyWalker<'_> {
     ) {
         if let Some((_, written, from)) = LIBRARY_WRITERS.iter().find(|(n, _, _)| *n == name) {
             let mut records = Vec::new();
+            let mut root = None;
+            let mut stack = true;
             for (i, arg) in args.iter().enumerate() {
                 if written.contains(&i) || from.is_some_and(|f| i >= f) {
                     self.pointer_target_records(*arg, &mut records);
+                    root = root.or_else(|| self.pointer_root(*arg));
+                    stack &= address_on_stack(&mut self.builder.texts, *arg);
                 }
             }
             if !records.is_empty() {
@@ -1108,6 +1804,9 @@ impl BodyWalker<'_> {
                     site: site.clone(),
                     how: name.to_string(),
                     loop_header,
+                    root,
+                    stack,
+                    at: self.position,
                 });
             }
         }
@@ -1213,6 +1912,55 @@ impl BodyWalker<'_> {
     }
 }
 
+/// The lvalue `lv` is a local variable or a part of one held by value (a member, an element
+/// of an embedded array): an object on the stack.
+fn on_stack(lv: Entity) -> bool {
+    let mut e = strip_parens(lv);
+    loop {
+        match e.get_kind() {
+            EntityKind::MemberRefExpr | EntityKind::ArraySubscriptExpr => {
+                let Some(base) = e.get_children().into_iter().next() else {
+                    return false;
+                };
+                let inner = strip_parens(base);
+                let by_value = inner.get_type().is_some_and(|t| {
+                    let t = t.get_canonical_type();
+                    t.get_kind() == TypeKind::Record || array_element(&t).is_some()
+                });
+                if !by_value {
+                    return false;
+                }
+                e = inner;
+            }
+            EntityKind::DeclRefExpr => {
+                // A local variable, or a parameter: a struct passed by value is a copy.
+                return e.get_reference().is_some_and(|v| {
+                    v.get_kind() == EntityKind::ParmDecl
+                        || (v.get_kind() == EntityKind::VarDecl && is_local(&v))
+                });
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// The pointer expression `e` is the address of an object on the stack: `&local`,
+/// `&local.member`, or a local array.
+fn address_on_stack(texts: &mut BTreeMap<PathBuf, Vec<u8>>, e: Entity) -> bool {
+    let e = strip_casts(e);
+    match e.get_kind() {
+        EntityKind::UnaryOperator if unary_operator(texts, &e).as_deref() == Some("&") => {
+            e.get_children().into_iter().next().is_some_and(on_stack)
+        }
+        EntityKind::DeclRefExpr | EntityKind::MemberRefExpr => {
+            e.get_type()
+                .is_some_and(|t| array_element(&t.get_canonical_type()).is_some())
+                && on_stack(e)
+        }
+        _ => false,
+    }
+}
+
 fn is_local(var: &Entity) -> bool {
     var.get_semantic_parent()
         .map(|p| p.get_kind() == EntityKind::FunctionDecl)
@@ -1237,6 +1985,33 @@ fn is_expression(kind: EntityKind) -> bool {
 fn push_unique(out: &mut Vec<(String, String)>, key: String, why: String) {
     if !out.iter().any(|(k, _)| *k == key) {
         out.push((key, why));
+    }
+}
+
+fn push_sized(out: &mut Vec<(String, Site)>, key: String, site: &Site) {
+    if !out.iter().any(|(k, _)| *k == key) {
+        out.push((key, site.clone()));
+    }
+}
+
+/// The pointer that the lvalue `e` dereferences, for `*p` and `p[i]` (not for an embedded
+/// array, which is part of its object).
+fn dereferenced<'tu>(
+    texts: &mut BTreeMap<PathBuf, Vec<u8>>,
+    e: &Entity<'tu>,
+) -> Option<Entity<'tu>> {
+    match e.get_kind() {
+        EntityKind::UnaryOperator if unary_operator(texts, e).as_deref() == Some("*") => {
+            e.get_children().into_iter().next()
+        }
+        EntityKind::ArraySubscriptExpr => {
+            let base = e.get_children().into_iter().next()?;
+            let embedded = strip_parens(base)
+                .get_type()
+                .is_some_and(|t| array_element(&t.get_canonical_type()).is_some());
+            (!embedded).then_some(base)
+        }
+        _ => None,
     }
 }
 

@@ -51,6 +51,114 @@ pub enum Val {
     Local(String),
 }
 
+/// Where a pointer value comes from, as far as the reach rule needs it: the object it points
+/// to lives behind a parameter, or the pointer was read from a field of a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Root {
+    /// The pointee of the function's parameter with this index.
+    Param(usize),
+    /// A pointer read from a field (`db->dict`, `server.db + i`).
+    Field {
+        /// The record holding the field (key into [`Program::records`]).
+        owner: String,
+        /// The field's name.
+        field: String,
+        /// Where it is read.
+        site: Site,
+        /// When the record read is itself the pointee of a parameter: that parameter's index.
+        base: Option<usize>,
+    },
+}
+
+impl Root {
+    /// The parameter whose pointee this leads back to, if any.
+    pub fn param(&self) -> Option<usize> {
+        match self {
+            Root::Param(i) => Some(*i),
+            Root::Field { base, .. } => *base,
+        }
+    }
+}
+
+/// How control leaves a piece of code, as far as ending the process goes: what is needed to
+/// find the functions that cannot return and the statements after which the process ends.
+/// `Seq(vec![])` is code that simply falls through.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Shape {
+    /// Ends the process: a call to `exit`, `abort`, a `noreturn` function,
+    /// `__builtin_unreachable`.
+    Stop,
+    /// Leaves the statements around it another way: `return`, `break`, `continue`, `goto`.
+    Leave,
+    /// A direct call to this function (USR): ends the process when it cannot return.
+    Call(String),
+    /// The statements of block number `n` of the function ([`Function::blocks`]).
+    Block(usize),
+    /// One after the other.
+    Seq(Vec<Shape>),
+    /// One of these (branches).
+    Alt(Vec<Shape>),
+}
+
+impl Shape {
+    /// Code that falls through.
+    pub fn falls() -> Shape {
+        Shape::Seq(Vec::new())
+    }
+
+    /// `parts` one after the other, simplified: nested sequences flattened, code that falls
+    /// through dropped, nothing kept after a [`Shape::Stop`] or [`Shape::Leave`].
+    pub fn seq(parts: Vec<Shape>) -> Shape {
+        let mut out = Vec::new();
+        for part in parts {
+            let ends = matches!(part, Shape::Stop | Shape::Leave);
+            match part {
+                Shape::Seq(inner) => out.extend(inner),
+                other => out.push(other),
+            }
+            if ends {
+                break;
+            }
+        }
+        if out.len() == 1 {
+            out.pop().unwrap_or_else(Shape::falls)
+        } else {
+            Shape::Seq(out)
+        }
+    }
+
+    /// One of `branches`, simplified: when every branch falls through, so does this.
+    /// Nested alternatives are flattened (an `else if` chain stays one level deep).
+    pub fn alt(branches: Vec<Shape>) -> Shape {
+        if branches.iter().all(|b| *b == Shape::falls()) {
+            return Shape::falls();
+        }
+        let mut out = Vec::new();
+        for branch in branches {
+            match branch {
+                Shape::Alt(inner) => out.extend(inner),
+                other => {
+                    if !out.contains(&other) {
+                        out.push(other);
+                    }
+                }
+            }
+        }
+        Shape::Alt(out)
+    }
+}
+
+/// A `{ ... }` block of a function: its statements' shapes, and where the block sits (the
+/// block and index of the statement holding it), unless it is a function or loop body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Block {
+    /// The shape of each statement.
+    pub items: Vec<Shape>,
+    /// The statement holding this block: (block, index). `None` for a function's body and
+    /// inside loops (after a loop body comes the loop again, not the statements after it).
+    pub parent: Option<(usize, usize)>,
+}
+
 /// One write performed by a function.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Write {
@@ -63,6 +171,13 @@ pub struct Write {
     pub how: String,
     /// The write is in the header of a `for` loop (init or increment).
     pub loop_header: bool,
+    /// Where the object written lives, when it is reached through a pointer.
+    pub root: Option<Root>,
+    /// The object written is a local variable of the function (on the stack), or a part of
+    /// one.
+    pub stack: bool,
+    /// The statement holding it: (block, index) in [`Function::blocks`].
+    pub at: Option<(usize, usize)>,
 }
 
 /// One call made by a function.
@@ -81,6 +196,13 @@ pub struct Call {
     pub stream: Option<String>,
     /// For a call through a pointer: the canonical function type called.
     pub signature: Option<String>,
+    /// For each argument of pointer type: where the object it points to lives.
+    pub roots: Vec<Option<Root>>,
+    /// For each argument: it is the address of a local variable (or part of one), or a local
+    /// array.
+    pub stack_args: Vec<bool>,
+    /// The statement holding it: (block, index) in [`Function::blocks`].
+    pub at: Option<(usize, usize)>,
 }
 
 /// A flow of data into a local variable (assignment, `memcpy`, `sprintf`, ...).
@@ -92,6 +214,23 @@ pub struct Flow {
     pub from: Vec<Val>,
     /// Where.
     pub site: Site,
+}
+
+/// A call that allocates memory for objects of program records: the call to change when
+/// those records move to persistent memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Alloc {
+    /// Records the memory is for (keys into [`Program::records`]): the pointee type of what
+    /// the result is assigned or cast to, and every `sizeof(T)` in the size.
+    pub records: Vec<String>,
+    /// The allocating function called (`malloc`, `zmalloc`, ...).
+    pub callee: String,
+    /// Where.
+    pub site: Site,
+    /// Set when the callee is not an allocator by its name but a function of the program
+    /// (its USR): the site counts when that function turns out to hand out untyped memory
+    /// from an allocator (memcached's `do_item_alloc_pull`).
+    pub through: Option<String>,
 }
 
 /// A function defined in the program's sources.
@@ -112,6 +251,17 @@ pub struct Function {
     pub calls: Vec<Call>,
     /// Data flows into its local variables.
     pub flows: Vec<Flow>,
+    /// Allocations of program records in its body.
+    pub allocs: Vec<Alloc>,
+    /// The functions whose results it returns (`return g(...)`, or a local assigned from
+    /// `g(...)` and returned): (USR, name), to find allocator wrappers.
+    pub returns_from: Vec<(String, String)>,
+    /// Declared `noreturn` (`__attribute__((noreturn))`, `_Noreturn`).
+    pub noreturn: bool,
+    /// How its body ends (see [`Shape`]).
+    pub body: Option<Shape>,
+    /// Its blocks, for [`Shape::Block`] and the `at` of writes and calls.
+    pub blocks: Vec<Block>,
 }
 
 /// A function declared but not defined in the sources (the C library, other libraries).

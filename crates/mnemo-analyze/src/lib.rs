@@ -34,17 +34,35 @@
 //! - **Only the program's records** count: not those of system headers, not compiler builtins.
 //! - **Breadth-first** from the load functions, each function once, so the evidence chain of
 //!   each type is a shortest one. Functions whose parameters are all non-pointer scalars (or
-//!   none) are skipped, except the load functions themselves; functions without a body in the
+//!   none) are skipped, except the load functions themselves and constructors (functions
+//!   that allocate program records); functions without a body in the
 //!   sources (the C library) are not entered; calls through function pointers are listed as
 //!   unresolved.
+//! - **Reached containers**: a type whose pointer field is read while loading and followed to
+//!   a write (in the same function, or in a callee the pointer is passed to, settled over the
+//!   call graph) is persistent too, with the read and the write as evidence: Redis's
+//!   `dictAdd(db->dict, ...)` makes `redisDb` persistent though loading never writes it.
+//! - **Byte-level writes**: `*p = v`, `p[i] = v` and library writes through a pointer count
+//!   for the struct that the pointer was cast from (`((char *)obj)[0]`), or that the memory was
+//!   allocated for: an allocation whose size names `sizeof(T)` (directly, through a size
+//!   variable, or through a helper returning `sizeof(T)` like `sdsHdrSize`) types its memory
+//!   as T, through casts and pointer arithmetic (`fp = (unsigned char *)s - 1; *fp = type`).
 //! - **Likely false positives** are flagged, not dropped: iterators (by name, or written only
 //!   in `for` headers), alignment variants (the same fields as another type, plus a variant name,
-//!   a `packed`/`aligned` attribute, or padding fields) and, for backtracking, types that reach
-//!   only `stderr`/`stdout`.
+//!   a `packed`/`aligned` attribute, or padding fields), *stack-only* types (written while
+//!   loading only in local variables or in objects every caller passes as `&local`),
+//!   *exit-path* types (written only where the process ends next, or only in functions reached
+//!   through functions that cannot return: `noreturn`, or every path ending in `exit`/`abort`),
+//!   *teardown* types (written only by functions named to release memory) and, for
+//!   backtracking, types that reach only `stderr`/`stdout`.
+//! - **Port checklist**: for each persistent type, every allocation site in the program (the
+//!   call to change to `mnemo_pmalloc`) and every store (marked when its function also runs
+//!   while loading), as text, JSON, or SARIF 2.1.0 ([`sarif`]).
 #![forbid(unsafe_code)]
 
 mod analysis;
 mod cli;
+mod exits;
 mod extract;
 pub mod facts;
 mod render;
@@ -54,10 +72,11 @@ mod workers;
 use std::path::PathBuf;
 
 pub use analysis::{
-    BacktrackFinding, ChainStep, Finding, LoadReport, Report, Strategy, Summary, Suspicion,
-    Unresolved, WriteSite,
+    AllocationSite, BacktrackFinding, ChainStep, Finding, LoadReport, MutationSite, PortItem,
+    Reach, Report, Strategy, Summary, Suspicion, Unresolved, WriteSite,
 };
-pub use cli::{run_cli, AnalyzeArgs};
+pub use cli::{run_cli, AnalyzeArgs, Format};
+pub use render::{sarif, text};
 
 /// What to analyze and how.
 #[derive(Debug, Clone)]

@@ -105,7 +105,11 @@ fn collect((mut child, reader): Worker) -> Option<Program> {
     if !status.success() {
         return None;
     }
-    serde_json::from_slice(&bytes).ok()
+    // Shapes of deeply nested code nest deeper than serde_json's default limit of 128; the
+    // extraction bounds them (SHAPE_DEPTH_MAX), so the limit is lifted for this reader only.
+    let mut reader = serde_json::Deserializer::from_slice(&bytes);
+    reader.disable_recursion_limit();
+    serde::Deserialize::deserialize(&mut reader).ok()
 }
 
 /// The worker side: parses share `K/N` (from [`WORKER_ENV`]) and prints the facts as JSON.

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use mnemo_analyze::{run_cli, AnalyzeArgs, Strategy};
+use mnemo_analyze::{run_cli, AnalyzeArgs, Format, Strategy};
 
 #[derive(Debug, Parser)]
 struct Cli {
@@ -51,4 +51,15 @@ fn errors_give_a_nonzero_exit_code() {
     assert_eq!(run_cli(args), ExitCode::from(2));
     let args = parse(&["--load", "load_records", "--json", dir]).expect("valid arguments");
     assert_eq!(run_cli(args), ExitCode::SUCCESS);
+}
+
+#[test]
+fn the_format_is_text_json_or_sarif() {
+    let args = parse(&["--load", "a", "src"]).expect("valid arguments");
+    assert_eq!(args.format, Format::Text);
+    let args = parse(&["--load", "a", "--format", "sarif", "src"]).expect("valid arguments");
+    assert_eq!(args.format, Format::Sarif);
+    assert!(parse(&["--load", "a", "--format", "xml", "src"]).is_err());
+    // --json is the old spelling of --format json; both at once are refused.
+    assert!(parse(&["--load", "a", "--json", "--format", "sarif", "src"]).is_err());
 }

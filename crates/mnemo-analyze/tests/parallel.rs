@@ -8,7 +8,9 @@ use std::process::Command;
 
 /// Writes a program of `files` units: `load` in unit 0 calls `step1` in unit 1, which calls
 /// `step2`, ...; each unit defines a struct its function writes, and unit 3 also defines the
-/// `helper` that two other units define too, to check that duplicates resolve alike.
+/// `helper` that two other units define too, to check that duplicates resolve alike. Each
+/// function ends in a long `else if` chain, whose facts nest deeply on their way back from a
+/// worker (they once failed to cross, and the parent parsed the share itself).
 fn write_program(dir: &Path, files: usize) {
     for i in 0..files {
         let next = if i + 1 < files {
@@ -31,9 +33,12 @@ fn write_program(dir: &Path, files: usize) {
         } else {
             String::new()
         };
+        let chain: String = (0..80)
+            .map(|k| format!("    if (p->v == {k} && step_ok(p->v)) p->v++;\n    else"))
+            .collect();
         let text = format!(
-            "struct s{i} {{ int v; }};\nstruct s{j};\n{next}{helper}\
-             void {name}(struct s{i} *p)\n{{\n    p->v = {i};\n{call}}}\n",
+            "int step_ok(int v);\nstruct s{i} {{ int v; }};\nstruct s{j};\n{next}{helper}\
+             void {name}(struct s{i} *p)\n{{\n    p->v = {i};\n{call}{chain} p->v = 0;\n}}\n",
             j = i + 1
         );
         let path = dir.join(format!("unit{i:02}.c"));

@@ -135,8 +135,17 @@ fn struct_members_of_struct_members() {
         vec!["embeds the written object in field `mid`"]
     );
 
+    // outer's bytes do not change, but its pointer field leads to the write: a reached
+    // container.
     let report = run("nested.c", &["through_pointer"]);
-    assert_eq!(names(&report), plain(&["struct inner"]));
+    assert_eq!(names(&report), plain(&["struct inner", "struct outer"]));
+    let outer = finding(&report, "struct outer");
+    assert_eq!(outer.write_count, 0);
+    let reach = outer.reach.as_ref().expect("outer is reached");
+    assert_eq!(
+        (reach.field.as_str(), reach.leads_to.site.line),
+        ("ext", 31)
+    );
 
     let report = run("nested.c", &["embedded_array"]);
     assert_eq!(names(&report), plain(&["struct holder", "struct inner"]));
@@ -209,9 +218,16 @@ fn functions_without_pointer_arguments_are_skipped() {
     assert_eq!(load.skipped, strings(&["bump_global", "bump_scalar"]));
     // The C library is not entered.
     assert_eq!(load.external, strings(&["strlen"]));
+    // by_value is only ever a local and a parameter passed by value: on the stack.
     assert_eq!(
         names(&report),
-        plain(&["struct by_value", "struct counter"])
+        vec![
+            (
+                "struct by_value".to_string(),
+                Some("stack-only".to_string())
+            ),
+            ("struct counter".to_string(), None)
+        ]
     );
     // Not lines 16 and 21: those are in the skipped functions.
     assert_eq!(
@@ -226,6 +242,15 @@ fn functions_without_pointer_arguments_are_skipped() {
         write_lines(finding(&report, "struct by_value")),
         vec![37, 31]
     );
+}
+
+#[test]
+fn constructors_without_arguments_are_not_skipped() {
+    let report = run("skip.c", &["load_made"]);
+    let load = report.load.as_ref().expect("load ran");
+    assert_eq!(load.visited, strings(&["load_made", "made_new"]));
+    assert!(load.skipped.is_empty());
+    assert_eq!(names(&report), plain(&["struct made"]));
 }
 
 #[test]
@@ -446,5 +471,181 @@ fn writes_inside_macro_bodies() {
     assert_eq!(
         (lst.writes[0].how.as_str(), lst.writes[0].site.line),
         ("++", 31)
+    );
+}
+
+#[test]
+fn containers_reached_through_pointer_fields_are_persistent() {
+    let report = run("reach.c", &["load"]);
+    assert_eq!(
+        names(&report),
+        plain(&["struct db", "struct dict", "struct entry", "struct server"])
+    );
+    // Written: dict (d->used++; `d->table[0] = e` writes the table, not the dict) and entry.
+    assert!(finding(&report, "struct dict").reach.is_none());
+    assert_eq!(finding(&report, "struct dict").write_count, 1);
+    // struct db: `db->dict` read in db_add, passed to dict_add, which writes the dict.
+    let db = finding(&report, "struct db");
+    assert_eq!(db.write_count, 0);
+    assert_eq!(chain(db), vec!["load", "db_add"]);
+    let reach = db.reach.as_ref().expect("db is a reached container");
+    assert_eq!(
+        (
+            reach.function.as_str(),
+            reach.field.as_str(),
+            reach.site.line
+        ),
+        ("db_add", "dict", 46)
+    );
+    assert_eq!(reach.text, "return dict_add(db->dict, key);");
+    assert_eq!(
+        (reach.leads_to.function.as_str(), reach.leads_to.site.line),
+        ("dict_add", 40)
+    );
+    // struct server: `server.db + i` read in load, passed to db_add, which reaches the dict.
+    let server = finding(&report, "struct server");
+    let reach = server
+        .reach
+        .as_ref()
+        .expect("server is a reached container");
+    assert_eq!(
+        (
+            reach.function.as_str(),
+            reach.field.as_str(),
+            reach.site.line
+        ),
+        ("load", "db", 58)
+    );
+    assert_eq!(reach.leads_to.function.as_str(), "dict_add");
+    // struct config's pointer is only read through: not persistent.
+    assert!(findings(&report).iter().all(|f| f.name != "struct config"));
+}
+
+#[test]
+fn byte_writes_count_for_the_struct_the_memory_was_allocated_for() {
+    let report = run("bytes.c", &["load"]);
+    // struct other is only named in the size of a memset of a local buffer.
+    assert_eq!(
+        names(&report),
+        plain(&["struct hdr5", "struct hdr8", "struct item"])
+    );
+    // `*fp = type | (len << 3)` where fp = (unsigned char *)s - 1, s = (char *)sh + hdrlen,
+    // sh = malloc(hdrlen + ...), hdrlen = hdr_size(type), which returns sizeof(struct hdr5)
+    // or sizeof(struct hdr8).
+    for name in ["struct hdr5", "struct hdr8"] {
+        let hdr = finding(&report, name);
+        let hows: Vec<(&str, u32)> = hdr
+            .writes
+            .iter()
+            .map(|w| (w.how.as_str(), w.site.line))
+            .collect();
+        assert_eq!(hows, vec![("=", 48), ("memcpy", 49)], "{name}");
+        assert!(
+            hdr.writes[0]
+                .why
+                .starts_with("bytes written in memory allocated with its sizeof at bytes.c:"),
+            "{}",
+            hdr.writes[0].why
+        );
+        assert_eq!(chain(hdr), vec!["load", "str_new"]);
+    }
+    let item = finding(&report, "struct item");
+    assert_eq!(write_lines(item), vec![55]);
+    assert_eq!(
+        item.writes[0].why,
+        "bytes written through a cast of a pointer to it at bytes.c:55"
+    );
+}
+
+#[test]
+fn types_written_only_on_paths_that_end_the_process_are_flagged() {
+    let report = run("exits.c", &["load"]);
+    let exit_path = Some("exit-path".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct both".to_string(), None),
+            ("struct crash".to_string(), exit_path.clone()),
+            ("struct last_words".to_string(), exit_path.clone()),
+            ("struct logged".to_string(), exit_path.clone()),
+            ("struct note".to_string(), exit_path.clone()),
+            ("struct report".to_string(), exit_path.clone()),
+            ("struct state".to_string(), None),
+        ]
+    );
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        reason("struct report"),
+        "reached only through `check_main`, called at exits.c:56, after which the process ends"
+    );
+    assert_eq!(
+        reason("struct note"),
+        "written only where the process ends next: exits.c:58 is followed by a call that \
+         cannot return"
+    );
+    assert_eq!(
+        reason("struct logged"),
+        "reached only through `fatal` (called at exits.c:110), which cannot return"
+    );
+    assert_eq!(
+        reason("struct crash"),
+        "reached only through `crash_exit` (called at exits.c:112), which cannot return"
+    );
+    assert_eq!(
+        reason("struct last_words"),
+        "reached only through `goodbye` (called at exits.c:114), which cannot return"
+    );
+    assert_eq!(report.summary.types_suspicious, 5);
+}
+
+#[test]
+fn types_written_only_on_the_stack_are_flagged() {
+    let report = run("stack.c", &["load"]);
+    let stack_only = Some("stack-only".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct ctx".to_string(), stack_only.clone()),
+            // Written on the stack (`first`) and in the table's slots: persistent.
+            ("struct entry".to_string(), None),
+            // rio_init(&r, ...) in load, rio_read(r) forwarded by fill(&r, ...).
+            ("struct rio".to_string(), stack_only),
+            ("struct table".to_string(), None),
+        ]
+    );
+    assert_eq!(
+        finding(&report, "struct ctx")
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.as_str()),
+        Some(
+            "written while loading only in objects on the stack (local variables, e.g. at \
+             stack.c:43), which end with their function"
+        )
+    );
+}
+
+#[test]
+fn types_written_only_by_functions_that_release_memory_are_flagged() {
+    let report = run("heuristics.c", &["load_handles"]);
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct entry".to_string(), None),
+            ("struct handle".to_string(), Some("teardown".to_string())),
+        ]
+    );
+    assert_eq!(
+        finding(&report, "struct handle")
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.as_str()),
+        Some("written while loading only in functions that release memory, by their names: handle_release")
     );
 }

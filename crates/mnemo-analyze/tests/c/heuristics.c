@@ -35,3 +35,20 @@ int load(struct entry *e, struct entry_iter *it, struct walker *w, struct entry_
     s->val = 2;
     return 0;
 }
+
+/* Written while loading only by a function that releases it: clean-up, not state. */
+struct handle {
+    int open;
+};
+
+void handle_release(struct handle *h)
+{
+    h->open = 0;
+}
+
+int load_handles(struct entry *e, struct handle *h)
+{
+    e->key = 1;
+    handle_release(h);
+    return 0;
+}

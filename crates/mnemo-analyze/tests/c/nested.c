@@ -24,7 +24,8 @@ void nested_chain(struct outer *o)
     o->mid.in.count = 1;
 }
 
-/* Only inner: outer holds a pointer to it, so outer's bytes do not change. */
+/* inner is written; outer holds a pointer to it, so outer's bytes do not change, but outer is
+ * the container that reaches it (a reached container). */
 void through_pointer(struct outer *o)
 {
     o->ext->count = 2;
