@@ -283,3 +283,107 @@ fn a_primary_with_the_wrong_secret_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
 }
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(pid, sig).unwrap();
+}
+
+/// A mirror that stops answering (SIGSTOP) costs the primary one timeout, not one per write:
+/// it carries on durably on its own, reaches the mirror again after SIGCONT (a full copy), and
+/// the promoted mirror then holds every acknowledged write, those made while it was stopped
+/// included.
+#[test]
+fn a_stopped_mirror_costs_one_timeout_then_catches_up() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let mirror_dir = dir.path().join("mirror");
+    let mut mirror = MirrorProc::start(&mirror_dir, &secret, dir.path().join("mirror.log"));
+    let primary = Server::start(
+        &dir.path().join("primary").join("kv.pool"),
+        &[
+            "--mirror",
+            &format!("127.0.0.1:{}", mirror.port),
+            "--repl-secret-file",
+            secret.to_str().unwrap(),
+        ],
+    );
+    let mut client = primary.client();
+    let mut i = 0u64;
+    let mut set = |client: &mut Client| {
+        let key = format!("k{i}");
+        let t = Instant::now();
+        let reply = client
+            .call(&["SET", key.as_str(), value(i).as_str()])
+            .unwrap();
+        assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
+        i += 1;
+        t.elapsed()
+    };
+    for _ in 0..20 {
+        set(&mut client);
+    }
+    signal(mirror.child.id(), rustix::process::Signal::STOP);
+    // One write waits for the acknowledgement until the timeout (2 s) declares the link
+    // lost (which one depends on when the stop takes effect); none of the others waits.
+    let mut took: Vec<Duration> = (0..50).map(|_| set(&mut client)).collect();
+    took.sort();
+    let repl = info(&mut client, "replication");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror_in_sync"),
+        Some("0"),
+        "{repl}"
+    );
+    assert_eq!(field(&repl, "mnemo_repl_link_losses"), Some("1"), "{repl}");
+    assert!(
+        took[49] < Duration::from_secs(5),
+        "the slowest write took {:?}",
+        took[49]
+    );
+    assert!(
+        took[48] < Duration::from_millis(500),
+        "more than one write waited for the stopped mirror: {:?}",
+        &took[45..]
+    );
+    signal(mirror.child.id(), rustix::process::Signal::CONT);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        set(&mut client);
+        let repl = info(&mut client, "replication");
+        if field(&repl, "mnemo_repl_mirror_in_sync") == Some("1") {
+            assert_eq!(field(&repl, "mnemo_repl_full_copies"), Some("2"), "{repl}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mirror did not come back: {repl}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..20 {
+        set(&mut client);
+    }
+    let acked = i;
+    drop(client);
+    primary.kill();
+    mirror.kill();
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["mirror", "promote", "--dir"])
+        .arg(&mirror_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let promoted = Server::start(&mirror_dir.join("image"), &[]);
+    let mut client = promoted.client();
+    for i in 0..acked {
+        let key = format!("k{i}");
+        match client.call(&["GET", key.as_str()]).unwrap() {
+            Reply::Bulk(v) => assert_eq!(String::from_utf8_lossy(&v), value(i), "{key}"),
+            other => panic!("acknowledged key {key} lost: {other:?}"),
+        }
+    }
+}

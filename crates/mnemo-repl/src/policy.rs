@@ -20,7 +20,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mnemo_pmem::error::MediaError;
@@ -129,11 +129,24 @@ pub struct ReplStats {
     pub local_only: u64,
 }
 
+/// A handshake run on a thread of its own while sync points carry on locally.
+#[derive(Debug, Default)]
+struct Connector {
+    busy: AtomicBool,
+    done: Mutex<Option<Result<(Link, u64)>>>,
+}
+
+/// Longest wait between two attempts to reach a mirror that is away.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
 #[derive(Debug)]
 struct Inner {
     link: Option<Link>,
     next_id: u64,
-    last_attempt: Option<Instant>,
+    /// When the next attempt is due (None: never tried; the first one runs inline).
+    next_attempt: Option<Instant>,
+    /// Wait after the next failure (doubles per failure, up to `RETRY_MAX`).
+    backoff: Duration,
     buf: Vec<u8>,
     /// Local flushes skipped while the link was up (sync mode): all lines must be flushed
     /// when it goes down.
@@ -146,6 +159,7 @@ struct Inner {
 pub struct MirrorPolicy {
     config: MirrorConfig,
     inner: Mutex<Inner>,
+    connector: Arc<Connector>,
     in_sync: AtomicBool,
     shipped: AtomicU64,
     bytes: AtomicU64,
@@ -159,15 +173,18 @@ pub struct MirrorPolicy {
 impl MirrorPolicy {
     /// A policy for `config`; it connects at the first sync point.
     pub fn new(config: MirrorConfig) -> MirrorPolicy {
+        let retry = config.retry;
         MirrorPolicy {
             config,
             inner: Mutex::new(Inner {
                 link: None,
                 next_id: 1,
-                last_attempt: None,
+                next_attempt: None,
+                backoff: retry,
                 buf: Vec::new(),
                 unflushed: false,
             }),
+            connector: Arc::new(Connector::default()),
             in_sync: AtomicBool::new(false),
             shipped: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -201,53 +218,21 @@ impl MirrorPolicy {
     /// Connect, authenticate and send a full copy of `media`; on return the mirror holds
     /// an image of the pool as of now.
     fn connect(&self, inner: &mut Inner, media: &dyn Media) -> Result<()> {
+        let (link, last) = handshake(&self.config, media.len())?;
+        self.send_copy(inner, media, link, last)
+    }
+
+    /// Send a full copy of `media` over a link that passed the handshake (the mirror holds
+    /// records up to `last`); the link becomes the policy's.
+    fn send_copy(
+        &self,
+        inner: &mut Inner,
+        media: &dyn Media,
+        mut link: Link,
+        last: u64,
+    ) -> Result<()> {
         let c = &self.config;
-        let mut link = Link::connect(c.addr, c.timeout)?;
-        link.set_read_timeout(Some(c.timeout))?;
-        let ours = auth::nonce()?;
-        link.send(&Frame::Hello {
-            version: VERSION,
-            role: Role::Primary,
-            nonce: ours,
-        })?;
-        let (proof, theirs) = match link.recv()? {
-            Frame::Challenge {
-                version,
-                proof,
-                nonce,
-            } if version == VERSION => (proof, nonce),
-            Frame::Refused { reason } => return Err(Error::Refused(reason)),
-            other => {
-                return Err(Error::Unexpected(format!(
-                    "expected the mirror's challenge, got {other:?}"
-                )))
-            }
-        };
-        if !c.secret.check_mirror(&proof, &ours, &theirs) {
-            // Tell the mirror why, so that its operator sees it too.
-            let _ = link.send(&Frame::Refused {
-                reason: "authentication failed: the mirror's proof does not match the primary's shared secret".into(),
-            });
-            return Err(Error::Auth(format!(
-                "{} does not know the shared secret: not our mirror",
-                c.addr
-            )));
-        }
         let size = media.len();
-        link.send(&Frame::Auth {
-            proof: c.secret.primary_proof(&theirs, &ours),
-            epoch: c.epoch,
-            pool_size: size,
-        })?;
-        let last = match link.recv()? {
-            Frame::Welcome { last_id, .. } => last_id,
-            Frame::Refused { reason } => return Err(Error::Refused(reason)),
-            other => {
-                return Err(Error::Unexpected(format!(
-                    "expected Welcome, got {other:?}"
-                )))
-            }
-        };
         // Ids continue after anything the mirror holds.
         inner.next_id = inner.next_id.max(last + 1);
         // The full copy: every non-zero chunk (the mirror's image starts zeroed).
@@ -303,7 +288,7 @@ impl MirrorPolicy {
     fn lose_link(&self, inner: &mut Inner, media: &dyn Media, error: &Error) {
         tracing::warn!(mirror = %self.config.addr, error = %error, "mirror link lost: sync points are durable locally until it is back");
         inner.link = None;
-        inner.last_attempt = Some(Instant::now());
+        inner.next_attempt = Some(Instant::now() + inner.backoff);
         self.in_sync.store(false, Ordering::Relaxed);
         self.link_losses.fetch_add(1, Ordering::Relaxed);
         if inner.unflushed {
@@ -365,21 +350,71 @@ impl MirrorPolicy {
         Ok(id)
     }
 
+    /// Try to get a link back, without making this sync point wait: the first attempt runs
+    /// inline (so a primary starts in sync), later ones on a thread of their own, with a
+    /// doubling backoff; a handshake that succeeded there is finished here with the full
+    /// copy (which needs the pool and must not overlap a sync point).
+    fn reconnect(&self, inner: &mut Inner, media: &dyn Media) {
+        let c = &self.config;
+        let done = self
+            .connector
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let result = match done {
+            Some(Ok((link, last))) => self.send_copy(inner, media, link, last),
+            Some(Err(e)) => Err(e),
+            None => {
+                let now = Instant::now();
+                match inner.next_attempt {
+                    None => {
+                        inner.next_attempt = Some(now);
+                        self.connect(inner, media)
+                    }
+                    Some(due)
+                        if now >= due && !self.connector.busy.swap(true, Ordering::AcqRel) =>
+                    {
+                        let connector = Arc::clone(&self.connector);
+                        let config = c.clone();
+                        let size = media.len();
+                        let spawned = std::thread::Builder::new()
+                            .name("mnemo-repl-connect".into())
+                            .spawn(move || {
+                                let result = handshake(&config, size);
+                                *connector.done.lock().unwrap_or_else(|p| p.into_inner()) =
+                                    Some(result);
+                                connector.busy.store(false, Ordering::Release);
+                            });
+                        if spawned.is_err() {
+                            self.connector.busy.store(false, Ordering::Release);
+                        }
+                        // Not due again until this attempt has had its chance.
+                        inner.next_attempt = Some(now + inner.backoff);
+                        return;
+                    }
+                    Some(_) => return,
+                }
+            }
+        };
+        match result {
+            Ok(()) => inner.backoff = c.retry,
+            Err(e) => {
+                tracing::warn!(mirror = %c.addr, error = %e, retry_in = ?inner.backoff, "cannot reach the mirror");
+                inner.next_attempt = Some(Instant::now() + inner.backoff);
+                inner.backoff = (inner.backoff * 2).min(RETRY_MAX);
+            }
+        }
+    }
+
     /// Returns whether the sync point needs the local fence (every mode but `sync` with the
     /// mirror in sync).
     fn sync_inner(&self, media: &dyn Media, point: &SyncPoint<'_>) -> bool {
         let mode = self.config.mode;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let inner = &mut *inner;
-        if inner.link.is_none()
-            && inner
-                .last_attempt
-                .is_none_or(|t| t.elapsed() >= self.config.retry)
-        {
-            inner.last_attempt = Some(Instant::now());
-            if let Err(e) = self.connect(inner, media) {
-                tracing::warn!(mirror = %self.config.addr, error = %e, "cannot reach the mirror");
-            }
+        if inner.link.is_none() {
+            self.reconnect(inner, media);
         }
         if inner.link.is_none() {
             Self::flush_local(media, point);
@@ -430,6 +465,57 @@ impl MirrorPolicy {
             other => Err(Error::Unexpected(format!("{other:?}"))),
         }
     }
+}
+
+/// Connect to the mirror and authenticate both ways; returns the link and the last record
+/// id the mirror holds. Needs no pool, so it may run on a thread of its own.
+fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)> {
+    let mut link = Link::connect(c.addr, c.timeout)?;
+    link.set_read_timeout(Some(c.timeout))?;
+    let ours = auth::nonce()?;
+    link.send(&Frame::Hello {
+        version: VERSION,
+        role: Role::Primary,
+        nonce: ours,
+    })?;
+    let (proof, theirs) = match link.recv()? {
+        Frame::Challenge {
+            version,
+            proof,
+            nonce,
+        } if version == VERSION => (proof, nonce),
+        Frame::Refused { reason } => return Err(Error::Refused(reason)),
+        other => {
+            return Err(Error::Unexpected(format!(
+                "expected the mirror's challenge, got {other:?}"
+            )))
+        }
+    };
+    if !c.secret.check_mirror(&proof, &ours, &theirs) {
+        // Tell the mirror why, so that its operator sees it too.
+        let _ = link.send(&Frame::Refused {
+                reason: "authentication failed: the mirror's proof does not match the primary's shared secret".into(),
+            });
+        return Err(Error::Auth(format!(
+            "{} does not know the shared secret: not our mirror",
+            c.addr
+        )));
+    }
+    link.send(&Frame::Auth {
+        proof: c.secret.primary_proof(&theirs, &ours),
+        epoch: c.epoch,
+        pool_size,
+    })?;
+    let last = match link.recv()? {
+        Frame::Welcome { last_id, .. } => last_id,
+        Frame::Refused { reason } => return Err(Error::Refused(reason)),
+        other => {
+            return Err(Error::Unexpected(format!(
+                "expected Welcome, got {other:?}"
+            )))
+        }
+    };
+    Ok((link, last))
 }
 
 /// Wait for the acknowledgement of `id` (acks of earlier ids are skipped).

@@ -124,7 +124,7 @@ fn late_mirror_and_check() -> Result<(), String> {
         std::thread::spawn(move || mirror.serve(listener));
         ((), store)
     };
-    std::thread::sleep(Duration::from_millis(100));
+    until_in_sync(&heap, &policy);
     write(&heap, 22);
     heap.close();
     let image = {
@@ -148,6 +148,25 @@ fn every_mutant_is_caught() {
         let caught: Vec<String> = results.into_iter().filter_map(Result::err).collect();
         assert!(!caught.is_empty(), "mutant {name} not caught");
         eprintln!("{name}: caught ({})", caught.join("; "));
+    }
+}
+
+/// Sync points (writes of a scratch word) until the policy is back in sync with its mirror:
+/// a returning mirror is reached by a background attempt, finished at a later sync point.
+fn until_in_sync(heap: &Heap, policy: &MirrorPolicy) {
+    let scratch = heap.tx(|tx| tx.alloc_bytes(64)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut i = 0u64;
+    while !policy.stats().in_sync {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not back in sync: {:?}",
+            policy.stats()
+        );
+        i += 1;
+        heap.tx(|tx| tx.write(mnemo_heap::PPtr::<u64>::from_offset(scratch), &i))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -272,7 +291,7 @@ fn a_mirror_that_comes_back_gets_a_full_copy() {
     let store = mirror.store();
     let listener = TcpListener::bind(addr).unwrap();
     std::thread::spawn(move || mirror.serve(listener));
-    std::thread::sleep(Duration::from_millis(100));
+    until_in_sync(&heap, &policy);
     let second = heap.tx(|tx| tx.alloc_bytes(64)).unwrap();
     heap.tx(|tx| tx.write(mnemo_heap::PPtr::<u64>::from_offset(second), &22))
         .unwrap();
