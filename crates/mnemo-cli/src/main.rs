@@ -50,6 +50,9 @@ enum Command {
     /// sync point (start the primary with `mnemo serve --mirror HOST:PORT`).
     #[command(subcommand)]
     Mirror(mirror::MirrorCommand),
+    /// Replication's second tier: a backup that a mirror feeds in the background.
+    #[command(subcommand)]
+    Backup(mirror::BackupCommand),
 }
 
 fn main() -> ExitCode {
@@ -69,5 +72,6 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Kv(cmd) => serve::run_kv(&cmd),
         Command::Mirror(cmd) => mirror::run(&cmd),
+        Command::Backup(cmd) => mirror::run_backup(&cmd),
     }
 }

@@ -57,6 +57,24 @@ pub struct MirrorServeArgs {
     /// Checkpoint the image (make it durable, empty the log) after this many records.
     #[arg(long, default_value_t = 1024)]
     pub checkpoint_records: u64,
+    /// Forward every record, in the background, to the backup at HOST:PORT (`mnemo backup
+    /// serve`, same secret); repeat for several backups.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub backup: Vec<String>,
+    /// A backup further behind than this many bytes of records is not queued for: it
+    /// catches up later with a full copy.
+    #[arg(long, default_value = "64M", value_parser = size::parse)]
+    pub backup_lag_max: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Receive records from a mirror (`mnemo mirror serve --backup HOST:PORT`) and keep a
+    /// consistent image of the primary's pool, some records behind. The same storage and
+    /// flags as `mnemo mirror serve`; `mnemo mirror promote --dir DIR` turns it into a pool.
+    ///
+    /// Example: mnemo backup serve --dir /data/backup --port 7381 --secret-file repl.secret
+    Serve(MirrorServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -114,10 +132,26 @@ impl ReplArgs {
 }
 
 fn resolve(text: &str) -> Result<SocketAddr, String> {
+    resolve_flag("--mirror", text)
+}
+
+fn resolve_flag(flag: &str, text: &str) -> Result<SocketAddr, String> {
     text.to_socket_addrs()
-        .map_err(|e| format!("--mirror {text}: {e} (give HOST:PORT)"))?
+        .map_err(|e| format!("{flag} {text}: {e} (give HOST:PORT)"))?
         .next()
-        .ok_or_else(|| format!("--mirror {text}: no address"))
+        .ok_or_else(|| format!("{flag} {text}: no address"))
+}
+
+/// `mnemo backup ...`.
+pub fn run_backup(command: &BackupCommand) -> ExitCode {
+    let BackupCommand::Serve(args) = command;
+    match serve_role(args, "backup") {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("mnemo backup: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `mnemo mirror ...`.
@@ -149,6 +183,10 @@ fn make_dir(dir: &Path) -> Result<(), String> {
 }
 
 fn serve(args: &MirrorServeArgs) -> Result<(), String> {
+    serve_role(args, "mirror")
+}
+
+fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
     let secret = Secret::from_file(&args.secret_file).map_err(|e| e.to_string())?;
     make_dir(&args.dir)?;
     let options = MirrorOptions {
@@ -162,18 +200,25 @@ fn serve(args: &MirrorServeArgs) -> Result<(), String> {
     if !address.ip().is_loopback() {
         tracing::warn!(address = %address, "the mirror listens beyond this machine: links are authenticated by the shared secret, but not encrypted");
     }
+    let replayed = store.stats().replayed;
+    let mut mirror = Mirror::new(store, secret);
+    for backup in &args.backup {
+        let addr = resolve_flag("--backup", backup)?;
+        mirror
+            .add_backup(addr, args.backup_lag_max)
+            .map_err(|e| e.to_string())?;
+    }
     tracing::info!(
         address = %address,
         dir = %args.dir.display(),
         epoch = state.epoch,
         last_id = state.last_id,
         complete = state.complete,
-        replayed = store.stats().replayed,
-        "mnemo mirror ready"
+        replayed,
+        backups = args.backup.len(),
+        "mnemo {role} ready"
     );
-    Mirror::new(store, secret)
-        .serve(listener)
-        .map_err(|e| e.to_string())
+    mirror.serve(listener).map_err(|e| e.to_string())
 }
 
 fn status(dir: &Path) -> Result<(), String> {

@@ -39,12 +39,17 @@ struct MirrorProc {
 
 impl MirrorProc {
     fn start(dir: &Path, secret: &Path, log: PathBuf) -> MirrorProc {
+        MirrorProc::start_as("mirror", dir, secret, log, &[])
+    }
+
+    fn start_as(role: &str, dir: &Path, secret: &Path, log: PathBuf, extra: &[&str]) -> MirrorProc {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_mnemo"))
-            .args(["mirror", "serve", "--dir"])
+            .args([role, "serve", "--dir"])
             .arg(dir)
             .args(["--port", &port.to_string(), "--secret-file"])
             .arg(secret)
+            .args(extra)
             .env("MNEMO_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -386,4 +391,89 @@ fn a_stopped_mirror_costs_one_timeout_then_catches_up() {
             other => panic!("acknowledged key {key} lost: {other:?}"),
         }
     }
+}
+
+/// Primary -> mirror -> backup, all real processes. The backup, promoted after the primary and
+/// the mirror are killed, holds a prefix of the writes (one client writing k0, k1, ... in
+/// order): every key up to some point, each with its value, and none after it.
+#[test]
+fn a_backup_holds_a_prefix_of_history() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let backup_dir = dir.path().join("backup");
+    let mut backup = MirrorProc::start_as(
+        "backup",
+        &backup_dir,
+        &secret,
+        dir.path().join("b.log"),
+        &[],
+    );
+    let backup_addr = format!("127.0.0.1:{}", backup.port);
+    let mut mirror = MirrorProc::start_as(
+        "mirror",
+        &dir.path().join("mirror"),
+        &secret,
+        dir.path().join("m.log"),
+        &["--backup", &backup_addr],
+    );
+    let primary = Server::start(
+        &dir.path().join("primary").join("kv.pool"),
+        &[
+            "--mirror",
+            &format!("127.0.0.1:{}", mirror.port),
+            "--repl-secret-file",
+            secret.to_str().unwrap(),
+        ],
+    );
+    let mut client = primary.client();
+    let total = 3000u64;
+    for i in 0..total {
+        let key = format!("k{i}");
+        let reply = client
+            .call(&["SET", key.as_str(), value(i).as_str()])
+            .unwrap();
+        assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
+        if i == total / 2 {
+            // Give the mirror's forwarder time to reach the backup mid-stream.
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    drop(client);
+    primary.kill();
+    mirror.kill();
+    backup.kill();
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["mirror", "promote", "--dir"])
+        .arg(&backup_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let promoted = Server::start(&backup_dir.join("image"), &[]);
+    let mut client = promoted.client();
+    let mut present = Vec::new();
+    for i in 0..total {
+        let key = format!("k{i}");
+        match client.call(&["GET", key.as_str()]).unwrap() {
+            Reply::Bulk(v) => {
+                assert_eq!(String::from_utf8_lossy(&v), value(i), "{key}");
+                present.push(true);
+            }
+            Reply::NullBulk => present.push(false),
+            other => panic!("{other:?}"),
+        }
+    }
+    let held = present.iter().take_while(|&&p| p).count();
+    assert!(
+        present[held..].iter().all(|&p| !p),
+        "the backup holds k0..k{held} and then more: not a prefix"
+    );
+    assert!(
+        held as u64 > total / 2,
+        "the backup holds only {held} of {total} writes"
+    );
 }

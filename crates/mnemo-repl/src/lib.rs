@@ -7,12 +7,14 @@
 //! * [`link`]: frames over a blocking TCP stream;
 //! * [`policy`]: [`MirrorPolicy`], the primary's [`mnemo_pmem::SyncPolicy`] (modes `local`,
 //!   `async`, `sync`, `syncflush`);
+//! * [`backup`]: the second tier, fed by the mirror in the background;
 //! * [`mirror`]: [`MirrorStore`] (image, log, state, recovery, promotion) and [`Mirror`], the
 //!   server.
 //!
 //! The design and the byte layouts: `docs/design/replication.md`.
 
 pub mod auth;
+pub mod backup;
 pub mod error;
 pub mod link;
 pub mod mirror;
@@ -20,6 +22,7 @@ pub mod policy;
 pub mod proto;
 
 pub use auth::Secret;
+pub use backup::BackupStats;
 pub use error::{Error, ProtoError, Result};
 pub use mirror::{Mirror, MirrorOptions, MirrorState, MirrorStats, MirrorStore};
 pub use policy::{MirrorConfig, MirrorPolicy, Mode, ReplStats};

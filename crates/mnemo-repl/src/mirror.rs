@@ -29,6 +29,7 @@ use mnemo_log::{Log, Lsn};
 use mnemo_pmem::{CreateOptions, FileMedia, Media, OpenOptions, Pool};
 
 use crate::auth::{self, Secret};
+use crate::backup::{self, Forwarder};
 use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::proto::{self, Frame, Role, VERSION};
@@ -259,6 +260,11 @@ impl MirrorStore {
     /// Counters.
     pub fn stats(&self) -> MirrorStats {
         self.stats
+    }
+
+    /// The image's medium, if a copy ever began.
+    pub(crate) fn image(&self) -> Option<&FileMedia> {
+        self.image.as_ref()
     }
 
     /// Path of the image (a pool file once the copy is complete).
@@ -498,11 +504,12 @@ fn private_file(path: &Path, truncate: bool) -> Result<File> {
         .map_err(|e| Error::io(format!("{}", path.display()), e))
 }
 
-/// A mirror serving primaries on a TCP listener.
+/// A mirror serving primaries on a TCP listener, forwarding to its backups.
 #[derive(Debug)]
 pub struct Mirror {
     store: Arc<Mutex<MirrorStore>>,
     secret: Secret,
+    backups: Arc<Vec<Arc<Forwarder>>>,
 }
 
 impl Mirror {
@@ -511,7 +518,24 @@ impl Mirror {
         Mirror {
             store: Arc::new(Mutex::new(store)),
             secret,
+            backups: Arc::new(Vec::new()),
         }
+    }
+
+    /// Forward every record, in the background, to the backup at `addr` (`mnemo backup
+    /// serve`); a backup more than `lag_max` bytes behind catches up with a full copy.
+    /// Call before [`Mirror::serve`].
+    pub fn add_backup(&mut self, addr: SocketAddr, lag_max: u64) -> Result<()> {
+        let forwarder = backup::start(addr, lag_max, Arc::clone(&self.store), self.secret.clone())?;
+        let mut backups: Vec<Arc<Forwarder>> = self.backups.iter().cloned().collect();
+        backups.push(forwarder);
+        self.backups = Arc::new(backups);
+        Ok(())
+    }
+
+    /// The backups' forwarders (their stats).
+    pub fn backups(&self) -> &[Arc<Forwarder>] {
+        &self.backups
     }
 
     /// The store (for stats and tests).
@@ -533,11 +557,12 @@ impl Mirror {
             };
             let store = Arc::clone(&self.store);
             let secret = self.secret.clone();
+            let backups = Arc::clone(&self.backups);
             std::thread::Builder::new()
                 .name("mnemo-mirror-link".into())
                 .spawn(move || {
                     let peer = stream.peer_addr().ok();
-                    match serve_link(stream, &store, &secret) {
+                    match serve_link(stream, &store, &secret, &backups) {
                         Ok(()) => tracing::info!(?peer, "primary closed the link"),
                         Err(e) => tracing::warn!(?peer, error = %e, "link ended"),
                     }
@@ -553,7 +578,12 @@ fn lock(store: &Mutex<MirrorStore>) -> std::sync::MutexGuard<'_, MirrorStore> {
 }
 
 /// Serve one primary's link until it closes.
-pub fn serve_link(stream: TcpStream, store: &Mutex<MirrorStore>, secret: &Secret) -> Result<()> {
+pub fn serve_link(
+    stream: TcpStream,
+    store: &Mutex<MirrorStore>,
+    secret: &Secret,
+    backups: &[Arc<Forwarder>],
+) -> Result<()> {
     let mut link = Link::new(stream)?;
     link.set_read_timeout(Some(Duration::from_secs(10)))?;
     let epoch = match mirror_handshake(&mut link, store, secret) {
@@ -601,12 +631,18 @@ pub fn serve_link(stream: TcpStream, store: &Mutex<MirrorStore>, secret: &Secret
                         )))
                     } else {
                         let frame = link.last_frame();
-                        s.log_record(epoch, id, &ranges, Some(frame))
-                            .and_then(|()| {
-                                link.send(&Frame::Ack { epoch, id })?;
-                                s.apply(&ranges)?;
-                                Ok(None)
-                            })
+                        let logged = s.log_record(epoch, id, &ranges, Some(frame));
+                        if logged.is_ok() {
+                            // In log order (the store's lock is held), before the ack.
+                            for b in backups {
+                                b.push(frame);
+                            }
+                        }
+                        logged.and_then(|()| {
+                            link.send(&Frame::Ack { epoch, id })?;
+                            s.apply(&ranges)?;
+                            Ok(None)
+                        })
                     }
                 }
             }

@@ -469,7 +469,7 @@ impl MirrorPolicy {
 
 /// Connect to the mirror and authenticate both ways; returns the link and the last record
 /// id the mirror holds. Needs no pool, so it may run on a thread of its own.
-fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)> {
+pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)> {
     let mut link = Link::connect(c.addr, c.timeout)?;
     link.set_read_timeout(Some(c.timeout))?;
     let ours = auth::nonce()?;

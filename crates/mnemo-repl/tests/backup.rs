@@ -1,0 +1,164 @@
+//! The second tier: primary -> mirror -> backup over loopback. The backup's image, opened as
+//! a pool, holds what the primary wrote once it has caught up; a backup that is away while
+//! records pile up past the lag limit catches up in bulk with a full copy instead of an
+//! unbounded queue.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mnemo_heap::{Heap, HeapOptions, PPtr};
+use mnemo_pmem::{CreateOptions, OpenOptions, Pool};
+use mnemo_repl::backup::Forwarder;
+use mnemo_repl::{Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret};
+
+const SECRET: &[u8] = b"test secret of enough bytes";
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("mnemo-repl-backup-")
+        .tempdir_in("/dev/shm")
+        .expect("scratch dir on /dev/shm")
+}
+
+fn serve(mirror: Mirror, listener: TcpListener) -> Arc<Mutex<MirrorStore>> {
+    let store = mirror.store();
+    std::thread::spawn(move || mirror.serve(listener));
+    store
+}
+
+fn store(dir: &Path) -> MirrorStore {
+    MirrorStore::open(dir, MirrorOptions::default()).expect("store")
+}
+
+fn secret() -> Secret {
+    Secret::new(SECRET).unwrap()
+}
+
+/// Until the backup holds every record the mirror holds.
+fn caught_up(mirror: &Mutex<MirrorStore>, backup: &Mutex<MirrorStore>, forwarder: &Forwarder) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let want = mirror.lock().unwrap().last_id();
+        let have = backup.lock().unwrap().last_id();
+        if have == want && backup.lock().unwrap().state().complete && forwarder.stats().connected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "backup at {have}, mirror at {want}: {:?}",
+            forwarder.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn check_image(store: &Mutex<MirrorStore>, dir: &Path, written: &[(u64, u64)]) {
+    let image = {
+        let mut s = store.lock().unwrap();
+        s.checkpoint().unwrap();
+        s.image_path()
+    };
+    let copy = dir.join("copy.pool");
+    std::fs::copy(&image, &copy).unwrap();
+    let pool = Pool::open(&copy, &OpenOptions::default()).expect("the backup's image is a pool");
+    let heap = Heap::open(pool).expect("its heap recovers");
+    for &(obj, value) in written {
+        let got: u64 = heap.get(PPtr::<u64>::from_offset(obj)).unwrap();
+        assert_eq!(got, value, "object at {obj:#x}");
+    }
+    heap.close();
+    std::fs::remove_file(&copy).unwrap();
+}
+
+fn write(heap: &Heap, written: &mut Vec<(u64, u64)>, n: u64) {
+    for _ in 0..n {
+        let value = written.len() as u64 * 3 + 1;
+        let obj = heap.tx(|tx| tx.alloc_bytes(64)).unwrap();
+        heap.tx(|tx| tx.write(PPtr::<u64>::from_offset(obj), &value))
+            .unwrap();
+        written.push((obj, value));
+    }
+}
+
+fn primary(dir: &Path, mirror: SocketAddr) -> Heap {
+    let mut c = MirrorConfig::new(mirror, secret(), Mode::Sync);
+    c.timeout = Duration::from_millis(500);
+    let mut options = CreateOptions::new(16 << 20, "repl-test");
+    options.policy = Some(Arc::new(MirrorPolicy::new(c)));
+    let pool = Pool::create(&dir.join("primary.pool"), &options).unwrap();
+    Heap::create(pool, &HeapOptions::default()).unwrap()
+}
+
+#[test]
+fn a_backup_follows_the_mirror() {
+    let dir = scratch();
+    let b_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b_addr = b_listener.local_addr().unwrap();
+    let backup = serve(
+        Mirror::new(store(&dir.path().join("backup")), secret()),
+        b_listener,
+    );
+    let mut mirror = Mirror::new(store(&dir.path().join("mirror")), secret());
+    mirror.add_backup(b_addr, 64 << 20).unwrap();
+    let forwarder = Arc::clone(&mirror.backups()[0]);
+    let m_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let m_addr = m_listener.local_addr().unwrap();
+    let mirror = serve(mirror, m_listener);
+
+    let heap = primary(dir.path(), m_addr);
+    let mut written = Vec::new();
+    write(&heap, &mut written, 40);
+    caught_up(&mirror, &backup, &forwarder);
+    check_image(&backup, dir.path(), &written);
+    // Now connected: later records are forwarded one by one, no new copy.
+    write(&heap, &mut written, 10);
+    heap.close();
+    caught_up(&mirror, &backup, &forwarder);
+    let stats = forwarder.stats();
+    assert!(
+        stats.forwarded >= 20,
+        "records went on after the copy: {stats:?}"
+    );
+    assert_eq!(stats.copies, 1, "{stats:?}");
+    assert_eq!(stats.overflows, 0);
+    check_image(&backup, dir.path(), &written);
+}
+
+#[test]
+fn a_lagging_backup_catches_up_in_bulk() {
+    let dir = scratch();
+    // The backup's port, closed at first: records pile up past the 4 KiB limit.
+    let b_addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut mirror = Mirror::new(store(&dir.path().join("mirror")), secret());
+    mirror.add_backup(b_addr, 4 << 10).unwrap();
+    let forwarder = Arc::clone(&mirror.backups()[0]);
+    let m_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let m_addr = m_listener.local_addr().unwrap();
+    let mirror = serve(mirror, m_listener);
+    let heap = primary(dir.path(), m_addr);
+    let mut written = Vec::new();
+    write(&heap, &mut written, 40);
+    let stats = forwarder.stats();
+    assert!(stats.overflows >= 1, "{stats:?}");
+    assert!(
+        stats.lag_bytes <= 4 << 10,
+        "the queue stays bounded: {stats:?}"
+    );
+    assert!(!stats.connected);
+    // The backup comes up: a full copy brings it to the mirror's state.
+    let backup = serve(
+        Mirror::new(store(&dir.path().join("backup")), secret()),
+        TcpListener::bind(b_addr).unwrap(),
+    );
+    write(&heap, &mut written, 5);
+    caught_up(&mirror, &backup, &forwarder);
+    heap.close();
+    caught_up(&mirror, &backup, &forwarder);
+    assert!(forwarder.stats().copies >= 1);
+    check_image(&backup, dir.path(), &written);
+}
