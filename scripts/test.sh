@@ -14,6 +14,8 @@ packages=(
     fonts-dejavu-core # benchmark plots measure text with this font
     redis-tools       # redis-cli and redis-benchmark: real clients of mnemo serve
     redis-server      # differential tests: the same requests against real Redis
+    iproute2          # replication partition test: a network namespace and a veth pair
+    iptables          # replication partition test: cutting the link inside that namespace
 )
 missing=()
 for p in "${packages[@]}"; do

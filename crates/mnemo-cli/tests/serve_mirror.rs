@@ -7,100 +7,12 @@
 
 mod support;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mnemo_resp::Reply;
+use support::repl::{field, info, signal, value, write_secret, MirrorProc};
 use support::{shm_dir, Client, Server};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-fn write_secret(dir: &Path, name: &str, text: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    path
-}
-
-/// A `mnemo mirror serve` process, killed on drop.
-struct MirrorProc {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl MirrorProc {
-    fn start(dir: &Path, secret: &Path, log: PathBuf) -> MirrorProc {
-        MirrorProc::start_as("mirror", dir, secret, log, &[])
-    }
-
-    fn start_as(role: &str, dir: &Path, secret: &Path, log: PathBuf, extra: &[&str]) -> MirrorProc {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_mnemo"))
-            .args([role, "serve", "--dir"])
-            .arg(dir)
-            .args(["--port", &port.to_string(), "--secret-file"])
-            .arg(secret)
-            .args(extra)
-            .env("MNEMO_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn mnemo mirror serve");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the mirror did not listen:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        MirrorProc { child, port, log }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for MirrorProc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn info(client: &mut Client, section: &str) -> String {
-    match client.call(&["INFO", section]).expect("INFO") {
-        Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-        Reply::Verbatim { text, .. } => String::from_utf8_lossy(&text).into_owned(),
-        other => panic!("INFO {section}: {other:?}"),
-    }
-}
-
-fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .map(str::trim)
-}
-
-fn value(i: u64) -> String {
-    format!("value-{i}-{}", "m".repeat((i as usize * 13) % 900))
-}
 
 #[test]
 fn acknowledged_writes_survive_the_primary_on_the_promoted_mirror() {
@@ -289,11 +201,6 @@ fn a_primary_with_the_wrong_secret_is_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
 }
 
-fn signal(pid: u32, sig: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
-    rustix::process::kill_process(pid, sig).unwrap();
-}
-
 /// A mirror that stops answering (SIGSTOP) costs the primary one timeout, not one per write:
 /// it carries on durably on its own, reaches the mirror again after SIGCONT (a full copy), and
 /// the promoted mirror then holds every acknowledged write, those made while it was stopped
@@ -434,8 +341,16 @@ fn a_backup_holds_a_prefix_of_history() {
             .unwrap();
         assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
         if i == total / 2 {
-            // Give the mirror's forwarder time to reach the backup mid-stream.
-            std::thread::sleep(Duration::from_millis(500));
+            // Mid-stream, the mirror's forwarder has reached the backup (its full copy done).
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !mirror.log_text().contains("backup in sync") {
+                assert!(
+                    Instant::now() < deadline,
+                    "no backup link:\n{}",
+                    mirror.log_text()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
     std::thread::sleep(Duration::from_millis(500));

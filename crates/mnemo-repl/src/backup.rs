@@ -145,6 +145,8 @@ fn run(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) {
     loop {
         match session(f, store, secret) {
             Ok(()) => backoff = Duration::from_millis(200),
+            // Waiting for the primary's first copy is no failure: no backoff, no warning.
+            Err(Error::Storage(_)) if !lock_store(store).state().complete => {}
             Err(e) => {
                 tracing::warn!(backup = %f.addr, error = %e, retry_in = ?backoff, "backup link down");
                 backoff = (backoff * 2).min(Duration::from_secs(30));

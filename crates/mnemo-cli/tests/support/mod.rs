@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod repl;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,130 @@
+//! Replication helpers for the CLI tests: mirror and backup processes, secrets, INFO fields.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mnemo_resp::Reply;
+
+use super::Client;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+pub fn write_secret(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+/// A `mnemo mirror serve` process, killed on drop.
+pub struct MirrorProc {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl MirrorProc {
+    pub fn start(dir: &Path, secret: &Path, log: PathBuf) -> MirrorProc {
+        MirrorProc::start_as("mirror", dir, secret, log, &[])
+    }
+
+    pub fn start_as(
+        role: &str,
+        dir: &Path,
+        secret: &Path,
+        log: PathBuf,
+        extra: &[&str],
+    ) -> MirrorProc {
+        MirrorProc::start_in(None, role, dir, secret, log, extra)
+    }
+
+    /// Started in network namespace `netns` (listening on `--bind` from `extra`, which the
+    /// readiness check connects to), or here.
+    pub fn start_in(
+        netns: Option<(&str, &str)>,
+        role: &str,
+        dir: &Path,
+        secret: &Path,
+        log: PathBuf,
+        extra: &[&str],
+    ) -> MirrorProc {
+        let port = free_port();
+        let mut command = match netns {
+            Some((ns, _)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_mnemo")]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_mnemo")),
+        };
+        let host = netns.map_or("127.0.0.1", |(_, addr)| addr);
+        let child = command
+            .args([role, "serve", "--dir"])
+            .arg(dir)
+            .args(["--port", &port.to_string(), "--secret-file"])
+            .arg(secret)
+            .args(extra)
+            .env("MNEMO_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn mnemo mirror serve");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect((host, port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the mirror did not listen:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        MirrorProc { child, port, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for MirrorProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn info(client: &mut Client, section: &str) -> String {
+    match client.call(&["INFO", section]).expect("INFO") {
+        Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        Reply::Verbatim { text, .. } => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("INFO {section}: {other:?}"),
+    }
+}
+
+pub fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+pub fn value(i: u64) -> String {
+    format!("value-{i}-{}", "m".repeat((i as usize * 13) % 900))
+}
+
+pub fn signal(pid: u32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(pid, sig).unwrap();
+}
