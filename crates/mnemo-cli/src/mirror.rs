@@ -25,7 +25,8 @@ pub enum MirrorCommand {
     ///
     /// Example: mnemo mirror serve --dir /dev/shm/mirror --secret-file repl.secret
     Serve(MirrorServeArgs),
-    /// Show what a mirror directory holds (epoch, last record, whether its copy is whole).
+    /// Show what a mirror directory holds (epoch, last checkpointed record, whether its copy
+    /// is whole), also while its mirror runs. A primary's side: `mnemo kv info replication`.
     Status(MirrorDirArgs),
     /// Make a stopped mirror's image a primary's pool: replay its log, raise its epoch (the
     /// old primary is refused from now on), and print the pool to serve.
@@ -222,22 +223,34 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
 }
 
 fn status(dir: &Path) -> Result<(), String> {
-    let store = MirrorStore::open(dir, MirrorOptions::default()).map_err(|e| e.to_string())?;
-    let s = store.state();
+    if !dir.join("state").exists() && !dir.join("log.pool").exists() {
+        return Err(format!(
+            "{} is not a mirror directory (no state, no log.pool)",
+            dir.display()
+        ));
+    }
+    let (s, running) = mnemo_repl::mirror::peek_state(dir).map_err(|e| e.to_string())?;
     println!("dir: {}", dir.display());
+    println!(
+        "process: {}",
+        if running {
+            "running (figures as of its last checkpoint)"
+        } else {
+            "stopped"
+        }
+    );
     println!("epoch: {}", s.epoch);
-    println!("last_record: {}", s.last_id);
+    println!("last_checkpointed_record: {}", s.last_id);
     println!("pool_size: {}", s.pool_size);
     println!(
         "image: {} ({})",
-        store.image_path().display(),
+        dir.join("image").display(),
         if s.complete {
             "a complete copy"
         } else {
             "incomplete: no copy finished yet"
         }
     );
-    println!("replayed_at_open: {}", store.stats().replayed);
     Ok(())
 }
 

@@ -392,3 +392,32 @@ fn a_backup_holds_a_prefix_of_history() {
         "the backup holds only {held} of {total} writes"
     );
 }
+
+#[test]
+fn mirror_status_reads_a_running_mirror() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let mirror_dir = dir.path().join("mirror");
+    let mut mirror = MirrorProc::start(&mirror_dir, &secret, dir.path().join("m.log"));
+    let status = |dir: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+            .args(["mirror", "status", "--dir"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, text) = status(&mirror_dir);
+    assert!(ok, "{text}");
+    assert!(text.contains("process: running"), "{text}");
+    assert!(text.contains("incomplete"), "{text}");
+    mirror.kill();
+    let (ok, text) = status(&mirror_dir);
+    assert!(ok && text.contains("process: stopped"), "{text}");
+    let (ok, text) = status(dir.path());
+    assert!(!ok && text.contains("not a mirror directory"), "{text}");
+}

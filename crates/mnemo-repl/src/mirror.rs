@@ -97,6 +97,31 @@ impl MirrorState {
     }
 }
 
+/// Read a mirror directory's state without opening it (its mirror may be running): the
+/// state as last recorded (at the last checkpoint), and whether a process holds the
+/// directory now.
+pub fn peek_state(dir: &Path) -> Result<(MirrorState, bool)> {
+    let state = match std::fs::read(dir.join("state")) {
+        Ok(bytes) => MirrorState::decode(&bytes)
+            .map_err(|e| Error::Storage(format!("{}: {e}", dir.join("state").display())))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => MirrorState::default(),
+        Err(e) => return Err(Error::io(format!("{}", dir.join("state").display()), e)),
+    };
+    let running = match File::open(dir.join("lock")) {
+        Ok(lock) => {
+            match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockShared) {
+                Ok(()) => {
+                    let _ = rustix::fs::flock(&lock, rustix::fs::FlockOperation::Unlock);
+                    false
+                }
+                Err(_) => true,
+            }
+        }
+        Err(_) => false,
+    };
+    Ok((state, running))
+}
+
 /// How a mirror is set up.
 #[derive(Debug, Clone)]
 pub struct MirrorOptions {

@@ -136,6 +136,9 @@ struct Connector {
     done: Mutex<Option<Result<(Link, u64)>>>,
 }
 
+/// A full copy logs its progress every this many bytes.
+const COPY_PROGRESS_EVERY: u64 = 256 << 20;
+
 /// Longest wait between two attempts to reach a mirror that is away.
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
@@ -255,6 +258,14 @@ impl MirrorPolicy {
             let chunk = unsafe {
                 std::slice::from_raw_parts(media.base().as_ptr().add(at as usize), len as usize)
             };
+            if at > 0 && at % COPY_PROGRESS_EVERY == 0 {
+                tracing::info!(
+                    mirror = %c.addr,
+                    copied_mib = at >> 20,
+                    total_mib = size >> 20,
+                    "full copy to the mirror in progress"
+                );
+            }
             if chunk.iter().any(|&b| b != 0) {
                 inner.buf.clear();
                 let id = inner.next_id;
