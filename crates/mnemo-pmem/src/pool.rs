@@ -1108,6 +1108,18 @@ impl Pool {
             self.media
                 .grow(new_size)
                 .map_err(|e| media_error(&self.name, e))?;
+            // On a page-cache file the new length is durable only through a sync (msync and
+            // fdatasync persist it), and the kernel may write the header page back at any
+            // time: without this sync point, a power cut could keep a header recording the
+            // new size in a file of the old length, which open refuses as truncated.
+            crate::durable_site!(
+                "pool.grow_length",
+                self.sync_point(
+                    &SyncPoint::new(SyncKind::Header, &[]),
+                    Narrow::No,
+                    Release::No
+                )
+            )?;
             self.write_next(&mut header, next)?;
         }
         if let Some(tracker) = self.tracker.get() {

@@ -13,7 +13,7 @@ use crate::rng::{mix64, SimRng};
 use mnemo_pmem::SyncKind;
 
 use crate::shadow::{Shadow, ShadowPoint};
-use crate::sim::{CrashPoint, Granularity, PointKind, SimMedia, SimOptions};
+use crate::sim::{CrashPoint, Granularity, Medium, PointKind, SimMedia, SimOptions};
 use crate::workload::{Run, Workload};
 
 /// How many images to test at one crash point.
@@ -47,6 +47,9 @@ impl Default for Sampling {
 pub struct Config {
     /// Seed of the run (workload data) and of every sampled choice.
     pub seed: u64,
+    /// The simulated medium: persistent memory, or a page-cache file (then use
+    /// [`Granularity::Sector`] or [`Granularity::Page`]; [`Config::page_cache`]).
+    pub medium: Medium,
     /// What a crash may tear.
     pub granularity: Granularity,
     /// Images per crash point.
@@ -84,6 +87,7 @@ impl Config {
     pub fn new(seed: u64) -> Config {
         Config {
             seed,
+            medium: Medium::Pmem,
             granularity: Granularity::Word,
             sampling: Sampling::default(),
             depth2_every: 16,
@@ -98,6 +102,16 @@ impl Config {
             failures_kept: 8,
             shadow: true,
         }
+    }
+
+    /// This configuration on a page-cache file ([`Medium::PageCache`]) whose pages a crash
+    /// may tear at `granularity` ([`Granularity::Sector`]: the POSIX model; or
+    /// [`Granularity::Page`]: whole pages, which explores their order with fewer images).
+    #[must_use]
+    pub fn page_cache(mut self, granularity: Granularity) -> Config {
+        self.medium = Medium::PageCache;
+        self.granularity = granularity;
+        self
     }
 
     /// Like [`Config::new`], widened when `MNEMO_SOAK=1`: exhaustive up to 16 units, all
@@ -418,6 +432,7 @@ fn guard<R>(what: &str, f: impl FnOnce() -> Result<R, String>) -> Result<R, Stri
 
 fn record<W: Workload>(workload: &W, config: &Config) -> Recording<W::State> {
     let options = SimOptions {
+        medium: config.medium,
         granularity: config.granularity,
         record: true,
         drop_flush: config.drop_flush,
@@ -476,8 +491,17 @@ fn set_cut(image: &mut [u8], point: &CrashPoint, cut: &Cut, apply: bool) {
     }
 }
 
+/// Bytes of the image a cut keeps: all of it, unless the file may be found short
+/// ([`CrashPoint::short_len`]) and the cut drops its length unit.
+fn cut_len(point: &CrashPoint, cut: &Cut) -> usize {
+    match point.short_len {
+        Some(short) if !cut.keeps(point.units.len() as u32) => short as usize,
+        _ => point.durable.len(),
+    }
+}
+
 fn cut_hash(point: &CrashPoint, cut: &Cut) -> u64 {
-    let mut delta = 0u64;
+    let mut delta = mix64(cut_len(point, cut) as u64 ^ 0x5151_7e4e);
     for (i, unit) in point.units.iter().enumerate() {
         if cut.keeps(i as u32) {
             for w in &point.words[unit.start as usize..unit.end as usize] {
@@ -569,7 +593,7 @@ impl<'a, W: Workload> Shared<'a, W> {
         let cuts = if quick {
             vec![Cut::None, Cut::All]
         } else {
-            let (cuts, exhaustive) = cuts(point.units.len(), &self.config.sampling, &mut rng);
+            let (cuts, exhaustive) = cuts(point.unit_count(), &self.config.sampling, &mut rng);
             let counter = if exhaustive {
                 &self.exhaustive
             } else {
@@ -600,7 +624,8 @@ impl<'a, W: Workload> Shared<'a, W> {
             set_cut(&mut image, point, &cut, true);
             let stream = if quick { u64::MAX - k as u64 } else { k as u64 };
             let mut image_rng = SimRng::derive(self.config.seed ^ mix64(index as u64), stream);
-            let result = self.check_image(&image, acked, in_flight, &mut image_rng);
+            let kept = &image[..cut_len(point, &cut)];
+            let result = self.check_image(kept, acked, in_flight, &mut image_rng);
             set_cut(&mut image, point, &cut, false);
             self.images.fetch_add(1, Ordering::Relaxed);
             if let Err(message) = result {
@@ -638,6 +663,7 @@ impl<'a, W: Workload> Shared<'a, W> {
 
     fn options(&self, record: bool) -> SimOptions {
         SimOptions {
+            medium: self.config.medium,
             granularity: self.config.granularity,
             record,
             ..SimOptions::default()
@@ -689,6 +715,9 @@ impl<'a, W: Workload> Shared<'a, W> {
             if !point.units.is_empty() {
                 let n = point.units.len() as u64;
                 candidates.push((p, Cut::Only(rng.below(n) as u32)));
+                if point.short_len.is_some() {
+                    candidates.push((p, Cut::AllBut(n as u32)));
+                }
                 candidates.push((p, Cut::AllBut(rng.below(n) as u32)));
                 candidates.push((
                     p,
@@ -704,7 +733,8 @@ impl<'a, W: Workload> Shared<'a, W> {
             let point = &points[p];
             let mut image = point.durable.as_ref().clone();
             set_cut(&mut image, point, &cut, true);
-            let media = SimMedia::from_image(&image, w.capacity(), self.options(false));
+            let image = &image[..cut_len(point, &cut)];
+            let media = SimMedia::from_image(image, w.capacity(), self.options(false));
             self.depth2.fetch_add(1, Ordering::Relaxed);
             let second = guard("recovery after a crash during recovery", || {
                 w.recover(media)
@@ -873,8 +903,9 @@ pub fn replay<W: Workload>(
     set_cut(&mut image, crash, cut, true);
     let (acked, in_flight) = shared.model(crash);
     let mut rng = SimRng::derive(config.seed ^ mix64(point as u64), u64::MAX);
+    let kept = &image[..cut_len(crash, cut)];
     with_mutant(config.mutant, || {
-        shared.check_image(&image, acked, in_flight, &mut rng)
+        shared.check_image(kept, acked, in_flight, &mut rng)
     })
 }
 

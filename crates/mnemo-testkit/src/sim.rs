@@ -7,6 +7,11 @@
 //! durable image plus any subset of the *pending units*: the 8-byte words (or, in
 //! [`Granularity::Line`], the cache lines) where the volatile view differs from the durable
 //! image.
+//!
+//! [`Medium::PageCache`] models a file in the page cache of an ordinary disk instead (the
+//! POSIX crash model of ALICE and CrashMonkey): `flush` names pages, `drain` is `msync(2)`
+//! of the pages named since the last one, units are 512-byte sectors or 4 KiB pages, and the
+//! file's length is durable only once a sync follows the growth.
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -35,11 +40,57 @@ pub enum Granularity {
     /// written back whole at one moment; weaker than x86 (which may persist any *prefix* of
     /// a line's stores, and a diffing model does not know their order). Fewer images.
     Line,
+    /// Per 512-byte disk sector: all pending words of a sector together. With
+    /// [`Medium::PageCache`], a page written back while power fails may be *torn* at sector
+    /// boundaries, and sectors are the atomic unit of a disk write.
+    Sector,
+    /// Per 4 KiB page: a page written back whole or not at all. Fewer images than
+    /// [`Granularity::Sector`]; it explores the order in which the kernel writes pages back.
+    Page,
+}
+
+impl Granularity {
+    /// Bytes of one unit (8 for [`Granularity::Word`]).
+    pub const fn unit_bytes(self) -> u64 {
+        match self {
+            Granularity::Word => WORD as u64,
+            Granularity::Line => LINE as u64,
+            Granularity::Sector => SECTOR,
+            Granularity::Page => PAGE_SIZE,
+        }
+    }
+}
+
+/// Bytes of a disk sector: the unit a disk writes atomically (and the unit a page torn by a
+/// power failure is torn at).
+pub const SECTOR: u64 = 512;
+
+/// What kind of medium is simulated: what a flush and a fence do, what a crash may keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Medium {
+    /// Persistent memory (the default): a flush snapshots cache lines, a fence makes the
+    /// snapshots durable; any unflushed line may be written back early.
+    #[default]
+    Pmem,
+    /// A file on an ordinary disk, mapped through the page cache (what `FileMedia` calls
+    /// `MediaKind::PageCache`), with the POSIX crash model of ALICE and CrashMonkey:
+    /// * a flush names the pages it touches, and a fence is `msync(MS_SYNC)` of the pages
+    ///   named since the previous fence: their contents *at the fence* become durable (a
+    ///   crash keeps every range synced before it). `FileMedia` syncs the whole mapping at
+    ///   every drain, a superset of this;
+    /// * any other dirty page may have been written back at any time, in any order, and a
+    ///   page written back as power fails may be torn at 512-byte sectors: pending units are
+    ///   sectors ([`Granularity::Sector`]) or pages ([`Granularity::Page`]), not words;
+    /// * the file's length persists only through a sync: after a growth, until the next
+    ///   fence, a crash may find the file at its old length (the new bytes gone).
+    PageCache,
 }
 
 /// Options of a simulated medium.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SimOptions {
+    /// What is simulated: persistent memory or a page-cache file.
+    pub medium: Medium,
     /// What a crash may tear.
     pub granularity: Granularity,
     /// Record a [`CrashPoint`] at every fence, growth, acknowledgement and at the end.
@@ -111,6 +162,18 @@ pub struct CrashPoint {
     pub words: Vec<Word>,
     /// The independent units: ranges of `words` (one word each in [`Granularity::Word`]).
     pub units: Vec<Range<u32>>,
+    /// [`Medium::PageCache`] after a growth not yet followed by a sync: the length the file
+    /// may be found at (the durable length), shorter than `durable`. The file's length is
+    /// then one more unit, index `units.len()`, kept by cuts that keep the new length.
+    pub short_len: Option<u64>,
+}
+
+impl CrashPoint {
+    /// Units a cut chooses from: the pending units, plus the file's length if it may be
+    /// found short.
+    pub fn unit_count(&self) -> usize {
+        self.units.len() + usize::from(self.short_len.is_some())
+    }
 }
 
 /// A simulated persistent medium. Cheap to clone: clones share the same memory, so a test
@@ -193,6 +256,11 @@ struct State {
     /// Snapshots taken by flushes and not yet fenced, in flush order (a later snapshot of
     /// the same line wins).
     flushed: Vec<(u64, [u8; LINE])>,
+    /// [`Medium::PageCache`]: pages named by flushes since the last fence (page offsets).
+    msync: Vec<u64>,
+    /// [`Medium::PageCache`]: the file length a crash keeps (the volatile length once a
+    /// fence follows the growth).
+    durable_len: u64,
     flushes: u64,
     fences: u64,
     grows: u64,
@@ -222,6 +290,8 @@ impl SimMedia {
             durable_shared: None,
             mapped,
             flushed: Vec::new(),
+            msync: Vec::new(),
+            durable_len: 0,
             flushes: 0,
             fences: 0,
             grows: 0,
@@ -256,6 +326,7 @@ impl SimMedia {
                 .expect("mapping simulated memory");
             st.durable = image.to_vec();
             st.durable.resize(len as usize, 0);
+            st.durable_len = len;
             // SAFETY: `0..len` is mapped read-write (and zeroed) and nothing else refers to
             // it yet; `image` is a separate Rust slice of at most `len` bytes.
             unsafe {
@@ -270,8 +341,9 @@ impl SimMedia {
     /// lost every pending unit would find. Not recording.
     pub fn crash(&self) -> SimMedia {
         let st = self.state();
+        let len = (st.durable_len as usize).min(st.durable.len());
         SimMedia::from_image(
-            &st.durable,
+            &st.durable[..len],
             self.capacity(),
             SimOptions {
                 record: false,
@@ -280,9 +352,12 @@ impl SimMedia {
         )
     }
 
-    /// A copy of the durable image.
+    /// A copy of the durable image (on [`Medium::PageCache`], as long as the durable
+    /// length of the file).
     pub fn durable_image(&self) -> Vec<u8> {
-        self.state().durable.clone()
+        let st = self.state();
+        let len = (st.durable_len as usize).min(st.durable.len());
+        st.durable[..len].to_vec()
     }
 
     /// A copy of the volatile view (what the program sees).
@@ -382,11 +457,14 @@ impl SimMedia {
         unsafe { std::slice::from_raw_parts(self.base().as_ptr(), len) }
     }
 
-    /// Every word where the volatile view differs from the durable image, and the units.
+    /// Every word where the volatile view differs from the durable image, and the units
+    /// (the pending words of one unit of the granularity, together).
     fn pending(&self, st: &State) -> (Vec<Word>, Vec<Range<u32>>) {
         let volatile = self.volatile();
+        let unit_bytes = st.options.granularity.unit_bytes();
         let mut words = Vec::new();
-        let mut units = Vec::new();
+        let mut units: Vec<Range<u32>> = Vec::new();
+        let mut unit_of_last = u64::MAX;
         let lines = volatile
             .chunks_exact(LINE)
             .zip(st.durable.chunks_exact(LINE));
@@ -394,7 +472,6 @@ impl SimMedia {
             if now == then {
                 continue;
             }
-            let first = words.len() as u32;
             for (w, (a, b)) in now
                 .chunks_exact(WORD)
                 .zip(then.chunks_exact(WORD))
@@ -407,13 +484,14 @@ impl SimMedia {
                         new: le64(a),
                         old: le64(b),
                     });
-                    if st.options.granularity == Granularity::Word {
-                        units.push(words.len() as u32 - 1..words.len() as u32);
+                    let end = words.len() as u32;
+                    let unit = offset / unit_bytes;
+                    match units.last_mut() {
+                        Some(last) if unit == unit_of_last => last.end = end,
+                        _ => units.push(end - 1..end),
                     }
+                    unit_of_last = unit;
                 }
-            }
-            if st.options.granularity == Granularity::Line {
-                units.push(first..words.len() as u32);
             }
         }
         (words, units)
@@ -433,13 +511,41 @@ impl SimMedia {
             }
         };
         let acked = st.acked;
+        let short_len = (st.options.medium == Medium::PageCache
+            && st.durable_len < durable.len() as u64)
+            .then_some(st.durable_len);
         st.points.push(CrashPoint {
             kind,
             acked,
             durable,
             words,
             units,
+            short_len,
         });
+    }
+
+    /// [`Medium::PageCache`]'s fence: the pages named since the previous one take their
+    /// current contents in the durable image, and the file's length becomes durable.
+    fn msync(&self, st: &mut State) {
+        let mut pages = std::mem::take(&mut st.msync);
+        pages.sort_unstable();
+        pages.dedup();
+        let len = self.len();
+        let volatile = self.volatile();
+        let mut changed = st.durable_len != len;
+        for page in pages.iter().map(|&p| p as usize) {
+            let end = (page + PAGE_SIZE as usize).min(volatile.len());
+            if st.durable[page..end] != volatile[page..end] {
+                st.durable[page..end].copy_from_slice(&volatile[page..end]);
+                changed = true;
+            }
+        }
+        st.durable_len = len;
+        if changed {
+            st.durable_shared = None;
+        }
+        pages.clear();
+        st.msync = pages;
     }
 
     fn assert_range(&self, offset: u64, len: u64) {
@@ -471,9 +577,11 @@ impl Media for SimMedia {
         self.inner.capacity
     }
 
-    /// Growth is modelled as atomic and immediately durable: the new bytes are zero in both
-    /// views. (A real file's new length needs the file system's own journal; that is below
-    /// this model.)
+    /// Growth is atomic: the new bytes are zero in both views. On [`Medium::Pmem`] it is
+    /// immediately durable (a real file's new length needs the file system's own journal;
+    /// that is below this model). On [`Medium::PageCache`] the new length is durable only at
+    /// the next fence (`msync` persists the length the synced data needs): a crash before
+    /// it may find the file at its old length.
     fn grow(&self, new_len: u64) -> Result<(), MediaError> {
         let mut st = self.state();
         let old_len = self.len();
@@ -493,6 +601,9 @@ impl Media for SimMedia {
         self.map(&mut st, old_len, new_len)?;
         st.durable.resize(new_len as usize, 0);
         st.durable_shared = None;
+        if st.options.medium == Medium::Pmem {
+            st.durable_len = new_len;
+        }
         self.inner.len.store(new_len, Ordering::Release);
         Ok(())
     }
@@ -518,6 +629,13 @@ impl Media for SimMedia {
         if st.options.drop_flush == Some(n) || len == 0 {
             return;
         }
+        if st.options.medium == Medium::PageCache {
+            // msync works on whole pages: name every page the range touches.
+            let first = offset - offset % PAGE_SIZE;
+            let end = (offset + len).next_multiple_of(PAGE_SIZE).min(self.len());
+            st.msync.extend((first..end).step_by(PAGE_SIZE as usize));
+            return;
+        }
         let first = offset - offset % CACHE_LINE;
         let end = (offset + len).next_multiple_of(CACHE_LINE).min(self.len());
         let volatile = self.volatile();
@@ -534,6 +652,10 @@ impl Media for SimMedia {
         self.record(&mut st, PointKind::Fence(n));
         st.fences += 1;
         if st.options.drop_fence == Some(n) {
+            return Ok(());
+        }
+        if st.options.medium == Medium::PageCache {
+            self.msync(&mut st);
             return Ok(());
         }
         let flushed = std::mem::take(&mut st.flushed);
@@ -564,6 +686,16 @@ impl Media for SimMedia {
     }
 
     fn info(&self) -> MediaInfo {
+        if self.state().options.medium == Medium::PageCache {
+            return MediaInfo {
+                kind: MediaKind::PageCache,
+                durability: Durability::Msync,
+                flush: FlushKind::Clwb,
+                reason: "simulated page-cache file (mnemo-testkit): flush names pages, fence \
+                         msyncs them; other dirty pages written back at any time, torn at sectors"
+                    .into(),
+            };
+        }
         MediaInfo {
             kind: MediaKind::Simulated,
             durability: Durability::CpuFlush,

@@ -8,7 +8,9 @@
 use mnemo_testkit::pool::{
     CreateWorkload, CyclesWorkload, GmsyncWorkload, GrowWorkload, TrackingWorkload,
 };
-use mnemo_testkit::{explore, measure, replay, Config, Report, Workload, MUTANTS_SIM};
+use mnemo_testkit::{
+    explore, measure, replay, Config, Granularity, Medium, Report, Workload, MUTANTS_SIM,
+};
 
 fn config(seed: u64) -> Config {
     let mut config = Config::new(seed);
@@ -34,6 +36,14 @@ fn named_caught(name: &'static str) -> Option<String> {
         .or_else(|| first_failure(&GrowWorkload::default(), with))
         .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, with))
         .or_else(|| first_failure(&TrackingWorkload::default(), with))
+        .or_else(|| {
+            // On a page-cache file: the length of a grown file is durable only through a sync.
+            first_failure(&GrowWorkload::default(), |c| {
+                with(c);
+                c.medium = Medium::PageCache;
+                c.granularity = Granularity::Sector;
+            })
+        })
 }
 
 fn clean_run_counts() -> (u64, u64) {
