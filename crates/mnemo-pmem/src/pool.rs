@@ -457,6 +457,9 @@ impl Pool {
             tracker: OnceLock::new(),
             _lock: lock,
         };
+        pool.policy
+            .open(pool.media.as_ref(), first.pool_uuid, true)
+            .map_err(|e| media_error(&pool.name, e))?;
         pool.write_copy(&first)?;
         pool.update_header(|_| {})?;
         Ok(pool)
@@ -572,6 +575,10 @@ impl Pool {
             tracker: OnceLock::new(),
             _lock: lock,
         };
+        let uuid = pool.header().pool_uuid;
+        pool.policy
+            .open(pool.media.as_ref(), uuid, false)
+            .map_err(|e| media_error(&pool.name, e))?;
         pool.update_header(|h| h.clean_shutdown = false)?;
         pool.recover_journal()?;
         if !was_clean {
@@ -1144,6 +1151,9 @@ impl Pool {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.policy
+            .close(self.media.as_ref())
+            .map_err(|e| media_error(&self.name, e))?;
         self.update_header(|h| h.clean_shutdown = true)
     }
 

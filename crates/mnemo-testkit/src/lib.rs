@@ -168,7 +168,10 @@ pub use fault::{FaultKind, FaultOp, FaultPlan, FaultyMedia};
 pub use net::{Message, NetConfig, NetStats, NodeId, SimClock, SimNet};
 pub use rng::SimRng;
 pub use shadow::{RecordingPolicy, Shadow, ShadowPoint};
-pub use sim::{CrashPoint, Granularity, Medium, PointKind, SimMedia, SimOptions, Word, SECTOR};
+pub use sim::{
+    CrashPoint, FilePoint, Granularity, Medium, PointKind, SimMedia, SimOptions, SimWal, Word,
+    SECTOR,
+};
 pub use sweep::{assert_caught, site_mutants};
 pub use workload::{Run, Workload};
 

@@ -107,6 +107,12 @@ pub struct SimOptions {
     /// `record` is set): pools that [`crate::pool`] creates or opens on this medium sync
     /// through its recording policy.
     pub shadow: bool,
+    /// Bytes of a simulated write-ahead file beside the pool (0: none): pools that
+    /// [`crate::pool`] creates or opens on this medium then sync through
+    /// `mnemo_pmem::WalPolicy` on it ([`SimMedia::wal`]). The file has the page-cache
+    /// crash model whatever the medium: a write is durable only after a sync, any unsynced
+    /// sector may or may not have reached the disk. Created full length and durable.
+    pub wal_bytes: u64,
 }
 
 /// Where in a run a crash point was taken.
@@ -119,6 +125,8 @@ pub enum PointKind {
     Flush(u64),
     /// Just before growth number `n` (0-based).
     Grow(u64),
+    /// Just before sync number `n` (0-based) of the write-ahead file takes effect.
+    FileSync(u64),
     /// Right after the harness was told that operation number `n` (1-based count) was
     /// acknowledged.
     Ack(usize),
@@ -132,6 +140,7 @@ impl std::fmt::Display for PointKind {
             PointKind::Fence(n) => write!(f, "fence #{n}"),
             PointKind::Flush(n) => write!(f, "flush #{n}"),
             PointKind::Grow(n) => write!(f, "grow #{n}"),
+            PointKind::FileSync(n) => write!(f, "write-ahead file sync #{n}"),
             PointKind::Ack(n) => write!(f, "ack of op #{n}"),
             PointKind::End => write!(f, "end of run"),
         }
@@ -164,15 +173,35 @@ pub struct CrashPoint {
     pub units: Vec<Range<u32>>,
     /// [`Medium::PageCache`] after a growth not yet followed by a sync: the length the file
     /// may be found at (the durable length), shorter than `durable`. The file's length is
-    /// then one more unit, index `units.len()`, kept by cuts that keep the new length.
+    /// then one more unit, the last ([`CrashPoint::short_unit`]), kept by cuts that keep
+    /// the new length.
     pub short_len: Option<u64>,
+    /// The write-ahead file ([`SimOptions::wal_bytes`]): its units come after the pool's.
+    pub file: Option<FilePoint>,
+}
+
+/// The write-ahead file at a crash point: its durable image and its pending sectors.
+#[derive(Clone, Debug)]
+pub struct FilePoint {
+    /// The durable image of the file.
+    pub durable: Arc<Vec<u8>>,
+    /// Every pending word (written, not yet synced), by offset in the file.
+    pub words: Vec<Word>,
+    /// The independent units (one per 512-byte sector): ranges of `words`.
+    pub units: Vec<Range<u32>>,
 }
 
 impl CrashPoint {
-    /// Units a cut chooses from: the pending units, plus the file's length if it may be
-    /// found short.
+    /// Units a cut chooses from: the pool's pending units, the write-ahead file's, and the
+    /// pool file's length if it may be found short.
     pub fn unit_count(&self) -> usize {
-        self.units.len() + usize::from(self.short_len.is_some())
+        self.short_unit() as usize + usize::from(self.short_len.is_some())
+    }
+
+    /// Index of the pool file's length unit (meaningful when `short_len` is set): after
+    /// the pool's and the write-ahead file's units.
+    pub fn short_unit(&self) -> u32 {
+        (self.units.len() + self.file.as_ref().map_or(0, |f| f.units.len())) as u32
     }
 }
 
@@ -243,6 +272,77 @@ fn reservation(capacity: u64) -> (Reservation, u64) {
     })
 }
 
+/// A simulated write-ahead file: what the program wrote (the page cache) and what is durable.
+#[derive(Debug)]
+struct FileState {
+    volatile: Vec<u8>,
+    durable: Vec<u8>,
+    /// Shared copy of `durable` handed to crash points; `None` after `durable` changed.
+    shared: Option<Arc<Vec<u8>>>,
+    syncs: u64,
+}
+
+impl FileState {
+    fn new(image: Option<&[u8]>, len: u64) -> FileState {
+        let mut durable = image.map(<[u8]>::to_vec).unwrap_or_default();
+        durable.resize(len as usize, 0);
+        FileState {
+            volatile: durable.clone(),
+            durable,
+            shared: None,
+            syncs: 0,
+        }
+    }
+
+    /// The file's part of a crash point: pending words grouped by sector.
+    fn point(&mut self) -> FilePoint {
+        let durable = match &self.shared {
+            Some(shared) => Arc::clone(shared),
+            None => {
+                let shared = Arc::new(self.durable.clone());
+                self.shared = Some(Arc::clone(&shared));
+                shared
+            }
+        };
+        let mut words = Vec::new();
+        let mut units: Vec<Range<u32>> = Vec::new();
+        let mut last_sector = u64::MAX;
+        let sectors = self.volatile.chunks_exact(SECTOR as usize);
+        for (index, (now, then)) in sectors
+            .zip(self.durable.chunks_exact(SECTOR as usize))
+            .enumerate()
+        {
+            if now == then {
+                continue;
+            }
+            for (w, (a, b)) in now
+                .chunks_exact(WORD)
+                .zip(then.chunks_exact(WORD))
+                .enumerate()
+            {
+                if a != b {
+                    words.push(Word {
+                        offset: (index * SECTOR as usize + w * WORD) as u64,
+                        new: le64(a),
+                        old: le64(b),
+                    });
+                    let end = words.len() as u32;
+                    match units.last_mut() {
+                        Some(unit) if last_sector == index as u64 => unit.end = end,
+                        _ => units.push(end - 1..end),
+                    }
+                    last_sector = index as u64;
+                }
+            }
+        }
+        FilePoint {
+            durable,
+            words,
+            units,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct State {
     options: SimOptions,
@@ -261,6 +361,8 @@ struct State {
     /// [`Medium::PageCache`]: the file length a crash keeps (the volatile length once a
     /// fence follows the growth).
     durable_len: u64,
+    /// The write-ahead file, if [`SimOptions::wal_bytes`] is set.
+    file: Option<FileState>,
     flushes: u64,
     fences: u64,
     grows: u64,
@@ -292,6 +394,7 @@ impl SimMedia {
             flushed: Vec::new(),
             msync: Vec::new(),
             durable_len: 0,
+            file: (options.wal_bytes > 0).then(|| FileState::new(None, options.wal_bytes)),
             flushes: 0,
             fences: 0,
             grows: 0,
@@ -317,10 +420,27 @@ impl SimMedia {
     /// # Panics
     /// As [`SimMedia::new`].
     pub fn from_image(image: &[u8], capacity: u64, options: SimOptions) -> SimMedia {
+        SimMedia::from_images(image, None, capacity, options)
+    }
+
+    /// Like [`SimMedia::from_image`], with a write-ahead file (if `options.wal_bytes` is
+    /// set) holding `file` (zero-padded; zero if `None`) in both views.
+    ///
+    /// # Panics
+    /// As [`SimMedia::new`].
+    pub fn from_images(
+        image: &[u8],
+        file: Option<&[u8]>,
+        capacity: u64,
+        options: SimOptions,
+    ) -> SimMedia {
         let len = (image.len() as u64).next_multiple_of(PAGE_SIZE);
         let media = SimMedia::with_options(capacity.max(len), options);
         {
             let mut st = media.state();
+            if options.wal_bytes > 0 {
+                st.file = Some(FileState::new(file, options.wal_bytes));
+            }
             media
                 .map(&mut st, 0, len)
                 .expect("mapping simulated memory");
@@ -342,8 +462,9 @@ impl SimMedia {
     pub fn crash(&self) -> SimMedia {
         let st = self.state();
         let len = (st.durable_len as usize).min(st.durable.len());
-        SimMedia::from_image(
+        SimMedia::from_images(
             &st.durable[..len],
+            st.file.as_ref().map(|f| f.durable.as_slice()),
             self.capacity(),
             SimOptions {
                 record: false,
@@ -385,6 +506,13 @@ impl SimMedia {
     /// Start or stop recording crash points.
     pub fn set_recording(&self, record: bool) {
         self.state().options.record = record;
+    }
+
+    /// The write-ahead file beside this medium, if it has one ([`SimOptions::wal_bytes`]).
+    pub fn wal(&self) -> Option<SimWal> {
+        self.state().file.as_ref().map(|_| SimWal {
+            media: self.clone(),
+        })
     }
 
     /// The shadow replica of this medium, if it keeps one ([`SimOptions::shadow`]).
@@ -514,6 +642,7 @@ impl SimMedia {
         let short_len = (st.options.medium == Medium::PageCache
             && st.durable_len < durable.len() as u64)
             .then_some(st.durable_len);
+        let file = st.file.as_mut().map(FileState::point);
         st.points.push(CrashPoint {
             kind,
             acked,
@@ -521,6 +650,7 @@ impl SimMedia {
             words,
             units,
             short_len,
+            file,
         });
     }
 
@@ -704,6 +834,70 @@ impl Media for SimMedia {
                 "simulated medium (mnemo-testkit): flush snapshots lines, fence makes them durable"
                     .into(),
         }
+    }
+}
+
+/// The simulated write-ahead file of a [`SimMedia`] ([`SimOptions::wal_bytes`]), as
+/// `mnemo_pmem::WalPolicy` uses it. Reads see every write; a sync makes every write durable
+/// (a crash point is recorded just before it takes effect).
+#[derive(Clone, Debug)]
+pub struct SimWal {
+    media: SimMedia,
+}
+
+impl SimWal {
+    fn with<R>(&self, f: impl FnOnce(&mut FileState) -> R) -> R {
+        let mut st = self.media.state();
+        f(st.file.as_mut().expect("a medium with a write-ahead file"))
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<(), MediaError> {
+        let size = self.with(|f| f.volatile.len() as u64);
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(MediaError::io(
+                "write-ahead file access",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{offset}+{len} beyond the file's {size} bytes"),
+                ),
+            )),
+        }
+    }
+}
+
+impl mnemo_pmem::LogFile for SimWal {
+    fn len(&self) -> u64 {
+        self.with(|f| f.volatile.len() as u64)
+    }
+
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), MediaError> {
+        self.check(offset, out.len())?;
+        self.with(|f| {
+            out.copy_from_slice(&f.volatile[offset as usize..offset as usize + out.len()])
+        });
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError> {
+        self.check(offset, bytes.len())?;
+        self.with(|f| {
+            f.volatile[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes)
+        });
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), MediaError> {
+        let mut st = self.media.state();
+        let n = st.file.as_ref().map_or(0, |f| f.syncs);
+        self.media.record(&mut st, PointKind::FileSync(n));
+        let file = st.file.as_mut().expect("a medium with a write-ahead file");
+        file.syncs += 1;
+        if file.durable != file.volatile {
+            file.durable.copy_from_slice(&file.volatile);
+            file.shared = None;
+        }
+        Ok(())
     }
 }
 

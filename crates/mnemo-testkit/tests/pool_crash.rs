@@ -175,3 +175,46 @@ fn pool_header_and_growth_survive_power_loss_on_a_page_cache_file() {
     );
     assert!(total.depth2_images > 0 && total.follow_ons > 0);
 }
+
+/// The write-ahead policy (`mnemo_pmem::WalPolicy`) on the page-cache medium: every sync
+/// point a record in a simulated write-ahead file, the pool's pages written back whenever,
+/// checkpoints when the file is full (a small file: often), replay at open. Power loss
+/// anywhere keeps every acknowledged state.
+#[test]
+fn pool_workloads_survive_power_loss_with_the_write_ahead_policy() {
+    let mut total = Report::default();
+    let mut on_disk = |workload: &dyn Fn(&Config) -> Report, seed: u64, wal_bytes: u64| {
+        let granularity = if seed % 3 == 2 {
+            Granularity::Page
+        } else {
+            Granularity::Sector
+        };
+        let mut config = Config::from_env(seed).write_ahead(granularity, wal_bytes);
+        config.threads = 2;
+        let report = workload(&config);
+        report.assert_ok();
+        total.merge(&report);
+    };
+    for seed in 0..seeds(3) {
+        let wal_bytes = [12 << 10, 16 << 10, 64 << 10][seed as usize % 3];
+        on_disk(&|c| explore(&CreateWorkload::default(), c), seed, wal_bytes);
+        on_disk(
+            &|c| explore(&CyclesWorkload { cycles: 3 }, c),
+            seed,
+            wal_bytes,
+        );
+        on_disk(&|c| explore(&GrowWorkload::default(), c), seed, wal_bytes);
+        on_disk(
+            &|c| explore(&mnemo_testkit::pool::GmsyncWorkload { ops: 12 }, c),
+            seed,
+            wal_bytes,
+        );
+        on_disk(
+            &|c| explore(&TrackingWorkload::default(), c),
+            400 + seed,
+            wal_bytes,
+        );
+    }
+    eprintln!("{}", total.summary("pool, write-ahead policy"));
+    assert!(total.images_checked >= 1_000 && total.follow_ons > 0);
+}
