@@ -699,6 +699,40 @@ fn caught_by(mutant: &'static str) -> Option<String> {
     None
 }
 
+/// Every mix on a page-cache pool that syncs through the write-ahead policy
+/// (`mnemo_pmem::WalPolicy`): commits are records in a small write-ahead file (16 or 64
+/// KiB: checkpoints when it fills, larger records in place with a checkpoint), the pool's
+/// pages written back whenever; replay at open.
+#[test]
+fn crash_with_the_write_ahead_policy() {
+    let mut total = mnemo_testkit::Report::default();
+    for (k, mix) in SEARCH.into_iter().enumerate() {
+        let ops = match mix {
+            Mix::ChunkReuse => CHUNK_REUSE_SCRIPT.len(),
+            Mix::Restart => RESTART_SCRIPT.len(),
+            Mix::Handover => HANDOVER_SCRIPT.len(),
+            Mix::Reuse => 6,
+            _ => 8,
+        };
+        let wal_bytes = [16 << 10, 64 << 10][k % 2];
+        let mut config = config(8001 + k as u64).write_ahead(Granularity::Sector, wal_bytes);
+        if !mnemo_testkit::soak() {
+            // The file's sectors add units to every point: sample fewer cuts per point.
+            config.sampling.random = 12;
+            config.sampling.pairs_sampled = 12;
+        }
+        let report = explore(&HeapWorkload { mix, ops }, &config);
+        eprintln!(
+            "{}",
+            report.summary(&format!("heap {mix:?}, write-ahead policy"))
+        );
+        report.assert_ok();
+        total.merge(&report);
+    }
+    eprintln!("{}", total.summary("heap, write-ahead policy"));
+    assert!(total.images_total() >= 1_000);
+}
+
 /// The page-cache medium catches broken commits too: a record or an application left out of
 /// its sync point is a page no msync names, which the kernel may never have written back.
 #[test]

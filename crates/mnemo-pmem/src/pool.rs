@@ -379,6 +379,10 @@ impl Pool {
             layout: layout.to_string(),
             creator: format!("mnemo {}", env!("CARGO_PKG_VERSION")),
         };
+        let policy = match policy {
+            Some(policy) => Some(policy),
+            None => default_policy(path, &media, true)?,
+        };
         let pool = Pool::init(
             crate::emu::wrap_from_env(media),
             path,
@@ -514,12 +518,16 @@ impl Pool {
         media
             .ensure_backed(0, DATA_OFFSET)
             .map_err(|e| media_error(path, e))?;
+        let policy = match &options.policy {
+            Some(policy) => Some(Arc::clone(policy)),
+            None => default_policy(path, &media, false)?,
+        };
         let pool = Pool::attach(
             crate::emu::wrap_from_env(media),
             path,
             header,
             Some(lock),
-            options.policy.clone(),
+            policy,
         )?;
         pool.track_from_env()?;
         Ok(pool)
@@ -1216,6 +1224,28 @@ impl Drop for Pool {
             tracing::error!(pool = %self.name.display(), "closing the pool failed: {err}");
         }
     }
+}
+
+/// The policy of a pool file opened or created without one: the write-ahead policy
+/// ([`crate::wal`], file `<pool>.wal`) when `MNEMO_WAL=1` asks for it on a page-cache file,
+/// or, at open, whenever that file exists (it may hold records a crash left, which must be
+/// replayed); `None` otherwise (the local policy).
+fn default_policy(
+    path: &Path,
+    media: &FileMedia,
+    created: bool,
+) -> Result<Option<Arc<dyn SyncPolicy>>, Error> {
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push(".wal");
+    let asked = std::env::var("MNEMO_WAL").is_ok_and(|v| v.trim() == "1")
+        && media.info().kind == crate::MediaKind::PageCache;
+    if !asked && (created || !Path::new(&wal).exists()) {
+        return Ok(None);
+    }
+    let policy = crate::wal::WalPolicy::beside(path, crate::wal::WAL_BYTES_DEFAULT)
+        .map_err(|e| media_error(path, e))?;
+    tracing::info!(pool = %path.display(), "sync points go to the write-ahead file {}", Path::new(&wal).display());
+    Ok(Some(Arc::new(policy)))
 }
 
 fn media_error(path: &Path, source: MediaError) -> Error {

@@ -38,7 +38,6 @@ use std::fmt::Debug;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -232,8 +231,6 @@ pub struct WalPolicy {
     wake: Condvar,
     /// Bytes of the largest record that is appended (larger sync points checkpoint).
     record_max: u64,
-    /// Checkpoints started by [`WalPolicy::checkpoint`] or a full file, for tests.
-    checkpoint_calls: AtomicU64,
 }
 
 impl WalPolicy {
@@ -259,7 +256,6 @@ impl WalPolicy {
             }),
             wake: Condvar::new(),
             record_max: space / 4,
-            checkpoint_calls: AtomicU64::new(0),
         }
     }
 
@@ -305,24 +301,18 @@ impl WalPolicy {
         let Some(uuid) = st.uuid else {
             return Ok(st);
         };
-        self.checkpoint_calls.fetch_add(1, Ordering::Relaxed);
         st.checkpointing = true;
         // Records not yet written are not written at all: the pool's msync below makes
         // their bytes durable in place (with values at least as new), and the next header
-        // makes every record of this epoch dead. A crash before that header replays the
-        // records already in the file, none of them newer than what was acknowledged.
+        // makes every record of this epoch dead before any of them is acknowledged. A crash
+        // before that header replays the records in the file, in order: every byte back to
+        // its last acknowledged value or to a newer one (the unacknowledged are in flight).
         let mut buf = std::mem::take(&mut st.buf);
         buf.clear();
         let (end, epoch) = (st.appended, st.epoch + 1);
         drop(st);
         let started = Instant::now();
-        let result = (|| {
-            if !crate::mutant::active("wal.checkpoint_skip_pool") {
-                media.flush(0, media.len());
-                crate::durable_site!("wal.checkpoint_pool", media.drain())?;
-            }
-            self.write_header(epoch, uuid)
-        })();
+        let result = self.checkpoint_io(media, epoch, uuid);
         let mut st = self.lock();
         st.checkpointing = false;
         self.wake.notify_all();
@@ -345,14 +335,30 @@ impl WalPolicy {
         Ok(st)
     }
 
-    /// Write header copy `epoch % 2`. Not synced: no record of the new epoch is durable
-    /// before an fdatasync, which makes the header durable with it; until then a crash finds
-    /// the old header (the other copy, intact) and replays the old epoch over a pool that
-    /// the checkpoint's msync already made hold all of it.
+    /// The checkpoint's I/O: the whole pool synced in place, then the next epoch's header.
+    fn checkpoint_io(
+        &self,
+        media: &dyn Media,
+        epoch: u64,
+        uuid: uuid::Uuid,
+    ) -> Result<(), MediaError> {
+        if !crate::mutant::active("wal.checkpoint_skip_pool") {
+            media.flush(0, media.len());
+            crate::durable_site!("wal.checkpoint_pool", media.drain())?;
+        }
+        self.write_header(epoch, uuid)
+    }
+
+    /// Write header copy `epoch % 2` and sync it. The sync is what kills the old epoch's
+    /// records before the checkpoint returns: a sync point made durable in place (too large
+    /// for a record) is acknowledged after it, and an older record replayed over its bytes
+    /// would put older values back (the heap's `Mix::ChunkReuse` on a small write-ahead
+    /// file catches a missing sync: a horizon word zeroed in place, its garbage back).
     fn write_header(&self, epoch: u64, uuid: uuid::Uuid) -> Result<(), MediaError> {
         let bytes = encode_header(epoch, uuid, self.file.len());
         self.file
-            .write_at((epoch % 2) * WAL_HEADER_COPY_SIZE, &bytes)
+            .write_at((epoch % 2) * WAL_HEADER_COPY_SIZE, &bytes)?;
+        crate::durable_site!("wal.header", self.file.sync())
     }
 
     /// Append one record for `point` and wait until it is durable (leading a group commit

@@ -40,8 +40,13 @@
 //! * the file's length persists only through a sync: between a growth and the next fence,
 //!   a crash may find the file at its old length (one more unit of the crash point).
 //!
+//! * with [`Config::write_ahead`], pools sync through `mnemo_pmem::WalPolicy` on a
+//!   simulated write-ahead file beside the pool ([`SimWal`]): its writes are durable only
+//!   after its sync (a crash point is taken just before each), its unsynced sectors kept or
+//!   lost independently; a crash image cuts the pool's units and the file's together.
+//!
 //! Every crash workload of the layers above (pool, log, heap, transactions, kv engine, C
-//! ABI) runs on both media.
+//! ABI) runs on both media, and with the write-ahead policy.
 //!
 //! Crash points are taken just before each fence takes effect, just before each growth, at
 //! each acknowledgement the workload reports, at the end of the run, and optionally at every

@@ -56,9 +56,21 @@ fn write_ahead_caught(name: &'static str) -> Option<String> {
         c.granularity = Granularity::Sector;
         c.wal_bytes = 12 << 10;
     };
+    // A file of 10 KiB takes records of at most 512 bytes: the larger writes are made
+    // durable in place, with a checkpoint.
+    let large_writes = |c: &mut Config| {
+        on_disk(c);
+        c.wal_bytes = 10 << 10;
+    };
+    let grow_large = GrowWorkload {
+        grows: 4,
+        writes: 3,
+        write_max: 900,
+    };
     first_failure(&GrowWorkload::default(), on_disk)
         .or_else(|| first_failure(&CyclesWorkload { cycles: 2 }, on_disk))
         .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, on_disk))
+        .or_else(|| first_failure(&grow_large, large_writes))
 }
 
 fn clean_run_counts() -> (u64, u64) {
@@ -274,6 +286,6 @@ fn a_failure_replays_from_its_seed_point_and_cut() {
 #[test]
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../mnemo-pmem/src");
-    let sites = mnemo_testkit::site_mutants(&src, 13);
+    let sites = mnemo_testkit::site_mutants(&src, 14);
     mnemo_testkit::assert_caught("pmem durability sites", &sites, &[], named_caught);
 }
