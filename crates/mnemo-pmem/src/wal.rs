@@ -458,7 +458,7 @@ impl WalPolicy {
         for (k, copy) in copies.iter_mut().enumerate() {
             self.file.read_at(k as u64 * WAL_HEADER_COPY_SIZE, copy)?;
         }
-        let decoded: Vec<Header> = copies.iter().filter_map(|c| decode_header(c)).collect();
+        let decoded: Vec<Header> = copies.iter().filter_map(decode_header).collect();
         let newest = decoded.iter().max_by_key(|h| h.epoch).copied();
         let epoch = match newest {
             _ if created => newest.map_or(0, |h| h.epoch),
