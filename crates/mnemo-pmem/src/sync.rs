@@ -132,6 +132,13 @@ pub trait SyncPolicy: Send + Sync + Debug {
         let _ = media;
         Ok(())
     }
+
+    /// Figures of the write-ahead file, if the policy keeps one (checkpoints, bytes pending
+    /// replay, the last `fdatasync`'s duration), for `mnemo pool info` and `INFO
+    /// persistence`. Default: none.
+    fn write_ahead(&self) -> Option<crate::wal::WalStats> {
+        None
+    }
 }
 
 /// The "local" mode (Mojim's S-unreplicated): flush the unstaged ranges, then one fence (or

@@ -577,6 +577,10 @@ impl SyncPolicy for WalPolicy {
     fn close(&self, media: &dyn Media) -> Result<(), MediaError> {
         self.checkpoint(media)
     }
+
+    fn write_ahead(&self) -> Option<WalStats> {
+        Some(self.stats())
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -74,6 +74,15 @@ fn a_synced_range_lost_from_the_pool_file_is_replayed_at_open() {
     assert_eq!(read(&reopened, DATA_OFFSET + 100, text.len()), text);
     assert!(!reopened.was_clean());
     assert_eq!(reopened.sync_policy().name(), "write-ahead");
+    let stats = reopened
+        .sync_policy()
+        .write_ahead()
+        .expect("write-ahead figures");
+    assert!(stats.replayed >= 1, "{stats:?}");
+    assert_eq!(
+        stats.checkpoints, 1,
+        "the checkpoint after replay: {stats:?}"
+    );
 }
 
 /// Sync points from several threads share fdatasyncs (group commit), and a small file fills

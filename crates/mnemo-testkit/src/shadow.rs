@@ -159,6 +159,10 @@ impl SyncPolicy for RecordingPolicy {
     fn close(&self, media: &dyn Media) -> Result<(), MediaError> {
         self.inner.close(media)
     }
+
+    fn write_ahead(&self) -> Option<mnemo_pmem::WalStats> {
+        self.inner.write_ahead()
+    }
 }
 
 #[cfg(test)]

@@ -1037,6 +1037,109 @@ mod tests {
         );
     }
 
+    fn page_cache(granularity: Granularity, wal_bytes: u64) -> SimMedia {
+        SimMedia::with_options(
+            1 << 20,
+            SimOptions {
+                medium: Medium::PageCache,
+                granularity,
+                record: true,
+                wal_bytes,
+                ..SimOptions::default()
+            },
+        )
+    }
+
+    #[test]
+    fn page_cache_fence_syncs_the_named_pages_whole() {
+        let m = page_cache(Granularity::Sector, 0);
+        m.grow(4 * PAGE_SIZE).unwrap();
+        assert_eq!(m.info().kind, MediaKind::PageCache);
+        store(&m, 8, &[1; 8]);
+        store(&m, PAGE_SIZE + 8, &[2; 8]);
+        store(&m, 3 * PAGE_SIZE, &[3; 8]);
+        // msync of 16 bytes of page 0 persists all of page 0, nothing else.
+        m.flush(0, 16);
+        store(&m, 100, &[4; 8]);
+        m.drain().unwrap();
+        let image = m.durable_image();
+        assert_eq!(image[8..16], [1; 8]);
+        assert_eq!(image[100..108], [4; 8], "the page's contents at the fence");
+        assert_eq!(image[PAGE_SIZE as usize + 8..][..8], [0; 8]);
+        assert_eq!(m.pending_words(), 2);
+        // A fence persists only what was named since the previous one.
+        m.drain().unwrap();
+        assert_eq!(m.pending_words(), 2);
+    }
+
+    #[test]
+    fn page_cache_units_are_sectors_or_pages() {
+        for (granularity, units) in [(Granularity::Sector, 3), (Granularity::Page, 2)] {
+            let m = page_cache(granularity, 0);
+            m.grow(2 * PAGE_SIZE).unwrap();
+            m.drain().unwrap(); // the length durable: no length unit
+            store(&m, 0, &[1; 16]); // sector 0 of page 0
+            store(&m, 600, &[2; 8]); // sector 1 of page 0
+            store(&m, PAGE_SIZE, &[3; 8]); // page 1
+            m.mark_end();
+            let point = m.take_points().pop().unwrap();
+            assert_eq!(point.words.len(), 4);
+            assert_eq!(point.units.len(), units, "{granularity:?}");
+            assert_eq!(point.unit_count(), units);
+        }
+    }
+
+    #[test]
+    fn page_cache_length_is_durable_only_through_a_sync() {
+        let m = page_cache(Granularity::Sector, 0);
+        m.grow(PAGE_SIZE).unwrap();
+        m.drain().unwrap();
+        m.grow(3 * PAGE_SIZE).unwrap();
+        store(&m, 2 * PAGE_SIZE, &[7; 8]);
+        m.mark_end();
+        let point = m.take_points().pop().unwrap();
+        assert_eq!(point.short_len, Some(PAGE_SIZE));
+        assert_eq!(point.unit_count(), point.units.len() + 1);
+        assert_eq!(
+            m.crash().len(),
+            PAGE_SIZE,
+            "a crash now finds the old length"
+        );
+        m.drain().unwrap();
+        assert_eq!(m.crash().len(), 3 * PAGE_SIZE);
+        m.mark_end();
+        assert_eq!(m.take_points().pop().unwrap().short_len, None);
+    }
+
+    #[test]
+    fn the_write_ahead_file_is_durable_only_after_its_sync() {
+        use mnemo_pmem::LogFile;
+        let m = page_cache(Granularity::Sector, 8192);
+        m.grow(PAGE_SIZE).unwrap();
+        m.drain().unwrap();
+        let wal = m.wal().expect("a write-ahead file");
+        assert_eq!(wal.len(), 8192);
+        wal.write_at(0, &[9; 600]).unwrap();
+        let mut back = [0u8; 600];
+        wal.read_at(0, &mut back).unwrap();
+        assert_eq!(back, [9; 600], "reads see the page cache");
+        m.mark_end();
+        let point = m.take_points().pop().unwrap();
+        let file = point.file.as_ref().expect("the file's part");
+        assert_eq!(file.units.len(), 2, "600 bytes span two sectors");
+        assert_eq!(point.unit_count(), point.units.len() + 2);
+        let crashed = m.crash();
+        let mut lost = [1u8; 600];
+        crashed.wal().unwrap().read_at(0, &mut lost).unwrap();
+        assert_eq!(lost, [0; 600], "unsynced writes are lost");
+        wal.sync().unwrap();
+        let points = m.take_points();
+        assert_eq!(points.last().map(|p| p.kind), Some(PointKind::FileSync(0)));
+        m.crash().wal().unwrap().read_at(0, &mut lost).unwrap();
+        assert_eq!(lost, [9; 600]);
+        assert!(wal.write_at(8000, &[0; 400]).is_err(), "beyond the file");
+    }
+
     #[test]
     fn base_is_stable_across_growth_and_images_round_trip() {
         let m = SimMedia::new(1 << 20);
