@@ -397,6 +397,58 @@ fn sync_points_after_transactions_and_snapshots_survive() {
     }
 }
 
+/// Power loss on an ordinary disk: the C ABI's workloads (raw stores, msync, gmsync over
+/// transactional data) on the page-cache medium (a fence is msync of the named pages; any
+/// other dirty page written back or not, torn at 512-byte sectors).
+#[test]
+fn c_abi_workloads_survive_power_loss_on_a_page_cache_file() {
+    let gmsync = |variant, strict| Gmsync { variant, strict };
+    let runs: [&dyn Fn(&Config) -> mnemo_testkit::Report; 3] = [
+        &|c| explore(&gmsync(Variant::Snapshot, true), c),
+        &|c| explore(&SyncAfter { later_tx: false }, c),
+        &|c| explore(&SyncAfter { later_tx: true }, c),
+    ];
+    for (k, run) in runs.into_iter().enumerate() {
+        let granularity = if k == 2 {
+            mnemo_testkit::Granularity::Page
+        } else {
+            mnemo_testkit::Granularity::Sector
+        };
+        let report = run(&config(21 + k as u64).page_cache(granularity));
+        eprintln!("{}", report.summary("C ABI on a page-cache file"));
+        report.assert_ok();
+        assert!(report.images_total() >= 50);
+    }
+}
+
+/// The C ABI's workloads on a page-cache pool that syncs through the write-ahead policy
+/// (`mnemo_pmem::WalPolicy`; a small file: checkpoints when it fills).
+#[test]
+fn c_abi_workloads_survive_power_loss_with_the_write_ahead_policy() {
+    let gmsync = |variant, strict| Gmsync { variant, strict };
+    let runs: [&dyn Fn(&Config) -> mnemo_testkit::Report; 3] = [
+        &|c| explore(&gmsync(Variant::Snapshot, true), c),
+        &|c| explore(&SyncAfter { later_tx: false }, c),
+        &|c| explore(&SyncAfter { later_tx: true }, c),
+    ];
+    for (k, run) in runs.into_iter().enumerate() {
+        let mut config = config(31 + k as u64).write_ahead(
+            mnemo_testkit::Granularity::Sector,
+            [16 << 10, 64 << 10][k % 2],
+        );
+        if !soak() {
+            // The file's sectors add units to every point: sample fewer cuts per point.
+            config.sampling.random = 16;
+            config.sampling.pairs_sampled = 16;
+            config.depth2_every = 32;
+        }
+        let report = run(&config);
+        eprintln!("{}", report.summary("C ABI, write-ahead policy"));
+        report.assert_ok();
+        assert!(report.images_total() >= 50);
+    }
+}
+
 #[test]
 fn every_mutant_is_caught() {
     // The C ABI's own, and the pool journal's (mnemo_gmsync is Pool::gmsync).

@@ -13,7 +13,7 @@
 //! `every_mutant_is_caught` switches each mutant of this crate on and requires a failure.
 
 use mnemo_heap::{testing, Error, Heap, PPtr};
-use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
+use mnemo_testkit::{explore, pool, Config, Granularity, Run, SimMedia, Workload};
 
 const SLOTS: usize = 8;
 const SIZES: [u64; 3] = [128, 400, 70_000];
@@ -582,6 +582,38 @@ fn check(mix: Mix, ops: usize, first_seed: u64) {
     }
 }
 
+/// Power loss on an ordinary disk: every mix on the page-cache medium (a fence is msync of
+/// the named pages; any other dirty page written back or not, torn at 512-byte sectors; the
+/// file's length durable only through a sync), one seed each; whole pages for two mixes.
+#[test]
+fn crash_on_a_page_cache_file() {
+    let mut total = mnemo_testkit::Report::default();
+    for (k, mix) in SEARCH.into_iter().enumerate() {
+        let ops = match mix {
+            Mix::ChunkReuse => CHUNK_REUSE_SCRIPT.len(),
+            Mix::Restart => RESTART_SCRIPT.len(),
+            Mix::Handover => HANDOVER_SCRIPT.len(),
+            Mix::Reuse => 6,
+            _ => 8,
+        };
+        let granularity = if k % 3 == 2 {
+            Granularity::Page
+        } else {
+            Granularity::Sector
+        };
+        let config = config(7001 + k as u64).page_cache(granularity);
+        let report = explore(&HeapWorkload { mix, ops }, &config);
+        eprintln!(
+            "{}",
+            report.summary(&format!("heap {mix:?} on a page-cache file"))
+        );
+        report.assert_ok();
+        total.merge(&report);
+    }
+    eprintln!("{}", total.summary("heap on a page-cache file"));
+    assert!(total.images_total() >= 1_000);
+}
+
 #[test]
 fn crash_transactions() {
     check(Mix::Transactions, 8, 1);
@@ -665,6 +697,76 @@ fn caught_by(mutant: &'static str) -> Option<String> {
         }
     }
     None
+}
+
+/// Every mix on a page-cache pool that syncs through the write-ahead policy
+/// (`mnemo_pmem::WalPolicy`): commits are records in a small write-ahead file (16 or 64
+/// KiB: checkpoints when it fills, larger records in place with a checkpoint), the pool's
+/// pages written back whenever; replay at open.
+#[test]
+fn crash_with_the_write_ahead_policy() {
+    let mut total = mnemo_testkit::Report::default();
+    for (k, mix) in SEARCH.into_iter().enumerate() {
+        let ops = match mix {
+            Mix::ChunkReuse => CHUNK_REUSE_SCRIPT.len(),
+            Mix::Restart => RESTART_SCRIPT.len(),
+            Mix::Handover => HANDOVER_SCRIPT.len(),
+            Mix::Reuse => 6,
+            _ => 8,
+        };
+        let wal_bytes = [16 << 10, 64 << 10][k % 2];
+        let mut config = config(8001 + k as u64).write_ahead(Granularity::Sector, wal_bytes);
+        if !mnemo_testkit::soak() {
+            // The file's sectors add units to every point: sample fewer cuts per point.
+            config.sampling.random = 12;
+            config.sampling.pairs_sampled = 12;
+        }
+        let report = explore(&HeapWorkload { mix, ops }, &config);
+        eprintln!(
+            "{}",
+            report.summary(&format!("heap {mix:?}, write-ahead policy"))
+        );
+        report.assert_ok();
+        total.merge(&report);
+    }
+    eprintln!("{}", total.summary("heap, write-ahead policy"));
+    assert!(total.images_total() >= 1_000);
+}
+
+/// The page-cache medium catches broken commits too: a record or an application left out of
+/// its sync point is a page no msync names, which the kernel may never have written back.
+#[test]
+fn broken_commits_are_caught_on_a_page_cache_file() {
+    let mut missed = Vec::new();
+    for name in [
+        "tx.skip_record_flush",
+        "tx.skip_flush",
+        "tx.apply_before_commit",
+        "alloc.direct_skip_flush",
+        "site:redo.commit",
+        "site:redo.pending_stage",
+    ] {
+        let caught = SEARCH.into_iter().any(|mix| {
+            SEARCH_SEEDS.into_iter().any(|seed| {
+                let mut config = self::config(seed).page_cache(Granularity::Sector);
+                config.mutant = Some(name);
+                config.stop_at_first_failure = true;
+                let report = explore(&HeapWorkload { mix, ops: 8 }, &config);
+                report.first_caught().is_some()
+            })
+        });
+        eprintln!(
+            "{name} on a page-cache file: {}",
+            if caught { "caught" } else { "NOT CAUGHT" }
+        );
+        if !caught {
+            missed.push(name);
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "not caught on a page-cache file: {missed:?}"
+    );
 }
 
 /// Mutants and sites only a scripted mix reaches, with that mix.

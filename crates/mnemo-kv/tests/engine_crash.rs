@@ -267,3 +267,40 @@ fn broken_commits_are_caught() {
     }
     assert!(missed.is_empty(), "mutants not caught: {missed:?}");
 }
+
+/// Power loss on an ordinary disk: the keyspace batches on the page-cache medium (a fence is
+/// msync of the named pages; any other dirty page written back or not, torn at 512-byte
+/// sectors; the file's length durable only through a sync).
+#[test]
+fn crash_keyspace_batches_on_a_page_cache_file() {
+    for (seed, granularity) in [
+        (101, mnemo_testkit::Granularity::Sector),
+        (102, mnemo_testkit::Granularity::Page),
+    ] {
+        let config = config(seed).page_cache(granularity);
+        let report = explore(&KeyspaceWorkload { batches: 10 }, &config);
+        eprintln!(
+            "{}",
+            report.summary(&format!("keyspace on a page-cache file, seed {seed}"))
+        );
+        report.assert_ok();
+        assert!(report.images_total() >= 100 && report.follow_ons > 0);
+    }
+}
+
+/// The keyspace batches on a page-cache pool that syncs through the write-ahead policy
+/// (`mnemo_pmem::WalPolicy`): each batch's commit a record in a small write-ahead file,
+/// checkpoints when it fills, replay at open.
+#[test]
+fn crash_keyspace_batches_with_the_write_ahead_policy() {
+    for (seed, wal_bytes) in [(111, 16 << 10), (112, 64 << 10)] {
+        let config = config(seed).write_ahead(mnemo_testkit::Granularity::Sector, wal_bytes);
+        let report = explore(&KeyspaceWorkload { batches: 10 }, &config);
+        eprintln!(
+            "{}",
+            report.summary(&format!("keyspace, write-ahead policy, seed {seed}"))
+        );
+        report.assert_ok();
+        assert!(report.images_total() >= 100 && report.follow_ons > 0);
+    }
+}

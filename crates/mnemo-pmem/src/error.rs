@@ -23,6 +23,12 @@ pub enum MediaError {
         /// What was being done.
         op: &'static str,
     },
+    /// The write-ahead file of a page-cache pool ([`crate::wal`]) cannot be used.
+    #[error("write-ahead file: {detail}")]
+    WriteAhead {
+        /// What is wrong.
+        detail: String,
+    },
     /// Growth beyond the reserved capacity.
     #[error("cannot grow to {requested} bytes: the pool reserved only {capacity} bytes of address space (open it with a larger maximum size)")]
     CapacityExceeded {

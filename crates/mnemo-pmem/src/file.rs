@@ -173,6 +173,13 @@ impl Media for FileMedia {
             self.file
                 .set_len(new_len)
                 .map_err(|e| MediaError::io("ftruncate", e))?;
+            if self.kind == MediaKind::Dax {
+                // A DAX drain is a CPU fence, which does not persist the file's length (on a
+                // page-cache file, the pool's next sync point, an msync, does).
+                self.file
+                    .sync_data()
+                    .map_err(|e| MediaError::io("fdatasync", e))?;
+            }
         }
         self.reservation
             .map_file(

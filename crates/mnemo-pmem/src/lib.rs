@@ -42,9 +42,11 @@ pub mod reserve;
 mod segv;
 pub mod sync;
 pub mod track;
+pub mod wal;
 
 pub use error::{Error, MediaError};
 pub use file::FileMedia;
 pub use media::{Durability, ForwardMedia, Media, MediaInfo, MediaKind};
 pub use pool::{CreateOptions, OpenOptions, Pool, PoolStats};
 pub use sync::{ByteRange, LocalPolicy, SyncKind, SyncPoint, SyncPolicy};
+pub use wal::{FileLog, LogFile, WalPolicy, WalStats};

@@ -76,7 +76,9 @@ pub trait Media: Send + Sync + Debug {
     fn capacity(&self) -> u64;
 
     /// Grow to `new_len` bytes (a multiple of the page size). Existing bytes and `base()` stay
-    /// where they are. New bytes read as zero.
+    /// where they are. New bytes read as zero. The new length is durable only once a
+    /// [`Media::drain`] follows (on a page-cache file, `msync(2)` persists it; until then a
+    /// power cut may find the file at its old length).
     fn grow(&self, new_len: u64) -> Result<(), MediaError>;
 
     /// Make sure `offset..offset+len` is backed by storage, so later stores cannot fail for

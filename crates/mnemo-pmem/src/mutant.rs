@@ -31,6 +31,13 @@ pub const KNOWN: &[&str] = &[
     // A sync point over bytes of the newest gmsync record does not release it: recovery
     // puts the older bytes back over newer durable ones.
     "journal.skip_release",
+    // The write-ahead policy acknowledges a sync point before its record is durable.
+    "wal.ack_before_sync",
+    // A checkpoint moves the write-ahead file to its next epoch (its records dead) without
+    // making the pool durable in place first.
+    "wal.checkpoint_skip_pool",
+    // Opening a pool does not replay its write-ahead records.
+    "wal.skip_replay",
 ];
 
 #[cfg(feature = "mutants")]

@@ -379,6 +379,10 @@ impl Pool {
             layout: layout.to_string(),
             creator: format!("mnemo {}", env!("CARGO_PKG_VERSION")),
         };
+        let policy = match policy {
+            Some(policy) => Some(policy),
+            None => default_policy(path, &media, true)?,
+        };
         let pool = Pool::init(
             crate::emu::wrap_from_env(media),
             path,
@@ -457,6 +461,9 @@ impl Pool {
             tracker: OnceLock::new(),
             _lock: lock,
         };
+        pool.policy
+            .open(pool.media.as_ref(), first.pool_uuid, true)
+            .map_err(|e| media_error(&pool.name, e))?;
         pool.write_copy(&first)?;
         pool.update_header(|_| {})?;
         Ok(pool)
@@ -511,12 +518,16 @@ impl Pool {
         media
             .ensure_backed(0, DATA_OFFSET)
             .map_err(|e| media_error(path, e))?;
+        let policy = match &options.policy {
+            Some(policy) => Some(Arc::clone(policy)),
+            None => default_policy(path, &media, false)?,
+        };
         let pool = Pool::attach(
             crate::emu::wrap_from_env(media),
             path,
             header,
             Some(lock),
-            options.policy.clone(),
+            policy,
         )?;
         pool.track_from_env()?;
         Ok(pool)
@@ -572,6 +583,10 @@ impl Pool {
             tracker: OnceLock::new(),
             _lock: lock,
         };
+        let uuid = pool.header().pool_uuid;
+        pool.policy
+            .open(pool.media.as_ref(), uuid, false)
+            .map_err(|e| media_error(&pool.name, e))?;
         pool.update_header(|h| h.clean_shutdown = false)?;
         pool.recover_journal()?;
         if !was_clean {
@@ -1109,6 +1124,18 @@ impl Pool {
             self.media
                 .grow(new_size)
                 .map_err(|e| media_error(&self.name, e))?;
+            // On a page-cache file the new length is durable only through a sync (msync and
+            // fdatasync persist it), and the kernel may write the header page back at any
+            // time: without this sync point, a power cut could keep a header recording the
+            // new size in a file of the old length, which open refuses as truncated.
+            crate::durable_site!(
+                "pool.grow_length",
+                self.sync_point(
+                    &SyncPoint::new(SyncKind::Header, &[]),
+                    Narrow::No,
+                    Release::No
+                )
+            )?;
             self.write_next(&mut header, next)?;
         }
         if let Some(tracker) = self.tracker.get() {
@@ -1133,6 +1160,9 @@ impl Pool {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.policy
+            .close(self.media.as_ref())
+            .map_err(|e| media_error(&self.name, e))?;
         self.update_header(|h| h.clean_shutdown = true)
     }
 
@@ -1195,6 +1225,28 @@ impl Drop for Pool {
             tracing::error!(pool = %self.name.display(), "closing the pool failed: {err}");
         }
     }
+}
+
+/// The policy of a pool file opened or created without one: the write-ahead policy
+/// ([`crate::wal`], file `<pool>.wal`) when `MNEMO_WAL=1` asks for it on a page-cache file,
+/// or, at open, whenever that file exists (it may hold records a crash left, which must be
+/// replayed); `None` otherwise (the local policy).
+fn default_policy(
+    path: &Path,
+    media: &FileMedia,
+    created: bool,
+) -> Result<Option<Arc<dyn SyncPolicy>>, Error> {
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push(".wal");
+    let asked = std::env::var("MNEMO_WAL").is_ok_and(|v| v.trim() == "1")
+        && media.info().kind == crate::MediaKind::PageCache;
+    if !asked && (created || !Path::new(&wal).exists()) {
+        return Ok(None);
+    }
+    let policy = crate::wal::WalPolicy::beside(path, crate::wal::WAL_BYTES_DEFAULT)
+        .map_err(|e| media_error(path, e))?;
+    tracing::info!(pool = %path.display(), "sync points go to the write-ahead file {}", Path::new(&wal).display());
+    Ok(Some(Arc::new(policy)))
 }
 
 fn media_error(path: &Path, source: MediaError) -> Error {

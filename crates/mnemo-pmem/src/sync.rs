@@ -119,6 +119,29 @@ pub trait SyncPolicy: Send + Sync + Debug {
     /// the media that fences: implementations end with `media.drain()` (or delegate to a
     /// policy that does).
     fn sync(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError>;
+
+    /// The pool attaches this policy: after reading its header (of pool `pool`), before
+    /// writing one or reading a byte of the data area; `created`: a new pool. A policy with
+    /// durable state of its own (the write-ahead file of [`crate::wal`]) brings the medium
+    /// up to date here. Default: nothing.
+    fn open(&self, media: &dyn Media, pool: uuid::Uuid, created: bool) -> Result<(), MediaError> {
+        let _ = (media, pool, created);
+        Ok(())
+    }
+
+    /// The pool closes cleanly: before it marks its header clean, everything the policy
+    /// made durable elsewhere must be durable in the pool itself. Default: nothing.
+    fn close(&self, media: &dyn Media) -> Result<(), MediaError> {
+        let _ = media;
+        Ok(())
+    }
+
+    /// Figures of the write-ahead file, if the policy keeps one (checkpoints, bytes pending
+    /// replay, the last `fdatasync`'s duration), for `mnemo pool info` and `INFO
+    /// persistence`. Default: none.
+    fn write_ahead(&self) -> Option<crate::wal::WalStats> {
+        None
+    }
 }
 
 /// The "local" mode (Mojim's S-unreplicated): flush the unstaged ranges, then one fence (or

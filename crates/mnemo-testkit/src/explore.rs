@@ -13,7 +13,7 @@ use crate::rng::{mix64, SimRng};
 use mnemo_pmem::SyncKind;
 
 use crate::shadow::{Shadow, ShadowPoint};
-use crate::sim::{CrashPoint, Granularity, PointKind, SimMedia, SimOptions};
+use crate::sim::{CrashPoint, Granularity, Medium, PointKind, SimMedia, SimOptions};
 use crate::workload::{Run, Workload};
 
 /// How many images to test at one crash point.
@@ -47,8 +47,14 @@ impl Default for Sampling {
 pub struct Config {
     /// Seed of the run (workload data) and of every sampled choice.
     pub seed: u64,
+    /// The simulated medium: persistent memory, or a page-cache file (then use
+    /// [`Granularity::Sector`] or [`Granularity::Page`]; [`Config::page_cache`]).
+    pub medium: Medium,
     /// What a crash may tear.
     pub granularity: Granularity,
+    /// Bytes of a simulated write-ahead file beside the pool (0: none); pools then sync
+    /// through `mnemo_pmem::WalPolicy` ([`Config::write_ahead`]).
+    pub wal_bytes: u64,
     /// Images per crash point.
     pub sampling: Sampling,
     /// One in this many images also gets crashes *during* its recovery (0: never).
@@ -84,7 +90,9 @@ impl Config {
     pub fn new(seed: u64) -> Config {
         Config {
             seed,
+            medium: Medium::Pmem,
             granularity: Granularity::Word,
+            wal_bytes: 0,
             sampling: Sampling::default(),
             depth2_every: 16,
             depth2_images: 8,
@@ -98,6 +106,26 @@ impl Config {
             failures_kept: 8,
             shadow: true,
         }
+    }
+
+    /// This configuration on a page-cache file ([`Medium::PageCache`]) whose pages a crash
+    /// may tear at `granularity` ([`Granularity::Sector`]: the POSIX model; or
+    /// [`Granularity::Page`]: whole pages, which explores their order with fewer images).
+    #[must_use]
+    pub fn page_cache(mut self, granularity: Granularity) -> Config {
+        self.medium = Medium::PageCache;
+        self.granularity = granularity;
+        self
+    }
+
+    /// This configuration on a page-cache file at `granularity` ([`Config::page_cache`]),
+    /// its pools syncing through the write-ahead policy (`mnemo_pmem::WalPolicy`) on a
+    /// simulated write-ahead file of `wal_bytes` (small files make checkpoints frequent).
+    #[must_use]
+    pub fn write_ahead(self, granularity: Granularity, wal_bytes: u64) -> Config {
+        let mut config = self.page_cache(granularity);
+        config.wal_bytes = wal_bytes;
+        config
     }
 
     /// Like [`Config::new`], widened when `MNEMO_SOAK=1`: exhaustive up to 16 units, all
@@ -418,7 +446,9 @@ fn guard<R>(what: &str, f: impl FnOnce() -> Result<R, String>) -> Result<R, Stri
 
 fn record<W: Workload>(workload: &W, config: &Config) -> Recording<W::State> {
     let options = SimOptions {
+        medium: config.medium,
         granularity: config.granularity,
+        wal_bytes: config.wal_bytes,
         record: true,
         drop_flush: config.drop_flush,
         drop_fence: config.drop_fence,
@@ -462,28 +492,61 @@ fn image_hash(bytes: &[u8]) -> u64 {
     sum
 }
 
-/// Overwrite the cut's words in `image` with `new` values (`apply`) or restore `old` ones.
-fn set_cut(image: &mut [u8], point: &CrashPoint, cut: &Cut, apply: bool) {
-    for (i, unit) in point.units.iter().enumerate() {
-        if !cut.keeps(i as u32) {
-            continue;
+/// Overwrite the cut's words in `image` (and the write-ahead file's in `file`) with `new`
+/// values (`apply`) or restore `old` ones.
+fn set_cut(image: &mut [u8], file: Option<&mut [u8]>, point: &CrashPoint, cut: &Cut, apply: bool) {
+    let set = |bytes: &mut [u8],
+               words: &[crate::sim::Word],
+               units: &[std::ops::Range<u32>],
+               first: usize| {
+        for (i, unit) in units.iter().enumerate() {
+            if !cut.keeps((first + i) as u32) {
+                continue;
+            }
+            for word in &words[unit.start as usize..unit.end as usize] {
+                let value = if apply { word.new } else { word.old };
+                let at = word.offset as usize;
+                bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            }
         }
-        for word in &point.words[unit.start as usize..unit.end as usize] {
-            let value = if apply { word.new } else { word.old };
-            let at = word.offset as usize;
-            image[at..at + 8].copy_from_slice(&value.to_le_bytes());
-        }
+    };
+    set(image, &point.words, &point.units, 0);
+    if let (Some(bytes), Some(f)) = (file, &point.file) {
+        set(bytes, &f.words, &f.units, point.units.len());
+    }
+}
+
+/// Bytes of the image a cut keeps: all of it, unless the file may be found short
+/// ([`CrashPoint::short_len`]) and the cut drops its length unit.
+fn cut_len(point: &CrashPoint, cut: &Cut) -> usize {
+    match point.short_len {
+        Some(short) if !cut.keeps(point.short_unit()) => short as usize,
+        _ => point.durable.len(),
     }
 }
 
 fn cut_hash(point: &CrashPoint, cut: &Cut) -> u64 {
-    let mut delta = 0u64;
+    let mut delta = mix64(cut_len(point, cut) as u64 ^ 0x5151_7e4e);
     for (i, unit) in point.units.iter().enumerate() {
         if cut.keeps(i as u32) {
             for w in &point.words[unit.start as usize..unit.end as usize] {
                 delta = delta
                     .wrapping_add(word_hash(w.offset, w.new))
                     .wrapping_sub(word_hash(w.offset, w.old));
+            }
+        }
+    }
+    if let Some(f) = &point.file {
+        // File words hash at offsets no pool word has.
+        let first = point.units.len();
+        for (i, unit) in f.units.iter().enumerate() {
+            if cut.keeps((first + i) as u32) {
+                for w in &f.words[unit.start as usize..unit.end as usize] {
+                    let at = w.offset | 1 << 62;
+                    delta = delta
+                        .wrapping_add(word_hash(at, w.new))
+                        .wrapping_sub(word_hash(at, w.old));
+                }
             }
         }
     }
@@ -549,7 +612,7 @@ impl<'a, W: Workload> Shared<'a, W> {
             point: point.map(|p| p.0),
             shadow: None,
             kind: point.map(|p| p.1.kind),
-            units: point.map_or(0, |p| p.1.units.len()),
+            units: point.map_or(0, |p| p.1.unit_count()),
             cut,
             mutant: self.config.mutant.map(str::to_string),
             message,
@@ -569,7 +632,7 @@ impl<'a, W: Workload> Shared<'a, W> {
         let cuts = if quick {
             vec![Cut::None, Cut::All]
         } else {
-            let (cuts, exhaustive) = cuts(point.units.len(), &self.config.sampling, &mut rng);
+            let (cuts, exhaustive) = cuts(point.unit_count(), &self.config.sampling, &mut rng);
             let counter = if exhaustive {
                 &self.exhaustive
             } else {
@@ -579,8 +642,10 @@ impl<'a, W: Workload> Shared<'a, W> {
             cuts
         };
         let (acked, in_flight) = self.model(point);
-        let base = image_hash(&point.durable) ^ mix64(point.acked as u64 + 1);
+        let file_hash = point.file.as_ref().map_or(0, |f| image_hash(&f.durable));
+        let base = image_hash(&point.durable) ^ mix64(point.acked as u64 + 1) ^ mix64(file_hash);
         let mut image = point.durable.as_ref().clone();
+        let mut file = point.file.as_ref().map(|f| f.durable.as_ref().clone());
         for (k, cut) in cuts.into_iter().enumerate() {
             if self.stop.load(Ordering::Acquire) {
                 return;
@@ -597,11 +662,12 @@ impl<'a, W: Workload> Shared<'a, W> {
                 }
                 continue;
             }
-            set_cut(&mut image, point, &cut, true);
+            set_cut(&mut image, file.as_deref_mut(), point, &cut, true);
             let stream = if quick { u64::MAX - k as u64 } else { k as u64 };
             let mut image_rng = SimRng::derive(self.config.seed ^ mix64(index as u64), stream);
-            let result = self.check_image(&image, acked, in_flight, &mut image_rng);
-            set_cut(&mut image, point, &cut, false);
+            let kept = &image[..cut_len(point, &cut)];
+            let result = self.check_image(kept, file.as_deref(), acked, in_flight, &mut image_rng);
+            set_cut(&mut image, file.as_deref_mut(), point, &cut, false);
             self.images.fetch_add(1, Ordering::Relaxed);
             if let Err(message) = result {
                 self.fail(self.failure(Some((index, point)), Some(cut), message));
@@ -638,7 +704,9 @@ impl<'a, W: Workload> Shared<'a, W> {
 
     fn options(&self, record: bool) -> SimOptions {
         SimOptions {
+            medium: self.config.medium,
             granularity: self.config.granularity,
+            wal_bytes: self.config.wal_bytes,
             record,
             ..SimOptions::default()
         }
@@ -649,6 +717,7 @@ impl<'a, W: Workload> Shared<'a, W> {
     fn check_image(
         &self,
         image: &[u8],
+        file: Option<&[u8]>,
         acked: &W::State,
         in_flight: Option<&W::State>,
         rng: &mut SimRng,
@@ -657,7 +726,7 @@ impl<'a, W: Workload> Shared<'a, W> {
         let every = |n: u32, rng: &mut SimRng| n != 0 && rng.below(u64::from(n)) == 0;
         let depth2 = every(self.config.depth2_every, rng);
         let follow_on = every(self.config.follow_on_every, rng);
-        let media = SimMedia::from_image(image, w.capacity(), self.options(depth2));
+        let media = SimMedia::from_images(image, file, w.capacity(), self.options(depth2));
         let recovered = guard("recovery", || w.recover(media.clone()))?;
         media.mark_end();
         media.set_recording(false);
@@ -686,9 +755,12 @@ impl<'a, W: Workload> Shared<'a, W> {
         for (p, point) in points.iter().enumerate() {
             candidates.push((p, Cut::None));
             candidates.push((p, Cut::All));
-            if !point.units.is_empty() {
-                let n = point.units.len() as u64;
+            if point.unit_count() > 0 {
+                let n = point.unit_count() as u64;
                 candidates.push((p, Cut::Only(rng.below(n) as u32)));
+                if point.short_len.is_some() {
+                    candidates.push((p, Cut::AllBut(point.short_unit())));
+                }
                 candidates.push((p, Cut::AllBut(rng.below(n) as u32)));
                 candidates.push((
                     p,
@@ -703,8 +775,11 @@ impl<'a, W: Workload> Shared<'a, W> {
         for (p, cut) in candidates {
             let point = &points[p];
             let mut image = point.durable.as_ref().clone();
-            set_cut(&mut image, point, &cut, true);
-            let media = SimMedia::from_image(&image, w.capacity(), self.options(false));
+            let mut file = point.file.as_ref().map(|f| f.durable.as_ref().clone());
+            set_cut(&mut image, file.as_deref_mut(), point, &cut, true);
+            let image = &image[..cut_len(point, &cut)];
+            let media =
+                SimMedia::from_images(image, file.as_deref(), w.capacity(), self.options(false));
             self.depth2.fetch_add(1, Ordering::Relaxed);
             let second = guard("recovery after a crash during recovery", || {
                 w.recover(media)
@@ -790,10 +865,10 @@ pub fn explore<W: Workload>(workload: &W, config: &Config) -> Report {
         intervals_sampled: shared.sampled.into_inner(),
         units_max: points
             .iter()
-            .map(|p| p.units.len() as u64)
+            .map(|p| p.unit_count() as u64)
             .max()
             .unwrap_or(0),
-        units: points.iter().map(|p| p.units.len() as u32).collect(),
+        units: points.iter().map(|p| p.unit_count() as u32).collect(),
         images_checked: shared.images.into_inner(),
         images_duplicate: shared.duplicates.into_inner(),
         depth2_images: shared.depth2.into_inner(),
@@ -834,13 +909,13 @@ pub fn measure<W: Workload>(workload: &W, config: &Config) -> Report {
         units_max: recording
             .points
             .iter()
-            .map(|p| p.units.len() as u64)
+            .map(|p| p.unit_count() as u64)
             .max()
             .unwrap_or(0),
         units: recording
             .points
             .iter()
-            .map(|p| p.units.len() as u32)
+            .map(|p| p.unit_count() as u32)
             .collect(),
         elapsed: start.elapsed(),
         failure_count: failures.len() as u64,
@@ -870,11 +945,13 @@ pub fn replay<W: Workload>(
     forced.follow_on_every = 1;
     let shared = Shared::new(workload, &forced, &recording.states);
     let mut image = crash.durable.as_ref().clone();
-    set_cut(&mut image, crash, cut, true);
+    let mut file = crash.file.as_ref().map(|f| f.durable.as_ref().clone());
+    set_cut(&mut image, file.as_deref_mut(), crash, cut, true);
     let (acked, in_flight) = shared.model(crash);
     let mut rng = SimRng::derive(config.seed ^ mix64(point as u64), u64::MAX);
+    let kept = &image[..cut_len(crash, cut)];
     with_mutant(config.mutant, || {
-        shared.check_image(&image, acked, in_flight, &mut rng)
+        shared.check_image(kept, file.as_deref(), acked, in_flight, &mut rng)
     })
 }
 

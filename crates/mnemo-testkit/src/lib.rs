@@ -28,6 +28,26 @@
 //! independently: x86 guarantees only 8-byte atomicity, ARM and CXL no more.
 //! [`Granularity::Line`] treats a line's pending words as one unit (a line written back whole).
 //!
+//! ## The page-cache medium (power loss on an ordinary disk)
+//! `kill -9` proves only process crashes: the page cache survives them. [`Medium::PageCache`]
+//! (`Config::new(seed).page_cache(Granularity::Sector)`) simulates a pool file on an ordinary
+//! disk with the POSIX crash model of ALICE and CrashMonkey:
+//! * a flush names the pages it touches and a fence is `msync(2)` of those pages, so a crash
+//!   keeps every range synced before it (the pages' contents at the sync);
+//! * every other dirty page may have been written back, in any order, and a page written as
+//!   power fails may be torn at 512-byte sectors: the units are the pending words of one
+//!   sector ([`Granularity::Sector`]) or of one page ([`Granularity::Page`]);
+//! * the file's length persists only through a sync: between a growth and the next fence,
+//!   a crash may find the file at its old length (one more unit of the crash point).
+//!
+//! * with [`Config::write_ahead`], pools sync through `mnemo_pmem::WalPolicy` on a
+//!   simulated write-ahead file beside the pool ([`SimWal`]): its writes are durable only
+//!   after its sync (a crash point is taken just before each), its unsynced sectors kept or
+//!   lost independently; a crash image cuts the pool's units and the file's together.
+//!
+//! Every crash workload of the layers above (pool, log, heap, transactions, kv engine, C
+//! ABI) runs on both media, and with the write-ahead policy.
+//!
 //! Crash points are taken just before each fence takes effect, just before each growth, at
 //! each acknowledgement the workload reports, at the end of the run, and optionally at every
 //! flush. Since every pending unit is pending until the next fence, the images at a fence
@@ -153,7 +173,10 @@ pub use fault::{FaultKind, FaultOp, FaultPlan, FaultyMedia};
 pub use net::{Message, NetConfig, NetStats, NodeId, SimClock, SimNet};
 pub use rng::SimRng;
 pub use shadow::{RecordingPolicy, Shadow, ShadowPoint};
-pub use sim::{CrashPoint, Granularity, PointKind, SimMedia, SimOptions, Word};
+pub use sim::{
+    CrashPoint, FilePoint, Granularity, Medium, PointKind, SimMedia, SimOptions, SimWal, Word,
+    SECTOR,
+};
 pub use sweep::{assert_caught, site_mutants};
 pub use workload::{Run, Workload};
 

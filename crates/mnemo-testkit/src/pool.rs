@@ -18,9 +18,11 @@ use std::path::Path;
 
 use mnemo_pmem::header::Pair;
 use mnemo_pmem::limits::{DATA_OFFSET, HEADER_COPY_SIZE, PAGE_SIZE, POOL_SIZE_MIN};
-use mnemo_pmem::{CreateOptions, Error, Media, OpenOptions, Pool};
+use mnemo_pmem::{
+    CreateOptions, Error, LocalPolicy, Media, OpenOptions, Pool, SyncPolicy, WalPolicy,
+};
+use std::sync::Arc;
 
-use crate::shadow::Shadow;
 use crate::sim::SimMedia;
 use crate::workload::{Run, Workload};
 
@@ -102,10 +104,25 @@ pub fn create(media: SimMedia, name: &str, size: u64, size_max: u64) -> Result<P
 /// if the medium keeps one; the error as text.
 pub fn create_with(media: SimMedia, name: &str, options: &CreateOptions) -> Result<Pool, String> {
     let mut options = options.clone();
-    if let Some(shadow) = media.shadow() {
-        options.policy = Some(shadow.policy());
+    if let Some(policy) = policy_for(&media) {
+        options.policy = Some(policy);
     }
     Pool::create_on(Box::new(media), Path::new(name), &options).map_err(|e| e.to_string())
+}
+
+/// The policy pools on `media` sync through: the write-ahead policy on the medium's
+/// write-ahead file if it has one, recorded into its shadow replica if it keeps one; `None`:
+/// the pool's default.
+pub fn policy_for(media: &SimMedia) -> Option<Arc<dyn SyncPolicy>> {
+    let wal = media
+        .wal()
+        .map(|file| Arc::new(WalPolicy::new(Arc::new(file))) as Arc<dyn SyncPolicy>);
+    match (media.shadow(), wal) {
+        (Some(shadow), wal) => {
+            Some(shadow.policy_over(wal.unwrap_or_else(|| Arc::new(LocalPolicy))))
+        }
+        (None, wal) => wal,
+    }
 }
 
 /// Open a pool on `media` with the testkit layout. `Ok(None)`: no valid header at all.
@@ -119,7 +136,7 @@ pub fn open(media: SimMedia) -> Result<Option<Pool>, String> {
     let options = OpenOptions {
         layout: Some(LAYOUT.to_string()),
         size_max: None,
-        policy: media.shadow().map(Shadow::policy),
+        policy: policy_for(&media),
     };
     match Pool::open_on(Box::new(media), Path::new(NAME), &options) {
         Ok(pool) => Ok(Some(pool)),
@@ -297,12 +314,8 @@ pub fn same_recovery(
 pub fn follow_on(recovered: Option<Pool>, media: &SimMedia) -> Result<(), String> {
     let pool = match recovered {
         Some(pool) => pool,
-        None => Pool::create_on(
-            Box::new(media.clone()),
-            Path::new(NAME),
-            &create_options(POOL_SIZE_MIN, 1 << 20),
-        )
-        .map_err(|e| format!("create over a never-created pool: {e}"))?,
+        None => create_with(media.clone(), NAME, &create_options(POOL_SIZE_MIN, 1 << 20))
+            .map_err(|e| format!("create over a never-created pool: {e}"))?,
     };
     let uuid = pool.header().pool_uuid;
     let mut marker = [0u8; 64];

@@ -54,9 +54,15 @@ impl Shadow {
         shadow
     }
 
-    /// The policy that feeds this shadow.
+    /// The policy that feeds this shadow, over [`LocalPolicy`].
     pub fn policy(&self) -> Arc<dyn SyncPolicy> {
+        self.policy_over(Arc::new(LocalPolicy))
+    }
+
+    /// The policy that feeds this shadow after `inner` made each sync point durable.
+    pub fn policy_over(&self, inner: Arc<dyn SyncPolicy>) -> Arc<dyn SyncPolicy> {
         Arc::new(RecordingPolicy {
+            inner,
             shadow: self.clone(),
         })
     }
@@ -126,9 +132,12 @@ fn copy_range(media: &dyn Media, range: ByteRange, image: &mut [u8]) {
     image[start..end].copy_from_slice(bytes);
 }
 
-/// The recording policy: [`LocalPolicy`], then a copy of every range into a [`Shadow`].
+/// The recording policy: a policy that makes the sync point durable ([`LocalPolicy`], or
+/// the write-ahead policy on a page-cache medium), then a copy of every range into a
+/// [`Shadow`].
 #[derive(Debug)]
 pub struct RecordingPolicy {
+    inner: Arc<dyn SyncPolicy>,
     shadow: Shadow,
 }
 
@@ -138,9 +147,21 @@ impl SyncPolicy for RecordingPolicy {
     }
 
     fn sync(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError> {
-        LocalPolicy.sync(media, point)?;
+        self.inner.sync(media, point)?;
         self.shadow.apply(media, point);
         Ok(())
+    }
+
+    fn open(&self, media: &dyn Media, pool: uuid::Uuid, created: bool) -> Result<(), MediaError> {
+        self.inner.open(media, pool, created)
+    }
+
+    fn close(&self, media: &dyn Media) -> Result<(), MediaError> {
+        self.inner.close(media)
+    }
+
+    fn write_ahead(&self) -> Option<mnemo_pmem::WalStats> {
+        self.inner.write_ahead()
     }
 }
 

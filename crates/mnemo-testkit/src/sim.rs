@@ -7,6 +7,11 @@
 //! durable image plus any subset of the *pending units*: the 8-byte words (or, in
 //! [`Granularity::Line`], the cache lines) where the volatile view differs from the durable
 //! image.
+//!
+//! [`Medium::PageCache`] models a file in the page cache of an ordinary disk instead (the
+//! POSIX crash model of ALICE and CrashMonkey): `flush` names pages, `drain` is `msync(2)`
+//! of the pages named since the last one, units are 512-byte sectors or 4 KiB pages, and the
+//! file's length is durable only once a sync follows the growth.
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -35,11 +40,57 @@ pub enum Granularity {
     /// written back whole at one moment; weaker than x86 (which may persist any *prefix* of
     /// a line's stores, and a diffing model does not know their order). Fewer images.
     Line,
+    /// Per 512-byte disk sector: all pending words of a sector together. With
+    /// [`Medium::PageCache`], a page written back while power fails may be *torn* at sector
+    /// boundaries, and sectors are the atomic unit of a disk write.
+    Sector,
+    /// Per 4 KiB page: a page written back whole or not at all. Fewer images than
+    /// [`Granularity::Sector`]; it explores the order in which the kernel writes pages back.
+    Page,
+}
+
+impl Granularity {
+    /// Bytes of one unit (8 for [`Granularity::Word`]).
+    pub const fn unit_bytes(self) -> u64 {
+        match self {
+            Granularity::Word => WORD as u64,
+            Granularity::Line => LINE as u64,
+            Granularity::Sector => SECTOR,
+            Granularity::Page => PAGE_SIZE,
+        }
+    }
+}
+
+/// Bytes of a disk sector: the unit a disk writes atomically (and the unit a page torn by a
+/// power failure is torn at).
+pub const SECTOR: u64 = 512;
+
+/// What kind of medium is simulated: what a flush and a fence do, what a crash may keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Medium {
+    /// Persistent memory (the default): a flush snapshots cache lines, a fence makes the
+    /// snapshots durable; any unflushed line may be written back early.
+    #[default]
+    Pmem,
+    /// A file on an ordinary disk, mapped through the page cache (what `FileMedia` calls
+    /// `MediaKind::PageCache`), with the POSIX crash model of ALICE and CrashMonkey:
+    /// * a flush names the pages it touches, and a fence is `msync(MS_SYNC)` of the pages
+    ///   named since the previous fence: their contents *at the fence* become durable (a
+    ///   crash keeps every range synced before it). `FileMedia` syncs the whole mapping at
+    ///   every drain, a superset of this;
+    /// * any other dirty page may have been written back at any time, in any order, and a
+    ///   page written back as power fails may be torn at 512-byte sectors: pending units are
+    ///   sectors ([`Granularity::Sector`]) or pages ([`Granularity::Page`]), not words;
+    /// * the file's length persists only through a sync: after a growth, until the next
+    ///   fence, a crash may find the file at its old length (the new bytes gone).
+    PageCache,
 }
 
 /// Options of a simulated medium.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SimOptions {
+    /// What is simulated: persistent memory or a page-cache file.
+    pub medium: Medium,
     /// What a crash may tear.
     pub granularity: Granularity,
     /// Record a [`CrashPoint`] at every fence, growth, acknowledgement and at the end.
@@ -56,6 +107,12 @@ pub struct SimOptions {
     /// `record` is set): pools that [`crate::pool`] creates or opens on this medium sync
     /// through its recording policy.
     pub shadow: bool,
+    /// Bytes of a simulated write-ahead file beside the pool (0: none): pools that
+    /// [`crate::pool`] creates or opens on this medium then sync through
+    /// `mnemo_pmem::WalPolicy` on it ([`SimMedia::wal`]). The file has the page-cache
+    /// crash model whatever the medium: a write is durable only after a sync, any unsynced
+    /// sector may or may not have reached the disk. Created full length and durable.
+    pub wal_bytes: u64,
 }
 
 /// Where in a run a crash point was taken.
@@ -68,6 +125,8 @@ pub enum PointKind {
     Flush(u64),
     /// Just before growth number `n` (0-based).
     Grow(u64),
+    /// Just before sync number `n` (0-based) of the write-ahead file takes effect.
+    FileSync(u64),
     /// Right after the harness was told that operation number `n` (1-based count) was
     /// acknowledged.
     Ack(usize),
@@ -81,6 +140,7 @@ impl std::fmt::Display for PointKind {
             PointKind::Fence(n) => write!(f, "fence #{n}"),
             PointKind::Flush(n) => write!(f, "flush #{n}"),
             PointKind::Grow(n) => write!(f, "grow #{n}"),
+            PointKind::FileSync(n) => write!(f, "write-ahead file sync #{n}"),
             PointKind::Ack(n) => write!(f, "ack of op #{n}"),
             PointKind::End => write!(f, "end of run"),
         }
@@ -111,6 +171,38 @@ pub struct CrashPoint {
     pub words: Vec<Word>,
     /// The independent units: ranges of `words` (one word each in [`Granularity::Word`]).
     pub units: Vec<Range<u32>>,
+    /// [`Medium::PageCache`] after a growth not yet followed by a sync: the length the file
+    /// may be found at (the durable length), shorter than `durable`. The file's length is
+    /// then one more unit, the last ([`CrashPoint::short_unit`]), kept by cuts that keep
+    /// the new length.
+    pub short_len: Option<u64>,
+    /// The write-ahead file ([`SimOptions::wal_bytes`]): its units come after the pool's.
+    pub file: Option<FilePoint>,
+}
+
+/// The write-ahead file at a crash point: its durable image and its pending sectors.
+#[derive(Clone, Debug)]
+pub struct FilePoint {
+    /// The durable image of the file.
+    pub durable: Arc<Vec<u8>>,
+    /// Every pending word (written, not yet synced), by offset in the file.
+    pub words: Vec<Word>,
+    /// The independent units (one per 512-byte sector): ranges of `words`.
+    pub units: Vec<Range<u32>>,
+}
+
+impl CrashPoint {
+    /// Units a cut chooses from: the pool's pending units, the write-ahead file's, and the
+    /// pool file's length if it may be found short.
+    pub fn unit_count(&self) -> usize {
+        self.short_unit() as usize + usize::from(self.short_len.is_some())
+    }
+
+    /// Index of the pool file's length unit (meaningful when `short_len` is set): after
+    /// the pool's and the write-ahead file's units.
+    pub fn short_unit(&self) -> u32 {
+        (self.units.len() + self.file.as_ref().map_or(0, |f| f.units.len())) as u32
+    }
 }
 
 /// A simulated persistent medium. Cheap to clone: clones share the same memory, so a test
@@ -180,6 +272,77 @@ fn reservation(capacity: u64) -> (Reservation, u64) {
     })
 }
 
+/// A simulated write-ahead file: what the program wrote (the page cache) and what is durable.
+#[derive(Debug)]
+struct FileState {
+    volatile: Vec<u8>,
+    durable: Vec<u8>,
+    /// Shared copy of `durable` handed to crash points; `None` after `durable` changed.
+    shared: Option<Arc<Vec<u8>>>,
+    syncs: u64,
+}
+
+impl FileState {
+    fn new(image: Option<&[u8]>, len: u64) -> FileState {
+        let mut durable = image.map(<[u8]>::to_vec).unwrap_or_default();
+        durable.resize(len as usize, 0);
+        FileState {
+            volatile: durable.clone(),
+            durable,
+            shared: None,
+            syncs: 0,
+        }
+    }
+
+    /// The file's part of a crash point: pending words grouped by sector.
+    fn point(&mut self) -> FilePoint {
+        let durable = match &self.shared {
+            Some(shared) => Arc::clone(shared),
+            None => {
+                let shared = Arc::new(self.durable.clone());
+                self.shared = Some(Arc::clone(&shared));
+                shared
+            }
+        };
+        let mut words = Vec::new();
+        let mut units: Vec<Range<u32>> = Vec::new();
+        let mut last_sector = u64::MAX;
+        let sectors = self.volatile.chunks_exact(SECTOR as usize);
+        for (index, (now, then)) in sectors
+            .zip(self.durable.chunks_exact(SECTOR as usize))
+            .enumerate()
+        {
+            if now == then {
+                continue;
+            }
+            for (w, (a, b)) in now
+                .chunks_exact(WORD)
+                .zip(then.chunks_exact(WORD))
+                .enumerate()
+            {
+                if a != b {
+                    words.push(Word {
+                        offset: (index * SECTOR as usize + w * WORD) as u64,
+                        new: le64(a),
+                        old: le64(b),
+                    });
+                    let end = words.len() as u32;
+                    match units.last_mut() {
+                        Some(unit) if last_sector == index as u64 => unit.end = end,
+                        _ => units.push(end - 1..end),
+                    }
+                    last_sector = index as u64;
+                }
+            }
+        }
+        FilePoint {
+            durable,
+            words,
+            units,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct State {
     options: SimOptions,
@@ -193,6 +356,13 @@ struct State {
     /// Snapshots taken by flushes and not yet fenced, in flush order (a later snapshot of
     /// the same line wins).
     flushed: Vec<(u64, [u8; LINE])>,
+    /// [`Medium::PageCache`]: pages named by flushes since the last fence (page offsets).
+    msync: Vec<u64>,
+    /// [`Medium::PageCache`]: the file length a crash keeps (the volatile length once a
+    /// fence follows the growth).
+    durable_len: u64,
+    /// The write-ahead file, if [`SimOptions::wal_bytes`] is set.
+    file: Option<FileState>,
     flushes: u64,
     fences: u64,
     grows: u64,
@@ -222,6 +392,9 @@ impl SimMedia {
             durable_shared: None,
             mapped,
             flushed: Vec::new(),
+            msync: Vec::new(),
+            durable_len: 0,
+            file: (options.wal_bytes > 0).then(|| FileState::new(None, options.wal_bytes)),
             flushes: 0,
             fences: 0,
             grows: 0,
@@ -247,15 +420,33 @@ impl SimMedia {
     /// # Panics
     /// As [`SimMedia::new`].
     pub fn from_image(image: &[u8], capacity: u64, options: SimOptions) -> SimMedia {
+        SimMedia::from_images(image, None, capacity, options)
+    }
+
+    /// Like [`SimMedia::from_image`], with a write-ahead file (if `options.wal_bytes` is
+    /// set) holding `file` (zero-padded; zero if `None`) in both views.
+    ///
+    /// # Panics
+    /// As [`SimMedia::new`].
+    pub fn from_images(
+        image: &[u8],
+        file: Option<&[u8]>,
+        capacity: u64,
+        options: SimOptions,
+    ) -> SimMedia {
         let len = (image.len() as u64).next_multiple_of(PAGE_SIZE);
         let media = SimMedia::with_options(capacity.max(len), options);
         {
             let mut st = media.state();
+            if options.wal_bytes > 0 {
+                st.file = Some(FileState::new(file, options.wal_bytes));
+            }
             media
                 .map(&mut st, 0, len)
                 .expect("mapping simulated memory");
             st.durable = image.to_vec();
             st.durable.resize(len as usize, 0);
+            st.durable_len = len;
             // SAFETY: `0..len` is mapped read-write (and zeroed) and nothing else refers to
             // it yet; `image` is a separate Rust slice of at most `len` bytes.
             unsafe {
@@ -270,8 +461,10 @@ impl SimMedia {
     /// lost every pending unit would find. Not recording.
     pub fn crash(&self) -> SimMedia {
         let st = self.state();
-        SimMedia::from_image(
-            &st.durable,
+        let len = (st.durable_len as usize).min(st.durable.len());
+        SimMedia::from_images(
+            &st.durable[..len],
+            st.file.as_ref().map(|f| f.durable.as_slice()),
             self.capacity(),
             SimOptions {
                 record: false,
@@ -280,9 +473,12 @@ impl SimMedia {
         )
     }
 
-    /// A copy of the durable image.
+    /// A copy of the durable image (on [`Medium::PageCache`], as long as the durable
+    /// length of the file).
     pub fn durable_image(&self) -> Vec<u8> {
-        self.state().durable.clone()
+        let st = self.state();
+        let len = (st.durable_len as usize).min(st.durable.len());
+        st.durable[..len].to_vec()
     }
 
     /// A copy of the volatile view (what the program sees).
@@ -310,6 +506,13 @@ impl SimMedia {
     /// Start or stop recording crash points.
     pub fn set_recording(&self, record: bool) {
         self.state().options.record = record;
+    }
+
+    /// The write-ahead file beside this medium, if it has one ([`SimOptions::wal_bytes`]).
+    pub fn wal(&self) -> Option<SimWal> {
+        self.state().file.as_ref().map(|_| SimWal {
+            media: self.clone(),
+        })
     }
 
     /// The shadow replica of this medium, if it keeps one ([`SimOptions::shadow`]).
@@ -382,11 +585,14 @@ impl SimMedia {
         unsafe { std::slice::from_raw_parts(self.base().as_ptr(), len) }
     }
 
-    /// Every word where the volatile view differs from the durable image, and the units.
+    /// Every word where the volatile view differs from the durable image, and the units
+    /// (the pending words of one unit of the granularity, together).
     fn pending(&self, st: &State) -> (Vec<Word>, Vec<Range<u32>>) {
         let volatile = self.volatile();
+        let unit_bytes = st.options.granularity.unit_bytes();
         let mut words = Vec::new();
-        let mut units = Vec::new();
+        let mut units: Vec<Range<u32>> = Vec::new();
+        let mut unit_of_last = u64::MAX;
         let lines = volatile
             .chunks_exact(LINE)
             .zip(st.durable.chunks_exact(LINE));
@@ -394,7 +600,6 @@ impl SimMedia {
             if now == then {
                 continue;
             }
-            let first = words.len() as u32;
             for (w, (a, b)) in now
                 .chunks_exact(WORD)
                 .zip(then.chunks_exact(WORD))
@@ -407,13 +612,14 @@ impl SimMedia {
                         new: le64(a),
                         old: le64(b),
                     });
-                    if st.options.granularity == Granularity::Word {
-                        units.push(words.len() as u32 - 1..words.len() as u32);
+                    let end = words.len() as u32;
+                    let unit = offset / unit_bytes;
+                    match units.last_mut() {
+                        Some(last) if unit == unit_of_last => last.end = end,
+                        _ => units.push(end - 1..end),
                     }
+                    unit_of_last = unit;
                 }
-            }
-            if st.options.granularity == Granularity::Line {
-                units.push(first..words.len() as u32);
             }
         }
         (words, units)
@@ -433,13 +639,43 @@ impl SimMedia {
             }
         };
         let acked = st.acked;
+        let short_len = (st.options.medium == Medium::PageCache
+            && st.durable_len < durable.len() as u64)
+            .then_some(st.durable_len);
+        let file = st.file.as_mut().map(FileState::point);
         st.points.push(CrashPoint {
             kind,
             acked,
             durable,
             words,
             units,
+            short_len,
+            file,
         });
+    }
+
+    /// [`Medium::PageCache`]'s fence: the pages named since the previous one take their
+    /// current contents in the durable image, and the file's length becomes durable.
+    fn msync(&self, st: &mut State) {
+        let mut pages = std::mem::take(&mut st.msync);
+        pages.sort_unstable();
+        pages.dedup();
+        let len = self.len();
+        let volatile = self.volatile();
+        let mut changed = st.durable_len != len;
+        for page in pages.iter().map(|&p| p as usize) {
+            let end = (page + PAGE_SIZE as usize).min(volatile.len());
+            if st.durable[page..end] != volatile[page..end] {
+                st.durable[page..end].copy_from_slice(&volatile[page..end]);
+                changed = true;
+            }
+        }
+        st.durable_len = len;
+        if changed {
+            st.durable_shared = None;
+        }
+        pages.clear();
+        st.msync = pages;
     }
 
     fn assert_range(&self, offset: u64, len: u64) {
@@ -471,9 +707,11 @@ impl Media for SimMedia {
         self.inner.capacity
     }
 
-    /// Growth is modelled as atomic and immediately durable: the new bytes are zero in both
-    /// views. (A real file's new length needs the file system's own journal; that is below
-    /// this model.)
+    /// Growth is atomic: the new bytes are zero in both views. On [`Medium::Pmem`] it is
+    /// immediately durable (a real file's new length needs the file system's own journal;
+    /// that is below this model). On [`Medium::PageCache`] the new length is durable only at
+    /// the next fence (`msync` persists the length the synced data needs): a crash before
+    /// it may find the file at its old length.
     fn grow(&self, new_len: u64) -> Result<(), MediaError> {
         let mut st = self.state();
         let old_len = self.len();
@@ -493,6 +731,9 @@ impl Media for SimMedia {
         self.map(&mut st, old_len, new_len)?;
         st.durable.resize(new_len as usize, 0);
         st.durable_shared = None;
+        if st.options.medium == Medium::Pmem {
+            st.durable_len = new_len;
+        }
         self.inner.len.store(new_len, Ordering::Release);
         Ok(())
     }
@@ -518,6 +759,13 @@ impl Media for SimMedia {
         if st.options.drop_flush == Some(n) || len == 0 {
             return;
         }
+        if st.options.medium == Medium::PageCache {
+            // msync works on whole pages: name every page the range touches.
+            let first = offset - offset % PAGE_SIZE;
+            let end = (offset + len).next_multiple_of(PAGE_SIZE).min(self.len());
+            st.msync.extend((first..end).step_by(PAGE_SIZE as usize));
+            return;
+        }
         let first = offset - offset % CACHE_LINE;
         let end = (offset + len).next_multiple_of(CACHE_LINE).min(self.len());
         let volatile = self.volatile();
@@ -534,6 +782,10 @@ impl Media for SimMedia {
         self.record(&mut st, PointKind::Fence(n));
         st.fences += 1;
         if st.options.drop_fence == Some(n) {
+            return Ok(());
+        }
+        if st.options.medium == Medium::PageCache {
+            self.msync(&mut st);
             return Ok(());
         }
         let flushed = std::mem::take(&mut st.flushed);
@@ -564,6 +816,16 @@ impl Media for SimMedia {
     }
 
     fn info(&self) -> MediaInfo {
+        if self.state().options.medium == Medium::PageCache {
+            return MediaInfo {
+                kind: MediaKind::PageCache,
+                durability: Durability::Msync,
+                flush: FlushKind::Clwb,
+                reason: "simulated page-cache file (mnemo-testkit): flush names pages, fence \
+                         msyncs them; other dirty pages written back at any time, torn at sectors"
+                    .into(),
+            };
+        }
         MediaInfo {
             kind: MediaKind::Simulated,
             durability: Durability::CpuFlush,
@@ -572,6 +834,70 @@ impl Media for SimMedia {
                 "simulated medium (mnemo-testkit): flush snapshots lines, fence makes them durable"
                     .into(),
         }
+    }
+}
+
+/// The simulated write-ahead file of a [`SimMedia`] ([`SimOptions::wal_bytes`]), as
+/// `mnemo_pmem::WalPolicy` uses it. Reads see every write; a sync makes every write durable
+/// (a crash point is recorded just before it takes effect).
+#[derive(Clone, Debug)]
+pub struct SimWal {
+    media: SimMedia,
+}
+
+impl SimWal {
+    fn with<R>(&self, f: impl FnOnce(&mut FileState) -> R) -> R {
+        let mut st = self.media.state();
+        f(st.file.as_mut().expect("a medium with a write-ahead file"))
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<(), MediaError> {
+        let size = self.with(|f| f.volatile.len() as u64);
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(MediaError::io(
+                "write-ahead file access",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{offset}+{len} beyond the file's {size} bytes"),
+                ),
+            )),
+        }
+    }
+}
+
+impl mnemo_pmem::LogFile for SimWal {
+    fn len(&self) -> u64 {
+        self.with(|f| f.volatile.len() as u64)
+    }
+
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), MediaError> {
+        self.check(offset, out.len())?;
+        self.with(|f| {
+            out.copy_from_slice(&f.volatile[offset as usize..offset as usize + out.len()])
+        });
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError> {
+        self.check(offset, bytes.len())?;
+        self.with(|f| {
+            f.volatile[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes)
+        });
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), MediaError> {
+        let mut st = self.media.state();
+        let n = st.file.as_ref().map_or(0, |f| f.syncs);
+        self.media.record(&mut st, PointKind::FileSync(n));
+        let file = st.file.as_mut().expect("a medium with a write-ahead file");
+        file.syncs += 1;
+        if file.durable != file.volatile {
+            file.durable.copy_from_slice(&file.volatile);
+            file.shared = None;
+        }
+        Ok(())
     }
 }
 
@@ -709,6 +1035,109 @@ mod tests {
             0,
             "the next fence persists the earlier flush"
         );
+    }
+
+    fn page_cache(granularity: Granularity, wal_bytes: u64) -> SimMedia {
+        SimMedia::with_options(
+            1 << 20,
+            SimOptions {
+                medium: Medium::PageCache,
+                granularity,
+                record: true,
+                wal_bytes,
+                ..SimOptions::default()
+            },
+        )
+    }
+
+    #[test]
+    fn page_cache_fence_syncs_the_named_pages_whole() {
+        let m = page_cache(Granularity::Sector, 0);
+        m.grow(4 * PAGE_SIZE).unwrap();
+        assert_eq!(m.info().kind, MediaKind::PageCache);
+        store(&m, 8, &[1; 8]);
+        store(&m, PAGE_SIZE + 8, &[2; 8]);
+        store(&m, 3 * PAGE_SIZE, &[3; 8]);
+        // msync of 16 bytes of page 0 persists all of page 0, nothing else.
+        m.flush(0, 16);
+        store(&m, 100, &[4; 8]);
+        m.drain().unwrap();
+        let image = m.durable_image();
+        assert_eq!(image[8..16], [1; 8]);
+        assert_eq!(image[100..108], [4; 8], "the page's contents at the fence");
+        assert_eq!(image[PAGE_SIZE as usize + 8..][..8], [0; 8]);
+        assert_eq!(m.pending_words(), 2);
+        // A fence persists only what was named since the previous one.
+        m.drain().unwrap();
+        assert_eq!(m.pending_words(), 2);
+    }
+
+    #[test]
+    fn page_cache_units_are_sectors_or_pages() {
+        for (granularity, units) in [(Granularity::Sector, 3), (Granularity::Page, 2)] {
+            let m = page_cache(granularity, 0);
+            m.grow(2 * PAGE_SIZE).unwrap();
+            m.drain().unwrap(); // the length durable: no length unit
+            store(&m, 0, &[1; 16]); // sector 0 of page 0
+            store(&m, 600, &[2; 8]); // sector 1 of page 0
+            store(&m, PAGE_SIZE, &[3; 8]); // page 1
+            m.mark_end();
+            let point = m.take_points().pop().unwrap();
+            assert_eq!(point.words.len(), 4);
+            assert_eq!(point.units.len(), units, "{granularity:?}");
+            assert_eq!(point.unit_count(), units);
+        }
+    }
+
+    #[test]
+    fn page_cache_length_is_durable_only_through_a_sync() {
+        let m = page_cache(Granularity::Sector, 0);
+        m.grow(PAGE_SIZE).unwrap();
+        m.drain().unwrap();
+        m.grow(3 * PAGE_SIZE).unwrap();
+        store(&m, 2 * PAGE_SIZE, &[7; 8]);
+        m.mark_end();
+        let point = m.take_points().pop().unwrap();
+        assert_eq!(point.short_len, Some(PAGE_SIZE));
+        assert_eq!(point.unit_count(), point.units.len() + 1);
+        assert_eq!(
+            m.crash().len(),
+            PAGE_SIZE,
+            "a crash now finds the old length"
+        );
+        m.drain().unwrap();
+        assert_eq!(m.crash().len(), 3 * PAGE_SIZE);
+        m.mark_end();
+        assert_eq!(m.take_points().pop().unwrap().short_len, None);
+    }
+
+    #[test]
+    fn the_write_ahead_file_is_durable_only_after_its_sync() {
+        use mnemo_pmem::LogFile;
+        let m = page_cache(Granularity::Sector, 8192);
+        m.grow(PAGE_SIZE).unwrap();
+        m.drain().unwrap();
+        let wal = m.wal().expect("a write-ahead file");
+        assert_eq!(wal.len(), 8192);
+        wal.write_at(0, &[9; 600]).unwrap();
+        let mut back = [0u8; 600];
+        wal.read_at(0, &mut back).unwrap();
+        assert_eq!(back, [9; 600], "reads see the page cache");
+        m.mark_end();
+        let point = m.take_points().pop().unwrap();
+        let file = point.file.as_ref().expect("the file's part");
+        assert_eq!(file.units.len(), 2, "600 bytes span two sectors");
+        assert_eq!(point.unit_count(), point.units.len() + 2);
+        let crashed = m.crash();
+        let mut lost = [1u8; 600];
+        crashed.wal().unwrap().read_at(0, &mut lost).unwrap();
+        assert_eq!(lost, [0; 600], "unsynced writes are lost");
+        wal.sync().unwrap();
+        let points = m.take_points();
+        assert_eq!(points.last().map(|p| p.kind), Some(PointKind::FileSync(0)));
+        m.crash().wal().unwrap().read_at(0, &mut lost).unwrap();
+        assert_eq!(lost, [9; 600]);
+        assert!(wal.write_at(8000, &[0; 400]).is_err(), "beyond the file");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 use mnemo_testkit::pool::{
     CreateWorkload, CyclesWorkload, GmsyncWorkload, GrowWorkload, TrackingWorkload,
 };
-use mnemo_testkit::{explore, measure, replay, Config, Report, Workload, MUTANTS_SIM};
+use mnemo_testkit::{
+    explore, measure, replay, Config, Granularity, Medium, Report, Workload, MUTANTS_SIM,
+};
 
 fn config(seed: u64) -> Config {
     let mut config = Config::new(seed);
@@ -34,6 +36,41 @@ fn named_caught(name: &'static str) -> Option<String> {
         .or_else(|| first_failure(&GrowWorkload::default(), with))
         .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, with))
         .or_else(|| first_failure(&TrackingWorkload::default(), with))
+        .or_else(|| {
+            // On a page-cache file: the length of a grown file is durable only through a sync.
+            first_failure(&GrowWorkload::default(), |c| {
+                with(c);
+                c.medium = Medium::PageCache;
+                c.granularity = Granularity::Sector;
+            })
+        })
+        .or_else(|| write_ahead_caught(name))
+}
+
+/// Whether the pool workloads with the write-ahead policy (small files: checkpoints often)
+/// catch the mutant.
+fn write_ahead_caught(name: &'static str) -> Option<String> {
+    let on_disk = |c: &mut Config| {
+        c.mutant = Some(name);
+        c.medium = Medium::PageCache;
+        c.granularity = Granularity::Sector;
+        c.wal_bytes = 12 << 10;
+    };
+    // A file of 10 KiB takes records of at most 512 bytes: the larger writes are made
+    // durable in place, with a checkpoint.
+    let large_writes = |c: &mut Config| {
+        on_disk(c);
+        c.wal_bytes = 10 << 10;
+    };
+    let grow_large = GrowWorkload {
+        grows: 4,
+        writes: 3,
+        write_max: 900,
+    };
+    first_failure(&GrowWorkload::default(), on_disk)
+        .or_else(|| first_failure(&CyclesWorkload { cycles: 2 }, on_disk))
+        .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, on_disk))
+        .or_else(|| first_failure(&grow_large, large_writes))
 }
 
 fn clean_run_counts() -> (u64, u64) {
@@ -67,9 +104,12 @@ fn positions_caught(count: u64, tweak: impl Fn(&mut Config, u64)) -> (u64, Vec<u
 /// overwrites; fences 0 and 1 are the two fences of creation (fence 2 persists both copies
 /// before the first acknowledged write; until then either copy keeps the same pool). (`close`
 /// used to fence once with nothing flushed before its header update: that bare fence was
-/// redundant, and went when every fence became a sync point.)
+/// redundant, and went when every fence became a sync point.) Fences 5, 10, 15 and 20 make
+/// the length of the grown file durable before the header records it (`pool.grow_length`):
+/// growth of the persistent-memory medium is durable at once, so they are equivalent there;
+/// the page-cache medium catches their removal (the site sweep below).
 const EQUIVALENT_FLUSHES: &[u64] = &[0];
-const EQUIVALENT_FENCES: &[u64] = &[0, 1];
+const EQUIVALENT_FENCES: &[u64] = &[0, 1, 5, 10, 15, 20];
 
 /// mnemo-pmem mutants outside the media seam this harness drives (dirty-page tracking of
 /// file pools), with the tests that catch them.
@@ -89,6 +129,9 @@ const NAMED: &[&str] = &[
     "header.outside_policy",
     "journal.skip_record",
     "journal.skip_release",
+    "wal.ack_before_sync",
+    "wal.checkpoint_skip_pool",
+    "wal.skip_replay",
 ];
 
 fn assert_named(name: &'static str) {
@@ -243,6 +286,6 @@ fn a_failure_replays_from_its_seed_point_and_cut() {
 #[test]
 fn every_durable_site_is_needed() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../mnemo-pmem/src");
-    let sites = mnemo_testkit::site_mutants(&src, 8);
+    let sites = mnemo_testkit::site_mutants(&src, 14);
     mnemo_testkit::assert_caught("pmem durability sites", &sites, &[], named_caught);
 }

@@ -113,3 +113,108 @@ fn gmsync_publishes_all_or_nothing() {
     eprintln!("{}", total.summary("gmsync"));
     assert!(total.images_checked > 1_000, "{}", total.summary("gmsync"));
 }
+
+/// Power loss on an ordinary disk: the same workloads on the page-cache medium (msync of the
+/// named pages at every fence; any other dirty page written back or not, torn at sectors;
+/// the file's length durable only through a sync). Sectors for most seeds, whole pages for
+/// one of each (the order in which pages are written back, with fewer images).
+#[test]
+fn pool_header_and_growth_survive_power_loss_on_a_page_cache_file() {
+    let mut total = Report::default();
+    let started = std::time::Instant::now();
+    let mut on_disk = |workload: &dyn Fn(&Config) -> Report, seed: u64, g: Granularity| {
+        let mut config = Config::from_env(seed).page_cache(g);
+        config.threads = 2;
+        let report = workload(&config);
+        report.assert_ok();
+        total.merge(&report);
+    };
+    for seed in 0..seeds(6) {
+        on_disk(
+            &|c| explore(&CreateWorkload::default(), c),
+            seed,
+            Granularity::Sector,
+        );
+        on_disk(
+            &|c| explore(&CyclesWorkload { cycles: 3 }, c),
+            seed,
+            Granularity::Sector,
+        );
+        on_disk(
+            &|c| explore(&GrowWorkload::default(), c),
+            seed,
+            Granularity::Sector,
+        );
+        on_disk(
+            &|c| explore(&mnemo_testkit::pool::GmsyncWorkload { ops: 12 }, c),
+            seed,
+            Granularity::Sector,
+        );
+        on_disk(
+            &|c| explore(&TrackingWorkload::default(), c),
+            400 + seed,
+            Granularity::Sector,
+        );
+    }
+    on_disk(
+        &|c| explore(&GrowWorkload::default(), c),
+        200,
+        Granularity::Page,
+    );
+    on_disk(
+        &|c| explore(&CyclesWorkload { cycles: 3 }, c),
+        200,
+        Granularity::Page,
+    );
+    total.elapsed = started.elapsed();
+    eprintln!("{}", total.summary("pool on a page-cache file"));
+    assert!(
+        total.images_checked >= 1_000,
+        "only {} crash images checked",
+        total.images_checked
+    );
+    assert!(total.depth2_images > 0 && total.follow_ons > 0);
+}
+
+/// The write-ahead policy (`mnemo_pmem::WalPolicy`) on the page-cache medium: every sync
+/// point a record in a simulated write-ahead file, the pool's pages written back whenever,
+/// checkpoints when the file is full (a small file: often), replay at open. Power loss
+/// anywhere keeps every acknowledged state.
+#[test]
+fn pool_workloads_survive_power_loss_with_the_write_ahead_policy() {
+    let mut total = Report::default();
+    let mut on_disk = |workload: &dyn Fn(&Config) -> Report, seed: u64, wal_bytes: u64| {
+        let granularity = if seed % 3 == 2 {
+            Granularity::Page
+        } else {
+            Granularity::Sector
+        };
+        let mut config = Config::from_env(seed).write_ahead(granularity, wal_bytes);
+        config.threads = 2;
+        let report = workload(&config);
+        report.assert_ok();
+        total.merge(&report);
+    };
+    for seed in 0..seeds(3) {
+        let wal_bytes = [12 << 10, 16 << 10, 64 << 10][seed as usize % 3];
+        on_disk(&|c| explore(&CreateWorkload::default(), c), seed, wal_bytes);
+        on_disk(
+            &|c| explore(&CyclesWorkload { cycles: 3 }, c),
+            seed,
+            wal_bytes,
+        );
+        on_disk(&|c| explore(&GrowWorkload::default(), c), seed, wal_bytes);
+        on_disk(
+            &|c| explore(&mnemo_testkit::pool::GmsyncWorkload { ops: 12 }, c),
+            seed,
+            wal_bytes,
+        );
+        on_disk(
+            &|c| explore(&TrackingWorkload::default(), c),
+            400 + seed,
+            wal_bytes,
+        );
+    }
+    eprintln!("{}", total.summary("pool, write-ahead policy"));
+    assert!(total.images_checked >= 1_000 && total.follow_ons > 0);
+}

@@ -1,0 +1,774 @@
+//! [`WalPolicy`]: durable on an ordinary disk at the speed of a log.
+//!
+//! On a page-cache file, [`crate::LocalPolicy`] makes a sync point durable with `msync(2)`
+//! of the whole mapping: every commit waits for every page written since the previous one,
+//! and the cost grows with the pool. This policy makes a sync point durable the way
+//! databases do (SQLite's WAL, PostgreSQL, Redis's AOF): it appends the *bytes* of every
+//! range the sync point names, as one record, to a write-ahead file beside the pool and
+//! calls `fdatasync(2)` on that file, once for every commit waiting at that moment (group
+//! commit). The pool's pages are left to the kernel to write back whenever it likes.
+//!
+//! ```text
+//!  sync point (Data, Metadata)        record { epoch, seq, (offset, len, bytes)* } appended,
+//!                                     one pwrite + fdatasync for every waiting record
+//!  sync point (Header)                in place: msync of the header page (never in a record)
+//!  write-ahead file full, or a sync   checkpoint: pending records written and synced, the
+//!  point too large for it, or close   whole pool msync'ed, the next epoch in the file's
+//!                                     header (synced): earlier records are dead
+//!  open                               replay the records of the header's epoch in order
+//!                                     (stop at the first that does not check), checkpoint
+//! ```
+//!
+//! The layers above are unchanged: a sync point's ranges are durable when it returns (a
+//! crash replays them), which is all the heap's durable horizon, the log's torn bits and
+//! the gmsync journal rely on; a lane slot or log space that a layer reuses is reused in the
+//! pool, whose pages are all covered by records until a checkpoint makes them durable in
+//! place. Design, format and proof: `docs/design/disk-durability.md`.
+//!
+//! Why replay is safe over whatever the kernel wrote back: a record holds the bytes its
+//! ranges had at their sync point, and replay applies records in the order they were made
+//! durable, so every named byte ends at the value of its last durable sync point; a byte
+//! written back later, but never synced again, goes back to that value, which a crash was
+//! allowed to leave. Records of an epoch whose checkpoint completed (the pool msync'ed, the
+//! header moved on) are never replayed; if a crash comes between the msync and the header,
+//! the old epoch is replayed over a pool that already holds all of it: the same values.
+#![allow(unsafe_code)]
+
+use std::fmt::Debug;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::error::MediaError;
+use crate::media::Media;
+use crate::sync::{ByteRange, SyncKind, SyncPoint, SyncPolicy};
+
+/// Offset of the first record: two header copies of a page each come first.
+pub const WAL_RECORDS_OFFSET: u64 = 2 * WAL_HEADER_COPY_SIZE;
+/// Bytes of one header copy's page (the copy itself is [`WAL_HEADER_LEN`] bytes).
+pub const WAL_HEADER_COPY_SIZE: u64 = 4096;
+/// Bytes of a header copy.
+pub const WAL_HEADER_LEN: usize = 64;
+/// Bytes of a record's header.
+pub const WAL_RECORD_HEADER: usize = 32;
+/// Smallest write-ahead file: the headers and 56 KiB of records.
+pub const WAL_BYTES_MIN: u64 = 64 << 10;
+/// Default size of a write-ahead file: a checkpoint (one msync of the pool) per this many
+/// bytes of sync points, and what replay reads at most at open.
+pub const WAL_BYTES_DEFAULT: u64 = 64 << 20;
+
+const WAL_MAGIC: [u8; 8] = *b"MNEMOWAL";
+const WAL_VERSION: u32 = 1;
+const RECORD_MAGIC: [u8; 4] = *b"WALR";
+
+/// The write-ahead file, as the policy sees it: a file of fixed length, written at offsets
+/// and made durable by [`LogFile::sync`]. [`FileLog`] is a real file; the testkit's
+/// simulated file knows what a power cut may lose (any write not synced, torn at sectors).
+pub trait LogFile: Send + Sync + Debug {
+    /// Bytes of the file (fixed: created full length, never grown).
+    fn len(&self) -> u64;
+
+    /// Whether the file has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Read `out.len()` bytes at `offset` (within `len()`).
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), MediaError>;
+
+    /// Write `bytes` at `offset` (within `len()`); durable only after [`LogFile::sync`].
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError>;
+
+    /// Make every earlier write durable (`fdatasync(2)`).
+    fn sync(&self) -> Result<(), MediaError>;
+}
+
+/// A write-ahead file on disk: created at its full length, filled with zeros and synced
+/// (with its directory) once, so that later writes change no file metadata and
+/// `fdatasync` writes data only.
+#[derive(Debug)]
+pub struct FileLog {
+    file: File,
+    len: u64,
+    path: PathBuf,
+}
+
+impl FileLog {
+    /// Open the write-ahead file at `path`, creating it with `len` bytes if it does not
+    /// exist. An existing file keeps its length (at least [`WAL_BYTES_MIN`]).
+    pub fn open_or_create(path: &Path, len: u64) -> Result<FileLog, MediaError> {
+        let len = len
+            .max(WAL_BYTES_MIN)
+            .next_multiple_of(WAL_HEADER_COPY_SIZE);
+        let existing = path.exists();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| MediaError::io("opening the write-ahead file", e))?;
+        let found = file
+            .metadata()
+            .map_err(|e| MediaError::io("stat of the write-ahead file", e))?
+            .len();
+        if existing && found >= WAL_BYTES_MIN {
+            let len = found - found % WAL_HEADER_COPY_SIZE;
+            return Ok(FileLog {
+                file,
+                len,
+                path: path.to_path_buf(),
+            });
+        }
+        // Written, not only sized: writes into holes or unwritten extents would change
+        // file-system metadata, which every fdatasync would then have to journal.
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(zeros.len() as u64) as usize;
+            file.write_all_at(&zeros[..n], at)
+                .map_err(|e| MediaError::io("writing the write-ahead file", e))?;
+            at += n as u64;
+        }
+        file.sync_all()
+            .map_err(|e| MediaError::io("fsync of the write-ahead file", e))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(FileLog {
+            file,
+            len,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl LogFile for FileLog {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), MediaError> {
+        self.file
+            .read_exact_at(out, offset)
+            .map_err(|e| MediaError::io("reading the write-ahead file", e))
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError> {
+        self.file
+            .write_all_at(bytes, offset)
+            .map_err(|e| MediaError::io("writing the write-ahead file", e))
+    }
+
+    fn sync(&self) -> Result<(), MediaError> {
+        rustix::fs::fdatasync(&self.file)
+            .map_err(|e| MediaError::io("fdatasync of the write-ahead file", e.into()))
+    }
+}
+
+/// Figures of a [`WalPolicy`], for `INFO persistence` and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WalStats {
+    /// Records appended (one per sync point).
+    pub records: u64,
+    /// Bytes of records appended.
+    pub bytes: u64,
+    /// `fdatasync` calls on the write-ahead file for records (one per group commit).
+    pub fdatasyncs: u64,
+    /// Checkpoints completed (the pool synced in place, the file's space reused).
+    pub checkpoints: u64,
+    /// Bytes of records since the last checkpoint (what a crash now would replay).
+    pub pending_bytes: u64,
+    /// Records replayed when the pool was opened.
+    pub replayed: u64,
+    /// Duration of the last `fdatasync` of records, in nanoseconds.
+    pub last_fdatasync_ns: u64,
+    /// Duration of the last checkpoint, in nanoseconds.
+    pub last_checkpoint_ns: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The pool this file belongs to, once attached.
+    uuid: Option<uuid::Uuid>,
+    /// Epoch of the records being written (the header in force holds it).
+    epoch: u64,
+    /// Sequence number of the next record in this epoch.
+    seq: u64,
+    /// File offset of the next record.
+    pos: u64,
+    /// Records appended and not yet written to the file; they start at `buf_pos`.
+    buf: Vec<u8>,
+    buf_pos: u64,
+    /// Bytes appended in the life of the policy, and the part of them durable.
+    appended: u64,
+    durable: u64,
+    /// A thread is writing and syncing records (the group-commit leader).
+    writing: bool,
+    /// A checkpoint runs: no record may be appended until it ends.
+    checkpointing: bool,
+    /// A write or sync of the file failed: its contents are unknown, nothing more is
+    /// acknowledged (as PostgreSQL after a failed fsync).
+    failed: Option<String>,
+    stats: WalStats,
+}
+
+/// The sync policy for page-cache pools: see the module documentation.
+#[derive(Debug)]
+pub struct WalPolicy {
+    file: Arc<dyn LogFile>,
+    state: Mutex<State>,
+    wake: Condvar,
+    /// Bytes of the largest record that is appended (larger sync points checkpoint).
+    record_max: u64,
+}
+
+impl WalPolicy {
+    /// A policy writing its records to `file`. Nothing is read or written before the pool
+    /// attaches it ([`SyncPolicy::open`]).
+    pub fn new(file: Arc<dyn LogFile>) -> WalPolicy {
+        let space = file.len().saturating_sub(WAL_RECORDS_OFFSET);
+        WalPolicy {
+            file,
+            state: Mutex::new(State {
+                uuid: None,
+                epoch: 0,
+                seq: 0,
+                pos: WAL_RECORDS_OFFSET,
+                buf: Vec::new(),
+                buf_pos: WAL_RECORDS_OFFSET,
+                appended: 0,
+                durable: 0,
+                writing: false,
+                checkpointing: false,
+                failed: None,
+                stats: WalStats::default(),
+            }),
+            wake: Condvar::new(),
+            record_max: space / 4,
+        }
+    }
+
+    /// The policy for the pool file at `pool`: its write-ahead file is `pool` with `.wal`
+    /// appended, created with `len` bytes if missing.
+    pub fn beside(pool: &Path, len: u64) -> Result<WalPolicy, MediaError> {
+        let mut name = pool.as_os_str().to_os_string();
+        name.push(".wal");
+        let file = FileLog::open_or_create(Path::new(&name), len)?;
+        Ok(WalPolicy::new(Arc::new(file)))
+    }
+
+    /// Figures so far.
+    pub fn stats(&self) -> WalStats {
+        self.lock().stats
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.wake.wait(guard).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Make every range of the pool durable in place and start a new epoch: pending
+    /// records written and synced, the whole pool synced, the next epoch's header synced.
+    pub fn checkpoint(&self, media: &dyn Media) -> Result<(), MediaError> {
+        let st = self.lock();
+        drop(self.checkpoint_locked(st, media)?);
+        Ok(())
+    }
+
+    fn checkpoint_locked<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        media: &dyn Media,
+    ) -> Result<MutexGuard<'a, State>, MediaError> {
+        while st.writing || st.checkpointing {
+            st = self.wait(st);
+        }
+        failed(&st)?;
+        let Some(uuid) = st.uuid else {
+            return Ok(st);
+        };
+        st.checkpointing = true;
+        // Records not yet written are not written at all: the pool's msync below makes
+        // their bytes durable in place (with values at least as new), and the next header
+        // makes every record of this epoch dead before any of them is acknowledged. A crash
+        // before that header replays the records in the file, in order: every byte back to
+        // its last acknowledged value or to a newer one (the unacknowledged are in flight).
+        let mut buf = std::mem::take(&mut st.buf);
+        buf.clear();
+        let (end, epoch) = (st.appended, st.epoch + 1);
+        drop(st);
+        let started = Instant::now();
+        let result = self.checkpoint_io(media, epoch, uuid);
+        let mut st = self.lock();
+        st.checkpointing = false;
+        self.wake.notify_all();
+        if let Err(e) = result {
+            st.failed = Some(e.to_string());
+            return Err(e);
+        }
+        st.epoch = epoch;
+        st.seq = 0;
+        st.pos = WAL_RECORDS_OFFSET;
+        st.buf_pos = WAL_RECORDS_OFFSET;
+        st.durable = st.durable.max(end);
+        st.stats.checkpoints += 1;
+        st.stats.pending_bytes = 0;
+        st.stats.last_checkpoint_ns = started.elapsed().as_nanos() as u64;
+        if st.buf.capacity() == 0 {
+            st.buf = buf;
+            st.buf.clear();
+        }
+        Ok(st)
+    }
+
+    /// The checkpoint's I/O: the whole pool synced in place, then the next epoch's header.
+    fn checkpoint_io(
+        &self,
+        media: &dyn Media,
+        epoch: u64,
+        uuid: uuid::Uuid,
+    ) -> Result<(), MediaError> {
+        if !crate::mutant::active("wal.checkpoint_skip_pool") {
+            media.flush(0, media.len());
+            crate::durable_site!("wal.checkpoint_pool", media.drain())?;
+        }
+        self.write_header(epoch, uuid)
+    }
+
+    /// Write header copy `epoch % 2` and sync it. The sync is what kills the old epoch's
+    /// records before the checkpoint returns: a sync point made durable in place (too large
+    /// for a record) is acknowledged after it, and an older record replayed over its bytes
+    /// would put older values back (the heap's `Mix::ChunkReuse` on a small write-ahead
+    /// file catches a missing sync: a horizon word zeroed in place, its garbage back).
+    fn write_header(&self, epoch: u64, uuid: uuid::Uuid) -> Result<(), MediaError> {
+        let bytes = encode_header(epoch, uuid, self.file.len());
+        self.file
+            .write_at((epoch % 2) * WAL_HEADER_COPY_SIZE, &bytes)?;
+        crate::durable_site!("wal.header", self.file.sync())
+    }
+
+    /// Append one record for `point` and wait until it is durable (leading a group commit
+    /// if no other thread is writing).
+    fn append(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError> {
+        let len = record_len(point);
+        let mut st = self.lock();
+        loop {
+            failed(&st)?;
+            if st.uuid.is_none() {
+                // Not attached yet: nothing to append to, and nothing to replay over it.
+                drop(st);
+                for range in point.all() {
+                    media.flush(range.offset, range.len);
+                }
+                return media.drain();
+            }
+            if len > self.record_max {
+                // Too large for the file: in place, with a checkpoint, so that no older
+                // record can put older bytes back over these.
+                drop(st);
+                return self.checkpoint(media);
+            }
+            if st.checkpointing {
+                st = self.wait(st);
+                continue;
+            }
+            if st.pos + len > self.file.len() {
+                st = self.checkpoint_locked(st, media)?;
+                continue;
+            }
+            break;
+        }
+        let (epoch, seq, uuid) = (st.epoch, st.seq, st.uuid.unwrap_or_default());
+        encode_record(&mut st.buf, (epoch, seq, uuid), point, media);
+        st.pos += len;
+        st.seq += 1;
+        st.appended += len;
+        st.stats.records += 1;
+        st.stats.bytes += len;
+        st.stats.pending_bytes += len;
+        let mine = st.appended;
+        if crate::mutant::active("wal.ack_before_sync") {
+            return Ok(());
+        }
+        self.wait_durable(st, mine)
+    }
+
+    /// Return once the first `mine` bytes ever appended are durable: lead a group commit
+    /// (write every record appended so far, one sync) unless another thread does.
+    fn wait_durable<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        mine: u64,
+    ) -> Result<(), MediaError> {
+        loop {
+            failed(&st)?;
+            if st.durable >= mine {
+                return Ok(());
+            }
+            if st.writing || st.checkpointing {
+                st = self.wait(st);
+                continue;
+            }
+            st.writing = true;
+            let buf = std::mem::take(&mut st.buf);
+            let (at, end) = (st.buf_pos, st.appended);
+            st.buf_pos = st.pos;
+            drop(st);
+            let started = Instant::now();
+            let result = self
+                .file
+                .write_at(at, &buf)
+                .and_then(|()| crate::durable_site!("wal.append", self.file.sync()));
+            let ns = started.elapsed().as_nanos() as u64;
+            st = self.lock();
+            st.writing = false;
+            self.wake.notify_all();
+            if let Err(e) = result {
+                st.failed = Some(e.to_string());
+                return Err(e);
+            }
+            st.durable = st.durable.max(end);
+            st.stats.fdatasyncs += 1;
+            st.stats.last_fdatasync_ns = ns;
+            if st.buf.is_empty() && st.buf.capacity() < buf.capacity() {
+                st.buf = buf;
+                st.buf.clear();
+            }
+        }
+    }
+
+    /// At open: the header in force, the records of its epoch replayed into the pool, then
+    /// a checkpoint. `created`: a new pool, whatever the file holds is not its own.
+    fn attach(&self, media: &dyn Media, uuid: uuid::Uuid, created: bool) -> Result<(), MediaError> {
+        let mut copies = [[0u8; WAL_HEADER_LEN]; 2];
+        for (k, copy) in copies.iter_mut().enumerate() {
+            self.file.read_at(k as u64 * WAL_HEADER_COPY_SIZE, copy)?;
+        }
+        let decoded: Vec<Header> = copies.iter().filter_map(decode_header).collect();
+        let newest = decoded.iter().max_by_key(|h| h.epoch).copied();
+        let epoch = match newest {
+            _ if created => newest.map_or(0, |h| h.epoch),
+            Some(h) if h.uuid != uuid => {
+                return Err(corrupt(format!(
+                    "it belongs to pool {}, not to this pool ({uuid}); move it away if the \
+                     pool was replaced",
+                    h.uuid
+                )))
+            }
+            Some(h) => {
+                let replayed = if crate::mutant::active("wal.skip_replay") {
+                    0
+                } else {
+                    self.replay(media, h.epoch, uuid)?
+                };
+                self.lock().stats.replayed = replayed;
+                h.epoch
+            }
+            None if copies.iter().all(|c| c.iter().all(|&b| b == 0)) => 0,
+            None => {
+                return Err(corrupt(
+                    "no header copy is valid (neither decodes with its checksum)".into(),
+                ))
+            }
+        };
+        {
+            let mut st = self.lock();
+            st.uuid = Some(uuid);
+            st.epoch = epoch;
+        }
+        // The replayed bytes durable in place, the next epoch in force: nothing replayed
+        // can be replayed again over later changes.
+        crate::durable_site!("wal.attach_checkpoint", self.checkpoint(media))
+    }
+
+    /// Apply the records of `epoch` in order; the count.
+    fn replay(&self, media: &dyn Media, epoch: u64, uuid: uuid::Uuid) -> Result<u64, MediaError> {
+        let mut pos = WAL_RECORDS_OFFSET;
+        let mut seq = 0u64;
+        let mut head = [0u8; WAL_RECORD_HEADER];
+        let mut body = Vec::new();
+        while pos + WAL_RECORD_HEADER as u64 <= self.file.len() {
+            self.file.read_at(pos, &mut head)?;
+            let Some(len) = record_head(&head, epoch, seq, self.file.len() - pos) else {
+                break;
+            };
+            body.resize(len as usize, 0);
+            self.file.read_at(pos, &mut body)?;
+            let Some(entries) = decode_record(&body, uuid) else {
+                break;
+            };
+            for (offset, bytes) in entries {
+                let end = offset.checked_add(bytes.len() as u64);
+                if offset < crate::limits::JOURNAL_OFFSET || end.is_none_or(|e| e > media.len()) {
+                    return Err(corrupt(format!(
+                        "record {seq} of epoch {epoch} names {offset:#x}+{}, outside the \
+                         pool's data ({} bytes)",
+                        bytes.len(),
+                        media.len()
+                    )));
+                }
+                // SAFETY: `offset..end` lies within the medium's live mapping (checked just
+                // above); `bytes` is a separate buffer; no other thread uses the pool yet
+                // (it is being opened).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        media.base().as_ptr().add(offset as usize),
+                        bytes.len(),
+                    );
+                }
+            }
+            pos += len;
+            seq += 1;
+        }
+        Ok(seq)
+    }
+}
+
+fn failed(st: &State) -> Result<(), MediaError> {
+    match &st.failed {
+        None => Ok(()),
+        Some(why) => Err(corrupt(format!(
+            "an earlier write or fdatasync failed ({why}); nothing more is acknowledged \
+             (restart: recovery replays what is durable)"
+        ))),
+    }
+}
+
+fn corrupt(detail: String) -> MediaError {
+    MediaError::WriteAhead { detail }
+}
+
+impl SyncPolicy for WalPolicy {
+    fn name(&self) -> &'static str {
+        "write-ahead"
+    }
+
+    fn sync(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError> {
+        if point.kind == SyncKind::Header {
+            // In place: header copies are never in a record (open reads the header before
+            // any replay), and msync persists a grown file's length too.
+            for range in point.ranges {
+                media.flush(range.offset, range.len);
+            }
+            return crate::durable_site!("wal.header_in_place", media.drain());
+        }
+        self.append(media, point)
+    }
+
+    fn open(&self, media: &dyn Media, pool: uuid::Uuid, created: bool) -> Result<(), MediaError> {
+        self.attach(media, pool, created)
+    }
+
+    fn close(&self, media: &dyn Media) -> Result<(), MediaError> {
+        self.checkpoint(media)
+    }
+
+    fn write_ahead(&self) -> Option<WalStats> {
+        Some(self.stats())
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Header {
+    epoch: u64,
+    uuid: uuid::Uuid,
+}
+
+/// Header copy: magic (8), version (4), zero (4), epoch (8), pool uuid (16), file length
+/// (8), zero (12), CRC-32C of bytes 0..60 (4).
+fn encode_header(epoch: u64, uuid: uuid::Uuid, len: u64) -> [u8; WAL_HEADER_LEN] {
+    let mut b = [0u8; WAL_HEADER_LEN];
+    b[0..8].copy_from_slice(&WAL_MAGIC);
+    b[8..12].copy_from_slice(&WAL_VERSION.to_le_bytes());
+    b[16..24].copy_from_slice(&epoch.to_le_bytes());
+    b[24..40].copy_from_slice(uuid.as_bytes());
+    b[40..48].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..60]);
+    b[60..64].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode_header(b: &[u8; WAL_HEADER_LEN]) -> Option<Header> {
+    let word = |r: std::ops::Range<usize>| -> u64 {
+        let mut w = [0u8; 8];
+        w[..r.len()].copy_from_slice(&b[r]);
+        u64::from_le_bytes(w)
+    };
+    if b[0..8] != WAL_MAGIC
+        || word(8..12) != u64::from(WAL_VERSION)
+        || word(60..64) != u64::from(crc32c::crc32c(&b[..60]))
+    {
+        return None;
+    }
+    let uuid = uuid::Uuid::from_slice(&b[24..40]).ok()?;
+    Some(Header {
+        epoch: word(16..24),
+        uuid,
+    })
+}
+
+/// A range rounded out to aligned 8-byte words: what a record holds of it. Replay writes
+/// whole words, so an aligned word is never found half from a record and half from a page
+/// the kernel wrote back later (x86's 8-byte atomicity, which the layers above rely on,
+/// holds on disk too). The pool's size is a page multiple, so the rounded range stays in it.
+fn words_of(range: &ByteRange) -> (u64, u64) {
+    let start = range.offset - range.offset % 8;
+    let end = range.end().next_multiple_of(8);
+    (start, end - start)
+}
+
+/// Bytes of the record for `point`: header, then per range 16 bytes and its words.
+fn record_len(point: &SyncPoint<'_>) -> u64 {
+    WAL_RECORD_HEADER as u64 + point.all().map(|r| 16 + words_of(r).1).sum::<u64>()
+}
+
+/// Record: magic "WALR" (4), CRC-32C of the pool's uuid then bytes 8..len (4), epoch (8),
+/// seq (8), len (4), count (4), then `count` entries: offset (8), len (8), the bytes padded
+/// to 8. The uuid in the checksum keeps another pool's records (an old file reused) out.
+fn encode_record(
+    out: &mut Vec<u8>,
+    (epoch, seq, uuid): (u64, u64, uuid::Uuid),
+    point: &SyncPoint<'_>,
+    media: &dyn Media,
+) {
+    let start = out.len();
+    let len = record_len(point);
+    out.extend_from_slice(&RECORD_MAGIC);
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&epoch.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&(point.all().count() as u32).to_le_bytes());
+    for range in point.all() {
+        let (offset, len) = words_of(range);
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        // SAFETY: the pool checked every range against its size (a page multiple) before
+        // the policy, so the rounded range lies in the mapping too; the named bytes are not
+        // changed by the sync point's caller meanwhile (other bytes of the edge words may
+        // be: any value they held is one a crash may keep).
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                media.base().as_ptr().add(offset as usize).cast_const(),
+                len as usize,
+            )
+        };
+        out.extend_from_slice(bytes);
+    }
+    debug_assert_eq!(out.len() - start, len as usize);
+    let crc = record_crc(uuid, &out[start + 8..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The length of the record whose header is `head`, if it is the record `seq` of `epoch`
+/// and fits in `room` bytes.
+fn record_head(head: &[u8; WAL_RECORD_HEADER], epoch: u64, seq: u64, room: u64) -> Option<u64> {
+    let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().unwrap_or([0; 8]));
+    let len = u64::from(u32::from_le_bytes(
+        head[24..28].try_into().unwrap_or([0; 4]),
+    ));
+    (head[0..4] == RECORD_MAGIC
+        && u64_at(8) == epoch
+        && u64_at(16) == seq
+        && len >= WAL_RECORD_HEADER as u64
+        && len % 8 == 0
+        && len <= room)
+        .then_some(len)
+}
+
+fn record_crc(uuid: uuid::Uuid, rest: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(uuid.as_bytes()), rest)
+}
+
+/// The entries of a whole record of the pool `uuid`, if its checksum and framing hold.
+fn decode_record(body: &[u8], uuid: uuid::Uuid) -> Option<Vec<(u64, &[u8])>> {
+    let crc = u32::from_le_bytes(body.get(4..8)?.try_into().ok()?);
+    if record_crc(uuid, body.get(8..)?) != crc {
+        return None;
+    }
+    let count = u32::from_le_bytes(body.get(28..32)?.try_into().ok()?);
+    let mut at = WAL_RECORD_HEADER;
+    let mut entries = Vec::new();
+    for _ in 0..count {
+        let offset = u64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?);
+        let len = u64::from_le_bytes(body.get(at + 8..at + 16)?.try_into().ok()?);
+        let data_end = (at + 16).checked_add(usize::try_from(len).ok()?)?;
+        entries.push((offset, body.get(at + 16..data_end)?));
+        at = data_end.next_multiple_of(8);
+    }
+    (at == body.len()).then_some(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_refuses_damage() {
+        let uuid = uuid::Uuid::from_u128(7);
+        let mut b = encode_header(5, uuid, 1 << 20);
+        let h = decode_header(&b).expect("valid");
+        assert_eq!((h.epoch, h.uuid), (5, uuid));
+        for byte in 0..WAL_HEADER_LEN {
+            b[byte] ^= 1;
+            assert!(decode_header(&b).is_none(), "a flipped bit in byte {byte}");
+            b[byte] ^= 1;
+        }
+    }
+
+    #[test]
+    fn record_framing_refuses_damage() {
+        let head = [0u8; WAL_RECORD_HEADER];
+        assert!(record_head(&head, 0, 0, 1 << 20).is_none());
+        // A record of one 3-byte entry: header 32 + 16 + 8.
+        let mut body = Vec::new();
+        body.extend_from_slice(&RECORD_MAGIC);
+        body.extend_from_slice(&[0; 4]);
+        body.extend_from_slice(&2u64.to_le_bytes());
+        body.extend_from_slice(&9u64.to_le_bytes());
+        body.extend_from_slice(&56u32.to_le_bytes());
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&40960u64.to_le_bytes());
+        body.extend_from_slice(&3u64.to_le_bytes());
+        body.extend_from_slice(&[1, 2, 3, 0, 0, 0, 0, 0]);
+        let uuid = uuid::Uuid::from_u128(3);
+        let crc = record_crc(uuid, &body[8..]);
+        body[4..8].copy_from_slice(&crc.to_le_bytes());
+        let head: [u8; WAL_RECORD_HEADER] = body[..32].try_into().unwrap();
+        assert_eq!(record_head(&head, 2, 9, 1 << 20), Some(56));
+        assert_eq!(record_head(&head, 3, 9, 1 << 20), None, "another epoch");
+        assert_eq!(record_head(&head, 2, 8, 1 << 20), None, "another seq");
+        assert_eq!(record_head(&head, 2, 9, 48), None, "past the file");
+        assert_eq!(
+            decode_record(&body, uuid),
+            Some(vec![(40960, &[1u8, 2, 3][..])])
+        );
+        assert!(
+            decode_record(&body, uuid::Uuid::from_u128(4)).is_none(),
+            "another pool's record"
+        );
+        for byte in 8..body.len() {
+            body[byte] ^= 0x10;
+            assert!(
+                decode_record(&body, uuid).is_none(),
+                "a flipped bit in byte {byte}"
+            );
+            body[byte] ^= 0x10;
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The write-ahead policy on real files (`mnemo_pmem::wal`): replay at open, group commit,
+//! checkpoints when the file fills, a file of another pool refused. Pools live on the
+//! ordinary disk (the target dir's file system), where the policy is meant to run. Crash
+//! images (power loss, pages never written back) are the testkit's business: every crash
+//! workload runs with this policy on the simulated page-cache medium.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mnemo_pmem::limits::DATA_OFFSET;
+use mnemo_pmem::wal::{FileLog, WAL_BYTES_MIN};
+use mnemo_pmem::{CreateOptions, Error, MediaError, OpenOptions, Pool, SyncPolicy, WalPolicy};
+
+fn disk_dir() -> tempfile::TempDir {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    std::fs::create_dir_all(&target).expect("target dir");
+    tempfile::Builder::new()
+        .prefix("mnemo-wal-test")
+        .tempdir_in(target)
+        .expect("tempdir on the disk")
+}
+
+fn wal_of(pool: &Path) -> PathBuf {
+    let mut name = pool.as_os_str().to_os_string();
+    name.push(".wal");
+    PathBuf::from(name)
+}
+
+fn policy(pool: &Path, bytes: u64) -> Arc<WalPolicy> {
+    Arc::new(WalPolicy::beside(pool, bytes).expect("write-ahead file"))
+}
+
+fn create(path: &Path, policy: Arc<WalPolicy>) -> Pool {
+    let mut options = CreateOptions::new(1 << 20, "wal");
+    options.policy = Some(policy);
+    Pool::create(path, &options).expect("create")
+}
+
+fn open(path: &Path, policy: Option<Arc<WalPolicy>>) -> Result<Pool, Error> {
+    let options = OpenOptions {
+        policy: policy.map(|p| p as Arc<dyn SyncPolicy>),
+        ..OpenOptions::default()
+    };
+    Pool::open(path, &options)
+}
+
+fn read(pool: &Pool, offset: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    pool.read(offset, &mut out).expect("read");
+    out
+}
+
+/// A crash after a sync point whose pool pages were never written back: the bytes come back
+/// from the write-ahead file. (The pool and its file are copied while the pool is open, as a
+/// power cut would leave them, and the copy's pool bytes are zeroed: "not written back".)
+#[test]
+fn a_synced_range_lost_from_the_pool_file_is_replayed_at_open() {
+    let dir = disk_dir();
+    let path = dir.path().join("a.pool");
+    let pool = create(&path, policy(&path, WAL_BYTES_MIN));
+    let text = b"acknowledged, then the power went";
+    pool.write(DATA_OFFSET + 100, text).unwrap();
+    pool.msync(DATA_OFFSET + 100, text.len() as u64).unwrap();
+    let copy = dir.path().join("copy.pool");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(wal_of(&path), wal_of(&copy)).unwrap();
+    drop(pool);
+    let file = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
+    file.write_all_at(&[0u8; 4096], DATA_OFFSET).unwrap();
+    drop(file);
+    // No policy given: the pool's .wal exists, so open replays it whatever MNEMO_WAL says.
+    let reopened = open(&copy, None).expect("open replays");
+    assert_eq!(read(&reopened, DATA_OFFSET + 100, text.len()), text);
+    assert!(!reopened.was_clean());
+    assert_eq!(reopened.sync_policy().name(), "write-ahead");
+    let stats = reopened
+        .sync_policy()
+        .write_ahead()
+        .expect("write-ahead figures");
+    assert!(stats.replayed >= 1, "{stats:?}");
+    assert_eq!(
+        stats.checkpoints, 1,
+        "the checkpoint after replay: {stats:?}"
+    );
+}
+
+/// Sync points from several threads share fdatasyncs (group commit), and a small file fills
+/// and is checkpointed many times; every byte is there after a reopen.
+#[test]
+fn threads_share_fdatasyncs_and_a_full_file_is_checkpointed() {
+    let dir = disk_dir();
+    let path = dir.path().join("b.pool");
+    let wal = policy(&path, WAL_BYTES_MIN);
+    let pool = create(&path, Arc::clone(&wal));
+    let threads = 4u64;
+    let per_thread = 200u64;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let pool = &pool;
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let at = DATA_OFFSET + (t * per_thread + i) * 64;
+                    let value = [(t * per_thread + i) as u8 | 1; 48];
+                    pool.write(at, &value).unwrap();
+                    pool.msync(at, 48).unwrap();
+                }
+            });
+        }
+    });
+    let stats = wal.stats();
+    eprintln!("write-ahead stats: {stats:?}");
+    assert_eq!(stats.records, threads * per_thread);
+    assert!(stats.fdatasyncs <= stats.records);
+    assert!(
+        stats.checkpoints >= 2,
+        "800 records of 104 bytes fill a 56 KiB file: {stats:?}"
+    );
+    pool.close().unwrap();
+    let reopened = open(&path, None).unwrap();
+    for k in 0..threads * per_thread {
+        let got = read(&reopened, DATA_OFFSET + k * 64, 48);
+        assert_eq!(got, vec![k as u8 | 1; 48], "record {k}");
+    }
+}
+
+/// A sync point larger than a quarter of the file's record space is made durable in place,
+/// with a checkpoint, and reopens like any other.
+#[test]
+fn a_sync_point_too_large_for_a_record_goes_in_place() {
+    let dir = disk_dir();
+    let path = dir.path().join("c.pool");
+    let wal = policy(&path, WAL_BYTES_MIN);
+    let pool = create(&path, Arc::clone(&wal));
+    let big = vec![0x5au8; 40 << 10];
+    pool.write(DATA_OFFSET, &big).unwrap();
+    let before = wal.stats().checkpoints;
+    pool.msync(DATA_OFFSET, big.len() as u64).unwrap();
+    assert_eq!(wal.stats().checkpoints, before + 1);
+    drop(pool);
+    let reopened = open(&path, None).unwrap();
+    assert_eq!(read(&reopened, DATA_OFFSET, big.len()), big);
+}
+
+/// The write-ahead file of another pool is refused with a message that says so, and the
+/// pool file is not touched.
+#[test]
+fn another_pools_write_ahead_file_is_refused() {
+    let dir = disk_dir();
+    let (a, b) = (dir.path().join("a.pool"), dir.path().join("b.pool"));
+    create(&a, policy(&a, WAL_BYTES_MIN)).close().unwrap();
+    create(&b, policy(&b, WAL_BYTES_MIN)).close().unwrap();
+    std::fs::copy(wal_of(&a), wal_of(&b)).unwrap();
+    let err = open(&b, None).expect_err("a foreign write-ahead file");
+    let text = err.to_string();
+    assert!(text.contains("belongs to pool"), "{text}");
+    assert!(matches!(
+        err,
+        Error::Media {
+            source: MediaError::WriteAhead { .. },
+            ..
+        }
+    ));
+}
+
+/// Damaged header copies: one is enough; none valid (and not all zero) is refused.
+#[test]
+fn damaged_write_ahead_headers() {
+    let dir = disk_dir();
+    let path = dir.path().join("d.pool");
+    create(&path, policy(&path, WAL_BYTES_MIN)).close().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(wal_of(&path))
+        .unwrap();
+    // Epochs alternate between the copies; one copy damaged leaves the other.
+    file.write_all_at(&[0xff; 8], 16).unwrap();
+    open(&path, None).expect("one valid copy").close().unwrap();
+    file.write_all_at(&[0xff; 8], 16).unwrap();
+    file.write_all_at(&[0xff; 8], 4096 + 16).unwrap();
+    let err = open(&path, None).expect_err("no valid copy");
+    assert!(err.to_string().contains("no header copy is valid"), "{err}");
+    let log = FileLog::open_or_create(&wal_of(&path), WAL_BYTES_MIN).unwrap();
+    assert_eq!(mnemo_pmem::LogFile::len(&log), WAL_BYTES_MIN);
+}

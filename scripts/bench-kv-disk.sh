@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Durable on an ordinary disk (issue 20): SET with redis-benchmark against, side by side in
+# one run, all on the same disk directory (KV_DISK_DIR, default /tmp):
+#   redis-server --appendonly yes --appendfsync always
+#   mnemo serve, pool on the disk, the local policy (msync of the mapping per group commit)
+#   mnemo serve, pool on the disk, MNEMO_WAL=1 (write-ahead file, fdatasync per group commit)
+# for c=1, c=50 and -P 16 -c 50; rounds alternate the servers. Server and client pinned to
+# different CPUs. Output: bench/results/kv-disk.csv (appended rows: commit, round, server,
+# workload, requests/s, p50 ms).
+#
+#   scripts/bench-kv-disk.sh                       # -n 100000, 3 rounds
+#   KV_BENCH_N=20000 KV_BENCH_ROUNDS=1 scripts/bench-kv-disk.sh   # a quick look
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+for tool in redis-server redis-benchmark redis-cli taskset; do
+    command -v "$tool" >/dev/null || { echo "bench-kv-disk: $tool not found" >&2; exit 1; }
+done
+n="${KV_BENCH_N:-100000}"
+n_c1="${KV_BENCH_N_C1:-20000}"
+rounds="${KV_BENCH_ROUNDS:-3}"
+disk="${KV_DISK_DIR:-/tmp}"
+server_cpu="${KV_SERVER_CPU:-0}"
+client_cpu="${KV_CLIENT_CPU:-1}"
+port="${KV_PORT:-16399}"
+cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p mnemo-cli --bin mnemo
+mnemo="${CARGO_TARGET_DIR:-$repo/target}/release/mnemo"
+commit="$(git -C "$repo" rev-parse --short HEAD)"
+out="$repo/bench/results/kv-disk.csv"
+mkdir -p "$(dirname "$out")"
+[ -s "$out" ] || echo "commit,round,server,workload,rps,p50_ms" >"$out"
+
+wait_port() {
+    for _ in $(seq 1 300); do
+        redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "bench-kv-disk: server on $port did not start" >&2
+    return 1
+}
+
+start() { # server dir
+    case "$1" in
+    redis-aof-always)
+        taskset -c "$server_cpu" redis-server --port "$port" --bind 127.0.0.1 --save '' \
+            --appendonly yes --appendfsync always --dir "$2" >/dev/null 2>&1 &
+        ;;
+    mnemo-local)
+        MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" --size 1G \
+            --pool "$2/kv.pool" >/dev/null 2>&1 &
+        ;;
+    mnemo-wal)
+        MNEMO_WAL=1 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+            --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
+        ;;
+    esac
+    pid=$!
+    wait_port
+}
+
+measure() { # server round
+    for workload in c1 c50 p16; do
+        dir="$(mktemp -d "$disk/mnemo-bench-disk.XXXXXX")"
+        start "$1" "$dir"
+        case "$workload" in
+        c1) args=(-c 1 -n "$n_c1") ;;
+        c50) args=(-c 50 -n "$n") ;;
+        p16) args=(-c 50 -P 16 -n "$n") ;;
+        esac
+        line="$(taskset -c "$client_cpu" redis-benchmark -p "$port" -t set -d 100 "${args[@]}" --csv | tail -1)"
+        rps="$(echo "$line" | cut -d, -f2 | tr -d '"')"
+        p50="$(echo "$line" | cut -d, -f5 | tr -d '"')"
+        echo "$commit,$2,$1,$workload,$rps,$p50" | tee -a "$out"
+        kill "$pid"
+        wait "$pid" 2>/dev/null || true
+        rm -rf "$dir"
+    done
+}
+
+for round in $(seq 1 "$rounds"); do
+    for server in redis-aof-always mnemo-local mnemo-wal; do
+        measure "$server" "$round"
+    done
+done
