@@ -103,6 +103,55 @@ pub struct ReplArgs {
     /// This primary's epoch; a mirror promoted since (which raised its epoch) refuses it.
     #[arg(long, default_value_t = 1)]
     pub repl_epoch: u64,
+    /// Start on a pool that ran in sync mode and did not close cleanly. Only when the
+    /// machine stayed up (the process was killed): after a power cut or a machine crash its
+    /// own image may lack what only the mirror received; serve the promoted mirror instead.
+    #[arg(long)]
+    pub repl_trust_local: bool,
+}
+
+/// The file beside a pool that says it runs (or ran) in sync mode, until a clean close.
+pub fn sync_marker(pool: &Path) -> PathBuf {
+    let mut name = pool.as_os_str().to_owned();
+    name.push(".repl-sync");
+    PathBuf::from(name)
+}
+
+impl ReplArgs {
+    /// Before the pool opens: refuse a pool that ran in sync mode and did not close cleanly
+    /// (unless trusted), and mark the pool if this run is in sync mode.
+    pub fn guard(&self, pool: &Path) -> Result<(), String> {
+        let marker = sync_marker(pool);
+        if marker.exists() && pool.exists() && !self.repl_trust_local {
+            let clean = mnemo_pmem::inspect::inspect(pool)
+                .ok()
+                .and_then(|i| i.header)
+                .is_some_and(|h| h.clean_shutdown);
+            if !clean {
+                return Err(format!(
+                    "{} ran with --repl-mode sync and stopped without a clean close: its own image may lack writes only the mirror received (sync mode does not flush locally). The mirror holds every acknowledged write: stop it, run `mnemo mirror promote --dir DIR` and serve DIR/image. If only this process was killed and the machine stayed up, start again with --repl-trust-local.",
+                    pool.display()
+                ));
+            }
+        }
+        if self.mirror.is_some() && self.repl_mode == Mode::Sync {
+            use std::io::Write as _;
+            if let Some(parent) = pool.parent().filter(|d| !d.as_os_str().is_empty()) {
+                make_dir(parent)?;
+            }
+            let mut f =
+                std::fs::File::create(&marker).map_err(|e| format!("{}: {e}", marker.display()))?;
+            f.write_all(b"mnemo: this pool runs with --repl-mode sync\n")
+                .and_then(|()| f.sync_all())
+                .map_err(|e| format!("{}: {e}", marker.display()))?;
+        }
+        Ok(())
+    }
+
+    /// After a clean close (the policy flushed the whole pool): the mark goes.
+    pub fn closed_cleanly(&self, pool: &Path) {
+        let _ = std::fs::remove_file(sync_marker(pool));
+    }
 }
 
 fn parse_mode(text: &str) -> Result<Mode, String> {

@@ -114,6 +114,7 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 
 fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     let repl = args.repl.policy()?;
+    args.repl.guard(&args.pool)?;
     let (heap, start) = open_heap(args, repl.clone())?;
     let address = SocketAddr::new(args.bind, args.port);
     let listener = TcpListener::bind(address).map_err(|e| {
@@ -194,6 +195,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     result.map_err(|e| format!("server loop failed: {e}"))?;
     heap.close();
     drop(heap);
+    args.repl.closed_cleanly(&args.pool);
     tracing::info!(
         commands = stats.commands,
         commits = stats.commits,

@@ -421,3 +421,62 @@ fn mirror_status_reads_a_running_mirror() {
     let (ok, text) = status(dir.path());
     assert!(!ok && text.contains("not a mirror directory"), "{text}");
 }
+
+/// A pool that ran in sync mode (no local flushes) and was not closed cleanly is refused at
+/// the next start, with what to do; --repl-trust-local overrides; a clean stop (SIGTERM)
+/// flushes the whole pool and leaves nothing to refuse.
+#[test]
+fn a_sync_mode_pool_that_did_not_close_cleanly_is_refused() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let mirror = MirrorProc::start(
+        &dir.path().join("mirror"),
+        &secret,
+        dir.path().join("m.log"),
+    );
+    let pool = dir.path().join("p").join("kv.pool");
+    let addr = format!("127.0.0.1:{}", mirror.port);
+    let args = [
+        "--mirror",
+        addr.as_str(),
+        "--repl-mode",
+        "sync",
+        "--repl-secret-file",
+        secret.to_str().unwrap(),
+    ];
+    let primary = Server::start(&pool, &args);
+    let mut client = primary.client();
+    assert!(matches!(
+        client.call(&["SET", "a", "1"]),
+        Ok(Reply::Simple(_))
+    ));
+    drop(client);
+    primary.kill();
+    for extra in [&[][..], &["--repl-mode", "syncflush"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+            .args(["serve", "--port", "0", "--pool"])
+            .arg(&pool)
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("mnemo mirror promote") && err.contains("--repl-trust-local"),
+            "{err}"
+        );
+    }
+    let mut trusted: Vec<&str> = args.to_vec();
+    trusted.push("--repl-trust-local");
+    let primary = Server::start(&pool, &trusted);
+    let mut client = primary.client();
+    match client.call(&["GET", "a"]).unwrap() {
+        Reply::Bulk(v) => assert_eq!(&v[..], b"1"),
+        other => panic!("{other:?}"),
+    }
+    drop(client);
+    assert!(primary.terminate().success());
+    // Closed cleanly: starts without the override.
+    let primary = Server::start(&pool, &args);
+    assert!(primary.terminate().success());
+}

@@ -547,6 +547,18 @@ fn expect_ack(link: &mut Link, epoch: u64, id: u64) -> Result<u64> {
 }
 
 impl SyncPolicy for MirrorPolicy {
+    /// A clean close leaves the pool durable by itself: in `sync` mode, whose sync points
+    /// skipped the local flush, every line of the pool is flushed and fenced first.
+    fn close(&self, media: &dyn Media) -> std::result::Result<(), MediaError> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.unflushed || self.config.mode == Mode::Sync {
+            media.flush(0, media.len());
+            media.drain()?;
+            inner.unflushed = false;
+        }
+        Ok(())
+    }
+
     fn name(&self) -> &'static str {
         match self.config.mode {
             Mode::Local => "local",
