@@ -296,7 +296,7 @@ fn main() {
             meds[i] / base
         );
         csv.push(format!(
-            "{setup},{clients},{:.0},{},{:.3}",
+            "\"{setup}\",{clients},{:.0},{},{:.3}",
             meds[i],
             all.join(" "),
             meds[i] / base
