@@ -300,9 +300,12 @@ fn a_stopped_mirror_costs_one_timeout_then_catches_up() {
     }
 }
 
-/// Primary -> mirror -> backup, all real processes. The backup, promoted after the primary and
-/// the mirror are killed, holds a prefix of the writes (one client writing k0, k1, ... in
-/// order): every key up to some point, each with its value, and none after it.
+/// Primary -> mirror -> backup, all real processes. The backup checkpoints every record, so
+/// its state file shows how far it is. After the first half of one client's writes (k0, k1,
+/// ... in order) it catches up with everything the mirror acknowledged; after the second
+/// half all three are killed at once, the backup somewhere behind. Promoted, it holds a
+/// prefix of the writes (every key up to some point, with its value, none after it) that
+/// includes the whole first half.
 #[test]
 fn a_backup_holds_a_prefix_of_history() {
     let dir = shm_dir();
@@ -313,7 +316,7 @@ fn a_backup_holds_a_prefix_of_history() {
         &backup_dir,
         &secret,
         dir.path().join("b.log"),
-        &[],
+        &["--checkpoint-records", "1"],
     );
     let backup_addr = format!("127.0.0.1:{}", backup.port);
     let mut mirror = MirrorProc::start_as(
@@ -334,41 +337,56 @@ fn a_backup_holds_a_prefix_of_history() {
     );
     let mut client = primary.client();
     let total = 3000u64;
-    for i in 0..total {
+    let set = |client: &mut Client, i: u64| {
         let key = format!("k{i}");
-        let reply = client
-            .call(&["SET", key.as_str(), value(i).as_str()])
-            .unwrap();
+        let reply = client.call(&["SET", key.as_str(), value(i).as_str()]).unwrap();
         assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
-        if i == total / 2 {
-            // Mid-stream, the mirror's forwarder has reached the backup (its full copy done).
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !mirror.log_text().contains("backup in sync") {
-                assert!(
-                    Instant::now() < deadline,
-                    "no backup link:\n{}",
-                    mirror.log_text()
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
+    };
+    for i in 0..total / 2 {
+        set(&mut client, i);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    let acked: u64 = field(&info(&mut client, "replication"), "mnemo_repl_acked_id")
+        .and_then(|v| v.parse().ok())
+        .expect("mnemo_repl_acked_id");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (state, _) = mnemo_repl::mirror::peek_state(&backup_dir).unwrap();
+        if state.complete && state.last_id >= acked {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the backup is at record {} of {acked}\nmirror log:\n{}\nbackup log:\n{}",
+            state.last_id,
+            mirror.log_text(),
+            backup.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in total / 2..total {
+        set(&mut client, i);
+    }
     drop(client);
     primary.kill();
     mirror.kill();
     backup.kill();
+    let held = promoted_prefix(&backup_dir, total);
+    assert!(
+        held as u64 >= total / 2,
+        "the backup lost writes it had caught up with: it holds {held}"
+    );
+}
+
+/// Promote the backup at `dir` and serve it: how many of k0.. it holds, checking that they
+/// form a prefix with the right values.
+fn promoted_prefix(dir: &std::path::Path, total: u64) -> usize {
     let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
         .args(["mirror", "promote", "--dir"])
-        .arg(&backup_dir)
+        .arg(dir)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let promoted = Server::start(&backup_dir.join("image"), &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let promoted = Server::start(&dir.join("image"), &[]);
     let mut client = promoted.client();
     let mut present = Vec::new();
     for i in 0..total {
@@ -387,10 +405,7 @@ fn a_backup_holds_a_prefix_of_history() {
         present[held..].iter().all(|&p| !p),
         "the backup holds k0..k{held} and then more: not a prefix"
     );
-    assert!(
-        held as u64 > total / 2,
-        "the backup holds only {held} of {total} writes"
-    );
+    held
 }
 
 #[test]
