@@ -38,6 +38,9 @@ pub const KNOWN: &[&str] = &[
     "wal.checkpoint_skip_pool",
     // Opening a pool does not replay its write-ahead records.
     "wal.skip_replay",
+    // Opening a pool replays only the header's epoch, not the next one's records (written
+    // after a switch whose checkpoint had not ended).
+    "wal.replay_one_epoch",
 ];
 
 #[cfg(feature = "mutants")]

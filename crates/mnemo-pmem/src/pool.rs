@@ -519,7 +519,18 @@ impl Pool {
             .ensure_backed(0, DATA_OFFSET)
             .map_err(|e| media_error(path, e))?;
         let policy = match &options.policy {
-            Some(policy) => Some(Arc::clone(policy)),
+            Some(policy) => {
+                let mut wal = path.as_os_str().to_os_string();
+                wal.push(".wal");
+                if policy.name() != "write-ahead" && Path::new(&wal).exists() {
+                    tracing::warn!(
+                        pool = %path.display(),
+                        "the pool has a write-ahead file, but a {} policy was given: its                          records are not replayed (open without a policy to replay them)",
+                        policy.name()
+                    );
+                }
+                Some(Arc::clone(policy))
+            }
             None => default_policy(path, &media, false)?,
         };
         let pool = Pool::attach(
