@@ -559,10 +559,12 @@ fn load_strategy(
     let dead = exit_only(program, &exits, &order, &parent, &live, &found);
     let stack = stack_only(program, &order, &parent, &live, &found);
     let teardown = teardown_only(program, &order, &live, &found);
+    let released = crate::released::released_only(program, &order, &parent, &live, &found);
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
             .or_else(|| stack.get(key).cloned())
             .or_else(|| dead.get(key).cloned())
+            .or_else(|| released.get(key).cloned())
             .or_else(|| teardown.get(key).cloned());
         report.findings.push(finding);
     }
@@ -929,7 +931,7 @@ fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
 
 /// Passes over the call graph to settle which parameters lead to writes; a bound for
 /// pathological graphs (each pass that changes something adds at least one entry).
-const REACH_PASSES_MAX: usize = 64;
+pub(crate) const REACH_PASSES_MAX: usize = 64;
 
 /// For each function (by key) and parameter index: a write into the object the parameter
 /// points to, or into an object reached from it through pointer fields, in this function or a

@@ -12,8 +12,8 @@ use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
 use crate::facts::{
-    Alloc, Block, Call, External, Flow, Function, Problem, Program, Record, Root, Shape, Site, Val,
-    Write,
+    Alloc, Block, Call, External, Flow, Function, LocalAssign, LocalFrom, Problem, Program, Record,
+    Root, Shape, Site, Val, Write,
 };
 use crate::sources::Unit;
 use crate::Error;
@@ -1153,8 +1153,17 @@ impl BodyWalker<'_> {
                 return Shape::seq(parts);
             }
             EntityKind::ReturnStmt => {
+                self.function.returns_at.push(self.position);
                 if let Some(value) = e.get_children().into_iter().next() {
                     self.note_returned(value);
+                    let value = strip_casts(value);
+                    if value.get_kind() == EntityKind::DeclRefExpr {
+                        if let Some(usr) = value.get_reference().and_then(|v| v.get_usr()) {
+                            if !self.function.returned_locals.contains(&usr.0) {
+                                self.function.returned_locals.push(usr.0);
+                            }
+                        }
+                    }
                 }
                 let mut parts: Vec<Shape> = e
                     .get_children()
@@ -1169,6 +1178,7 @@ impl BodyWalker<'_> {
             | EntityKind::GotoStmt
             | EntityKind::IndirectGotoStmt => return Shape::Leave,
             EntityKind::UnaryExpr => return Shape::falls(), // sizeof: nothing is evaluated
+            EntityKind::LabelStmt => self.function.labels_at.push(self.position),
             _ => {}
         }
         let mut parts: Vec<Shape> = e
@@ -1304,6 +1314,24 @@ impl BodyWalker<'_> {
         if !memory.is_empty() {
             self.local_memory.insert(usr.clone(), memory);
         }
+        let value = self.assigned_value(value);
+        if is_local(&var) {
+            let call = strip_casts(value);
+            let from = match call.get_kind() {
+                EntityKind::CallExpr => direct_callee(&call)
+                    .map(|(usr, _)| LocalFrom::Call(usr))
+                    .unwrap_or(LocalFrom::Other),
+                EntityKind::IntegerLiteral | EntityKind::GNUNullExpr => LocalFrom::Null,
+                _ => LocalFrom::Other,
+            };
+            self.function.local_assigns.push(LocalAssign {
+                var: usr.clone(),
+                name: var.get_name().unwrap_or_default(),
+                from,
+                site: self.builder.site(&value),
+                at: self.position,
+            });
+        }
         let call = strip_casts(value);
         if call.get_kind() == EntityKind::CallExpr {
             if let Some(from) = direct_callee(&call) {
@@ -1313,6 +1341,24 @@ impl BodyWalker<'_> {
         if let Some(root) = self.pointer_root(value) {
             self.local_roots.insert(usr, root);
         }
+    }
+
+    /// The value an assignment's right side stores: through chained assignments
+    /// (`c = server.current_client = f()` gives `f()`).
+    fn assigned_value<'tu>(&mut self, mut value: Entity<'tu>) -> Entity<'tu> {
+        for _ in 0..SHAPE_DEPTH_MAX {
+            let inner = strip_casts(value);
+            if inner.get_kind() != EntityKind::BinaryOperator
+                || binary_operator(&mut self.builder.texts, &inner).as_deref() != Some("=")
+            {
+                break;
+            }
+            match inner.get_children().into_iter().nth(1) {
+                Some(right) => value = right,
+                None => break,
+            }
+        }
+        value
     }
 
     /// `return value;`: when the value is the result of a direct call (or a local assigned
@@ -1490,7 +1536,9 @@ impl BodyWalker<'_> {
                     EntityKind::ParmDecl => {
                         self.params.iter().position(|p| *p == usr).map(Root::Param)
                     }
-                    EntityKind::VarDecl => self.local_roots.get(&usr).cloned(),
+                    EntityKind::VarDecl => self.local_roots.get(&usr).cloned().or_else(|| {
+                        (is_local(&var) && is_pointer(var.get_type())).then_some(Root::Local(usr))
+                    }),
                     _ => None,
                 }
             }
@@ -1514,6 +1562,10 @@ impl BodyWalker<'_> {
                 })
             }
             EntityKind::BinaryOperator => {
+                if binary_operator(&mut self.builder.texts, &e).as_deref() == Some("=") {
+                    // A chained assignment: `c = server.current_client = f()` is `f()`.
+                    return self.pointer_root(e.get_children().into_iter().nth(1)?);
+                }
                 // Pointer arithmetic: `server.db + i`.
                 let pointer = e
                     .get_children()

@@ -68,6 +68,9 @@ pub enum Root {
         /// When the record read is itself the pointee of a parameter: that parameter's index.
         base: Option<usize>,
     },
+    /// The pointee of a local pointer variable (its USR) whose value is not followed further:
+    /// the result of a call (`c = createClient(NULL); c->flags = 0;`), or unknown.
+    Local(String),
 }
 
 impl Root {
@@ -76,6 +79,7 @@ impl Root {
         match self {
             Root::Param(i) => Some(*i),
             Root::Field { base, .. } => *base,
+            Root::Local(_) => None,
         }
     }
 }
@@ -216,6 +220,33 @@ pub struct Flow {
     pub site: Site,
 }
 
+/// Where a local pointer variable's value comes from, at one of its assignments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalFrom {
+    /// The result of a direct call to this function (USR).
+    Call(String),
+    /// A null pointer.
+    Null,
+    /// Anything else (a parameter, a field, another local, arithmetic, a call through a
+    /// pointer).
+    Other,
+}
+
+/// One assignment (or initialization) of a local pointer variable.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalAssign {
+    /// The variable (its USR).
+    pub var: String,
+    /// Its name.
+    pub name: String,
+    /// What it gets.
+    pub from: LocalFrom,
+    /// Where.
+    pub site: Site,
+    /// The statement holding it: (block, index) in [`Function::blocks`].
+    pub at: Option<(usize, usize)>,
+}
+
 /// A call that allocates memory for objects of program records: the call to change when
 /// those records move to persistent memory.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -262,6 +293,33 @@ pub struct Function {
     pub body: Option<Shape>,
     /// Its blocks, for [`Shape::Block`] and the `at` of writes and calls.
     pub blocks: Vec<Block>,
+    /// Assignments and initializations of its local pointer variables.
+    #[serde(default)]
+    pub local_assigns: Vec<LocalAssign>,
+    /// The local variables it returns (`return c;`), by USR.
+    #[serde(default)]
+    pub returned_locals: Vec<String>,
+    /// Where its `return` statements are: (block, index) in [`Function::blocks`].
+    #[serde(default)]
+    pub returns_at: Vec<Option<(usize, usize)>>,
+    /// Where its labels (`cleanup:`) are: (block, index) in [`Function::blocks`].
+    #[serde(default)]
+    pub labels_at: Vec<Option<(usize, usize)>>,
+}
+
+impl Function {
+    /// The index, in the function's body, of the top-level statement holding the statement at
+    /// `at`; `None` inside loops (their blocks are not placed) or when unknown.
+    pub fn top_level(&self, at: Option<(usize, usize)>) -> Option<usize> {
+        let (mut block, mut index) = at?;
+        for _ in 0..=self.blocks.len() {
+            if block == 0 {
+                return Some(index);
+            }
+            (block, index) = self.blocks.get(block)?.parent?;
+        }
+        None
+    }
 }
 
 /// A function declared but not defined in the sources (the C library, other libraries).

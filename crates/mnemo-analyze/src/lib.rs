@@ -65,6 +65,7 @@ mod cli;
 mod exits;
 mod extract;
 pub mod facts;
+mod released;
 mod render;
 pub mod sources;
 mod workers;

@@ -649,3 +649,49 @@ fn types_written_only_by_functions_that_release_memory_are_flagged() {
         Some("written while loading only in functions that release memory, by their names: handle_release")
     );
 }
+
+#[test]
+fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
+    let report = run(
+        "released.c",
+        &["replay", "load_sessions", "load_blob", "load_temp"],
+    );
+    let released = Some("released".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            // Freed before `load_blob` returns, unless `goto keep` jumps over the free.
+            ("struct blob".to_string(), None),
+            // Through `create_client` -> `create_replay_client` -> `fake`, freed at the end.
+            ("struct client".to_string(), released.clone()),
+            // Embedded in the replay client, written by `queue_command(fake, ...)`.
+            ("struct multi_state".to_string(), released),
+            // `pool_release` keeps it in a global pool and never frees it.
+            ("struct pooled".to_string(), None),
+            // Kept in a global list.
+            ("struct session".to_string(), None),
+            // Written by the replay client's commands through `&db`: the data set.
+            ("struct store".to_string(), None),
+            // An early return keeps it in a global before the free.
+            ("struct temp".to_string(), None),
+            // `new_worker`'s other caller keeps its object in a global.
+            ("struct worker".to_string(), None),
+        ]
+    );
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        reason("struct client"),
+        "written while loading only in objects released before loading ends, e.g. at \
+         released.c:101 in `replay`: the object held by `fake` in `replay` (assigned at \
+         released.c:99), released at released.c:110 by `free_client` (which gives it to \
+         `free`) before that function returns"
+    );
+    assert!(reason("struct multi_state").contains("at released.c:85 in `queue_command`"));
+    assert_eq!(report.summary.types_suspicious, 2);
+}

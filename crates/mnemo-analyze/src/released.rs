@@ -1,0 +1,395 @@
+//! The `released` flag: types whose objects written while loading are released before
+//! loading ends, so that no root reaches them when it does.
+//!
+//! The objects are followed one function at a time, flow-sensitively inside each function:
+//!
+//! - A local pointer of a function on the live load path is *released* when every value it
+//!   gets is the result of a direct call (or a null pointer), it is not returned, and a call
+//!   that releases it (a call that may pass it on to the C library's `free`, found over the
+//!   whole call graph) is a statement of the function's body, after its last assignment,
+//!   that every way out of the function passes: no `return` between the first assignment and the release, no
+//!   label after the release (a `goto` could jump over it), nothing of the kind inside a loop.
+//!   Stores of the pointer elsewhere in the meantime (`server.current_client = fakeClient`)
+//!   do not keep the object: once released, a pointer left behind would dangle.
+//! - A parameter is *transient* when every live call passes it such an object: a released
+//!   local, the address of a local (as for the stack flag), another transient parameter, or
+//!   a local holding what a *transient constructor* returned (a greatest fixed point).
+//! - A function is a transient constructor when it returns a local holding what a direct
+//!   call returned, and every live call of it assigns the result to a local that is released
+//!   or returned by a transient constructor in turn (`createClient` -> `createAOFClient` ->
+//!   `fakeClient`).
+//!
+//! A type is flagged when every write of it on the live load path writes such an object
+//! (through the pointer itself or embedded members, never through a pointer field: what a
+//! field points to may be shared) and one at least is not on the stack (those are the stack
+//! flag's). Each flag names a write and the local whose release ends the object.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::analysis::{Finding, Suspicion, REACH_PASSES_MAX};
+use crate::facts::{Call, Function, LocalFrom, Program, Root, Site};
+
+/// A local released in its function: the object that makes others transient.
+#[derive(Debug, Clone, Copy)]
+struct Origin<'p> {
+    /// The function holding the local (its name).
+    function: &'p str,
+    /// The local's name.
+    local: &'p str,
+    /// Where it gets its (last) value.
+    assigned: &'p Site,
+    /// The releasing call.
+    release: &'p Site,
+    /// The releasing function.
+    releaser: &'p str,
+}
+
+/// The C library's functions that give memory back.
+const DEALLOCATORS: &[&str] = &["free", "cfree"];
+
+/// The parameters that a function may pass on to the C library's `free`, directly or through
+/// other functions (`freeClient(c)` -> `zfree(c)` -> `free(ptr)`): (function USR, index). A
+/// least fixed point over the whole program.
+fn freeing_params(program: &Program) -> HashSet<(&str, usize)> {
+    let mut out: HashSet<(&str, usize)> = HashSet::new();
+    for _ in 0..REACH_PASSES_MAX {
+        let before = out.len();
+        for (usr, f) in &program.functions {
+            for call in &f.calls {
+                let frees_arg = |k: usize| match call.callee.as_deref() {
+                    Some(callee) if program.functions.contains_key(callee) => {
+                        out.contains(&(callee, k))
+                    }
+                    _ => DEALLOCATORS.contains(&call.callee_text.as_str()),
+                };
+                let freed: Vec<usize> = call
+                    .roots
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| frees_arg(*k))
+                    .filter_map(|(_, root)| match root {
+                        Some(Root::Param(i)) => Some(*i),
+                        _ => None,
+                    })
+                    .collect();
+                for i in freed {
+                    out.insert((usr.as_str(), i));
+                }
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out
+}
+
+/// Argument `k` of `call` may be given back to `free`.
+fn frees(program: &Program, freeing: &HashSet<(&str, usize)>, call: &Call, k: usize) -> bool {
+    match call.callee.as_deref() {
+        Some(callee) if program.functions.contains_key(callee) => freeing.contains(&(callee, k)),
+        _ => DEALLOCATORS.contains(&call.callee_text.as_str()),
+    }
+}
+
+/// The locals of `f` released in `f`, by USR.
+fn released_locals<'p>(
+    program: &Program,
+    freeing: &HashSet<(&str, usize)>,
+    f: &'p Function,
+) -> HashMap<&'p str, Origin<'p>> {
+    let mut by_var: BTreeMap<&str, Vec<&crate::facts::LocalAssign>> = BTreeMap::new();
+    for assign in &f.local_assigns {
+        by_var.entry(assign.var.as_str()).or_default().push(assign);
+    }
+    let mut out = HashMap::new();
+    'vars: for (var, assigns) in by_var {
+        if assigns.iter().any(|a| a.from == LocalFrom::Other)
+            || !assigns.iter().any(|a| matches!(a.from, LocalFrom::Call(_)))
+            || f.returned_locals.iter().any(|r| r == var)
+        {
+            continue;
+        }
+        let mut first = usize::MAX;
+        let mut last = 0;
+        let mut assigned = &assigns[0].site;
+        for a in &assigns {
+            let Some(i) = f.top_level(a.at) else {
+                continue 'vars;
+            };
+            first = first.min(i);
+            if i >= last {
+                last = i;
+                assigned = &a.site;
+            }
+        }
+        // The first release in the body's own statements after the last assignment.
+        let release = f
+            .calls
+            .iter()
+            .filter_map(|c| match c.at {
+                Some((0, r)) if r > last => Some((r, c)),
+                _ => None,
+            })
+            .filter(|(_, c)| {
+                c.roots.iter().enumerate().any(|(k, root)| {
+                    matches!(root, Some(Root::Local(v)) if v == var)
+                        && frees(program, freeing, c, k)
+                })
+            })
+            .min_by_key(|(r, _)| *r);
+        let Some((r, call)) = release else {
+            continue;
+        };
+        let leaves_early = f.returns_at.iter().any(|&at| match f.top_level(at) {
+            None => true,
+            Some(i) => i >= first && i <= r,
+        });
+        let jumps_over = f.labels_at.iter().any(|&at| match f.top_level(at) {
+            None => true,
+            Some(i) => i > r,
+        });
+        if leaves_early || jumps_over {
+            continue;
+        }
+        out.insert(
+            var,
+            Origin {
+                function: &f.name,
+                local: &assigns[0].name,
+                assigned,
+                release: &call.site,
+                releaser: &call.callee_text,
+            },
+        );
+    }
+    out
+}
+
+/// The state of the fixed point: what is transient so far.
+struct Transient<'p> {
+    released: HashMap<(&'p str, &'p str), Origin<'p>>,
+    params: HashSet<(&'p str, usize)>,
+    constructors: HashSet<&'p str>,
+}
+
+impl<'p> Transient<'p> {
+    /// The local `var` of `usr` holds a transient object.
+    fn local(&self, usr: &'p str, f: &'p Function, var: &str) -> bool {
+        if self.released.contains_key(&(usr, var)) {
+            return true;
+        }
+        self.constructors.contains(usr)
+            && f.returned_locals.iter().any(|r| r == var)
+            && f.local_assigns
+                .iter()
+                .filter(|a| a.var == var)
+                .all(|a| a.from != LocalFrom::Other)
+    }
+
+    /// Argument `k` of `call` in `usr` is a transient object.
+    fn arg(&self, usr: &'p str, f: &'p Function, call: &Call, k: usize) -> bool {
+        if call.stack_args.get(k).copied().unwrap_or(false) {
+            return true;
+        }
+        match call.roots.get(k) {
+            Some(Some(Root::Param(j))) => self.params.contains(&(usr, *j)),
+            Some(Some(Root::Local(v))) => self.local(usr, f, v),
+            _ => false,
+        }
+    }
+}
+
+/// The findings whose every write on the live load path is into objects released before
+/// loading ends (see the module's documentation), each with the reason.
+pub(crate) fn released_only<'p>(
+    program: &'p Program,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    live: &HashSet<&str>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    let path: Vec<(&str, &Function)> = order
+        .iter()
+        .filter(|u| live.contains(**u))
+        .filter_map(|&u| program.functions.get(u).map(|f| (u, f)))
+        .collect();
+    let on_path: HashSet<&str> = path.iter().map(|(u, _)| *u).collect();
+    let entered =
+        |callee: &str| on_path.contains(callee) && matches!(parent.get(callee), Some(Some(_)));
+    let mut state = Transient {
+        released: HashMap::new(),
+        params: HashSet::new(),
+        constructors: HashSet::new(),
+    };
+    let freeing = freeing_params(program);
+    for &(usr, f) in &path {
+        for (var, origin) in released_locals(program, &freeing, f) {
+            state.released.insert((usr, var), origin);
+        }
+        if !f.returned_locals.is_empty() && entered(usr) {
+            state.constructors.insert(usr);
+        }
+        for call in &f.calls {
+            if let Some(callee) = call.callee.as_deref().filter(|c| entered(c)) {
+                let args = call.roots.len().max(call.stack_args.len());
+                state.params.extend((0..args).map(|k| (callee, k)));
+            }
+        }
+    }
+    if state.released.is_empty() {
+        return HashMap::new();
+    }
+    // Greatest fixed point: drop what some live call contradicts.
+    for _ in 0..REACH_PASSES_MAX {
+        let before = state.params.len() + state.constructors.len();
+        let mut calls_to: HashMap<&str, usize> = HashMap::new();
+        let mut kept_by: HashMap<&str, usize> = HashMap::new();
+        for &(usr, f) in &path {
+            let mut dropped = Vec::new();
+            for call in &f.calls {
+                let Some(callee) = call.callee.as_deref().filter(|c| on_path.contains(c)) else {
+                    continue;
+                };
+                *calls_to.entry(callee).or_default() += 1;
+                let args = call.roots.len().max(call.stack_args.len());
+                for k in 0..args {
+                    if !state.arg(usr, f, call, k) {
+                        dropped.push((callee, k));
+                    }
+                }
+            }
+            for assign in &f.local_assigns {
+                if let LocalFrom::Call(callee) = &assign.from {
+                    if state.local(usr, f, &assign.var) {
+                        *kept_by.entry(callee.as_str()).or_default() += 1;
+                    }
+                }
+            }
+            for d in dropped {
+                state.params.remove(&d);
+            }
+        }
+        state.constructors.retain(|c| {
+            let calls = calls_to.get(c).copied().unwrap_or(0);
+            calls > 0 && kept_by.get(c).copied().unwrap_or(0) >= calls
+        });
+        if state.params.len() + state.constructors.len() == before {
+            break;
+        }
+    }
+    // Where each transient object comes from, for the reasons: propagated from the released
+    // locals along the calls and returns that kept them transient.
+    let mut param_origin: HashMap<(&str, usize), Origin> = HashMap::new();
+    let mut constructor_origin: HashMap<&str, Origin> = HashMap::new();
+    let local_origin = |usr: &'p str,
+                        var: &str,
+                        constructor_origin: &HashMap<&str, Origin<'p>>|
+     -> Option<Origin<'p>> {
+        state
+            .released
+            .get(&(usr, var))
+            .copied()
+            .or_else(|| constructor_origin.get(usr).copied())
+    };
+    for _ in 0..REACH_PASSES_MAX {
+        let before = param_origin.len() + constructor_origin.len();
+        for &(usr, f) in &path {
+            for call in &f.calls {
+                let Some(callee) = call.callee.as_deref() else {
+                    continue;
+                };
+                for (k, root) in call.roots.iter().enumerate() {
+                    if !state.params.contains(&(callee, k))
+                        || param_origin.contains_key(&(callee, k))
+                    {
+                        continue;
+                    }
+                    let origin = match root {
+                        Some(Root::Param(j)) => param_origin.get(&(usr, *j)).copied(),
+                        Some(Root::Local(v)) if state.local(usr, f, v) => {
+                            local_origin(usr, v, &constructor_origin)
+                        }
+                        _ => None,
+                    };
+                    if let Some(origin) = origin {
+                        param_origin.insert((callee, k), origin);
+                    }
+                }
+            }
+            for assign in &f.local_assigns {
+                if let LocalFrom::Call(callee) = &assign.from {
+                    if state.constructors.contains(callee.as_str())
+                        && !constructor_origin.contains_key(callee.as_str())
+                        && state.local(usr, f, &assign.var)
+                    {
+                        if let Some(origin) = local_origin(usr, &assign.var, &constructor_origin) {
+                            constructor_origin.insert(callee.as_str(), origin);
+                        }
+                    }
+                }
+            }
+        }
+        if param_origin.len() + constructor_origin.len() == before {
+            break;
+        }
+    }
+    // Per record: written into a lasting object somewhere; else the first released write.
+    let mut lasting: HashSet<&str> = HashSet::new();
+    let mut first: HashMap<&str, (&Function, &Site, Origin)> = HashMap::new();
+    for &(usr, f) in &path {
+        for write in &f.writes {
+            let origin = if write.stack {
+                None
+            } else {
+                match &write.root {
+                    Some(Root::Param(i)) if state.params.contains(&(usr, *i)) => {
+                        param_origin.get(&(usr, *i)).copied()
+                    }
+                    Some(Root::Local(v)) if state.local(usr, f, v) => {
+                        local_origin(usr, v, &constructor_origin)
+                    }
+                    _ => {
+                        for (key, _) in &write.records {
+                            lasting.insert(key);
+                        }
+                        continue;
+                    }
+                }
+            };
+            for (key, _) in &write.records {
+                if let Some(origin) = origin {
+                    first.entry(key).or_insert((f, &write.site, origin));
+                }
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for (&key, finding) in found {
+        if finding.reach.is_some() || lasting.contains(key) {
+            continue;
+        }
+        let Some((f, site, origin)) = first.get(key) else {
+            continue;
+        };
+        out.insert(
+            key,
+            Suspicion {
+                kind: "released".into(),
+                reason: format!(
+                    "written while loading only in objects released before loading ends, \
+                     e.g. at {site} in `{}`: the object held by `{}` in `{}` (assigned at {}), \
+                     released at {} by `{}` (which gives it to `free`) before that function \
+                     returns",
+                    f.name,
+                    origin.local,
+                    origin.function,
+                    origin.assigned,
+                    origin.release,
+                    origin.releaser
+                ),
+            },
+        );
+    }
+    out
+}
