@@ -192,6 +192,11 @@ pub struct Finding {
     /// loading and the write that the pointer leads to (the type is then persistent as the
     /// container that keeps the written objects reachable).
     pub reach: Option<Reach>,
+    /// For a written type not flagged: its first write while loading into an object that
+    /// outlasts loading as far as the `released` rule can tell, and why (the object is not
+    /// freed by the function holding it, or comes from a global, a pointer field, or a caller
+    /// that keeps it).
+    pub kept: Option<String>,
 }
 
 /// Why a type counts as a reached container: the read of one of its pointer fields during
@@ -492,6 +497,7 @@ fn load_strategy(
                     write_count: 0,
                     suspicion: None,
                     reach: None,
+                    kept: None,
                 });
                 finding.write_count += 1;
                 if finding.writes.len() < SITES_PER_TYPE_MAX {
@@ -550,6 +556,7 @@ fn load_strategy(
                     write_count: 0,
                     suspicion: None,
                     reach: Some(reach),
+                    kept: None,
                 },
             );
         }
@@ -564,8 +571,11 @@ fn load_strategy(
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
             .or_else(|| stack.get(key).cloned())
             .or_else(|| dead.get(key).cloned())
-            .or_else(|| released.get(key).cloned())
+            .or_else(|| released.flags.get(key).cloned())
             .or_else(|| teardown.get(key).cloned());
+        if finding.suspicion.is_none() {
+            finding.kept = released.kept.get(key).cloned();
+        }
         report.findings.push(finding);
     }
     report

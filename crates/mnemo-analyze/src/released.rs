@@ -200,15 +200,24 @@ impl<'p> Transient<'p> {
     }
 }
 
-/// The findings whose every write on the live load path is into objects released before
-/// loading ends (see the module's documentation), each with the reason.
+/// What the rule finds: the flags, and for the other findings why they last.
+pub(crate) struct Released<'p> {
+    /// The findings whose every write on the live load path is into objects released before
+    /// loading ends (see the module's documentation), each with the reason.
+    pub(crate) flags: HashMap<&'p str, Suspicion>,
+    /// For each other written finding: its first write into an object that lasts, and why it
+    /// lasts.
+    pub(crate) kept: HashMap<&'p str, String>,
+}
+
+/// Runs the rule over the findings of the load strategy (see the module's documentation).
 pub(crate) fn released_only<'p>(
     program: &'p Program,
     order: &[&'p str],
     parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
     live: &HashSet<&str>,
     found: &BTreeMap<&'p str, Finding>,
-) -> HashMap<&'p str, Suspicion> {
+) -> Released<'p> {
     let path: Vec<(&str, &Function)> = order
         .iter()
         .filter(|u| live.contains(**u))
@@ -237,42 +246,59 @@ pub(crate) fn released_only<'p>(
             }
         }
     }
-    if state.released.is_empty() {
-        return HashMap::new();
-    }
-    // Greatest fixed point: drop what some live call contradicts.
+    // Greatest fixed point: drop what some live call contradicts, remembering the call (for
+    // a parameter) or the caller (for a constructor) that did.
+    let mut lasts_param: HashMap<(&str, usize), (&str, &Call)> = HashMap::new();
+    let mut lasts_constructor: HashMap<&str, &str> = HashMap::new();
     for _ in 0..REACH_PASSES_MAX {
         let before = state.params.len() + state.constructors.len();
-        let mut calls_to: HashMap<&str, usize> = HashMap::new();
-        let mut kept_by: HashMap<&str, usize> = HashMap::new();
+        let mut calls_to: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut kept_by: HashMap<(&str, &str), usize> = HashMap::new();
         for &(usr, f) in &path {
             let mut dropped = Vec::new();
             for call in &f.calls {
                 let Some(callee) = call.callee.as_deref().filter(|c| on_path.contains(c)) else {
                     continue;
                 };
-                *calls_to.entry(callee).or_default() += 1;
+                *calls_to.entry((usr, callee)).or_default() += 1;
                 let args = call.roots.len().max(call.stack_args.len());
                 for k in 0..args {
                     if !state.arg(usr, f, call, k) {
-                        dropped.push((callee, k));
+                        dropped.push((callee, k, call));
                     }
                 }
             }
             for assign in &f.local_assigns {
                 if let LocalFrom::Call(callee) = &assign.from {
                     if state.local(usr, f, &assign.var) {
-                        *kept_by.entry(callee.as_str()).or_default() += 1;
+                        *kept_by.entry((usr, callee.as_str())).or_default() += 1;
                     }
                 }
             }
-            for d in dropped {
-                state.params.remove(&d);
+            for (callee, k, call) in dropped {
+                if state.params.remove(&(callee, k)) {
+                    lasts_param.insert((callee, k), (usr, call));
+                }
             }
         }
+        let mut callers: HashMap<&str, Vec<(&str, usize)>> = HashMap::new();
+        for (&(caller, callee), &n) in &calls_to {
+            callers.entry(callee).or_default().push((caller, n));
+        }
         state.constructors.retain(|c| {
-            let calls = calls_to.get(c).copied().unwrap_or(0);
-            calls > 0 && kept_by.get(c).copied().unwrap_or(0) >= calls
+            let Some(calls) = callers.get(c) else {
+                return false;
+            };
+            match calls
+                .iter()
+                .find(|&&(caller, n)| kept_by.get(&(caller, *c)).copied().unwrap_or(0) < n)
+            {
+                Some(&(caller, _)) => {
+                    lasts_constructor.insert(c, caller);
+                    false
+                }
+                None => true,
+            }
         });
         if state.params.len() + state.constructors.len() == before {
             break;
@@ -336,6 +362,7 @@ pub(crate) fn released_only<'p>(
     }
     // Per record: written into a lasting object somewhere; else the first released write.
     let mut lasting: HashSet<&str> = HashSet::new();
+    let mut kept: HashMap<&str, String> = HashMap::new();
     let mut first: HashMap<&str, (&Function, &Site, Origin)> = HashMap::new();
     for &(usr, f) in &path {
         for write in &f.writes {
@@ -349,9 +376,19 @@ pub(crate) fn released_only<'p>(
                     Some(Root::Local(v)) if state.local(usr, f, v) => {
                         local_origin(usr, v, &constructor_origin)
                     }
-                    _ => {
+                    root => {
                         for (key, _) in &write.records {
-                            lasting.insert(key);
+                            if lasting.insert(key) {
+                                let why = Lasting {
+                                    program,
+                                    parent,
+                                    state: &state,
+                                    lasts_param: &lasts_param,
+                                    lasts_constructor: &lasts_constructor,
+                                }
+                                .describe(usr, f, root.as_ref());
+                                kept.insert(key, format!("{} in `{}`, {why}", write.site, f.name));
+                            }
                         }
                         continue;
                     }
@@ -391,5 +428,107 @@ pub(crate) fn released_only<'p>(
             },
         );
     }
-    out
+    Released { flags: out, kept }
+}
+
+/// Steps followed back from a parameter to what its caller passed, at most.
+const LASTING_STEPS_MAX: usize = 6;
+
+/// Explains why an object written lasts, for the findings the rule keeps.
+struct Lasting<'a, 'p> {
+    program: &'p Program,
+    parent: &'a HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    state: &'a Transient<'p>,
+    lasts_param: &'a HashMap<(&'p str, usize), (&'p str, &'p Call)>,
+    lasts_constructor: &'a HashMap<&'p str, &'p str>,
+}
+
+impl<'p> Lasting<'_, 'p> {
+    fn name(&self, usr: &str) -> &'p str {
+        self.program
+            .functions
+            .get(usr)
+            .map(|f| f.name.as_str())
+            .unwrap_or("?")
+    }
+
+    /// Why the object behind `root`, in the function `usr`, lasts.
+    fn describe(&self, usr: &'p str, f: &'p Function, root: Option<&Root>) -> String {
+        let mut at = (usr, f);
+        let mut root = root.cloned();
+        let mut steps = Vec::new();
+        for _ in 0..LASTING_STEPS_MAX {
+            let Some(Root::Param(i)) = root else {
+                break;
+            };
+            if matches!(self.parent.get(at.0), Some(None)) {
+                return format!(
+                    "{}through a parameter of the load function `{}`",
+                    passed(&steps),
+                    at.1.name
+                );
+            }
+            let Some(&(caller, call)) = self.lasts_param.get(&(at.0, i)) else {
+                return format!(
+                    "{}through parameter {} of `{}`",
+                    passed(&steps),
+                    i + 1,
+                    at.1.name
+                );
+            };
+            let Some(g) = self.program.functions.get(caller) else {
+                break;
+            };
+            steps.push(format!("passed by `{}` at {}", g.name, call.site));
+            root = call.roots.get(i).cloned().flatten();
+            at = (caller, g);
+        }
+        let (usr, f) = at;
+        let what = match &root {
+            Some(Root::Param(_)) => "through a parameter passed on further".to_string(),
+            Some(Root::Field { owner, field, .. }) => format!(
+                "through the pointer field `{field}` of `{}` (what a field points to may be \
+                 shared)",
+                self.program
+                    .records
+                    .get(owner)
+                    .map(|r| r.name.as_str())
+                    .unwrap_or("?")
+            ),
+            Some(Root::Local(v)) => {
+                let name = f
+                    .local_assigns
+                    .iter()
+                    .find(|a| a.var == *v)
+                    .map(|a| a.name.as_str())
+                    .unwrap_or("?");
+                match self.lasts_constructor.get(usr) {
+                    Some(caller) if f.returned_locals.iter().any(|r| r == v) => format!(
+                        "through `{name}`, returned by `{}` to `{}`, which keeps it",
+                        f.name,
+                        self.name(caller)
+                    ),
+                    _ if self.state.local(usr, f, v) => {
+                        format!("through `{name}` in `{}`", f.name)
+                    }
+                    _ => format!("through `{name}` in `{}`, which is not freed there", f.name),
+                }
+            }
+            None => format!(
+                "into an object `{}` gets from a global, an expression or an argument the \
+                 analysis does not follow",
+                f.name
+            ),
+        };
+        format!("{}{what}", passed(&steps))
+    }
+}
+
+/// `steps` as a prefix: "passed by `g` at x.c:1, passed by `h` at x.c:9: ".
+fn passed(steps: &[String]) -> String {
+    if steps.is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", steps.join(", "))
+    }
 }

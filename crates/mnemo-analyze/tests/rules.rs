@@ -694,4 +694,26 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     );
     assert!(reason("struct multi_state").contains("at released.c:85 in `queue_command`"));
     assert_eq!(report.summary.types_suspicious, 2);
+    // Each look-alike says which write outlasts loading, and why.
+    let kept = |name: &str| finding(&report, name).kept.clone().unwrap_or_default();
+    assert_eq!(
+        kept("struct pooled"),
+        "released.c:161 in `load_sessions`, through `p` in `load_sessions`, which is not \
+         freed there"
+    );
+    assert_eq!(
+        kept("struct worker"),
+        "released.c:145 in `new_worker`, through `w`, returned by `new_worker` to \
+         `load_sessions`, which keeps it"
+    );
+    assert_eq!(
+        kept("struct store"),
+        "released.c:91 in `apply`, passed by `replay` at released.c:103: into an object \
+         `replay` gets from a global, an expression or an argument the analysis does not follow"
+    );
+    assert_eq!(
+        kept("struct blob"),
+        "released.c:186 in `load_blob`, through `b` in `load_blob`, which is not freed there"
+    );
+    assert!(finding(&report, "struct client").kept.is_none());
 }
