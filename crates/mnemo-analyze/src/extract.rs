@@ -1723,6 +1723,16 @@ impl BodyWalker<'_> {
                 .unwrap_or_default(),
         };
         let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);
+        let null_args: Vec<bool> = args
+            .iter()
+            .map(|a| {
+                is_pointer(a.get_type())
+                    && matches!(
+                        strip_casts(*a).get_kind(),
+                        EntityKind::IntegerLiteral | EntityKind::GNUNullExpr
+                    )
+            })
+            .collect();
         let mut arg_vals = Vec::new();
         let mut roots = Vec::new();
         let stack_args: Vec<bool> = args
@@ -1787,6 +1797,7 @@ impl BodyWalker<'_> {
             signature,
             roots,
             stack_args,
+            null_args,
             at: self.position,
         });
         direct

@@ -205,6 +205,10 @@ pub struct Call {
     /// For each argument: it is the address of a local variable (or part of one), or a local
     /// array.
     pub stack_args: Vec<bool>,
+    /// For each argument: it is a null pointer constant (`NULL`, `0`), through which nothing
+    /// is written.
+    #[serde(default)]
+    pub null_args: Vec<bool>,
     /// The statement holding it: (block, index) in [`Function::blocks`].
     pub at: Option<(usize, usize)>,
 }

@@ -12,8 +12,9 @@
 //!   Stores of the pointer elsewhere in the meantime (`server.current_client = fakeClient`)
 //!   do not keep the object: once released, a pointer left behind would dangle.
 //! - A parameter is *transient* when every live call passes it such an object: a released
-//!   local, the address of a local (as for the stack flag), another transient parameter, or
-//!   a local holding what a *transient constructor* returned (a greatest fixed point).
+//!   local, the address of a local (as for the stack flag), another transient parameter, a
+//!   local holding what a *transient constructor* returned (a greatest fixed point), or no
+//!   object at all (a null pointer constant: nothing is written through it).
 //! - A function is a transient constructor when it returns a local holding what a direct
 //!   call returned, and every live call of it assigns the result to a local that is released
 //!   or returned by a transient constructor in turn (`createClient` -> `createAOFClient` ->
@@ -29,19 +30,52 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::analysis::{Finding, Suspicion, REACH_PASSES_MAX};
 use crate::facts::{Call, Function, LocalFrom, Program, Root, Site};
 
-/// A local released in its function: the object that makes others transient.
+/// Where a transient object comes from: what makes others transient.
 #[derive(Debug, Clone, Copy)]
-struct Origin<'p> {
-    /// The function holding the local (its name).
-    function: &'p str,
-    /// The local's name.
-    local: &'p str,
-    /// Where it gets its (last) value.
-    assigned: &'p Site,
-    /// The releasing call.
-    release: &'p Site,
-    /// The releasing function.
-    releaser: &'p str,
+enum Origin<'p> {
+    /// A local released in its function.
+    Released {
+        /// The function holding the local (its name).
+        function: &'p str,
+        /// The local's name.
+        local: &'p str,
+        /// Where it gets its (last) value.
+        assigned: &'p Site,
+        /// The releasing call.
+        release: &'p Site,
+        /// The releasing function.
+        releaser: &'p str,
+    },
+    /// A null pointer passed as an argument: no object at all.
+    Null {
+        /// The calling function (its name).
+        caller: &'p str,
+        /// The call.
+        site: &'p Site,
+    },
+}
+
+impl std::fmt::Display for Origin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Released {
+                function,
+                local,
+                assigned,
+                release,
+                releaser,
+            } => write!(
+                f,
+                "the object held by `{local}` in `{function}` (assigned at {assigned}), \
+                 released at {release} by `{releaser}` (which gives it to `free`) before that \
+                 function returns"
+            ),
+            Origin::Null { caller, site } => write!(
+                f,
+                "a null pointer passed by `{caller}` at {site} (nothing is written through it)"
+            ),
+        }
+    }
 }
 
 /// The C library's functions that give memory back.
@@ -154,7 +188,7 @@ fn released_locals<'p>(
         }
         out.insert(
             var,
-            Origin {
+            Origin::Released {
                 function: &f.name,
                 local: &assigns[0].name,
                 assigned,
@@ -189,7 +223,9 @@ impl<'p> Transient<'p> {
 
     /// Argument `k` of `call` in `usr` is a transient object.
     fn arg(&self, usr: &'p str, f: &'p Function, call: &Call, k: usize) -> bool {
-        if call.stack_args.get(k).copied().unwrap_or(false) {
+        if call.stack_args.get(k).copied().unwrap_or(false)
+            || call.null_args.get(k).copied().unwrap_or(false)
+        {
             return true;
         }
         match call.roots.get(k) {
@@ -332,6 +368,12 @@ pub(crate) fn released_only<'p>(
                         continue;
                     }
                     let origin = match root {
+                        _ if call.null_args.get(k).copied().unwrap_or(false) => {
+                            Some(Origin::Null {
+                                caller: &f.name,
+                                site: &call.site,
+                            })
+                        }
                         Some(Root::Param(j)) => param_origin.get(&(usr, *j)).copied(),
                         Some(Root::Local(v)) if state.local(usr, f, v) => {
                             local_origin(usr, v, &constructor_origin)
@@ -396,7 +438,14 @@ pub(crate) fn released_only<'p>(
             };
             for (key, _) in &write.records {
                 if let Some(origin) = origin {
-                    first.entry(key).or_insert((f, &write.site, origin));
+                    // A released object explains more than a null pointer: it is preferred.
+                    match first.get(key.as_str()) {
+                        Some((_, _, Origin::Released { .. })) => {}
+                        Some(_) if matches!(origin, Origin::Null { .. }) => {}
+                        _ => {
+                            first.insert(key, (f, &write.site, origin));
+                        }
+                    }
                 }
             }
         }
@@ -414,16 +463,10 @@ pub(crate) fn released_only<'p>(
             Suspicion {
                 kind: "released".into(),
                 reason: format!(
-                    "written while loading only in objects released before loading ends, \
-                     e.g. at {site} in `{}`: the object held by `{}` in `{}` (assigned at {}), \
-                     released at {} by `{}` (which gives it to `free`) before that function \
-                     returns",
-                    f.name,
-                    origin.local,
-                    origin.function,
-                    origin.assigned,
-                    origin.release,
-                    origin.releaser
+                    "written while loading only in objects that end before loading does (on \
+                     the stack, released before their function returns, or none: a null \
+                     pointer), e.g. at {site} in `{}`: {origin}",
+                    f.name
                 ),
             },
         );

@@ -664,6 +664,10 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
             ("struct blob".to_string(), None),
             // Through `create_client` -> `create_replay_client` -> `fake`, freed at the end.
             ("struct client".to_string(), released.clone()),
+            // Only `conn_set(NULL, -1)`: no object.
+            ("struct conn".to_string(), released.clone()),
+            // `link_set(&links[0], 1)` writes a global as well.
+            ("struct link".to_string(), None),
             // Embedded in the replay client, written by `queue_command(fake, ...)`.
             ("struct multi_state".to_string(), released),
             // `pool_release` keeps it in a global pool and never frees it.
@@ -687,33 +691,41 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     };
     assert_eq!(
         reason("struct client"),
-        "written while loading only in objects released before loading ends, e.g. at \
-         released.c:101 in `replay`: the object held by `fake` in `replay` (assigned at \
-         released.c:99), released at released.c:110 by `free_client` (which gives it to \
+        "written while loading only in objects that end before loading does (on the stack, \
+         released before their function returns, or none: a null pointer), e.g. at \
+         released.c:128 in `replay`: the object held by `fake` in `replay` (assigned at \
+         released.c:123), released at released.c:137 by `free_client` (which gives it to \
          `free`) before that function returns"
     );
-    assert!(reason("struct multi_state").contains("at released.c:85 in `queue_command`"));
-    assert_eq!(report.summary.types_suspicious, 2);
+    assert!(reason("struct multi_state").contains("in `queue_command`: the object held by `fake`"));
+    assert_eq!(
+        reason("struct conn"),
+        "written while loading only in objects that end before loading does (on the stack, \
+         released before their function returns, or none: a null pointer), e.g. at \
+         released.c:104 in `conn_set`: a null pointer passed by `replay` at released.c:124 \
+         (nothing is written through it)"
+    );
+    assert_eq!(report.summary.types_suspicious, 3);
     // Each look-alike says which write outlasts loading, and why.
     let kept = |name: &str| finding(&report, name).kept.clone().unwrap_or_default();
     assert_eq!(
         kept("struct pooled"),
-        "released.c:161 in `load_sessions`, through `p` in `load_sessions`, which is not \
+        "released.c:188 in `load_sessions`, through `p` in `load_sessions`, which is not \
          freed there"
     );
     assert_eq!(
         kept("struct worker"),
-        "released.c:145 in `new_worker`, through `w`, returned by `new_worker` to \
+        "released.c:172 in `new_worker`, through `w`, returned by `new_worker` to \
          `load_sessions`, which keeps it"
     );
     assert_eq!(
         kept("struct store"),
-        "released.c:91 in `apply`, passed by `replay` at released.c:103: into an object \
+        "released.c:115 in `apply`, passed by `replay` at released.c:130: into an object \
          `replay` gets from a global, an expression or an argument the analysis does not follow"
     );
     assert_eq!(
         kept("struct blob"),
-        "released.c:186 in `load_blob`, through `b` in `load_blob`, which is not freed there"
+        "released.c:213 in `load_blob`, through `b` in `load_blob`, which is not freed there"
     );
     assert!(finding(&report, "struct client").kept.is_none());
 }

@@ -1,8 +1,9 @@
 /* Objects released before loading ends. A replay client exists only while a log is replayed:
  * it is created through two constructors, held in a local and in a global while commands run
  * through it, and freed before the load function returns (the global is restored). Its type
- * and the state embedded in it are flagged `released`. The look-alikes below survive loading
- * one way or another and must stay persistent. */
+ * and the state embedded in it are flagged `released`, and so is a type written only through
+ * null pointers (no object at all). The look-alikes below survive loading one way or another
+ * and must stay persistent. */
 #include <stdlib.h>
 
 struct multi_state {
@@ -48,7 +49,18 @@ struct temp {
     int n;
 };
 
+/* Written only through a null pointer: `conn_set(NULL, ...)`. */
+struct conn {
+    int fd;
+};
+
+/* Written through a null pointer and through a global: persistent. */
+struct link {
+    int peer;
+};
+
 struct store db;
+struct link links[4];
 struct client *current_client;
 struct session *sessions;
 struct pooled *pool[8];
@@ -86,6 +98,18 @@ static void queue_command(struct client *c, long flags)
     c->mstate.flags |= flags;
 }
 
+static void conn_set(struct conn *cn, int fd)
+{
+    if (cn)
+        cn->fd = fd;
+}
+
+static void link_set(struct link *l, int peer)
+{
+    if (l)
+        l->peer = peer;
+}
+
 static void apply(struct client *c, struct store *s)
 {
     s->keys += c->argc;
@@ -97,6 +121,9 @@ int replay(int n)
     struct client *fake;
     struct client *old = current_client;
     fake = current_client = create_replay_client();
+    conn_set(NULL, -1);
+    link_set(NULL, -1);
+    link_set(&links[0], 1);
     for (int i = 0; i < n; i++) {
         fake->argc = i;
         queue_command(fake, 1);
