@@ -461,4 +461,31 @@ mod tests {
         // g is defined by the other part: no longer external.
         assert!(a.externals.is_empty());
     }
+
+    #[test]
+    fn top_level_follows_blocks_out_to_the_body_and_stops_at_loops() {
+        let mut f = function("f");
+        f.blocks = vec![
+            // 0: the body.
+            Block::default(),
+            // 1: `if (x) { ... }` at statement 3 of the body.
+            Block {
+                items: Vec::new(),
+                parent: Some((0, 3)),
+            },
+            // 2: a block inside block 1, at its statement 0.
+            Block {
+                items: Vec::new(),
+                parent: Some((1, 0)),
+            },
+            // 3: a loop body: not placed.
+            Block::default(),
+        ];
+        assert_eq!(f.top_level(Some((0, 5))), Some(5));
+        assert_eq!(f.top_level(Some((1, 2))), Some(3));
+        assert_eq!(f.top_level(Some((2, 7))), Some(3));
+        assert_eq!(f.top_level(Some((3, 0))), None);
+        assert_eq!(f.top_level(Some((9, 0))), None);
+        assert_eq!(f.top_level(None), None);
+    }
 }
