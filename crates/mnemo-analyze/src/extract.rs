@@ -614,6 +614,8 @@ impl Builder {
             alloc_target: None,
             call_locals: BTreeMap::new(),
             position: None,
+            conditional: 0,
+            guards: Vec::new(),
             depth: 0,
             function: Function {
                 name: entity.get_name().unwrap_or_default(),
@@ -1044,6 +1046,11 @@ struct BodyWalker<'b> {
     call_locals: BTreeMap<String, (String, String)>,
     /// The statement being walked: (block, index) in [`Function::blocks`].
     position: Option<(usize, usize)>,
+    /// How many conditions (other than null checks) the walk is under: branches of `if`,
+    /// `?:` and `switch`, right operands of `&&` and `||`.
+    conditional: usize,
+    /// The locals (USRs) null-checked by the `if`s the walk is under: `if (p) ...`.
+    guards: Vec<String>,
     /// How deep in the body the walk is.
     depth: usize,
     function: Function,
@@ -1129,17 +1136,39 @@ impl BodyWalker<'_> {
                 return Shape::falls();
             }
             EntityKind::SwitchStmt => {
-                for child in e.get_children() {
+                for (i, child) in e.get_children().into_iter().enumerate() {
+                    // The cases may not run.
+                    self.conditional += usize::from(i > 0);
                     self.walk(child, loop_header);
+                    self.conditional -= usize::from(i > 0);
                 }
                 return Shape::falls();
             }
             EntityKind::IfStmt | EntityKind::ConditionalOperator => {
-                let mut parts: Vec<Shape> = e
-                    .get_children()
-                    .into_iter()
-                    .map(|child| self.walk(child, loop_header))
-                    .collect();
+                let children = e.get_children();
+                // `if (p) f(p);` runs `f(p)` whenever `p` holds an object: a null-check guard,
+                // not a condition, for what is done to `p`.
+                let guard = (e.get_kind() == EntityKind::IfStmt && children.len() == 2)
+                    .then(|| children.first().and_then(|c| self.null_checked(*c)))
+                    .flatten();
+                let mut parts = Vec::new();
+                for (i, child) in children.into_iter().enumerate() {
+                    if i == 0 {
+                        parts.push(self.walk(child, loop_header));
+                        continue;
+                    }
+                    match &guard {
+                        Some(var) => self.guards.push(var.clone()),
+                        None => self.conditional += 1,
+                    }
+                    parts.push(self.walk(child, loop_header));
+                    match &guard {
+                        Some(_) => {
+                            self.guards.pop();
+                        }
+                        None => self.conditional -= 1,
+                    }
+                }
                 if parts.len() < 2 {
                     return Shape::seq(parts);
                 }
@@ -1181,12 +1210,16 @@ impl BodyWalker<'_> {
             EntityKind::LabelStmt => self.function.labels_at.push(self.position),
             _ => {}
         }
-        let mut parts: Vec<Shape> = e
-            .get_children()
-            .into_iter()
-            .map(|child| self.walk(child, loop_header))
-            .collect();
-        if matches!(operator.as_deref(), Some("&&" | "||")) && parts.len() == 2 {
+        let short_circuit = matches!(operator.as_deref(), Some("&&" | "||"));
+        let mut parts: Vec<Shape> = Vec::new();
+        for (i, child) in e.get_children().into_iter().enumerate() {
+            // The right operand of `&&` and `||` may not run.
+            let maybe = short_circuit && i > 0;
+            self.conditional += usize::from(maybe);
+            parts.push(self.walk(child, loop_header));
+            self.conditional -= usize::from(maybe);
+        }
+        if short_circuit && parts.len() == 2 {
             // The right operand may not be evaluated.
             let right = parts.pop().unwrap_or_else(Shape::falls);
             parts.push(Shape::alt(vec![right, Shape::falls()]));
@@ -1340,6 +1373,42 @@ impl BodyWalker<'_> {
         }
         if let Some(root) = self.pointer_root(value) {
             self.local_roots.insert(usr, root);
+        }
+    }
+
+    /// The local pointer (USR) that the condition `cond` checks for null, when that is all it
+    /// does: `p`, `p != NULL`, `NULL != p`.
+    fn null_checked(&mut self, cond: Entity) -> Option<String> {
+        let cond = strip_casts(cond);
+        let var_of = |e: Entity| {
+            let e = strip_casts(e);
+            (e.get_kind() == EntityKind::DeclRefExpr)
+                .then(|| e.get_reference())
+                .flatten()
+                .filter(|v| v.get_kind() == EntityKind::VarDecl && is_local(v))
+                .filter(|v| is_pointer(v.get_type()))
+                .and_then(|v| v.get_usr())
+                .map(|u| u.0)
+        };
+        match cond.get_kind() {
+            EntityKind::DeclRefExpr => var_of(cond),
+            EntityKind::BinaryOperator
+                if binary_operator(&mut self.builder.texts, &cond).as_deref() == Some("!=") =>
+            {
+                let children = cond.get_children();
+                let is_null = |e: &Entity| {
+                    matches!(
+                        strip_casts(*e).get_kind(),
+                        EntityKind::IntegerLiteral | EntityKind::GNUNullExpr
+                    )
+                };
+                match (children.first(), children.get(1)) {
+                    (Some(a), Some(b)) if is_null(b) => var_of(*a),
+                    (Some(a), Some(b)) if is_null(a) => var_of(*b),
+                    _ => None,
+                }
+            }
+            _ => None,
         }
     }
 
@@ -1798,6 +1867,8 @@ impl BodyWalker<'_> {
             roots,
             stack_args,
             null_args,
+            conditional: self.conditional > 0,
+            guards: self.guards.clone(),
             at: self.position,
         });
         direct

@@ -209,6 +209,13 @@ pub struct Call {
     /// is written.
     #[serde(default)]
     pub null_args: Vec<bool>,
+    /// It may not run when its statement does: it is in a branch of an `if`, `?:` or
+    /// `switch`, or in the right operand of `&&` or `||` (null checks aside, see `guards`).
+    #[serde(default)]
+    pub conditional: bool,
+    /// The local pointers (USRs) that `if`s around it check for null (`if (p) free(p);`).
+    #[serde(default)]
+    pub guards: Vec<String>,
     /// The statement holding it: (block, index) in [`Function::blocks`].
     pub at: Option<(usize, usize)>,
 }

@@ -6,9 +6,13 @@
 //! - A local pointer of a function on the live load path is *released* when every value it
 //!   gets is the result of a direct call (or a null pointer), it is not returned, and a call
 //!   that releases it (a call that may pass it on to the C library's `free`, found over the
-//!   whole call graph) is a statement of the function's body, after its last assignment,
-//!   that every way out of the function passes: no `return` between the first assignment and the release, no
-//!   label after the release (a `goto` could jump over it), nothing of the kind inside a loop.
+//!   whole call graph) runs, after its last assignment, whenever the function's body reaches
+//!   the statement holding it (no condition around it but a null check of the local itself,
+//!   `if (c) freeClient(c);`), and every way out of the function passes that statement: no
+//!   `return` between the first assignment and the release, no label after the release (a
+//!   `goto` could jump over it), nothing of the kind inside a loop. A call that *may* free is
+//!   trusted to end the object (`freeClient` may instead hand a protected client to
+//!   `freeClientAsync`, `decrRefCount` frees only the last reference): the flag says likely.
 //!   Stores of the pointer elsewhere in the meantime (`server.current_client = fakeClient`)
 //!   do not keep the object: once released, a pointer left behind would dangle.
 //! - A parameter is *transient* when every live call passes it such an object: a released
@@ -157,12 +161,14 @@ fn released_locals<'p>(
                 assigned = &a.site;
             }
         }
-        // The first release in the body's own statements after the last assignment.
+        // The first release after the last assignment that runs whenever its statement of
+        // the body does (a null check of the local itself aside).
         let release = f
             .calls
             .iter()
-            .filter_map(|c| match c.at {
-                Some((0, r)) if r > last => Some((r, c)),
+            .filter(|c| !c.conditional && c.guards.iter().all(|g| g == var))
+            .filter_map(|c| match f.top_level(c.at) {
+                Some(r) if r > last => Some((r, c)),
                 _ => None,
             })
             .filter(|(_, c)| {
@@ -290,13 +296,19 @@ pub(crate) fn released_only<'p>(
         let before = state.params.len() + state.constructors.len();
         let mut calls_to: HashMap<(&str, &str), usize> = HashMap::new();
         let mut kept_by: HashMap<(&str, &str), usize> = HashMap::new();
+        // The (caller, callee) pairs in the order of the load path, for stable reasons.
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
         for &(usr, f) in &path {
             let mut dropped = Vec::new();
             for call in &f.calls {
                 let Some(callee) = call.callee.as_deref().filter(|c| on_path.contains(c)) else {
                     continue;
                 };
-                *calls_to.entry((usr, callee)).or_default() += 1;
+                let count = calls_to.entry((usr, callee)).or_default();
+                if *count == 0 {
+                    pairs.push((usr, callee));
+                }
+                *count += 1;
                 let args = call.roots.len().max(call.stack_args.len());
                 for k in 0..args {
                     if !state.arg(usr, f, call, k) {
@@ -318,7 +330,8 @@ pub(crate) fn released_only<'p>(
             }
         }
         let mut callers: HashMap<&str, Vec<(&str, usize)>> = HashMap::new();
-        for (&(caller, callee), &n) in &calls_to {
+        for &(caller, callee) in &pairs {
+            let n = calls_to.get(&(caller, callee)).copied().unwrap_or(0);
             callers.entry(callee).or_default().push((caller, n));
         }
         state.constructors.retain(|c| {

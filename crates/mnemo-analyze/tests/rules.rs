@@ -654,7 +654,13 @@ fn types_written_only_by_functions_that_release_memory_are_flagged() {
 fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     let report = run(
         "released.c",
-        &["replay", "load_sessions", "load_blob", "load_temp"],
+        &[
+            "replay",
+            "load_sessions",
+            "load_blob",
+            "load_temp",
+            "load_draft",
+        ],
     );
     let released = Some("released".to_string());
     assert_eq!(
@@ -666,6 +672,8 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
             ("struct client".to_string(), released.clone()),
             // Only `conn_set(NULL, -1)`: no object.
             ("struct conn".to_string(), released.clone()),
+            // Freed on one branch only: `else kept_draft = d;`.
+            ("struct draft".to_string(), None),
             // `link_set(&links[0], 1)` writes a global as well.
             ("struct link".to_string(), None),
             // Embedded in the replay client, written by `queue_command(fake, ...)`.
@@ -693,8 +701,8 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
         reason("struct client"),
         "written while loading only in objects that end before loading does (on the stack, \
          released before their function returns, or none: a null pointer), e.g. at \
-         released.c:128 in `replay`: the object held by `fake` in `replay` (assigned at \
-         released.c:123), released at released.c:137 by `free_client` (which gives it to \
+         released.c:134 in `replay`: the object held by `fake` in `replay` (assigned at \
+         released.c:129), released at released.c:143 by `free_client` (which gives it to \
          `free`) before that function returns"
     );
     assert!(reason("struct multi_state").contains("in `queue_command`: the object held by `fake`"));
@@ -702,7 +710,7 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
         reason("struct conn"),
         "written while loading only in objects that end before loading does (on the stack, \
          released before their function returns, or none: a null pointer), e.g. at \
-         released.c:104 in `conn_set`: a null pointer passed by `replay` at released.c:124 \
+         released.c:110 in `conn_set`: a null pointer passed by `replay` at released.c:130 \
          (nothing is written through it)"
     );
     assert_eq!(report.summary.types_suspicious, 3);
@@ -710,22 +718,22 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     let kept = |name: &str| finding(&report, name).kept.clone().unwrap_or_default();
     assert_eq!(
         kept("struct pooled"),
-        "released.c:188 in `load_sessions`, through `p` in `load_sessions`, which is not \
+        "released.c:194 in `load_sessions`, through `p` in `load_sessions`, which is not \
          freed there"
     );
     assert_eq!(
         kept("struct worker"),
-        "released.c:172 in `new_worker`, through `w`, returned by `new_worker` to \
+        "released.c:178 in `new_worker`, through `w`, returned by `new_worker` to \
          `load_sessions`, which keeps it"
     );
     assert_eq!(
         kept("struct store"),
-        "released.c:115 in `apply`, passed by `replay` at released.c:130: into an object \
+        "released.c:121 in `apply`, passed by `replay` at released.c:136: into an object \
          `replay` gets from a global, an expression or an argument the analysis does not follow"
     );
     assert_eq!(
         kept("struct blob"),
-        "released.c:213 in `load_blob`, through `b` in `load_blob`, which is not freed there"
+        "released.c:219 in `load_blob`, through `b` in `load_blob`, which is not freed there"
     );
     assert!(finding(&report, "struct client").kept.is_none());
 }

@@ -59,6 +59,11 @@ struct link {
     int peer;
 };
 
+/* Freed on one branch of an `if`, kept on the other. */
+struct draft {
+    int lines;
+};
+
 struct store db;
 struct link links[4];
 struct client *current_client;
@@ -68,6 +73,7 @@ int pool_len;
 struct worker *workers;
 struct blob *last_blob;
 struct temp *kept_temp;
+struct draft *kept_draft;
 
 static struct client *create_client(void)
 {
@@ -241,5 +247,28 @@ int load_temp(int n)
         return 1;
     }
     free_temp(t);
+    return 0;
+}
+
+static struct draft *new_draft(void)
+{
+    struct draft *d = malloc(sizeof(*d));
+    d->lines = 0;
+    return d;
+}
+
+static void free_draft(struct draft *d)
+{
+    free(d);
+}
+
+int load_draft(int n)
+{
+    struct draft *d = new_draft();
+    d->lines = n;
+    if (n > 3)
+        free_draft(d);
+    else
+        kept_draft = d;
     return 0;
 }
