@@ -889,7 +889,7 @@ fn dead_entry(
 /// allocation of that record too (memcached's `do_item_alloc_pull` allocates an item, and
 /// `do_item_alloc_chunk` casts its memory to a chunk); one that names the same record adds
 /// nothing (Redis's `createObject` callers: `zmalloc(sizeof(*o))` inside is the site).
-fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
+pub(crate) fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
     let mut wrappers: HashMap<&str, HashSet<&str>> = HashMap::new();
     for _ in 0..REACH_PASSES_MAX {
         let mut changed = false;

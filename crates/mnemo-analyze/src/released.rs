@@ -4,7 +4,9 @@
 //! The objects are followed one function at a time, flow-sensitively inside each function:
 //!
 //! - A local pointer of a function on the live load path is *released* when every value it
-//!   gets is the result of a direct call (or a null pointer), it is not returned, and a call
+//!   gets is fresh memory (the result of an allocator, or of a function returning one's, like
+//!   `createClient`; a lookup may hand out an object that lasts) or a null pointer, it is not
+//!   returned, and a call
 //!   that releases it (a call that may pass it on to the C library's `free`, found over the
 //!   whole call graph) runs, after its last assignment, whenever the function's body reaches
 //!   the statement holding it (no condition around it but a null check of the local itself,
@@ -19,8 +21,8 @@
 //!   local, the address of a local (as for the stack flag), another transient parameter, a
 //!   local holding what a *transient constructor* returned (a greatest fixed point), or no
 //!   object at all (a null pointer constant: nothing is written through it).
-//! - A function is a transient constructor when it returns a local holding what a direct
-//!   call returned, and every live call of it assigns the result to a local that is released
+//! - A function is a transient constructor when it returns a local holding fresh memory, and
+//!   every live call of it assigns the result to a local that is released
 //!   or returned by a transient constructor in turn (`createClient` -> `createAOFClient` ->
 //!   `fakeClient`).
 //!
@@ -32,6 +34,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::analysis::{Finding, Suspicion, REACH_PASSES_MAX};
+use crate::extract::is_allocator;
 use crate::facts::{Call, Function, LocalFrom, Program, Root, Site};
 
 /// Where a transient object comes from: what makes others transient.
@@ -130,10 +133,45 @@ fn frees(program: &Program, freeing: &HashSet<(&str, usize)>, call: &Call, k: us
     }
 }
 
+/// The functions whose results are fresh memory: allocators by name (`malloc`, `zmalloc`)
+/// and the program's functions that return what one gives (`createClient`,
+/// `createAOFClient`), by USR. A lookup (`dictFetchValue`) may hand out an object that lasts.
+fn fresh_sources(program: &Program) -> HashSet<&str> {
+    let mut out: HashSet<&str> = crate::analysis::allocator_wrappers(program)
+        .into_keys()
+        .collect();
+    for (usr, f) in &program.functions {
+        if is_allocator(&f.name) {
+            out.insert(usr);
+        }
+    }
+    for (usr, e) in &program.externals {
+        if is_allocator(&e.name) {
+            out.insert(usr);
+        }
+    }
+    out
+}
+
+/// Every value the local `var` of `f` gets is fresh memory or a null pointer, and one is
+/// fresh memory.
+fn fresh_only(f: &Function, fresh: &HashSet<&str>, var: &str) -> bool {
+    let mut any = false;
+    for a in f.local_assigns.iter().filter(|a| a.var == var) {
+        match &a.from {
+            LocalFrom::Call(callee) if fresh.contains(callee.as_str()) => any = true,
+            LocalFrom::Null => {}
+            _ => return false,
+        }
+    }
+    any
+}
+
 /// The locals of `f` released in `f`, by USR.
 fn released_locals<'p>(
     program: &Program,
     freeing: &HashSet<(&str, usize)>,
+    fresh: &HashSet<&str>,
     f: &'p Function,
 ) -> HashMap<&'p str, Origin<'p>> {
     let mut by_var: BTreeMap<&str, Vec<&crate::facts::LocalAssign>> = BTreeMap::new();
@@ -142,10 +180,7 @@ fn released_locals<'p>(
     }
     let mut out = HashMap::new();
     'vars: for (var, assigns) in by_var {
-        if assigns.iter().any(|a| a.from == LocalFrom::Other)
-            || !assigns.iter().any(|a| matches!(a.from, LocalFrom::Call(_)))
-            || f.returned_locals.iter().any(|r| r == var)
-        {
+        if !fresh_only(f, fresh, var) || f.returned_locals.iter().any(|r| r == var) {
             continue;
         }
         let mut first = usize::MAX;
@@ -208,6 +243,7 @@ fn released_locals<'p>(
 
 /// The state of the fixed point: what is transient so far.
 struct Transient<'p> {
+    fresh: HashSet<&'p str>,
     released: HashMap<(&'p str, &'p str), Origin<'p>>,
     params: HashSet<(&'p str, usize)>,
     constructors: HashSet<&'p str>,
@@ -221,10 +257,7 @@ impl<'p> Transient<'p> {
         }
         self.constructors.contains(usr)
             && f.returned_locals.iter().any(|r| r == var)
-            && f.local_assigns
-                .iter()
-                .filter(|a| a.var == var)
-                .all(|a| a.from != LocalFrom::Other)
+            && fresh_only(f, &self.fresh, var)
     }
 
     /// Argument `k` of `call` in `usr` is a transient object.
@@ -269,13 +302,14 @@ pub(crate) fn released_only<'p>(
     let entered =
         |callee: &str| on_path.contains(callee) && matches!(parent.get(callee), Some(Some(_)));
     let mut state = Transient {
+        fresh: fresh_sources(program),
         released: HashMap::new(),
         params: HashSet::new(),
         constructors: HashSet::new(),
     };
     let freeing = freeing_params(program);
     for &(usr, f) in &path {
-        for (var, origin) in released_locals(program, &freeing, f) {
+        for (var, origin) in released_locals(program, &freeing, &state.fresh, f) {
             state.released.insert((usr, var), origin);
         }
         if !f.returned_locals.is_empty() && entered(usr) {

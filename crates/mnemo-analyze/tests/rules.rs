@@ -701,8 +701,8 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
         reason("struct client"),
         "written while loading only in objects that end before loading does (on the stack, \
          released before their function returns, or none: a null pointer), e.g. at \
-         released.c:134 in `replay`: the object held by `fake` in `replay` (assigned at \
-         released.c:129), released at released.c:143 by `free_client` (which gives it to \
+         released.c:142 in `replay`: the object held by `fake` in `replay` (assigned at \
+         released.c:137), released at released.c:151 by `free_client` (which gives it to \
          `free`) before that function returns"
     );
     assert!(reason("struct multi_state").contains("in `queue_command`: the object held by `fake`"));
@@ -710,7 +710,7 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
         reason("struct conn"),
         "written while loading only in objects that end before loading does (on the stack, \
          released before their function returns, or none: a null pointer), e.g. at \
-         released.c:110 in `conn_set`: a null pointer passed by `replay` at released.c:130 \
+         released.c:118 in `conn_set`: a null pointer passed by `replay` at released.c:138 \
          (nothing is written through it)"
     );
     assert_eq!(report.summary.types_suspicious, 3);
@@ -718,22 +718,22 @@ fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     let kept = |name: &str| finding(&report, name).kept.clone().unwrap_or_default();
     assert_eq!(
         kept("struct pooled"),
-        "released.c:194 in `load_sessions`, through `p` in `load_sessions`, which is not \
+        "released.c:202 in `load_sessions`, through `p` in `load_sessions`, which is not \
          freed there"
     );
     assert_eq!(
         kept("struct worker"),
-        "released.c:178 in `new_worker`, through `w`, returned by `new_worker` to \
+        "released.c:186 in `new_worker`, through `w`, returned by `new_worker` to \
          `load_sessions`, which keeps it"
     );
     assert_eq!(
         kept("struct store"),
-        "released.c:121 in `apply`, passed by `replay` at released.c:136: into an object \
+        "released.c:129 in `apply`, passed by `replay` at released.c:144: into an object \
          `replay` gets from a global, an expression or an argument the analysis does not follow"
     );
     assert_eq!(
         kept("struct blob"),
-        "released.c:219 in `load_blob`, through `b` in `load_blob`, which is not freed there"
+        "released.c:227 in `load_blob`, through `b` in `load_blob`, which is not freed there"
     );
     assert!(finding(&report, "struct client").kept.is_none());
 }
