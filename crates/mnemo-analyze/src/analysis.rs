@@ -192,6 +192,11 @@ pub struct Finding {
     /// loading and the write that the pointer leads to (the type is then persistent as the
     /// container that keeps the written objects reachable).
     pub reach: Option<Reach>,
+    /// For a written type not flagged: its first write while loading into an object that
+    /// outlasts loading as far as the `released` rule can tell, and why (the object is not
+    /// freed by the function holding it, or comes from a global, a pointer field, or a caller
+    /// that keeps it).
+    pub kept: Option<String>,
 }
 
 /// Why a type counts as a reached container: the read of one of its pointer fields during
@@ -492,6 +497,7 @@ fn load_strategy(
                     write_count: 0,
                     suspicion: None,
                     reach: None,
+                    kept: None,
                 });
                 finding.write_count += 1;
                 if finding.writes.len() < SITES_PER_TYPE_MAX {
@@ -550,6 +556,7 @@ fn load_strategy(
                     write_count: 0,
                     suspicion: None,
                     reach: Some(reach),
+                    kept: None,
                 },
             );
         }
@@ -559,11 +566,16 @@ fn load_strategy(
     let dead = exit_only(program, &exits, &order, &parent, &live, &found);
     let stack = stack_only(program, &order, &parent, &live, &found);
     let teardown = teardown_only(program, &order, &live, &found);
+    let released = crate::released::released_only(program, &order, &parent, &live, &found);
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
             .or_else(|| stack.get(key).cloned())
             .or_else(|| dead.get(key).cloned())
+            .or_else(|| released.flags.get(key).cloned())
             .or_else(|| teardown.get(key).cloned());
+        if finding.suspicion.is_none() {
+            finding.kept = released.kept.get(key).cloned();
+        }
         report.findings.push(finding);
     }
     report
@@ -877,7 +889,7 @@ fn dead_entry(
 /// allocation of that record too (memcached's `do_item_alloc_pull` allocates an item, and
 /// `do_item_alloc_chunk` casts its memory to a chunk); one that names the same record adds
 /// nothing (Redis's `createObject` callers: `zmalloc(sizeof(*o))` inside is the site).
-fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
+pub(crate) fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
     let mut wrappers: HashMap<&str, HashSet<&str>> = HashMap::new();
     for _ in 0..REACH_PASSES_MAX {
         let mut changed = false;
@@ -929,7 +941,7 @@ fn allocator_wrappers(program: &Program) -> HashMap<&str, HashSet<&str>> {
 
 /// Passes over the call graph to settle which parameters lead to writes; a bound for
 /// pathological graphs (each pass that changes something adds at least one entry).
-const REACH_PASSES_MAX: usize = 64;
+pub(crate) const REACH_PASSES_MAX: usize = 64;
 
 /// For each function (by key) and parameter index: a write into the object the parameter
 /// points to, or into an object reached from it through pointer fields, in this function or a

@@ -12,8 +12,8 @@ use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
 use crate::facts::{
-    Alloc, Block, Call, External, Flow, Function, Problem, Program, Record, Root, Shape, Site, Val,
-    Write,
+    Alloc, Block, Call, External, Flow, Function, LocalAssign, LocalFrom, Problem, Program, Record,
+    Root, Shape, Site, Val, Write,
 };
 use crate::sources::Unit;
 use crate::Error;
@@ -614,6 +614,8 @@ impl Builder {
             alloc_target: None,
             call_locals: BTreeMap::new(),
             position: None,
+            conditional: 0,
+            guards: Vec::new(),
             depth: 0,
             function: Function {
                 name: entity.get_name().unwrap_or_default(),
@@ -1044,6 +1046,11 @@ struct BodyWalker<'b> {
     call_locals: BTreeMap<String, (String, String)>,
     /// The statement being walked: (block, index) in [`Function::blocks`].
     position: Option<(usize, usize)>,
+    /// How many conditions (other than null checks) the walk is under: branches of `if`,
+    /// `?:` and `switch`, right operands of `&&` and `||`.
+    conditional: usize,
+    /// The locals (USRs) null-checked by the `if`s the walk is under: `if (p) ...`.
+    guards: Vec<String>,
     /// How deep in the body the walk is.
     depth: usize,
     function: Function,
@@ -1129,17 +1136,39 @@ impl BodyWalker<'_> {
                 return Shape::falls();
             }
             EntityKind::SwitchStmt => {
-                for child in e.get_children() {
+                for (i, child) in e.get_children().into_iter().enumerate() {
+                    // The cases may not run.
+                    self.conditional += usize::from(i > 0);
                     self.walk(child, loop_header);
+                    self.conditional -= usize::from(i > 0);
                 }
                 return Shape::falls();
             }
             EntityKind::IfStmt | EntityKind::ConditionalOperator => {
-                let mut parts: Vec<Shape> = e
-                    .get_children()
-                    .into_iter()
-                    .map(|child| self.walk(child, loop_header))
-                    .collect();
+                let children = e.get_children();
+                // `if (p) f(p);` runs `f(p)` whenever `p` holds an object: a null-check guard,
+                // not a condition, for what is done to `p`.
+                let guard = (e.get_kind() == EntityKind::IfStmt && children.len() == 2)
+                    .then(|| children.first().and_then(|c| self.null_checked(*c)))
+                    .flatten();
+                let mut parts = Vec::new();
+                for (i, child) in children.into_iter().enumerate() {
+                    if i == 0 {
+                        parts.push(self.walk(child, loop_header));
+                        continue;
+                    }
+                    match &guard {
+                        Some(var) => self.guards.push(var.clone()),
+                        None => self.conditional += 1,
+                    }
+                    parts.push(self.walk(child, loop_header));
+                    match &guard {
+                        Some(_) => {
+                            self.guards.pop();
+                        }
+                        None => self.conditional -= 1,
+                    }
+                }
                 if parts.len() < 2 {
                     return Shape::seq(parts);
                 }
@@ -1153,8 +1182,17 @@ impl BodyWalker<'_> {
                 return Shape::seq(parts);
             }
             EntityKind::ReturnStmt => {
+                self.function.returns_at.push(self.position);
                 if let Some(value) = e.get_children().into_iter().next() {
                     self.note_returned(value);
+                    let value = strip_casts(value);
+                    if value.get_kind() == EntityKind::DeclRefExpr {
+                        if let Some(usr) = value.get_reference().and_then(|v| v.get_usr()) {
+                            if !self.function.returned_locals.contains(&usr.0) {
+                                self.function.returned_locals.push(usr.0);
+                            }
+                        }
+                    }
                 }
                 let mut parts: Vec<Shape> = e
                     .get_children()
@@ -1169,14 +1207,19 @@ impl BodyWalker<'_> {
             | EntityKind::GotoStmt
             | EntityKind::IndirectGotoStmt => return Shape::Leave,
             EntityKind::UnaryExpr => return Shape::falls(), // sizeof: nothing is evaluated
+            EntityKind::LabelStmt => self.function.labels_at.push(self.position),
             _ => {}
         }
-        let mut parts: Vec<Shape> = e
-            .get_children()
-            .into_iter()
-            .map(|child| self.walk(child, loop_header))
-            .collect();
-        if matches!(operator.as_deref(), Some("&&" | "||")) && parts.len() == 2 {
+        let short_circuit = matches!(operator.as_deref(), Some("&&" | "||"));
+        let mut parts: Vec<Shape> = Vec::new();
+        for (i, child) in e.get_children().into_iter().enumerate() {
+            // The right operand of `&&` and `||` may not run.
+            let maybe = short_circuit && i > 0;
+            self.conditional += usize::from(maybe);
+            parts.push(self.walk(child, loop_header));
+            self.conditional -= usize::from(maybe);
+        }
+        if short_circuit && parts.len() == 2 {
             // The right operand may not be evaluated.
             let right = parts.pop().unwrap_or_else(Shape::falls);
             parts.push(Shape::alt(vec![right, Shape::falls()]));
@@ -1304,6 +1347,24 @@ impl BodyWalker<'_> {
         if !memory.is_empty() {
             self.local_memory.insert(usr.clone(), memory);
         }
+        let value = self.assigned_value(value);
+        if is_local(&var) {
+            let call = strip_casts(value);
+            let from = match call.get_kind() {
+                EntityKind::CallExpr => direct_callee(&call)
+                    .map(|(usr, _)| LocalFrom::Call(usr))
+                    .unwrap_or(LocalFrom::Other),
+                EntityKind::IntegerLiteral | EntityKind::GNUNullExpr => LocalFrom::Null,
+                _ => LocalFrom::Other,
+            };
+            self.function.local_assigns.push(LocalAssign {
+                var: usr.clone(),
+                name: var.get_name().unwrap_or_default(),
+                from,
+                site: self.builder.site(&value),
+                at: self.position,
+            });
+        }
         let call = strip_casts(value);
         if call.get_kind() == EntityKind::CallExpr {
             if let Some(from) = direct_callee(&call) {
@@ -1313,6 +1374,60 @@ impl BodyWalker<'_> {
         if let Some(root) = self.pointer_root(value) {
             self.local_roots.insert(usr, root);
         }
+    }
+
+    /// The local pointer (USR) that the condition `cond` checks for null, when that is all it
+    /// does: `p`, `p != NULL`, `NULL != p`.
+    fn null_checked(&mut self, cond: Entity) -> Option<String> {
+        let cond = strip_casts(cond);
+        let var_of = |e: Entity| {
+            let e = strip_casts(e);
+            (e.get_kind() == EntityKind::DeclRefExpr)
+                .then(|| e.get_reference())
+                .flatten()
+                .filter(|v| v.get_kind() == EntityKind::VarDecl && is_local(v))
+                .filter(|v| is_pointer(v.get_type()))
+                .and_then(|v| v.get_usr())
+                .map(|u| u.0)
+        };
+        match cond.get_kind() {
+            EntityKind::DeclRefExpr => var_of(cond),
+            EntityKind::BinaryOperator
+                if binary_operator(&mut self.builder.texts, &cond).as_deref() == Some("!=") =>
+            {
+                let children = cond.get_children();
+                let is_null = |e: &Entity| {
+                    matches!(
+                        strip_casts(*e).get_kind(),
+                        EntityKind::IntegerLiteral | EntityKind::GNUNullExpr
+                    )
+                };
+                match (children.first(), children.get(1)) {
+                    (Some(a), Some(b)) if is_null(b) => var_of(*a),
+                    (Some(a), Some(b)) if is_null(a) => var_of(*b),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// The value an assignment's right side stores: through chained assignments
+    /// (`c = server.current_client = f()` gives `f()`).
+    fn assigned_value<'tu>(&mut self, mut value: Entity<'tu>) -> Entity<'tu> {
+        for _ in 0..SHAPE_DEPTH_MAX {
+            let inner = strip_casts(value);
+            if inner.get_kind() != EntityKind::BinaryOperator
+                || binary_operator(&mut self.builder.texts, &inner).as_deref() != Some("=")
+            {
+                break;
+            }
+            match inner.get_children().into_iter().nth(1) {
+                Some(right) => value = right,
+                None => break,
+            }
+        }
+        value
     }
 
     /// `return value;`: when the value is the result of a direct call (or a local assigned
@@ -1490,7 +1605,9 @@ impl BodyWalker<'_> {
                     EntityKind::ParmDecl => {
                         self.params.iter().position(|p| *p == usr).map(Root::Param)
                     }
-                    EntityKind::VarDecl => self.local_roots.get(&usr).cloned(),
+                    EntityKind::VarDecl => self.local_roots.get(&usr).cloned().or_else(|| {
+                        (is_local(&var) && is_pointer(var.get_type())).then_some(Root::Local(usr))
+                    }),
                     _ => None,
                 }
             }
@@ -1514,6 +1631,10 @@ impl BodyWalker<'_> {
                 })
             }
             EntityKind::BinaryOperator => {
+                if binary_operator(&mut self.builder.texts, &e).as_deref() == Some("=") {
+                    // A chained assignment: `c = server.current_client = f()` is `f()`.
+                    return self.pointer_root(e.get_children().into_iter().nth(1)?);
+                }
                 // Pointer arithmetic: `server.db + i`.
                 let pointer = e
                     .get_children()
@@ -1671,6 +1792,16 @@ impl BodyWalker<'_> {
                 .unwrap_or_default(),
         };
         let callee = referenced.and_then(|f| f.get_usr()).map(|u| u.0);
+        let null_args: Vec<bool> = args
+            .iter()
+            .map(|a| {
+                is_pointer(a.get_type())
+                    && matches!(
+                        strip_casts(*a).get_kind(),
+                        EntityKind::IntegerLiteral | EntityKind::GNUNullExpr
+                    )
+            })
+            .collect();
         let mut arg_vals = Vec::new();
         let mut roots = Vec::new();
         let stack_args: Vec<bool> = args
@@ -1735,6 +1866,9 @@ impl BodyWalker<'_> {
             signature,
             roots,
             stack_args,
+            null_args,
+            conditional: self.conditional > 0,
+            guards: self.guards.clone(),
             at: self.position,
         });
         direct

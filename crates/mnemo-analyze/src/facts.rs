@@ -68,6 +68,9 @@ pub enum Root {
         /// When the record read is itself the pointee of a parameter: that parameter's index.
         base: Option<usize>,
     },
+    /// The pointee of a local pointer variable (its USR) whose value is not followed further:
+    /// the result of a call (`c = createClient(NULL); c->flags = 0;`), or unknown.
+    Local(String),
 }
 
 impl Root {
@@ -76,6 +79,7 @@ impl Root {
         match self {
             Root::Param(i) => Some(*i),
             Root::Field { base, .. } => *base,
+            Root::Local(_) => None,
         }
     }
 }
@@ -201,6 +205,17 @@ pub struct Call {
     /// For each argument: it is the address of a local variable (or part of one), or a local
     /// array.
     pub stack_args: Vec<bool>,
+    /// For each argument: it is a null pointer constant (`NULL`, `0`), through which nothing
+    /// is written.
+    #[serde(default)]
+    pub null_args: Vec<bool>,
+    /// It may not run when its statement does: it is in a branch of an `if`, `?:` or
+    /// `switch`, or in the right operand of `&&` or `||` (null checks aside, see `guards`).
+    #[serde(default)]
+    pub conditional: bool,
+    /// The local pointers (USRs) that `if`s around it check for null (`if (p) free(p);`).
+    #[serde(default)]
+    pub guards: Vec<String>,
     /// The statement holding it: (block, index) in [`Function::blocks`].
     pub at: Option<(usize, usize)>,
 }
@@ -214,6 +229,33 @@ pub struct Flow {
     pub from: Vec<Val>,
     /// Where.
     pub site: Site,
+}
+
+/// Where a local pointer variable's value comes from, at one of its assignments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalFrom {
+    /// The result of a direct call to this function (USR).
+    Call(String),
+    /// A null pointer.
+    Null,
+    /// Anything else (a parameter, a field, another local, arithmetic, a call through a
+    /// pointer).
+    Other,
+}
+
+/// One assignment (or initialization) of a local pointer variable.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalAssign {
+    /// The variable (its USR).
+    pub var: String,
+    /// Its name.
+    pub name: String,
+    /// What it gets.
+    pub from: LocalFrom,
+    /// Where.
+    pub site: Site,
+    /// The statement holding it: (block, index) in [`Function::blocks`].
+    pub at: Option<(usize, usize)>,
 }
 
 /// A call that allocates memory for objects of program records: the call to change when
@@ -262,6 +304,33 @@ pub struct Function {
     pub body: Option<Shape>,
     /// Its blocks, for [`Shape::Block`] and the `at` of writes and calls.
     pub blocks: Vec<Block>,
+    /// Assignments and initializations of its local pointer variables.
+    #[serde(default)]
+    pub local_assigns: Vec<LocalAssign>,
+    /// The local variables it returns (`return c;`), by USR.
+    #[serde(default)]
+    pub returned_locals: Vec<String>,
+    /// Where its `return` statements are: (block, index) in [`Function::blocks`].
+    #[serde(default)]
+    pub returns_at: Vec<Option<(usize, usize)>>,
+    /// Where its labels (`cleanup:`) are: (block, index) in [`Function::blocks`].
+    #[serde(default)]
+    pub labels_at: Vec<Option<(usize, usize)>>,
+}
+
+impl Function {
+    /// The index, in the function's body, of the top-level statement holding the statement at
+    /// `at`; `None` inside loops (their blocks are not placed) or when unknown.
+    pub fn top_level(&self, at: Option<(usize, usize)>) -> Option<usize> {
+        let (mut block, mut index) = at?;
+        for _ in 0..=self.blocks.len() {
+            if block == 0 {
+                return Some(index);
+            }
+            (block, index) = self.blocks.get(block)?.parent?;
+        }
+        None
+    }
 }
 
 /// A function declared but not defined in the sources (the C library, other libraries).
@@ -398,5 +467,32 @@ mod tests {
         assert_eq!(a.functions["c:@F@f"].name, "f");
         // g is defined by the other part: no longer external.
         assert!(a.externals.is_empty());
+    }
+
+    #[test]
+    fn top_level_follows_blocks_out_to_the_body_and_stops_at_loops() {
+        let mut f = function("f");
+        f.blocks = vec![
+            // 0: the body.
+            Block::default(),
+            // 1: `if (x) { ... }` at statement 3 of the body.
+            Block {
+                items: Vec::new(),
+                parent: Some((0, 3)),
+            },
+            // 2: a block inside block 1, at its statement 0.
+            Block {
+                items: Vec::new(),
+                parent: Some((1, 0)),
+            },
+            // 3: a loop body: not placed.
+            Block::default(),
+        ];
+        assert_eq!(f.top_level(Some((0, 5))), Some(5));
+        assert_eq!(f.top_level(Some((1, 2))), Some(3));
+        assert_eq!(f.top_level(Some((2, 7))), Some(3));
+        assert_eq!(f.top_level(Some((3, 0))), None);
+        assert_eq!(f.top_level(Some((9, 0))), None);
+        assert_eq!(f.top_level(None), None);
     }
 }

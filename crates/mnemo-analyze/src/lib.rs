@@ -53,8 +53,14 @@
 //!   loading only in local variables or in objects every caller passes as `&local`),
 //!   *exit-path* types (written only where the process ends next, or only in functions reached
 //!   through functions that cannot return: `noreturn`, or every path ending in `exit`/`abort`),
-//!   *teardown* types (written only by functions named to release memory) and, for
-//!   backtracking, types that reach only `stderr`/`stdout`.
+//!   *released* types (written while loading only in objects that end before loading does:
+//!   held by a local that its function frees before it returns, with no `return` before the
+//!   free and no label after it, and passed down or built by constructors for such locals
+//!   only; or no object, a null pointer), *teardown* types (written only by functions named to
+//!   release memory) and, for backtracking, types that reach only `stderr`/`stdout`. A written
+//!   type left unflagged says why it outlasts loading (`kept`: its first write into an object
+//!   that is not freed, comes from a global or a pointer field, or from a caller that keeps
+//!   it).
 //! - **Port checklist**: for each persistent type, every allocation site in the program (the
 //!   call to change to `mnemo_pmalloc`) and every store (marked when its function also runs
 //!   while loading), as text, JSON, or SARIF 2.1.0 ([`sarif`]).
@@ -65,6 +71,7 @@ mod cli;
 mod exits;
 mod extract;
 pub mod facts;
+mod released;
 mod render;
 pub mod sources;
 mod workers;

@@ -126,6 +126,9 @@ fn finding_text(out: &mut String, finding: &Finding) {
             w.site, w.function, w.text, w.how, w.why
         );
     }
+    if let Some(kept) = &finding.kept {
+        let _ = writeln!(out, "    lasts {kept}");
+    }
     if finding.write_count > 1 {
         let _ = writeln!(
             out,

@@ -649,3 +649,91 @@ fn types_written_only_by_functions_that_release_memory_are_flagged() {
         Some("written while loading only in functions that release memory, by their names: handle_release")
     );
 }
+
+#[test]
+fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
+    let report = run(
+        "released.c",
+        &[
+            "replay",
+            "load_sessions",
+            "load_blob",
+            "load_temp",
+            "load_draft",
+        ],
+    );
+    let released = Some("released".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            // Freed before `load_blob` returns, unless `goto keep` jumps over the free.
+            ("struct blob".to_string(), None),
+            // Through `create_client` -> `create_replay_client` -> `fake`, freed at the end.
+            ("struct client".to_string(), released.clone()),
+            // Only `conn_set(NULL, -1)`: no object.
+            ("struct conn".to_string(), released.clone()),
+            // Freed on one branch only: `else kept_draft = d;`.
+            ("struct draft".to_string(), None),
+            // `link_set(&links[0], 1)` writes a global as well.
+            ("struct link".to_string(), None),
+            // Embedded in the replay client, written by `queue_command(fake, ...)`.
+            ("struct multi_state".to_string(), released),
+            // `pool_release` keeps it in a global pool and never frees it.
+            ("struct pooled".to_string(), None),
+            // Kept in a global list.
+            ("struct session".to_string(), None),
+            // Written by the replay client's commands through `&db`: the data set.
+            ("struct store".to_string(), None),
+            // An early return keeps it in a global before the free.
+            ("struct temp".to_string(), None),
+            // `new_worker`'s other caller keeps its object in a global.
+            ("struct worker".to_string(), None),
+        ]
+    );
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        reason("struct client"),
+        "written while loading only in objects that end before loading does (on the stack, \
+         released before their function returns, or none: a null pointer), e.g. at \
+         released.c:142 in `replay`: the object held by `fake` in `replay` (assigned at \
+         released.c:137), released at released.c:151 by `free_client` (which gives it to \
+         `free`) before that function returns"
+    );
+    assert!(reason("struct multi_state").contains("in `queue_command`: the object held by `fake`"));
+    assert_eq!(
+        reason("struct conn"),
+        "written while loading only in objects that end before loading does (on the stack, \
+         released before their function returns, or none: a null pointer), e.g. at \
+         released.c:118 in `conn_set`: a null pointer passed by `replay` at released.c:138 \
+         (nothing is written through it)"
+    );
+    assert_eq!(report.summary.types_suspicious, 3);
+    // Each look-alike says which write outlasts loading, and why.
+    let kept = |name: &str| finding(&report, name).kept.clone().unwrap_or_default();
+    assert_eq!(
+        kept("struct pooled"),
+        "released.c:202 in `load_sessions`, through `p` in `load_sessions`, which is not \
+         freed there"
+    );
+    assert_eq!(
+        kept("struct worker"),
+        "released.c:186 in `new_worker`, through `w`, returned by `new_worker` to \
+         `load_sessions`, which keeps it"
+    );
+    assert_eq!(
+        kept("struct store"),
+        "released.c:129 in `apply`, passed by `replay` at released.c:144: into an object \
+         `replay` gets from a global, an expression or an argument the analysis does not follow"
+    );
+    assert_eq!(
+        kept("struct blob"),
+        "released.c:227 in `load_blob`, through `b` in `load_blob`, which is not freed there"
+    );
+    assert!(finding(&report, "struct client").kept.is_none());
+}
