@@ -347,6 +347,23 @@ fn info_hook<'h>(
                     started.elapsed().as_secs()
                 );
             }
+            "persistence" => {
+                let _ = write!(out, "mnemo_sync_policy:{}\r\n", pool.policy_name());
+                if let Some(w) = pool.write_ahead() {
+                    let _ = write!(
+                        out,
+                        "mnemo_wal_records:{}\r\nmnemo_wal_bytes:{}\r\nmnemo_wal_fdatasyncs:{}\r\nmnemo_wal_last_fdatasync_us:{}\r\nmnemo_wal_pending_bytes:{}\r\nmnemo_wal_checkpoints:{}\r\nmnemo_wal_last_checkpoint_us:{}\r\nmnemo_wal_replayed_at_open:{}\r\n",
+                        w.records,
+                        w.bytes,
+                        w.fdatasyncs,
+                        w.last_fdatasync_ns / 1000,
+                        w.pending_bytes,
+                        w.checkpoints,
+                        w.last_checkpoint_ns / 1000,
+                        w.replayed,
+                    );
+                }
+            }
             "clients" => {
                 let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
                 let _ = write!(

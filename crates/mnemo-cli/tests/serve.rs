@@ -465,3 +465,43 @@ fn full_pool_answers_oom() {
     assert!(log.contains("-OOM") && log.contains("--size-max"), "{log}");
     server.terminate();
 }
+
+/// On an ordinary disk with the write-ahead policy, INFO persistence shows it: records,
+/// group commits (fdatasyncs) and the last one's time, bytes a crash would replay, checkpoints.
+#[test]
+fn info_persistence_shows_the_write_ahead_file() {
+    // The pool on the root file system (page cache), not /dev/shm.
+    let dir = tempfile::Builder::new()
+        .prefix("mnemo-serve-wal")
+        .tempdir_in(std::env::temp_dir())
+        .unwrap();
+    let pool = dir.path().join("kv.pool");
+    let server = Server::start_with(&pool, &["--size", "8M"], &[("MNEMO_WAL", "1")]);
+    let mut client = server.client();
+    for i in 0..20 {
+        let key = format!("k{i}");
+        client.call(&["SET", key.as_str(), "value"]).unwrap();
+    }
+    let info = match client.call(&["INFO", "persistence"]).unwrap() {
+        mnemo_resp::Reply::Verbatim { text, .. } | mnemo_resp::Reply::Bulk(text) => {
+            String::from_utf8_lossy(&text).into_owned()
+        }
+        other => panic!("{other:?}"),
+    };
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("INFO persistence lacks {name}:\n{info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(info.contains("mnemo_sync_policy:write-ahead"), "{info}");
+    assert!(field("mnemo_wal_records") >= 20, "{info}");
+    assert!(field("mnemo_wal_fdatasyncs") >= 1, "{info}");
+    assert!(field("mnemo_wal_last_fdatasync_us") > 0, "{info}");
+    assert!(field("mnemo_wal_pending_bytes") > 0, "{info}");
+    field("mnemo_wal_checkpoints");
+    drop(client);
+    assert!(server.terminate().success());
+}

@@ -339,7 +339,9 @@ fn a_backup_holds_a_prefix_of_history() {
     let total = 3000u64;
     let set = |client: &mut Client, i: u64| {
         let key = format!("k{i}");
-        let reply = client.call(&["SET", key.as_str(), value(i).as_str()]).unwrap();
+        let reply = client
+            .call(&["SET", key.as_str(), value(i).as_str()])
+            .unwrap();
         assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
     };
     for i in 0..total / 2 {
@@ -385,7 +387,11 @@ fn promoted_prefix(dir: &std::path::Path, total: u64) -> usize {
         .arg(dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let promoted = Server::start(&dir.join("image"), &[]);
     let mut client = promoted.client();
     let mut present = Vec::new();

@@ -640,6 +640,17 @@ impl Pool {
         self.size.load(Ordering::Acquire)
     }
 
+    /// The name of the sync policy in use (`local`, `write-ahead`, `mirror-sync`, ...).
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Figures of the policy's write-ahead file, if it keeps one (the write-ahead policy of
+    /// page-cache pools: records, fdatasyncs, checkpoints, bytes pending replay).
+    pub fn write_ahead(&self) -> Option<crate::wal::WalStats> {
+        self.policy.write_ahead()
+    }
+
     /// First offset available to the layers above.
     pub fn data_offset(&self) -> u64 {
         DATA_OFFSET
