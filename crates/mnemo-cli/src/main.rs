@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod mirror;
 mod pool;
+mod report;
 mod serve;
 mod size;
 
@@ -62,6 +63,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // A log collector that went away (stderr a closed pipe) must not take the program
+        // down: failed log writes are dropped, as Redis does, instead of reported on the
+        // same stderr (which panics the thread that logged, e.g. the one handling SIGTERM).
+        .log_internal_errors(false)
         // Colours only for a person at a terminal, never into log files.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();

@@ -198,7 +198,7 @@ pub fn run_backup(command: &BackupCommand) -> ExitCode {
     match serve_role(args, "backup") {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("mnemo backup: {message}");
+            crate::report!("mnemo backup: {message}");
             ExitCode::FAILURE
         }
     }
@@ -214,7 +214,7 @@ pub fn run(command: &MirrorCommand) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("mnemo mirror: {message}");
+            crate::report!("mnemo mirror: {message}");
             ExitCode::FAILURE
         }
     }

@@ -82,7 +82,7 @@ pub fn run(cmd: PoolCommand) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("mnemo: {message}");
+            crate::report!("mnemo: {message}");
             ExitCode::FAILURE
         }
     }
@@ -173,7 +173,7 @@ fn counter(args: &InspectArgs) -> Result<(), String> {
 
 fn inspect_or_exit(args: &InspectArgs) -> Result<Inspection, ExitCode> {
     inspect::inspect(&args.path).map_err(|e| {
-        eprintln!("mnemo: {e}");
+        crate::report!("mnemo: {e}");
         ExitCode::from(2)
     })
 }

@@ -106,7 +106,7 @@ pub fn run(args: &ServeArgs) -> ExitCode {
     match serve(args, started) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("mnemo serve: {message}");
+            crate::report!("mnemo serve: {message}");
             ExitCode::FAILURE
         }
     }
@@ -541,7 +541,7 @@ pub fn run_kv(command: &KvCommand) -> ExitCode {
     match info(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("mnemo kv info: {message}");
+            crate::report!("mnemo kv info: {message}");
             ExitCode::FAILURE
         }
     }

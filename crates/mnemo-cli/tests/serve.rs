@@ -505,3 +505,58 @@ fn info_persistence_shows_the_write_ahead_file() {
     drop(client);
     assert!(server.terminate().success());
 }
+
+/// With its log collector gone (stderr a pipe whose reader closed, as in `mnemo serve 2>&1 |
+/// head -3`) the server keeps serving, logs nothing more, and still stops on SIGTERM.
+#[test]
+fn a_closed_log_pipe_neither_stops_the_server_nor_loses_sigterm() {
+    use std::process::Stdio;
+    let dir = shm_dir();
+    let pool = dir.path().join("kv.pool");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["serve", "--port", &port.to_string(), "--pool"])
+        .arg(&pool)
+        .env("MNEMO_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the start-up lines are written.
+    drop(child.stderr.take());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut client = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("mnemo serve exited when its log pipe closed: {status}");
+        }
+        if let Ok(c) = support::Client::connect(port) {
+            break c;
+        }
+        assert!(std::time::Instant::now() < deadline, "never answered");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    for i in 0..50 {
+        let key = format!("k{i}");
+        assert!(client.call(&["SET", key.as_str(), "v"]).is_ok());
+    }
+    drop(client);
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("SIGTERM was lost: the server did not stop");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    assert!(was_clean(&pool), "closed cleanly");
+}
