@@ -299,6 +299,12 @@ fn kill_cycles(
             break;
         }
     }
+    // An oracle that checked nothing proves nothing (a client that cannot connect writes
+    // nothing, and nothing is then lost).
+    assert!(
+        acked_total > 0 && outcome_checked > 0,
+        "no write was acknowledged in {done} cycles ({acked_total} acknowledged, {outcome_checked} checks): the clients never reached the server"
+    );
     Outcome {
         cycles: done,
         acked: acked_total,
