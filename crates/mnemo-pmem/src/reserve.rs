@@ -93,7 +93,7 @@ impl Reservation {
         };
         // SAFETY: the target range lies inside our own reservation (checked above), so
         // MAP_FIXED replaces only addresses this reservation owns.
-        unsafe {
+        let mapped = unsafe {
             rustix::mm::mmap(
                 self.base.as_ptr().add(off).cast(),
                 len,
@@ -102,8 +102,31 @@ impl Reservation {
                 fd,
                 offset,
             )
-        }?;
+        };
+        if let Err(err) = mapped {
+            // The kernel may have unmapped the range before refusing: reserve it again at
+            // once, so no other mapping is placed in a hole inside the pool's range.
+            self.reserve_again(off, len);
+            return Err(err.into());
+        }
         Ok(())
+    }
+
+    /// Make `off..off+len` of the reservation `PROT_NONE` again after a failed mapping.
+    fn reserve_again(&self, off: usize, len: usize) {
+        // SAFETY: the range is inside our reservation; whatever is left there (our old
+        // PROT_NONE pages, or nothing) is ours to replace.
+        let restored = unsafe {
+            rustix::mm::mmap_anonymous(
+                self.base.as_ptr().add(off).cast(),
+                len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::FIXED,
+            )
+        };
+        if let Err(err) = restored {
+            tracing::error!("re-reserving pool address space after a failed mapping: {err}");
+        }
     }
 
     /// Map zeroed private anonymous memory at `offset..offset+len` of the reservation.
@@ -113,14 +136,18 @@ impl Reservation {
             return Ok(());
         }
         // SAFETY: as in `map_file`, the range is inside our reservation.
-        unsafe {
+        let mapped = unsafe {
             rustix::mm::mmap_anonymous(
                 self.base.as_ptr().add(off).cast(),
                 len,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE | MapFlags::FIXED,
             )
-        }?;
+        };
+        if let Err(err) = mapped {
+            self.reserve_again(off, len);
+            return Err(err.into());
+        }
         Ok(())
     }
 }
@@ -133,5 +160,63 @@ impl Drop for Reservation {
         if let Err(err) = result {
             tracing::error!("munmap of a pool reservation failed: {err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether any mapping covers `len` bytes at `addr`: a `MAP_FIXED_NOREPLACE` probe there
+    /// fails with EEXIST if so (and is undone if it succeeds).
+    fn still_reserved(addr: *mut u8, len: usize) -> bool {
+        // SAFETY: FIXED_NOREPLACE never replaces an existing mapping; a successful probe is a
+        // fresh mapping of our own, unmapped at once.
+        match unsafe {
+            rustix::mm::mmap_anonymous(
+                addr.cast(),
+                len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE,
+            )
+        } {
+            Ok(p) => {
+                // SAFETY: the probe mapping just made, nothing else.
+                let _ = unsafe { rustix::mm::munmap(p, len) };
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// ext4 refuses `MAP_SYNC` only after unmapping the target range: the reservation must
+    /// hold the range again afterwards (issue 19: a failed MAP_FIXED left a hole).
+    #[test]
+    fn a_failed_mapping_leaves_no_hole() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("f");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(1 << 20).unwrap();
+        let r = Reservation::new(4 << 20).unwrap();
+        let at = r.base().as_ptr();
+        assert!(still_reserved(at, 1 << 20));
+        // MAP_SYNC outside DAX: refused (late on ext4/xfs, early elsewhere).
+        assert!(r.map_file(&file, 0, 1 << 20, true).is_err());
+        assert!(
+            still_reserved(at, 1 << 20),
+            "a hole was left in the reservation"
+        );
+        // A read-only descriptor cannot be mapped writable and shared.
+        let ro = std::fs::File::open(&path).unwrap();
+        assert!(r.map_file(&ro, 0, 1 << 20, false).is_err());
+        assert!(still_reserved(at, 1 << 20));
+        r.map_file(&file, 0, 1 << 20, false)
+            .expect("a good mapping still works");
     }
 }
