@@ -173,6 +173,13 @@ fn raw_stores_are_found(fallback: Option<RawMethod>, chunk_hints: bool) {
             assert_eq!(flushed.load(Ordering::Relaxed), 0);
         }
         other => {
+            // Under scripts/test.sh (MNEMO_REQUIRE_TOOLS=1) a kernel without write-fault
+            // tracking is a failure, not a weaker test.
+            assert!(
+                std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                "raw tracking unavailable here ({other:?}: {}) and MNEMO_REQUIRE_TOOLS=1",
+                info.reason
+            );
             eprintln!(
                 "raw tracking unavailable here ({other:?}: {}); flushed whole",
                 info.reason
