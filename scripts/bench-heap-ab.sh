@@ -15,15 +15,21 @@ threads=${2:-1}
 rounds=${HEAP_AB_ROUNDS:-6}
 n=${HEAP_AB_N:-150000}
 cpus=$([ "$threads" = 1 ] && echo 0 || echo 0,1)
+repo=$(pwd)
 work=$(mktemp -d)
-trap 'git worktree remove --force "$work/old" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-git worktree add --detach "$work/old" "$base" >/dev/null
-echo "building $base and $(git rev-parse --short HEAD) (release)..." >&2
-(cd "$work/old" && CARGO_TARGET_DIR=/work/target-ab-old cargo build --release -q -p mnemo-bench --bin heap)
-CARGO_TARGET_DIR=/work/target-ab-new cargo build --release -q -p mnemo-bench --bin heap
+trap 'rm -rf "$work"' EXIT
+# BASE is checked out and built under target/ab/ (kept: a second run builds nothing).
+rev=$(git rev-parse --short "$base")
+src="$repo/target/ab/src-$rev"
+[ -d "$src" ] || git worktree add --detach "$src" "$rev" >/dev/null
+echo "building $rev and $(git rev-parse --short HEAD) (release)..." >&2
+(cd "$src" && CARGO_TARGET_DIR="$repo/target/ab/target-old" cargo build --release -q -p mnemo-bench --bin heap)
+cargo build --release -q -p mnemo-bench --bin heap
+old="$repo/target/ab/target-old/release/heap"
+new="${CARGO_TARGET_DIR:-$repo/target}/release/heap"
 for _ in $(seq 1 "$rounds"); do
-    taskset -c "$cpus" /work/target-ab-old/release/heap run "$n" 3 "$threads" | sed 's/^/old,/'
-    taskset -c "$cpus" /work/target-ab-new/release/heap run "$n" 3 "$threads" | sed 's/^/new,/'
+    taskset -c "$cpus" "$old" run "$n" 3 "$threads" | sed 's/^/old,/'
+    taskset -c "$cpus" "$new" run "$n" 3 "$threads" | sed 's/^/new,/'
 done >"$work/rounds.csv"
 python3 - "$work/rounds.csv" "$base" "$(git rev-parse --short HEAD)" "$threads" <<'PY'
 import csv, statistics, sys, collections

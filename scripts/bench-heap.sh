@@ -16,7 +16,7 @@
 # usage: scripts/bench-heap.sh   (HEAP_BENCH_N ops per thread per run, HEAP_BENCH_RUNS runs
 #                                 per program, HEAP_BENCH_ROUNDS rounds, HEAP_BENCH_CPUS the
 #                                 two CPUs to pin to, e.g. "0,1")
-# needs: cc, libpmemobj-dev (apt-get install libpmemobj-dev), cargo, taskset
+# needs: cc, libpmemobj-dev (installed when run as root), cargo, taskset
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,19 +25,25 @@ runs=${HEAP_BENCH_RUNS:-3}
 rounds=${HEAP_BENCH_ROUNDS:-5}
 cpus=${HEAP_BENCH_CPUS:-0,1}
 one_cpu=${cpus%%,*}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-heapbench}
+target_dir=${CARGO_TARGET_DIR:-target}
+export MNEMO_BENCH_COMMAND="HEAP_BENCH_N=$n HEAP_BENCH_RUNS=$runs HEAP_BENCH_ROUNDS=$rounds HEAP_BENCH_CPUS=$cpus scripts/bench-heap.sh"
 
 if [ ! -e /usr/include/libpmemobj.h ]; then
-    echo "libpmemobj.h not found: apt-get install libpmemobj-dev" >&2
-    exit 1
+    if [ "$(id -u)" = 0 ]; then
+        echo "bench-heap: installing libpmemobj-dev (the PMDK peer)" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpmemobj-dev >/dev/null
+    else
+        echo "libpmemobj.h not found: sudo apt-get install libpmemobj-dev" >&2
+        exit 1
+    fi
 fi
-peer="$CARGO_TARGET_DIR/pmemobj-heap"
-mkdir -p "$CARGO_TARGET_DIR"
+peer="$target_dir/pmemobj-heap"
+mkdir -p "$target_dir"
 cc -O2 -Wall -Wextra -o "$peer" bench/pmemobj/heap.c -lpmemobj -lpthread
 # A bin of mnemo-bench (release, no mnemo-testkit in its graph, so mnemo-pmem's `mutants`
 # feature is off), not `cargo bench -p mnemo-heap`.
 cargo build --release -q -p mnemo-bench --bin heap
-ours="$CARGO_TARGET_DIR/release/heap"
+ours="$target_dir/release/heap"
 
 raw=$(mktemp)
 trap 'rm -f "$raw" /dev/shm/pmemobj-heap-bench.$$' EXIT

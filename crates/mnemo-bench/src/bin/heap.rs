@@ -374,13 +374,33 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
+    // Which code and command made the figures (the working tree's commit; "+dirty" if it
+    // had changes).
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let commit = match (
+        git(&["rev-parse", "--short", "HEAD"]),
+        git(&["status", "--porcelain", "--untracked-files=no"]),
+    ) {
+        (Some(c), Some(changes)) if !changes.is_empty() => format!("{c}+dirty"),
+        (Some(c), _) => c,
+        _ => "unknown".into(),
+    };
+    let command =
+        std::env::var("MNEMO_BENCH_COMMAND").unwrap_or_else(|_| "scripts/bench-heap.sh".into());
     let results = mnemo_bench::bench_dir().join("results");
     let plots = mnemo_bench::bench_dir().join("plots");
     std::fs::create_dir_all(&results).expect("results dir");
     std::fs::create_dir_all(&plots).expect("plots dir");
 
     let mut csv = String::from(
-        "date,cpu,load_avg_before,load_avg_after,impl,op,threads,ops_per_thread,rounds,\
+        "commit,date,cpu,load_avg_before,load_avg_after,impl,op,threads,ops_per_thread,rounds,\
          wall_ns_per_op,wall_ops_per_s,wall_speedup_vs_pmdk,cpu_ns_per_op,cpu_ops_per_s,\
          cpu_speedup_vs_pmdk,fences_per_op,lines_per_op,counts\n",
     );
@@ -424,7 +444,7 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
             ("pmdk", &peer, 1.0, 1.0, "stated (PMDK obj_persist_count)"),
         ] {
             csv.push_str(&format!(
-                "{date},{cpu_model},{load_before},{load_after},{name},{},{threads},{},{rounds},\
+                "{commit},{date},{cpu_model},{load_before},{load_after},{name},{},{threads},{},{rounds},\
                  {:.1},{:.0},{wall_x:.2},{:.1},{:.0},{cpu_x:.2},{},{},{counts}\n",
                 OPS[op],
                 fig.ops,
@@ -478,6 +498,8 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
     let csv_path = results.join("heap.csv");
     std::fs::write(&csv_path, csv).expect("write csv");
     let json = serde_json::json!({
+        "commit": commit,
+        "command": command,
         "date": date,
         "cpu": cpu_model,
         "load_avg_before": load_before,
