@@ -7,7 +7,7 @@
 #
 # usage: scripts/bench-log.sh          (LOG_BENCH_N, LOG_BENCH_RUNS, LOG_BENCH_ROUNDS,
 #                                       LOG_BENCH_LEN override the defaults below)
-# needs: cc, libpmemlog-dev (apt-get install libpmemlog-dev), cargo, python3
+# needs: cc, libpmemlog-dev (installed when run as root), cargo, python3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,19 +15,24 @@ export LOG_BENCH_N=${LOG_BENCH_N:-1000000}
 export LOG_BENCH_RUNS=${LOG_BENCH_RUNS:-5}
 export LOG_BENCH_LEN=${LOG_BENCH_LEN:-64}
 rounds=${LOG_BENCH_ROUNDS:-3}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-log}
+target_dir=${CARGO_TARGET_DIR:-target}
 out=bench/results/log-append.csv
 
 if [ ! -e /usr/include/libpmemlog.h ]; then
-    echo "libpmemlog.h not found: apt-get install libpmemlog-dev" >&2
-    exit 1
+    if [ "$(id -u)" = 0 ]; then
+        echo "bench-log: installing libpmemlog-dev (the PMDK peer)" >&2
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpmemlog-dev >/dev/null
+    else
+        echo "libpmemlog.h not found: sudo apt-get install libpmemlog-dev" >&2
+        exit 1
+    fi
 fi
-peer="$CARGO_TARGET_DIR/pmemlog-append"
-mkdir -p "$CARGO_TARGET_DIR"
+peer="$target_dir/pmemlog-append"
+mkdir -p "$target_dir"
 cc -O2 -Wall -Wextra -o "$peer" bench/pmemlog/append.c -lpmemlog
 # mnemo-bench's log bin: a production build (no mnemo-testkit, so no `mutants` checks).
 cargo build --release -p mnemo-bench --bin log 2>/dev/null
-ours="$CARGO_TARGET_DIR/release/log"
+ours="$target_dir/release/log"
 
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
