@@ -31,12 +31,26 @@ pub fn sample(batches: usize, ops: u64, mut f: impl FnMut()) -> Vec<f64> {
     out
 }
 
-/// Median of sorted samples.
+/// Median of sorted samples: the middle one, or the mean of the two middle ones for an even
+/// count (so the "median" of two rounds is not simply the higher one).
 pub fn median(sorted: &[f64]) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
+    let n = sorted.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
-    sorted[sorted.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(super::median(&[1.0, 3.0]), 2.0);
+        assert_eq!(super::median(&[1.0, 2.0, 10.0]), 2.0);
+        assert_eq!(super::median(&[1.0, 2.0, 4.0, 10.0]), 3.0);
+        assert!(super::median(&[]).is_nan());
+    }
 }
 
 /// Write `value` as pretty JSON to `bench/results/<name>`.

@@ -260,7 +260,7 @@ fn words(heap: &Heap, threads: u64) -> Vec<PPtr<u64>> {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    mnemo_bench::median(&v)
 }
 
 fn run(n: u64, runs: usize, threads: u64) {
