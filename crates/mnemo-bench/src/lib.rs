@@ -42,17 +42,6 @@ pub fn median(sorted: &[f64]) -> f64 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn median_of_an_even_count_is_the_mean_of_the_middle_two() {
-        assert_eq!(super::median(&[1.0, 3.0]), 2.0);
-        assert_eq!(super::median(&[1.0, 2.0, 10.0]), 2.0);
-        assert_eq!(super::median(&[1.0, 2.0, 4.0, 10.0]), 3.0);
-        assert!(super::median(&[]).is_nan());
-    }
-}
-
 /// Write `value` as pretty JSON to `bench/results/<name>`.
 pub fn write_json(name: &str, value: &serde_json::Value) -> std::io::Result<PathBuf> {
     let path = bench_dir().join("results").join(name);
@@ -91,4 +80,15 @@ pub fn machine() -> serde_json::Value {
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "kernel": kernel.trim(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(super::median(&[1.0, 3.0]), 2.0);
+        assert_eq!(super::median(&[1.0, 2.0, 10.0]), 2.0);
+        assert_eq!(super::median(&[1.0, 2.0, 4.0, 10.0]), 3.0);
+        assert!(super::median(&[]).is_nan());
+    }
 }

@@ -147,7 +147,7 @@ fn report(name: &str, len: usize, n: u64, mut results: Vec<Run>) {
         1e9 / median.ns_per_entry,
         median.fences_per_entry,
         median.lines_per_entry,
-        cpu[cpu.len() / 2]
+        mnemo_bench::median(&cpu)
     );
 }
 

@@ -131,7 +131,7 @@ fn measure(min_ops: usize, budget: Duration, mut op: impl FnMut(u64)) -> f64 {
         i += 1;
     }
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    mnemo_bench::median(&v)
 }
 
 /// As [`measure`], but `op` returns the time of its own part worth timing.
@@ -145,7 +145,7 @@ fn measure_part(min_ops: usize, budget: Duration, mut op: impl FnMut(u64) -> f64
         i += 1;
     }
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    mnemo_bench::median(&v)
 }
 
 fn timed_msync(pool: &Pool, offset: u64, len: u64) -> f64 {
@@ -585,7 +585,7 @@ fn off_cost(summary: &mut serde_json::Value) {
             })
             .collect();
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        mnemo_bench::median(&v)
     };
     let bare_op = |i: u64| {
         // SAFETY: `bare_ptr..+region` is inside the plain pool's live mapping.
