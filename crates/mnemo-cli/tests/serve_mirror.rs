@@ -11,7 +11,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mnemo_resp::Reply;
-use support::repl::{field, info, signal, value, write_secret, MirrorProc};
+use support::repl::{
+    field, info, promote, promote_and_check, signal, value, write_secret, MirrorProc,
+};
 use support::{shm_dir, Client, Server};
 
 #[test]
@@ -74,34 +76,12 @@ fn acknowledged_writes_survive_the_primary_on_the_promoted_mirror() {
         // The mirror goes down hard too: its log must be replayed.
         mirror.kill();
 
-        let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
-            .args(["mirror", "promote", "--dir"])
-            .arg(&mirror_dir)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "promote: {text} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("promoted at epoch 2"), "{text}");
-
-        let promoted = Server::start(&mirror_dir.join("image"), &[]);
+        // promote_and_check promotes (epoch 2 now: the old primary's 1 is stale), serves the
+        // image and checks every acknowledged key.
+        let promoted = promote_and_check(&mirror_dir, acked);
+        let (state, _) = mnemo_repl::mirror::peek_state(&mirror_dir).unwrap();
+        assert_eq!(state.epoch, 2, "promotion raised the epoch");
         let mut client = promoted.client();
-        for i in 0..acked {
-            let key = format!("k{i}");
-            match client.call(&["GET", key.as_str()]).unwrap() {
-                Reply::Bulk(v) => assert_eq!(
-                    String::from_utf8_lossy(&v),
-                    value(i),
-                    "{mode}: acknowledged key {key}"
-                ),
-                other => {
-                    panic!("{mode}: acknowledged key {key} lost: {other:?} ({acked} acknowledged)")
-                }
-            }
-        }
         if let Some(i) = in_flight {
             let key = format!("k{i}");
             match client.call(&["GET", key.as_str()]).unwrap() {
@@ -279,25 +259,7 @@ fn a_stopped_mirror_costs_one_timeout_then_catches_up() {
     drop(client);
     primary.kill();
     mirror.kill();
-    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
-        .args(["mirror", "promote", "--dir"])
-        .arg(&mirror_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let promoted = Server::start(&mirror_dir.join("image"), &[]);
-    let mut client = promoted.client();
-    for i in 0..acked {
-        let key = format!("k{i}");
-        match client.call(&["GET", key.as_str()]).unwrap() {
-            Reply::Bulk(v) => assert_eq!(String::from_utf8_lossy(&v), value(i), "{key}"),
-            other => panic!("acknowledged key {key} lost: {other:?}"),
-        }
-    }
+    let _promoted = promote_and_check(&mirror_dir, acked);
 }
 
 /// Primary -> mirror -> backup, all real processes. The backup checkpoints every record, so
@@ -382,16 +344,7 @@ fn a_backup_holds_a_prefix_of_history() {
 /// Promote the backup at `dir` and serve it: how many of k0.. it holds, checking that they
 /// form a prefix with the right values.
 fn promoted_prefix(dir: &std::path::Path, total: u64) -> usize {
-    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
-        .args(["mirror", "promote", "--dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promote(dir);
     let promoted = Server::start(&dir.join("image"), &[]);
     let mut client = promoted.client();
     let mut present = Vec::new();

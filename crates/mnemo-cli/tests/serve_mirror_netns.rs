@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mnemo_resp::Reply;
-use support::repl::{field, info, value, write_secret, MirrorProc};
+use support::repl::{field, info, promote_and_check, value, write_secret, MirrorProc};
 use support::{shm_dir, Client, Server};
 
 /// A namespace with one end of a veth pair, the other end here; removed on drop.
@@ -204,23 +204,5 @@ fn partitions_cost_one_timeout_and_lose_nothing() {
     drop(client);
     primary.kill();
     mirror.kill();
-    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
-        .args(["mirror", "promote", "--dir"])
-        .arg(&mirror_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let promoted = Server::start(&mirror_dir.join("image"), &[]);
-    let mut client = promoted.client();
-    for i in 0..acked {
-        let key = format!("k{i}");
-        match client.call(&["GET", key.as_str()]).unwrap() {
-            Reply::Bulk(v) => assert_eq!(String::from_utf8_lossy(&v), value(i), "{key}"),
-            other => panic!("acknowledged {key} lost: {other:?}"),
-        }
-    }
+    let _promoted = promote_and_check(&mirror_dir, acked);
 }

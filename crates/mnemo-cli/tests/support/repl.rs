@@ -128,3 +128,34 @@ pub fn signal(pid: u32, sig: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
     rustix::process::kill_process(pid, sig).unwrap();
 }
+
+/// `mnemo mirror promote --dir DIR` (it must succeed): the text it printed.
+pub fn promote(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["mirror", "promote", "--dir"])
+        .arg(dir)
+        .output()
+        .expect("mnemo mirror promote");
+    assert!(
+        out.status.success(),
+        "promote: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Promote the mirror (or backup) at `dir`, serve its image, and check that it holds
+/// `k0..k{acked}`, each with its `value`; returns the server.
+pub fn promote_and_check(dir: &Path, acked: u64) -> super::Server {
+    promote(dir);
+    let promoted = super::Server::start(&dir.join("image"), &[]);
+    let mut client = promoted.client();
+    for i in 0..acked {
+        let key = format!("k{i}");
+        match client.call(&["GET", key.as_str()]).expect("GET") {
+            Reply::Bulk(v) => assert_eq!(String::from_utf8_lossy(&v), value(i), "{key}"),
+            other => panic!("acknowledged key {key} lost: {other:?} ({acked} acknowledged)"),
+        }
+    }
+    promoted
+}
