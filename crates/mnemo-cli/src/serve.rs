@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// `ps` does not show. Never logged.
     #[arg(long, env = "MNEMO_REQUIREPASS", hide_env_values = true, value_parser = secret)]
     pub requirepass: Option<Secret>,
+    /// Numbered databases (SELECT 0 to N-1), as Redis's `databases`. A pool holding keys in
+    /// a database past N is refused.
+    #[arg(long, default_value_t = 16)]
+    pub databases: usize,
 }
 
 /// How the pool was found at start.
@@ -117,7 +121,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         format!("cannot listen on {address}: {e} (is another server using the port? choose another with --port)")
     })?;
     let address = listener.local_addr().unwrap_or(address);
-    let mut engine = PersistentEngine::open(&heap).map_err(|e| {
+    let mut engine = PersistentEngine::open_with_databases(&heap, args.databases).map_err(|e| {
         format!(
             "{}: cannot open the keyspace: {e}; run `mnemo pool check {}`, restore the pool from a copy, or start with another --pool",
             args.pool.display(),
@@ -132,6 +136,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         .map(|p| Bytes::from(p.0.clone().into_bytes()));
     let config = SessionConfig {
         password: password.clone(),
+        databases: args.databases,
     };
     if !address.ip().is_loopback() && password.is_none() {
         tracing::warn!(
@@ -369,6 +374,10 @@ impl Engine for Serving<'_> {
 
     fn finish_read_only(&mut self) {
         self.engine.finish_read_only();
+    }
+
+    fn disconnected(&mut self, session: u64) {
+        self.engine.disconnected(session);
     }
 }
 

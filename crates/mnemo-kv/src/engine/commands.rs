@@ -29,7 +29,7 @@ fn unknown_command(args: &[Bytes]) -> Reply {
 
 /// The arity error of a command whose arguments the table's arity cannot fully check (MSET and
 /// HSET pairs, LPOP's count).
-fn wrong_arity(spec: &'static CommandSpec) -> Reply {
+pub(super) fn wrong_arity(spec: &'static CommandSpec) -> Reply {
     Reply::Error(Bytes::from(
         CommandError::WrongArity {
             full_name: spec.name,
@@ -38,15 +38,15 @@ fn wrong_arity(spec: &'static CommandSpec) -> Reply {
     ))
 }
 
-fn wrongtype() -> Reply {
+pub(super) fn wrongtype() -> Reply {
     err(errors::WRONG_TYPE)
 }
 
-fn bulk(v: Vec<u8>) -> Reply {
+pub(super) fn bulk(v: Vec<u8>) -> Reply {
     Reply::Bulk(Bytes::from(v))
 }
 
-fn int(v: u64) -> Reply {
+pub(super) fn int(v: u64) -> Reply {
     Reply::Integer(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
@@ -70,7 +70,7 @@ macro_rules! integer {
     };
 }
 
-fn eq(arg: &[u8], word: &str) -> bool {
+pub(super) fn eq(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
@@ -99,8 +99,8 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Mset => mset(ctx, spec, a),
         Id::Del => del(ctx, &a[1..]),
         Id::Exists => exists(ctx, &a[1..]),
-        Id::Expire => expire(ctx, a, 1000, spec.name),
-        Id::Pexpire => expire(ctx, a, 1, spec.name),
+        Id::Expire => expire(ctx, a, 1000, false, spec.name),
+        Id::Pexpire => expire(ctx, a, 1, false, spec.name),
         Id::Ttl => ttl(ctx, &a[1], false),
         Id::Pttl => ttl(ctx, &a[1], true),
         Id::Persist => persist(ctx, &a[1]),
@@ -110,7 +110,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Keys => keys(ctx, &a[1]),
         Id::Scan => scan(ctx, a),
         Id::Dbsize => Ok(int(dict::Header::read(ctx.tx, ctx.keyspace()?)?.count)),
-        Id::Flushall | Id::Flushdb => flush(ctx, a),
+        Id::Flushall | Id::Flushdb => flush(ctx, spec, a),
         Id::Lpush => push(ctx, a, true),
         Id::Rpush => push(ctx, a, false),
         Id::Lpop => pop(ctx, spec, a, true),
@@ -141,12 +141,53 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Zrangebyscore => super::score_range::zrangebyscore(ctx, a, false),
         Id::Zrevrangebyscore => super::score_range::zrangebyscore(ctx, a, true),
         Id::Zpopmin => zpopmin(ctx, spec, a),
+        Id::Setnx
+        | Id::Setex
+        | Id::Psetex
+        | Id::Getex
+        | Id::Getdel
+        | Id::Incrbyfloat
+        | Id::Setrange
+        | Id::Getrange
+        | Id::Substr
+        | Id::Msetnx
+        | Id::Expireat
+        | Id::Pexpireat
+        | Id::Expiretime
+        | Id::Pexpiretime
+        | Id::Rename
+        | Id::Renamenx
+        | Id::Copy
+        | Id::Move
+        | Id::Swapdb
+        | Id::ObjectEncoding
+        | Id::ObjectRefcount
+        | Id::ObjectFreq
+        | Id::ObjectIdletime
+        | Id::ObjectHelp
+        | Id::Randomkey
+        | Id::Touch
+        | Id::Setbit
+        | Id::Getbit
+        | Id::Bitcount
+        | Id::Bitpos
+        | Id::Bitop
+        | Id::Lcs => super::strings::run(ctx, spec, a),
+        Id::Unlink => del(ctx, &a[1..]),
         // Not data commands: the engine answers PING, ECHO, SELECT, SHUTDOWN, INFO and CONFIG
         // itself (`PersistentEngine::run_command`), the session the others (connection state),
         // which the engine does not know.
         Id::Ping
         | Id::Echo
         | Id::Select
+        | Id::Multi
+        | Id::Exec
+        | Id::Discard
+        | Id::Watch
+        | Id::Unwatch
+        | Id::Lastsave
+        | Id::Time
+        | Id::Object
         | Id::Shutdown
         | Id::Info
         | Id::Config
@@ -181,7 +222,7 @@ fn get(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
 }
 
 /// Milliseconds from an EX/PX-style argument, or the error reply.
-fn expire_at(
+pub(super) fn expire_at(
     ctx: &Ctx<'_, '_>,
     arg: &[u8],
     unit: i64,
@@ -364,7 +405,14 @@ fn exists(ctx: &mut Ctx<'_, '_>, keys: &[Bytes]) -> Result<Reply> {
     Ok(int(n))
 }
 
-fn expire(ctx: &mut Ctx<'_, '_>, a: &[Bytes], unit: i64, cmd: &str) -> Result<Reply> {
+/// EXPIRE, PEXPIRE (relative: `absolute` false) and EXPIREAT, PEXPIREAT.
+pub(super) fn expire(
+    ctx: &mut Ctx<'_, '_>,
+    a: &[Bytes],
+    unit: i64,
+    absolute: bool,
+    cmd: &str,
+) -> Result<Reply> {
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &a[3..] {
         if eq(opt, "nx") {
@@ -394,7 +442,8 @@ fn expire(ctx: &mut Ctx<'_, '_>, a: &[Bytes], unit: i64, cmd: &str) -> Result<Re
     }
     let v = integer!(&a[2]);
     let invalid = || err_owned(errors::invalid_expire_time(cmd));
-    let Some(at) = v.checked_mul(unit).and_then(|ms| ms.checked_add(ctx.now)) else {
+    let base = if absolute { 0 } else { ctx.now };
+    let Some(at) = v.checked_mul(unit).and_then(|ms| ms.checked_add(base)) else {
         return Ok(invalid());
     };
     let Some(f) = ctx.lookup_write(&a[1])? else {
@@ -519,24 +568,33 @@ fn scan(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     ]))
 }
 
-fn flush(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+/// FLUSHDB (the command's database) and FLUSHALL (every database); SYNC and ASYNC alike:
+/// either way the old table is queued for lazy freeing and the command is O(1).
+fn flush(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     match a.get(1) {
         None => {}
         Some(mode) if a.len() == 2 && (eq(mode, "sync") || eq(mode, "async")) => {}
         Some(_) => return Ok(err(errors::SYNTAX)),
     }
-    let old = ctx.keyspace()?;
-    let h = dict::Header::read(ctx.tx, old)?;
-    if h.count == 0 {
-        return Ok(Reply::ok());
+    let dbs = if spec.id == Id::Flushall {
+        0..ctx.slots.len()
+    } else {
+        ctx.db..ctx.db + 1
+    };
+    for db in dbs {
+        let old = ctx.keyspace_of(db)?;
+        let h = dict::Header::read(ctx.tx, old)?;
+        if h.count == 0 {
+            continue;
+        }
+        let new = dict::create(ctx.tx, dict::Kind::Keyspace)?;
+        ctx.set_keyspace(db, new)?;
+        // The old table and everything in it is freed a bounded amount per batch.
+        let head = store::word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM)?;
+        store::set_word(ctx.tx, old + dict::field::RECLAIM_NEXT, head)?;
+        store::set_word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM, old)?;
+        ctx.zcache.clear();
     }
-    let new = dict::create(ctx.tx, dict::Kind::Keyspace)?;
-    ctx.set_keyspace(new)?;
-    // The old table and everything in it is freed a bounded amount per batch.
-    let head = store::word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM)?;
-    store::set_word(ctx.tx, old + dict::field::RECLAIM_NEXT, head)?;
-    store::set_word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM, old)?;
-    ctx.zcache.clear();
     Ok(Reply::ok())
 }
 
@@ -557,7 +615,7 @@ fn push(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
 
 /// Parses an optional count argument: Ok(None) without one, Err(reply) if invalid. Extra
 /// arguments: LPOP/RPOP answer with the arity error, SPOP/ZPOPMIN with a syntax error.
-fn count_arg(
+pub(super) fn count_arg(
     spec: &'static CommandSpec,
     a: &[Bytes],
     at: usize,
@@ -611,7 +669,7 @@ fn pop(
 }
 
 /// Redis's index normalisation for ranges: Some((start, stop)) inclusive, None if empty.
-fn clamp_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
+pub(super) fn clamp_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
     let len = i64::try_from(len).unwrap_or(i64::MAX);
     let start = if start < 0 {
         (start + len).max(0)
@@ -831,7 +889,7 @@ fn spop(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resul
     })
 }
 
-fn ctx_random(state: &mut u64) -> u64 {
+pub(super) fn ctx_random(state: &mut u64) -> u64 {
     let mut x = *state;
     x ^= x >> 12;
     x ^= x << 25;
@@ -947,7 +1005,7 @@ fn hincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 // ---- sorted sets ----
 
 /// Sets a member's score in a sorted set's table and index; true if it was added.
-fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Result<bool> {
+pub(super) fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Result<bool> {
     let found = dict::step_find(
         ctx.tx,
         d,

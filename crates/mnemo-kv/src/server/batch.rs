@@ -19,6 +19,8 @@ pub struct Effect {
     pub wrote: bool,
     /// The connection must close after this reply (SHUTDOWN).
     pub close: bool,
+    /// The command selected a database for its connection (SELECT inside EXEC).
+    pub select: Option<usize>,
 }
 
 /// The storage engine, as the executor sees it. One transaction per batch.
@@ -38,6 +40,10 @@ pub trait Engine {
 
     /// Ends a transaction that wrote nothing, without a sync point.
     fn finish_read_only(&mut self);
+
+    /// The connection `session` closed: an engine that keeps per-connection state (WATCHed
+    /// keys) forgets it. Called between batches.
+    fn disconnected(&mut self, _session: u64) {}
 }
 
 /// A reply ready to be handed back to its session.
@@ -49,6 +55,8 @@ pub struct Completion {
     pub reply: Bytes,
     /// Whether the session must close after this reply.
     pub close: bool,
+    /// The database the session has selected from now on, if the command changed it.
+    pub select: Option<usize>,
 }
 
 /// Runs `requests` in one transaction and returns their replies, in request order, once the
@@ -79,20 +87,21 @@ pub(crate) fn execute_batch<E: Engine>(
     for request in requests {
         let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
         wrote |= effect.wrote;
-        ends.push((replies.len(), effect.close));
+        ends.push((replies.len(), effect.close, effect.select));
     }
     let replies = replies.freeze();
     let mut start = 0;
     let completions = requests
         .iter()
         .zip(ends)
-        .map(|(request, (end, close))| {
+        .map(|(request, (end, close, select))| {
             let reply = replies.slice(start.min(end)..end);
             start = end;
             Completion {
                 session: request.session,
                 reply,
                 close,
+                select,
             }
         })
         .collect();
@@ -137,7 +146,7 @@ mod tests {
                     reply.simple(b"OK");
                     Effect {
                         wrote: true,
-                        close: false,
+                        ..Effect::default()
                     }
                 }
                 (CommandId::Get, [_, key]) => {
@@ -150,8 +159,8 @@ mod tests {
                 (CommandId::Shutdown, _) => {
                     reply.simple(b"OK");
                     Effect {
-                        wrote: false,
                         close: true,
+                        ..Effect::default()
                     }
                 }
                 _ => {

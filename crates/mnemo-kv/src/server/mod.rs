@@ -10,4 +10,4 @@ mod session;
 
 pub use batch::{run_batch, Completion, Effect, Engine};
 pub use net::{EventLoop, LoopStats, Server, Stopper};
-pub use session::{Request, Session, SessionConfig};
+pub use session::{Request, Session, SessionConfig, Transaction};

@@ -92,6 +92,8 @@ pub struct EventLoop {
     stop: Arc<AtomicBool>,
     /// Requests read in this wake-up, in arrival order.
     batch: Vec<Request>,
+    /// Connections closed since the engine last heard of it ([`Engine::disconnected`]).
+    closed: Vec<u64>,
     /// A deliberately broken behaviour (tests of the tests only; see [`super::mutant`]).
     #[cfg(feature = "mutants")]
     mutant: Option<Mutant>,
@@ -196,6 +198,7 @@ impl EventLoop {
             config,
             stop,
             batch: Vec::new(),
+            closed: Vec::new(),
             #[cfg(feature = "mutants")]
             mutant: mutant::from_env(),
             again: HashSet::new(),
@@ -363,6 +366,9 @@ impl EventLoop {
     /// Runs what this wake-up read, in batches of at most [`BATCH_REQUESTS_MAX`], and writes
     /// the replies each batch releases after its sync point.
     fn execute<E: Engine>(&mut self, engine: &mut E) {
+        for session in self.closed.drain(..) {
+            engine.disconnected(session);
+        }
         let requests = std::mem::take(&mut self.batch);
         for batch in requests.chunks(BATCH_REQUESTS_MAX) {
             #[cfg(feature = "mutants")]
@@ -388,6 +394,9 @@ impl EventLoop {
             let Some(connection) = self.connections.get_mut(&token) else {
                 continue;
             };
+            if let Some(db) = completion.select {
+                connection.session.selected(db);
+            }
             connection
                 .session
                 .complete(&completion.reply, completion.close);
@@ -421,6 +430,7 @@ impl EventLoop {
 
     fn close(&mut self, token: Token) {
         if let Some(mut connection) = self.connections.remove(&token) {
+            self.closed.push(connection.session.id());
             self.output_total = self.output_total.saturating_sub(connection.unsent.len());
             let _ = self.poll.registry().deregister(&mut connection.stream);
         }

@@ -18,13 +18,24 @@ use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::command::{self, CommandId, CommandSpec, Flags};
 use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol};
 
-use super::limits::{DATABASES, REDIS_VERSION};
+use super::limits::{DATABASES_DEFAULT, REDIS_VERSION};
 
 /// What every session of a server shares.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SessionConfig {
     /// The `--requirepass` password; `None` lets every connection in unauthenticated.
     pub password: Option<Bytes>,
+    /// Databases SELECT accepts (`--databases`): 0 to `databases - 1`.
+    pub databases: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            password: None,
+            databases: DATABASES_DEFAULT,
+        }
+    }
 }
 
 /// A command for the executor, checked against the command table.
@@ -39,6 +50,22 @@ pub struct Request {
     pub spec: &'static CommandSpec,
     /// The arguments, the name first.
     pub command: Command,
+    /// The database the connection has selected (SELECT).
+    pub db: usize,
+    /// EXEC (and DISCARD, UNWATCH): the transaction the connection queued since MULTI;
+    /// `None` for every other command.
+    pub transaction: Option<Box<Transaction>>,
+}
+
+/// The commands a connection queued between MULTI and EXEC, each found and checked in the
+/// command table when it was queued.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The queued commands, in order, with their table entries.
+    pub commands: Vec<(&'static CommandSpec, Command)>,
+    /// A queued command was refused (unknown, wrong arity): EXEC answers EXECABORT and runs
+    /// nothing.
+    pub aborted: bool,
 }
 
 /// A reply slot, in request order.
@@ -61,6 +88,13 @@ pub struct Session {
     name: Option<Bytes>,
     library: (Option<Bytes>, Option<Bytes>),
     slots: VecDeque<Slot>,
+    /// The selected database.
+    db: usize,
+    /// Between MULTI and EXEC / DISCARD: the commands queued so far.
+    multi: Option<Transaction>,
+    /// Whether the connection has WATCHed keys (the engine keeps which): EXEC, DISCARD and
+    /// UNWATCH go to the executor then, to release them.
+    watching: bool,
     /// Bytes in the `Ready` slots.
     queued_bytes: usize,
     output: BytesMut,
@@ -70,7 +104,7 @@ pub struct Session {
 /// Where a request is answered.
 enum Route {
     Local,
-    Executor(&'static CommandSpec),
+    Executor(&'static CommandSpec, Option<Box<Transaction>>),
 }
 
 impl Session {
@@ -88,6 +122,9 @@ impl Session {
             name: None,
             library: (None, None),
             slots: VecDeque::new(),
+            db: 0,
+            multi: None,
+            watching: false,
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
@@ -102,6 +139,16 @@ impl Session {
     /// The protocol replies are written in (RESP3 after `HELLO 3`).
     pub fn protocol(&self) -> Protocol {
         self.protocol
+    }
+
+    /// The selected database.
+    pub fn db(&self) -> usize {
+        self.db
+    }
+
+    /// The executor ran a SELECT for this connection (inside EXEC): `db` is selected now.
+    pub fn selected(&mut self, db: usize) {
+        self.db = db;
     }
 
     /// Requests handed to the executor and not yet completed.
@@ -132,13 +179,15 @@ impl Session {
                     return None;
                 }
             };
-            if let Route::Executor(spec) = self.route(&command) {
+            if let Route::Executor(spec, transaction) = self.route(&command) {
                 self.slots.push_back(Slot::Waiting);
                 return Some(Request {
                     session: self.id,
                     protocol: self.protocol,
                     spec,
                     command,
+                    db: self.db,
+                    transaction,
                 });
             }
         }
@@ -214,13 +263,18 @@ impl Session {
         let spec = match command::resolve(args) {
             Ok(spec) => spec,
             Err(error) => {
+                self.refuse_in_multi();
                 self.answer_error(&error.reply_text());
                 return Route::Local;
             }
         };
         if !self.authenticated && !spec.flags.contains(Flags::NO_AUTH) {
+            self.refuse_in_multi();
             self.answer_error(errors::NO_AUTH.as_bytes());
             return Route::Local;
+        }
+        if let Some(route) = self.transaction_route(spec, command) {
+            return route;
         }
         match spec.id {
             CommandId::Ping => self.ping(spec, args),
@@ -264,9 +318,64 @@ impl Session {
                 let info = self.client_info();
                 self.answer(|reply| reply.verbatim(*b"txt", &info));
             }
-            _ => return Route::Executor(spec),
+            CommandId::Watch => {
+                self.watching = true;
+                return Route::Executor(spec, None);
+            }
+            _ => return Route::Executor(spec, None),
         }
         Route::Local
+    }
+
+    /// A command refused while queuing: EXEC will abort.
+    fn refuse_in_multi(&mut self) {
+        if let Some(multi) = &mut self.multi {
+            multi.aborted = true;
+        }
+    }
+
+    /// MULTI, EXEC, DISCARD, WATCH and UNWATCH, and the queuing of every other command
+    /// between MULTI and EXEC, as Redis 7.0 does them; `None` for a command that runs now.
+    fn transaction_route(&mut self, spec: &'static CommandSpec, command: &Command) -> Option<Route> {
+        let in_multi = self.multi.is_some();
+        match spec.id {
+            CommandId::Multi if in_multi => {
+                self.answer_error(b"ERR MULTI calls can not be nested");
+            }
+            CommandId::Multi => {
+                self.multi = Some(Transaction::default());
+                self.answer(|reply| reply.simple(b"OK"));
+            }
+            CommandId::Exec | CommandId::Discard if !in_multi => {
+                let text = format!("ERR {} without MULTI", spec.name.to_ascii_uppercase());
+                self.answer_error(text.as_bytes());
+            }
+            CommandId::Exec | CommandId::Discard => {
+                let transaction = self.multi.take().map(Box::new);
+                self.watching = false;
+                return Some(Route::Executor(spec, transaction));
+            }
+            CommandId::Watch if in_multi => {
+                self.answer_error(b"ERR WATCH inside MULTI is not allowed");
+            }
+            CommandId::Unwatch if !in_multi => {
+                if !self.watching {
+                    self.answer(|reply| reply.simple(b"OK"));
+                    return Some(Route::Local);
+                }
+                self.watching = false;
+                return Some(Route::Executor(spec, None));
+            }
+            CommandId::Quit => return None,
+            _ if in_multi => {
+                if let Some(multi) = &mut self.multi {
+                    multi.commands.push((spec, command.clone()));
+                }
+                self.answer(|reply| reply.simple(b"QUEUED"));
+            }
+            _ => return None,
+        }
+        Some(Route::Local)
     }
 
     fn ping(&mut self, spec: &'static CommandSpec, args: &[Bytes]) {
@@ -397,10 +506,13 @@ impl Session {
             Some(index) if i32::try_from(index).is_err() => {
                 self.answer_error(errors::NOT_I32.as_bytes())
             }
-            Some(index) if !(0..DATABASES).contains(&index) => {
+            Some(index) if !(0..count(self.config.databases)).contains(&index) => {
                 self.answer_error(errors::DB_INDEX_OUT_OF_RANGE.as_bytes())
             }
-            Some(_) => self.answer(|reply| reply.simple(b"OK")),
+            Some(index) => {
+                self.db = usize::try_from(index).unwrap_or_default();
+                self.answer(|reply| reply.simple(b"OK"));
+            }
         }
     }
 
@@ -476,7 +588,12 @@ impl Session {
         let mut line = format!("id={} name=", self.id).into_bytes();
         line.extend_from_slice(self.name.as_deref().unwrap_or_default());
         line.extend_from_slice(
-            format!(" db=0 resp={} lib-name=", self.protocol.version()).as_bytes(),
+            format!(
+                " db={} resp={} lib-name=",
+                self.db,
+                self.protocol.version()
+            )
+            .as_bytes(),
         );
         line.extend_from_slice(self.library.0.as_deref().unwrap_or_default());
         line.extend_from_slice(b" lib-ver=");
@@ -508,6 +625,7 @@ mod tests {
             7,
             SessionConfig {
                 password: password.map(|p| Bytes::copy_from_slice(p.as_bytes())),
+                ..SessionConfig::default()
             },
         )
     }
