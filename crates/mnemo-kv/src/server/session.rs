@@ -650,8 +650,10 @@ mod tests {
         );
         assert_eq!(exchange(&mut s, b"ECHO x\r\n"), "$1\r\nx\r\n");
         assert_eq!(exchange(&mut s, b"SELECT 0\r\n"), "+OK\r\n");
+        assert_eq!(exchange(&mut s, b"SELECT 15\r\n"), "+OK\r\n");
+        assert_eq!(s.db(), 15);
         assert_eq!(
-            exchange(&mut s, b"SELECT 1\r\n"),
+            exchange(&mut s, b"SELECT 16\r\n"),
             "-ERR DB index is out of range\r\n"
         );
         assert_eq!(
