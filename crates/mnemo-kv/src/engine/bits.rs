@@ -145,9 +145,17 @@ fn unit(arg: Option<&Bytes>) -> Option<bool> {
     }
 }
 
+/// BITCOUNT. Redis 7.0 looks the key up before it reads the range: a missing key answers 0
+/// and a key of another type WRONGTYPE whatever the other arguments.
 pub fn bitcount(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let range = match a.len() {
-        2 => None,
+    let value = match read_string(ctx, &a[1])? {
+        Ok(Some(value)) => value,
+        Ok(None) => return Ok(Reply::Integer(0)),
+        Err(WrongType) => return Ok(wrongtype()),
+    };
+    let len = value.len() as u64;
+    let bits = match a.len() {
+        2 => bit_range(0, -1, false, len),
         4 | 5 => {
             let (Some(start), Some(end)) = (parse_i64(&a[2]), parse_i64(&a[3])) else {
                 return Ok(err(errors::NOT_INTEGER));
@@ -155,19 +163,13 @@ pub fn bitcount(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
             let Some(bits) = unit(a.get(4)) else {
                 return Ok(err(errors::SYNTAX));
             };
-            Some((start, end, bits))
+            if start < 0 && end < 0 && start > end {
+                None
+            } else {
+                bit_range(start, end, bits, len)
+            }
         }
         _ => return Ok(err(errors::SYNTAX)),
-    };
-    let value = match read_string(ctx, &a[1])? {
-        Ok(Some(value)) => value,
-        Ok(None) => return Ok(Reply::Integer(0)),
-        Err(WrongType) => return Ok(wrongtype()),
-    };
-    let bits = match range {
-        None => bit_range(0, -1, false, value.len() as u64),
-        Some((start, end, _)) if start < 0 && end < 0 && start > end => None,
-        Some((start, end, bits)) => bit_range(start, end, bits, value.len() as u64),
     };
     Ok(int(bits.map_or(0, |(first, last)| count_bits(&value, first, last))))
 }
