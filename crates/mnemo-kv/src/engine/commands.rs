@@ -507,13 +507,31 @@ fn keys(ctx: &mut Ctx<'_, '_>, pattern: &[u8]) -> Result<Reply> {
     Ok(Reply::Array(out))
 }
 
+/// A SCAN cursor as Redis reads it (`strtoul`): an optional sign, then decimal digits (none
+/// at all is cursor 0); a minus sign wraps around ("-1" is the largest cursor); overflow and
+/// anything else is invalid.
+fn scan_cursor(arg: &[u8]) -> Option<u64> {
+    let (negative, digits) = match arg.first() {
+        Some(b'-') => (true, &arg[1..]),
+        Some(b'+') => (false, &arg[1..]),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return (!negative && arg.is_empty()).then_some(0);
+    }
+    let mut value: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(if negative { value.wrapping_neg() } else { value })
+}
+
 fn scan(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let cursor = match std::str::from_utf8(&a[1])
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        Some(c) => c,
-        None => return Ok(err(errors::INVALID_CURSOR)),
+    let Some(cursor) = scan_cursor(&a[1]) else {
+        return Ok(err(errors::INVALID_CURSOR));
     };
     let (mut pattern, mut count, mut kind): (Option<&[u8]>, u64, Option<&[u8]>) = (None, 10, None);
     let mut i = 2;
