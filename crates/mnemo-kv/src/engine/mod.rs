@@ -81,6 +81,9 @@ pub struct EngineStats {
     pub rollbacks: u64,
     /// Extra commits made because a batch outgrew one redo record.
     pub split_commits: u64,
+    /// EXECs rolled back whole because they outgrew what was left of the batch's record, and
+    /// run again alone after an early commit of the batch before them.
+    pub exec_alone: u64,
     /// Unix time (s) of the last commit.
     pub last_commit_unix: u64,
     /// Housekeeping steps that failed (undone; retried with the next batch).

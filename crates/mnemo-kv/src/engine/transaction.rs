@@ -196,6 +196,7 @@ impl PersistentEngine<'_> {
                         self.stats.split_commits += 1;
                     }
                     self.begin_txn();
+                    self.stats.exec_alone += 1;
                     if let Some(done) = self.exec_once(session, db, transaction, protocol) {
                         return done;
                     }
