@@ -286,17 +286,16 @@ fn info_hook<'h>(
     start: Start,
     clients: Arc<LoopStats>,
 ) -> mnemo_kv::engine::InfoHook<'h> {
-    let started = Instant::now();
     Box::new(move |section: &str, out: &mut String| {
         use std::fmt::Write as _;
         let pool = heap.pool();
         match section {
             "server" => {
+                // The engine reports the rest (uptime included).
                 let _ = write!(
                     out,
-                    "tcp_port:{}\r\nuptime_in_seconds:{}\r\nexecutable:mnemo serve\r\n",
+                    "tcp_port:{}\r\nexecutable:mnemo serve\r\n",
                     address.port(),
-                    started.elapsed().as_secs()
                 );
             }
             "clients" => {

@@ -330,7 +330,9 @@ command_table! {
 
     const CONFIG = [
         ConfigGet => spec("config|get", -3, ANLS, NO_KEYS),
+        ConfigHelp => spec("config|help", 2, LS, NO_KEYS),
         ConfigResetstat => spec("config|resetstat", 2, ANLS, NO_KEYS),
+        ConfigRewrite => spec("config|rewrite", 2, ANLS, NO_KEYS),
         ConfigSet => spec("config|set", -4, ANLS, NO_KEYS),
     ];
 

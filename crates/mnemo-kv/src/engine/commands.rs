@@ -192,7 +192,9 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Info
         | Id::Config
         | Id::ConfigGet
+        | Id::ConfigHelp
         | Id::ConfigResetstat
+        | Id::ConfigRewrite
         | Id::ConfigSet
         | Id::Auth
         | Id::Hello

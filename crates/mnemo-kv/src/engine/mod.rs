@@ -18,10 +18,12 @@
 #[macro_use]
 mod commands;
 mod bits;
+mod config;
 mod databases;
 mod decimal;
 pub mod dict;
 mod glob;
+mod info;
 mod keyspace;
 pub mod limits;
 pub mod list;
@@ -31,7 +33,6 @@ mod strings;
 mod transaction;
 
 use std::cell::Cell;
-use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mnemo_heap::{Heap, HeapOptions, Tx};
@@ -124,6 +125,13 @@ pub struct PersistentEngine<'h> {
     writes: u64,
     /// WATCHed keys.
     watch: Watches,
+    /// CONFIG's parameters.
+    config: config::Config,
+    /// Error replies by their first word (INFO errorstats).
+    error_counts: std::collections::BTreeMap<String, u64>,
+    /// When the engine was opened (INFO uptime) and its run id.
+    opened: std::time::Instant,
+    run_id: String,
     /// [`PersistentEngine::execute_args`]' MULTI: the commands queued since.
     multi: Option<crate::server::Transaction>,
     stats: EngineStats,
@@ -200,6 +208,10 @@ impl<'h> PersistentEngine<'h> {
             exec_overflow: false,
             writes: 0,
             watch: Watches::default(),
+            config: config::Config::new(databases),
+            error_counts: std::collections::BTreeMap::new(),
+            opened: std::time::Instant::now(),
+            run_id: format!("{:016x}{:016x}{:08x}", seed, seed.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15, std::process::id()),
             multi: None,
             stats: EngineStats::default(),
             info_hook: None,
@@ -258,7 +270,25 @@ impl<'h> PersistentEngine<'h> {
             self.run_command(spec, args, 0, &mut db, protocol)
         };
         self.db = db;
+        self.count_errors(&result.0);
         result
+    }
+
+    /// Counts the error replies in `reply` (EXEC's included) by their first word.
+    fn count_errors(&mut self, reply: &Reply) {
+        match reply {
+            Reply::Error(text) => {
+                let code = text.split(|&b| b == b' ').next().unwrap_or_default();
+                let code = String::from_utf8_lossy(code).into_owned();
+                *self.error_counts.entry(code).or_default() += 1;
+            }
+            Reply::Array(items) => {
+                for item in items {
+                    self.count_errors(item);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// [`PersistentEngine::execute_args`]' MULTI, as a session keeps it: the reply if the
@@ -342,9 +372,21 @@ impl<'h> PersistentEngine<'h> {
             }),
             CommandId::Shutdown => Ok(Reply::ok()),
             CommandId::Info => Ok(self.info(&args[1..])),
-            CommandId::ConfigGet => Ok(config_get(args, self.slots.len())),
-            CommandId::ConfigSet => Ok(config_set(args)),
-            CommandId::ConfigResetstat => Ok(Reply::ok()),
+            CommandId::ConfigGet => Ok(self.config.get(&args[2..])),
+            CommandId::ConfigSet => Ok(self.config.set(args)),
+            CommandId::ConfigHelp => Ok(config::help()),
+            CommandId::ConfigRewrite => Ok(commands::err(
+                "ERR The server is running without a config file",
+            )),
+            CommandId::ConfigResetstat => {
+                let last_commit_unix = self.stats.last_commit_unix;
+                self.stats = EngineStats {
+                    last_commit_unix,
+                    ..EngineStats::default()
+                };
+                self.error_counts.clear();
+                Ok(Reply::ok())
+            }
             CommandId::Lastsave => Ok(Reply::Integer(
                 i64::try_from(self.stats.last_commit_unix).unwrap_or(i64::MAX),
             )),
@@ -635,118 +677,7 @@ impl<'h> PersistentEngine<'h> {
         Ok(n)
     }
 
-    fn info(&self, args: &[Bytes]) -> Reply {
-        let wanted: Vec<String> = args
-            .iter()
-            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-            .collect();
-        let all = wanted.is_empty()
-            || wanted
-                .iter()
-                .any(|w| w == "all" || w == "everything" || w == "default");
-        let mut out = String::new();
-        let sections = [
-            "server",
-            "clients",
-            "memory",
-            "persistence",
-            "stats",
-            "keyspace",
-            "pool",
-        ];
-        for section in sections {
-            if !all && !wanted.iter().any(|w| w == section) {
-                continue;
-            }
-            if !out.is_empty() {
-                out.push_str("\r\n");
-            }
-            let mut title = section.to_string();
-            title[..1].make_ascii_uppercase();
-            let _ = write!(out, "# {title}\r\n");
-            self.info_section(section, &mut out);
-            if let Some(hook) = &self.info_hook {
-                hook(section, &mut out);
-            }
-        }
-        Reply::Verbatim {
-            format: *b"txt",
-            text: Bytes::from(out),
-        }
-    }
-
-    fn info_section(&self, section: &str, out: &mut String) {
-        let heap_stats = self.heap.stats();
-        let pool = self.heap.pool();
-        let mut line = |k: &str, v: &dyn std::fmt::Display| {
-            let _ = write!(out, "{k}:{v}\r\n");
-        };
-        match section {
-            "server" => {
-                line("redis_version", &"7.0.0");
-                line("mnemo_version", &env!("CARGO_PKG_VERSION"));
-                line("redis_mode", &"standalone");
-                line("process_id", &std::process::id());
-            }
-            "memory" => {
-                line("used_memory", &heap_stats.used_bytes);
-                line("used_memory_human", &human(heap_stats.used_bytes));
-                line("maxmemory", &pool.size());
-                line("maxmemory_policy", &"noeviction");
-                line(
-                    "mem_fragmentation_ratio",
-                    &format!("{:.2}", 1.0 + heap_stats.fragmentation()),
-                );
-            }
-            "persistence" => {
-                let s = pool.stats();
-                let load =
-                    |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-                line("loading", &0);
-                line("durability", &"every write, at its batch's sync point");
-                line("sync_points", &load(&s.sync_points));
-                line("sync_ranges", &load(&s.sync_ranges));
-                line("bytes_synced", &load(&s.sync_bytes));
-                line("batches_committed", &self.stats.commits);
-                line("last_commit_time", &self.stats.last_commit_unix);
-                line("rdb_changes_since_last_save", &0);
-                line("aof_enabled", &0);
-            }
-            "stats" => {
-                line("total_commands_processed", &self.stats.commands);
-                line("read_only_batches", &self.stats.read_only_batches);
-                line("command_rollbacks", &self.stats.rollbacks);
-                line("split_commits", &self.stats.split_commits);
-                line("housekeeping_errors", &self.stats.housekeeping_errors);
-            }
-            "keyspace" => {
-                for db in 0..self.slots.len() {
-                    if let Some((keys, expires)) = self.key_counts(db) {
-                        if keys > 0 {
-                            line(
-                                &format!("db{db}"),
-                                &format!("keys={keys},expires={expires},avg_ttl=0"),
-                            );
-                        }
-                    }
-                }
-            }
-            "pool" => {
-                line("pool_path", &pool.name().display());
-                line("pool_size", &pool.size());
-                line("pool_used", &heap_stats.used_bytes);
-                line("pool_free", &heap_stats.free_bytes);
-                line("pool_chunks", &heap_stats.chunks);
-                line("pool_chunks_free", &heap_stats.chunks_free);
-                line(
-                    "pool_fragmentation",
-                    &format!("{:.4}", heap_stats.fragmentation()),
-                );
-            }
-            _ => {}
-        }
-    }
-
+    /// Keys and keys with an expiry in database `db` (INFO keyspace).
     fn key_counts(&self, db: usize) -> Option<(u64, u64)> {
         let txn = self.txn.as_ref()?;
         let tx = &Mem::new(txn, self.heap);
@@ -754,64 +685,6 @@ impl<'h> PersistentEngine<'h> {
         let h = dict::Header::read(tx, ks).ok()?;
         Some((h.count, h.extra))
     }
-}
-
-fn human(bytes: u64) -> String {
-    let units = ["B", "K", "M", "G", "T"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2}{}", units[u])
-}
-
-/// CONFIG GET: the parameters matching any of the patterns. Values describe mnemo's behaviour
-/// in Redis's terms.
-fn config_get(args: &[Bytes], databases: usize) -> Reply {
-    const PARAMS: &[(&str, &str)] = &[
-        ("appendfsync", "always"),
-        ("appendonly", "no"),
-        ("maxclients", "10000"),
-        ("maxmemory", "0"),
-        ("maxmemory-policy", "noeviction"),
-        ("proto-max-bulk-len", "536870912"),
-        ("save", ""),
-        ("timeout", "0"),
-        ("tcp-keepalive", "300"),
-    ];
-    let databases = databases.to_string();
-    let mut pairs = Vec::new();
-    if args[2..]
-        .iter()
-        .any(|p| glob::matches(&p.to_ascii_lowercase(), b"databases"))
-    {
-        pairs.push((
-            Reply::Bulk(Bytes::from_static(b"databases")),
-            Reply::Bulk(Bytes::from(databases)),
-        ));
-    }
-    for (name, value) in PARAMS {
-        if args[2..]
-            .iter()
-            .any(|p| glob::matches(&p.to_ascii_lowercase(), name.as_bytes()))
-        {
-            pairs.push((
-                Reply::Bulk(Bytes::from_static(name.as_bytes())),
-                Reply::Bulk(Bytes::from_static(value.as_bytes())),
-            ));
-        }
-    }
-    Reply::Map(pairs)
-}
-
-/// CONFIG SET: no parameter can be changed at run time.
-fn config_set(args: &[Bytes]) -> Reply {
-    commands::err_owned(format!(
-        "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-        String::from_utf8_lossy(&args[2])
-    ))
 }
 
 impl Engine for PersistentEngine<'_> {
@@ -853,6 +726,7 @@ impl Engine for PersistentEngine<'_> {
                 reply.protocol(),
             ),
         };
+        self.count_errors(&value);
         if !(effect.close && matches!(value, Reply::Simple(_))) {
             reply.reply(&value);
         }
