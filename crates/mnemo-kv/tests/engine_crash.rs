@@ -269,7 +269,11 @@ impl ExecWorkload {
             .insert("c".into(), Val::Str((n + 1).to_string().into_bytes()));
         let tag_text = tag.to_string().into_bytes();
         exec(engine, &[b"RPUSH", b"log", &tag_text]);
-        match state.model.entry("log".into()).or_insert(Val::List(Vec::new())) {
+        match state
+            .model
+            .entry("log".into())
+            .or_insert(Val::List(Vec::new()))
+        {
             Val::List(items) => items.push(tag_text),
             Val::Str(_) => return Err("model: log holds a string".into()),
         }
@@ -550,7 +554,12 @@ fn broken_commits_under_exec_are_caught() {
         let mut config = config(seed);
         config.mutant = Some("tx.apply_before_commit");
         config.stop_at_first_failure = true;
-        !explore(&ExecWorkload { batches: 4 }, &config).failures.is_empty()
+        !explore(&ExecWorkload { batches: 4 }, &config)
+            .failures
+            .is_empty()
     });
-    assert!(caught, "tx.apply_before_commit not caught by the EXEC workload");
+    assert!(
+        caught,
+        "tx.apply_before_commit not caught by the EXEC workload"
+    );
 }

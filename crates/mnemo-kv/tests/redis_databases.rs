@@ -102,7 +102,13 @@ fn databases_like_redis() {
     // the first wrote in database 4.
     let mut b = pair.connect();
     a.script(&["SELECT 4", "SET shared v", "SET only4 w"]);
-    b.script(&["GET shared", "SELECT 4", "GET shared", "SWAPDB 4 6", "GET shared"]);
+    b.script(&[
+        "GET shared",
+        "SELECT 4",
+        "GET shared",
+        "SWAPDB 4 6",
+        "GET shared",
+    ]);
     a.script(&["GET shared", "SELECT 6", "GET shared", "FLUSHALL"]);
     a.assert_same();
     b.assert_same();
@@ -114,7 +120,14 @@ fn info_keyspace_and_client_list_the_database() {
         return;
     };
     let mut c = pair.connect();
-    c.script(&["SELECT 3", "SET a 1", "SET b 2", "EXPIRE b 100", "SELECT 9", "SET c 3"]);
+    c.script(&[
+        "SELECT 3",
+        "SET a 1",
+        "SET b 2",
+        "EXPIRE b 100",
+        "SELECT 9",
+        "SET c 3",
+    ]);
     let (redis, mnemo) = c.both("INFO keyspace");
     assert_eq!(keyspace_lines(&mnemo), keyspace_lines(&redis));
     assert_eq!(
@@ -172,7 +185,12 @@ fn databases_survive_a_restart() {
         for db in 0..16 {
             c.script(&[&format!("SELECT {db}"), &format!("SET k{db} v{db}")]);
         }
-        c.script(&["SELECT 7", "RPUSH list a b c", "EXPIRE list 1000", "SWAPDB 7 8"]);
+        c.script(&[
+            "SELECT 7",
+            "RPUSH list a b c",
+            "EXPIRE list 1000",
+            "SWAPDB 7 8",
+        ]);
         c.assert_same();
     }
     pair.restart_mnemo(16);
@@ -180,7 +198,13 @@ fn databases_survive_a_restart() {
     for db in 0..16 {
         c.script(&[&format!("SELECT {db}"), &format!("GET k{db}"), "DBSIZE"]);
     }
-    c.script(&["SELECT 8", "LRANGE list 0 -1", "GET k7", "SELECT 7", "EXISTS list"]);
+    c.script(&[
+        "SELECT 8",
+        "LRANGE list 0 -1",
+        "GET k7",
+        "SELECT 7",
+        "EXISTS list",
+    ]);
     c.check_with("TTL list", |r| match r {
         Reply::Integer(n) => Reply::Integer(n.signum()),
         other => other,
@@ -203,7 +227,10 @@ fn heap_in(dir: &std::path::Path) -> Heap {
 }
 
 fn run(engine: &mut PersistentEngine<'_>, line: &str) -> Reply {
-    let args: Vec<Bytes> = line.split(' ').map(|w| Bytes::from(w.to_string())).collect();
+    let args: Vec<Bytes> = line
+        .split(' ')
+        .map(|w| Bytes::from(w.to_string()))
+        .collect();
     let (reply, effect) = engine.execute_args(&args, Protocol::Resp2);
     if effect.wrote {
         engine.commit().expect("commit");
@@ -239,11 +266,20 @@ fn a_version_1_keyspace_opens_as_database_0() {
     .expect("write a version-1 root");
     let mut engine = PersistentEngine::open(&heap).expect("open a version-1 keyspace");
     assert_eq!(heap.get(root).expect("root")[1], 2, "upgraded in place");
-    assert_eq!(run(&mut engine, "GET old"), Reply::Bulk(Bytes::from("value")));
+    assert_eq!(
+        run(&mut engine, "GET old"),
+        Reply::Bulk(Bytes::from("value"))
+    );
     assert_eq!(run(&mut engine, "LLEN list"), Reply::Integer(2));
-    assert_eq!(run(&mut engine, "SELECT 15"), Reply::Simple(Bytes::from("OK")));
+    assert_eq!(
+        run(&mut engine, "SELECT 15"),
+        Reply::Simple(Bytes::from("OK"))
+    );
     assert_eq!(run(&mut engine, "DBSIZE"), Reply::Integer(0));
-    assert_eq!(run(&mut engine, "SET new one"), Reply::Simple(Bytes::from("OK")));
+    assert_eq!(
+        run(&mut engine, "SET new one"),
+        Reply::Simple(Bytes::from("OK"))
+    );
     assert_eq!(engine.check().expect("valid keyspace"), 3);
 }
 
@@ -264,9 +300,15 @@ fn the_database_count_can_change_between_starts() {
     }
     {
         let mut engine = PersistentEngine::open_with_databases(&heap, 32).expect("grow");
-        assert_eq!(run(&mut engine, "SELECT 6"), Reply::Simple(Bytes::from("OK")));
+        assert_eq!(
+            run(&mut engine, "SELECT 6"),
+            Reply::Simple(Bytes::from("OK"))
+        );
         assert_eq!(run(&mut engine, "GET k"), Reply::Bulk(Bytes::from("v")));
-        assert_eq!(run(&mut engine, "SELECT 31"), Reply::Simple(Bytes::from("OK")));
+        assert_eq!(
+            run(&mut engine, "SELECT 31"),
+            Reply::Simple(Bytes::from("OK"))
+        );
         run(&mut engine, "SET far away");
         assert_eq!(engine.check().expect("valid"), 2);
         run(&mut engine, "FLUSHALL");

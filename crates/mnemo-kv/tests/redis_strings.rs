@@ -329,8 +329,8 @@ fn random_string_commands_like_redis() {
     ];
     let keys = ["k1", "k2", "k3"];
     let tokens = [
-        "k1", "k2", "0", "1", "-1", "2", "7", "10", "-3", "1.5", "0.1", "x", "", "abc", "EX",
-        "PX", "PERSIST", "BIT", "BYTE", "AND", "OR", "XOR", "NOT", "LEN", "IDX", "100", "15",
+        "k1", "k2", "0", "1", "-1", "2", "7", "10", "-3", "1.5", "0.1", "x", "", "abc", "EX", "PX",
+        "PERSIST", "BIT", "BYTE", "AND", "OR", "XOR", "NOT", "LEN", "IDX", "100", "15",
     ];
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move |n: usize| {

@@ -21,12 +21,17 @@ fn bit_offset(arg: &[u8]) -> Option<u64> {
 }
 
 /// The string at `key` for a read: `Ok(None)` if missing.
-fn read_string(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<std::result::Result<Option<Vec<u8>>, WrongType>> {
-    Ok(match super::keyspace::typed(ctx.lookup(key)?, tag::STRING) {
-        Ok(Some(f)) => Ok(Some(f.entry.string(ctx.tx)?)),
-        Ok(None) => Ok(None),
-        Err(w) => Err(w),
-    })
+fn read_string(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+) -> Result<std::result::Result<Option<Vec<u8>>, WrongType>> {
+    Ok(
+        match super::keyspace::typed(ctx.lookup(key)?, tag::STRING) {
+            Ok(Some(f)) => Ok(Some(f.entry.string(ctx.tx)?)),
+            Ok(None) => Ok(None),
+            Err(w) => Err(w),
+        },
+    )
 }
 
 pub fn setbit(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
@@ -89,15 +94,27 @@ pub fn getbit(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     };
     let mut b = [0u8; 1];
     store::read_into(ctx.tx, at + byte, &mut b)?;
-    Ok(Reply::Integer(i64::from(b[0] & (0x80 >> (offset & 7)) != 0)))
+    Ok(Reply::Integer(i64::from(
+        b[0] & (0x80 >> (offset & 7)) != 0,
+    )))
 }
 
 /// A range of bits `[first, last]` of a string, from BITCOUNT's and BITPOS's start, end and
 /// unit, normalised as Redis does; `None` when it is empty.
 fn bit_range(start: i64, end: i64, bits: bool, len: u64) -> Option<(u64, u64)> {
-    let total = i64::try_from(len).unwrap_or(i64::MAX).saturating_mul(if bits { 8 } else { 1 });
-    let mut start = if start < 0 { total.saturating_add(start) } else { start };
-    let mut end = if end < 0 { total.saturating_add(end) } else { end };
+    let total = i64::try_from(len)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(if bits { 8 } else { 1 });
+    let mut start = if start < 0 {
+        total.saturating_add(start)
+    } else {
+        start
+    };
+    let mut end = if end < 0 {
+        total.saturating_add(end)
+    } else {
+        end
+    };
     start = start.max(0);
     end = end.max(0);
     if end >= total {
@@ -171,7 +188,9 @@ pub fn bitcount(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         }
         _ => return Ok(err(errors::SYNTAX)),
     };
-    Ok(int(bits.map_or(0, |(first, last)| count_bits(&value, first, last))))
+    Ok(int(bits.map_or(0, |(first, last)| {
+        count_bits(&value, first, last)
+    })))
 }
 
 pub fn bitpos(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
@@ -239,7 +258,9 @@ pub fn bitop(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         return Ok(err(errors::SYNTAX));
     };
     if op == Op::Not && a.len() != 4 {
-        return Ok(err("ERR BITOP NOT must be called with a single source key."));
+        return Ok(err(
+            "ERR BITOP NOT must be called with a single source key.",
+        ));
     }
     let mut sources = Vec::with_capacity(a.len() - 3);
     for key in &a[3..] {
@@ -279,9 +300,7 @@ pub fn lcs(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     for key in &a[1..3] {
         match read_string(ctx, key)? {
             Ok(value) => strings.push(value.unwrap_or_default()),
-            Err(WrongType) => {
-                return Ok(err("ERR The specified keys must contain string values"))
-            }
+            Err(WrongType) => return Ok(err("ERR The specified keys must contain string values")),
         }
     }
     let (mut idx, mut len, mut with_len, mut min_len) = (false, false, false, 0u64);
@@ -371,9 +390,7 @@ pub fn lcs(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         let match_len = (a_end + 1).wrapping_sub(a_start) as u64;
         if emit {
             if idx && (min_len == 0 || match_len >= min_len) {
-                let pair = |s: usize, e: usize| {
-                    Reply::Array(vec![int(s as u64), int(e as u64)])
-                };
+                let pair = |s: usize, e: usize| Reply::Array(vec![int(s as u64), int(e as u64)]);
                 let mut item = vec![pair(a_start, a_end), pair(b_start, b_end)];
                 if with_len {
                     item.push(int(match_len));

@@ -528,7 +528,11 @@ fn scan_cursor(arg: &[u8]) -> Option<u64> {
         }
         value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
     }
-    Some(if negative { value.wrapping_neg() } else { value })
+    Some(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
 }
 
 fn scan(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {

@@ -42,10 +42,30 @@ enum Kind {
 const TUNABLES: &[(&str, Option<&str>, Kind, &str)] = &[
     ("active-defrag-cycle-max", None, Kind::Integer(1, 99), "25"),
     ("active-defrag-cycle-min", None, Kind::Integer(1, 99), "1"),
-    ("active-defrag-ignore-bytes", None, Kind::Memory, "104857600"),
-    ("active-defrag-max-scan-fields", None, Kind::Integer(1, i64::MAX), "1000"),
-    ("active-defrag-threshold-lower", None, Kind::Integer(0, 1000), "10"),
-    ("active-defrag-threshold-upper", None, Kind::Integer(0, 1000), "100"),
+    (
+        "active-defrag-ignore-bytes",
+        None,
+        Kind::Memory,
+        "104857600",
+    ),
+    (
+        "active-defrag-max-scan-fields",
+        None,
+        Kind::Integer(1, i64::MAX),
+        "1000",
+    ),
+    (
+        "active-defrag-threshold-lower",
+        None,
+        Kind::Integer(0, 1000),
+        "10",
+    ),
+    (
+        "active-defrag-threshold-upper",
+        None,
+        Kind::Integer(0, 1000),
+        "100",
+    ),
     ("active-expire-effort", None, Kind::Integer(1, 10), "1"),
     ("activedefrag", None, Kind::Bool, "no"),
     ("activerehashing", None, Kind::Bool, "yes"),
@@ -54,51 +74,137 @@ const TUNABLES: &[(&str, Option<&str>, Kind, &str)] = &[
     ("aof-timestamp-enabled", None, Kind::Bool, "no"),
     ("aof-use-rdb-preamble", None, Kind::Bool, "yes"),
     // mnemo makes every write durable before it replies: "always" describes it.
-    ("appendfsync", None, Kind::Enum(&["everysec", "always", "no"]), "always"),
+    (
+        "appendfsync",
+        None,
+        Kind::Enum(&["everysec", "always", "no"]),
+        "always",
+    ),
     ("auto-aof-rewrite-min-size", None, Kind::Memory, "67108864"),
-    ("auto-aof-rewrite-percentage", None, Kind::Integer(0, i32::MAX as i64), "100"),
+    (
+        "auto-aof-rewrite-percentage",
+        None,
+        Kind::Integer(0, i32::MAX as i64),
+        "100",
+    ),
     ("dynamic-hz", None, Kind::Bool, "yes"),
-    ("hash-max-listpack-entries", Some("hash-max-ziplist-entries"), Kind::Integer(0, i64::MAX), "512"),
-    ("hash-max-listpack-value", Some("hash-max-ziplist-value"), Kind::Memory, "64"),
+    (
+        "hash-max-listpack-entries",
+        Some("hash-max-ziplist-entries"),
+        Kind::Integer(0, i64::MAX),
+        "512",
+    ),
+    (
+        "hash-max-listpack-value",
+        Some("hash-max-ziplist-value"),
+        Kind::Memory,
+        "64",
+    ),
     ("hll-sparse-max-bytes", None, Kind::Memory, "3000"),
     ("hz", None, Kind::Clamped(0, i32::MAX as i64, 1, 500), "10"),
-    ("latency-monitor-threshold", None, Kind::Integer(0, i64::MAX), "0"),
+    (
+        "latency-monitor-threshold",
+        None,
+        Kind::Integer(0, i64::MAX),
+        "0",
+    ),
     ("lazyfree-lazy-eviction", None, Kind::Bool, "no"),
     ("lazyfree-lazy-expire", None, Kind::Bool, "no"),
     ("lazyfree-lazy-server-del", None, Kind::Bool, "no"),
     ("lazyfree-lazy-user-del", None, Kind::Bool, "no"),
     ("lazyfree-lazy-user-flush", None, Kind::Bool, "no"),
-    ("lfu-decay-time", None, Kind::Integer(0, i32::MAX as i64), "1"),
-    ("lfu-log-factor", None, Kind::Integer(0, i32::MAX as i64), "10"),
-    ("list-compress-depth", None, Kind::Integer(0, i32::MAX as i64), "0"),
-    ("list-max-listpack-size", Some("list-max-ziplist-size"), Kind::Integer(i32::MIN as i64, i32::MAX as i64), "-2"),
+    (
+        "lfu-decay-time",
+        None,
+        Kind::Integer(0, i32::MAX as i64),
+        "1",
+    ),
+    (
+        "lfu-log-factor",
+        None,
+        Kind::Integer(0, i32::MAX as i64),
+        "10",
+    ),
+    (
+        "list-compress-depth",
+        None,
+        Kind::Integer(0, i32::MAX as i64),
+        "0",
+    ),
+    (
+        "list-max-listpack-size",
+        Some("list-max-ziplist-size"),
+        Kind::Integer(i32::MIN as i64, i32::MAX as i64),
+        "-2",
+    ),
     ("no-appendfsync-on-rewrite", None, Kind::Bool, "no"),
     ("rdb-save-incremental-fsync", None, Kind::Bool, "yes"),
     ("rdbchecksum", None, Kind::Bool, "yes"),
     ("rdbcompression", None, Kind::Bool, "yes"),
     // No snapshots: nothing to schedule (every write is already durable).
     ("save", None, Kind::Save, ""),
-    ("set-max-intset-entries", None, Kind::Integer(0, i64::MAX), "512"),
-    ("slowlog-log-slower-than", None, Kind::Integer(-1, i64::MAX), "10000"),
+    (
+        "set-max-intset-entries",
+        None,
+        Kind::Integer(0, i64::MAX),
+        "512",
+    ),
+    (
+        "slowlog-log-slower-than",
+        None,
+        Kind::Integer(-1, i64::MAX),
+        "10000",
+    ),
     ("slowlog-max-len", None, Kind::Integer(0, i64::MAX), "128"),
     ("stop-writes-on-bgsave-error", None, Kind::Bool, "yes"),
     ("stream-node-max-bytes", None, Kind::Memory, "4096"),
-    ("stream-node-max-entries", None, Kind::Integer(0, i64::MAX), "100"),
-    ("zset-max-listpack-entries", Some("zset-max-ziplist-entries"), Kind::Integer(0, i64::MAX), "128"),
-    ("zset-max-listpack-value", Some("zset-max-ziplist-value"), Kind::Memory, "64"),
+    (
+        "stream-node-max-entries",
+        None,
+        Kind::Integer(0, i64::MAX),
+        "100",
+    ),
+    (
+        "zset-max-listpack-entries",
+        Some("zset-max-ziplist-entries"),
+        Kind::Integer(0, i64::MAX),
+        "128",
+    ),
+    (
+        "zset-max-listpack-value",
+        Some("zset-max-ziplist-value"),
+        Kind::Memory,
+        "64",
+    ),
 ];
 
 /// Parameters reported but not settable, with the reason CONFIG SET gives. `databases` is
 /// filled in from the engine; Redis itself calls it immutable.
 const FIXED: &[(&str, &str, &str)] = &[
-    ("appendonly", "no", "mnemo has no append-only file: every write is durable in the pool"),
+    (
+        "appendonly",
+        "no",
+        "mnemo has no append-only file: every write is durable in the pool",
+    ),
     ("databases", "", "can't set immutable config"),
     ("maxclients", "10000", "not supported by mnemo"),
-    ("maxmemory", "0", "the pool's size is a start option of mnemo serve (--size-max)"),
+    (
+        "maxmemory",
+        "0",
+        "the pool's size is a start option of mnemo serve (--size-max)",
+    ),
     ("maxmemory-policy", "noeviction", "mnemo never evicts keys"),
-    ("notify-keyspace-events", "", "keyspace notifications are not supported by mnemo"),
+    (
+        "notify-keyspace-events",
+        "",
+        "keyspace notifications are not supported by mnemo",
+    ),
     ("proto-max-bulk-len", "536870912", "not supported by mnemo"),
-    ("requirepass", "", "a start option of mnemo serve (--requirepass)"),
+    (
+        "requirepass",
+        "",
+        "a start option of mnemo serve (--requirepass)",
+    ),
     ("tcp-keepalive", "300", "not supported by mnemo"),
     ("timeout", "0", "not supported by mnemo"),
 ];
@@ -235,7 +341,8 @@ fn check(kind: Kind, value: &[u8]) -> Result<String, String> {
             .to_string())
         }
         Kind::Memory => {
-            let bytes = memory(value).ok_or_else(|| "argument must be a memory value".to_string())?;
+            let bytes =
+                memory(value).ok_or_else(|| "argument must be a memory value".to_string())?;
             if bytes > i64::MAX as u64 {
                 return Err(range(0, i64::MAX));
             }

@@ -211,7 +211,12 @@ impl<'h> PersistentEngine<'h> {
             config: config::Config::new(databases),
             error_counts: std::collections::BTreeMap::new(),
             opened: std::time::Instant::now(),
-            run_id: format!("{:016x}{:016x}{:08x}", seed, seed.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15, std::process::id()),
+            run_id: format!(
+                "{:016x}{:016x}{:08x}",
+                seed,
+                seed.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15,
+                std::process::id()
+            ),
             multi: None,
             stats: EngineStats::default(),
             info_hook: None,

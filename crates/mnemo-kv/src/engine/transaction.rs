@@ -148,9 +148,7 @@ fn key_arguments<'a>(
     } else {
         0..0
     };
-    range
-        .step_by(step)
-        .filter_map(move |at| args.get(at))
+    range.step_by(step).filter_map(move |at| args.get(at))
 }
 
 impl PersistentEngine<'_> {
@@ -223,10 +221,7 @@ impl PersistentEngine<'_> {
         let savepoint = match self.txn.as_ref().map(|txn| txn.savepoint()) {
             Some(Ok(savepoint)) => savepoint,
             Some(Err(e)) => {
-                return Some((
-                    commands::err_owned(format!("ERR {e}")),
-                    Effect::default(),
-                ))
+                return Some((commands::err_owned(format!("ERR {e}")), Effect::default()))
             }
             None => {
                 return Some((commands::err("ERR no open batch"), Effect::default()));
@@ -301,9 +296,8 @@ impl PersistentEngine<'_> {
             };
             let mut exists = false;
             for &in_db in candidates {
-                let found = self.under_savepoint(in_db, false, |ctx| {
-                    Ok(ctx.lookup(&key)?.is_some())
-                });
+                let found =
+                    self.under_savepoint(in_db, false, |ctx| Ok(ctx.lookup(&key)?.is_some()));
                 exists |= found.unwrap_or(true);
             }
             if exists {

@@ -336,7 +336,11 @@ impl Session {
 
     /// MULTI, EXEC, DISCARD, WATCH and UNWATCH, and the queuing of every other command
     /// between MULTI and EXEC, as Redis 7.0 does them; `None` for a command that runs now.
-    fn transaction_route(&mut self, spec: &'static CommandSpec, command: &Command) -> Option<Route> {
+    fn transaction_route(
+        &mut self,
+        spec: &'static CommandSpec,
+        command: &Command,
+    ) -> Option<Route> {
         let in_multi = self.multi.is_some();
         match spec.id {
             CommandId::Multi if in_multi => {
@@ -588,12 +592,7 @@ impl Session {
         let mut line = format!("id={} name=", self.id).into_bytes();
         line.extend_from_slice(self.name.as_deref().unwrap_or_default());
         line.extend_from_slice(
-            format!(
-                " db={} resp={} lib-name=",
-                self.db,
-                self.protocol.version()
-            )
-            .as_bytes(),
+            format!(" db={} resp={} lib-name=", self.db, self.protocol.version()).as_bytes(),
         );
         line.extend_from_slice(self.library.0.as_deref().unwrap_or_default());
         line.extend_from_slice(b" lib-ver=");
