@@ -54,6 +54,8 @@ const SCRIPT: &[&str] = &[
     "GETEX g EX 9223372036854775807",
     "GETEX nokey EX 10",
     "GETEX nokey FOO",
+    "GETEX nokey PX x",
+    "GETEX list PX x",
     "GETEX list",
     "GETEX list EX 10",
     "GETEX g EXAT 1",

@@ -106,12 +106,15 @@ fn setex(
 }
 
 /// What GETEX does to the key's expiry.
-enum GetexMode {
+enum GetexMode<'a> {
     Keep,
     Persist,
-    At(i64),
+    /// EX, PX, EXAT or PXAT: the unit (ms per unit), whether absolute, and the argument.
+    At(i64, bool, &'a [u8]),
 }
 
+/// GETEX. Redis 7.0 checks the options' syntax, then looks the key up (null if missing,
+/// WRONGTYPE if not a string), and only then reads the expiry's value.
 fn getex(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     let mut mode = GetexMode::Keep;
     let mut chosen = false;
@@ -126,10 +129,7 @@ fn getex(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resu
             } else {
                 1
             };
-            match expire_at(ctx, &a[i + 1], unit, opt.len() == 4, spec.name) {
-                Ok(at) => mode = GetexMode::At(at),
-                Err(reply) => return Ok(reply),
-            }
+            mode = GetexMode::At(unit, opt.len() == 4, &a[i + 1]);
             i += 1;
         } else if eq(opt, "persist") && !chosen {
             mode = GetexMode::Persist;
@@ -146,12 +146,21 @@ fn getex(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resu
     if f.entry.tag != tag::STRING {
         return Ok(wrongtype());
     }
+    let at = match mode {
+        GetexMode::At(unit, absolute, arg) => {
+            match expire_at(ctx, arg, unit, absolute, spec.name) {
+                Ok(at) => Some(at),
+                Err(reply) => return Ok(reply),
+            }
+        }
+        _ => None,
+    };
     let value = bulk(f.entry.string(ctx.tx)?);
-    match mode {
-        GetexMode::Keep => {}
-        GetexMode::Persist => ctx.set_expire(&f.entry, 0)?,
-        GetexMode::At(at) if at <= ctx.now => ctx.delete(&f)?,
-        GetexMode::At(at) => ctx.set_expire(&f.entry, at)?,
+    match (mode, at) {
+        (GetexMode::Persist, _) => ctx.set_expire(&f.entry, 0)?,
+        (_, Some(at)) if at <= ctx.now => ctx.delete(&f)?,
+        (_, Some(at)) => ctx.set_expire(&f.entry, at)?,
+        _ => {}
     }
     Ok(value)
 }
