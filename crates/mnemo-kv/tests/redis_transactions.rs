@@ -166,3 +166,32 @@ fn a_closed_connection_forgets_its_watches() {
     b.script(&["INCR k", "WATCH k", "MULTI", "INCR k", "EXEC", "GET k"]);
     b.assert_same();
 }
+
+/// A SELECT inside a transaction decides the database of the requests pipelined behind the
+/// EXEC, which the session takes only once the EXEC has completed.
+#[test]
+fn requests_pipelined_behind_a_selecting_exec_use_its_database() {
+    use std::io::{Read, Write};
+    let Some(pair) = Pair::start("transaction differential test") else {
+        return;
+    };
+    let pipeline =
+        b"MULTI\r\nSELECT 3\r\nEXEC\r\nSET k in3\r\nSELECT 0\r\nGET k\r\nSELECT 3\r\nGET k\r\n";
+    let expected = "+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n+OK\r\n+OK\r\n$-1\r\n+OK\r\n$3\r\nin3\r\n";
+    let mut mnemo =
+        std::net::TcpStream::connect(("127.0.0.1", pair.mnemo_port())).expect("connect");
+    mnemo.write_all(pipeline).expect("write");
+    let mut got = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while got.len() < expected.len() {
+        let n = mnemo.read(&mut buffer).expect("read");
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buffer[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), expected);
+    let mut redis = pair.redis.connect();
+    redis.write_all(pipeline).expect("write");
+    let mut theirs = vec![0u8; expected.len()];
+    redis.read_exact(&mut theirs).expect("read");
+    assert_eq!(String::from_utf8_lossy(&theirs), expected);
+}

@@ -402,8 +402,11 @@ impl EventLoop {
                 .complete(&completion.reply, completion.close);
             if !flush(connection, &mut self.output_total, &self.stats) {
                 self.close(token);
-            } else if connection.paused && connection.buffered() < self.output_limit {
-                // Paused, and the socket took the backlog below the limit: read it again at
+            } else if connection.session.take_repoll()
+                || (connection.paused && connection.buffered() < self.output_limit)
+            {
+                // Requests received but held behind an EXEC that selected a database; or
+                // paused, and the socket took the backlog below the limit: read it again at
                 // the next wake-up (no event will say so).
                 self.again.insert(token);
             }

@@ -95,6 +95,11 @@ pub struct Session {
     /// Whether the connection has WATCHed keys (the engine keeps which): EXEC, DISCARD and
     /// UNWATCH go to the executor then, to release them.
     watching: bool,
+    /// An EXEC holding a SELECT is at the executor: which database it leaves selected is
+    /// known only from its completion, so no later request is taken until then.
+    select_barrier: bool,
+    /// The barrier was lifted with requests possibly waiting in the decoder.
+    repoll: bool,
     /// Bytes in the `Ready` slots.
     queued_bytes: usize,
     output: BytesMut,
@@ -125,6 +130,8 @@ impl Session {
             db: 0,
             multi: None,
             watching: false,
+            select_barrier: false,
+            repoll: false,
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
@@ -169,7 +176,7 @@ impl Session {
     /// The next request for the executor, answering local ones on the way; `None` when the
     /// received bytes hold no further complete request (or the session is closing).
     pub fn poll_request(&mut self) -> Option<Request> {
-        while !self.closing {
+        while !self.closing && !self.select_barrier {
             let command = match self.decoder.next_command() {
                 Ok(Some(command)) => command,
                 Ok(None) => return None,
@@ -181,6 +188,10 @@ impl Session {
             };
             if let Route::Executor(spec, transaction) = self.route(&command) {
                 self.slots.push_back(Slot::Waiting);
+                self.select_barrier = transaction.as_ref().is_some_and(|t| {
+                    spec.id == CommandId::Exec
+                        && t.commands.iter().any(|(s, _)| s.id == CommandId::Select)
+                });
                 return Some(Request {
                     session: self.id,
                     protocol: self.protocol,
@@ -210,7 +221,15 @@ impl Session {
             self.queued_bytes += reply.len();
         }
         self.closing |= close;
+        self.repoll |= std::mem::take(&mut self.select_barrier);
         self.release();
+    }
+
+    /// Whether requests may wait in the received bytes since an EXEC that selected a
+    /// database completed (no socket event will come for them): the loop polls the session
+    /// again at its next wake-up. True once per such EXEC.
+    pub fn take_repoll(&mut self) -> bool {
+        std::mem::take(&mut self.repoll) && !self.closing && self.decoder.buffered_len() > 0
     }
 
     /// Reply bytes ready to be written and not yet taken ([`Session::take_output`]), plus

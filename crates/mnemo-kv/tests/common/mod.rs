@@ -80,6 +80,11 @@ impl Mnemo {
         }
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// A new connection.
     pub fn connect(&self) -> Conn {
         Conn::new(TcpStream::connect(("127.0.0.1", self.port)).expect("connect to mnemo"))
@@ -148,6 +153,11 @@ impl Pair {
         let dir = tempfile::tempdir().expect("tempdir");
         let mnemo = Mnemo::start(&dir.path().join("pool"), databases);
         Some(Pair { redis, mnemo, dir })
+    }
+
+    /// mnemo's port.
+    pub fn mnemo_port(&self) -> u16 {
+        self.mnemo.port()
     }
 
     /// A connection to each server.
