@@ -174,6 +174,24 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Bitop
         | Id::Lcs => super::strings::run(ctx, spec, a),
         Id::Unlink => del(ctx, &a[1..]),
+        Id::Hsetnx
+        | Id::Hincrbyfloat
+        | Id::Hstrlen
+        | Id::Hkeys
+        | Id::Hvals
+        | Id::Hrandfield
+        | Id::Hscan
+        | Id::Smismember
+        | Id::Srandmember
+        | Id::Smove
+        | Id::Sinter
+        | Id::Sinterstore
+        | Id::Sunion
+        | Id::Sunionstore
+        | Id::Sdiff
+        | Id::Sdiffstore
+        | Id::Sintercard
+        | Id::Sscan => super::collections::run(ctx, spec, a),
         // Not data commands: the engine answers PING, ECHO, SELECT, SHUTDOWN, INFO and CONFIG
         // itself (`PersistentEngine::run_command`), the session the others (connection state),
         // which the engine does not know.
@@ -512,7 +530,7 @@ fn keys(ctx: &mut Ctx<'_, '_>, pattern: &[u8]) -> Result<Reply> {
 /// A SCAN cursor as Redis reads it (`strtoul`): an optional sign, then decimal digits (none
 /// at all is cursor 0); a minus sign wraps around ("-1" is the largest cursor); overflow and
 /// anything else is invalid.
-fn scan_cursor(arg: &[u8]) -> Option<u64> {
+pub(super) fn scan_cursor(arg: &[u8]) -> Option<u64> {
     let (negative, digits) = match arg.first() {
         Some(b'-') => (true, &arg[1..]),
         Some(b'+') => (false, &arg[1..]),
@@ -785,7 +803,7 @@ macro_rules! container {
 }
 
 /// Deletes `key` if its nested table is now empty.
-fn drop_if_empty(ctx: &mut Ctx<'_, '_>, key: &[u8], d: u64) -> Result<()> {
+pub(super) fn drop_if_empty(ctx: &mut Ctx<'_, '_>, key: &[u8], d: u64) -> Result<()> {
     if dict::Header::read(ctx.tx, d)?.count == 0 {
         if let Some(f) = ctx.lookup_write(key)? {
             ctx.delete(&f)?;
@@ -819,7 +837,12 @@ fn sadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 }
 
 /// Removes members (set, hash fields, sorted-set members) from a table; returns how many.
-fn remove_members(ctx: &mut Ctx<'_, '_>, d: u64, members: &[Bytes], zset: bool) -> Result<u64> {
+pub(super) fn remove_members(
+    ctx: &mut Ctx<'_, '_>,
+    d: u64,
+    members: &[Bytes],
+    zset: bool,
+) -> Result<u64> {
     let mut removed = 0;
     for member in members {
         if let Some(f) = dict::step_find(
@@ -852,7 +875,7 @@ fn srem(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     Ok(int(n))
 }
 
-fn members(ctx: &mut Ctx<'_, '_>, d: u64) -> Result<Vec<Vec<u8>>> {
+pub(super) fn members(ctx: &mut Ctx<'_, '_>, d: u64) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     dict::for_each(ctx.tx, d, |e| {
         out.push(e.key(ctx.tx)?);

@@ -18,6 +18,7 @@
 #[macro_use]
 mod commands;
 mod bits;
+mod collections;
 mod config;
 mod databases;
 mod decimal;

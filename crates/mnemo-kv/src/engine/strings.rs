@@ -200,7 +200,7 @@ fn incrbyfloat(ctx: &mut Ctx<'_, '_>, key: &[u8], by: &[u8]) -> Result<Reply> {
 }
 
 /// A float as Redis's `string2ld` takes it: no leading space, not NaN.
-fn valid_float(text: &[u8]) -> Option<f64> {
+pub(super) fn valid_float(text: &[u8]) -> Option<f64> {
     if text.first().is_some_and(u8::is_ascii_whitespace) {
         return None;
     }
@@ -209,7 +209,7 @@ fn valid_float(text: &[u8]) -> Option<f64> {
 
 /// A float as INCRBYFLOAT prints it: fixed point, no exponent, no trailing zeros (the
 /// shortest digits that read back as the same double).
-fn format_float(v: f64) -> String {
+pub(super) fn format_float(v: f64) -> String {
     let text = format!("{v}");
     if text == "-0" {
         "0".into()
