@@ -192,6 +192,16 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Sdiffstore
         | Id::Sintercard
         | Id::Sscan => super::collections::run(ctx, spec, a),
+        Id::Lpushx
+        | Id::Rpushx
+        | Id::Lset
+        | Id::Ltrim
+        | Id::Lrem
+        | Id::Linsert
+        | Id::Lpos
+        | Id::Lmove
+        | Id::Rpoplpush
+        | Id::Lmpop => super::lists::run(ctx, spec, a),
         // Not data commands: the engine answers PING, ECHO, SELECT, SHUTDOWN, INFO and CONFIG
         // itself (`PersistentEngine::run_command`), the session the others (connection state),
         // which the engine does not know.

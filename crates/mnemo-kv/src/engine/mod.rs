@@ -28,6 +28,7 @@ mod info;
 mod keyspace;
 pub mod limits;
 pub mod list;
+mod lists;
 mod score_range;
 mod store;
 mod strings;

@@ -109,6 +109,14 @@ impl Watches {
         for key in key_arguments(spec, args) {
             self.touch(db, key);
         }
+        // LMPOP's keys follow their count (the table has no fixed positions for them).
+        if spec.id == CommandId::Lmpop {
+            let count = args.get(1).and_then(|n| parse_i64(n)).unwrap_or(0);
+            let keys = usize::try_from(count).unwrap_or(0);
+            for key in args.iter().skip(2).take(keys) {
+                self.touch(db, key);
+            }
+        }
         let other_db = match spec.id {
             CommandId::Move => args.get(2),
             CommandId::Copy => args
