@@ -140,7 +140,18 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Zrange => zrange(ctx, a),
         Id::Zrangebyscore => super::score_range::zrangebyscore(ctx, a, false),
         Id::Zrevrangebyscore => super::score_range::zrangebyscore(ctx, a, true),
-        Id::Zpopmin => zpopmin(ctx, spec, a),
+        Id::Zpopmin => zpop(ctx, spec, a, false),
+        Id::Zcount
+        | Id::Zmscore
+        | Id::Zrank
+        | Id::Zrevrank
+        | Id::Zrevrange
+        | Id::Zpopmax
+        | Id::Zremrangebyscore
+        | Id::Zremrangebyrank
+        | Id::Zrandmember
+        | Id::Zscan
+        | Id::Zmpop => super::zsets::run(ctx, spec, a),
         Id::Setnx
         | Id::Setex
         | Id::Psetex
@@ -1245,7 +1256,7 @@ pub(super) fn scored_reply(items: Vec<(f64, Vec<u8>)>, with_scores: bool, resp3:
     Reply::Array(out)
 }
 
-fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+pub(super) fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     let (mut by_score, mut rev, mut with_scores) = (false, false, false);
     let mut limit: Option<(i64, i64)> = None;
     let mut i = 4;
@@ -1304,7 +1315,13 @@ fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     Ok(scored_reply(items, with_scores, resp3))
 }
 
-fn zpopmin(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
+/// ZPOPMIN and ZPOPMAX (`max`).
+pub(super) fn zpop(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &'static CommandSpec,
+    a: &[Bytes],
+    max: bool,
+) -> Result<Reply> {
     let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
@@ -1312,16 +1329,30 @@ fn zpopmin(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Re
     let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
         return Ok(Reply::Array(Vec::new()));
     };
+    let popped = pop_members(ctx, d, count.unwrap_or(1), max)?;
+    drop_if_empty(ctx, &a[1], d)?;
+    let resp3 = ctx.resp3 && count.is_some();
+    Ok(scored_reply(popped, true, resp3))
+}
+
+/// Removes up to `count` members with the lowest (or, with `max`, highest) scores from the
+/// sorted set `d`; returns them in that order. The caller drops an emptied key.
+pub(super) fn pop_members(
+    ctx: &mut Ctx<'_, '_>,
+    d: u64,
+    count: u64,
+    max: bool,
+) -> Result<Vec<(f64, Vec<u8>)>> {
     let mut popped = Vec::new();
-    for _ in 0..count.unwrap_or(1) {
-        let Some(first) = ctx.zindex(d)?.first().cloned() else {
+    for _ in 0..count {
+        let index = ctx.zindex(d)?;
+        let next = if max { index.last() } else { index.first() };
+        let Some(first) = next.cloned() else {
             break;
         };
         let member = Bytes::from(first.1.clone());
         remove_members(ctx, d, std::slice::from_ref(&member), true)?;
         popped.push((first.0 .0, first.1));
     }
-    drop_if_empty(ctx, &a[1], d)?;
-    let resp3 = ctx.resp3 && count.is_some();
-    Ok(scored_reply(popped, true, resp3))
+    Ok(popped)
 }

@@ -33,6 +33,7 @@ mod score_range;
 mod store;
 mod strings;
 mod transaction;
+mod zsets;
 
 use std::cell::Cell;
 use std::time::{SystemTime, UNIX_EPOCH};

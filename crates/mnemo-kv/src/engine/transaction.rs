@@ -110,7 +110,7 @@ impl Watches {
             self.touch(db, key);
         }
         // LMPOP's keys follow their count (the table has no fixed positions for them).
-        if spec.id == CommandId::Lmpop {
+        if matches!(spec.id, CommandId::Lmpop | CommandId::Zmpop) {
             let count = args.get(1).and_then(|n| parse_i64(n)).unwrap_or(0);
             let keys = usize::try_from(count).unwrap_or(0);
             for key in args.iter().skip(2).take(keys) {
