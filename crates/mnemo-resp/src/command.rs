@@ -472,7 +472,12 @@ command_table! {
         Zadd => spec("zadd", -4, WMF, ONE_KEY),
         Zcard => spec("zcard", 2, RF, ONE_KEY),
         Zcount => spec("zcount", 4, RF, ONE_KEY),
+        Zdiff => spec("zdiff", -3, R, NO_KEYS),
+        Zdiffstore => spec("zdiffstore", -4, WM, ONE_KEY),
         Zincrby => spec("zincrby", 4, WMF, ONE_KEY),
+        Zinter => spec("zinter", -3, R, NO_KEYS),
+        Zintercard => spec("zintercard", -3, R, NO_KEYS),
+        Zinterstore => spec("zinterstore", -4, WM, ONE_KEY),
         Zmpop => spec("zmpop", -4, W, NO_KEYS),
         Zmscore => spec("zmscore", -3, RF, ONE_KEY),
         Zpopmax => spec("zpopmax", -2, WF, ONE_KEY),
@@ -489,6 +494,8 @@ command_table! {
         Zrevrank => spec("zrevrank", 3, RF, ONE_KEY),
         Zscan => spec("zscan", -3, R, ONE_KEY),
         Zscore => spec("zscore", 3, RF, ONE_KEY),
+        Zunion => spec("zunion", -3, R, NO_KEYS),
+        Zunionstore => spec("zunionstore", -4, WM, ONE_KEY),
     ];
 }
 

@@ -151,7 +151,14 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Zremrangebyrank
         | Id::Zrandmember
         | Id::Zscan
-        | Id::Zmpop => super::zsets::run(ctx, spec, a),
+        | Id::Zmpop
+        | Id::Zunion
+        | Id::Zinter
+        | Id::Zdiff
+        | Id::Zintercard
+        | Id::Zunionstore
+        | Id::Zinterstore
+        | Id::Zdiffstore => super::zsets::run(ctx, spec, a),
         Id::Setnx
         | Id::Setex
         | Id::Psetex

@@ -55,6 +55,13 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Re
         Id::Zrandmember => zrandmember(ctx, a),
         Id::Zscan => zscan(ctx, a),
         Id::Zmpop => zmpop(ctx, a),
+        Id::Zunion => combine(ctx, spec, a, 1, None, Combine::Union),
+        Id::Zinter => combine(ctx, spec, a, 1, None, Combine::Inter),
+        Id::Zdiff => combine(ctx, spec, a, 1, None, Combine::Diff),
+        Id::Zintercard => combine(ctx, spec, a, 1, None, Combine::InterCard),
+        Id::Zunionstore => combine(ctx, spec, a, 2, Some(&a[1]), Combine::Union),
+        Id::Zinterstore => combine(ctx, spec, a, 2, Some(&a[1]), Combine::Inter),
+        Id::Zdiffstore => combine(ctx, spec, a, 2, Some(&a[1]), Combine::Diff),
         _ => Ok(wrong_arity(spec)),
     }
 }
@@ -318,4 +325,202 @@ fn zmpop(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         ]));
     }
     Ok(Reply::NullArray)
+}
+
+/// How ZUNION and ZINTER combine a member's scores.
+#[derive(Clone, Copy, PartialEq)]
+enum Aggregate {
+    Sum,
+    Min,
+    Max,
+}
+
+/// Which of the combining commands runs.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Combine {
+    Union,
+    Inter,
+    Diff,
+    /// ZINTERCARD: the intersection's size only.
+    InterCard,
+}
+
+/// ZUNION, ZINTER, ZDIFF, their STORE forms and ZINTERCARD: `at` is the position of
+/// numkeys; `store` the destination. Sources may be sorted sets or sets (score 1). Redis
+/// 7.0's order: numkeys, then the keys (WRONGTYPE), then the options.
+pub(super) fn combine(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &'static CommandSpec,
+    a: &[Bytes],
+    at: usize,
+    store: Option<&Bytes>,
+    op: Combine,
+) -> Result<Reply> {
+    let Some(numkeys) = parse_i64(&a[at]) else {
+        return Ok(err(errors::NOT_INTEGER));
+    };
+    if numkeys < 1 {
+        return Ok(err_owned(format!(
+            "ERR at least 1 input key is needed for '{}' command",
+            spec.name
+        )));
+    }
+    let numkeys = numkeys as usize;
+    if numkeys > a.len() - at - 1 {
+        return Ok(err(errors::SYNTAX));
+    }
+    // The sources: Some((table, is_zset)) or None for a missing key.
+    let mut sources = Vec::with_capacity(numkeys);
+    for key in &a[at + 1..at + 1 + numkeys] {
+        match ctx.lookup(key)? {
+            None => sources.push(None),
+            Some(f) if f.entry.tag == tag::ZSET => sources.push(Some((f.entry.val, true))),
+            Some(f) if f.entry.tag == tag::SET => sources.push(Some((f.entry.val, false))),
+            Some(_) => return Ok(wrongtype()),
+        }
+    }
+    let mut weights = vec![1.0f64; numkeys];
+    let mut aggregate = Aggregate::Sum;
+    let (mut with_scores, mut limit) = (false, 0u64);
+    let card = op == Combine::InterCard;
+    let mut j = at + 1 + numkeys;
+    while j < a.len() {
+        let remaining = a.len() - j;
+        if op != Combine::Diff && !card && remaining > numkeys && eq(&a[j], "weights") {
+            for (i, weight) in weights.iter_mut().enumerate() {
+                match super::strings::valid_float(&a[j + 1 + i]) {
+                    Some(w) => *weight = w,
+                    None => return Ok(err("ERR weight value is not a float")),
+                }
+            }
+            j += 1 + numkeys;
+        } else if op != Combine::Diff && !card && remaining >= 2 && eq(&a[j], "aggregate") {
+            aggregate = if eq(&a[j + 1], "sum") {
+                Aggregate::Sum
+            } else if eq(&a[j + 1], "min") {
+                Aggregate::Min
+            } else if eq(&a[j + 1], "max") {
+                Aggregate::Max
+            } else {
+                return Ok(err(errors::SYNTAX));
+            };
+            j += 2;
+        } else if store.is_none() && !card && eq(&a[j], "withscores") {
+            with_scores = true;
+            j += 1;
+        } else if card && remaining >= 2 && eq(&a[j], "limit") {
+            match parse_i64(&a[j + 1]) {
+                Some(n) if n >= 0 => limit = n as u64,
+                _ => return Ok(err("ERR LIMIT can't be negative")),
+            }
+            j += 2;
+        } else {
+            return Ok(err(errors::SYNTAX));
+        }
+    }
+    // Every source's members with their weighted scores (NaN counts as 0, as in Redis).
+    let mut members: Vec<Option<std::collections::HashMap<Vec<u8>, f64>>> = Vec::new();
+    for (i, source) in sources.iter().enumerate() {
+        members.push(match source {
+            None => None,
+            Some((d, zset)) => {
+                let mut map = std::collections::HashMap::new();
+                let weight = weights[i];
+                let zset = *zset;
+                dict::for_each(ctx.tx, *d, |e| {
+                    let score = if zset { e.score() } else { 1.0 };
+                    let weighted = weight * score;
+                    map.insert(
+                        e.key(ctx.tx)?,
+                        if weighted.is_nan() { 0.0 } else { weighted },
+                    );
+                    Ok(true)
+                })?;
+                Some(map)
+            }
+        });
+    }
+    let combine = |acc: f64, v: f64| match aggregate {
+        Aggregate::Sum => {
+            let sum = acc + v;
+            if sum.is_nan() {
+                0.0
+            } else {
+                sum
+            }
+        }
+        Aggregate::Min => acc.min(v),
+        Aggregate::Max => acc.max(v),
+    };
+    let mut result: Vec<(f64, Vec<u8>)> = Vec::new();
+    match op {
+        Combine::Union => {
+            let mut all: std::collections::HashMap<Vec<u8>, f64> = std::collections::HashMap::new();
+            for map in members.iter().flatten() {
+                for (member, &score) in map {
+                    all.entry(member.clone())
+                        .and_modify(|acc| *acc = combine(*acc, score))
+                        .or_insert(score);
+                }
+            }
+            result.extend(all.into_iter().map(|(m, s)| (s, m)));
+        }
+        Combine::Inter | Combine::InterCard => {
+            if members.iter().all(Option::is_some) {
+                let maps: Vec<&std::collections::HashMap<Vec<u8>, f64>> =
+                    members.iter().flatten().collect();
+                let smallest = (0..maps.len()).min_by_key(|&i| maps[i].len()).unwrap_or(0);
+                for (member, _) in maps[smallest].iter() {
+                    let mut score: Option<f64> = None;
+                    let mut everywhere = true;
+                    for map in &maps {
+                        match map.get(member) {
+                            Some(&s) => score = Some(score.map_or(s, |acc| combine(acc, s))),
+                            None => {
+                                everywhere = false;
+                                break;
+                            }
+                        }
+                    }
+                    if let (true, Some(score)) = (everywhere, score) {
+                        result.push((score, member.clone()));
+                        if card && limit != 0 && result.len() as u64 >= limit {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Combine::Diff => {
+            if let Some(Some(first)) = members.first() {
+                for (member, &score) in first {
+                    if !members[1..]
+                        .iter()
+                        .flatten()
+                        .any(|m| m.contains_key(member))
+                    {
+                        result.push((score, member.clone()));
+                    }
+                }
+            }
+        }
+    }
+    if card {
+        return Ok(int(result.len() as u64));
+    }
+    result.sort_by(|x, y| Score(x.0).cmp(&Score(y.0)).then_with(|| x.1.cmp(&y.1)));
+    let Some(target) = store else {
+        return Ok(scored_reply(result, with_scores, ctx.resp3));
+    };
+    if let Some(f) = ctx.lookup_write(target)? {
+        ctx.delete(&f)?;
+    }
+    if result.is_empty() {
+        return Ok(Reply::Integer(0));
+    }
+    let d = ctx.create_container(target, tag::ZSET)?;
+    for (score, member) in &result {
+        super::commands::zset_score(ctx, d, member, *score)?;
+    }
+    Ok(int(result.len() as u64))
 }
