@@ -141,6 +141,14 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Zrangebyscore => super::score_range::zrangebyscore(ctx, a, false),
         Id::Zrevrangebyscore => super::score_range::zrangebyscore(ctx, a, true),
         Id::Zpopmin => zpop(ctx, spec, a, false),
+        Id::Blpop
+        | Id::Brpop
+        | Id::Blmove
+        | Id::Brpoplpush
+        | Id::Blmpop
+        | Id::Bzpopmin
+        | Id::Bzpopmax
+        | Id::Bzmpop => super::blocking::run_now(ctx, spec, a),
         Id::Zcount
         | Id::Zmscore
         | Id::Zrank

@@ -18,6 +18,7 @@
 #[macro_use]
 mod commands;
 mod bits;
+mod blocking;
 mod collections;
 mod config;
 mod databases;
@@ -128,6 +129,12 @@ pub struct PersistentEngine<'h> {
     writes: u64,
     /// WATCHed keys.
     watch: Watches,
+    /// While a request from the server runs outside EXEC: its deadline if it was parked
+    /// before (`Some(Some(ms))`), `Some(None)` if not yet; `None` where nothing may block.
+    can_block: Option<Option<i64>>,
+    /// The running blocking command found nothing and must wait until this deadline (Unix
+    /// ms; `i64::MAX` for ever).
+    blocked: Option<i64>,
     /// CONFIG's parameters.
     config: config::Config,
     /// Error replies by their first word (INFO errorstats).
@@ -211,6 +218,8 @@ impl<'h> PersistentEngine<'h> {
             exec_overflow: false,
             writes: 0,
             watch: Watches::default(),
+            can_block: None,
+            blocked: None,
             config: config::Config::new(databases),
             error_counts: std::collections::BTreeMap::new(),
             opened: std::time::Instant::now(),
@@ -348,6 +357,7 @@ impl<'h> PersistentEngine<'h> {
             wrote: writes,
             close: spec.id == CommandId::Shutdown,
             select: None,
+            block: None,
         };
         self.stats.commands += 1;
         if let Some(reason) = &self.poisoned {
@@ -403,6 +413,9 @@ impl<'h> PersistentEngine<'h> {
                 Reply::Bulk(Bytes::from(((self.now % 1000) * 1000).to_string())),
             ])),
             CommandId::Watch => Ok(self.watch.add(session, *db, &args[1..])),
+            id if blocking::is_blocking(id) && self.can_block.is_some() && !self.in_exec => {
+                return (self.run_blocking(spec, args, *db, resp3), effect);
+            }
             CommandId::Unwatch => {
                 self.watch.remove_session(session);
                 Ok(Reply::ok())
@@ -425,6 +438,47 @@ impl<'h> PersistentEngine<'h> {
             Err(e) => self.recover(e, spec, args, *db, resp3),
         };
         (reply, effect)
+    }
+
+    /// A blocking command from the server: served now if a key has elements; else parked
+    /// (`self.blocked`) until its deadline, or the timeout's reply once that has passed.
+    fn run_blocking(
+        &mut self,
+        spec: &'static CommandSpec,
+        args: &[Bytes],
+        db: usize,
+        resp3: bool,
+    ) -> Reply {
+        let timeout = match blocking::timeout_ms(spec, args) {
+            Ok(ms) => ms,
+            Err(reply) => return reply,
+        };
+        let existing = self.watched_existing(spec, args, db);
+        if self.batch_dbs.last() != Some(&db) && !self.batch_dbs.contains(&db) {
+            self.batch_dbs.push(db);
+        }
+        let served = self.under_savepoint(db, resp3, |ctx| blocking::try_serve(ctx, spec, args));
+        match served {
+            Ok(Some(reply)) => {
+                if self.writes > 0 && !self.watch.is_empty() && !matches!(reply, Reply::Error(_)) {
+                    self.watch.touch_command(spec, args, db, existing);
+                }
+                reply
+            }
+            Ok(None) => {
+                let given = self.can_block.flatten();
+                let deadline = given.unwrap_or(if timeout == 0 {
+                    i64::MAX
+                } else {
+                    self.now.saturating_add(timeout)
+                });
+                if self.now < deadline {
+                    self.blocked = Some(deadline);
+                }
+                blocking::timeout_reply()
+            }
+            Err(e) => self.recover(e, spec, args, db, resp3),
+        }
     }
 
     fn run_data(
@@ -710,7 +764,9 @@ impl Engine for PersistentEngine<'_> {
             self.begin();
         }
         let mut db = request.db;
-        let (value, effect) = match &request.transaction {
+        self.can_block = Some(request.deadline);
+        self.blocked = None;
+        let (value, mut effect) = match &request.transaction {
             Some(transaction) => self.run_transaction(
                 request.spec,
                 request.session,
@@ -734,6 +790,12 @@ impl Engine for PersistentEngine<'_> {
                 reply.protocol(),
             ),
         };
+        self.can_block = None;
+        if let Some(deadline) = self.blocked.take() {
+            // Parked by the server: no reply yet.
+            effect.block = Some(deadline);
+            return effect;
+        }
         self.count_errors(&value);
         if !(effect.close && matches!(value, Reply::Simple(_))) {
             reply.reply(&value);

@@ -110,6 +110,12 @@ impl Watches {
             self.touch(db, key);
         }
         // LMPOP's keys follow their count (the table has no fixed positions for them).
+        if matches!(spec.id, CommandId::Blmpop | CommandId::Bzmpop) {
+            let keys = super::blocking::numkeys(args);
+            for key in args.iter().skip(3).take(keys) {
+                self.touch(db, key);
+            }
+        }
         if matches!(spec.id, CommandId::Lmpop | CommandId::Zmpop) {
             let count = args.get(1).and_then(|n| parse_i64(n)).unwrap_or(0);
             let keys = usize::try_from(count).unwrap_or(0);

@@ -21,6 +21,10 @@ pub struct Effect {
     pub close: bool,
     /// The command selected a database for its connection (SELECT inside EXEC).
     pub select: Option<usize>,
+    /// A blocking command found nothing: no reply was written; the server parks the request
+    /// and runs it again after later writes, until this deadline (Unix ms; `i64::MAX`: for
+    /// ever), when the engine answers the timeout.
+    pub block: Option<i64>,
 }
 
 /// The storage engine, as the executor sees it. One transaction per batch.
@@ -57,6 +61,8 @@ pub struct Completion {
     pub close: bool,
     /// The database the session has selected from now on, if the command changed it.
     pub select: Option<usize>,
+    /// The request blocked (no reply): park it until this deadline.
+    pub block: Option<i64>,
 }
 
 /// Runs `requests` in one transaction and returns their replies, in request order, once the
@@ -87,14 +93,14 @@ pub(crate) fn execute_batch<E: Engine>(
     for request in requests {
         let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
         wrote |= effect.wrote;
-        ends.push((replies.len(), effect.close, effect.select));
+        ends.push((replies.len(), effect.close, effect.select, effect.block));
     }
     let replies = replies.freeze();
     let mut start = 0;
     let completions = requests
         .iter()
         .zip(ends)
-        .map(|(request, (end, close, select))| {
+        .map(|(request, (end, close, select, block))| {
             let reply = replies.slice(start.min(end)..end);
             start = end;
             Completion {
@@ -102,6 +108,7 @@ pub(crate) fn execute_batch<E: Engine>(
                 reply,
                 close,
                 select,
+                block,
             }
         })
         .collect();

@@ -55,6 +55,8 @@ pub struct Request {
     /// EXEC (and DISCARD, UNWATCH): the transaction the connection queued since MULTI;
     /// `None` for every other command.
     pub transaction: Option<Box<Transaction>>,
+    /// A blocking command parked before: its deadline (Unix ms), kept across its runs.
+    pub deadline: Option<i64>,
 }
 
 /// The commands a connection queued between MULTI and EXEC, each found and checked in the
@@ -95,9 +97,10 @@ pub struct Session {
     /// Whether the connection has WATCHed keys (the engine keeps which): EXEC, DISCARD and
     /// UNWATCH go to the executor then, to release them.
     watching: bool,
-    /// An EXEC holding a SELECT is at the executor: which database it leaves selected is
-    /// known only from its completion, so no later request is taken until then.
-    select_barrier: bool,
+    /// An EXEC holding a SELECT (which database it leaves selected is known only from its
+    /// completion) or a blocking command (the connection waits, as in Redis) is at the
+    /// executor: no later request is taken until it completes.
+    barrier: bool,
     /// The barrier was lifted with requests possibly waiting in the decoder.
     repoll: bool,
     /// Bytes in the `Ready` slots.
@@ -130,7 +133,7 @@ impl Session {
             db: 0,
             multi: None,
             watching: false,
-            select_barrier: false,
+            barrier: false,
             repoll: false,
             queued_bytes: 0,
             output: BytesMut::new(),
@@ -176,7 +179,7 @@ impl Session {
     /// The next request for the executor, answering local ones on the way; `None` when the
     /// received bytes hold no further complete request (or the session is closing).
     pub fn poll_request(&mut self) -> Option<Request> {
-        while !self.closing && !self.select_barrier {
+        while !self.closing && !self.barrier {
             let command = match self.decoder.next_command() {
                 Ok(Some(command)) => command,
                 Ok(None) => return None,
@@ -188,10 +191,14 @@ impl Session {
             };
             if let Route::Executor(spec, transaction) = self.route(&command) {
                 self.slots.push_back(Slot::Waiting);
-                self.select_barrier = transaction.as_ref().is_some_and(|t| {
-                    spec.id == CommandId::Exec
-                        && t.commands.iter().any(|(s, _)| s.id == CommandId::Select)
-                });
+                // Nothing after an EXEC holding a SELECT (its database is known only when it
+                // completes) or a blocking command (the connection waits, as in Redis) is
+                // taken before it completes.
+                self.barrier = blocking(spec.id)
+                    || transaction.as_ref().is_some_and(|t| {
+                        spec.id == CommandId::Exec
+                            && t.commands.iter().any(|(s, _)| s.id == CommandId::Select)
+                    });
                 return Some(Request {
                     session: self.id,
                     protocol: self.protocol,
@@ -199,6 +206,7 @@ impl Session {
                     command,
                     db: self.db,
                     transaction,
+                    deadline: None,
                 });
             }
         }
@@ -221,7 +229,7 @@ impl Session {
             self.queued_bytes += reply.len();
         }
         self.closing |= close;
-        self.repoll |= std::mem::take(&mut self.select_barrier);
+        self.repoll |= std::mem::take(&mut self.barrier);
         self.release();
     }
 
@@ -619,6 +627,21 @@ impl Session {
         line.push(b'\n');
         line
     }
+}
+
+/// The blocking commands: the connection takes no further request until one completes.
+fn blocking(id: CommandId) -> bool {
+    matches!(
+        id,
+        CommandId::Blpop
+            | CommandId::Brpop
+            | CommandId::Blmove
+            | CommandId::Brpoplpush
+            | CommandId::Blmpop
+            | CommandId::Bzpopmin
+            | CommandId::Bzpopmax
+            | CommandId::Bzmpop
+    )
 }
 
 /// Redis accepts client names made of '!'..='~' only (no spaces, no newlines).

@@ -116,9 +116,39 @@ impl Conn {
 
     /// Sends one command and waits for its reply.
     pub fn call(&mut self, args: &[Bytes]) -> Reply {
+        self.send(args);
+        self.reply()
+    }
+
+    /// Sends one command without waiting for its reply.
+    pub fn send(&mut self, args: &[Bytes]) {
         let mut request = BytesMut::new();
         encode_command(args, &mut request);
         self.stream.write_all(&request).expect("write");
+    }
+
+    /// Whether a reply arrives within `wait` (without consuming it).
+    pub fn has_reply_within(&mut self, wait: Duration) -> bool {
+        if self.decoder.buffered_len() > 0 {
+            return true;
+        }
+        self.stream.set_read_timeout(Some(wait)).expect("timeout");
+        let mut buffer = [0u8; 64 * 1024];
+        let got = match self.stream.read(&mut buffer) {
+            Ok(n) if n > 0 => {
+                self.decoder.feed(&buffer[..n]);
+                true
+            }
+            _ => false,
+        };
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        got
+    }
+
+    /// Waits for the next reply.
+    pub fn reply(&mut self) -> Reply {
         let mut buffer = [0u8; 64 * 1024];
         loop {
             if let Some(reply) = self.decoder.next_reply().expect("valid reply") {
