@@ -284,3 +284,51 @@ fn time_and_lastsave() {
     c.check_with("LASTSAVE x", |r| r);
     c.assert_same();
 }
+
+/// SAVE (a sync point: LASTSAVE moves), BGSAVE, FUNCTION FLUSH / LIST (no functions exist:
+/// scripting is not supported) as Redis answers them.
+#[test]
+fn save_and_function_like_redis() {
+    let Some(pair) = Pair::start("server differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    c.script(&[
+        "SAVE",
+        "SAVE x",
+        "BGSAVE",
+        "BGSAVE foo",
+        "BGSAVE SCHEDULE x",
+        "FUNCTION FLUSH",
+        "FUNCTION FLUSH ASYNC",
+        "FUNCTION FLUSH sync",
+        "FUNCTION FLUSH foo",
+        "FUNCTION FLUSH ASYNC x",
+        "FUNCTION LIST",
+        "FUNCTION LIST WITHCODE",
+        "FUNCTION LIST LIBRARYNAME x* WITHCODE",
+        "FUNCTION LIST foo",
+        "FUNCTION LIST LIBRARYNAME",
+        "FUNCTION",
+        "FUNCTION NOSUCH",
+    ]);
+    c.assert_same();
+    // The families mnemo does not have say so.
+    for (line, what) in [
+        ("XADD s * a 1", "streams are"),
+        ("pfadd h a", "HyperLogLog is"),
+        ("SUBSCRIBE ch", "pub/sub is"),
+        ("EVAL return 0", "scripting is"),
+        ("GEOADD g 1 1 m", "geo commands are"),
+    ] {
+        let Reply::Error(text) = c.mnemo.call(&common::words(line)) else {
+            panic!("{line}")
+        };
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.starts_with("ERR "), "{text}");
+        assert!(
+            text.contains(&format!("{what} not supported by mnemo")),
+            "{text}"
+        );
+    }
+}

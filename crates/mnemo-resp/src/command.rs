@@ -336,6 +336,11 @@ command_table! {
         ConfigSet => spec("config|set", -4, ANLS, NO_KEYS),
     ];
 
+    const FUNCTION = [
+        FunctionFlush => spec("function|flush", -2, W.union(Flags::NOSCRIPT), NO_KEYS),
+        FunctionList => spec("function|list", -2, Flags::NOSCRIPT, NO_KEYS),
+    ];
+
     const OBJECT = [
         ObjectEncoding => spec("object|encoding", 3, R, (2, 2, 1)),
         ObjectFreq => spec("object|freq", 3, R, (2, 2, 1)),
@@ -350,6 +355,7 @@ command_table! {
     const COMMANDS = [
         Append => spec("append", 3, WMF, ONE_KEY),
         Auth => spec("auth", -2, NLS_FAST_NO_AUTH, NO_KEYS),
+        Bgsave => spec("bgsave", -1, ANLS, NO_KEYS),
         Bitcount => spec("bitcount", -2, R, ONE_KEY),
         Bitop => spec("bitop", -4, WM, (2, -1, 1)),
         Bitpos => spec("bitpos", -3, R, ONE_KEY),
@@ -378,6 +384,7 @@ command_table! {
         Expiretime => spec("expiretime", 2, RF, ONE_KEY),
         Flushall => spec("flushall", -1, W, NO_KEYS),
         Flushdb => spec("flushdb", -1, W, NO_KEYS),
+        Function => container("function", -2, NONE, FUNCTION),
         Get => spec("get", 2, RF, ONE_KEY),
         Getbit => spec("getbit", 3, RF, ONE_KEY),
         Getdel => spec("getdel", 2, WF, ONE_KEY),
@@ -443,6 +450,7 @@ command_table! {
         Rpush => spec("rpush", -3, WMF, ONE_KEY),
         Rpushx => spec("rpushx", -3, WMF, ONE_KEY),
         Sadd => spec("sadd", -3, WMF, ONE_KEY),
+        Save => spec("save", 1, ANLS, NO_KEYS),
         Scan => spec("scan", -2, R, NO_KEYS),
         Scard => spec("scard", 2, RF, ONE_KEY),
         Sdiff => spec("sdiff", -2, R, ALL_KEYS),

@@ -240,6 +240,11 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Watch
         | Id::Unwatch
         | Id::Lastsave
+        | Id::Save
+        | Id::Bgsave
+        | Id::Function
+        | Id::FunctionFlush
+        | Id::FunctionList
         | Id::Time
         | Id::Object
         | Id::Shutdown

@@ -352,7 +352,9 @@ impl<'h> PersistentEngine<'h> {
                 Effect::default(),
             );
         }
-        let writes = spec.flags.contains(Flags::WRITE);
+        // SAVE asks for a sync point: every acknowledged write already had one, but the batch
+        // commits (and LASTSAVE moves) as for a write.
+        let writes = spec.flags.contains(Flags::WRITE) || spec.id == CommandId::Save;
         let mut effect = Effect {
             wrote: writes,
             close: spec.id == CommandId::Shutdown,
@@ -405,6 +407,33 @@ impl<'h> PersistentEngine<'h> {
                 self.error_counts.clear();
                 Ok(Reply::ok())
             }
+            CommandId::Save => Ok(Reply::ok()),
+            // Nothing to save in the background: every acknowledged write is durable.
+            CommandId::Bgsave => Ok(match args.get(1) {
+                None => Reply::Simple(Bytes::from_static(b"Background saving started")),
+                Some(opt) if args.len() == 2 && opt.eq_ignore_ascii_case(b"schedule") => {
+                    Reply::Simple(Bytes::from_static(b"Background saving started"))
+                }
+                Some(_) => commands::err(errors::SYNTAX),
+            }),
+            // No functions (scripting is not supported): nothing to flush or list.
+            CommandId::FunctionFlush => Ok(match args.get(2) {
+                None => Reply::ok(),
+                Some(_) if args.len() > 3 => commands::err_owned(format!(
+                    "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION \
+                     HELP.",
+                    String::from_utf8_lossy(&args[1])
+                )),
+                Some(mode)
+                    if args.len() == 3
+                        && (mode.eq_ignore_ascii_case(b"sync")
+                            || mode.eq_ignore_ascii_case(b"async")) =>
+                {
+                    Reply::ok()
+                }
+                Some(_) => commands::err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
+            }),
+            CommandId::FunctionList => Ok(function_list(args)),
             CommandId::Lastsave => Ok(Reply::Integer(
                 i64::try_from(self.stats.last_commit_unix).unwrap_or(i64::MAX),
             )),
@@ -747,6 +776,27 @@ impl<'h> PersistentEngine<'h> {
         let h = dict::Header::read(tx, ks).ok()?;
         Some((h.count, h.extra))
     }
+}
+
+/// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]: there are no libraries.
+fn function_list(args: &[Bytes]) -> Reply {
+    let mut i = 2;
+    while i < args.len() {
+        if args[i].eq_ignore_ascii_case(b"withcode") {
+            i += 1;
+        } else if args[i].eq_ignore_ascii_case(b"libraryname") {
+            if i + 1 >= args.len() {
+                return commands::err("ERR library name argument was not given");
+            }
+            i += 2;
+        } else {
+            return commands::err_owned(format!(
+                "ERR Unknown argument {}",
+                String::from_utf8_lossy(&args[i])
+            ));
+        }
+    }
+    Reply::Array(Vec::new())
 }
 
 impl Engine for PersistentEngine<'_> {

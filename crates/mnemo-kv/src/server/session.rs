@@ -291,7 +291,14 @@ impl Session {
             Ok(spec) => spec,
             Err(error) => {
                 self.refuse_in_multi();
-                self.answer_error(&error.reply_text());
+                let text = match (&error, args.first().and_then(|n| unsupported(n))) {
+                    (CommandError::UnknownCommand { .. }, Some(what)) => {
+                        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+                        format!("ERR {name}: {what} not supported by mnemo").into_bytes()
+                    }
+                    _ => error.reply_text(),
+                };
+                self.answer_error(&text);
                 return Route::Local;
             }
         };
@@ -627,6 +634,83 @@ impl Session {
         line.push(b'\n');
         line
     }
+}
+
+/// Redis 7.0 commands mnemo does not have, by family, for a clearer error than "unknown
+/// command" (the README lists them).
+fn unsupported(name: &[u8]) -> Option<&'static str> {
+    const FAMILIES: &[(&str, &[&str])] = &[
+        (
+            "streams are",
+            &[
+                "xadd",
+                "xack",
+                "xautoclaim",
+                "xclaim",
+                "xdel",
+                "xgroup",
+                "xinfo",
+                "xlen",
+                "xpending",
+                "xrange",
+                "xread",
+                "xreadgroup",
+                "xrevrange",
+                "xsetid",
+                "xtrim",
+            ],
+        ),
+        (
+            "HyperLogLog is",
+            &["pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest"],
+        ),
+        (
+            "pub/sub is",
+            &[
+                "publish",
+                "pubsub",
+                "psubscribe",
+                "punsubscribe",
+                "spublish",
+                "ssubscribe",
+                "subscribe",
+                "sunsubscribe",
+                "unsubscribe",
+            ],
+        ),
+        (
+            "scripting is",
+            &[
+                "eval",
+                "eval_ro",
+                "evalsha",
+                "evalsha_ro",
+                "fcall",
+                "fcall_ro",
+                "script",
+            ],
+        ),
+        (
+            "geo commands are",
+            &[
+                "geoadd",
+                "geodist",
+                "geohash",
+                "geopos",
+                "georadius",
+                "georadius_ro",
+                "georadiusbymember",
+                "georadiusbymember_ro",
+                "geosearch",
+                "geosearchstore",
+            ],
+        ),
+    ];
+    let lower = name.to_ascii_lowercase();
+    FAMILIES
+        .iter()
+        .find(|(_, names)| names.iter().any(|n| n.as_bytes() == lower.as_slice()))
+        .map(|(what, _)| *what)
 }
 
 /// The blocking commands: the connection takes no further request until one completes.
