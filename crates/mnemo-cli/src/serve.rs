@@ -137,6 +137,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     let config = SessionConfig {
         password: password.clone(),
         databases: args.databases,
+        ..SessionConfig::default()
     };
     if !address.ip().is_loopback() && password.is_none() {
         tracing::warn!(

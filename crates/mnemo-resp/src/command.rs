@@ -342,6 +342,12 @@ command_table! {
         FunctionList => spec("function|list", -2, Flags::NOSCRIPT, NO_KEYS),
     ];
 
+    const PUBSUB = [
+        PubsubChannels => spec("pubsub|channels", -2, LS, NO_KEYS),
+        PubsubNumpat => spec("pubsub|numpat", 2, LS, NO_KEYS),
+        PubsubNumsub => spec("pubsub|numsub", -2, LS, NO_KEYS),
+    ];
+
     const OBJECT = [
         ObjectEncoding => spec("object|encoding", 3, R, (2, 2, 1)),
         ObjectFreq => spec("object|freq", 3, R, (2, 2, 1)),
@@ -443,7 +449,11 @@ command_table! {
         Pexpiretime => spec("pexpiretime", 2, RF, ONE_KEY),
         Ping => spec("ping", -1, Flags::FAST, NO_KEYS),
         Psetex => spec("psetex", 4, WM, ONE_KEY),
+        Psubscribe => spec("psubscribe", -2, NLS, NO_KEYS),
         Pttl => spec("pttl", 2, RF, ONE_KEY),
+        Publish => spec("publish", 3, LS.union(Flags::FAST), NO_KEYS),
+        Pubsub => container("pubsub", -2, NONE, PUBSUB),
+        Punsubscribe => spec("punsubscribe", -1, NLS, NO_KEYS),
         Quit => spec("quit", -1, NLS_FAST_NO_AUTH, NO_KEYS),
         Randomkey => spec("randomkey", 1, R, NO_KEYS),
         Rename => spec("rename", 3, W, (1, 2, 1)),
@@ -477,6 +487,7 @@ command_table! {
         Srem => spec("srem", -3, WF, ONE_KEY),
         Sscan => spec("sscan", -3, R, ONE_KEY),
         Strlen => spec("strlen", 2, RF, ONE_KEY),
+        Subscribe => spec("subscribe", -2, NLS, NO_KEYS),
         Substr => spec("substr", 4, R, ONE_KEY),
         Sunion => spec("sunion", -2, R, ALL_KEYS),
         Sunionstore => spec("sunionstore", -3, WM, ALL_KEYS),
@@ -486,6 +497,7 @@ command_table! {
         Ttl => spec("ttl", 2, RF, ONE_KEY),
         Type => spec("type", 2, RF, ONE_KEY),
         Unlink => spec("unlink", -2, WF, ALL_KEYS),
+        Unsubscribe => spec("unsubscribe", -1, NLS, NO_KEYS),
         Unwatch => spec("unwatch", 1, NLS.union(Flags::FAST), NO_KEYS),
         Watch => spec("watch", -2, NLS.union(Flags::FAST), ALL_KEYS),
         Zadd => spec("zadd", -4, WMF, ONE_KEY),

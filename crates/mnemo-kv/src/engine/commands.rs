@@ -240,6 +240,15 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Watch
         | Id::Unwatch
         | Id::Lastsave
+        | Id::Subscribe
+        | Id::Psubscribe
+        | Id::Unsubscribe
+        | Id::Punsubscribe
+        | Id::Publish
+        | Id::Pubsub
+        | Id::PubsubChannels
+        | Id::PubsubNumpat
+        | Id::PubsubNumsub
         | Id::Save
         | Id::Bgsave
         | Id::Function

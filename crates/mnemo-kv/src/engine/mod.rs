@@ -24,7 +24,7 @@ mod config;
 mod databases;
 mod decimal;
 pub mod dict;
-mod glob;
+pub(crate) mod glob;
 mod info;
 mod keyspace;
 pub mod limits;

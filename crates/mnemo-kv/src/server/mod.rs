@@ -6,6 +6,7 @@ mod batch;
 pub mod limits;
 pub mod mutant;
 mod net;
+pub mod pubsub;
 mod session;
 
 pub use batch::{run_batch, Completion, Effect, Engine};

@@ -269,6 +269,7 @@ impl EventLoop {
             for token in ready {
                 self.service(token);
             }
+            self.deliver_messages();
             self.execute(engine);
             self.publish_stats();
         }
@@ -480,6 +481,24 @@ impl EventLoop {
             let _ = self.poll.registry().deregister(&mut connection.stream);
         }
         self.again.remove(&token);
+    }
+
+    /// Hands the messages PUBLISH produced to their subscribers' sessions and writes them.
+    fn deliver_messages(&mut self) {
+        let messages = match self.config.pubsub.lock() {
+            Ok(mut registry) => registry.take_outbox(),
+            Err(poisoned) => poisoned.into_inner().take_outbox(),
+        };
+        for (session, message) in messages {
+            let token = session_token(session);
+            let Some(connection) = self.connections.get_mut(&token) else {
+                continue;
+            };
+            connection.session.deliver_message(&message);
+            if !flush(connection, &mut self.output_total, &self.stats) {
+                self.close(token);
+            }
+        }
     }
 
     /// Publishes the counters read from other threads.

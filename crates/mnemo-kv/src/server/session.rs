@@ -13,12 +13,14 @@
 //! waits behind requests still at the executor.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::command::{self, CommandId, CommandSpec, Flags};
 use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol};
 
 use super::limits::{DATABASES_DEFAULT, REDIS_VERSION};
+use super::pubsub::{Message, Registry};
 
 /// What every session of a server shares.
 #[derive(Clone, Debug)]
@@ -27,6 +29,8 @@ pub struct SessionConfig {
     pub password: Option<Bytes>,
     /// Databases SELECT accepts (`--databases`): 0 to `databases - 1`.
     pub databases: usize,
+    /// The pub/sub registry every session of a loop shares (clones share it).
+    pub pubsub: Arc<Mutex<Registry>>,
 }
 
 impl Default for SessionConfig {
@@ -34,6 +38,7 @@ impl Default for SessionConfig {
         SessionConfig {
             password: None,
             databases: DATABASES_DEFAULT,
+            pubsub: Arc::default(),
         }
     }
 }
@@ -103,6 +108,9 @@ pub struct Session {
     barrier: bool,
     /// The barrier was lifted with requests possibly waiting in the decoder.
     repoll: bool,
+    /// Channels and patterns the connection is subscribed to, in subscription order.
+    channels: Vec<Bytes>,
+    patterns: Vec<Bytes>,
     /// Bytes in the `Ready` slots.
     queued_bytes: usize,
     output: BytesMut,
@@ -135,6 +143,8 @@ impl Session {
             watching: false,
             barrier: false,
             repoll: false,
+            channels: Vec::new(),
+            patterns: Vec::new(),
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
@@ -307,6 +317,27 @@ impl Session {
             self.answer_error(errors::NO_AUTH.as_bytes());
             return Route::Local;
         }
+        if self.subscribed()
+            && self.protocol == Protocol::Resp2
+            && !matches!(
+                spec.id,
+                CommandId::Subscribe
+                    | CommandId::Psubscribe
+                    | CommandId::Unsubscribe
+                    | CommandId::Punsubscribe
+                    | CommandId::Ping
+                    | CommandId::Quit
+            )
+        {
+            self.refuse_in_multi();
+            let text = format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT \
+                 / RESET are allowed in this context",
+                spec.name
+            );
+            self.answer_error(text.as_bytes());
+            return Route::Local;
+        }
         if let Some(route) = self.transaction_route(spec, command) {
             return route;
         }
@@ -356,9 +387,143 @@ impl Session {
                 self.watching = true;
                 return Route::Executor(spec, None);
             }
+            CommandId::Subscribe => self.subscribe(args, false),
+            CommandId::Psubscribe => self.subscribe(args, true),
+            CommandId::Unsubscribe => self.unsubscribe(args, false),
+            CommandId::Punsubscribe => self.unsubscribe(args, true),
+            CommandId::Publish => {
+                let count = self.registry().publish(&args[1], &args[2]);
+                self.answer(|reply| reply.integer(self::count(count)));
+            }
+            CommandId::PubsubChannels => {
+                let channels = self.registry().channels(args.get(2).map(|p| &p[..]));
+                self.answer(|reply| {
+                    reply.array_len(channels.len());
+                    for channel in &channels {
+                        reply.bulk(channel);
+                    }
+                });
+            }
+            CommandId::PubsubNumsub => {
+                let counts: Vec<(Bytes, usize)> = {
+                    let registry = self.registry();
+                    args[2..]
+                        .iter()
+                        .map(|c| (c.clone(), registry.numsub(c)))
+                        .collect()
+                };
+                self.answer(|reply| {
+                    reply.map_len(counts.len());
+                    for (channel, n) in &counts {
+                        reply.bulk(channel);
+                        reply.integer(self::count(*n));
+                    }
+                });
+            }
+            CommandId::PubsubNumpat => {
+                let n = self.registry().numpat();
+                self.answer(|reply| reply.integer(self::count(n)));
+            }
             _ => return Route::Executor(spec, None),
         }
         Route::Local
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        // A panic elsewhere while holding the lock leaves the registry usable.
+        self.config
+            .pubsub
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn subscribed(&self) -> bool {
+        !self.channels.is_empty() || !self.patterns.is_empty()
+    }
+
+    /// A subscription event: `kind`, the channel (or none), the subscription count after it.
+    fn answer_subscription(&mut self, kind: &'static [u8], name: Option<&Bytes>) {
+        let n = count(self.channels.len() + self.patterns.len());
+        self.answer(|reply| {
+            reply.push_len(3);
+            reply.bulk(kind);
+            match name {
+                Some(name) => reply.bulk(name),
+                None => reply.null_bulk(),
+            }
+            reply.integer(n);
+        });
+    }
+
+    /// SUBSCRIBE / PSUBSCRIBE (`pattern`): one answer per name.
+    fn subscribe(&mut self, args: &[Bytes], pattern: bool) {
+        let id = self.id;
+        for name in &args[1..] {
+            let list = if pattern {
+                &mut self.patterns
+            } else {
+                &mut self.channels
+            };
+            if !list.contains(name) {
+                list.push(name.clone());
+                self.registry().subscribe(id, name, pattern);
+            }
+            let kind: &'static [u8] = if pattern { b"psubscribe" } else { b"subscribe" };
+            self.answer_subscription(kind, Some(name));
+        }
+    }
+
+    /// UNSUBSCRIBE / PUNSUBSCRIBE (`pattern`): the names given, or all of them; one answer
+    /// per name (a null name when there was none).
+    fn unsubscribe(&mut self, args: &[Bytes], pattern: bool) {
+        let id = self.id;
+        let kind: &'static [u8] = if pattern {
+            b"punsubscribe"
+        } else {
+            b"unsubscribe"
+        };
+        let names: Vec<Bytes> = if args.len() > 1 {
+            args[1..].to_vec()
+        } else if pattern {
+            self.patterns.clone()
+        } else {
+            self.channels.clone()
+        };
+        if names.is_empty() {
+            return self.answer_subscription(kind, None);
+        }
+        for name in names {
+            let list = if pattern {
+                &mut self.patterns
+            } else {
+                &mut self.channels
+            };
+            if let Some(at) = list.iter().position(|n| *n == name) {
+                list.remove(at);
+                self.registry().unsubscribe(id, &name, pattern);
+            }
+            self.answer_subscription(kind, Some(&name));
+        }
+    }
+
+    /// A message published to a channel this connection listens to: written in its
+    /// protocol, in order with its replies.
+    pub fn deliver_message(&mut self, message: &Message) {
+        self.answer(|reply| {
+            match &message.pattern {
+                Some(pattern) => {
+                    reply.push_len(4);
+                    reply.bulk(b"pmessage");
+                    reply.bulk(pattern);
+                }
+                None => {
+                    reply.push_len(3);
+                    reply.bulk(b"message");
+                }
+            }
+            reply.bulk(&message.channel);
+            reply.bulk(&message.payload);
+        });
     }
 
     /// A command refused while queuing: EXEC will abort.
@@ -417,6 +582,15 @@ impl Session {
     }
 
     fn ping(&mut self, spec: &'static CommandSpec, args: &[Bytes]) {
+        if self.subscribed() && self.protocol == Protocol::Resp2 && args.len() <= 2 {
+            // Subscribed (RESP2): PING answers in the shape of a message.
+            let message = args.get(1).cloned().unwrap_or_default();
+            return self.answer(|reply| {
+                reply.array_len(2);
+                reply.bulk(b"pong");
+                reply.bulk(&message);
+            });
+        }
         match args {
             [_] => self.answer(|reply| reply.simple(b"PONG")),
             [_, message] => {
@@ -636,6 +810,22 @@ impl Session {
     }
 }
 
+impl Drop for Session {
+    /// A connection that goes away leaves its subscriptions.
+    fn drop(&mut self) {
+        if !self.subscribed() {
+            return;
+        }
+        let mut registry = self.registry();
+        for channel in &self.channels {
+            registry.unsubscribe(self.id, channel, false);
+        }
+        for pattern in &self.patterns {
+            registry.unsubscribe(self.id, pattern, true);
+        }
+    }
+}
+
 /// Redis 7.0 commands mnemo does not have, by family, for a clearer error than "unknown
 /// command" (the README lists them).
 fn unsupported(name: &[u8]) -> Option<&'static str> {
@@ -665,18 +855,8 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
             &["pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest"],
         ),
         (
-            "pub/sub is",
-            &[
-                "publish",
-                "pubsub",
-                "psubscribe",
-                "punsubscribe",
-                "spublish",
-                "ssubscribe",
-                "subscribe",
-                "sunsubscribe",
-                "unsubscribe",
-            ],
+            "sharded pub/sub is",
+            &["spublish", "ssubscribe", "sunsubscribe"],
         ),
         (
             "scripting is",
