@@ -166,7 +166,11 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Zintercard
         | Id::Zunionstore
         | Id::Zinterstore
-        | Id::Zdiffstore => super::zsets::run(ctx, spec, a),
+        | Id::Zdiffstore
+        | Id::Zrangebylex
+        | Id::Zrevrangebylex
+        | Id::Zlexcount
+        | Id::Zremrangebylex => super::zsets::run(ctx, spec, a),
         Id::Setnx
         | Id::Setex
         | Id::Psetex
@@ -1286,13 +1290,15 @@ pub(super) fn scored_reply(items: Vec<(f64, Vec<u8>)>, with_scores: bool, resp3:
 }
 
 pub(super) fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let (mut by_score, mut rev, mut with_scores) = (false, false, false);
+    let (mut by_score, mut by_lex, mut rev, mut with_scores) = (false, false, false, false);
     let mut limit: Option<(i64, i64)> = None;
     let mut i = 4;
     while i < a.len() {
         let o = &a[i];
         if eq(o, "byscore") {
             by_score = true;
+        } else if eq(o, "bylex") {
+            by_lex = true;
         } else if eq(o, "rev") {
             rev = true;
         } else if eq(o, "withscores") {
@@ -1306,10 +1312,18 @@ pub(super) fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         i += 1;
     }
     // By rank, Redis accepts only the no-op LIMIT (offset 0, negative count).
-    if limit.is_some_and(|(offset, count)| offset != 0 || count >= 0) && !by_score {
-        return Ok(err(
-            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
-        ));
+    if limit.is_some_and(|(offset, count)| offset != 0 || count >= 0) && !by_score && !by_lex {
+        return Ok(err(errors::ZRANGE_LIMIT_WITHOUT_BY));
+    }
+    if by_score && by_lex {
+        return Ok(err(errors::SYNTAX));
+    }
+    if by_lex {
+        if with_scores {
+            return Ok(err(errors::ZRANGE_BYLEX_WITHSCORES));
+        }
+        let (min, max) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };
+        return super::zsets::by_lex(ctx, &a[1], min, max, rev, limit);
     }
     if by_score {
         let (min, max) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };

@@ -55,6 +55,10 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Re
         Id::Zrandmember => zrandmember(ctx, a),
         Id::Zscan => zscan(ctx, a),
         Id::Zmpop => zmpop(ctx, a),
+        Id::Zrangebylex => rangebylex(ctx, a, false),
+        Id::Zrevrangebylex => rangebylex(ctx, a, true),
+        Id::Zlexcount => lex_count(ctx, a, false),
+        Id::Zremrangebylex => lex_count(ctx, a, true),
         Id::Zunion => combine(ctx, spec, a, 1, None, Combine::Union),
         Id::Zinter => combine(ctx, spec, a, 1, None, Combine::Inter),
         Id::Zdiff => combine(ctx, spec, a, 1, None, Combine::Diff),
@@ -523,4 +527,128 @@ pub(super) fn combine(
         super::commands::zset_score(ctx, d, member, *score)?;
     }
     Ok(int(result.len() as u64))
+}
+
+/// A bound of a lexicographic range: `-`, `+`, `[member` (inclusive), `(member` (exclusive).
+#[derive(Clone, Debug)]
+enum Lex {
+    Min,
+    Max,
+    Inclusive(Vec<u8>),
+    Exclusive(Vec<u8>),
+}
+
+fn lex_bound(arg: &[u8]) -> Option<Lex> {
+    match arg.split_first() {
+        Some((b'-', [])) => Some(Lex::Min),
+        Some((b'+', [])) => Some(Lex::Max),
+        Some((b'[', rest)) => Some(Lex::Inclusive(rest.to_vec())),
+        Some((b'(', rest)) => Some(Lex::Exclusive(rest.to_vec())),
+        _ => None,
+    }
+}
+
+/// Whether `member` lies at or above `min` and at or below `max`.
+fn in_lex(member: &[u8], min: &Lex, max: &Lex) -> bool {
+    let above = match min {
+        Lex::Min => true,
+        Lex::Max => false,
+        Lex::Inclusive(m) => member >= m.as_slice(),
+        Lex::Exclusive(m) => member > m.as_slice(),
+    };
+    let below = match max {
+        Lex::Min => false,
+        Lex::Max => true,
+        Lex::Inclusive(m) => member <= m.as_slice(),
+        Lex::Exclusive(m) => member < m.as_slice(),
+    };
+    above && below
+}
+
+/// The members of the sorted set `d` in the lex range, in index order (Redis's lex ranges
+/// assume every member has the same score; then that order is the members' byte order).
+fn lex_members(ctx: &mut Ctx<'_, '_>, d: u64, min: &Lex, max: &Lex) -> Result<Vec<Vec<u8>>> {
+    Ok(ctx
+        .zindex(d)?
+        .iter()
+        .filter(|(_, m)| in_lex(m, min, max))
+        .map(|(_, m)| m.clone())
+        .collect())
+}
+
+/// ZRANGE ... BYLEX, ZRANGEBYLEX and ZREVRANGEBYLEX: the range is read first, then the key.
+pub(super) fn by_lex(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    min: &[u8],
+    max: &[u8],
+    rev: bool,
+    limit: Option<(i64, i64)>,
+) -> Result<Reply> {
+    let (Some(min), Some(max)) = (lex_bound(min), lex_bound(max)) else {
+        return Ok(err(errors::LEX_RANGE_INVALID));
+    };
+    let Some(d) = container!(ctx, key, tag::ZSET, false) else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let mut members = lex_members(ctx, d, &min, &max)?;
+    if rev {
+        members.reverse();
+    }
+    let (offset, count) = limit.unwrap_or((0, -1));
+    let Ok(offset) = usize::try_from(offset) else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let take = usize::try_from(count).unwrap_or(usize::MAX);
+    Ok(Reply::Array(
+        members
+            .into_iter()
+            .skip(offset)
+            .take(take)
+            .map(bulk)
+            .collect(),
+    ))
+}
+
+/// ZRANGEBYLEX key min max [LIMIT offset count] and ZREVRANGEBYLEX (max first).
+fn rangebylex(ctx: &mut Ctx<'_, '_>, a: &[Bytes], rev: bool) -> Result<Reply> {
+    let (mut limit, mut with_scores) = (None, false);
+    let mut i = 4;
+    while i < a.len() {
+        if eq(&a[i], "withscores") {
+            with_scores = true;
+            i += 1;
+        } else if eq(&a[i], "limit") && i + 2 < a.len() {
+            let (Some(offset), Some(count)) = (parse_i64(&a[i + 1]), parse_i64(&a[i + 2])) else {
+                return Ok(err(errors::NOT_INTEGER));
+            };
+            limit = Some((offset, count));
+            i += 3;
+        } else {
+            return Ok(err(errors::SYNTAX));
+        }
+    }
+    if with_scores {
+        return Ok(err(errors::ZRANGE_BYLEX_WITHSCORES));
+    }
+    let (min, max) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };
+    by_lex(ctx, &a[1], min, max, rev, limit)
+}
+
+/// ZLEXCOUNT and ZREMRANGEBYLEX (`remove`).
+fn lex_count(ctx: &mut Ctx<'_, '_>, a: &[Bytes], remove: bool) -> Result<Reply> {
+    let (Some(min), Some(max)) = (lex_bound(&a[2]), lex_bound(&a[3])) else {
+        return Ok(err(errors::LEX_RANGE_INVALID));
+    };
+    let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
+        return Ok(Reply::Integer(0));
+    };
+    let members = lex_members(ctx, d, &min, &max)?;
+    if !remove {
+        return Ok(int(members.len() as u64));
+    }
+    let victims: Vec<Bytes> = members.into_iter().map(Bytes::from).collect();
+    let n = remove_members(ctx, d, &victims, true)?;
+    drop_if_empty(ctx, &a[1], d)?;
+    Ok(int(n))
 }
