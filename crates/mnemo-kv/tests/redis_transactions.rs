@@ -195,3 +195,24 @@ fn requests_pipelined_behind_a_selecting_exec_use_its_database() {
     redis.read_exact(&mut theirs).expect("read");
     assert_eq!(String::from_utf8_lossy(&theirs), expected);
 }
+
+/// A watched key that expires between WATCH and EXEC makes the EXEC fail, as in Redis 7.0;
+/// one already gone when watched does not.
+#[test]
+fn watched_keys_that_expire() {
+    let Some(pair) = Pair::start("transaction differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    c.script(&["SET k v PX 100", "WATCH k", "MULTI", "GET k"]);
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    c.script(&["EXEC", "EXISTS k"]);
+    c.script(&["SET gone v PX 1"]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    c.script(&["WATCH gone", "MULTI", "PING", "EXEC"]);
+    // Expired while watched, and removed by the servers' own expiry meanwhile.
+    c.script(&["SET k2 v PX 50", "WATCH k2"]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    c.script(&["MULTI", "PING", "EXEC"]);
+    c.assert_same();
+}

@@ -204,6 +204,12 @@ impl Ctx<'_, '_> {
         e.expire != 0 && e.expire <= self.now
     }
 
+    /// Finds a key's entry, expired or not.
+    pub fn lookup_raw(&self, key: &[u8]) -> Result<Option<Found>> {
+        let ks = self.keyspace()?;
+        dict::find(self.tx, ks, SEED, key)
+    }
+
     /// Finds a live key (expired keys read as missing; reads do not delete them).
     pub fn lookup(&self, key: &[u8]) -> Result<Option<Found>> {
         let ks = self.keyspace()?;

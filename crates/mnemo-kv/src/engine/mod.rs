@@ -441,7 +441,19 @@ impl<'h> PersistentEngine<'h> {
                 Reply::Bulk(Bytes::from((self.now / 1000).to_string())),
                 Reply::Bulk(Bytes::from(((self.now % 1000) * 1000).to_string())),
             ])),
-            CommandId::Watch => Ok(self.watch.add(session, *db, &args[1..])),
+            CommandId::Watch => {
+                let stale = self.under_savepoint(*db, false, |ctx| {
+                    let mut stale = Vec::with_capacity(args.len() - 1);
+                    for key in &args[1..] {
+                        stale.push(
+                            ctx.lookup_raw(key)?
+                                .is_some_and(|f| f.entry.expire != 0 && f.entry.expire <= ctx.now),
+                        );
+                    }
+                    Ok(stale)
+                });
+                stale.map(|stale| self.watch.add(session, *db, &args[1..], &stale))
+            }
             id if blocking::is_blocking(id) && self.can_block.is_some() && !self.in_exec => {
                 return (self.run_blocking(spec, args, *db, resp3), effect);
             }
@@ -678,6 +690,7 @@ impl<'h> PersistentEngine<'h> {
     /// active expiry of a few buckets.
     fn housekeeping_in(&mut self, db: usize) -> Result<(), EngineError> {
         let mut cursor = self.expire_cursors.get(db).copied().unwrap_or(0);
+        let mut deleted = Vec::new();
         let result = self.under_savepoint(db, false, |ctx| {
             let ks = ctx.keyspace()?;
             dict::step(ctx.tx, ks, limits::REHASH_BUCKETS_PER_BATCH)?;
@@ -698,11 +711,15 @@ impl<'h> PersistentEngine<'h> {
                 }
                 for key in expired {
                     ctx.lookup_write(&key)?;
+                    deleted.push(key);
                 }
             }
             Ok(())
         });
         if result.is_ok() {
+            for key in &deleted {
+                self.watch.touch_expired(db, key);
+            }
             if let Some(at) = self.expire_cursors.get_mut(db) {
                 *at = cursor;
             }

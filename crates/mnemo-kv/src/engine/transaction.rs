@@ -34,8 +34,9 @@ const EXEC_ABORT: &str = "EXECABORT Transaction discarded because of previous er
 pub struct Watches {
     /// (database, key) -> the connections watching it.
     keys: HashMap<(usize, Vec<u8>), Vec<u64>>,
-    /// Connection -> the keys it watches.
-    sessions: HashMap<u64, Vec<(usize, Vec<u8>)>>,
+    /// Connection -> the keys it watches, each with whether it had already expired (still
+    /// in the table, past its expiry) when watched.
+    sessions: HashMap<u64, Vec<(usize, Vec<u8>, bool)>>,
     /// Connections one of whose watched keys was touched since it was watched.
     dirty: HashSet<u64>,
 }
@@ -46,23 +47,61 @@ impl Watches {
         self.keys.is_empty()
     }
 
-    /// WATCH `keys` in `db` for `session`.
-    pub fn add(&mut self, session: u64, db: usize, keys: &[Bytes]) -> Reply {
-        for key in keys {
+    /// WATCH `keys` in `db` for `session`; `stale[i]` says whether key `i` had already
+    /// expired (Redis then does not count its expiry as a change).
+    pub fn add(&mut self, session: u64, db: usize, keys: &[Bytes], stale: &[bool]) -> Reply {
+        for (key, &stale) in keys.iter().zip(stale) {
             let id = (db, key.to_vec());
             let watchers = self.keys.entry(id.clone()).or_default();
             if !watchers.contains(&session) {
                 watchers.push(session);
-                self.sessions.entry(session).or_default().push(id);
+                self.sessions
+                    .entry(session)
+                    .or_default()
+                    .push((id.0, id.1, stale));
             }
         }
         Reply::ok()
     }
 
+    /// The keys `session` watches that had not expired when watched.
+    pub fn fresh_keys_of(&self, session: u64) -> Vec<(usize, Vec<u8>)> {
+        self.sessions
+            .get(&session)
+            .into_iter()
+            .flatten()
+            .filter(|(_, _, stale)| !stale)
+            .map(|(db, key, _)| (*db, key.clone()))
+            .collect()
+    }
+
+    /// The active expiry deleted `key` of `db`: a change for the connections that watched
+    /// it before it expired (not for those that watched it already expired).
+    pub fn touch_expired(&mut self, db: usize, key: &[u8]) {
+        let Some(watchers) = self.keys.get(&(db, key.to_vec())) else {
+            return;
+        };
+        for &session in watchers {
+            let stale = self.sessions.get(&session).is_some_and(|keys| {
+                keys.iter()
+                    .any(|(d, k, stale)| *d == db && k.as_slice() == key && *stale)
+            });
+            if !stale {
+                self.dirty.insert(session);
+            }
+        }
+    }
+
+    /// Marks `session` dirty: its EXEC will fail.
+    pub fn mark(&mut self, session: u64) {
+        self.dirty.insert(session);
+    }
+
     /// UNWATCH (also EXEC, DISCARD, a closed connection).
     pub fn remove_session(&mut self, session: u64) {
         self.dirty.remove(&session);
-        for id in self.sessions.remove(&session).unwrap_or_default() {
+        for (db, key, _) in self.sessions.remove(&session).unwrap_or_default() {
+            let id = (db, key);
             if let Some(watchers) = self.keys.get_mut(&id) {
                 watchers.retain(|&s| s != session);
                 if watchers.is_empty() {
@@ -175,6 +214,17 @@ impl PersistentEngine<'_> {
         transaction: Option<&Transaction>,
         protocol: Protocol,
     ) -> (Reply, Effect) {
+        // A watched key that expired since it was watched counts as changed (Redis 7.0).
+        for (watched_db, key) in self.watch.fresh_keys_of(session) {
+            let expired = self.under_savepoint(watched_db, false, |ctx| {
+                Ok(ctx
+                    .lookup_raw(&key)?
+                    .is_some_and(|f| f.entry.expire != 0 && f.entry.expire <= ctx.now))
+            });
+            if expired.unwrap_or(false) {
+                self.watch.mark(session);
+            }
+        }
         let dirty = self.watch.is_dirty(session);
         self.watch.remove_session(session);
         let Some(transaction) = transaction else {
