@@ -188,6 +188,26 @@ const SCRIPT: &[&str] = &[
     "ZREMRANGEBYLEX nokey - +",
     "ZREMRANGEBYLEX lex - +",
     "EXISTS lex",
+    // ZRANGESTORE
+    "ZADD zr 1 a 2 b 3 c 4 d",
+    "ZRANGESTORE out zr 1 2",
+    "ZRANGE out 0 -1 WITHSCORES",
+    "ZRANGESTORE out zr (1 +inf BYSCORE LIMIT 1 1",
+    "ZRANGE out 0 -1 WITHSCORES",
+    "ZRANGESTORE out zr +inf -inf BYSCORE REV",
+    "ZRANGE out 0 -1 WITHSCORES",
+    "ZRANGESTORE out zr [b [c BYLEX",
+    "ZRANGE out 0 -1 WITHSCORES",
+    "ZRANGESTORE out zr 10 20",
+    "EXISTS out",
+    "ZRANGESTORE out nokey 0 -1",
+    "ZRANGESTORE out zr 0 -1 WITHSCORES",
+    "ZRANGESTORE out zr x 1",
+    "ZRANGESTORE out s 0 -1",
+    "ZRANGESTORE s zr 0 0",
+    "TYPE s",
+    "ZRANGESTORE zr zr 0 1",
+    "ZRANGE zr 0 -1 WITHSCORES",
 ];
 
 fn random(line: &str) -> bool {

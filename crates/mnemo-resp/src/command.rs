@@ -518,6 +518,7 @@ command_table! {
         Zrange => spec("zrange", -4, R, ONE_KEY),
         Zrangebylex => spec("zrangebylex", -4, R, ONE_KEY),
         Zrangebyscore => spec("zrangebyscore", -4, R, ONE_KEY),
+        Zrangestore => spec("zrangestore", -5, WM, (1, 2, 1)),
         Zrank => spec("zrank", 3, RF, ONE_KEY),
         Zrem => spec("zrem", -3, WF, ONE_KEY),
         Zremrangebylex => spec("zremrangebylex", 4, W, ONE_KEY),

@@ -170,7 +170,8 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Zrangebylex
         | Id::Zrevrangebylex
         | Id::Zlexcount
-        | Id::Zremrangebylex => super::zsets::run(ctx, spec, a),
+        | Id::Zremrangebylex
+        | Id::Zrangestore => super::zsets::run(ctx, spec, a),
         Id::Setnx
         | Id::Setex
         | Id::Psetex

@@ -56,6 +56,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Re
         Id::Zscan => zscan(ctx, a),
         Id::Zmpop => zmpop(ctx, a),
         Id::Zrangebylex => rangebylex(ctx, a, false),
+        Id::Zrangestore => zrangestore(ctx, a),
         Id::Zrevrangebylex => rangebylex(ctx, a, true),
         Id::Zlexcount => lex_count(ctx, a, false),
         Id::Zremrangebylex => lex_count(ctx, a, true),
@@ -651,4 +652,44 @@ fn lex_count(ctx: &mut Ctx<'_, '_>, a: &[Bytes], remove: bool) -> Result<Reply> 
     let n = remove_members(ctx, d, &victims, true)?;
     drop_if_empty(ctx, &a[1], d)?;
     Ok(int(n))
+}
+
+/// ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]: ZRANGE's
+/// selection (without WITHSCORES, which it refuses) written to `dst` with the members'
+/// scores; an empty selection deletes `dst`.
+fn zrangestore(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    if a[5..].iter().any(|o| eq(o, "withscores")) {
+        return Ok(err(errors::SYNTAX));
+    }
+    let mut args = vec![Bytes::from_static(b"ZRANGE")];
+    args.extend_from_slice(&a[2..]);
+    let resp3 = std::mem::replace(&mut ctx.resp3, false);
+    let selected = super::commands::zrange(ctx, &args);
+    ctx.resp3 = resp3;
+    let members = match selected? {
+        Reply::Array(items) => items,
+        other => return Ok(other),
+    };
+    let mut items = Vec::with_capacity(members.len());
+    if let Some(source) = container!(ctx, &a[2], tag::ZSET, false) {
+        for member in members {
+            let Reply::Bulk(member) = member else {
+                continue;
+            };
+            if let Some(f) = dict::find(ctx.tx, source, SEED, &member)? {
+                items.push((f.entry.score(), member.to_vec()));
+            }
+        }
+    }
+    if let Some(f) = ctx.lookup_write(&a[1])? {
+        ctx.delete(&f)?;
+    }
+    if items.is_empty() {
+        return Ok(Reply::Integer(0));
+    }
+    let d = ctx.create_container(&a[1], tag::ZSET)?;
+    for (score, member) in &items {
+        super::commands::zset_score(ctx, d, member, *score)?;
+    }
+    Ok(int(items.len() as u64))
 }
