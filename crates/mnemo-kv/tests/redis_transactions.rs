@@ -216,3 +216,33 @@ fn watched_keys_that_expire() {
     c.script(&["MULTI", "PING", "EXEC"]);
     c.assert_same();
 }
+
+/// RESET ends a transaction, forgets watches and subscriptions, selects database 0 and RESP2;
+/// ROLE says master.
+#[test]
+fn reset_and_role_like_redis() {
+    let Some(pair) = Pair::start("transaction differential test") else {
+        return;
+    };
+    let (mut a, mut b) = (pair.connect(), pair.connect());
+    a.script(&[
+        "ROLE",
+        "ROLE x",
+        "RESET x",
+        "SELECT 3",
+        "SET k v",
+        "MULTI",
+        "SET k w",
+        "RESET",
+        "EXEC",
+        "GET k",
+        "SELECT 3",
+        "GET k",
+        "WATCH k",
+        "RESET",
+    ]);
+    b.script(&["SELECT 0", "SET k changed"]);
+    a.script(&["MULTI", "PING", "EXEC", "CLIENT GETNAME"]);
+    a.assert_same();
+    b.assert_same();
+}

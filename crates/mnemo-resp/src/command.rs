@@ -458,6 +458,8 @@ command_table! {
         Randomkey => spec("randomkey", 1, R, NO_KEYS),
         Rename => spec("rename", 3, W, (1, 2, 1)),
         Renamenx => spec("renamenx", 3, WF, (1, 2, 1)),
+        Reset => spec("reset", 1, NLS_FAST_NO_AUTH, NO_KEYS),
+        Role => spec("role", 1, NLS.union(Flags::FAST), NO_KEYS),
         Rpop => spec("rpop", -2, WF, ONE_KEY),
         Rpoplpush => spec("rpoplpush", 3, WM, (1, 2, 1)),
         Rpush => spec("rpush", -3, WMF, ONE_KEY),

@@ -245,6 +245,8 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Watch
         | Id::Unwatch
         | Id::Lastsave
+        | Id::Reset
+        | Id::Role
         | Id::Subscribe
         | Id::Psubscribe
         | Id::Unsubscribe

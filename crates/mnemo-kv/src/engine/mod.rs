@@ -461,6 +461,10 @@ impl<'h> PersistentEngine<'h> {
                 self.watch.remove_session(session);
                 Ok(Reply::ok())
             }
+            CommandId::Reset => {
+                self.watch.remove_session(session);
+                Ok(Reply::Simple(Bytes::from_static(b"RESET")))
+            }
             _ => {
                 let existing = self.watched_existing(spec, args, *db);
                 let reply = match self.run_data(spec, args, *db, resp3) {

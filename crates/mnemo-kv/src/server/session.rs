@@ -327,6 +327,7 @@ impl Session {
                     | CommandId::Punsubscribe
                     | CommandId::Ping
                     | CommandId::Quit
+                    | CommandId::Reset
             )
         {
             self.refuse_in_multi();
@@ -387,6 +388,20 @@ impl Session {
                 self.watching = true;
                 return Route::Executor(spec, None);
             }
+            CommandId::Role => self.answer(|reply| {
+                // A standalone server: a master without replicas.
+                reply.array_len(3);
+                reply.bulk(b"master");
+                reply.integer(0);
+                reply.array_len(0);
+            }),
+            CommandId::Reset => {
+                if self.reset() {
+                    // The engine forgets the connection's watches and answers.
+                    return Route::Executor(spec, None);
+                }
+                self.answer(|reply| reply.simple(b"RESET"));
+            }
             CommandId::Subscribe => self.subscribe(args, false),
             CommandId::Psubscribe => self.subscribe(args, true),
             CommandId::Unsubscribe => self.unsubscribe(args, false),
@@ -427,6 +442,31 @@ impl Session {
             _ => return Route::Executor(spec, None),
         }
         Route::Local
+    }
+
+    /// RESET: the connection's state as a new connection's (no transaction, database 0,
+    /// RESP2, no name, no subscriptions, authenticated only if no password is required).
+    /// Returns whether it watched keys (the engine must forget them).
+    fn reset(&mut self) -> bool {
+        self.multi = None;
+        self.db = 0;
+        self.protocol = Protocol::Resp2;
+        self.name = None;
+        let id = self.id;
+        let channels = std::mem::take(&mut self.channels);
+        let patterns = std::mem::take(&mut self.patterns);
+        {
+            let mut registry = self.registry();
+            for channel in &channels {
+                registry.unsubscribe(id, channel, false);
+            }
+            for pattern in &patterns {
+                registry.unsubscribe(id, pattern, true);
+            }
+        }
+        self.authenticated = self.config.password.is_none();
+        self.decoder.set_authenticated(self.authenticated);
+        std::mem::take(&mut self.watching)
     }
 
     fn registry(&self) -> MutexGuard<'_, Registry> {
@@ -569,7 +609,7 @@ impl Session {
                 self.watching = false;
                 return Some(Route::Executor(spec, None));
             }
-            CommandId::Quit => return None,
+            CommandId::Quit | CommandId::Reset => return None,
             _ if in_multi => {
                 if let Some(multi) = &mut self.multi {
                     multi.commands.push((spec, command.clone()));
