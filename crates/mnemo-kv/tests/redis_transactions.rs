@@ -226,20 +226,8 @@ fn reset_and_role_like_redis() {
     };
     let (mut a, mut b) = (pair.connect(), pair.connect());
     a.script(&[
-        "ROLE",
-        "ROLE x",
-        "RESET x",
-        "SELECT 3",
-        "SET k v",
-        "MULTI",
-        "SET k w",
-        "RESET",
-        "EXEC",
-        "GET k",
-        "SELECT 3",
-        "GET k",
-        "WATCH k",
-        "RESET",
+        "ROLE", "ROLE x", "RESET x", "SELECT 3", "SET k v", "MULTI", "SET k w", "RESET", "EXEC",
+        "GET k", "SELECT 3", "GET k", "WATCH k", "RESET",
     ]);
     b.script(&["SELECT 0", "SET k changed"]);
     a.script(&["MULTI", "PING", "EXEC", "CLIENT GETNAME"]);
