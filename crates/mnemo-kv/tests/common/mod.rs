@@ -179,8 +179,11 @@ impl Pair {
     /// Both servers with `databases` databases.
     pub fn start_with(what: &str, databases: usize) -> Option<Pair> {
         let count = databases.to_string();
-        let redis = RedisServer::start_or_skip(&["--databases", &count], what)?;
         let dir = tempfile::tempdir().expect("tempdir");
+        // SAVE and BGSAVE write Redis's dump.rdb there, not into the source tree.
+        let redis_dir = dir.path().to_string_lossy().into_owned();
+        let redis =
+            RedisServer::start_or_skip(&["--databases", &count, "--dir", &redis_dir], what)?;
         let mnemo = Mnemo::start(&dir.path().join("pool"), databases);
         Some(Pair { redis, mnemo, dir })
     }
