@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// `ps` does not show. Never logged.
     #[arg(long, env = "MNEMO_REQUIREPASS", hide_env_values = true, value_parser = secret)]
     pub requirepass: Option<Secret>,
+    /// Numbered databases (SELECT 0 to N-1), as Redis's `databases`. A pool holding keys in
+    /// a database past N is refused.
+    #[arg(long, default_value_t = 16)]
+    pub databases: usize,
     #[command(flatten)]
     pub repl: crate::mirror::ReplArgs,
 }
@@ -121,7 +125,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         format!("cannot listen on {address}: {e} (is another server using the port? choose another with --port)")
     })?;
     let address = listener.local_addr().unwrap_or(address);
-    let mut engine = PersistentEngine::open(&heap).map_err(|e| {
+    let mut engine = PersistentEngine::open_with_databases(&heap, args.databases).map_err(|e| {
         format!(
             "{}: cannot open the keyspace: {e}; run `mnemo pool check {}`, restore the pool from a copy, or start with another --pool",
             args.pool.display(),
@@ -136,6 +140,8 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         .map(|p| Bytes::from(p.0.clone().into_bytes()));
     let config = SessionConfig {
         password: password.clone(),
+        databases: args.databases,
+        ..SessionConfig::default()
     };
     if !address.ip().is_loopback() && password.is_none() {
         tracing::warn!(
@@ -305,24 +311,23 @@ fn info_hook<'h>(
     clients: Arc<LoopStats>,
     repl: Option<Arc<mnemo_repl::MirrorPolicy>>,
 ) -> mnemo_kv::engine::InfoHook<'h> {
-    let started = Instant::now();
     Box::new(move |section: &str, out: &mut String| {
         use std::fmt::Write as _;
         let pool = heap.pool();
         match section {
             "replication" => {
-                let _ = write!(out, "role:master\r\n");
+                // The engine prints Redis's fields (role, connected_slaves: 0, no Redis
+                // replicas); the mirror's are mnemo's own.
                 match &repl {
                     None => {
-                        let _ = write!(out, "connected_slaves:0\r\nmnemo_repl_mode:local\r\n");
+                        let _ = write!(out, "mnemo_repl_mode:local\r\n");
                     }
                     Some(p) => {
                         let s = p.stats();
                         let c = p.config();
                         let _ = write!(
                             out,
-                            "connected_slaves:{}\r\nmnemo_repl_mode:{}\r\nmnemo_repl_mirror:{}\r\nmnemo_repl_epoch:{}\r\nmnemo_repl_mirror_in_sync:{}\r\nmnemo_repl_records_shipped:{}\r\nmnemo_repl_bytes_shipped:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_acked_id:{}\r\nmnemo_repl_lag_records:{}\r\nmnemo_repl_full_copies:{}\r\nmnemo_repl_link_losses:{}\r\nmnemo_repl_local_only_sync_points:{}\r\n",
-                            u8::from(s.in_sync),
+                            "mnemo_repl_mode:{}\r\nmnemo_repl_mirror:{}\r\nmnemo_repl_epoch:{}\r\nmnemo_repl_mirror_in_sync:{}\r\nmnemo_repl_records_shipped:{}\r\nmnemo_repl_bytes_shipped:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_acked_id:{}\r\nmnemo_repl_lag_records:{}\r\nmnemo_repl_full_copies:{}\r\nmnemo_repl_link_losses:{}\r\nmnemo_repl_local_only_sync_points:{}\r\n",
                             c.mode.name(),
                             c.addr,
                             c.epoch,
@@ -340,11 +345,11 @@ fn info_hook<'h>(
                 }
             }
             "server" => {
+                // The engine reports the rest (uptime included).
                 let _ = write!(
                     out,
-                    "tcp_port:{}\r\nuptime_in_seconds:{}\r\nexecutable:mnemo serve\r\n",
+                    "tcp_port:{}\r\nexecutable:mnemo serve\r\n",
                     address.port(),
-                    started.elapsed().as_secs()
                 );
             }
             "persistence" => {
@@ -439,6 +444,10 @@ impl Engine for Serving<'_> {
 
     fn finish_read_only(&mut self) {
         self.engine.finish_read_only();
+    }
+
+    fn disconnected(&mut self, session: u64) {
+        self.engine.disconnected(session);
     }
 }
 

@@ -27,7 +27,7 @@ impl Engine for NoWork {
         }
         Effect {
             wrote: request.spec.flags.contains(Flags::WRITE),
-            close: false,
+            ..Effect::default()
         }
     }
     fn commit(&mut self) -> Result<(), Self::Error> {

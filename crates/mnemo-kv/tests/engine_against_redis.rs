@@ -469,6 +469,21 @@ fn engine_replies_like_redis() {
         ("ZPOPMIN", 2),
         ("DBSIZE", 0),
         ("KEYS", 1),
+        // Issue 17's string and keyspace commands, mixed with the others.
+        ("SETNX", 2),
+        ("GETDEL", 1),
+        ("GETEX", 3),
+        ("SETRANGE", 3),
+        ("GETRANGE", 3),
+        ("INCRBYFLOAT", 2),
+        ("MSETNX", 4),
+        ("RENAME", 2),
+        ("RENAMENX", 2),
+        ("COPY", 3),
+        ("UNLINK", 2),
+        ("TOUCH", 2),
+        ("SETBIT", 3),
+        ("BITCOUNT", 3),
     ];
     let keys = ["k1", "k2", "k3"];
     let tokens = [
@@ -505,6 +520,8 @@ fn engine_replies_like_redis() {
         "LIMIT",
         "m1",
         "m2",
+        "REPLACE",
+        "PERSIST",
     ];
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move |n: usize| {

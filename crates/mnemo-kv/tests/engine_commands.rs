@@ -561,9 +561,21 @@ fn info_and_config() {
         run(&mut e, &["CONFIG", "GET"]),
         err("ERR wrong number of arguments for 'config|get' command")
     );
+    // Redis's tunables are checked, kept and reported back; unknown names are refused.
     assert_eq!(
         run(&mut e, &["config", "set", "save", "1"]),
-        err("ERR Unknown option or number of arguments for CONFIG SET - 'save'")
+        err(
+            "ERR CONFIG SET failed (possibly related to argument 'save') - Invalid save parameters"
+        )
+    );
+    assert_eq!(run(&mut e, &["config", "set", "save", "60 1"]), ok());
+    assert_eq!(
+        run(&mut e, &["CONFIG", "GET", "save"]),
+        Reply::Map(vec![(bulk("save"), bulk("60 1"))])
+    );
+    assert_eq!(
+        run(&mut e, &["config", "set", "nosuch", "1"]),
+        err("ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'")
     );
     assert_eq!(run(&mut e, &["CONFIG", "RESETSTAT"]), ok());
     assert_eq!(

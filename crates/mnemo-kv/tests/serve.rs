@@ -31,7 +31,7 @@ impl Engine for FakeEngine {
         let args = request.command.args();
         let wrote = Effect {
             wrote: true,
-            close: false,
+            ..Effect::default()
         };
         match (request.spec.id, args) {
             (CommandId::Set, [_, key, value]) => {

@@ -31,6 +31,7 @@ impl Redis {
 fn our_transcript(password: Option<&str>, input: &[u8]) -> Vec<u8> {
     let config = SessionConfig {
         password: password.map(|p| Bytes::copy_from_slice(p.as_bytes())),
+        ..SessionConfig::default()
     };
     let mut session = Session::new(1, config);
     session.receive(input);

@@ -29,7 +29,7 @@ fn unknown_command(args: &[Bytes]) -> Reply {
 
 /// The arity error of a command whose arguments the table's arity cannot fully check (MSET and
 /// HSET pairs, LPOP's count).
-fn wrong_arity(spec: &'static CommandSpec) -> Reply {
+pub(super) fn wrong_arity(spec: &'static CommandSpec) -> Reply {
     Reply::Error(Bytes::from(
         CommandError::WrongArity {
             full_name: spec.name,
@@ -38,15 +38,15 @@ fn wrong_arity(spec: &'static CommandSpec) -> Reply {
     ))
 }
 
-fn wrongtype() -> Reply {
+pub(super) fn wrongtype() -> Reply {
     err(errors::WRONG_TYPE)
 }
 
-fn bulk(v: Vec<u8>) -> Reply {
+pub(super) fn bulk(v: Vec<u8>) -> Reply {
     Reply::Bulk(Bytes::from(v))
 }
 
-fn int(v: u64) -> Reply {
+pub(super) fn int(v: u64) -> Reply {
     Reply::Integer(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
@@ -70,7 +70,7 @@ macro_rules! integer {
     };
 }
 
-fn eq(arg: &[u8], word: &str) -> bool {
+pub(super) fn eq(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
@@ -99,8 +99,8 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Mset => mset(ctx, spec, a),
         Id::Del => del(ctx, &a[1..]),
         Id::Exists => exists(ctx, &a[1..]),
-        Id::Expire => expire(ctx, a, 1000, spec.name),
-        Id::Pexpire => expire(ctx, a, 1, spec.name),
+        Id::Expire => expire(ctx, a, 1000, false, spec.name),
+        Id::Pexpire => expire(ctx, a, 1, false, spec.name),
         Id::Ttl => ttl(ctx, &a[1], false),
         Id::Pttl => ttl(ctx, &a[1], true),
         Id::Persist => persist(ctx, &a[1]),
@@ -110,7 +110,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Keys => keys(ctx, &a[1]),
         Id::Scan => scan(ctx, a),
         Id::Dbsize => Ok(int(dict::Header::read(ctx.tx, ctx.keyspace()?)?.count)),
-        Id::Flushall | Id::Flushdb => flush(ctx, a),
+        Id::Flushall | Id::Flushdb => flush(ctx, spec, a),
         Id::Lpush => push(ctx, a, true),
         Id::Rpush => push(ctx, a, false),
         Id::Lpop => pop(ctx, spec, a, true),
@@ -140,18 +140,136 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Zrange => zrange(ctx, a),
         Id::Zrangebyscore => super::score_range::zrangebyscore(ctx, a, false),
         Id::Zrevrangebyscore => super::score_range::zrangebyscore(ctx, a, true),
-        Id::Zpopmin => zpopmin(ctx, spec, a),
+        Id::Zpopmin => zpop(ctx, spec, a, false),
+        Id::Blpop
+        | Id::Brpop
+        | Id::Blmove
+        | Id::Brpoplpush
+        | Id::Blmpop
+        | Id::Bzpopmin
+        | Id::Bzpopmax
+        | Id::Bzmpop => super::blocking::run_now(ctx, spec, a),
+        Id::Zcount
+        | Id::Zmscore
+        | Id::Zrank
+        | Id::Zrevrank
+        | Id::Zrevrange
+        | Id::Zpopmax
+        | Id::Zremrangebyscore
+        | Id::Zremrangebyrank
+        | Id::Zrandmember
+        | Id::Zscan
+        | Id::Zmpop
+        | Id::Zunion
+        | Id::Zinter
+        | Id::Zdiff
+        | Id::Zintercard
+        | Id::Zunionstore
+        | Id::Zinterstore
+        | Id::Zdiffstore
+        | Id::Zrangebylex
+        | Id::Zrevrangebylex
+        | Id::Zlexcount
+        | Id::Zremrangebylex
+        | Id::Zrangestore => super::zsets::run(ctx, spec, a),
+        Id::Setnx
+        | Id::Setex
+        | Id::Psetex
+        | Id::Getex
+        | Id::Getdel
+        | Id::Incrbyfloat
+        | Id::Setrange
+        | Id::Getrange
+        | Id::Substr
+        | Id::Msetnx
+        | Id::Expireat
+        | Id::Pexpireat
+        | Id::Expiretime
+        | Id::Pexpiretime
+        | Id::Rename
+        | Id::Renamenx
+        | Id::Copy
+        | Id::Move
+        | Id::Swapdb
+        | Id::ObjectEncoding
+        | Id::ObjectRefcount
+        | Id::ObjectFreq
+        | Id::ObjectIdletime
+        | Id::ObjectHelp
+        | Id::Randomkey
+        | Id::Touch
+        | Id::Setbit
+        | Id::Getbit
+        | Id::Bitcount
+        | Id::Bitpos
+        | Id::Bitop
+        | Id::Lcs => super::strings::run(ctx, spec, a),
+        Id::Unlink => del(ctx, &a[1..]),
+        Id::Hsetnx
+        | Id::Hincrbyfloat
+        | Id::Hstrlen
+        | Id::Hkeys
+        | Id::Hvals
+        | Id::Hrandfield
+        | Id::Hscan
+        | Id::Smismember
+        | Id::Srandmember
+        | Id::Smove
+        | Id::Sinter
+        | Id::Sinterstore
+        | Id::Sunion
+        | Id::Sunionstore
+        | Id::Sdiff
+        | Id::Sdiffstore
+        | Id::Sintercard
+        | Id::Sscan => super::collections::run(ctx, spec, a),
+        Id::Lpushx
+        | Id::Rpushx
+        | Id::Lset
+        | Id::Ltrim
+        | Id::Lrem
+        | Id::Linsert
+        | Id::Lpos
+        | Id::Lmove
+        | Id::Rpoplpush
+        | Id::Lmpop => super::lists::run(ctx, spec, a),
         // Not data commands: the engine answers PING, ECHO, SELECT, SHUTDOWN, INFO and CONFIG
         // itself (`PersistentEngine::run_command`), the session the others (connection state),
         // which the engine does not know.
         Id::Ping
         | Id::Echo
         | Id::Select
+        | Id::Multi
+        | Id::Exec
+        | Id::Discard
+        | Id::Watch
+        | Id::Unwatch
+        | Id::Lastsave
+        | Id::Reset
+        | Id::Role
+        | Id::Subscribe
+        | Id::Psubscribe
+        | Id::Unsubscribe
+        | Id::Punsubscribe
+        | Id::Publish
+        | Id::Pubsub
+        | Id::PubsubChannels
+        | Id::PubsubNumpat
+        | Id::PubsubNumsub
+        | Id::Save
+        | Id::Bgsave
+        | Id::Function
+        | Id::FunctionFlush
+        | Id::FunctionList
+        | Id::Time
+        | Id::Object
         | Id::Shutdown
         | Id::Info
         | Id::Config
         | Id::ConfigGet
+        | Id::ConfigHelp
         | Id::ConfigResetstat
+        | Id::ConfigRewrite
         | Id::ConfigSet
         | Id::Auth
         | Id::Hello
@@ -181,7 +299,7 @@ fn get(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
 }
 
 /// Milliseconds from an EX/PX-style argument, or the error reply.
-fn expire_at(
+pub(super) fn expire_at(
     ctx: &Ctx<'_, '_>,
     arg: &[u8],
     unit: i64,
@@ -364,7 +482,14 @@ fn exists(ctx: &mut Ctx<'_, '_>, keys: &[Bytes]) -> Result<Reply> {
     Ok(int(n))
 }
 
-fn expire(ctx: &mut Ctx<'_, '_>, a: &[Bytes], unit: i64, cmd: &str) -> Result<Reply> {
+/// EXPIRE, PEXPIRE (relative: `absolute` false) and EXPIREAT, PEXPIREAT.
+pub(super) fn expire(
+    ctx: &mut Ctx<'_, '_>,
+    a: &[Bytes],
+    unit: i64,
+    absolute: bool,
+    cmd: &str,
+) -> Result<Reply> {
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &a[3..] {
         if eq(opt, "nx") {
@@ -394,7 +519,8 @@ fn expire(ctx: &mut Ctx<'_, '_>, a: &[Bytes], unit: i64, cmd: &str) -> Result<Re
     }
     let v = integer!(&a[2]);
     let invalid = || err_owned(errors::invalid_expire_time(cmd));
-    let Some(at) = v.checked_mul(unit).and_then(|ms| ms.checked_add(ctx.now)) else {
+    let base = if absolute { 0 } else { ctx.now };
+    let Some(at) = v.checked_mul(unit).and_then(|ms| ms.checked_add(base)) else {
         return Ok(invalid());
     };
     let Some(f) = ctx.lookup_write(&a[1])? else {
@@ -458,13 +584,35 @@ fn keys(ctx: &mut Ctx<'_, '_>, pattern: &[u8]) -> Result<Reply> {
     Ok(Reply::Array(out))
 }
 
+/// A SCAN cursor as Redis reads it (`strtoul`): an optional sign, then decimal digits (none
+/// at all is cursor 0); a minus sign wraps around ("-1" is the largest cursor); overflow and
+/// anything else is invalid.
+pub(super) fn scan_cursor(arg: &[u8]) -> Option<u64> {
+    let (negative, digits) = match arg.first() {
+        Some(b'-') => (true, &arg[1..]),
+        Some(b'+') => (false, &arg[1..]),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return (!negative && arg.is_empty()).then_some(0);
+    }
+    let mut value: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
+}
+
 fn scan(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let cursor = match std::str::from_utf8(&a[1])
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        Some(c) => c,
-        None => return Ok(err(errors::INVALID_CURSOR)),
+    let Some(cursor) = scan_cursor(&a[1]) else {
+        return Ok(err(errors::INVALID_CURSOR));
     };
     let (mut pattern, mut count, mut kind): (Option<&[u8]>, u64, Option<&[u8]>) = (None, 10, None);
     let mut i = 2;
@@ -519,24 +667,33 @@ fn scan(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     ]))
 }
 
-fn flush(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+/// FLUSHDB (the command's database) and FLUSHALL (every database); SYNC and ASYNC alike:
+/// either way the old table is queued for lazy freeing and the command is O(1).
+fn flush(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     match a.get(1) {
         None => {}
         Some(mode) if a.len() == 2 && (eq(mode, "sync") || eq(mode, "async")) => {}
         Some(_) => return Ok(err(errors::SYNTAX)),
     }
-    let old = ctx.keyspace()?;
-    let h = dict::Header::read(ctx.tx, old)?;
-    if h.count == 0 {
-        return Ok(Reply::ok());
+    let dbs = if spec.id == Id::Flushall {
+        0..ctx.slots.len()
+    } else {
+        ctx.db..ctx.db + 1
+    };
+    for db in dbs {
+        let old = ctx.keyspace_of(db)?;
+        let h = dict::Header::read(ctx.tx, old)?;
+        if h.count == 0 {
+            continue;
+        }
+        let new = dict::create(ctx.tx, dict::Kind::Keyspace)?;
+        ctx.set_keyspace(db, new)?;
+        // The old table and everything in it is freed a bounded amount per batch.
+        let head = store::word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM)?;
+        store::set_word(ctx.tx, old + dict::field::RECLAIM_NEXT, head)?;
+        store::set_word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM, old)?;
+        ctx.zcache.clear();
     }
-    let new = dict::create(ctx.tx, dict::Kind::Keyspace)?;
-    ctx.set_keyspace(new)?;
-    // The old table and everything in it is freed a bounded amount per batch.
-    let head = store::word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM)?;
-    store::set_word(ctx.tx, old + dict::field::RECLAIM_NEXT, head)?;
-    store::set_word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM, old)?;
-    ctx.zcache.clear();
     Ok(Reply::ok())
 }
 
@@ -557,7 +714,7 @@ fn push(ctx: &mut Ctx<'_, '_>, a: &[Bytes], left: bool) -> Result<Reply> {
 
 /// Parses an optional count argument: Ok(None) without one, Err(reply) if invalid. Extra
 /// arguments: LPOP/RPOP answer with the arity error, SPOP/ZPOPMIN with a syntax error.
-fn count_arg(
+pub(super) fn count_arg(
     spec: &'static CommandSpec,
     a: &[Bytes],
     at: usize,
@@ -611,7 +768,7 @@ fn pop(
 }
 
 /// Redis's index normalisation for ranges: Some((start, stop)) inclusive, None if empty.
-fn clamp_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
+pub(super) fn clamp_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
     let len = i64::try_from(len).unwrap_or(i64::MAX);
     let start = if start < 0 {
         (start + len).max(0)
@@ -703,7 +860,7 @@ macro_rules! container {
 }
 
 /// Deletes `key` if its nested table is now empty.
-fn drop_if_empty(ctx: &mut Ctx<'_, '_>, key: &[u8], d: u64) -> Result<()> {
+pub(super) fn drop_if_empty(ctx: &mut Ctx<'_, '_>, key: &[u8], d: u64) -> Result<()> {
     if dict::Header::read(ctx.tx, d)?.count == 0 {
         if let Some(f) = ctx.lookup_write(key)? {
             ctx.delete(&f)?;
@@ -737,7 +894,12 @@ fn sadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 }
 
 /// Removes members (set, hash fields, sorted-set members) from a table; returns how many.
-fn remove_members(ctx: &mut Ctx<'_, '_>, d: u64, members: &[Bytes], zset: bool) -> Result<u64> {
+pub(super) fn remove_members(
+    ctx: &mut Ctx<'_, '_>,
+    d: u64,
+    members: &[Bytes],
+    zset: bool,
+) -> Result<u64> {
     let mut removed = 0;
     for member in members {
         if let Some(f) = dict::step_find(
@@ -770,7 +932,7 @@ fn srem(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     Ok(int(n))
 }
 
-fn members(ctx: &mut Ctx<'_, '_>, d: u64) -> Result<Vec<Vec<u8>>> {
+pub(super) fn members(ctx: &mut Ctx<'_, '_>, d: u64) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     dict::for_each(ctx.tx, d, |e| {
         out.push(e.key(ctx.tx)?);
@@ -831,7 +993,7 @@ fn spop(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resul
     })
 }
 
-fn ctx_random(state: &mut u64) -> u64 {
+pub(super) fn ctx_random(state: &mut u64) -> u64 {
     let mut x = *state;
     x ^= x >> 12;
     x ^= x << 25;
@@ -947,7 +1109,7 @@ fn hincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
 // ---- sorted sets ----
 
 /// Sets a member's score in a sorted set's table and index; true if it was added.
-fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Result<bool> {
+pub(super) fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f64) -> Result<bool> {
     let found = dict::step_find(
         ctx.tx,
         d,
@@ -1130,14 +1292,16 @@ pub(super) fn scored_reply(items: Vec<(f64, Vec<u8>)>, with_scores: bool, resp3:
     Reply::Array(out)
 }
 
-fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let (mut by_score, mut rev, mut with_scores) = (false, false, false);
+pub(super) fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
+    let (mut by_score, mut by_lex, mut rev, mut with_scores) = (false, false, false, false);
     let mut limit: Option<(i64, i64)> = None;
     let mut i = 4;
     while i < a.len() {
         let o = &a[i];
         if eq(o, "byscore") {
             by_score = true;
+        } else if eq(o, "bylex") {
+            by_lex = true;
         } else if eq(o, "rev") {
             rev = true;
         } else if eq(o, "withscores") {
@@ -1151,10 +1315,18 @@ fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         i += 1;
     }
     // By rank, Redis accepts only the no-op LIMIT (offset 0, negative count).
-    if limit.is_some_and(|(offset, count)| offset != 0 || count >= 0) && !by_score {
-        return Ok(err(
-            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
-        ));
+    if limit.is_some_and(|(offset, count)| offset != 0 || count >= 0) && !by_score && !by_lex {
+        return Ok(err(errors::ZRANGE_LIMIT_WITHOUT_BY));
+    }
+    if by_score && by_lex {
+        return Ok(err(errors::SYNTAX));
+    }
+    if by_lex {
+        if with_scores {
+            return Ok(err(errors::ZRANGE_BYLEX_WITHSCORES));
+        }
+        let (min, max) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };
+        return super::zsets::by_lex(ctx, &a[1], min, max, rev, limit);
     }
     if by_score {
         let (min, max) = if rev { (&a[3], &a[2]) } else { (&a[2], &a[3]) };
@@ -1189,7 +1361,13 @@ fn zrange(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     Ok(scored_reply(items, with_scores, resp3))
 }
 
-fn zpopmin(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
+/// ZPOPMIN and ZPOPMAX (`max`).
+pub(super) fn zpop(
+    ctx: &mut Ctx<'_, '_>,
+    spec: &'static CommandSpec,
+    a: &[Bytes],
+    max: bool,
+) -> Result<Reply> {
     let count = match count_arg(spec, a, 2) {
         Ok(c) => c,
         Err(reply) => return Ok(reply),
@@ -1197,16 +1375,30 @@ fn zpopmin(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Re
     let Some(d) = container!(ctx, &a[1], tag::ZSET, false) else {
         return Ok(Reply::Array(Vec::new()));
     };
+    let popped = pop_members(ctx, d, count.unwrap_or(1), max)?;
+    drop_if_empty(ctx, &a[1], d)?;
+    let resp3 = ctx.resp3 && count.is_some();
+    Ok(scored_reply(popped, true, resp3))
+}
+
+/// Removes up to `count` members with the lowest (or, with `max`, highest) scores from the
+/// sorted set `d`; returns them in that order. The caller drops an emptied key.
+pub(super) fn pop_members(
+    ctx: &mut Ctx<'_, '_>,
+    d: u64,
+    count: u64,
+    max: bool,
+) -> Result<Vec<(f64, Vec<u8>)>> {
     let mut popped = Vec::new();
-    for _ in 0..count.unwrap_or(1) {
-        let Some(first) = ctx.zindex(d)?.first().cloned() else {
+    for _ in 0..count {
+        let index = ctx.zindex(d)?;
+        let next = if max { index.last() } else { index.first() };
+        let Some(first) = next.cloned() else {
             break;
         };
         let member = Bytes::from(first.1.clone());
         remove_members(ctx, d, std::slice::from_ref(&member), true)?;
         popped.push((first.0 .0, first.1));
     }
-    drop_if_empty(ctx, &a[1], d)?;
-    let resp3 = ctx.resp3 && count.is_some();
-    Ok(scored_reply(popped, true, resp3))
+    Ok(popped)
 }

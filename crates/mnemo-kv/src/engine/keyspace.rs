@@ -17,10 +17,12 @@ pub const SEED: u64 = 0x6d6e_656d_6f2d_6b76;
 
 /// Root word offsets (the root named [`super::ROOT_NAME`]).
 pub mod root {
-    /// The keyspace table.
+    /// The keyspace table of database 0.
     pub const KEYSPACE: u64 = 16;
     /// First object of the reclaim queue.
     pub const RECLAIM: u64 = 24;
+    /// The database array (layout version 2; `databases.rs`).
+    pub const DATABASES: u64 = 32;
 }
 
 /// A score ordered as Redis orders sorted-set members: by score, `-0` equal to `0`.
@@ -105,6 +107,10 @@ pub struct Ctx<'a, 'h> {
     pub tx: &'a Mem<'a, 'h>,
     /// Offset of the root.
     pub root: u64,
+    /// Per database, the word holding its keyspace table's offset.
+    pub slots: &'a [u64],
+    /// The database the command runs in.
+    pub db: usize,
     /// The batch's clock (Unix ms), one for the whole batch.
     pub now: i64,
     /// Random state (SPOP), put back when the command is rolled back.
@@ -113,8 +119,9 @@ pub struct Ctx<'a, 'h> {
     pub zcache: &'a mut ZCache,
     /// Whether the reply is RESP3.
     pub resp3: bool,
-    /// The keyspace table once read by this command (0: not yet): a key write needs it
-    /// twice, MSET twice per key. Only FLUSHALL changes it, through [`Ctx::set_keyspace`].
+    /// The keyspace table of [`Ctx::db`] once read by this command (0: not yet): a key write
+    /// needs it twice, MSET twice per key. Only FLUSHDB, FLUSHALL and SWAPDB change it,
+    /// through [`Ctx::set_keyspace`] and [`Ctx::swap_databases`].
     pub keyspace: std::cell::Cell<u64>,
 }
 
@@ -143,11 +150,11 @@ pub fn typed(found: Option<Found>, t: u8) -> std::result::Result<Option<Found>, 
 }
 
 impl Ctx<'_, '_> {
-    /// The keyspace table.
+    /// The keyspace table of the command's database.
     pub fn keyspace(&self) -> Result<u64> {
         match self.keyspace.get() {
             0 => {
-                let ks = store::word(self.tx, self.root + root::KEYSPACE)?;
+                let ks = self.keyspace_of(self.db)?;
                 self.keyspace.set(ks);
                 Ok(ks)
             }
@@ -155,15 +162,52 @@ impl Ctx<'_, '_> {
         }
     }
 
-    /// Makes `ks` the keyspace table (FLUSHALL).
-    pub fn set_keyspace(&self, ks: u64) -> Result<()> {
-        store::set_word(self.tx, self.root + root::KEYSPACE, ks)?;
-        self.keyspace.set(ks);
+    /// The keyspace table of database `db`.
+    pub fn keyspace_of(&self, db: usize) -> Result<u64> {
+        match self.slots.get(db) {
+            Some(&slot) => store::word(self.tx, slot),
+            None => corrupt(format!("no database {db}")),
+        }
+    }
+
+    /// Makes `ks` the keyspace table of database `db` (FLUSHDB, FLUSHALL).
+    pub fn set_keyspace(&self, db: usize, ks: u64) -> Result<()> {
+        let Some(&slot) = self.slots.get(db) else {
+            return corrupt(format!("no database {db}"));
+        };
+        store::set_word(self.tx, slot, ks)?;
+        if db == self.db {
+            self.keyspace.set(ks);
+        }
         Ok(())
+    }
+
+    /// Exchanges the tables of two databases (SWAPDB).
+    pub fn swap_databases(&self, a: usize, b: usize) -> Result<()> {
+        let (ka, kb) = (self.keyspace_of(a)?, self.keyspace_of(b)?);
+        self.set_keyspace(a, kb)?;
+        self.set_keyspace(b, ka)
+    }
+
+    /// The same context in database `db` (MOVE, COPY ... DB).
+    pub fn in_db<R>(&mut self, db: usize, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        let (saved_db, saved_ks) = (self.db, self.keyspace.get());
+        self.db = db;
+        self.keyspace.set(0);
+        let result = f(self);
+        self.db = saved_db;
+        self.keyspace.set(saved_ks);
+        result
     }
 
     fn expired(&self, e: &Entry) -> bool {
         e.expire != 0 && e.expire <= self.now
+    }
+
+    /// Finds a key's entry, expired or not.
+    pub fn lookup_raw(&self, key: &[u8]) -> Result<Option<Found>> {
+        let ks = self.keyspace()?;
+        dict::find(self.tx, ks, SEED, key)
     }
 
     /// Finds a live key (expired keys read as missing; reads do not delete them).
@@ -443,6 +487,37 @@ impl Ctx<'_, '_> {
             store::set_words(self.tx, e.off + entry_field::VAL, &[blob, len | cap << 32])?;
         }
         Ok(len)
+    }
+
+    /// Moves a found entry of the command's database to `key` in database `db` (RENAME,
+    /// MOVE): a new entry holding the same value (the value itself is not copied: a string's
+    /// own allocation and a container move with it) and expiry; the old entry is unlinked
+    /// and freed. `key` must be absent from `db`.
+    pub fn rekey(&mut self, found: &Found, key: &[u8], db: usize) -> Result<()> {
+        let e = found.entry;
+        let inline;
+        let value = if e.tag == tag::STRING && e.is_inline() {
+            inline = e.string(self.tx)?;
+            Value::Inline(&inline, e.vcap)
+        } else if e.tag == tag::STRING {
+            Value::Blob(e.val, e.vlen, e.vcap)
+        } else {
+            Value::Word(e.val)
+        };
+        let hash = store::hash(SEED, key);
+        let new = dict::new_entry(self.tx, e.tag, key, hash, e.expire, value)?;
+        let source = self.keyspace()?;
+        dict::unlink(self.tx, source, found)?;
+        if e.expire != 0 {
+            self.add_expires(source, -1)?;
+        }
+        store::free(self.tx, e.off)?;
+        let target = self.keyspace_of(db)?;
+        dict::insert(self.tx, target, new, hash)?;
+        if e.expire != 0 {
+            self.add_expires(target, 1)?;
+        }
+        Ok(())
     }
 
     /// Creates `key` holding a new empty container of type `t` (LIST, HASH, SET, ZSET);

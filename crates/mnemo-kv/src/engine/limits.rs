@@ -1,5 +1,8 @@
 //! Every limit of the engine, in one place, each with its reason.
 
+/// Most databases a pool may hold (`--databases`): the database array is one allocation of
+/// a word per database, and every database costs an empty table (about 150 bytes).
+pub const DATABASES_MAX: usize = 1 << 16;
 /// Largest string, key or element: Redis's default `proto-max-bulk-len` (512 MiB); also the
 /// largest length believed when read from the pool (a larger one is corruption).
 pub const VALUE_BYTES_MAX: u64 = 512 * 1024 * 1024;

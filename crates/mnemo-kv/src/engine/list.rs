@@ -287,3 +287,96 @@ pub fn check(tx: &Mem<'_, '_>, l: u64) -> Result<u64> {
     }
     Ok(n)
 }
+
+/// The element offsets of the list, head to tail.
+pub fn elements(tx: &Mem<'_, '_>, l: u64) -> Result<Vec<u64>> {
+    let h = Header::read(tx, l)?;
+    let mut out = Vec::with_capacity(h.len.min(1 << 20) as usize);
+    let (mut at, mut segs) = (h.head, 0u64);
+    while at != 0 {
+        let s = Segment::read(tx, at)?;
+        for i in s.lo..s.hi {
+            out.push(store::word(tx, s.slot(i))?);
+        }
+        at = s.next;
+        segs += 1;
+        if segs > h.segs.min(tx.objects_max(SEGMENT_BYTES)) {
+            return corrupt(format!("list {l:#x}: more segments than counted"));
+        }
+    }
+    Ok(out)
+}
+
+/// The value of the element at offset `e`.
+pub fn value(tx: &Mem<'_, '_>, e: u64) -> Result<Vec<u8>> {
+    element(tx, e)
+}
+
+/// A new element holding `value`, for [`relayout`] or [`replace`].
+pub fn new_value(tx: &Mem<'_, '_>, value: &[u8]) -> Result<u64> {
+    new_element(tx, value)
+}
+
+/// Replaces the element at `index` (in `0..len`) with the element `e`; returns the old
+/// element's offset (the caller frees it). One logged word.
+pub fn replace(tx: &Mem<'_, '_>, l: u64, index: u64, e: u64) -> Result<u64> {
+    let h = Header::read(tx, l)?;
+    let (mut at, mut first, mut segs) = (h.head, 0u64, 0u64);
+    while at != 0 {
+        let s = Segment::read(tx, at)?;
+        if index < first + s.used() {
+            let slot = s.slot(s.lo + (index - first));
+            let old = store::word(tx, slot)?;
+            store::set_word(tx, slot, e)?;
+            return Ok(old);
+        }
+        first += s.used();
+        at = s.next;
+        segs += 1;
+        if segs > h.segs.min(tx.objects_max(SEGMENT_BYTES)) {
+            return corrupt(format!("list {l:#x}: more segments than counted"));
+        }
+    }
+    corrupt(format!(
+        "list {l:#x}: index {index} past its {first} elements"
+    ))
+}
+
+/// Makes the list hold exactly the elements `order` (offsets of existing or new elements,
+/// head to tail): the old segments are freed and new, full ones written (fresh allocations:
+/// unlogged). Elements dropped from the list are the caller's to free. LREM and LINSERT
+/// use it: O(n) like theirs in Redis, with one logged free per old segment.
+pub fn relayout(tx: &Mem<'_, '_>, l: u64, order: &[u64]) -> Result<()> {
+    let h = Header::read(tx, l)?;
+    let (mut at, mut segs) = (h.head, 0u64);
+    while at != 0 {
+        let s = Segment::read(tx, at)?;
+        store::free(tx, at)?;
+        at = s.next;
+        segs += 1;
+        if segs > h.segs.min(tx.objects_max(SEGMENT_BYTES)) {
+            return corrupt(format!("list {l:#x}: more segments than counted"));
+        }
+    }
+    let chunks: Vec<&[u64]> = order.chunks(LIST_SEGMENT_SLOTS as usize).collect();
+    let mut offsets = Vec::with_capacity(chunks.len());
+    for _ in &chunks {
+        offsets.push(store::alloc(tx, SEGMENT_BYTES)?);
+    }
+    for (i, (chunk, &s)) in chunks.iter().zip(&offsets).enumerate() {
+        let prev = if i == 0 { 0 } else { offsets[i - 1] };
+        let next = offsets.get(i + 1).copied().unwrap_or(0);
+        let mut image = vec![prev, next, 0, chunk.len() as u64];
+        image.extend_from_slice(chunk);
+        let mut bytes = Vec::with_capacity(image.len() * 8);
+        store::words_to_bytes(&image, &mut bytes);
+        store::set_bytes(tx, s, &bytes)?;
+    }
+    let head = offsets.first().copied().unwrap_or(0);
+    let tail = offsets.last().copied().unwrap_or(0);
+    store::set_words(
+        tx,
+        l + LEN,
+        &[order.len() as u64, head, tail, offsets.len() as u64],
+    )
+}

@@ -15,36 +15,50 @@
 
 #![deny(unsafe_code)]
 
+#[macro_use]
 mod commands;
+mod bits;
+mod blocking;
+mod collections;
+mod config;
+mod databases;
+mod decimal;
 pub mod dict;
-mod glob;
+pub(crate) mod glob;
+mod info;
 mod keyspace;
 pub mod limits;
 pub mod list;
+mod lists;
 mod score_range;
 mod store;
+mod strings;
+mod transaction;
+mod zsets;
 
 use std::cell::Cell;
-use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use mnemo_heap::{Heap, HeapOptions, PPtr, Tx};
+use mnemo_heap::{Heap, HeapOptions, Tx};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::command::{self, CommandSpec, Flags};
-use mnemo_resp::{errors, CommandId, Encoder, Protocol, Reply};
+use mnemo_resp::{errors, parse_i64, CommandId, Encoder, Protocol, Reply};
 
+use crate::server::limits::DATABASES_DEFAULT;
 use crate::server::{Effect, Engine, Request};
-use dict::{tag, Kind};
+use dict::tag;
 use keyspace::{root, Ctx, ZCache, SEED};
 pub use store::EngineError;
 use store::Mem;
+use transaction::Watches;
 
 /// Name of the heap root holding the keyspace.
 pub const ROOT_NAME: &str = "kv.keyspace";
 /// First word of the root: "MNEMOKV" and a NUL.
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MNEMOKV\0");
-/// Layout version of the keyspace (root word 1).
-pub const LAYOUT_VERSION: u64 = 1;
+/// Layout version of the keyspace (root word 1): 2 since the numbered databases (version 1
+/// had database 0 only; it opens as database 0 and is upgraded in place).
+pub const LAYOUT_VERSION: u64 = 2;
 
 /// Heap options suited to the engine when creating a pool: one executor commits, so few
 /// lanes, and rings of the fewest slots (more slots only spare scans of other lanes' commits);
@@ -72,6 +86,9 @@ pub struct EngineStats {
     pub rollbacks: u64,
     /// Extra commits made because a batch outgrew one redo record.
     pub split_commits: u64,
+    /// EXECs rolled back whole because they outgrew what was left of the batch's record, and
+    /// run again alone after an early commit of the batch before them.
+    pub exec_alone: u64,
     /// Unix time (s) of the last commit.
     pub last_commit_unix: u64,
     /// Housekeeping steps that failed (undone; retried with the next batch).
@@ -86,13 +103,47 @@ pub type InfoHook<'h> = Box<dyn Fn(&str, &mut String) + 'h>;
 pub struct PersistentEngine<'h> {
     heap: &'h Heap,
     root: u64,
+    /// Per database, the word holding its keyspace table's offset.
+    slots: Vec<u64>,
+    /// The database [`PersistentEngine::execute_args`] runs in (its SELECT changes it).
+    db: usize,
     txn: Option<Tx<'h>>,
     poisoned: Option<String>,
     now: i64,
     clock: Option<i64>,
     rng: u64,
     zcache: ZCache,
-    expire_cursor: u64,
+    /// Per database, where the active expiry goes on.
+    expire_cursors: Vec<u64>,
+    /// Databases the open batch ran commands in: their housekeeping is due at commit.
+    batch_dbs: Vec<usize>,
+    /// The database whose housekeeping a commit does besides the batch's own (round robin).
+    idle_db: usize,
+    /// An EXEC is running: a command too large for the batch's record must not commit the
+    /// batch early (that would split the EXEC over two sync points).
+    in_exec: bool,
+    /// A command of the running EXEC outgrew the batch's record.
+    exec_overflow: bool,
+    /// Pool writes (and allocations, frees) of the last command: whether it changed
+    /// anything, for WATCH.
+    writes: u64,
+    /// WATCHed keys.
+    watch: Watches,
+    /// While a request from the server runs outside EXEC: its deadline if it was parked
+    /// before (`Some(Some(ms))`), `Some(None)` if not yet; `None` where nothing may block.
+    can_block: Option<Option<i64>>,
+    /// The running blocking command found nothing and must wait until this deadline (Unix
+    /// ms; `i64::MAX` for ever).
+    blocked: Option<i64>,
+    /// CONFIG's parameters.
+    config: config::Config,
+    /// Error replies by their first word (INFO errorstats).
+    error_counts: std::collections::BTreeMap<String, u64>,
+    /// When the engine was opened (INFO uptime) and its run id.
+    opened: std::time::Instant,
+    run_id: String,
+    /// [`PersistentEngine::execute_args`]' MULTI: the commands queued since.
+    multi: Option<crate::server::Transaction>,
     stats: EngineStats,
     info_hook: Option<InfoHook<'h>>,
 }
@@ -114,61 +165,71 @@ fn unix_ms() -> i64 {
 }
 
 impl<'h> PersistentEngine<'h> {
-    /// Opens the keyspace in `heap`, creating it on first use. Reads the root and the
-    /// keyspace table's header only: no scan, no replay. Corrupt root or header: an error.
+    /// Opens the keyspace in `heap` with Redis's 16 databases, creating it on first use:
+    /// [`PersistentEngine::open_with_databases`].
     pub fn open(heap: &'h Heap) -> Result<PersistentEngine<'h>, EngineError> {
+        PersistentEngine::open_with_databases(heap, DATABASES_DEFAULT)
+    }
+
+    /// Opens the keyspace in `heap` with `databases` databases (`--databases`), creating it
+    /// on first use. Reads the root, the database array and each database's table header:
+    /// no scan, no replay. A keyspace of layout version 1 (one database) is upgraded in
+    /// place: it becomes database 0. A pool that holds keys in a database at or past
+    /// `databases` is refused ([`EngineError::Databases`]). Corrupt root or header: an error.
+    pub fn open_with_databases(
+        heap: &'h Heap,
+        databases: usize,
+    ) -> Result<PersistentEngine<'h>, EngineError> {
+        if !(1..=limits::DATABASES_MAX).contains(&databases) {
+            return Err(EngineError::Databases(format!(
+                "{databases} databases asked for; from 1 to {} are possible",
+                limits::DATABASES_MAX
+            )));
+        }
         let root_ptr = heap.root::<[u64; 8]>(ROOT_NAME)?;
         let root = root_ptr.offset();
         let words = heap.get(root_ptr)?;
-        heap.tx(|txn| -> mnemo_heap::Result<Result<(), EngineError>> {
+        let array = heap.tx(|txn| -> mnemo_heap::Result<Result<u64, EngineError>> {
             let tx = &Mem::new(txn, heap);
-            if words[0] == 0 {
-                if words.iter().any(|&w| w != 0) {
-                    return Ok(store::corrupt("keyspace root without magic"));
-                }
-                let ks = match dict::create(tx, Kind::Keyspace) {
-                    Ok(ks) => ks,
-                    Err(EngineError::Heap(e)) => return Err(e),
-                    Err(e) => return Ok(Err(e)),
-                };
-                txn.write(
-                    PPtr::<[u64; 4]>::from_offset(root),
-                    &[ROOT_MAGIC, LAYOUT_VERSION, ks, 0],
-                )?;
-                return Ok(Ok(()));
+            match databases::open(tx, root, &words, databases) {
+                Err(EngineError::Heap(e)) => Err(e),
+                other => Ok(other),
             }
-            if words[0] != ROOT_MAGIC {
-                return Ok(store::corrupt(format!(
-                    "root {ROOT_NAME:?} does not hold a mnemo keyspace (magic {:#x})",
-                    words[0]
-                )));
-            }
-            if words[1] != LAYOUT_VERSION {
-                return Ok(store::corrupt(format!(
-                    "keyspace layout version {} (this build reads {LAYOUT_VERSION})",
-                    words[1]
-                )));
-            }
-            let checked = dict::Header::read(tx, words[2]).and_then(|h| {
-                if h.kind == Kind::Keyspace {
-                    Ok(())
-                } else {
-                    store::corrupt("the keyspace root points at another kind of table")
-                }
-            });
-            Ok(checked)
         })??;
+        let mut slots = Vec::with_capacity(databases);
+        slots.push(root + root::KEYSPACE);
+        slots.extend((1..databases as u64).map(|db| array + databases::slot_offset(db)));
         let seed = unix_ms() as u64 | 1;
         Ok(PersistentEngine {
             heap,
             root,
+            slots,
+            db: 0,
             txn: None,
             poisoned: None,
             now: 0,
             clock: None,
             rng: seed,
             zcache: ZCache::default(),
-            expire_cursor: 0,
+            expire_cursors: vec![0; databases],
+            batch_dbs: Vec::new(),
+            idle_db: 0,
+            in_exec: false,
+            exec_overflow: false,
+            writes: 0,
+            watch: Watches::default(),
+            can_block: None,
+            blocked: None,
+            config: config::Config::new(databases),
+            error_counts: std::collections::BTreeMap::new(),
+            opened: std::time::Instant::now(),
+            run_id: format!(
+                "{:016x}{:016x}{:08x}",
+                seed,
+                seed.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15,
+                std::process::id()
+            ),
+            multi: None,
             stats: EngineStats::default(),
             info_hook: None,
         })
@@ -197,28 +258,92 @@ impl<'h> PersistentEngine<'h> {
     /// Runs one command (arguments, name first) in the open batch and returns its reply:
     /// the seam without the server's [`Request`] (tests, tools). Opens a batch if none is.
     /// Finds and checks the command in mnemo-resp's table ([`command::resolve`]), as the
-    /// session does for a [`Request`].
+    /// session does for a [`Request`]; keeps what a session would (the selected database,
+    /// MULTI's queue; WATCH as connection 0).
     pub fn execute_args(&mut self, args: &[Bytes], protocol: Protocol) -> (Reply, Effect) {
         if self.txn.is_none() {
             self.begin();
         }
-        match command::resolve(args) {
-            Ok(spec) => self.run_command(spec, args, protocol),
-            Err(error) => (
-                Reply::Error(Bytes::from(error.reply_text())),
-                Effect::default(),
-            ),
+        let spec = match command::resolve(args) {
+            Ok(spec) => spec,
+            Err(error) => {
+                if let Some(multi) = &mut self.multi {
+                    multi.aborted = true;
+                }
+                return (
+                    Reply::Error(Bytes::from(error.reply_text())),
+                    Effect::default(),
+                );
+            }
+        };
+        if let Some(reply) = self.queue_locally(spec, args) {
+            return (reply, Effect::default());
+        }
+        let mut db = self.db;
+        let result = if matches!(spec.id, CommandId::Exec | CommandId::Discard) {
+            let transaction = self.multi.take().unwrap_or_default();
+            self.run_transaction(spec, 0, &mut db, Some(&transaction), protocol)
+        } else {
+            self.run_command(spec, args, 0, &mut db, protocol)
+        };
+        self.db = db;
+        self.count_errors(&result.0);
+        result
+    }
+
+    /// Counts the error replies in `reply` (EXEC's included) by their first word.
+    fn count_errors(&mut self, reply: &Reply) {
+        match reply {
+            Reply::Error(text) => {
+                let code = text.split(|&b| b == b' ').next().unwrap_or_default();
+                let code = String::from_utf8_lossy(code).into_owned();
+                *self.error_counts.entry(code).or_default() += 1;
+            }
+            Reply::Array(items) => {
+                for item in items {
+                    self.count_errors(item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// [`PersistentEngine::execute_args`]' MULTI, as a session keeps it: the reply if the
+    /// command was answered here (MULTI, queued, errors).
+    fn queue_locally(&mut self, spec: &'static CommandSpec, args: &[Bytes]) -> Option<Reply> {
+        let in_multi = self.multi.is_some();
+        let text = |text: &'static str| Some(commands::err(text));
+        match spec.id {
+            CommandId::Multi if in_multi => text("ERR MULTI calls can not be nested"),
+            CommandId::Multi => {
+                self.multi = Some(crate::server::Transaction::default());
+                Some(Reply::ok())
+            }
+            CommandId::Exec if !in_multi => text("ERR EXEC without MULTI"),
+            CommandId::Discard if !in_multi => text("ERR DISCARD without MULTI"),
+            CommandId::Watch if in_multi => text("ERR WATCH inside MULTI is not allowed"),
+            CommandId::Exec | CommandId::Discard => None,
+            _ if in_multi => {
+                let multi = self.multi.as_mut()?;
+                let command = mnemo_resp::Command::new(args.to_vec());
+                multi.commands.push((spec, command));
+                Some(Reply::Simple(Bytes::from_static(b"QUEUED")))
+            }
+            _ => None,
         }
     }
 
     /// Runs a command that the table has found (`spec`) in the open batch, dispatching on its
-    /// id. The session has checked the arity already; it is checked again here, from the same
-    /// entry (one comparison), because the handlers index the arguments by it and a
-    /// [`Request`] built by hand must not make them panic.
+    /// id, in database `*db` (SELECT changes it) for connection `session`. The session has
+    /// checked the arity already; it is checked again here, from the same entry (one
+    /// comparison), because the handlers index the arguments by it and a [`Request`] built by
+    /// hand must not make them panic.
     fn run_command(
         &mut self,
         spec: &'static CommandSpec,
         args: &[Bytes],
+        session: u64,
+        db: &mut usize,
         protocol: Protocol,
     ) -> (Reply, Effect) {
         if let Err(error) = command::check_arity(spec, args.len()) {
@@ -227,10 +352,14 @@ impl<'h> PersistentEngine<'h> {
                 Effect::default(),
             );
         }
-        let writes = spec.flags.contains(Flags::WRITE);
-        let effect = Effect {
+        // SAVE asks for a sync point: every acknowledged write already had one, but the batch
+        // commits (and LASTSAVE moves) as for a write.
+        let writes = spec.flags.contains(Flags::WRITE) || spec.id == CommandId::Save;
+        let mut effect = Effect {
             wrote: writes,
             close: spec.id == CommandId::Shutdown,
+            select: None,
+            block: None,
         };
         self.stats.commands += 1;
         if let Some(reason) = &self.poisoned {
@@ -239,6 +368,9 @@ impl<'h> PersistentEngine<'h> {
                 effect,
             );
         }
+        if *db >= self.slots.len() {
+            return (commands::err(errors::DB_INDEX_OUT_OF_RANGE), effect);
+        }
         let resp3 = protocol == Protocol::Resp3;
         let reply = match spec.id {
             CommandId::Ping => Ok(match args.get(1) {
@@ -246,39 +378,174 @@ impl<'h> PersistentEngine<'h> {
                 None => Reply::Simple(Bytes::from_static(b"PONG")),
             }),
             CommandId::Echo => Ok(Reply::Bulk(args[1].clone())),
-            CommandId::Select => Ok(match args[1].as_ref() {
-                b"0" => Reply::ok(),
-                _ => commands::err(errors::DB_INDEX_OUT_OF_RANGE),
+            CommandId::Select => Ok(match parse_i64(&args[1]) {
+                None => commands::err(errors::NOT_INTEGER),
+                Some(index) if i32::try_from(index).is_err() => commands::err(errors::NOT_I32),
+                Some(index) => match usize::try_from(index) {
+                    Ok(index) if index < self.slots.len() => {
+                        *db = index;
+                        effect.select = Some(index);
+                        Reply::ok()
+                    }
+                    _ => commands::err(errors::DB_INDEX_OUT_OF_RANGE),
+                },
             }),
             CommandId::Shutdown => Ok(Reply::ok()),
             CommandId::Info => Ok(self.info(&args[1..])),
-            CommandId::ConfigGet => Ok(config_get(args)),
-            CommandId::ConfigSet => Ok(config_set(args)),
-            CommandId::ConfigResetstat => Ok(Reply::ok()),
-            _ => self.run_data(spec, args, resp3),
+            CommandId::ConfigGet => Ok(self.config.get(&args[2..])),
+            CommandId::ConfigSet => Ok(self.config.set(args)),
+            CommandId::ConfigHelp => Ok(config::help()),
+            CommandId::ConfigRewrite => Ok(commands::err(
+                "ERR The server is running without a config file",
+            )),
+            CommandId::ConfigResetstat => {
+                let last_commit_unix = self.stats.last_commit_unix;
+                self.stats = EngineStats {
+                    last_commit_unix,
+                    ..EngineStats::default()
+                };
+                self.error_counts.clear();
+                Ok(Reply::ok())
+            }
+            CommandId::Save => Ok(Reply::ok()),
+            // Nothing to save in the background: every acknowledged write is durable.
+            CommandId::Bgsave => Ok(match args.get(1) {
+                None => Reply::Simple(Bytes::from_static(b"Background saving started")),
+                Some(opt) if args.len() == 2 && opt.eq_ignore_ascii_case(b"schedule") => {
+                    Reply::Simple(Bytes::from_static(b"Background saving started"))
+                }
+                Some(_) => commands::err(errors::SYNTAX),
+            }),
+            // No functions (scripting is not supported): nothing to flush or list.
+            CommandId::FunctionFlush => Ok(match args.get(2) {
+                None => Reply::ok(),
+                Some(_) if args.len() > 3 => commands::err_owned(format!(
+                    "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION \
+                     HELP.",
+                    String::from_utf8_lossy(&args[1])
+                )),
+                Some(mode)
+                    if args.len() == 3
+                        && (mode.eq_ignore_ascii_case(b"sync")
+                            || mode.eq_ignore_ascii_case(b"async")) =>
+                {
+                    Reply::ok()
+                }
+                Some(_) => commands::err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"),
+            }),
+            CommandId::FunctionList => Ok(function_list(args)),
+            CommandId::Lastsave => Ok(Reply::Integer(
+                i64::try_from(self.stats.last_commit_unix).unwrap_or(i64::MAX),
+            )),
+            CommandId::Time => Ok(Reply::Array(vec![
+                Reply::Bulk(Bytes::from((self.now / 1000).to_string())),
+                Reply::Bulk(Bytes::from(((self.now % 1000) * 1000).to_string())),
+            ])),
+            CommandId::Watch => {
+                let stale = self.under_savepoint(*db, false, |ctx| {
+                    let mut stale = Vec::with_capacity(args.len() - 1);
+                    for key in &args[1..] {
+                        stale.push(
+                            ctx.lookup_raw(key)?
+                                .is_some_and(|f| f.entry.expire != 0 && f.entry.expire <= ctx.now),
+                        );
+                    }
+                    Ok(stale)
+                });
+                stale.map(|stale| self.watch.add(session, *db, &args[1..], &stale))
+            }
+            id if blocking::is_blocking(id) && self.can_block.is_some() && !self.in_exec => {
+                return (self.run_blocking(spec, args, *db, resp3), effect);
+            }
+            CommandId::Unwatch => {
+                self.watch.remove_session(session);
+                Ok(Reply::ok())
+            }
+            CommandId::Reset => {
+                self.watch.remove_session(session);
+                Ok(Reply::Simple(Bytes::from_static(b"RESET")))
+            }
+            _ => {
+                let existing = self.watched_existing(spec, args, *db);
+                let reply = match self.run_data(spec, args, *db, resp3) {
+                    Ok(reply) => reply,
+                    Err(e) => self.recover(e, spec, args, *db, resp3),
+                };
+                let changed = self.writes > 0 && !matches!(reply, Reply::Error(_));
+                if changed && !self.watch.is_empty() {
+                    self.watch.touch_command(spec, args, *db, existing);
+                }
+                return (reply, effect);
+            }
         };
         let reply = match reply {
             Ok(reply) => reply,
-            Err(e) => self.recover(e, spec, args, resp3),
+            Err(e) => self.recover(e, spec, args, *db, resp3),
         };
         (reply, effect)
+    }
+
+    /// A blocking command from the server: served now if a key has elements; else parked
+    /// (`self.blocked`) until its deadline, or the timeout's reply once that has passed.
+    fn run_blocking(
+        &mut self,
+        spec: &'static CommandSpec,
+        args: &[Bytes],
+        db: usize,
+        resp3: bool,
+    ) -> Reply {
+        let timeout = match blocking::timeout_ms(spec, args) {
+            Ok(ms) => ms,
+            Err(reply) => return reply,
+        };
+        let existing = self.watched_existing(spec, args, db);
+        if self.batch_dbs.last() != Some(&db) && !self.batch_dbs.contains(&db) {
+            self.batch_dbs.push(db);
+        }
+        let served = self.under_savepoint(db, resp3, |ctx| blocking::try_serve(ctx, spec, args));
+        match served {
+            Ok(Some(reply)) => {
+                if self.writes > 0 && !self.watch.is_empty() && !matches!(reply, Reply::Error(_)) {
+                    self.watch.touch_command(spec, args, db, existing);
+                }
+                reply
+            }
+            Ok(None) => {
+                let given = self.can_block.flatten();
+                let deadline = given.unwrap_or(if timeout == 0 {
+                    i64::MAX
+                } else {
+                    self.now.saturating_add(timeout)
+                });
+                if self.now < deadline {
+                    self.blocked = Some(deadline);
+                }
+                blocking::timeout_reply()
+            }
+            Err(e) => self.recover(e, spec, args, db, resp3),
+        }
     }
 
     fn run_data(
         &mut self,
         spec: &'static CommandSpec,
         args: &[Bytes],
+        db: usize,
         resp3: bool,
     ) -> Result<Reply, EngineError> {
-        self.under_savepoint(resp3, |ctx| commands::run(ctx, spec, args))
+        if self.batch_dbs.last() != Some(&db) && !self.batch_dbs.contains(&db) {
+            self.batch_dbs.push(db);
+        }
+        self.under_savepoint(db, resp3, |ctx| commands::run(ctx, spec, args))
     }
 
-    /// Runs `f` under a savepoint of the batch's transaction: if it fails, everything it did
-    /// is rolled back (the transaction's writes, allocations and frees, the random state,
-    /// and the sorted-set indexes it may have changed, which are rebuilt on next use). A
-    /// rollback that fails poisons the batch.
+    /// Runs `f` in database `db` under a savepoint of the batch's transaction: if it fails,
+    /// everything it did is rolled back (the transaction's writes, allocations and frees,
+    /// the random state, and the sorted-set indexes it may have changed, which are rebuilt
+    /// on next use). A rollback that fails poisons the batch.
     fn under_savepoint<R>(
         &mut self,
+        db: usize,
         resp3: bool,
         f: impl FnOnce(&mut Ctx<'_, 'h>) -> Result<R, EngineError>,
     ) -> Result<R, EngineError> {
@@ -291,6 +558,8 @@ impl<'h> PersistentEngine<'h> {
         let mut ctx = Ctx {
             tx: &mem,
             root: self.root,
+            slots: &self.slots,
+            db,
             now: self.now,
             rng: &mut self.rng,
             zcache: &mut self.zcache,
@@ -298,6 +567,7 @@ impl<'h> PersistentEngine<'h> {
             keyspace: Cell::new(0),
         };
         let result = f(&mut ctx);
+        self.writes = mem.writes();
         if result.is_err() {
             self.rng = rng;
             self.zcache.rolled_back();
@@ -319,11 +589,18 @@ impl<'h> PersistentEngine<'h> {
         e: EngineError,
         spec: &'static CommandSpec,
         args: &[Bytes],
+        db: usize,
         resp3: bool,
     ) -> Reply {
         self.stats.rollbacks += 1;
         if let Some(reason) = &self.poisoned {
             return commands::err_owned(format!("ERR batch failed: {reason}"));
+        }
+        if self.in_exec && e.is_too_large() {
+            // No early commit inside an EXEC: the EXEC gives up as a whole, and retries
+            // alone in a transaction of its own (`run_transaction`).
+            self.exec_overflow = true;
+            return commands::err_owned(format!("ERR {e}"));
         }
         let batch_wrote = self.txn.as_ref().is_some_and(|t| !t.is_empty());
         let e = if e.is_too_large() && batch_wrote {
@@ -331,7 +608,7 @@ impl<'h> PersistentEngine<'h> {
                 Ok(()) => {
                     self.stats.split_commits += 1;
                     self.begin_txn();
-                    match self.run_data(spec, args, resp3) {
+                    match self.run_data(spec, args, db, resp3) {
                         Ok(reply) => return reply,
                         Err(again) => again,
                     }
@@ -393,8 +670,32 @@ impl<'h> PersistentEngine<'h> {
     /// expiry of a few buckets, lazy freeing from the reclaim queue. Under a savepoint of its
     /// own: if it fails, its partial work is rolled back (and retried with the next batch).
     fn housekeeping(&mut self) -> Result<(), EngineError> {
-        let mut cursor = self.expire_cursor;
-        let result = self.under_savepoint(false, |ctx| {
+        let mut dbs = std::mem::take(&mut self.batch_dbs);
+        self.idle_db = (self.idle_db + 1) % self.slots.len();
+        if !dbs.contains(&self.idle_db) {
+            dbs.push(self.idle_db);
+        }
+        let mut result = Ok(());
+        for &db in &dbs {
+            result = self.housekeeping_in(db);
+            if result.is_err() {
+                break;
+            }
+        }
+        dbs.clear();
+        self.batch_dbs = dbs;
+        result?;
+        self.under_savepoint(0, false, |ctx| {
+            ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)
+        })
+    }
+
+    /// One database's share of [`PersistentEngine::housekeeping`]: a resize step and the
+    /// active expiry of a few buckets.
+    fn housekeeping_in(&mut self, db: usize) -> Result<(), EngineError> {
+        let mut cursor = self.expire_cursors.get(db).copied().unwrap_or(0);
+        let mut deleted = Vec::new();
+        let result = self.under_savepoint(db, false, |ctx| {
             let ks = ctx.keyspace()?;
             dict::step(ctx.tx, ks, limits::REHASH_BUCKETS_PER_BATCH)?;
             let h = dict::Header::read(ctx.tx, ks)?;
@@ -414,18 +715,25 @@ impl<'h> PersistentEngine<'h> {
                 }
                 for key in expired {
                     ctx.lookup_write(&key)?;
+                    deleted.push(key);
                 }
             }
-            ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)
+            Ok(())
         });
         if result.is_ok() {
-            self.expire_cursor = cursor;
+            for key in &deleted {
+                self.watch.touch_expired(db, key);
+            }
+            if let Some(at) = self.expire_cursors.get_mut(db) {
+                *at = cursor;
+            }
         }
         result
     }
 
-    /// Validates the whole keyspace (every table's structure and count, every list's chain)
-    /// and returns the number of keys. Reads everything: for tests and checkers.
+    /// Validates the whole keyspace (every database's table: structure and count, every
+    /// list's chain) and returns the number of keys. Reads everything: for tests and
+    /// checkers.
     pub fn check(&mut self) -> Result<u64, EngineError> {
         let opened = self.txn.is_none();
         if opened {
@@ -443,7 +751,19 @@ impl<'h> PersistentEngine<'h> {
             return store::corrupt("no open batch");
         };
         let tx = &Mem::new(txn, self.heap);
-        let ks = store::word(tx, self.root + root::KEYSPACE)?;
+        let mut keys = 0;
+        let mut tables = std::collections::HashSet::new();
+        for &slot in &self.slots {
+            let ks = store::word(tx, slot)?;
+            if !tables.insert(ks) {
+                return store::corrupt("two databases share one keyspace table");
+            }
+            keys += Self::check_table(tx, ks)?;
+        }
+        Ok(keys)
+    }
+
+    fn check_table(tx: &Mem<'_, '_>, ks: u64) -> Result<u64, EngineError> {
         let n = dict::check(tx, ks, SEED)?;
         let mut expires = 0;
         let mut result = Ok(());
@@ -469,170 +789,35 @@ impl<'h> PersistentEngine<'h> {
         Ok(n)
     }
 
-    fn info(&self, args: &[Bytes]) -> Reply {
-        let wanted: Vec<String> = args
-            .iter()
-            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-            .collect();
-        let all = wanted.is_empty()
-            || wanted
-                .iter()
-                .any(|w| w == "all" || w == "everything" || w == "default");
-        let mut out = String::new();
-        let sections = [
-            "server",
-            "clients",
-            "memory",
-            "persistence",
-            "stats",
-            "replication",
-            "keyspace",
-            "pool",
-        ];
-        for section in sections {
-            if !all && !wanted.iter().any(|w| w == section) {
-                continue;
-            }
-            if !out.is_empty() {
-                out.push_str("\r\n");
-            }
-            let mut title = section.to_string();
-            title[..1].make_ascii_uppercase();
-            let _ = write!(out, "# {title}\r\n");
-            self.info_section(section, &mut out);
-            if let Some(hook) = &self.info_hook {
-                hook(section, &mut out);
-            }
-        }
-        Reply::Verbatim {
-            format: *b"txt",
-            text: Bytes::from(out),
-        }
-    }
-
-    fn info_section(&self, section: &str, out: &mut String) {
-        let heap_stats = self.heap.stats();
-        let pool = self.heap.pool();
-        let mut line = |k: &str, v: &dyn std::fmt::Display| {
-            let _ = write!(out, "{k}:{v}\r\n");
-        };
-        match section {
-            "server" => {
-                line("redis_version", &"7.0.0");
-                line("mnemo_version", &env!("CARGO_PKG_VERSION"));
-                line("redis_mode", &"standalone");
-                line("process_id", &std::process::id());
-            }
-            "memory" => {
-                line("used_memory", &heap_stats.used_bytes);
-                line("used_memory_human", &human(heap_stats.used_bytes));
-                line("maxmemory", &pool.size());
-                line("maxmemory_policy", &"noeviction");
-                line(
-                    "mem_fragmentation_ratio",
-                    &format!("{:.2}", 1.0 + heap_stats.fragmentation()),
-                );
-            }
-            "persistence" => {
-                let s = pool.stats();
-                let load =
-                    |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-                line("loading", &0);
-                line("durability", &"every write, at its batch's sync point");
-                line("sync_points", &load(&s.sync_points));
-                line("sync_ranges", &load(&s.sync_ranges));
-                line("bytes_synced", &load(&s.sync_bytes));
-                line("batches_committed", &self.stats.commits);
-                line("last_commit_time", &self.stats.last_commit_unix);
-                line("rdb_changes_since_last_save", &0);
-                line("aof_enabled", &0);
-            }
-            "stats" => {
-                line("total_commands_processed", &self.stats.commands);
-                line("read_only_batches", &self.stats.read_only_batches);
-                line("command_rollbacks", &self.stats.rollbacks);
-                line("split_commits", &self.stats.split_commits);
-                line("housekeeping_errors", &self.stats.housekeeping_errors);
-            }
-            "keyspace" => {
-                if let Some((keys, expires)) = self.key_counts() {
-                    if keys > 0 {
-                        line("db0", &format!("keys={keys},expires={expires},avg_ttl=0"));
-                    }
-                }
-            }
-            "pool" => {
-                line("pool_path", &pool.name().display());
-                line("pool_size", &pool.size());
-                line("pool_used", &heap_stats.used_bytes);
-                line("pool_free", &heap_stats.free_bytes);
-                line("pool_chunks", &heap_stats.chunks);
-                line("pool_chunks_free", &heap_stats.chunks_free);
-                line(
-                    "pool_fragmentation",
-                    &format!("{:.4}", heap_stats.fragmentation()),
-                );
-            }
-            _ => {}
-        }
-    }
-
-    fn key_counts(&self) -> Option<(u64, u64)> {
+    /// Keys and keys with an expiry in database `db` (INFO keyspace).
+    fn key_counts(&self, db: usize) -> Option<(u64, u64)> {
         let txn = self.txn.as_ref()?;
         let tx = &Mem::new(txn, self.heap);
-        let ks = store::word(tx, self.root + root::KEYSPACE).ok()?;
+        let ks = store::word(tx, *self.slots.get(db)?).ok()?;
         let h = dict::Header::read(tx, ks).ok()?;
         Some((h.count, h.extra))
     }
 }
 
-fn human(bytes: u64) -> String {
-    let units = ["B", "K", "M", "G", "T"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2}{}", units[u])
-}
-
-/// CONFIG GET: the parameters matching any of the patterns. Values describe mnemo's behaviour
-/// in Redis's terms.
-fn config_get(args: &[Bytes]) -> Reply {
-    const PARAMS: &[(&str, &str)] = &[
-        ("appendfsync", "always"),
-        ("appendonly", "no"),
-        ("databases", "1"),
-        ("maxclients", "10000"),
-        ("maxmemory", "0"),
-        ("maxmemory-policy", "noeviction"),
-        ("proto-max-bulk-len", "536870912"),
-        ("save", ""),
-        ("timeout", "0"),
-        ("tcp-keepalive", "300"),
-    ];
-    let mut pairs = Vec::new();
-    for (name, value) in PARAMS {
-        if args[2..]
-            .iter()
-            .any(|p| glob::matches(&p.to_ascii_lowercase(), name.as_bytes()))
-        {
-            pairs.push((
-                Reply::Bulk(Bytes::from_static(name.as_bytes())),
-                Reply::Bulk(Bytes::from_static(value.as_bytes())),
+/// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]: there are no libraries.
+fn function_list(args: &[Bytes]) -> Reply {
+    let mut i = 2;
+    while i < args.len() {
+        if args[i].eq_ignore_ascii_case(b"withcode") {
+            i += 1;
+        } else if args[i].eq_ignore_ascii_case(b"libraryname") {
+            if i + 1 >= args.len() {
+                return commands::err("ERR library name argument was not given");
+            }
+            i += 2;
+        } else {
+            return commands::err_owned(format!(
+                "ERR Unknown argument {}",
+                String::from_utf8_lossy(&args[i])
             ));
         }
     }
-    Reply::Map(pairs)
-}
-
-/// CONFIG SET: no parameter can be changed at run time.
-fn config_set(args: &[Bytes]) -> Reply {
-    commands::err_owned(format!(
-        "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
-        String::from_utf8_lossy(&args[2])
-    ))
+    Reply::Array(Vec::new())
 }
 
 impl Engine for PersistentEngine<'_> {
@@ -649,8 +834,40 @@ impl Engine for PersistentEngine<'_> {
         if self.txn.is_none() {
             self.begin();
         }
-        let (value, effect) =
-            self.run_command(request.spec, request.command.args(), reply.protocol());
+        let mut db = request.db;
+        self.can_block = Some(request.deadline);
+        self.blocked = None;
+        let (value, mut effect) = match &request.transaction {
+            Some(transaction) => self.run_transaction(
+                request.spec,
+                request.session,
+                &mut db,
+                Some(transaction),
+                reply.protocol(),
+            ),
+            None if matches!(request.spec.id, CommandId::Exec | CommandId::Discard) => self
+                .run_transaction(
+                    request.spec,
+                    request.session,
+                    &mut db,
+                    None,
+                    reply.protocol(),
+                ),
+            None => self.run_command(
+                request.spec,
+                request.command.args(),
+                request.session,
+                &mut db,
+                reply.protocol(),
+            ),
+        };
+        self.can_block = None;
+        if let Some(deadline) = self.blocked.take() {
+            // Parked by the server: no reply yet.
+            effect.block = Some(deadline);
+            return effect;
+        }
+        self.count_errors(&value);
         if !(effect.close && matches!(value, Reply::Simple(_))) {
             reply.reply(&value);
         }
@@ -672,6 +889,11 @@ impl Engine for PersistentEngine<'_> {
     fn finish_read_only(&mut self) {
         self.abort_open();
         self.poisoned = None;
+        self.batch_dbs.clear();
         self.stats.read_only_batches += 1;
+    }
+
+    fn disconnected(&mut self, session: u64) {
+        self.watch.remove_session(session);
     }
 }

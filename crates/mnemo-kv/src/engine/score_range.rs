@@ -101,6 +101,29 @@ pub fn by_score(
     Ok(scored_reply(items, with_scores, resp3))
 }
 
+/// The score range `min`..`max` (each `1.5`, `(1.5` exclusive, `-inf`, `+inf`), as
+/// `(value, exclusive)` pairs; `None` if either is not a float.
+pub fn parse(min: &[u8], max: &[u8]) -> Option<((f64, bool), (f64, bool))> {
+    Some((score_bound(min)?, score_bound(max)?))
+}
+
+/// The members of the sorted set `d` with a score between `lo` and `hi`, lowest first.
+pub fn members_between(
+    ctx: &mut Ctx<'_, '_>,
+    d: u64,
+    lo: (f64, bool),
+    hi: (f64, bool),
+) -> Result<Vec<(f64, Vec<u8>)>> {
+    let index = ctx.zindex(d)?;
+    let Some((start, end)) = seek_bounds(lo, hi) else {
+        return Ok(Vec::new());
+    };
+    Ok(index
+        .range((start, end))
+        .map(|(score, member)| (score.0, member.clone()))
+        .collect())
+}
+
 /// A score bound: `(value, exclusive)`; `(` makes it exclusive. The value is read as Redis's
 /// `zslParseRange` reads it (C `strtod`: "" and "(" are 0, leading spaces are skipped).
 fn score_bound(arg: &[u8]) -> Option<(f64, bool)> {

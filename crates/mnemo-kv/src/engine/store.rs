@@ -22,6 +22,9 @@ pub struct Mem<'a, 'h> {
     heap: &'h Heap,
     /// Start of the heap's data area: a read below it went through a corrupt pointer.
     data_start: u64,
+    /// Writes, allocations and frees made through this wrapper: whether a command changed
+    /// anything (WATCH).
+    writes: std::cell::Cell<u64>,
 }
 
 impl<'a, 'h> Mem<'a, 'h> {
@@ -31,7 +34,17 @@ impl<'a, 'h> Mem<'a, 'h> {
             tx,
             heap,
             data_start: heap.geometry().zones_offset,
+            writes: std::cell::Cell::new(0),
         }
+    }
+
+    /// Writes, allocations and frees made through this wrapper so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.get()
+    }
+
+    fn count_write(&self) {
+        self.writes.set(self.writes.get() + 1);
     }
 
     fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
@@ -77,6 +90,7 @@ impl<'a, 'h> Mem<'a, 'h> {
     }
 
     fn write_bytes(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.count_write();
         self.tx.write_bytes(offset, data).map_err(|e| match e {
             // A pointer read from the pool led outside the data area.
             mnemo_heap::Error::InvalidArgument(detail) => EngineError::Corrupt(detail),
@@ -85,14 +99,17 @@ impl<'a, 'h> Mem<'a, 'h> {
     }
 
     fn alloc_bytes(&self, size: u64) -> Result<u64> {
+        self.count_write();
         Ok(self.tx.alloc_bytes(size)?)
     }
 
     fn zalloc_bytes(&self, size: u64) -> Result<u64> {
+        self.count_write();
         Ok(self.tx.zalloc_bytes(size)?)
     }
 
     fn free_offset(&self, offset: u64) -> Result<()> {
+        self.count_write();
         Ok(self.tx.free_offset(offset)?)
     }
 }
@@ -111,6 +128,9 @@ pub enum EngineError {
     /// it); the batch must not be acknowledged.
     #[error("the batch could not be rolled back after a failed command: {0}")]
     RollbackFailed(String),
+    /// The pool's databases do not fit the number asked for (`--databases`).
+    #[error("databases: {0}")]
+    Databases(String),
 }
 
 impl EngineError {

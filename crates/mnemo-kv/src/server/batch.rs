@@ -19,6 +19,12 @@ pub struct Effect {
     pub wrote: bool,
     /// The connection must close after this reply (SHUTDOWN).
     pub close: bool,
+    /// The command selected a database for its connection (SELECT inside EXEC).
+    pub select: Option<usize>,
+    /// A blocking command found nothing: no reply was written; the server parks the request
+    /// and runs it again after later writes, until this deadline (Unix ms; `i64::MAX`: for
+    /// ever), when the engine answers the timeout.
+    pub block: Option<i64>,
 }
 
 /// The storage engine, as the executor sees it. One transaction per batch.
@@ -38,6 +44,10 @@ pub trait Engine {
 
     /// Ends a transaction that wrote nothing, without a sync point.
     fn finish_read_only(&mut self);
+
+    /// The connection `session` closed: an engine that keeps per-connection state (WATCHed
+    /// keys) forgets it. Called between batches.
+    fn disconnected(&mut self, _session: u64) {}
 }
 
 /// A reply ready to be handed back to its session.
@@ -49,6 +59,10 @@ pub struct Completion {
     pub reply: Bytes,
     /// Whether the session must close after this reply.
     pub close: bool,
+    /// The database the session has selected from now on, if the command changed it.
+    pub select: Option<usize>,
+    /// The request blocked (no reply): park it until this deadline.
+    pub block: Option<i64>,
 }
 
 /// Runs `requests` in one transaction and returns their replies, in request order, once the
@@ -79,20 +93,22 @@ pub(crate) fn execute_batch<E: Engine>(
     for request in requests {
         let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
         wrote |= effect.wrote;
-        ends.push((replies.len(), effect.close));
+        ends.push((replies.len(), effect.close, effect.select, effect.block));
     }
     let replies = replies.freeze();
     let mut start = 0;
     let completions = requests
         .iter()
         .zip(ends)
-        .map(|(request, (end, close))| {
+        .map(|(request, (end, close, select, block))| {
             let reply = replies.slice(start.min(end)..end);
             start = end;
             Completion {
                 session: request.session,
                 reply,
                 close,
+                select,
+                block,
             }
         })
         .collect();
@@ -137,7 +153,7 @@ mod tests {
                     reply.simple(b"OK");
                     Effect {
                         wrote: true,
-                        close: false,
+                        ..Effect::default()
                     }
                 }
                 (CommandId::Get, [_, key]) => {
@@ -150,8 +166,8 @@ mod tests {
                 (CommandId::Shutdown, _) => {
                     reply.simple(b"OK");
                     Effect {
-                        wrote: false,
                         close: true,
+                        ..Effect::default()
                     }
                 }
                 _ => {

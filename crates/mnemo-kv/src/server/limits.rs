@@ -4,9 +4,8 @@
 /// 7.0 protocol and error texts, so we say 7.0.
 pub const REDIS_VERSION: &str = "7.0.0";
 
-/// Databases SELECT accepts: only 0. One keyspace keeps the persistent layout simple, and the
-/// clients issue 6 targets (redis-benchmark, YCSB) use database 0.
-pub const DATABASES: i64 = 1;
+/// Databases SELECT accepts unless `--databases` says otherwise: Redis's default, 16.
+pub const DATABASES_DEFAULT: usize = 16;
 
 /// Most requests in one batch: bounds the replies held back while a sync point runs and the
 /// size of one transaction. Fifty clients with short pipelines fit comfortably.

@@ -6,8 +6,9 @@ mod batch;
 pub mod limits;
 pub mod mutant;
 mod net;
+pub mod pubsub;
 mod session;
 
 pub use batch::{run_batch, Completion, Effect, Engine};
 pub use net::{EventLoop, LoopStats, Server, Stopper};
-pub use session::{Request, Session, SessionConfig};
+pub use session::{Request, Session, SessionConfig, Transaction};

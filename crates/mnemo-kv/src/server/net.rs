@@ -92,6 +92,10 @@ pub struct EventLoop {
     stop: Arc<AtomicBool>,
     /// Requests read in this wake-up, in arrival order.
     batch: Vec<Request>,
+    /// Connections closed since the engine last heard of it ([`Engine::disconnected`]).
+    closed: Vec<u64>,
+    /// Blocking requests waiting for data, in the order they blocked.
+    parked: Vec<Request>,
     /// A deliberately broken behaviour (tests of the tests only; see [`super::mutant`]).
     #[cfg(feature = "mutants")]
     mutant: Option<Mutant>,
@@ -196,6 +200,8 @@ impl EventLoop {
             config,
             stop,
             batch: Vec::new(),
+            closed: Vec::new(),
+            parked: Vec::new(),
             #[cfg(feature = "mutants")]
             mutant: mutant::from_env(),
             again: HashSet::new(),
@@ -235,7 +241,15 @@ impl EventLoop {
         let mut events = Events::with_capacity(1024);
         while !self.stop.load(Ordering::SeqCst) {
             // Connections with work left from the last wake-up: look for events, do not wait.
-            let timeout = (!self.again.is_empty()).then_some(Duration::ZERO);
+            // Parked blocking requests: wake up at the first deadline.
+            let first_deadline = self.parked.iter().filter_map(|r| r.deadline).min();
+            let timeout = if !self.again.is_empty() {
+                Some(Duration::ZERO)
+            } else {
+                first_deadline.filter(|&d| d < i64::MAX).map(|d| {
+                    Duration::from_millis(u64::try_from(d.saturating_sub(unix_ms())).unwrap_or(0))
+                })
+            };
             if let Err(error) = self.poll.poll(&mut events, timeout) {
                 if error.kind() == ErrorKind::Interrupted {
                     continue;
@@ -255,6 +269,7 @@ impl EventLoop {
             for token in ready {
                 self.service(token);
             }
+            self.deliver_messages();
             self.execute(engine);
             self.publish_stats();
         }
@@ -361,19 +376,44 @@ impl EventLoop {
     }
 
     /// Runs what this wake-up read, in batches of at most [`BATCH_REQUESTS_MAX`], and writes
-    /// the replies each batch releases after its sync point.
+    /// the replies each batch releases after its sync point. Then, if a batch wrote or a
+    /// parked request's deadline has passed, runs the parked blocking requests again (in the
+    /// order they blocked): served ones are answered, the others parked again.
     fn execute<E: Engine>(&mut self, engine: &mut E) {
+        for session in self.closed.drain(..) {
+            engine.disconnected(session);
+            self.parked.retain(|request| request.session != session);
+        }
         let requests = std::mem::take(&mut self.batch);
-        for batch in requests.chunks(BATCH_REQUESTS_MAX) {
+        let wrote = requests
+            .iter()
+            .any(|r| r.spec.flags.contains(mnemo_resp::command::Flags::WRITE));
+        self.run_batches(engine, requests);
+        let now = unix_ms();
+        let due = self
+            .parked
+            .iter()
+            .any(|r| r.deadline.is_some_and(|d| d <= now));
+        if !self.parked.is_empty() && (wrote || due) {
+            let parked = std::mem::take(&mut self.parked);
+            self.run_batches(engine, parked);
+        }
+    }
+
+    /// Runs `requests` in batches; parks those that blocked.
+    fn run_batches<E: Engine>(&mut self, engine: &mut E, mut requests: Vec<Request>) {
+        while !requests.is_empty() {
+            let rest = requests.split_off(requests.len().min(BATCH_REQUESTS_MAX));
+            let batch = std::mem::replace(&mut requests, rest);
             #[cfg(feature = "mutants")]
             if self.mutant == Some(Mutant::AckBeforeSync) {
                 self.execute_acking_early(engine, batch);
                 continue;
             }
-            match run_batch(engine, batch) {
-                Ok(completions) => self.deliver(completions),
+            match run_batch(engine, &batch) {
+                Ok(completions) => self.deliver(batch, completions),
                 Err(_) => {
-                    for request in batch {
+                    for request in &batch {
                         self.close(session_token(request.session));
                     }
                 }
@@ -381,21 +421,35 @@ impl EventLoop {
         }
     }
 
-    /// Hands released replies to their sessions and writes them.
-    fn deliver(&mut self, completions: Vec<Completion>) {
-        for completion in completions {
+    /// Hands released replies to their sessions and writes them; parks the requests that
+    /// blocked.
+    fn deliver(&mut self, batch: Vec<Request>, completions: Vec<Completion>) {
+        for (mut request, completion) in batch.into_iter().zip(completions) {
             let token = session_token(completion.session);
+            if let Some(deadline) = completion.block {
+                if self.connections.contains_key(&token) {
+                    request.deadline = Some(deadline);
+                    self.parked.push(request);
+                }
+                continue;
+            }
             let Some(connection) = self.connections.get_mut(&token) else {
                 continue;
             };
+            if let Some(db) = completion.select {
+                connection.session.selected(db);
+            }
             connection
                 .session
                 .complete(&completion.reply, completion.close);
             if !flush(connection, &mut self.output_total, &self.stats) {
                 self.close(token);
-            } else if connection.paused && connection.buffered() < self.output_limit {
-                // Paused, and the socket took the backlog below the limit: read it again at
-                // the next wake-up (no event will say so).
+            } else if connection.session.take_repoll()
+                || (connection.paused && connection.buffered() < self.output_limit)
+            {
+                // Requests received but held behind an EXEC that selected a database or a
+                // blocking command; or paused, and the socket took the backlog below the
+                // limit: read it again at the next wake-up (no event will say so).
                 self.again.insert(token);
             }
         }
@@ -404,27 +458,47 @@ impl EventLoop {
     /// [`Mutant::AckBeforeSync`]: the broken order this server exists to avoid. Replies leave
     /// first, the commit comes [`mutant::ACK_BEFORE_SYNC_DELAY`] later.
     #[cfg(feature = "mutants")]
-    fn execute_acking_early<E: Engine>(&mut self, engine: &mut E, batch: &[Request]) {
-        let (completions, wrote) = super::batch::execute_batch(engine, batch);
-        self.deliver(completions);
+    fn execute_acking_early<E: Engine>(&mut self, engine: &mut E, batch: Vec<Request>) {
+        let (completions, wrote) = super::batch::execute_batch(engine, &batch);
+        let sessions: Vec<u64> = batch.iter().map(|r| r.session).collect();
+        self.deliver(batch, completions);
         if !wrote {
             engine.finish_read_only();
             return;
         }
         std::thread::sleep(mutant::ACK_BEFORE_SYNC_DELAY);
         if engine.commit().is_err() {
-            for request in batch {
-                self.close(session_token(request.session));
+            for session in sessions {
+                self.close(session_token(session));
             }
         }
     }
 
     fn close(&mut self, token: Token) {
         if let Some(mut connection) = self.connections.remove(&token) {
+            self.closed.push(connection.session.id());
             self.output_total = self.output_total.saturating_sub(connection.unsent.len());
             let _ = self.poll.registry().deregister(&mut connection.stream);
         }
         self.again.remove(&token);
+    }
+
+    /// Hands the messages PUBLISH produced to their subscribers' sessions and writes them.
+    fn deliver_messages(&mut self) {
+        let messages = match self.config.pubsub.lock() {
+            Ok(mut registry) => registry.take_outbox(),
+            Err(poisoned) => poisoned.into_inner().take_outbox(),
+        };
+        for (session, message) in messages {
+            let token = session_token(session);
+            let Some(connection) = self.connections.get_mut(&token) else {
+                continue;
+            };
+            connection.session.deliver_message(&message);
+            if !flush(connection, &mut self.output_total, &self.stats) {
+                self.close(token);
+            }
+        }
     }
 
     /// Publishes the counters read from other threads.
@@ -474,4 +548,11 @@ fn flush(connection: &mut Connection, total: &mut usize, stats: &LoopStats) -> b
     *total = (*total + connection.unsent.len()).saturating_sub(before);
     // After QUIT or a protocol error, close once the last reply has left.
     open && !(connection.unsent.is_empty() && connection.session.should_close())
+}
+
+/// Wall-clock time in Unix milliseconds (blocking deadlines).
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -13,18 +13,34 @@
 //! waits behind requests still at the executor.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::command::{self, CommandId, CommandSpec, Flags};
 use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol};
 
-use super::limits::{DATABASES, REDIS_VERSION};
+use super::limits::{DATABASES_DEFAULT, REDIS_VERSION};
+use super::pubsub::{Message, Registry};
 
 /// What every session of a server shares.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SessionConfig {
     /// The `--requirepass` password; `None` lets every connection in unauthenticated.
     pub password: Option<Bytes>,
+    /// Databases SELECT accepts (`--databases`): 0 to `databases - 1`.
+    pub databases: usize,
+    /// The pub/sub registry every session of a loop shares (clones share it).
+    pub pubsub: Arc<Mutex<Registry>>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            password: None,
+            databases: DATABASES_DEFAULT,
+            pubsub: Arc::default(),
+        }
+    }
 }
 
 /// A command for the executor, checked against the command table.
@@ -39,6 +55,24 @@ pub struct Request {
     pub spec: &'static CommandSpec,
     /// The arguments, the name first.
     pub command: Command,
+    /// The database the connection has selected (SELECT).
+    pub db: usize,
+    /// EXEC (and DISCARD, UNWATCH): the transaction the connection queued since MULTI;
+    /// `None` for every other command.
+    pub transaction: Option<Box<Transaction>>,
+    /// A blocking command parked before: its deadline (Unix ms), kept across its runs.
+    pub deadline: Option<i64>,
+}
+
+/// The commands a connection queued between MULTI and EXEC, each found and checked in the
+/// command table when it was queued.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The queued commands, in order, with their table entries.
+    pub commands: Vec<(&'static CommandSpec, Command)>,
+    /// A queued command was refused (unknown, wrong arity): EXEC answers EXECABORT and runs
+    /// nothing.
+    pub aborted: bool,
 }
 
 /// A reply slot, in request order.
@@ -61,6 +95,22 @@ pub struct Session {
     name: Option<Bytes>,
     library: (Option<Bytes>, Option<Bytes>),
     slots: VecDeque<Slot>,
+    /// The selected database.
+    db: usize,
+    /// Between MULTI and EXEC / DISCARD: the commands queued so far.
+    multi: Option<Transaction>,
+    /// Whether the connection has WATCHed keys (the engine keeps which): EXEC, DISCARD and
+    /// UNWATCH go to the executor then, to release them.
+    watching: bool,
+    /// An EXEC holding a SELECT (which database it leaves selected is known only from its
+    /// completion) or a blocking command (the connection waits, as in Redis) is at the
+    /// executor: no later request is taken until it completes.
+    barrier: bool,
+    /// The barrier was lifted with requests possibly waiting in the decoder.
+    repoll: bool,
+    /// Channels and patterns the connection is subscribed to, in subscription order.
+    channels: Vec<Bytes>,
+    patterns: Vec<Bytes>,
     /// Bytes in the `Ready` slots.
     queued_bytes: usize,
     output: BytesMut,
@@ -70,7 +120,7 @@ pub struct Session {
 /// Where a request is answered.
 enum Route {
     Local,
-    Executor(&'static CommandSpec),
+    Executor(&'static CommandSpec, Option<Box<Transaction>>),
 }
 
 impl Session {
@@ -88,6 +138,13 @@ impl Session {
             name: None,
             library: (None, None),
             slots: VecDeque::new(),
+            db: 0,
+            multi: None,
+            watching: false,
+            barrier: false,
+            repoll: false,
+            channels: Vec::new(),
+            patterns: Vec::new(),
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
@@ -102,6 +159,16 @@ impl Session {
     /// The protocol replies are written in (RESP3 after `HELLO 3`).
     pub fn protocol(&self) -> Protocol {
         self.protocol
+    }
+
+    /// The selected database.
+    pub fn db(&self) -> usize {
+        self.db
+    }
+
+    /// The executor ran a SELECT for this connection (inside EXEC): `db` is selected now.
+    pub fn selected(&mut self, db: usize) {
+        self.db = db;
     }
 
     /// Requests handed to the executor and not yet completed.
@@ -122,7 +189,7 @@ impl Session {
     /// The next request for the executor, answering local ones on the way; `None` when the
     /// received bytes hold no further complete request (or the session is closing).
     pub fn poll_request(&mut self) -> Option<Request> {
-        while !self.closing {
+        while !self.closing && !self.barrier {
             let command = match self.decoder.next_command() {
                 Ok(Some(command)) => command,
                 Ok(None) => return None,
@@ -132,13 +199,24 @@ impl Session {
                     return None;
                 }
             };
-            if let Route::Executor(spec) = self.route(&command) {
+            if let Route::Executor(spec, transaction) = self.route(&command) {
                 self.slots.push_back(Slot::Waiting);
+                // Nothing after an EXEC holding a SELECT (its database is known only when it
+                // completes) or a blocking command (the connection waits, as in Redis) is
+                // taken before it completes.
+                self.barrier = blocking(spec.id)
+                    || transaction.as_ref().is_some_and(|t| {
+                        spec.id == CommandId::Exec
+                            && t.commands.iter().any(|(s, _)| s.id == CommandId::Select)
+                    });
                 return Some(Request {
                     session: self.id,
                     protocol: self.protocol,
                     spec,
                     command,
+                    db: self.db,
+                    transaction,
+                    deadline: None,
                 });
             }
         }
@@ -161,7 +239,15 @@ impl Session {
             self.queued_bytes += reply.len();
         }
         self.closing |= close;
+        self.repoll |= std::mem::take(&mut self.barrier);
         self.release();
+    }
+
+    /// Whether requests may wait in the received bytes since an EXEC that selected a
+    /// database completed (no socket event will come for them): the loop polls the session
+    /// again at its next wake-up. True once per such EXEC.
+    pub fn take_repoll(&mut self) -> bool {
+        std::mem::take(&mut self.repoll) && !self.closing && self.decoder.buffered_len() > 0
     }
 
     /// Reply bytes ready to be written and not yet taken ([`Session::take_output`]), plus
@@ -214,13 +300,47 @@ impl Session {
         let spec = match command::resolve(args) {
             Ok(spec) => spec,
             Err(error) => {
-                self.answer_error(&error.reply_text());
+                self.refuse_in_multi();
+                let text = match (&error, args.first().and_then(|n| unsupported(n))) {
+                    (CommandError::UnknownCommand { .. }, Some(what)) => {
+                        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+                        format!("ERR {name}: {what} not supported by mnemo").into_bytes()
+                    }
+                    _ => error.reply_text(),
+                };
+                self.answer_error(&text);
                 return Route::Local;
             }
         };
         if !self.authenticated && !spec.flags.contains(Flags::NO_AUTH) {
+            self.refuse_in_multi();
             self.answer_error(errors::NO_AUTH.as_bytes());
             return Route::Local;
+        }
+        if self.subscribed()
+            && self.protocol == Protocol::Resp2
+            && !matches!(
+                spec.id,
+                CommandId::Subscribe
+                    | CommandId::Psubscribe
+                    | CommandId::Unsubscribe
+                    | CommandId::Punsubscribe
+                    | CommandId::Ping
+                    | CommandId::Quit
+                    | CommandId::Reset
+            )
+        {
+            self.refuse_in_multi();
+            let text = format!(
+                "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT \
+                 / RESET are allowed in this context",
+                spec.name
+            );
+            self.answer_error(text.as_bytes());
+            return Route::Local;
+        }
+        if let Some(route) = self.transaction_route(spec, command) {
+            return route;
         }
         match spec.id {
             CommandId::Ping => self.ping(spec, args),
@@ -264,12 +384,253 @@ impl Session {
                 let info = self.client_info();
                 self.answer(|reply| reply.verbatim(*b"txt", &info));
             }
-            _ => return Route::Executor(spec),
+            CommandId::Watch => {
+                self.watching = true;
+                return Route::Executor(spec, None);
+            }
+            CommandId::Role => self.answer(|reply| {
+                // A standalone server: a master without replicas.
+                reply.array_len(3);
+                reply.bulk(b"master");
+                reply.integer(0);
+                reply.array_len(0);
+            }),
+            CommandId::Reset => {
+                if self.reset() {
+                    // The engine forgets the connection's watches and answers.
+                    return Route::Executor(spec, None);
+                }
+                self.answer(|reply| reply.simple(b"RESET"));
+            }
+            CommandId::Subscribe => self.subscribe(args, false),
+            CommandId::Psubscribe => self.subscribe(args, true),
+            CommandId::Unsubscribe => self.unsubscribe(args, false),
+            CommandId::Punsubscribe => self.unsubscribe(args, true),
+            CommandId::Publish => {
+                let count = self.registry().publish(&args[1], &args[2]);
+                self.answer(|reply| reply.integer(self::count(count)));
+            }
+            CommandId::PubsubChannels => {
+                let channels = self.registry().channels(args.get(2).map(|p| &p[..]));
+                self.answer(|reply| {
+                    reply.array_len(channels.len());
+                    for channel in &channels {
+                        reply.bulk(channel);
+                    }
+                });
+            }
+            CommandId::PubsubNumsub => {
+                let counts: Vec<(Bytes, usize)> = {
+                    let registry = self.registry();
+                    args[2..]
+                        .iter()
+                        .map(|c| (c.clone(), registry.numsub(c)))
+                        .collect()
+                };
+                self.answer(|reply| {
+                    reply.map_len(counts.len());
+                    for (channel, n) in &counts {
+                        reply.bulk(channel);
+                        reply.integer(self::count(*n));
+                    }
+                });
+            }
+            CommandId::PubsubNumpat => {
+                let n = self.registry().numpat();
+                self.answer(|reply| reply.integer(self::count(n)));
+            }
+            _ => return Route::Executor(spec, None),
         }
         Route::Local
     }
 
+    /// RESET: the connection's state as a new connection's (no transaction, database 0,
+    /// RESP2, no name, no subscriptions, authenticated only if no password is required).
+    /// Returns whether it watched keys (the engine must forget them).
+    fn reset(&mut self) -> bool {
+        self.multi = None;
+        self.db = 0;
+        self.protocol = Protocol::Resp2;
+        self.name = None;
+        let id = self.id;
+        let channels = std::mem::take(&mut self.channels);
+        let patterns = std::mem::take(&mut self.patterns);
+        {
+            let mut registry = self.registry();
+            for channel in &channels {
+                registry.unsubscribe(id, channel, false);
+            }
+            for pattern in &patterns {
+                registry.unsubscribe(id, pattern, true);
+            }
+        }
+        self.authenticated = self.config.password.is_none();
+        self.decoder.set_authenticated(self.authenticated);
+        std::mem::take(&mut self.watching)
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        // A panic elsewhere while holding the lock leaves the registry usable.
+        self.config
+            .pubsub
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn subscribed(&self) -> bool {
+        !self.channels.is_empty() || !self.patterns.is_empty()
+    }
+
+    /// A subscription event: `kind`, the channel (or none), the subscription count after it.
+    fn answer_subscription(&mut self, kind: &'static [u8], name: Option<&Bytes>) {
+        let n = count(self.channels.len() + self.patterns.len());
+        self.answer(|reply| {
+            reply.push_len(3);
+            reply.bulk(kind);
+            match name {
+                Some(name) => reply.bulk(name),
+                None => reply.null_bulk(),
+            }
+            reply.integer(n);
+        });
+    }
+
+    /// SUBSCRIBE / PSUBSCRIBE (`pattern`): one answer per name.
+    fn subscribe(&mut self, args: &[Bytes], pattern: bool) {
+        let id = self.id;
+        for name in &args[1..] {
+            let list = if pattern {
+                &mut self.patterns
+            } else {
+                &mut self.channels
+            };
+            if !list.contains(name) {
+                list.push(name.clone());
+                self.registry().subscribe(id, name, pattern);
+            }
+            let kind: &'static [u8] = if pattern { b"psubscribe" } else { b"subscribe" };
+            self.answer_subscription(kind, Some(name));
+        }
+    }
+
+    /// UNSUBSCRIBE / PUNSUBSCRIBE (`pattern`): the names given, or all of them; one answer
+    /// per name (a null name when there was none).
+    fn unsubscribe(&mut self, args: &[Bytes], pattern: bool) {
+        let id = self.id;
+        let kind: &'static [u8] = if pattern {
+            b"punsubscribe"
+        } else {
+            b"unsubscribe"
+        };
+        let names: Vec<Bytes> = if args.len() > 1 {
+            args[1..].to_vec()
+        } else if pattern {
+            self.patterns.clone()
+        } else {
+            self.channels.clone()
+        };
+        if names.is_empty() {
+            return self.answer_subscription(kind, None);
+        }
+        for name in names {
+            let list = if pattern {
+                &mut self.patterns
+            } else {
+                &mut self.channels
+            };
+            if let Some(at) = list.iter().position(|n| *n == name) {
+                list.remove(at);
+                self.registry().unsubscribe(id, &name, pattern);
+            }
+            self.answer_subscription(kind, Some(&name));
+        }
+    }
+
+    /// A message published to a channel this connection listens to: written in its
+    /// protocol, in order with its replies.
+    pub fn deliver_message(&mut self, message: &Message) {
+        self.answer(|reply| {
+            match &message.pattern {
+                Some(pattern) => {
+                    reply.push_len(4);
+                    reply.bulk(b"pmessage");
+                    reply.bulk(pattern);
+                }
+                None => {
+                    reply.push_len(3);
+                    reply.bulk(b"message");
+                }
+            }
+            reply.bulk(&message.channel);
+            reply.bulk(&message.payload);
+        });
+    }
+
+    /// A command refused while queuing: EXEC will abort.
+    fn refuse_in_multi(&mut self) {
+        if let Some(multi) = &mut self.multi {
+            multi.aborted = true;
+        }
+    }
+
+    /// MULTI, EXEC, DISCARD, WATCH and UNWATCH, and the queuing of every other command
+    /// between MULTI and EXEC, as Redis 7.0 does them; `None` for a command that runs now.
+    fn transaction_route(
+        &mut self,
+        spec: &'static CommandSpec,
+        command: &Command,
+    ) -> Option<Route> {
+        let in_multi = self.multi.is_some();
+        match spec.id {
+            CommandId::Multi if in_multi => {
+                self.answer_error(b"ERR MULTI calls can not be nested");
+            }
+            CommandId::Multi => {
+                self.multi = Some(Transaction::default());
+                self.answer(|reply| reply.simple(b"OK"));
+            }
+            CommandId::Exec | CommandId::Discard if !in_multi => {
+                let text = format!("ERR {} without MULTI", spec.name.to_ascii_uppercase());
+                self.answer_error(text.as_bytes());
+            }
+            CommandId::Exec | CommandId::Discard => {
+                let transaction = self.multi.take().map(Box::new);
+                self.watching = false;
+                return Some(Route::Executor(spec, transaction));
+            }
+            CommandId::Watch if in_multi => {
+                self.answer_error(b"ERR WATCH inside MULTI is not allowed");
+            }
+            CommandId::Unwatch if !in_multi => {
+                if !self.watching {
+                    self.answer(|reply| reply.simple(b"OK"));
+                    return Some(Route::Local);
+                }
+                self.watching = false;
+                return Some(Route::Executor(spec, None));
+            }
+            CommandId::Quit | CommandId::Reset => return None,
+            _ if in_multi => {
+                if let Some(multi) = &mut self.multi {
+                    multi.commands.push((spec, command.clone()));
+                }
+                self.answer(|reply| reply.simple(b"QUEUED"));
+            }
+            _ => return None,
+        }
+        Some(Route::Local)
+    }
+
     fn ping(&mut self, spec: &'static CommandSpec, args: &[Bytes]) {
+        if self.subscribed() && self.protocol == Protocol::Resp2 && args.len() <= 2 {
+            // Subscribed (RESP2): PING answers in the shape of a message.
+            let message = args.get(1).cloned().unwrap_or_default();
+            return self.answer(|reply| {
+                reply.array_len(2);
+                reply.bulk(b"pong");
+                reply.bulk(&message);
+            });
+        }
         match args {
             [_] => self.answer(|reply| reply.simple(b"PONG")),
             [_, message] => {
@@ -397,10 +758,13 @@ impl Session {
             Some(index) if i32::try_from(index).is_err() => {
                 self.answer_error(errors::NOT_I32.as_bytes())
             }
-            Some(index) if !(0..DATABASES).contains(&index) => {
+            Some(index) if !(0..count(self.config.databases)).contains(&index) => {
                 self.answer_error(errors::DB_INDEX_OUT_OF_RANGE.as_bytes())
             }
-            Some(_) => self.answer(|reply| reply.simple(b"OK")),
+            Some(index) => {
+                self.db = usize::try_from(index).unwrap_or_default();
+                self.answer(|reply| reply.simple(b"OK"));
+            }
         }
     }
 
@@ -476,7 +840,7 @@ impl Session {
         let mut line = format!("id={} name=", self.id).into_bytes();
         line.extend_from_slice(self.name.as_deref().unwrap_or_default());
         line.extend_from_slice(
-            format!(" db=0 resp={} lib-name=", self.protocol.version()).as_bytes(),
+            format!(" db={} resp={} lib-name=", self.db, self.protocol.version()).as_bytes(),
         );
         line.extend_from_slice(self.library.0.as_deref().unwrap_or_default());
         line.extend_from_slice(b" lib-ver=");
@@ -484,6 +848,104 @@ impl Session {
         line.push(b'\n');
         line
     }
+}
+
+impl Drop for Session {
+    /// A connection that goes away leaves its subscriptions.
+    fn drop(&mut self) {
+        if !self.subscribed() {
+            return;
+        }
+        let mut registry = self.registry();
+        for channel in &self.channels {
+            registry.unsubscribe(self.id, channel, false);
+        }
+        for pattern in &self.patterns {
+            registry.unsubscribe(self.id, pattern, true);
+        }
+    }
+}
+
+/// Redis 7.0 commands mnemo does not have, by family, for a clearer error than "unknown
+/// command" (the README lists them).
+fn unsupported(name: &[u8]) -> Option<&'static str> {
+    const FAMILIES: &[(&str, &[&str])] = &[
+        (
+            "streams are",
+            &[
+                "xadd",
+                "xack",
+                "xautoclaim",
+                "xclaim",
+                "xdel",
+                "xgroup",
+                "xinfo",
+                "xlen",
+                "xpending",
+                "xrange",
+                "xread",
+                "xreadgroup",
+                "xrevrange",
+                "xsetid",
+                "xtrim",
+            ],
+        ),
+        (
+            "HyperLogLog is",
+            &["pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest"],
+        ),
+        (
+            "sharded pub/sub is",
+            &["spublish", "ssubscribe", "sunsubscribe"],
+        ),
+        (
+            "scripting is",
+            &[
+                "eval",
+                "eval_ro",
+                "evalsha",
+                "evalsha_ro",
+                "fcall",
+                "fcall_ro",
+                "script",
+            ],
+        ),
+        (
+            "geo commands are",
+            &[
+                "geoadd",
+                "geodist",
+                "geohash",
+                "geopos",
+                "georadius",
+                "georadius_ro",
+                "georadiusbymember",
+                "georadiusbymember_ro",
+                "geosearch",
+                "geosearchstore",
+            ],
+        ),
+    ];
+    let lower = name.to_ascii_lowercase();
+    FAMILIES
+        .iter()
+        .find(|(_, names)| names.iter().any(|n| n.as_bytes() == lower.as_slice()))
+        .map(|(what, _)| *what)
+}
+
+/// The blocking commands: the connection takes no further request until one completes.
+fn blocking(id: CommandId) -> bool {
+    matches!(
+        id,
+        CommandId::Blpop
+            | CommandId::Brpop
+            | CommandId::Blmove
+            | CommandId::Brpoplpush
+            | CommandId::Blmpop
+            | CommandId::Bzpopmin
+            | CommandId::Bzpopmax
+            | CommandId::Bzmpop
+    )
 }
 
 /// Redis accepts client names made of '!'..='~' only (no spaces, no newlines).
@@ -508,6 +970,7 @@ mod tests {
             7,
             SessionConfig {
                 password: password.map(|p| Bytes::copy_from_slice(p.as_bytes())),
+                ..SessionConfig::default()
             },
         )
     }
@@ -532,8 +995,10 @@ mod tests {
         );
         assert_eq!(exchange(&mut s, b"ECHO x\r\n"), "$1\r\nx\r\n");
         assert_eq!(exchange(&mut s, b"SELECT 0\r\n"), "+OK\r\n");
+        assert_eq!(exchange(&mut s, b"SELECT 15\r\n"), "+OK\r\n");
+        assert_eq!(s.db(), 15);
         assert_eq!(
-            exchange(&mut s, b"SELECT 1\r\n"),
+            exchange(&mut s, b"SELECT 16\r\n"),
             "-ERR DB index is out of range\r\n"
         );
         assert_eq!(
