@@ -13,7 +13,7 @@
 //! Writes `bench/results/repl-latency.csv`, `.json` (with the commit and the command) and
 //! `bench/plots/repl-latency.svg`, and prints a Markdown table.
 //!
-//! usage: repl [n]   (default 20000; run it with `scripts/bench-repl.sh`)
+//! usage: `repl [n]` (default 20000; run it with `scripts/bench-repl.sh`)
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -15,7 +15,7 @@
 //! alternate the setups. Values 100 bytes, keys random over 10 M. Writes
 //! `bench/results/repl-kv.csv`, `.json` (commit, command) and `bench/plots/repl-kv.svg`.
 //!
-//! usage: repl_kv <mnemo binary> [clients] [secs] [rounds]   (scripts/bench-repl-kv.sh)
+//! usage: `repl_kv <mnemo binary> [clients] [secs] [rounds]` (`scripts/bench-repl-kv.sh`)
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
