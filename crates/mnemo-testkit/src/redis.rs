@@ -25,6 +25,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct RedisServer {
     child: Child,
     port: u16,
+    /// Its working directory (`--dir`: where a SAVE writes dump.rdb), removed on drop.
+    dir: std::path::PathBuf,
 }
 
 /// Why [`RedisServer::start`] found no server.
@@ -58,7 +60,15 @@ impl RedisServer {
         for _ in 0..START_ATTEMPTS {
             let port = free_port().map_err(|e| StartError::Failed(format!("no free port: {e}")))?;
             let port_text = port.to_string();
+            // A directory of its own, so that a SAVE never writes into the source tree.
+            let dir =
+                std::env::temp_dir().join(format!("mnemo-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| StartError::Failed(format!("{}: {e}", dir.display())))?;
+            let dir_text = dir.to_string_lossy().into_owned();
             let mut args = vec![
+                "--dir",
+                &dir_text,
                 "--port",
                 &port_text,
                 "--bind",
@@ -77,10 +87,15 @@ impl RedisServer {
                 .spawn()
             {
                 Ok(child) => child,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Err(StartError::NotInstalled),
-                Err(e) => return Err(StartError::Failed(e.to_string())),
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    if e.kind() == ErrorKind::NotFound {
+                        return Err(StartError::NotInstalled);
+                    }
+                    return Err(StartError::Failed(e.to_string()));
+                }
             };
-            let mut server = RedisServer { child, port };
+            let mut server = RedisServer { child, port, dir };
             match server.wait_ready() {
                 Ok(()) => return Ok(server),
                 Err(why) => last = why,
@@ -149,6 +164,7 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
