@@ -5,10 +5,13 @@
 //! same oracle is also run against a server that breaks the rule on purpose, and must report
 //! lost acknowledged writes.
 //!
-//! Two locks keep these out of production:
+//! Three locks keep these out of production:
 //! - They are compiled only with this crate's `mutants` feature, which only test builds turn
 //!   on (`mnemo-cli`'s dev-dependency on this crate). A release build (`cargo build --release
 //!   -p mnemo-cli`, `cargo install`) has no code for them: [`from_env`] is then always `None`.
+//! - Only in builds with debug assertions (the test profile): Cargo unifies features, so a
+//!   release `mnemo` built in the same cargo command as the tests gets the `mutants` feature
+//!   too; `cfg(debug_assertions)` keeps the code out of every release build all the same.
 //! - Even when compiled in, one is active only when the environment variable
 //!   [`ENV`] names it; the server then logs an error line at start saying so.
 //!
@@ -48,14 +51,14 @@ impl Mutant {
 
 /// The mutant [`ENV`] switches on; always `None` in builds without the `mutants` feature.
 pub fn from_env() -> Option<Mutant> {
-    #[cfg(feature = "mutants")]
+    #[cfg(all(feature = "mutants", debug_assertions))]
     {
         match std::env::var(ENV).ok()?.as_str() {
             "ack_before_sync" => Some(Mutant::AckBeforeSync),
             _ => None,
         }
     }
-    #[cfg(not(feature = "mutants"))]
+    #[cfg(not(all(feature = "mutants", debug_assertions)))]
     {
         None
     }

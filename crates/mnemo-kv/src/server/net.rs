@@ -39,7 +39,7 @@ use super::batch::{run_batch, Completion, Engine};
 use super::limits::{
     BATCH_REQUESTS_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES, REQUESTS_PER_CONNECTION_WAKEUP,
 };
-#[cfg(feature = "mutants")]
+#[cfg(all(feature = "mutants", debug_assertions))]
 use super::mutant::{self, Mutant};
 use super::session::{Request, Session, SessionConfig};
 
@@ -97,7 +97,7 @@ pub struct EventLoop {
     /// Blocking requests waiting for data, in the order they blocked.
     parked: Vec<Request>,
     /// A deliberately broken behaviour (tests of the tests only; see [`super::mutant`]).
-    #[cfg(feature = "mutants")]
+    #[cfg(all(feature = "mutants", debug_assertions))]
     mutant: Option<Mutant>,
     /// Connections with received requests (or unread socket bytes) left for the next
     /// wake-up: the poll does not wait while there are any.
@@ -202,7 +202,7 @@ impl EventLoop {
             batch: Vec::new(),
             closed: Vec::new(),
             parked: Vec::new(),
-            #[cfg(feature = "mutants")]
+            #[cfg(all(feature = "mutants", debug_assertions))]
             mutant: mutant::from_env(),
             again: HashSet::new(),
             output_limit: OUTPUT_BUFFER_BYTES_MAX,
@@ -405,7 +405,7 @@ impl EventLoop {
         while !requests.is_empty() {
             let rest = requests.split_off(requests.len().min(BATCH_REQUESTS_MAX));
             let batch = std::mem::replace(&mut requests, rest);
-            #[cfg(feature = "mutants")]
+            #[cfg(all(feature = "mutants", debug_assertions))]
             if self.mutant == Some(Mutant::AckBeforeSync) {
                 self.execute_acking_early(engine, batch);
                 continue;
@@ -457,7 +457,7 @@ impl EventLoop {
 
     /// [`Mutant::AckBeforeSync`]: the broken order this server exists to avoid. Replies leave
     /// first, the commit comes [`mutant::ACK_BEFORE_SYNC_DELAY`] later.
-    #[cfg(feature = "mutants")]
+    #[cfg(all(feature = "mutants", debug_assertions))]
     fn execute_acking_early<E: Engine>(&mut self, engine: &mut E, batch: Vec<Request>) {
         let (completions, wrote) = super::batch::execute_batch(engine, &batch);
         let sessions: Vec<u64> = batch.iter().map(|r| r.session).collect();
