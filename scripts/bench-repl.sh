@@ -6,5 +6,7 @@
 #   scripts/bench-repl.sh [N]     (N operations per point, default 20000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The results record the exact command that made them.
+export MNEMO_BENCH_COMMAND="scripts/bench-repl.sh${*:+ $*}"
 cargo build --release -q -p mnemo-bench --bin repl
 "${CARGO_TARGET_DIR:-target}/release/repl" "$@"

@@ -42,6 +42,28 @@ pub fn median(sorted: &[f64]) -> f64 {
     }
 }
 
+/// The commit of the code measured, for results files: `git rev-parse --short HEAD` of the
+/// repository, with `+dirty` when tracked files had changes; `unknown` outside a checkout.
+pub fn head_commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(bench_dir())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match (
+        git(&["rev-parse", "--short", "HEAD"]),
+        git(&["status", "--porcelain", "--untracked-files=no"]),
+    ) {
+        (Some(c), Some(changes)) if !changes.is_empty() => format!("{c}+dirty"),
+        (Some(c), _) => c,
+        _ => "unknown".into(),
+    }
+}
+
 /// Write `value` as pretty JSON to `bench/results/<name>`.
 pub fn write_json(name: &str, value: &serde_json::Value) -> std::io::Result<PathBuf> {
     let path = bench_dir().join("results").join(name);

@@ -374,24 +374,8 @@ fn report(raw: &Path, load_before: &str, load_after: &str, rounds: &str) {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
-    // Which code and command made the figures (the working tree's commit; "+dirty" if it
-    // had changes).
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    };
-    let commit = match (
-        git(&["rev-parse", "--short", "HEAD"]),
-        git(&["status", "--porcelain", "--untracked-files=no"]),
-    ) {
-        (Some(c), Some(changes)) if !changes.is_empty() => format!("{c}+dirty"),
-        (Some(c), _) => c,
-        _ => "unknown".into(),
-    };
+    // Which code and command made the figures.
+    let commit = mnemo_bench::head_commit();
     let command =
         std::env::var("MNEMO_BENCH_COMMAND").unwrap_or_else(|_| "scripts/bench-heap.sh".into());
     let results = mnemo_bench::bench_dir().join("results");

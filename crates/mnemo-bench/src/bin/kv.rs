@@ -169,18 +169,6 @@ struct Row {
     commit: String,
 }
 
-/// The commit of this tree, for the results (`unknown` outside a git checkout).
-fn head_commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .current_dir(bench_dir())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Row>, String> {
     let server = start(target, config)?;
     let n = config.requests(target, clients);
@@ -221,7 +209,7 @@ fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Ro
             avg_ms: number(2),
             p50_ms: number(4),
             p99_ms: number(6),
-            commit: head_commit(),
+            commit: mnemo_bench::head_commit(),
         });
     }
     if rows.is_empty() {

@@ -114,16 +114,6 @@ fn sync_points(pool: &Pool, size: usize, n: usize) -> Vec<f64> {
     out
 }
 
-fn git(args: &[&str]) -> String {
-    std::process::Command::new("git")
-        .args(args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn main() {
     let n: usize = std::env::args()
         .nth(1)
@@ -173,6 +163,10 @@ fn main() {
     }
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
+    let commit = mnemo_bench::head_commit();
+    // The exact command: the script passes its own command line, else this program's.
+    let command = std::env::var("MNEMO_BENCH_COMMAND")
+        .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
     let tcp = |size: usize| {
         rows.iter()
             .find(|r| r.series == "tcp-ping-pong" && r.size == size)
@@ -193,22 +187,20 @@ fn main() {
             ratio
         );
         csv.push(format!(
-            "{},{},{:.0},{:.0},{:.0},{:.3}",
+            "{},{},{:.0},{:.0},{:.0},{:.3},{commit},\"{command}\"",
             r.series, r.size, r.p50, r.p99, r.mean, ratio
         ));
     }
-    let commit = git(&["rev-parse", "--short", "HEAD"]);
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
     write_csv(
         "repl-latency.csv",
-        "series,size_bytes,p50_ns,p99_ns,mean_ns,p50_vs_tcp_ping_pong",
+        "series,size_bytes,p50_ns,p99_ns,mean_ns,p50_vs_tcp_ping_pong,commit,command",
         &csv,
     )
     .expect("csv");
     let json = serde_json::json!({
         "benchmark": "repl-latency",
         "commit": commit,
-        "command": format!("scripts/bench-repl.sh ({command})"),
+        "command": command,
         "ops_per_point": n,
         "warmup": WARMUP,
         "machine": machine(),

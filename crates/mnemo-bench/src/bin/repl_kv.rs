@@ -225,16 +225,6 @@ fn mnemo_pair(mnemo: &Path, dir: &Path, mode: &str) -> (Proc, Proc, u16) {
     (primary, mirror, p)
 }
 
-fn git(args: &[&str]) -> String {
-    Command::new("git")
-        .args(args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(mnemo) = args.get(1).map(PathBuf::from) else {
@@ -284,6 +274,10 @@ fn main() {
         })
         .collect();
     let base = meds[0];
+    let commit = mnemo_bench::head_commit();
+    // The exact command: the script passes its own command line, else this program's.
+    let command = std::env::var("MNEMO_BENCH_COMMAND")
+        .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
     println!("| setup | SET/s (median of {rounds} rounds) | rounds | vs Redis SET+WAIT |");
     println!("|---|---|---|---|");
     let mut csv = Vec::new();
@@ -296,23 +290,22 @@ fn main() {
             meds[i] / base
         );
         csv.push(format!(
-            "\"{setup}\",{clients},{:.0},{},{:.3}",
+            "\"{setup}\",{clients},{:.0},{},{:.3},{commit},\"{command}\"",
             meds[i],
             all.join(" "),
             meds[i] / base
         ));
     }
-    let commit = git(&["rev-parse", "--short", "HEAD"]);
     write_csv(
         "repl-kv.csv",
-        "setup,clients,set_per_s_median,set_per_s_rounds,vs_redis_set_wait",
+        "setup,clients,set_per_s_median,set_per_s_rounds,vs_redis_set_wait,commit,command",
         &csv,
     )
     .expect("csv");
     let json = serde_json::json!({
         "benchmark": "repl-kv",
         "commit": commit,
-        "command": format!("scripts/bench-repl-kv.sh {clients} {secs} {rounds}"),
+        "command": command,
         "clients": clients, "seconds_per_round": secs, "rounds": rounds,
         "value_bytes": 100, "keys": "random over 10,000,000",
         "machine": machine(),
