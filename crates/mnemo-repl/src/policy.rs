@@ -151,6 +151,8 @@ struct Inner {
     /// Wait after the next failure (doubles per failure, up to `RETRY_MAX`).
     backoff: Duration,
     buf: Vec<u8>,
+    /// The ranges of the record being encoded (offset, length), reused.
+    spans: Vec<(u64, usize)>,
     /// Local flushes skipped while the link was up (sync mode): all lines must be flushed
     /// when it goes down.
     unflushed: bool,
@@ -185,6 +187,7 @@ impl MirrorPolicy {
                 next_attempt: None,
                 backoff: retry,
                 buf: Vec::new(),
+                spans: Vec::new(),
                 unflushed: false,
             }),
             connector: Arc::new(Connector::default()),
@@ -328,28 +331,25 @@ impl MirrorPolicy {
         } else {
             point.staged
         };
-        let ranges = point
-            .ranges
-            .iter()
-            .chain(staged)
-            .filter(|r| r.len > 0)
-            .map(|r| {
-                bytes += r.len;
-                let end = r.offset.saturating_add(r.len).min(len);
-                let start = r.offset.min(end);
-                // SAFETY: `start..end` is clamped to the mapping (the pool checked the ranges
-                // already), which stays mapped while the pool is open.
-                let data = unsafe {
-                    std::slice::from_raw_parts(
-                        media.base().as_ptr().add(start as usize),
-                        (end - start) as usize,
-                    )
-                };
-                (start, data)
-            });
-        let ranges: Vec<(u64, &[u8])> = ranges.collect();
+        // The non-empty ranges, clamped to the mapping (the pool checked them already), in a
+        // buffer reused by every sync point: no allocation per record.
+        inner.spans.clear();
+        for r in point.ranges.iter().chain(staged).filter(|r| r.len > 0) {
+            let end = r.offset.saturating_add(r.len).min(len);
+            let start = r.offset.min(end);
+            bytes += end - start;
+            inner.spans.push((start, (end - start) as usize));
+        }
+        let base = media.base().as_ptr();
+        let ranges = inner.spans.iter().map(|&(start, n)| {
+            // SAFETY: `start..start+n` lies inside the mapping (clamped above), which stays
+            // mapped while the pool is open.
+            (start, unsafe {
+                std::slice::from_raw_parts(base.add(start as usize), n)
+            })
+        });
         inner.buf.clear();
-        proto::encode_record(&mut inner.buf, c.epoch, id, false, ranges.into_iter());
+        proto::encode_record(&mut inner.buf, c.epoch, id, false, ranges);
         let link = inner
             .link
             .as_mut()
