@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use mnemo_resp::bytes::BytesMut;
 
 use super::batch::{run_batch, Completion, Engine};
 use super::limits::{
@@ -99,6 +98,8 @@ pub struct EventLoop {
     /// A deliberately broken behaviour (tests of the tests only; see [`super::mutant`]).
     #[cfg(all(feature = "mutants", debug_assertions))]
     mutant: Option<Mutant>,
+    /// Connections [`EventLoop::deliver`] completed replies for (kept to reuse its capacity).
+    touched: Vec<Token>,
     /// Connections with received requests (or unread socket bytes) left for the next
     /// wake-up: the poll does not wait while there are any.
     again: HashSet<Token>,
@@ -161,7 +162,11 @@ impl Server {
 struct Connection {
     stream: TcpStream,
     session: Session,
-    unsent: BytesMut,
+    /// This connection's unsent reply bytes as last counted in the loop's total.
+    counted: usize,
+    /// Replies were completed for it in the batch being delivered: write them once, after
+    /// the batch's last reply.
+    touched: bool,
     /// Not read because its replies reached the output limit.
     paused: bool,
 }
@@ -169,7 +174,7 @@ struct Connection {
 impl Connection {
     /// Reply bytes buffered for this connection.
     fn buffered(&self) -> usize {
-        self.unsent.len() + self.session.output_len()
+        self.session.output_len()
     }
 }
 
@@ -205,6 +210,7 @@ impl EventLoop {
             #[cfg(all(feature = "mutants", debug_assertions))]
             mutant: mutant::from_env(),
             again: HashSet::new(),
+            touched: Vec::new(),
             output_limit: OUTPUT_BUFFER_BYTES_MAX,
             output_total: 0,
             stats: Arc::new(LoopStats::default()),
@@ -311,7 +317,8 @@ impl EventLoop {
                 Connection {
                     stream,
                     session,
-                    unsent: BytesMut::new(),
+                    counted: 0,
+                    touched: false,
                     paused: false,
                 },
             );
@@ -421,9 +428,11 @@ impl EventLoop {
         }
     }
 
-    /// Hands released replies to their sessions and writes them; parks the requests that
-    /// blocked.
+    /// Hands released replies to their sessions, then writes each connection's once (one
+    /// send per connection per batch, however many of its requests the batch held); parks
+    /// the requests that blocked.
     fn deliver(&mut self, batch: Vec<Request>, completions: Vec<Completion>) {
+        let mut touched = std::mem::take(&mut self.touched);
         for (mut request, completion) in batch.into_iter().zip(completions) {
             let token = session_token(completion.session);
             if let Some(deadline) = completion.block {
@@ -442,6 +451,15 @@ impl EventLoop {
             connection
                 .session
                 .complete(&completion.reply, completion.close);
+            if !std::mem::replace(&mut connection.touched, true) {
+                touched.push(token);
+            }
+        }
+        for token in touched.drain(..) {
+            let Some(connection) = self.connections.get_mut(&token) else {
+                continue;
+            };
+            connection.touched = false;
             if !flush(connection, &mut self.output_total, &self.stats) {
                 self.close(token);
             } else if connection.session.take_repoll()
@@ -453,6 +471,7 @@ impl EventLoop {
                 self.again.insert(token);
             }
         }
+        self.touched = touched;
     }
 
     /// [`Mutant::AckBeforeSync`]: the broken order this server exists to avoid. Replies leave
@@ -477,7 +496,7 @@ impl EventLoop {
     fn close(&mut self, token: Token) {
         if let Some(mut connection) = self.connections.remove(&token) {
             self.closed.push(connection.session.id());
-            self.output_total = self.output_total.saturating_sub(connection.unsent.len());
+            self.output_total = self.output_total.saturating_sub(connection.counted);
             let _ = self.poll.registry().deregister(&mut connection.stream);
         }
         self.again.remove(&token);
@@ -516,27 +535,21 @@ fn session_token(session: u64) -> Token {
     Token(usize::try_from(session).unwrap_or(usize::MAX))
 }
 
-/// Writes what the session has released; false if the connection should now be closed.
-/// Keeps `total` (unsent bytes of all connections) and the per-connection peak up to date.
+/// Writes what the session has released, straight from its buffer; false if the connection
+/// should now be closed. Keeps `total` (unsent bytes of all connections) and the
+/// per-connection peak up to date.
 fn flush(connection: &mut Connection, total: &mut usize, stats: &LoopStats) -> bool {
-    let ready = connection.session.take_output();
-    let before = connection.unsent.len();
-    connection.unsent.extend_from_slice(&ready);
     stats
         .output_buffer_peak
-        .fetch_max(connection.unsent.len() as u64, Ordering::Relaxed);
+        .fetch_max(connection.session.output().len() as u64, Ordering::Relaxed);
     let mut open = true;
-    while !connection.unsent.is_empty() {
-        match connection.stream.write(&connection.unsent) {
+    while !connection.session.output().is_empty() {
+        match connection.stream.write(connection.session.output()) {
             Ok(0) => {
                 open = false;
                 break;
             }
-            Ok(written) => {
-                let _ = connection
-                    .unsent
-                    .split_to(written.min(connection.unsent.len()));
-            }
+            Ok(written) => connection.session.consume_output(written),
             Err(error) if error.kind() == ErrorKind::WouldBlock => break,
             Err(error) if error.kind() == ErrorKind::Interrupted => {}
             Err(_) => {
@@ -545,9 +558,11 @@ fn flush(connection: &mut Connection, total: &mut usize, stats: &LoopStats) -> b
             }
         }
     }
-    *total = (*total + connection.unsent.len()).saturating_sub(before);
+    let unsent = connection.session.output().len();
+    *total = total.saturating_sub(connection.counted) + unsent;
+    connection.counted = unsent;
     // After QUIT or a protocol error, close once the last reply has left.
-    open && !(connection.unsent.is_empty() && connection.session.should_close())
+    open && !(unsent == 0 && connection.session.should_close())
 }
 
 /// Wall-clock time in Unix milliseconds (blocking deadlines).

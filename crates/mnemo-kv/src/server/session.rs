@@ -2,8 +2,8 @@
 //!
 //! The network thread feeds received bytes to [`Session::receive`], hands each
 //! [`Request`] that [`Session::poll_request`] returns to the executor, gives the executor's
-//! replies back with [`Session::complete`], and writes [`Session::take_output`] to the socket.
-//! Closes the socket once [`Session::should_close`] says so.
+//! replies back with [`Session::complete`], and writes [`Session::output`] to the socket (then
+//! [`Session::consume_output`]). Closes the socket once [`Session::should_close`] says so.
 //!
 //! The session answers by itself what only concerns the connection (PING, ECHO, HELLO, AUTH,
 //! SELECT, CLIENT, COMMAND, QUIT) and every error found from the command table (unknown
@@ -226,17 +226,24 @@ impl Session {
     /// The executor's reply to the oldest request in flight. `close` (SHUTDOWN) closes the
     /// connection once the reply is written.
     pub fn complete(&mut self, reply: &[u8], close: bool) {
-        let waiting = self
-            .slots
-            .iter_mut()
-            .find(|slot| matches!(slot, Slot::Waiting));
-        debug_assert!(
-            waiting.is_some(),
-            "a completion without a request in flight"
-        );
-        if let Some(slot) = waiting {
-            *slot = Slot::Ready(BytesMut::from(reply));
-            self.queued_bytes += reply.len();
+        if matches!(self.slots.front(), Some(Slot::Waiting)) {
+            // The usual case: the oldest request in flight is the first slot, so its reply
+            // goes straight to the output, with no slot buffer of its own.
+            self.slots.pop_front();
+            self.output.extend_from_slice(reply);
+        } else {
+            let waiting = self
+                .slots
+                .iter_mut()
+                .find(|slot| matches!(slot, Slot::Waiting));
+            debug_assert!(
+                waiting.is_some(),
+                "a completion without a request in flight"
+            );
+            if let Some(slot) = waiting {
+                *slot = Slot::Ready(BytesMut::from(reply));
+                self.queued_bytes += reply.len();
+            }
         }
         self.closing |= close;
         self.repoll |= std::mem::take(&mut self.barrier);
@@ -259,6 +266,23 @@ impl Session {
     /// Reply bytes ready to be written to the socket, in request order.
     pub fn take_output(&mut self) -> BytesMut {
         self.output.split()
+    }
+
+    /// Reply bytes ready to be written to the socket, in request order, left in place: the
+    /// server writes them from here and then [`Session::consume_output`]s what the socket took,
+    /// so a reply is copied once, into this buffer, on its way out.
+    pub fn output(&self) -> &[u8] {
+        &self.output
+    }
+
+    /// The socket took the first `written` bytes of [`Session::output`].
+    pub fn consume_output(&mut self, written: usize) {
+        if written >= self.output.len() {
+            // Everything left: keep the buffer's whole capacity for the next replies.
+            self.output.clear();
+        } else {
+            mnemo_resp::bytes::Buf::advance(&mut self.output, written);
+        }
     }
 
     /// Whether the connection should be closed now: after QUIT, SHUTDOWN or a protocol error,
