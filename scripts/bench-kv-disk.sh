@@ -2,8 +2,10 @@
 # Durable on an ordinary disk (issue 20): SET with redis-benchmark against, side by side in
 # one run, all on the same disk directory (KV_DISK_DIR, default /tmp):
 #   redis-server --appendonly yes --appendfsync always
-#   mnemo serve, pool on the disk, the local policy (msync of the mapping per group commit)
-#   mnemo serve, pool on the disk, MNEMO_WAL=1 (write-ahead file, fdatasync per group commit)
+#   mnemo serve, pool on the disk, MNEMO_WAL=0: the local policy (msync of the mapping per
+#     group commit)
+#   mnemo serve, pool on the disk, the default: the write-ahead file (fdatasync per group
+#     commit)
 # for c=1, c=50 and -P 16 -c 50; rounds alternate the servers. Server and client pinned to
 # different CPUs. Output: bench/results/kv-disk.csv (appended rows: commit, round, server,
 # workload, requests/s, p50 ms).
@@ -45,11 +47,11 @@ start() { # server dir
             --appendonly yes --appendfsync always --dir "$2" >/dev/null 2>&1 &
         ;;
     mnemo-local)
-        MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" --size 1G \
-            --pool "$2/kv.pool" >/dev/null 2>&1 &
+        MNEMO_WAL=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+            --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
     mnemo-wal)
-        MNEMO_WAL=1 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+        MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
     esac

@@ -466,8 +466,9 @@ fn full_pool_answers_oom() {
     server.terminate();
 }
 
-/// On an ordinary disk with the write-ahead policy, INFO persistence shows it: records,
-/// group commits (fdatasyncs) and the last one's time, bytes a crash would replay, checkpoints.
+/// On an ordinary disk the write-ahead policy is the default, and INFO persistence shows it:
+/// records, group commits (fdatasyncs) and the last one's time, bytes a crash would replay,
+/// checkpoints. `MNEMO_WAL=0` keeps the local policy for a new pool.
 #[test]
 fn info_persistence_shows_the_write_ahead_file() {
     // The pool on the root file system (page cache), not /dev/shm.
@@ -476,7 +477,21 @@ fn info_persistence_shows_the_write_ahead_file() {
         .tempdir_in(std::env::temp_dir())
         .unwrap();
     let pool = dir.path().join("kv.pool");
-    let server = Server::start_with(&pool, &["--size", "8M"], &[("MNEMO_WAL", "1")]);
+    let local = dir.path().join("local.pool");
+    let server = Server::start_with(&local, &["--size", "8M"], &[("MNEMO_WAL", "0")]);
+    let mut client = server.client();
+    client.call(&["SET", "k", "v"]).unwrap();
+    let info = match client.call(&["INFO", "persistence"]).unwrap() {
+        mnemo_resp::Reply::Verbatim { text, .. } | mnemo_resp::Reply::Bulk(text) => {
+            String::from_utf8_lossy(&text).into_owned()
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(info.contains("mnemo_sync_policy:local"), "{info}");
+    drop(client);
+    assert!(server.terminate().success());
+
+    let server = Server::start_with(&pool, &["--size", "8M"], &[]);
     let mut client = server.client();
     for i in 0..20 {
         let key = format!("k{i}");

@@ -1249,10 +1249,13 @@ impl Drop for Pool {
     }
 }
 
-/// The policy of a pool file opened or created without one: the write-ahead policy
-/// ([`crate::wal`], file `<pool>.wal`) when `MNEMO_WAL=1` asks for it on a page-cache file,
-/// or, at open, whenever that file exists (it may hold records a crash left, which must be
-/// replayed); `None` otherwise (the local policy).
+/// The policy of a pool file opened or created without one. On a page-cache file (an
+/// ordinary disk) it is the write-ahead policy ([`crate::wal`], file `<pool>.wal`): a sync
+/// point appends its bytes to that file and `fdatasync`s it, instead of an `msync` of the
+/// pool. `MNEMO_WAL=0` keeps the local policy (msync) for pools that have no write-ahead file
+/// yet. A pool whose `.wal` exists always opens with it, on any medium and whatever
+/// `MNEMO_WAL` says: it may hold records a crash left, which must be replayed. Elsewhere
+/// (tmpfs, DAX) `None`: the local policy.
 fn default_policy(
     path: &Path,
     media: &FileMedia,
@@ -1260,15 +1263,39 @@ fn default_policy(
 ) -> Result<Option<Arc<dyn SyncPolicy>>, Error> {
     let mut wal = path.as_os_str().to_os_string();
     wal.push(".wal");
-    let asked = std::env::var("MNEMO_WAL").is_ok_and(|v| v.trim() == "1")
-        && media.info().kind == crate::MediaKind::PageCache;
-    if !asked && (created || !Path::new(&wal).exists()) {
+    let wal = Path::new(&wal);
+    if created && wal.exists() {
+        // The pool file is new, so a write-ahead file beside it belongs to a pool that was
+        // removed (its uuid would refuse this one): its records can never apply again.
+        tracing::warn!(pool = %path.display(), "removing {}: left by an earlier pool of this name", wal.display());
+        std::fs::remove_file(wal).map_err(|e| Error::from_io(wal, "remove", e))?;
+    }
+    let exists = wal.exists();
+    let opted_out = std::env::var("MNEMO_WAL").is_ok_and(|v| v.trim() == "0");
+    let page_cache = media.info().kind == crate::MediaKind::PageCache;
+    if !exists && (opted_out || !page_cache) {
         return Ok(None);
     }
-    let policy = crate::wal::WalPolicy::beside(path, crate::wal::WAL_BYTES_DEFAULT)
-        .map_err(|e| media_error(path, e))?;
-    tracing::info!(pool = %path.display(), "sync points go to the write-ahead file {}", Path::new(&wal).display());
+    let policy = match crate::wal::WalPolicy::beside(path, wal_bytes_for(media.len())) {
+        Ok(policy) => policy,
+        Err(e) if !exists && matches!(e, MediaError::Io { .. }) => {
+            // The directory refuses a new file (read-only, full): the local policy is as
+            // durable, only slower.
+            let _ = std::fs::remove_file(wal);
+            tracing::warn!(pool = %path.display(), "cannot create the write-ahead file {} ({e}): every sync point msyncs the pool instead", wal.display());
+            return Ok(None);
+        }
+        Err(e) => return Err(media_error(path, e)),
+    };
+    tracing::debug!(pool = %path.display(), "sync points go to the write-ahead file {}", wal.display());
     Ok(Some(Arc::new(policy)))
+}
+
+/// Size of a new write-ahead file for a pool of `pool_len` bytes: a quarter of the pool,
+/// between 1 MiB and [`crate::wal::WAL_BYTES_DEFAULT`] (it is written full of zeros when
+/// created, and a checkpoint runs each time half of it fills).
+fn wal_bytes_for(pool_len: u64) -> u64 {
+    (pool_len / 4).clamp(1 << 20, crate::wal::WAL_BYTES_DEFAULT) & !0xFFFF
 }
 
 fn media_error(path: &Path, source: MediaError) -> Error {

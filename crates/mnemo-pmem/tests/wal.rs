@@ -183,3 +183,50 @@ fn damaged_write_ahead_headers() {
     let log = FileLog::open_or_create(&wal_of(&path), WAL_BYTES_MIN).unwrap();
     assert_eq!(mnemo_pmem::LogFile::len(&log), WAL_BYTES_MIN);
 }
+
+/// A pool created on an ordinary disk without a policy gets the write-ahead policy and its
+/// file (a quarter of the pool, at least 1 MiB); `MNEMO_WAL=0` in the environment keeps the
+/// local policy. A write-ahead file left by a removed pool of the same name is replaced at
+/// create, not refused as another pool's.
+#[test]
+fn disk_pools_get_a_write_ahead_file_by_default() {
+    let opted_out = std::env::var("MNEMO_WAL").is_ok_and(|v| v.trim() == "0");
+    let dir = disk_dir();
+    let path = dir.path().join("default.pool");
+    let pool = Pool::create(&path, &CreateOptions::new(8 << 20, "wal")).expect("create");
+    if opted_out {
+        assert!(
+            pool.write_ahead().is_none(),
+            "MNEMO_WAL=0 keeps the local policy"
+        );
+        assert!(!wal_of(&path).exists());
+        return;
+    }
+    assert!(
+        pool.write_ahead().is_some(),
+        "a disk pool syncs through its write-ahead file"
+    );
+    assert_eq!(pool.policy_name(), "write-ahead");
+    assert_eq!(
+        std::fs::metadata(wal_of(&path)).expect("the .wal").len(),
+        2 << 20
+    );
+    pool.write(DATA_OFFSET, b"first pool").expect("write");
+    pool.msync(DATA_OFFSET, 10).expect("msync");
+    drop(pool);
+
+    // The pool file removed, its write-ahead file left behind: a new pool of that name.
+    std::fs::remove_file(&path).expect("remove the pool");
+    let pool = Pool::create(&path, &CreateOptions::new(8 << 20, "wal")).expect("create again");
+    assert_eq!(
+        read(&pool, DATA_OFFSET, 10),
+        vec![0u8; 10],
+        "nothing of the old pool"
+    );
+    pool.write(DATA_OFFSET, b"second one").expect("write");
+    pool.msync(DATA_OFFSET, 10).expect("msync");
+    drop(pool);
+    let pool = open(&path, None).expect("reopen with the new write-ahead file");
+    assert_eq!(read(&pool, DATA_OFFSET, 10), b"second one");
+    assert!(pool.write_ahead().is_some());
+}
