@@ -415,6 +415,10 @@ impl Engine for Serving<'_> {
         self.engine.begin();
     }
 
+    fn prefetch(&mut self, request: &Request, stage: mnemo_kv::server::Prefetch) {
+        self.engine.prefetch(request, stage);
+    }
+
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
         let effect = self.engine.execute(request, reply);
         if effect.close && request.spec.id == CommandId::Shutdown {

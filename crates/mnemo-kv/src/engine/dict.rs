@@ -18,6 +18,7 @@ use super::store::Mem;
 
 use super::limits::{BUCKETS_MAX, BUCKETS_MIN, RANDOM_BUCKET_TRIES, REHASH_EMPTY_VISITS};
 use super::store::{self, corrupt, Result};
+pub use crate::server::Prefetch;
 
 /// Bytes of a table header.
 pub const HEADER_BYTES: u64 = 80;
@@ -372,6 +373,33 @@ pub fn step_find(
 ) -> Result<Option<Found>> {
     let h = step_header(tx, d, buckets)?;
     find_in(tx, d, &h, store::hash(seed, key), key)
+}
+
+/// Brings into the caches what a lookup of `key` in the table at `d` will read first: a batch
+/// of the server prefetches for the requests a few places ahead of the one it runs, so their
+/// two cache misses (bucket, then entry) overlap with other work instead of stalling it.
+/// Errors are ignored: the lookup itself will meet and report them.
+pub fn prefetch(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8], stage: Prefetch) {
+    let Ok(h) = Header::read(tx, d) else {
+        return;
+    };
+    let hash = store::hash(seed, key);
+    let tables = [(h.t0, h.size0), (h.t1, h.size1)];
+    let used = if h.rehashing() { 2 } else { 1 };
+    for &(table, size) in &tables[..used] {
+        let link = table + (hash & (size - 1)) * 8;
+        match stage {
+            Prefetch::Bucket => tx.prefetch(link),
+            Prefetch::Entry => {
+                if let Ok(at) = store::word(tx, link) {
+                    if at != 0 {
+                        tx.prefetch(at);
+                        tx.prefetch(at + 64);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Finds `key` (whose hash is `hash`) in the table at `d`, whose header is `h`.

@@ -823,6 +823,25 @@ fn function_list(args: &[Bytes]) -> Reply {
 impl Engine for PersistentEngine<'_> {
     type Error = EngineError;
 
+    /// The keyspace lookup of a command whose first key is its first argument (GET, SET,
+    /// INCR, HSET...): the bucket words, then the entries, of that key.
+    fn prefetch(&mut self, request: &Request, stage: crate::server::Prefetch) {
+        if request.transaction.is_some() || request.spec.first_key != 1 {
+            return;
+        }
+        let (Some(key), Some(txn), Some(&slot)) = (
+            request.command.args().get(1),
+            self.txn.as_ref(),
+            self.slots.get(request.db),
+        ) else {
+            return;
+        };
+        let mem = Mem::new(txn, self.heap);
+        if let Ok(ks) = store::word(&mem, slot) {
+            dict::prefetch(&mem, ks, SEED, key, stage);
+        }
+    }
+
     fn begin(&mut self) {
         self.abort_open();
         self.poisoned = None;

@@ -62,6 +62,12 @@ impl<'a, 'h> Mem<'a, 'h> {
         })
     }
 
+    /// A hint that the line at `offset` will be read soon ([`mnemo_heap::Heap::pool`]'s
+    /// prefetch): nothing is read, nothing checked.
+    pub fn prefetch(&self, offset: u64) {
+        self.heap.pool().prefetch(offset);
+    }
+
     /// The most objects of `size` bytes the pool could hold: a walk longer than that is a
     /// cycle, whatever the (possibly corrupt) counts say.
     pub fn objects_max(&self, size: u64) -> u64 {

@@ -27,6 +27,21 @@ pub struct Effect {
     pub block: Option<i64>,
 }
 
+/// How far [`Engine::prefetch`] goes for a request that will run soon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefetch {
+    /// What its key's lookup reads first (the bucket words it hashes to).
+    Bucket,
+    /// What that first read leads to (the entries those buckets point at): asked a few
+    /// requests after [`Prefetch::Bucket`], when the buckets should be in the caches.
+    Entry,
+}
+
+/// Requests between a request's [`Prefetch::Entry`] and its execution, and between its
+/// [`Prefetch::Bucket`] and its [`Prefetch::Entry`]: enough for the memory to answer while
+/// the requests in between run.
+pub const PREFETCH_DISTANCE: usize = 4;
+
 /// The storage engine, as the executor sees it. One transaction per batch.
 pub trait Engine {
     /// Why a commit failed; no reply of the batch is released then.
@@ -38,6 +53,10 @@ pub trait Engine {
     /// Runs one command inside the open transaction and writes its reply. A command that fails
     /// (WRONGTYPE, syntax, pool full) must leave the keyspace as it found it.
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect;
+
+    /// A hint: `request` runs soon in the open transaction; bring what it will read first
+    /// into the caches (see [`Prefetch`]). Must not change anything. The default does nothing.
+    fn prefetch(&mut self, _request: &Request, _stage: Prefetch) {}
 
     /// Commits the transaction; returns once its sync point has completed.
     fn commit(&mut self) -> Result<(), Self::Error>;
@@ -90,7 +109,22 @@ pub(crate) fn execute_batch<E: Engine>(
     let mut ends = Vec::with_capacity(requests.len());
     let mut wrote = false;
     engine.begin();
-    for request in requests {
+    // A pipeline over the batch: request k's buckets are prefetched, then its entries
+    // PREFETCH_DISTANCE requests later, and it runs PREFETCH_DISTANCE requests after that.
+    let lead = 2 * PREFETCH_DISTANCE;
+    for k in 0..requests.len() + lead {
+        if let Some(request) = requests.get(k) {
+            engine.prefetch(request, Prefetch::Bucket);
+        }
+        if let Some(request) = k
+            .checked_sub(PREFETCH_DISTANCE)
+            .and_then(|i| requests.get(i))
+        {
+            engine.prefetch(request, Prefetch::Entry);
+        }
+        let Some(request) = k.checked_sub(lead).and_then(|i| requests.get(i)) else {
+            continue;
+        };
         let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
         wrote |= effect.wrote;
         ends.push((replies.len(), effect.close, effect.select, effect.block));
@@ -133,6 +167,8 @@ mod tests {
         open: Option<HashMap<Bytes, Bytes>>,
         log: Vec<String>,
         fail_commit: bool,
+        /// Log prefetch hints as well (off: the other tests check the log without them).
+        log_prefetch: bool,
     }
 
     impl Engine for Recorder {
@@ -174,6 +210,14 @@ mod tests {
                     reply.error(b"ERR not in the fake engine");
                     Effect::default()
                 }
+            }
+        }
+
+        fn prefetch(&mut self, request: &Request, stage: Prefetch) {
+            if self.log_prefetch {
+                let key = request.command.args().get(1).cloned().unwrap_or_default();
+                self.log
+                    .push(format!("{stage:?} {}", String::from_utf8_lossy(&key)));
             }
         }
 
@@ -232,6 +276,40 @@ mod tests {
         }
         assert_eq!(&a.take_output()[..], b"+OK\r\n$1\r\n1\r\n");
         assert_eq!(&b.take_output()[..], b"$1\r\n1\r\n+OK\r\n");
+    }
+
+    /// Every request's buckets are prefetched, then its entries, before it runs; the
+    /// requests still run in order, each once.
+    #[test]
+    fn requests_are_prefetched_ahead_of_running() {
+        let mut s = Session::new(1, SessionConfig::default());
+        let input: String = (0..12).map(|i| format!("GET k{i}\r\n")).collect();
+        let batch = requests(&mut s, input.as_bytes());
+        let mut engine = Recorder {
+            log_prefetch: true,
+            ..Recorder::default()
+        };
+        run_batch(&mut engine, &batch).expect("read-only");
+        let at = |entry: &str| {
+            engine
+                .log
+                .iter()
+                .position(|l| l == entry)
+                .unwrap_or_else(|| panic!("{entry} missing from {:?}", engine.log))
+        };
+        let gets: Vec<usize> = engine
+            .log
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| *l == "get")
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(gets.len(), 12, "each request runs once: {:?}", engine.log);
+        for (i, &run) in gets.iter().enumerate() {
+            let (bucket, entry) = (at(&format!("Bucket k{i}")), at(&format!("Entry k{i}")));
+            assert!(bucket < entry && entry < run, "k{i}: {:?}", engine.log);
+        }
+        assert_eq!(engine.log.last().map(String::as_str), Some("read-only"));
     }
 
     #[test]

@@ -9,6 +9,6 @@ mod net;
 pub mod pubsub;
 mod session;
 
-pub use batch::{run_batch, Completion, Effect, Engine};
+pub use batch::{run_batch, Completion, Effect, Engine, Prefetch, PREFETCH_DISTANCE};
 pub use net::{EventLoop, LoopStats, Server, Stopper};
 pub use session::{Request, Session, SessionConfig, Transaction};
