@@ -17,7 +17,9 @@
 //! `KV_BENCH_N_C1_DISK` (the same against Redis with appendfsync always on the disk),
 //! `KV_BENCH_CLIENTS` ("50,1"), `KV_BENCH_TESTS`, `KV_SERVER_CPU` (0), `KV_CLIENT_CPU` (1),
 //! `KV_DISK_DIR` (/tmp), `KV_BENCH_ROUNDS` (3), `KV_BENCH_REPLOT=1` (redraw the plot and
-//! the JSON from the committed CSV, running nothing).
+//! the JSON from the committed CSV, running nothing), `KV_BENCH_ARGS` (more redis-benchmark
+//! arguments: "-P 16 -r 10000000 -d 100" for the pipelined run of issue 17),
+//! `KV_BENCH_NAME` (base name of the results and plot files; default kv-redis-benchmark).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -74,6 +76,10 @@ struct Config {
     disk_dir: PathBuf,
     /// Runs of the whole set per server (`KV_BENCH_ROUNDS`); figures are medians.
     rounds: usize,
+    /// More redis-benchmark arguments (`KV_BENCH_ARGS`, e.g. "-P 16 -r 10000000 -d 100").
+    extra: Vec<String>,
+    /// Base name of the results and the plot (`KV_BENCH_NAME`, default kv-redis-benchmark).
+    name: String,
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -116,6 +122,11 @@ impl Config {
             rounds: env_or("KV_BENCH_ROUNDS", "3")
                 .parse()
                 .map_err(|e| format!("KV_BENCH_ROUNDS: {e}"))?,
+            extra: env_or("KV_BENCH_ARGS", "")
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+            name: env_or("KV_BENCH_NAME", "kv-redis-benchmark"),
         })
     }
 }
@@ -176,6 +187,7 @@ fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Ro
         .args(["-c", &config.client_cpu, "redis-benchmark"])
         .args(["-p", &server.port().to_string(), "-t", &config.tests])
         .args(["-c", &clients.to_string(), "-n", &n.to_string(), "--csv"])
+        .args(&config.extra)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("redis-benchmark: {e}"))?;
@@ -222,8 +234,8 @@ fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Ro
 }
 
 /// The rows of a previous run (`KV_BENCH_REPLOT=1` redraws the plot and the JSON from them).
-fn read_csv() -> Result<Vec<Row>, String> {
-    let path = bench_dir().join("results").join("kv-redis-benchmark.csv");
+fn read_csv(name: &str) -> Result<Vec<Row>, String> {
+    let path = bench_dir().join("results").join(format!("{name}.csv"));
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut rows = Vec::new();
     for line in text.lines().skip(1) {
@@ -279,7 +291,7 @@ fn run() -> Result<(), String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .map_err(|e| format!("redis-server: {e} (apt-get install redis-server)"))?;
     if std::env::var("KV_BENCH_REPLOT").as_deref() == Ok("1") {
-        let rows = read_csv()?;
+        let rows = read_csv(&config.name)?;
         return report(&config, &rows, &redis_version);
     }
     let mut rows = Vec::new();
@@ -335,7 +347,7 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
         })
         .collect();
     let csv_path = write_csv(
-        "kv-redis-benchmark.csv",
+        &format!("{}.csv", config.name),
         "server,clients,round,test,requests_per_s,avg_ms,p50_ms,p99_ms,commit",
         &csv,
     )
@@ -372,16 +384,36 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
             format!("c{clients}_mnemo_over_{}", peer.name()),
             serde_json::Value::Object(per_test),
         );
+        // Both durable, both in memory: mnemo's pool and Redis's AOF on /dev/shm.
+        let mut per_test = serde_json::Map::new();
+        for test in &tests {
+            if let (Some(m), Some(p)) = (
+                rps(rows, Target::Mnemo, clients, test),
+                rps(rows, Target::RedisAofShm, clients, test),
+            ) {
+                per_test.insert(
+                    test.clone(),
+                    serde_json::json!((m / p * 100.0).round() / 100.0),
+                );
+            }
+        }
+        ratios.insert(
+            format!("c{clients}_mnemo_over_{}", Target::RedisAofShm.name()),
+            serde_json::Value::Object(per_test),
+        );
     }
     for (key, value) in &ratios {
         println!("{key}: {value}");
     }
     let command = format!(
-        "taskset -c {} redis-benchmark -p PORT -t {} -c CLIENTS -n N --csv",
-        config.client_cpu, config.tests
+        "taskset -c {} redis-benchmark -p PORT -t {} -c CLIENTS -n N --csv {}",
+        config.client_cpu,
+        config.tests,
+        config.extra.join(" ")
     );
     let json = serde_json::json!({
-        "benchmark": "kv-redis-benchmark",
+        "benchmark": config.name,
+        "extra_args": config.extra.join(" "),
         "commit": rows.first().map(|r| r.commit.as_str()).unwrap_or("unknown"),
         "command": "scripts/bench-kv.sh (KV_BENCH_* settings: see \"n\" and \"rounds\"; bench/README.md)",
         "machine": machine(),
@@ -410,8 +442,11 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
             "requests_per_s": r.rps, "avg_ms": r.avg_ms, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
         })).collect::<Vec<_>>(),
     });
-    let json_path = write_json("kv-redis-benchmark.json", &json).map_err(|e| e.to_string())?;
-    let svg = bench_dir().join("plots").join("kv-redis-benchmark.svg");
+    let json_path =
+        write_json(&format!("{}.json", config.name), &json).map_err(|e| e.to_string())?;
+    let svg = bench_dir()
+        .join("plots")
+        .join(format!("{}.svg", config.name));
     plot(&svg, config, rows, &tests)?;
     println!(
         "wrote {}, {}, {}",
@@ -474,8 +509,9 @@ fn plot(path: &Path, config: &Config, rows: &[Row], tests: &[String]) -> Result<
         let mut chart = ChartBuilder::on(area)
             .caption(
                 format!(
-                    "redis-benchmark -c {clients} -n {} (server CPU {}, client CPU {})",
+                    "redis-benchmark -c {clients} -n {} {}(server CPU {}, client CPU {})",
                     config.requests(Target::Mnemo, clients),
+                    config.extra.iter().map(|a| format!("{a} ")).collect::<String>(),
                     config.server_cpu,
                     config.client_cpu
                 ),
