@@ -176,6 +176,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         start = start.name(),
         media = ?media.kind,
         durability = ?media.durability,
+        sync_policy = %pool.policy_name(),
         flush = media.flush.name(),
         dirty_tracking = %tracking_name(pool),
         keys,

@@ -397,8 +397,8 @@ fn oracle_catches_replies_sent_before_the_sync_point() {
     );
 }
 
-/// The same kill cycles with the pool on the ordinary disk and `MNEMO_WAL=1`: every commit a
-/// record in `kv.pool.wal`, group commits from the four clients, epochs switching; every
+/// The same kill cycles with the pool on the ordinary disk, where the write-ahead file is the
+/// default: every commit a record in `kv.pool.wal`, group commits from the four clients, epochs switching; every
 /// restart replays the records over the pool (kill -9 keeps the page cache, so this proves
 /// the replay of real, concurrent records never takes an acknowledged write back, not power
 /// loss: that is the testkit's page-cache medium).
@@ -412,7 +412,7 @@ fn acknowledged_writes_survive_sigkill_with_the_write_ahead_file() {
         .tempdir_in(&target)
         .expect("tempdir on the disk");
     let pool = dir.path().join("kv.pool");
-    let outcome = kill_cycles(&pool, 4, seed, &[("MNEMO_WAL", "1")], false);
+    let outcome = kill_cycles(&pool, 4, seed, &[], false);
     assert!(
         outcome.violations.is_empty(),
         "{} violations (MNEMO_SEED={seed}):\n{}",
@@ -421,7 +421,7 @@ fn acknowledged_writes_survive_sigkill_with_the_write_ahead_file() {
     );
     let log = outcome.server.log_text();
     assert!(
-        log.contains("write-ahead file"),
+        log.contains("sync_policy=write-ahead"),
         "the policy was not used:\n{log}"
     );
     assert!(outcome.server.terminate().success());

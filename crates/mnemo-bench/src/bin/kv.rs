@@ -511,7 +511,11 @@ fn plot(path: &Path, config: &Config, rows: &[Row], tests: &[String]) -> Result<
                 format!(
                     "redis-benchmark -c {clients} -n {} {}(server CPU {}, client CPU {})",
                     config.requests(Target::Mnemo, clients),
-                    config.extra.iter().map(|a| format!("{a} ")).collect::<String>(),
+                    config
+                        .extra
+                        .iter()
+                        .map(|a| format!("{a} "))
+                        .collect::<String>(),
                     config.server_cpu,
                     config.client_cpu
                 ),
