@@ -58,7 +58,8 @@ pub fn arguments(config: &VmConfig, files: &Files, launch: Launch) -> Result<Vec
         )));
     }
     let mut machine = format!("{},memory-backend={RAM_ID}", config.machine);
-    let mut memory = config.ram_bytes.to_string();
+    // A bare number is MiB to `-m`; sizes are whole MiB (VmConfig::validate).
+    let mut memory = format!("{}M", config.ram_bytes >> 20);
     let mut args: Vec<String> = vec!["-name".into(), format!("mnemo-vm-{}", config.name)];
     args.extend(["-accel".into(), config.accel.clone()]);
     args.extend(["-cpu".into(), config.cpu.clone()]);
@@ -75,9 +76,9 @@ pub fn arguments(config: &VmConfig, files: &Files, launch: Launch) -> Result<Vec
     if let Some(bytes) = config.nvdimm_bytes {
         machine.push_str(",nvdimm=on");
         memory = format!(
-            "{},slots=1,maxmem={}",
-            config.ram_bytes,
-            config.ram_bytes + bytes
+            "{}M,slots=1,maxmem={}M",
+            config.ram_bytes >> 20,
+            (config.ram_bytes + bytes) >> 20
         );
         nvdimm.extend([
             "-object".into(),
@@ -161,7 +162,7 @@ mod tests {
         assert!(line.contains(
             "memory-backend-file,id=mnemo-ram,size=268435456,mem-path=/dev/shm/vms/g/ram,share=on"
         ));
-        assert!(line.contains("-machine pc-q35-7.2,memory-backend=mnemo-ram -m 268435456"));
+        assert!(line.contains("-machine pc-q35-7.2,memory-backend=mnemo-ram -m 256M"));
         assert!(!line.contains("discard-data"));
         assert!(line.contains("path=/dev/shm/vms/g/serial.log,append=on"));
     }
@@ -185,9 +186,13 @@ mod tests {
     fn nvdimm_adds_a_slot_and_a_pmem_backend() {
         let mut config = example();
         config.nvdimm_bytes = Some(64 << 20);
-        let line = arguments(&config, &files("/p"), Launch::Boot).unwrap().join(" ");
-        assert!(line.contains("memory-backend=mnemo-ram,nvdimm=on -m 268435456,slots=1,maxmem=335544320"));
-        assert!(line.contains("mem-path=/p/nvdimm,share=on,pmem=on -device nvdimm,id=nvdimm0,memdev=mnemo-nvdimm"));
+        let line = arguments(&config, &files("/p"), Launch::Boot)
+            .unwrap()
+            .join(" ");
+        assert!(line.contains("memory-backend=mnemo-ram,nvdimm=on -m 256M,slots=1,maxmem=320M"));
+        assert!(line.contains(
+            "mem-path=/p/nvdimm,share=on,pmem=on -device nvdimm,id=nvdimm0,memdev=mnemo-nvdimm"
+        ));
     }
 
     #[test]

@@ -96,7 +96,10 @@ impl VmConfig {
             }
         }
         if self.machine.contains(',') {
-            return bad(format!("machine type {:?} is one name, without options", self.machine));
+            return bad(format!(
+                "machine type {:?} is one name, without options",
+                self.machine
+            ));
         }
         if self.qemu.is_empty() {
             return bad("no QEMU program".into());
@@ -185,7 +188,10 @@ pub(crate) mod tests {
             validate_name(good).unwrap();
         }
         for bad in ["", ".hidden", "a/b", "..", "a b", "é", &"x".repeat(65)] {
-            assert!(matches!(validate_name(bad), Err(Error::InvalidName(_))), "{bad:?}");
+            assert!(
+                matches!(validate_name(bad), Err(Error::InvalidName(_))),
+                "{bad:?}"
+            );
         }
     }
 

@@ -66,7 +66,9 @@ pub enum Error {
     #[error("VM {name:?} cannot be recovered: {reason}")]
     Unrecoverable { name: String, reason: String },
     /// Recovery consumed the state and then failed: the VM needs a cold boot.
-    #[error("VM {name:?}: recovery failed, the VM needs a cold boot (mnemo vm run {name}): {detail}")]
+    #[error(
+        "VM {name:?}: recovery failed, the VM needs a cold boot (mnemo vm run {name}): {detail}"
+    )]
     RecoveryFailed { name: String, detail: String },
 }
 

@@ -10,6 +10,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ use crate::command::{arguments, sh_quote, Launch};
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::qmp::Qmp;
-use crate::registry::{sync_dir, unix_now, StateCheck, Status, VmDir, VmLock};
+use crate::registry::{create_private, sync_dir, unix_now, StateCheck, Status, VmDir, VmLock};
 use crate::state::{sample_ram, Trailer, TRAILER_BYTES};
 
 /// How a start may begin.
@@ -119,7 +120,9 @@ impl Hypervisor {
             (StartMode::ColdBoot, check) => {
                 let what = match check {
                     StateCheck::Missing => "no saved state".to_string(),
-                    StateCheck::Resumable(t) => format!("the saved state of epoch {} is discarded", t.epoch),
+                    StateCheck::Resumable(t) => {
+                        format!("the saved state of epoch {} is discarded", t.epoch)
+                    }
                     StateCheck::Unusable(why) => format!("an unusable state is discarded: {why}"),
                 };
                 Hypervisor::cold_boot(vm, lock, status, ColdBootReason::Forced(what))
@@ -129,7 +132,9 @@ impl Hypervisor {
                 let reason = if status.epoch == 0 {
                     ColdBootReason::New
                 } else {
-                    ColdBootReason::NoFixation { epoch: status.epoch }
+                    ColdBootReason::NoFixation {
+                        epoch: status.epoch,
+                    }
                 };
                 Hypervisor::cold_boot(vm, lock, status, reason)
             }
@@ -162,7 +167,9 @@ impl Hypervisor {
         reason: ColdBootReason,
     ) -> Result<(Hypervisor, Start)> {
         let ram = vm.file("ram");
-        let len = fs::metadata(&ram).map_err(|e| Error::io("reading the size of", &ram, e))?.len();
+        let len = fs::metadata(&ram)
+            .map_err(|e| Error::io("reading the size of", &ram, e))?
+            .len();
         if len != vm.config().ram_bytes {
             return Err(Error::Config(format!(
                 "{} is {len} bytes, the VM's RAM is {}",
@@ -329,6 +336,8 @@ impl Hypervisor {
         let started = Instant::now();
         let tmp = self.vm.file("state.tmp");
         remove_if_exists(&tmp)?;
+        // `cat >` truncates the file and keeps the mode it is created with here.
+        create_private(&tmp)?;
         let uri = format!("exec:cat > {}", sh_quote(&tmp)?);
         self.qmp.execute("migrate", Some(json!({ "uri": uri })))?;
         let deadline = Instant::now() + limits::MIGRATION_TIMEOUT;
@@ -341,7 +350,10 @@ impl Hypervisor {
                         what: "fixation",
                         detail: format!(
                             "migration {status}: {}",
-                            reply.get("error-desc").and_then(Value::as_str).unwrap_or("no reason given")
+                            reply
+                                .get("error-desc")
+                                .and_then(Value::as_str)
+                                .unwrap_or("no reason given")
                         ),
                     })
                 }
@@ -398,7 +410,8 @@ impl Hypervisor {
             .map_err(|e| Error::io("writing", tmp, e))?;
         // Guest RAM written back too (free on persistent memory and tmpfs; on a disk file it
         // costs the write-back of every dirty page, which is why RAM belongs on pmem).
-        ram.sync_all().map_err(|e| Error::io("syncing", &ram_path, e))?;
+        ram.sync_all()
+            .map_err(|e| Error::io("syncing", &ram_path, e))?;
         for memory in ["nvdimm"] {
             let path = self.vm.file(memory);
             if path.exists() {
@@ -468,9 +481,12 @@ fn spawn(vm: &VmDir, lock: &VmLock, launch: Launch) -> Result<(Child, Qmp)> {
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(0o600)
         .open(&log_path)
         .map_err(|e| Error::io("creating", &log_path, e))?;
-    let log_err = log.try_clone().map_err(|e| Error::io("cloning", &log_path, e))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| Error::io("cloning", &log_path, e))?;
     let lock_fd = lock.file().as_raw_fd();
     let mut command = Command::new(&config.qemu);
     command

@@ -204,7 +204,13 @@ mod tests {
     use std::os::unix::net::UnixListener;
 
     /// A fake QEMU: greets, then answers each request line with the next scripted lines.
-    fn fake(script: Vec<Vec<&'static str>>) -> (tempfile::TempDir, PathBuf, std::thread::JoinHandle<Vec<String>>) {
+    fn fake(
+        script: Vec<Vec<&'static str>>,
+    ) -> (
+        tempfile::TempDir,
+        PathBuf,
+        std::thread::JoinHandle<Vec<String>>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("qmp.sock");
         let listener = UnixListener::bind(&path).unwrap();
@@ -245,11 +251,22 @@ mod tests {
         ]);
         let mut qmp = Qmp::connect(&path, Duration::from_secs(5), || Ok(())).unwrap();
         assert_eq!(qmp.execute("stop", None).unwrap(), json!({}));
-        assert_eq!(qmp.events().count(), 1, "the STOP event was kept, not taken as the reply");
+        assert_eq!(
+            qmp.events().count(),
+            1,
+            "the STOP event was kept, not taken as the reply"
+        );
         assert_eq!(qmp.status().unwrap(), "paused");
         match qmp.execute("frobnicate", Some(json!({"x": 1}))) {
-            Err(Error::Qmp { command, class, desc }) => {
-                assert_eq!((command.as_str(), class.as_str(), desc.as_str()), ("frobnicate", "GenericError", "no such thing"));
+            Err(Error::Qmp {
+                command,
+                class,
+                desc,
+            }) => {
+                assert_eq!(
+                    (command.as_str(), class.as_str(), desc.as_str()),
+                    ("frobnicate", "GenericError", "no such thing")
+                );
             }
             other => panic!("expected a QMP error, got {other:?}"),
         }

@@ -136,7 +136,9 @@ impl Registry {
         config.validate()?;
         if let Boot::Kernel { initrd: with, .. } = &config.boot {
             if kernel.is_none() || *with != initrd.is_some() {
-                return Err(Error::Config("a kernel boot needs its kernel (and initrd) files".into()));
+                return Err(Error::Config(
+                    "a kernel boot needs its kernel (and initrd) files".into(),
+                ));
             }
         }
         fs::DirBuilder::new()
@@ -146,18 +148,21 @@ impl Registry {
             .map_err(|e| Error::io("creating", &self.root, e))?;
         let path = self.root.join(&config.name);
         // Atomic against a concurrent create of the same name: mkdir fails if it exists.
-        fs::DirBuilder::new().mode(0o700).create(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::Config(format!(
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::Config(format!(
                     "VM {:?} exists already in {}; start it with `mnemo vm run {}`, or delete it",
                     config.name,
                     self.root.display(),
                     config.name
                 ))
-            } else {
-                Error::io("creating", &path, e)
-            }
-        })?;
+                } else {
+                    Error::io("creating", &path, e)
+                }
+            })?;
         let vm = VmDir { path, config };
         let made = vm.populate(kernel, initrd);
         if made.is_err() {
@@ -205,7 +210,10 @@ impl Registry {
             .filter(|name| self.exists(name))
             .collect();
         names.sort();
-        names.iter().map(|name| self.open(name)?.summary()).collect()
+        names
+            .iter()
+            .map(|name| self.open(name)?.summary())
+            .collect()
     }
 
     /// Deletes a VM that is not running (its lock is taken first, so a hypervisor that starts
@@ -242,6 +250,7 @@ impl Registry {
                     copy_file(&from, &target.path.join(file))?;
                 }
             }
+            create_private(&target.path.join("serial.log"))?;
             sync_dir(&target.path)
         })();
         if copied.is_err() {
@@ -289,6 +298,8 @@ impl VmDir {
             copy_file(initrd, &self.file("initrd"))?;
         }
         create_memory_file(&self.file("ram"), self.config.ram_bytes)?;
+        // QEMU appends to the console log, which keeps the mode it is created with here.
+        create_private(&self.file("serial.log"))?;
         if let Some(bytes) = self.config.nvdimm_bytes {
             create_memory_file(&self.file("nvdimm"), bytes)?;
         }
@@ -322,7 +333,13 @@ impl VmDir {
             Err(e) => return Err(Error::io("locking", &path, e.into())),
         }
         let pid = self.file("hypervisor.pid");
-        fs::write(&pid, format!("{}\n", std::process::id()))
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&pid)
+            .and_then(|mut f| f.write_all(format!("{}\n", std::process::id()).as_bytes()))
             .map_err(|e| Error::io("writing", &pid, e))?;
         Ok(VmLock { file })
     }
@@ -477,6 +494,17 @@ fn create_memory_file(path: &Path, bytes: u64) -> Result<()> {
     file.sync_all().map_err(|e| Error::io("syncing", path, e))
 }
 
+/// Creates an empty file of mode 0600 (or leaves an existing one as it is).
+pub(crate) fn create_private(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io("creating", path, e))
+}
+
 fn copy_file(from: &Path, to: &Path) -> Result<()> {
     let mut source = File::open(from).map_err(|e| Error::io("opening", from, e))?;
     let mut target = OpenOptions::new()
@@ -548,7 +576,9 @@ mod tests {
         fs::write(&initrd, b"initrd").unwrap();
         let mut config = example();
         config.ram_bytes = 16 << 20;
-        let vm = registry.create(config, Some(&kernel), Some(&initrd)).unwrap();
+        let vm = registry
+            .create(config, Some(&kernel), Some(&initrd))
+            .unwrap();
         (dir, registry, vm)
     }
 
@@ -582,16 +612,31 @@ mod tests {
         let (_dir, registry, vm) = registry();
         let mode = |name: &str| fs::metadata(vm.file(name)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode("ram"), 0o600);
-        assert_eq!(fs::metadata(vm.path()).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(mode("serial.log"), 0o600);
+        assert_eq!(mode("status.json"), 0o600);
+        assert_eq!(
+            fs::metadata(vm.path()).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         assert_eq!(fs::metadata(vm.file("ram")).unwrap().len(), 16 << 20);
         assert_eq!(fs::read(vm.file("kernel")).unwrap(), b"kernel");
-        let again = registry.create(vm.config().clone(), Some(&vm.file("kernel")), Some(&vm.file("initrd")));
+        let again = registry.create(
+            vm.config().clone(),
+            Some(&vm.file("kernel")),
+            Some(&vm.file("initrd")),
+        );
         assert!(matches!(again, Err(Error::Config(text)) if text.contains("exists already")));
         assert_eq!(registry.open("guest-1").unwrap().config(), vm.config());
-        assert!(matches!(registry.open("other"), Err(Error::NoSuchVm { .. })));
+        assert!(matches!(
+            registry.open("other"),
+            Err(Error::NoSuchVm { .. })
+        ));
         let list = registry.list().unwrap();
         assert_eq!(list.len(), 1);
-        assert_eq!((list[0].state, list[0].detail.as_str()), (VmState::NeedsColdBoot, "never booted"));
+        assert_eq!(
+            (list[0].state, list[0].detail.as_str()),
+            (VmState::NeedsColdBoot, "never booted")
+        );
         registry.delete("guest-1").unwrap();
         assert!(registry.list().unwrap().is_empty());
     }
@@ -605,7 +650,10 @@ mod tests {
             Err(Error::Running { pid, .. }) => assert_eq!(pid, std::process::id().to_string()),
             other => panic!("a second lock was granted: {other:?}"),
         }
-        assert!(matches!(registry.delete("guest-1"), Err(Error::Running { .. })));
+        assert!(matches!(
+            registry.delete("guest-1"),
+            Err(Error::Running { .. })
+        ));
         assert_eq!(registry.list().unwrap()[0].state, VmState::Running);
         drop(lock);
         assert!(!vm.is_running().unwrap());
@@ -619,26 +667,37 @@ mod tests {
         set_epoch(&vm, 3);
         fake_fixation(&vm, 3);
         let status = vm.status().unwrap();
-        assert!(matches!(vm.check_state(&status).unwrap(), StateCheck::Resumable(t) if t.epoch == 3));
+        assert!(
+            matches!(vm.check_state(&status).unwrap(), StateCheck::Resumable(t) if t.epoch == 3)
+        );
         assert_eq!(registry.list().unwrap()[0].state, VmState::Fixed);
 
         // The VM started again (its epoch rose): the state is stale.
         set_epoch(&vm, 4);
         let stale = vm.check_state(&vm.status().unwrap()).unwrap();
-        assert!(matches!(&stale, StateCheck::Unusable(why) if why.contains("at most once")), "{stale:?}");
+        assert!(
+            matches!(&stale, StateCheck::Unusable(why) if why.contains("at most once")),
+            "{stale:?}"
+        );
         assert_eq!(registry.list().unwrap()[0].state, VmState::NeedsColdBoot);
 
         // Zeroed RAM under a state of the current epoch.
         set_epoch(&vm, 3);
         ram.write_all_at(&[0u8; 8192], 0).unwrap();
         let zeroed = vm.check_state(&vm.status().unwrap()).unwrap();
-        assert!(matches!(&zeroed, StateCheck::Unusable(why) if why.contains("zeroed")), "{zeroed:?}");
+        assert!(
+            matches!(&zeroed, StateCheck::Unusable(why) if why.contains("zeroed")),
+            "{zeroed:?}"
+        );
 
         // A torn state (trailer cut off).
         ram.write_all_at(&[7u8; 8192], 0).unwrap();
         let bytes = fs::read(vm.file("state")).unwrap();
         fs::write(vm.file("state"), &bytes[..bytes.len() - 10]).unwrap();
-        assert!(matches!(vm.check_state(&vm.status().unwrap()).unwrap(), StateCheck::Unusable(_)));
+        assert!(matches!(
+            vm.check_state(&vm.status().unwrap()).unwrap(),
+            StateCheck::Unusable(_)
+        ));
         // A flipped byte in the stream.
         let mut flipped = bytes.clone();
         flipped[3] ^= 1;
@@ -646,7 +705,10 @@ mod tests {
         let damaged = vm.check_state(&vm.status().unwrap()).unwrap();
         assert!(matches!(&damaged, StateCheck::Unusable(why) if why.contains("damaged")));
         fs::write(vm.file("state"), &bytes).unwrap();
-        assert!(matches!(vm.check_state(&vm.status().unwrap()).unwrap(), StateCheck::Resumable(_)));
+        assert!(matches!(
+            vm.check_state(&vm.status().unwrap()).unwrap(),
+            StateCheck::Resumable(_)
+        ));
     }
 
     #[test]
@@ -659,8 +721,14 @@ mod tests {
         let copy = registry.snapshot("guest-1", "guest-1-copy").unwrap();
         assert_eq!(copy.config().name, "guest-1-copy");
         let list = registry.list().unwrap();
-        assert_eq!(list.iter().map(|s| s.state).collect::<Vec<_>>(), [VmState::Fixed, VmState::Fixed]);
-        assert!(registry.snapshot("guest-1", "guest-1-copy").is_err(), "the name is taken");
+        assert_eq!(
+            list.iter().map(|s| s.state).collect::<Vec<_>>(),
+            [VmState::Fixed, VmState::Fixed]
+        );
+        assert!(
+            registry.snapshot("guest-1", "guest-1-copy").is_err(),
+            "the name is taken"
+        );
     }
 
     #[test]

@@ -72,7 +72,10 @@ impl Trailer {
         out[48..52].copy_from_slice(&self.ram.nonzero.to_le_bytes());
         let crc = crc32c::crc32c(&out[..60]);
         out[60..64].copy_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(Trailer::decode(&out, self.stream_len + TRAILER_BYTES as u64), Ok(*self));
+        debug_assert_eq!(
+            Trailer::decode(&out, self.stream_len + TRAILER_BYTES as u64),
+            Ok(*self)
+        );
         out
     }
 
@@ -84,14 +87,18 @@ impl Trailer {
         if bytes[0..8] != MAGIC {
             return Err("no mnemo trailer (not a state saved by mnemo vm)".into());
         }
-        let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let u32_at = |at: usize| {
+            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+        };
         let u64_at = |at: usize| (u64::from(u32_at(at + 4)) << 32) | u64::from(u32_at(at));
         if crc32c::crc32c(&bytes[..60]) != u32_at(60) {
             return Err("its trailer is damaged (checksum mismatch)".into());
         }
         let format = u32_at(8);
         if format != STATE_FORMAT {
-            return Err(format!("state format {format}, this mnemo reads {STATE_FORMAT}"));
+            return Err(format!(
+                "state format {format}, this mnemo reads {STATE_FORMAT}"
+            ));
         }
         let trailer = Trailer {
             epoch: u64_at(16),
@@ -177,15 +184,22 @@ mod tests {
     fn every_damage_is_refused() {
         let t = trailer();
         let good = t.encode();
-        assert!(Trailer::decode(&good, t.stream_len + 63).unwrap_err().contains("torn"));
+        assert!(Trailer::decode(&good, t.stream_len + 63)
+            .unwrap_err()
+            .contains("torn"));
         assert!(Trailer::decode(&good[..63], t.stream_len + 64).is_err());
         for byte in 0..TRAILER_BYTES {
             let mut bad = good;
             bad[byte] ^= 0x10;
-            assert!(Trailer::decode(&bad, t.stream_len + 64).is_err(), "byte {byte}");
+            assert!(
+                Trailer::decode(&bad, t.stream_len + 64).is_err(),
+                "byte {byte}"
+            );
         }
         let mut zero = [0u8; TRAILER_BYTES];
-        assert!(Trailer::decode(&zero, 64).unwrap_err().contains("not a state"));
+        assert!(Trailer::decode(&zero, 64)
+            .unwrap_err()
+            .contains("not a state"));
         zero[..8].copy_from_slice(b"MNEMOVMS");
         assert!(Trailer::decode(&zero, 64).unwrap_err().contains("damaged"));
     }
@@ -214,7 +228,11 @@ mod tests {
         assert_eq!(offsets[1], 1 << 20);
         assert_eq!(*offsets.last().unwrap(), (256 << 20) - (1 << 20));
         assert!(offsets.iter().all(|o| o % 4096 == 0));
-        assert_eq!(sample_offsets(8192, 256).count(), 2, "no more pages than the file has");
+        assert_eq!(
+            sample_offsets(8192, 256).count(),
+            2,
+            "no more pages than the file has"
+        );
 
         let file = tempfile::tempfile().unwrap();
         let size = 16u64 << 20;
