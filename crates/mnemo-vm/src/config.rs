@@ -198,21 +198,21 @@ pub(crate) mod tests {
     #[test]
     fn validation_rejects_what_qemu_would_misread() {
         example().validate().unwrap();
-        let cases: Vec<Box<dyn Fn(&mut VmConfig)>> = vec![
-            Box::new(|c| c.ram_bytes = 1 << 20),
-            Box::new(|c| c.ram_bytes = (256 << 20) + 4096),
-            Box::new(|c| c.cpus = 0),
-            Box::new(|c| c.accel = "hvf".into()),
-            Box::new(|c| c.machine = "q35,accel=kvm".into()),
-            Box::new(|c| c.cpu = "qemu64 -S".into()),
-            Box::new(|c| c.format = 2),
-            Box::new(|c| c.nvdimm_bytes = Some(1 << 20)),
-            Box::new(|c| {
+        let cases: [fn(&mut VmConfig); 9] = [
+            |c| c.ram_bytes = 1 << 20,
+            |c| c.ram_bytes = (256 << 20) + 4096,
+            |c| c.cpus = 0,
+            |c| c.accel = "hvf".into(),
+            |c| c.machine = "q35,accel=kvm".into(),
+            |c| c.cpu = "qemu64 -S".into(),
+            |c| c.format = 2,
+            |c| c.nvdimm_bytes = Some(1 << 20),
+            |c| {
                 c.boot = Boot::Disk {
                     path: "/d.img".into(),
                     format: "vmdk".into(),
                 }
-            }),
+            },
         ];
         for (i, change) in cases.iter().enumerate() {
             let mut config = example();

@@ -412,13 +412,11 @@ impl Hypervisor {
         // costs the write-back of every dirty page, which is why RAM belongs on pmem).
         ram.sync_all()
             .map_err(|e| Error::io("syncing", &ram_path, e))?;
-        for memory in ["nvdimm"] {
-            let path = self.vm.file(memory);
-            if path.exists() {
-                File::open(&path)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|e| Error::io("syncing", &path, e))?;
-            }
+        if self.vm.config().nvdimm_bytes.is_some() {
+            let path = self.vm.file("nvdimm");
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| Error::io("syncing", &path, e))?;
         }
         let state = self.vm.file("state");
         fs::rename(tmp, &state).map_err(|e| Error::io("renaming into place", &state, e))?;
