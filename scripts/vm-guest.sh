@@ -57,7 +57,11 @@ command -v cpio >/dev/null || { echo "vm-guest.sh: cpio is missing (apt-get inst
 # The kernel package: the one linux-image-amd64 depends on today, downloaded once.
 deb=$(ls "$out"/deb/linux-image-*.deb 2>/dev/null | head -1 || true)
 if [ -z "$deb" ]; then
-    package=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+    kernel_package() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }'; }
+    package=$(kernel_package)
+    if [ -z "$package" ] && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && package=$(kernel_package)
+    fi
     [ -n "$package" ] || { echo "vm-guest.sh: no kernel package (run apt-get update)" >&2; exit 1; }
     (cd "$out/deb" && timeout 600 apt-get download -q "$package")
     deb=$(ls "$out"/deb/linux-image-*.deb | head -1)
