@@ -11,6 +11,7 @@
 
 mod support;
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -305,7 +306,7 @@ fn three_power_cycles_continue_one_boot() {
         let entry = listed(vms, "cycles");
         assert_eq!(entry["state"], "fixed", "{entry}");
         assert_eq!(entry["state_bytes"], state_bytes);
-        // The guest is frozen: no line after the fixation.
+        // The last line the guest printed before it was frozen.
         let frozen = serial(&dir).1.last().unwrap().count;
 
         // A fresh hypervisor (the same command) finds the fixed VM and recovers it; the last
@@ -332,6 +333,26 @@ fn three_power_cycles_continue_one_boot() {
     hypervisor.wait_event("fixed");
     let last = assert_one_continuous_boot(&dir);
     assert!(last.count >= 12, "{last:?}");
+
+    // A snapshot of the fixed VM is a fork: the copy resumes the same boot, counting on from
+    // where the original stopped, in a serial log of its own.
+    let snap = mnemo_vm(&["snapshot", "cycles", "fork", "--dir", vms]);
+    assert!(snap.status.success(), "{}", stderr_of(&snap));
+    assert_eq!(listed(vms, "fork")["state"], "fixed");
+    let mut fork = Hypervisor::start(tmp.path(), &["run", "fork", "--dir", vms]);
+    assert_eq!(fork.wait_event("recovered")["from_epoch"], 4);
+    let fork_dir = vms_path.join("fork");
+    wait_count(&fork_dir, last.count + 2);
+    let (starts, ticks) = serial(&fork_dir);
+    assert!(starts.is_empty(), "the fork rebooted: {starts:?}");
+    assert_eq!(ticks[0].count, last.count + 1, "{ticks:?}");
+    assert!(ticks.iter().all(|t| t.boot == last.boot && t.mem_ok));
+    fork.power_failure();
+    assert_eq!(
+        listed(vms, "cycles")["state"],
+        "fixed",
+        "the original is untouched"
+    );
 
     let deleted = mnemo_vm(&["delete", "cycles", "--dir", vms]);
     assert!(deleted.status.success(), "{}", stderr_of(&deleted));
@@ -423,10 +444,21 @@ fn stale_states_and_zeroed_ram_are_refused() {
     // Zero the RAM file (same size): the state no longer matches its memory.
     let ram = dir.join("ram");
     let size = std::fs::metadata(&ram).unwrap().len();
-    let file = std::fs::OpenOptions::new().write(true).open(&ram).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&ram)
+        .unwrap();
+    let sampled: Vec<(u64, Vec<u8>)> =
+        mnemo_vm::state::sample_offsets(size, mnemo_vm::limits::RAM_SAMPLE_PAGES)
+            .map(|offset| {
+                let mut page = vec![0u8; mnemo_vm::limits::RAM_PAGE_BYTES as usize];
+                file.read_exact_at(&mut page, offset).unwrap();
+                (offset, page)
+            })
+            .collect();
     file.set_len(0).unwrap();
     file.set_len(size).unwrap();
-    drop(file);
     let out = mnemo_vm(&["recover", "neg", "--dir", vms]);
     assert!(!out.status.success(), "a zeroed RAM file was resumed");
     let text = stderr_of(&out);
@@ -442,4 +474,26 @@ fn stale_states_and_zeroed_ram_are_refused() {
     );
     assert!(dir.join("state").exists(), "a refusal consumed the state");
     assert_eq!(serial(&dir).0.len(), 2, "a refusal started the guest");
+
+    // The same zeroed RAM with the sampled pages put back, so mnemo's check passes: QEMU
+    // itself then fails to load the state against that memory, and the failure is reported
+    // as such. The state was consumed by the attempt; the VM needs a cold boot.
+    for (offset, page) in &sampled {
+        file.write_all_at(page, *offset).unwrap();
+    }
+    drop(file);
+    assert_eq!(listed(vms, "neg")["state"], "fixed");
+    let out = mnemo_vm(&["recover", "neg", "--dir", vms]);
+    assert!(!out.status.success(), "a zeroed RAM file was resumed");
+    let text = stderr_of(&out);
+    assert!(
+        text.contains("recovery failed, the VM needs a cold boot") && text.contains("QEMU exited"),
+        "{text}"
+    );
+    let entry = listed(vms, "neg");
+    assert_eq!(entry["state"], "needs-cold-boot");
+    assert!(!dir.join("state").exists() && dir.join("state.used").exists());
+    let out = mnemo_vm(&["recover", "neg", "--dir", vms]);
+    assert!(!out.status.success(), "a consumed state was resumed");
+    assert_eq!(serial(&dir).0.len(), 2, "the guest was rebooted");
 }

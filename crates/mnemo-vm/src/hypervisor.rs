@@ -220,7 +220,7 @@ impl Hypervisor {
         let epoch = status.epoch + 1;
         hypervisor.vm.write_status(&Status {
             epoch,
-            started: format!("recovered from epoch {}", trailer.epoch),
+            started: format!("recovery from epoch {}", trailer.epoch),
             started_unix_s: unix_now(),
         })?;
         hypervisor.epoch = epoch;
