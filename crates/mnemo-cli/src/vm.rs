@@ -431,10 +431,13 @@ fn fix(args: &NameArgs) -> Result<(), String> {
     if !vm.is_running().map_err(|e| e.to_string())? {
         return Err(Error::NotRunning(name).to_string());
     }
-    let pid = vm
-        .holder()
-        .and_then(|pid| pid.parse::<i32>().ok())
-        .ok_or_else(|| format!("vm {name}: running, but its hypervisor's pid is unknown"))?;
+    let pid = vm.hypervisor_pid().ok_or_else(|| {
+        format!(
+            "vm {name}: running, but no `mnemo vm` process of it is found (pid file {}); \
+             is it starting or stopping?",
+            vm.file("hypervisor.pid").display()
+        )
+    })?;
     mnemo_vm::send_power_failure(pid).map_err(|e| format!("signal to pid {pid}: {e}"))?;
     let started = Instant::now();
     while vm.is_running().map_err(|e| e.to_string())? {

@@ -108,11 +108,19 @@ pub enum StateCheck {
 #[derive(Debug)]
 pub struct VmLock {
     file: File,
+    /// `hypervisor.pid`, removed on release so that no stale pid is ever signalled.
+    pid: PathBuf,
 }
 
 impl VmLock {
     pub(crate) fn file(&self) -> &File {
         &self.file
+    }
+}
+
+impl Drop for VmLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.pid);
     }
 }
 
@@ -341,7 +349,7 @@ impl VmDir {
             .open(&pid)
             .and_then(|mut f| f.write_all(format!("{}\n", std::process::id()).as_bytes()))
             .map_err(|e| Error::io("writing", &pid, e))?;
-        Ok(VmLock { file })
+        Ok(VmLock { file, pid })
     }
 
     /// Whether the lock is held by anyone.
@@ -365,6 +373,16 @@ impl VmDir {
         let pid = text.trim();
         (!pid.is_empty() && pid.len() < 12 && pid.bytes().all(|b| b.is_ascii_digit()))
             .then(|| pid.to_string())
+    }
+
+    /// The pid of the hypervisor holding the lock, checked: the process's command line names
+    /// `vm` and this VM (so a stale pid file never gets another process signalled).
+    pub fn hypervisor_pid(&self) -> Option<i32> {
+        let pid: i32 = self.holder()?.parse().ok()?;
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let mut args = cmdline.split(|&b| b == 0);
+        let ours = args.any(|a| a == b"vm") && args.any(|a| a == self.name().as_bytes());
+        ours.then_some(pid)
     }
 
     pub fn status(&self) -> Result<Status> {
@@ -650,6 +668,8 @@ mod tests {
             Err(Error::Running { pid, .. }) => assert_eq!(pid, std::process::id().to_string()),
             other => panic!("a second lock was granted: {other:?}"),
         }
+        // This test process is no `mnemo vm` of this VM: its pid is not signalled.
+        assert_eq!(vm.hypervisor_pid(), None);
         assert!(matches!(
             registry.delete("guest-1"),
             Err(Error::Running { .. })
@@ -657,6 +677,7 @@ mod tests {
         assert_eq!(registry.list().unwrap()[0].state, VmState::Running);
         drop(lock);
         assert!(!vm.is_running().unwrap());
+        assert_eq!(vm.holder(), None, "the pid file goes with the lock");
     }
 
     #[test]
