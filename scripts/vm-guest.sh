@@ -13,6 +13,8 @@
 # The guest's serial lines (what tests parse):
 #   MNEMO-GUEST boot=<8 hex> start          once per boot, before the counter starts
 #   MNEMO-GUEST boot=<8 hex> count=<n> mem=<ok|CORRUPT> up=<seconds>   every 0.25 s
+#   MNEMO-GUEST boot=<8 hex> nvdimm previous=[<marker>]   with mnemo.nvdimm on the kernel
+#   MNEMO-GUEST boot=<8 hex> nvdimm written               command line: the NVDIMM's marker
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/vm-guest}
@@ -32,6 +34,22 @@ boot=$(cut -c1-8 /proc/sys/kernel/random/uuid)
 dd if=/dev/urandom of=/block bs=64k count=64 2>/dev/null
 sum=$(md5sum /block | cut -d' ' -f1)
 echo "MNEMO-GUEST boot=$boot start"
+# With "mnemo.nvdimm" on the kernel command line: the guest-visible persistent memory (an
+# emulated NVDIMM, /dev/pmem0). Print the marker the previous boot left there, then leave one.
+if grep -q mnemo.nvdimm /proc/cmdline; then
+    for m in libnvdimm nd_btt nfit nd_pmem; do insmod /lib/modules/$m.ko 2>/dev/null; done
+    i=0
+    while [ ! -b /dev/pmem0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    if [ -b /dev/pmem0 ]; then
+        previous=$(dd if=/dev/pmem0 bs=64 count=1 2>/dev/null | tr -d '\000\n')
+        echo "MNEMO-GUEST boot=$boot nvdimm previous=[$previous]"
+        printf 'marker-of-boot-%s' "$boot" | dd of=/dev/pmem0 bs=64 count=1 conv=sync,notrunc 2>/dev/null
+        sync
+        echo "MNEMO-GUEST boot=$boot nvdimm written"
+    else
+        echo "MNEMO-GUEST boot=$boot nvdimm missing"
+    fi
+fi
 count=0
 while :; do
     count=$((count + 1))
@@ -67,7 +85,7 @@ if [ -z "$deb" ]; then
     deb=$(ls "$out"/deb/linux-image-*.deb | head -1)
 fi
 
-stamp=$( { printf '%s\n' "$init"; basename "$deb"; sha256sum /bin/busybox; } | sha256sum | cut -c1-16)
+stamp=$( { sha256sum "$0"; basename "$deb"; sha256sum /bin/busybox; } | sha256sum | cut -c1-16)
 if [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.gz" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi
@@ -78,8 +96,21 @@ dpkg -x "$deb" "$work/kernel"
 cp "$work"/kernel/boot/vmlinuz-* "$work/vmlinuz"
 
 root="$work/root"
-mkdir -p "$root"/{bin,dev,proc,sys,tmp}
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,lib/modules}
 cp /bin/busybox "$root/bin/busybox"
+# The NVDIMM drivers (modules in Debian's kernel), loaded in this order by /init.
+kver=$(ls "$work/kernel/lib/modules")
+for m in drivers/nvdimm/libnvdimm drivers/nvdimm/nd_btt drivers/acpi/nfit/nfit drivers/nvdimm/nd_pmem; do
+    f="$work/kernel/lib/modules/$kver/kernel/$m.ko"
+    if [ -f "$f" ]; then
+        cp "$f" "$root/lib/modules/"
+    elif [ -f "$f.xz" ]; then
+        xz -dc "$f.xz" > "$root/lib/modules/$(basename "$m").ko"
+    else
+        echo "vm-guest.sh: $m.ko is not in $(basename "$deb")" >&2
+        exit 1
+    fi
+done
 printf '%s\n' "$init" > "$root/init"
 chmod 755 "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initrd.gz"

@@ -497,3 +497,78 @@ fn stale_states_and_zeroed_ram_are_refused() {
     assert!(!out.status.success(), "a consumed state was resumed");
     assert_eq!(serial(&dir).0.len(), 2, "the guest was rebooted");
 }
+
+/// Lines of the guest's serial log that contain `needle`.
+fn serial_lines(dir: &Path, needle: &str) -> Vec<String> {
+    std::fs::read_to_string(dir.join("serial.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Guest-visible persistent memory: with `--nvdimm`, the guest sees /dev/pmem0 (an emulated
+/// NVDIMM backed by the VM's `nvdimm` file). A power cycle continues the boot with the device
+/// attached, and after a crash without fixation `mnemo vm run` cold-boots (and says why),
+/// and the new boot reads the marker the previous boot wrote to its NVDIMM.
+#[test]
+fn guest_nvdimm_keeps_its_data_across_a_cold_boot() {
+    let Some((kernel, initrd)) = guest() else {
+        return;
+    };
+    let tmp = support::shm_dir();
+    let vms_path = tmp.path().join("vms");
+    let vms = vms_path.to_str().unwrap();
+    let (kernel, initrd) = (kernel.to_str().unwrap(), initrd.to_str().unwrap());
+    let dir = vms_path.join("nv");
+    let append = "console=ttyS0 quiet panic=-1 mnemo.nvdimm";
+    let create = [
+        "run", "nv", "--dir", vms, "--mem", "128M", "--nvdimm", "16M", "--kernel", kernel,
+        "--initrd", initrd, "--append", append,
+    ];
+
+    let hypervisor = Hypervisor::start(tmp.path(), &create);
+    wait_count(&dir, 2);
+    let (starts, _) = serial(&dir);
+    let first = &starts[0];
+    assert_eq!(
+        serial_lines(&dir, "nvdimm"),
+        [
+            format!("MNEMO-GUEST boot={first} nvdimm previous=[]"),
+            format!("MNEMO-GUEST boot={first} nvdimm written"),
+        ]
+    );
+    hypervisor.power_failure();
+    let mut hypervisor = Hypervisor::start(tmp.path(), &["run", "nv", "--dir", vms]);
+    hypervisor.wait_event("recovered");
+    let frozen = serial(&dir).1.last().unwrap().count;
+    wait_count(&dir, frozen + 2);
+    assert_one_continuous_boot(&dir);
+    hypervisor.crash();
+    wait_stopped(vms, "nv");
+
+    let mut hypervisor = Hypervisor::start(tmp.path(), &["run", "nv", "--dir", vms]);
+    let boot = hypervisor.wait_event("cold-boot");
+    let reason = boot["reason"].as_str().unwrap();
+    assert!(reason.contains("without a completed fixation"), "{reason}");
+    let started = Instant::now();
+    while serial_lines(&dir, "nvdimm written").len() < 2 {
+        assert!(
+            started.elapsed() < GUEST_TIMEOUT,
+            "the second boot wrote no marker"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (starts, _) = serial(&dir);
+    assert_eq!(starts.len(), 2);
+    assert!(
+        serial_lines(&dir, "nvdimm previous=").contains(&format!(
+            "MNEMO-GUEST boot={} nvdimm previous=[marker-of-boot-{first}]",
+            starts[1]
+        )),
+        "{:?}",
+        serial_lines(&dir, "nvdimm")
+    );
+    hypervisor.power_failure();
+}

@@ -125,8 +125,13 @@ impl Drop for VmLock {
 }
 
 impl Registry {
+    /// The VMs under `root` (made absolute: QEMU's command line and its `exec:` migration
+    /// commands name files by these paths, the same from any working directory).
     pub fn new(root: impl Into<PathBuf>) -> Registry {
-        Registry { root: root.into() }
+        let root = root.into();
+        Registry {
+            root: std::path::absolute(&root).unwrap_or(root),
+        }
     }
 
     pub fn root(&self) -> &Path {
