@@ -25,6 +25,13 @@ fn required() -> bool {
     std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() == Ok("1")
 }
 
+/// One guest at a time: a TCG boot keeps a core busy for seconds, and three at once on this
+/// 2-core machine (with other work) take longer together than one after another.
+fn one_guest_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static GUESTS: Mutex<()> = Mutex::new(());
+    GUESTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The guest's kernel and initramfs, built once (cached across runs under the target
 /// directory); `None` (a skip) if it cannot be built and the tools are not required.
 fn guest() -> Option<(PathBuf, PathBuf)> {
@@ -264,6 +271,7 @@ fn stderr_of(out: &Output) -> String {
 /// on by one at every step, and its memory check held.
 #[test]
 fn three_power_cycles_continue_one_boot() {
+    let _guests = one_guest_at_a_time();
     let Some((kernel, initrd)) = guest() else {
         return;
     };
@@ -326,6 +334,17 @@ fn three_power_cycles_continue_one_boot() {
         assert!(dir.join("state.used").exists() && !dir.join("state").exists());
     }
 
+    // A snapshot of the running VM: the hypervisor pauses the guest, saves its state and
+    // copies its RAM into a new VM, and the guest runs on.
+    let live = mnemo_vm(&["snapshot", "cycles", "live", "--dir", vms]);
+    assert!(live.status.success(), "{}", stderr_of(&live));
+    assert!(String::from_utf8_lossy(&live.stdout).contains("while running"));
+    hypervisor.wait_event("snapshot");
+    assert_eq!(listed(vms, "live")["state"], "fixed");
+    assert_eq!(listed(vms, "cycles")["state"], "running");
+    let now = serial(&dir).1.last().unwrap().count;
+    wait_count(&dir, now + 2);
+
     // `mnemo vm fix` does what the signal does, and waits for it.
     let fix = mnemo_vm(&["fix", "cycles", "--dir", vms]);
     assert!(fix.status.success(), "{}", stderr_of(&fix));
@@ -365,6 +384,7 @@ fn three_power_cycles_continue_one_boot() {
 /// a refusal, and a forced cold boot starts the guest afresh.
 #[test]
 fn stale_states_and_zeroed_ram_are_refused() {
+    let _guests = one_guest_at_a_time();
     let Some((kernel, initrd)) = guest() else {
         return;
     };
@@ -514,6 +534,7 @@ fn serial_lines(dir: &Path, needle: &str) -> Vec<String> {
 /// and the new boot reads the marker the previous boot wrote to its NVDIMM.
 #[test]
 fn guest_nvdimm_keeps_its_data_across_a_cold_boot() {
+    let _guests = one_guest_at_a_time();
     let Some((kernel, initrd)) = guest() else {
         return;
     };

@@ -21,7 +21,9 @@ use crate::command::{arguments, sh_quote, Launch};
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::qmp::Qmp;
-use crate::registry::{create_private, sync_dir, unix_now, StateCheck, Status, VmDir, VmLock};
+use crate::registry::{
+    copy_memory, create_private, sync_dir, unix_now, Registry, StateCheck, Status, VmDir, VmLock,
+};
 use crate::state::{sample_ram, Trailer, TRAILER_BYTES};
 
 /// How a start may begin.
@@ -95,6 +97,16 @@ pub struct Fixation {
     pub total: Duration,
     /// QEMU exited after `quit` (not part of the fixation: RAM and state are already safe).
     pub quit: Duration,
+}
+
+/// A snapshot of a running VM.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The new VM, fixed.
+    pub copy: VmDir,
+    pub state_bytes: u64,
+    /// How long the guest was paused (its state saved and its RAM copied).
+    pub pause: Duration,
 }
 
 /// A running VM.
@@ -335,19 +347,27 @@ impl Hypervisor {
     fn save(&mut self) -> Result<(Trailer, Duration)> {
         let started = Instant::now();
         let tmp = self.vm.file("state.tmp");
-        remove_if_exists(&tmp)?;
+        self.migrate_to(&tmp)?;
+        let migrate = started.elapsed();
+        let trailer = publish(&self.vm, self.epoch, &tmp)?;
+        Ok((trailer, migrate))
+    }
+
+    /// Migrates the stopped VM's virtual environment (RAM excluded) into the file `tmp`.
+    fn migrate_to(&mut self, tmp: &std::path::Path) -> Result<()> {
+        remove_if_exists(tmp)?;
         // `cat >` truncates the file and keeps the mode it is created with here.
-        create_private(&tmp)?;
-        let uri = format!("exec:cat > {}", sh_quote(&tmp)?);
+        create_private(tmp)?;
+        let uri = format!("exec:cat > {}", sh_quote(tmp)?);
         self.qmp.execute("migrate", Some(json!({ "uri": uri })))?;
         let deadline = Instant::now() + limits::MIGRATION_TIMEOUT;
         loop {
             let reply = self.qmp.execute("query-migrate", None)?;
             match reply.get("status").and_then(Value::as_str) {
-                Some("completed") => break,
+                Some("completed") => return Ok(()),
                 Some(status @ ("failed" | "cancelled")) => {
                     return Err(Error::Migration {
-                        what: "fixation",
+                        what: "saving the state",
                         detail: format!(
                             "migration {status}: {}",
                             reply
@@ -367,61 +387,49 @@ impl Hypervisor {
             }
             std::thread::sleep(limits::MIGRATION_POLL);
         }
-        let migrate = started.elapsed();
-        let trailer = self.publish(&tmp)?;
-        Ok((trailer, migrate))
     }
 
-    /// Appends the trailer to the stream QEMU wrote, makes stream and RAM durable, and
-    /// renames the state into place.
-    fn publish(&self, tmp: &std::path::Path) -> Result<Trailer> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(tmp)
-            .map_err(|e| Error::io("opening", tmp, e))?;
-        let mut stream = Vec::new();
-        (&mut file)
-            .take(limits::STATE_BYTES_MAX + 1)
-            .read_to_end(&mut stream)
-            .map_err(|e| Error::io("reading", tmp, e))?;
-        if stream.len() as u64 > limits::STATE_BYTES_MAX {
-            return Err(Error::Migration {
-                what: "fixation",
-                detail: format!(
-                    "the state is larger than {} bytes: guest RAM went into it (is the RAM \
-                     backend share=on?)",
-                    limits::STATE_BYTES_MAX
-                ),
-            });
+    /// A snapshot of the running VM: a new VM `copy` beside it, fixed at this instant (its
+    /// RAM a copy of this one's, its state saved now). The guest pauses for the copy of its
+    /// RAM, then runs on; recovering the copy continues the guest from the pause (a fork).
+    pub fn snapshot(&mut self, copy: &str) -> Result<Snapshot> {
+        if self.done {
+            return Err(Error::NotRunning(self.vm.name().to_string()));
         }
-        let ram_path = self.vm.file("ram");
-        let ram = File::open(&ram_path).map_err(|e| Error::io("opening", &ram_path, e))?;
-        let trailer = Trailer {
-            epoch: self.epoch,
-            stream_len: stream.len() as u64,
-            ram_bytes: self.vm.config().ram_bytes,
-            stream_crc: crc32c::crc32c(&stream),
-            ram: sample_ram(&ram, self.vm.config().ram_bytes)
-                .map_err(|e| Error::io("sampling", &ram_path, e))?,
-        };
-        file.write_all(&trailer.encode())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| Error::io("writing", tmp, e))?;
-        // Guest RAM written back too (free on persistent memory and tmpfs; on a disk file it
-        // costs the write-back of every dirty page, which is why RAM belongs on pmem).
-        ram.sync_all()
-            .map_err(|e| Error::io("syncing", &ram_path, e))?;
-        if self.vm.config().nvdimm_bytes.is_some() {
-            let path = self.vm.file("nvdimm");
-            File::open(&path)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| Error::io("syncing", &path, e))?;
+        let registry = Registry::new(self.vm.path().parent().unwrap_or(std::path::Path::new(".")));
+        let target = registry.begin_copy(&self.vm, copy)?;
+        let started = Instant::now();
+        self.qmp.execute("stop", None)?;
+        let made = (|| {
+            let tmp = target.file("state.tmp");
+            self.migrate_to(&tmp)?;
+            copy_memory(&self.vm.file("ram"), &target.file("ram"))?;
+            if self.vm.config().nvdimm_bytes.is_some() {
+                copy_memory(&self.vm.file("nvdimm"), &target.file("nvdimm"))?;
+            }
+            target.write_status(&Status {
+                epoch: self.epoch,
+                started: format!("snapshot of {} in its epoch {}", self.vm.name(), self.epoch),
+                started_unix_s: unix_now(),
+            })?;
+            publish(&target, self.epoch, &tmp)
+        })();
+        let resumed = self.qmp.execute("cont", None);
+        let pause = started.elapsed();
+        match made {
+            Ok(trailer) => {
+                resumed?;
+                Ok(Snapshot {
+                    copy: target,
+                    state_bytes: trailer.stream_len + TRAILER_BYTES as u64,
+                    pause,
+                })
+            }
+            Err(e) => {
+                let _ = fs::remove_dir_all(target.path());
+                Err(e)
+            }
         }
-        let state = self.vm.file("state");
-        fs::rename(tmp, &state).map_err(|e| Error::io("renaming into place", &state, e))?;
-        sync_dir(self.vm.path())?;
-        Ok(trailer)
     }
 
     /// QEMU's exit, if it exited by itself (the guest powered off, or QEMU failed).
@@ -466,6 +474,58 @@ impl Drop for Hypervisor {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Appends the trailer to the stream QEMU wrote to `tmp` (a file of `vm`'s directory), makes
+/// stream and memory durable, and renames the state into place: the state is published.
+fn publish(vm: &VmDir, epoch: u64, tmp: &std::path::Path) -> Result<Trailer> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(tmp)
+        .map_err(|e| Error::io("opening", tmp, e))?;
+    let mut stream = Vec::new();
+    (&mut file)
+        .take(limits::STATE_BYTES_MAX + 1)
+        .read_to_end(&mut stream)
+        .map_err(|e| Error::io("reading", tmp, e))?;
+    if stream.len() as u64 > limits::STATE_BYTES_MAX {
+        return Err(Error::Migration {
+            what: "saving the state",
+            detail: format!(
+                "the state is larger than {} bytes: guest RAM went into it (is the RAM \
+                 backend share=on?)",
+                limits::STATE_BYTES_MAX
+            ),
+        });
+    }
+    let ram_path = vm.file("ram");
+    let ram = File::open(&ram_path).map_err(|e| Error::io("opening", &ram_path, e))?;
+    let trailer = Trailer {
+        epoch,
+        stream_len: stream.len() as u64,
+        ram_bytes: vm.config().ram_bytes,
+        stream_crc: crc32c::crc32c(&stream),
+        ram: sample_ram(&ram, vm.config().ram_bytes)
+            .map_err(|e| Error::io("sampling", &ram_path, e))?,
+    };
+    file.write_all(&trailer.encode())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io("writing", tmp, e))?;
+    // Guest memory written back too (free on persistent memory and tmpfs; on a disk file it
+    // costs the write-back of every dirty page, which is why RAM belongs on pmem).
+    ram.sync_all()
+        .map_err(|e| Error::io("syncing", &ram_path, e))?;
+    if vm.config().nvdimm_bytes.is_some() {
+        let path = vm.file("nvdimm");
+        File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("syncing", &path, e))?;
+    }
+    let state = vm.file("state");
+    fs::rename(tmp, &state).map_err(|e| Error::io("renaming into place", &state, e))?;
+    sync_dir(vm.path())?;
+    Ok(trailer)
 }
 
 /// Starts QEMU for `vm` and connects to its QMP socket.

@@ -29,12 +29,14 @@
 //! * [`state`]: the saved state's trailer and the RAM sample, sans I/O (never panics);
 //! * [`registry`]: the VM directories, their status (running / fixed / needs cold boot),
 //!   locks;
-//! * [`hypervisor`]: one running VM owned through QMP: boot, fix, recover.
+//! * [`hypervisor`]: one running VM owned through QMP: boot, fix, recover, snapshot;
+//! * [`control`]: requests to a running hypervisor from other processes (by signal).
 //!
 //! The design, the state machine and the file formats: `docs/design/persistent-vms.md`.
 
 pub mod command;
 pub mod config;
+pub mod control;
 pub mod error;
 pub mod hypervisor;
 pub mod limits;
@@ -44,7 +46,7 @@ pub mod state;
 
 pub use config::{Boot, VmConfig};
 pub use error::{Error, Result};
-pub use hypervisor::{ColdBootReason, Fixation, Hypervisor, Recovery, Start, StartMode};
+pub use hypervisor::{ColdBootReason, Fixation, Hypervisor, Recovery, Snapshot, Start, StartMode};
 pub use registry::{Registry, VmDir, VmState, VmSummary};
 
 /// The power-failure signal: real-time signal 44, as in the paper, which is `SIGRTMIN + 10`

@@ -240,10 +240,32 @@ impl Registry {
     /// Copies a VM that is fixed (or needs a cold boot) to a new name: configuration, RAM,
     /// boot files and saved state. Recovering the copy continues the guest from the same
     /// instant as the original would: a fork of the VM. The original must not run meanwhile
-    /// (its lock is held for the copy).
+    /// (its lock is held for the copy). A running VM is copied by its hypervisor
+    /// (`Hypervisor::snapshot`).
     pub fn snapshot(&self, name: &str, copy: &str) -> Result<VmDir> {
         let source = self.open(name)?;
         let _lock = source.lock()?;
+        let target = self.begin_copy(&source, copy)?;
+        let copied = (|| {
+            copy_memory(&source.file("ram"), &target.file("ram"))?;
+            if source.config.nvdimm_bytes.is_some() {
+                copy_memory(&source.file("nvdimm"), &target.file("nvdimm"))?;
+            }
+            copy_file(&source.file("status.json"), &target.file("status.json"))?;
+            if source.file("state").exists() {
+                copy_file(&source.file("state"), &target.file("state"))?;
+            }
+            sync_dir(&target.path)
+        })();
+        if copied.is_err() {
+            let _ = fs::remove_dir_all(&target.path);
+        }
+        copied.map(|()| target)
+    }
+
+    /// The first half of a copy of `source` named `copy`: its directory, configuration, boot
+    /// files and console log. Memory, status and state are the caller's to add.
+    pub(crate) fn begin_copy(&self, source: &VmDir, copy: &str) -> Result<VmDir> {
         validate_name(copy)?;
         let mut config = source.config.clone();
         config.name = copy.to_string();
@@ -254,22 +276,30 @@ impl Registry {
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&target.path)
-            .map_err(|e| Error::io("creating", &target.path, e))?;
-        let copied = (|| {
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::Config(format!(
+                        "VM {copy:?} exists already in {}",
+                        self.root.display()
+                    ))
+                } else {
+                    Error::io("creating", &target.path, e)
+                }
+            })?;
+        let begun = (|| {
             write_json(&target.path.join("config.json"), &target.config)?;
-            for file in ["ram", "nvdimm", "kernel", "initrd", "state", "status.json"] {
+            for file in ["kernel", "initrd"] {
                 let from = source.path.join(file);
                 if from.exists() {
                     copy_file(&from, &target.path.join(file))?;
                 }
             }
-            create_private(&target.path.join("serial.log"))?;
-            sync_dir(&target.path)
+            create_private(&target.path.join("serial.log")).map(drop)
         })();
-        if copied.is_err() {
+        if begun.is_err() {
             let _ = fs::remove_dir_all(&target.path);
         }
-        copied.map(|()| target)
+        begun.map(|()| target)
     }
 }
 
@@ -528,6 +558,52 @@ pub(crate) fn create_private(path: &Path) -> Result<File> {
         .map_err(|e| Error::io("creating", path, e))
 }
 
+/// Copies a guest memory file, keeping it sparse: only its data extents (`SEEK_DATA` /
+/// `SEEK_HOLE`) are copied, so a 4 GiB guest that touched 100 MiB costs 100 MiB.
+pub(crate) fn copy_memory(from: &Path, to: &Path) -> Result<()> {
+    use rustix::fs::SeekFrom;
+    use std::os::unix::fs::FileExt;
+    let source = File::open(from).map_err(|e| Error::io("opening", from, e))?;
+    let len = source
+        .metadata()
+        .map_err(|e| Error::io("reading the size of", from, e))?
+        .len();
+    let target = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .map_err(|e| Error::io("creating", to, e))?;
+    target
+        .set_len(len)
+        .map_err(|e| Error::io("sizing", to, e))?;
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut offset = 0u64;
+    while offset < len {
+        let data = match rustix::fs::seek(&source, SeekFrom::Data(offset)) {
+            Ok(data) => data,
+            Err(rustix::io::Errno::NXIO) => break, // no data after `offset`
+            Err(e) => return Err(Error::io("seeking data in", from, e.into())),
+        };
+        let hole = rustix::fs::seek(&source, SeekFrom::Hole(data))
+            .map_err(|e| Error::io("seeking a hole in", from, e.into()))?
+            .min(len);
+        let mut at = data;
+        while at < hole {
+            let chunk = (hole - at).min(buffer.len() as u64) as usize;
+            source
+                .read_exact_at(&mut buffer[..chunk], at)
+                .map_err(|e| Error::io("reading", from, e))?;
+            target
+                .write_all_at(&buffer[..chunk], at)
+                .map_err(|e| Error::io("writing", to, e))?;
+            at += chunk as u64;
+        }
+        offset = hole;
+    }
+    target.sync_all().map_err(|e| Error::io("syncing", to, e))
+}
+
 fn copy_file(from: &Path, to: &Path) -> Result<()> {
     let mut source = File::open(from).map_err(|e| Error::io("opening", from, e))?;
     let mut target = OpenOptions::new()
@@ -561,7 +637,7 @@ pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     let file = File::open(path).map_err(|e| Error::io("opening", path, e))?;
     let mut text = Vec::new();
     file.take(limits::JSON_FILE_BYTES_MAX)
@@ -754,6 +830,30 @@ mod tests {
         assert!(
             registry.snapshot("guest-1", "guest-1-copy").is_err(),
             "the name is taken"
+        );
+    }
+
+    #[test]
+    fn memory_copies_stay_sparse() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("from"), dir.path().join("to"));
+        let file = File::create(&from).unwrap();
+        file.set_len(64 << 20).unwrap();
+        file.write_all_at(b"start", 0).unwrap();
+        file.write_all_at(&[9u8; 3 << 20], 20 << 20).unwrap();
+        file.write_all_at(b"end", (64 << 20) - 3).unwrap();
+        copy_memory(&from, &to).unwrap();
+        assert_eq!(fs::read(&from).unwrap(), fs::read(&to).unwrap());
+        let blocks = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+        assert!(
+            blocks(&to) < 16 << 20,
+            "the copy filled its holes: {} bytes",
+            blocks(&to)
+        );
+        assert!(
+            copy_memory(&from, &to).is_err(),
+            "an existing file is never overwritten"
         );
     }
 
