@@ -75,11 +75,12 @@ pub struct Recovery {
     /// The epoch of the state resumed.
     pub from_epoch: u64,
     pub state_bytes: u64,
-    /// From the check of the state to the QEMU process answering QMP.
+    /// From QEMU's spawn to its answer on QMP.
     pub qemu_start: Duration,
     /// `migrate-incoming` until the VM is paused with its state loaded.
     pub load: Duration,
-    /// Everything, checks to `cont`.
+    /// Everything: the lock taken, the state checked (its checksums and RAM sample), QEMU
+    /// started, the state consumed and loaded, `cont`.
     pub total: Duration,
 }
 
@@ -124,6 +125,7 @@ pub struct Hypervisor {
 impl Hypervisor {
     /// Takes the VM's lock and starts it as `mode` says.
     pub fn start(vm: VmDir, mode: StartMode) -> Result<(Hypervisor, Start)> {
+        let started = Instant::now();
         let lock = vm.lock()?;
         let status = vm.status()?;
         let check = vm.check_state(&status)?;
@@ -139,7 +141,9 @@ impl Hypervisor {
                 };
                 Hypervisor::cold_boot(vm, lock, status, ColdBootReason::Forced(what))
             }
-            (_, StateCheck::Resumable(trailer)) => Hypervisor::recover(vm, lock, status, trailer),
+            (_, StateCheck::Resumable(trailer)) => {
+                Hypervisor::recover(vm, lock, status, trailer, started)
+            }
             (StartMode::Auto, StateCheck::Missing) => {
                 let reason = if status.epoch == 0 {
                     ColdBootReason::New
@@ -215,10 +219,11 @@ impl Hypervisor {
         lock: VmLock,
         status: Status,
         trailer: Trailer,
+        started: Instant,
     ) -> Result<(Hypervisor, Start)> {
-        let started = Instant::now();
+        let spawned = Instant::now();
         let (child, qmp) = spawn(&vm, &lock, Launch::Incoming)?;
-        let qemu_start = started.elapsed();
+        let qemu_start = spawned.elapsed();
         let mut hypervisor = Hypervisor {
             vm,
             child,
@@ -399,7 +404,10 @@ impl Hypervisor {
         let registry = Registry::new(self.vm.path().parent().unwrap_or(std::path::Path::new(".")));
         let target = registry.begin_copy(&self.vm, copy)?;
         let started = Instant::now();
-        self.qmp.execute("stop", None)?;
+        if let Err(e) = self.qmp.execute("stop", None) {
+            let _ = fs::remove_dir_all(target.path());
+            return Err(e);
+        }
         let made = (|| {
             let tmp = target.file("state.tmp");
             self.migrate_to(&tmp)?;

@@ -223,10 +223,22 @@ impl Registry {
             .filter(|name| self.exists(name))
             .collect();
         names.sort();
-        names
+        // One damaged or half-created VM does not hide the others: it is listed, with why.
+        Ok(names
             .iter()
-            .map(|name| self.open(name)?.summary())
-            .collect()
+            .map(|name| {
+                self.open(name)
+                    .and_then(|vm| vm.summary())
+                    .unwrap_or_else(|e| VmSummary {
+                        name: name.clone(),
+                        state: VmState::NeedsColdBoot,
+                        epoch: 0,
+                        ram_bytes: 0,
+                        state_bytes: None,
+                        detail: format!("unreadable: {e}"),
+                    })
+            })
+            .collect())
     }
 
     /// Deletes a VM that is not running (its lock is taken first, so a hypervisor that starts
@@ -862,6 +874,11 @@ mod tests {
         let (_dir, registry, vm) = registry();
         fs::write(vm.file("status.json"), b"{\"epoch\": ").unwrap();
         assert!(matches!(vm.status(), Err(Error::Config(_))));
+        let listed = registry.list().unwrap();
+        assert!(
+            listed[0].detail.contains("status.json is damaged"),
+            "{listed:?}"
+        );
         fs::write(vm.file("config.json"), b"\xff\xfe").unwrap();
         assert!(matches!(registry.open("guest-1"), Err(Error::Config(_))));
     }
