@@ -187,14 +187,19 @@ impl Qmp {
                 limits::QMP_LINE_BYTES_MAX
             )));
         }
-        match serde_json::from_slice::<Value>(&line) {
-            Ok(Value::Object(object)) => Ok(object),
-            Ok(other) => Err(Error::Protocol(format!("not a JSON object: {other}"))),
-            Err(e) => Err(Error::Protocol(format!(
-                "not JSON ({e}): {:?}",
-                String::from_utf8_lossy(&line[..line.len().min(200)])
-            ))),
-        }
+        parse_line(&line)
+    }
+}
+
+/// Parses one line from QEMU as a JSON object (sans I/O: fuzzed; never panics).
+pub fn parse_line(line: &[u8]) -> Result<Map<String, Value>> {
+    match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(other) => Err(Error::Protocol(format!("not a JSON object: {other}"))),
+        Err(e) => Err(Error::Protocol(format!(
+            "not JSON ({e}): {:?}",
+            String::from_utf8_lossy(&line[..line.len().min(200)])
+        ))),
     }
 }
 

@@ -124,6 +124,21 @@ impl Trailer {
     }
 }
 
+/// Parses a whole state file: its trailer, and the stream's checksum against it. What it
+/// returns is a state whose bytes are whole; whether it may be resumed (its epoch, its RAM)
+/// is the registry's to judge.
+pub fn parse_state(bytes: &[u8]) -> Result<Trailer, String> {
+    if bytes.len() < TRAILER_BYTES {
+        return Err(format!("{} bytes, not a saved state", bytes.len()));
+    }
+    let split = bytes.len() - TRAILER_BYTES;
+    let trailer = Trailer::decode(&bytes[split..], bytes.len() as u64)?;
+    if crc32c::crc32c(&bytes[..split]) != trailer.stream_crc {
+        return Err("damaged (the stream's checksum does not match)".into());
+    }
+    Ok(trailer)
+}
+
 /// Offsets of the sampled pages of a RAM file of `ram_bytes`: `pages` pages spread evenly,
 /// each aligned to [`limits::RAM_PAGE_BYTES`].
 pub fn sample_offsets(ram_bytes: u64, pages: u32) -> impl Iterator<Item = u64> {
@@ -202,6 +217,23 @@ mod tests {
             .contains("not a state"));
         zero[..8].copy_from_slice(b"MNEMOVMS");
         assert!(Trailer::decode(&zero, 64).unwrap_err().contains("damaged"));
+    }
+
+    #[test]
+    fn whole_state_files() {
+        let stream = b"QEVM\0\0\0\x03 a stream".to_vec();
+        let t = Trailer {
+            stream_len: stream.len() as u64,
+            stream_crc: crc32c::crc32c(&stream),
+            ..trailer()
+        };
+        let mut file = stream.clone();
+        file.extend_from_slice(&t.encode());
+        assert_eq!(parse_state(&file), Ok(t));
+        file[2] ^= 4;
+        assert!(parse_state(&file).unwrap_err().contains("damaged"));
+        assert!(parse_state(&file[..10]).is_err());
+        assert!(parse_state(&file[1..]).unwrap_err().contains("torn"));
     }
 
     #[test]
