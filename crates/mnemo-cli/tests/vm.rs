@@ -217,6 +217,20 @@ impl Hypervisor {
         fixed
     }
 
+    /// SIGTERM (a service manager's stop): a fixation too.
+    fn terminate(mut self) -> serde_json::Value {
+        let pid = rustix::process::Pid::from_raw(i32::try_from(self.child.id()).unwrap()).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+        let fixed = self.wait_event("fixed");
+        let status = self.child.wait().expect("wait");
+        assert!(
+            status.success(),
+            "hypervisor exit {status}: {}",
+            self.stderr()
+        );
+        fixed
+    }
+
     /// SIGKILL: a crash without fixation.
     fn crash(mut self) {
         self.child.kill().expect("kill");
@@ -591,5 +605,8 @@ fn guest_nvdimm_keeps_its_data_across_a_cold_boot() {
         "{:?}",
         serial_lines(&dir, "nvdimm")
     );
-    hypervisor.power_failure();
+    // SIGTERM fixes the VM as signal 44 does.
+    let fixed = hypervisor.terminate();
+    assert_eq!(fixed["signal"], 15);
+    assert_eq!(listed(vms, "nv")["state"], "fixed");
 }
