@@ -176,6 +176,7 @@ fn open(args: &NameArgs) -> Result<VmDir, String> {
 /// `mnemo vm run`: create the VM if it is new (or check the hardware options against it),
 /// then host it.
 fn run_vm(args: &RunArgs) -> Result<(), String> {
+    mnemo_vm::config::validate_name(&args.vm.name).map_err(|e| e.to_string())?;
     let registry = Registry::new(&args.vm.dir.dir);
     let vm = if registry.exists(&args.vm.name) {
         let vm = registry.open(&args.vm.name).map_err(|e| e.to_string())?;

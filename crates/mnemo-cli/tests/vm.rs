@@ -314,6 +314,14 @@ fn three_power_cycles_continue_one_boot() {
         stderr_of(&second)
     );
     assert_eq!(listed(vms, "cycles")["state"], "running");
+    // Hardware is fixed at creation: a state loads only into the hardware it came from.
+    let other = mnemo_vm(&["run", "cycles", "--dir", vms, "--mem", "512M"]);
+    assert!(!other.status.success());
+    assert!(
+        stderr_of(&other).contains("other hardware (--mem differ)"),
+        "{}",
+        stderr_of(&other)
+    );
 
     for cycle in 1..=3u64 {
         let before = serial(&dir).1.last().expect("ticks").count;
@@ -609,4 +617,39 @@ fn guest_nvdimm_keeps_its_data_across_a_cold_boot() {
     let fixed = hypervisor.terminate();
     assert_eq!(fixed["signal"], 15);
     assert_eq!(listed(vms, "nv")["state"], "fixed");
+}
+
+/// Requests that cannot be served are refused with a clear message, without QEMU.
+#[test]
+fn bad_requests_are_refused_clearly() {
+    let tmp = support::shm_dir();
+    let vms_path = tmp.path().join("vms");
+    let vms = vms_path.to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (&["run", "../escape", "--dir", vms], "is not a VM name"),
+        (&["run", "new", "--dir", vms], "say what it boots"),
+        (&["fix", "nothing", "--dir", vms], "no VM named \"nothing\""),
+        (&["recover", "nothing", "--dir", vms], "no VM named"),
+        (&["delete", "nothing", "--dir", vms], "no VM named"),
+        (
+            &["snapshot", "nothing", "copy", "--dir", vms],
+            "no VM named",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = mnemo_vm(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            stderr_of(&out).contains(expected),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+    }
+    let list = mnemo_vm(&["list", "--dir", vms]);
+    assert!(list.status.success());
+    assert!(String::from_utf8_lossy(&list.stdout).starts_with("no VMs in"));
+    assert!(
+        !vms_path.join("new").exists(),
+        "a refused run left a VM behind"
+    );
 }

@@ -206,9 +206,9 @@ impl Registry {
         Ok(VmDir { path, config })
     }
 
-    /// Whether a VM of that name exists.
+    /// Whether a VM of that name exists (never for a name that is not a VM name).
     pub fn exists(&self, name: &str) -> bool {
-        self.root.join(name).join("config.json").exists()
+        validate_name(name).is_ok() && self.root.join(name).join("config.json").exists()
     }
 
     /// Every VM, by name. A directory that is not a VM is skipped.
