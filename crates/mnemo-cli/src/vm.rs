@@ -310,11 +310,48 @@ fn host(vm: VmDir, mode: StartMode, json: bool) -> Result<(), String> {
         .map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let name = vm.name().to_string();
     let (mut hypervisor, start) = Hypervisor::start(vm, mode).map_err(|e| e.to_string())?;
+    report_start(json, &hypervisor, &start);
+    for signal in signals.forever() {
+        match signal {
+            SIGCHLD => {
+                if let Some(status) = hypervisor.exited() {
+                    return Err(format!(
+                        "vm {name}: QEMU exited ({status}) without a fixation (did the guest \
+                         power off?): the VM needs a cold boot. QEMU's output:\n{}",
+                        hypervisor.qemu_output()
+                    ));
+                }
+            }
+            SIGUSR1 => serve_snapshot(json, &mut hypervisor),
+            // The power failure, SIGTERM, SIGINT.
+            _ => {
+                let received = Instant::now();
+                match hypervisor.fix() {
+                    Ok(fixation) => {
+                        report_fixation(json, &name, signal, received.elapsed(), &fixation);
+                        return Ok(());
+                    }
+                    Err(e) => crate::report!(
+                        "mnemo vm: vm {name}: fixation on signal {signal} failed, the VM runs \
+                         on: {e}"
+                    ),
+                }
+            }
+        }
+    }
+    Err("the signal iterator ended".into())
+}
+
+/// The events of a start: how it began (cold boot or recovery), then "running".
+fn report_start(json: bool, hypervisor: &Hypervisor, start: &Start) {
+    let name = hypervisor.vm().name();
     let epoch = hypervisor.epoch();
-    match &start {
+    match start {
         Start::ColdBoot(reason) => event(
             json,
-            serde_json::json!({ "event": "cold-boot", "vm": name, "epoch": epoch, "reason": reason.to_string() }),
+            serde_json::json!({
+                "event": "cold-boot", "vm": name, "epoch": epoch, "reason": reason.to_string(),
+            }),
             format_args!("vm {name}: cold boot, epoch {epoch} ({reason})"),
         ),
         Start::Recovered(r) => event(
@@ -336,6 +373,7 @@ fn host(vm: VmDir, mode: StartMode, json: bool) -> Result<(), String> {
         ),
     }
     let serial = hypervisor.vm().file("serial.log");
+    let power = mnemo_vm::power_failure_signal();
     event(
         json,
         serde_json::json!({
@@ -350,51 +388,28 @@ fn host(vm: VmDir, mode: StartMode, json: bool) -> Result<(), String> {
             serial.display()
         ),
     );
-    for signal in signals.forever() {
-        if signal == SIGCHLD {
-            if let Some(status) = hypervisor.exited() {
-                return Err(format!(
-                    "vm {name}: QEMU exited ({status}) without a fixation (did the guest power \
-                     off?): the VM needs a cold boot. QEMU's output:\n{}",
-                    hypervisor.qemu_output()
-                ));
-            }
-            continue;
-        }
-        if signal == SIGUSR1 {
-            match mnemo_vm::control::serve_snapshot(&mut hypervisor) {
-                Ok(Some(reply)) if reply.error.is_empty() => event(
-                    json,
-                    serde_json::json!({
-                        "event": "snapshot", "vm": name, "copy": reply.copy,
-                        "state_bytes": reply.state_bytes, "pause_us": reply.pause_us,
-                    }),
-                    format_args!(
-                        "vm {name}: snapshot {} made (the guest paused {:.1} ms)",
-                        reply.copy,
-                        reply.pause_us as f64 / 1e3
-                    ),
-                ),
-                Ok(Some(reply)) => {
-                    crate::report!("mnemo vm: vm {name}: snapshot failed: {}", reply.error)
-                }
-                Ok(None) => {}
-                Err(e) => crate::report!("mnemo vm: vm {name}: snapshot request: {e}"),
-            }
-            continue;
-        }
-        let received = Instant::now();
-        match hypervisor.fix() {
-            Ok(fixation) => {
-                report_fixation(json, &name, signal, received.elapsed(), &fixation);
-                return Ok(());
-            }
-            Err(e) => crate::report!(
-                "mnemo vm: vm {name}: fixation on signal {signal} failed, the VM runs on: {e}"
+}
+
+/// SIGUSR1: a snapshot request of `mnemo vm snapshot`, answered in the VM's directory.
+fn serve_snapshot(json: bool, hypervisor: &mut Hypervisor) {
+    let name = hypervisor.vm().name().to_string();
+    match mnemo_vm::control::serve_snapshot(hypervisor) {
+        Ok(Some(reply)) if reply.error.is_empty() => event(
+            json,
+            serde_json::json!({
+                "event": "snapshot", "vm": name, "copy": reply.copy,
+                "state_bytes": reply.state_bytes, "pause_us": reply.pause_us,
+            }),
+            format_args!(
+                "vm {name}: snapshot {} made (the guest paused {:.1} ms)",
+                reply.copy,
+                reply.pause_us as f64 / 1e3
             ),
-        }
+        ),
+        Ok(Some(reply)) => crate::report!("mnemo vm: vm {name}: snapshot failed: {}", reply.error),
+        Ok(None) => {}
+        Err(e) => crate::report!("mnemo vm: vm {name}: snapshot request: {e}"),
     }
-    Err("the signal iterator ended".into())
 }
 
 fn report_fixation(json: bool, name: &str, signal: i32, elapsed: Duration, f: &Fixation) {
