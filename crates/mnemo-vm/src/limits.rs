@@ -50,3 +50,7 @@ pub const SOCKET_PATH_BYTES_MAX: usize = 107;
 
 /// Largest configuration or status file read (they are a few hundred bytes).
 pub const JSON_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// Attempts at a VM's lock, 5 ms apart, before it is reported as running: `mnemo vm list`
+/// probes it with a shared lock for an instant.
+pub const LOCK_TRIES: u32 = 4;

@@ -377,15 +377,23 @@ impl VmDir {
             .mode(0o600)
             .open(&path)
             .map_err(|e| Error::io("opening", &path, e))?;
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                return Err(Error::Running {
-                    name: self.name().to_string(),
-                    pid: self.holder().unwrap_or_else(|| "unknown".into()),
-                })
+        // A few tries: `is_running` (mnemo vm list) holds a shared lock for an instant.
+        let mut tries = 0;
+        loop {
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => break,
+                Err(rustix::io::Errno::WOULDBLOCK) if tries < limits::LOCK_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    return Err(Error::Running {
+                        name: self.name().to_string(),
+                        pid: self.holder().unwrap_or_else(|| "unknown".into()),
+                    })
+                }
+                Err(e) => return Err(Error::io("locking", &path, e.into())),
             }
-            Err(e) => return Err(Error::io("locking", &path, e.into())),
         }
         let pid = self.file("hypervisor.pid");
         OpenOptions::new()
@@ -458,7 +466,9 @@ impl VmDir {
             return unusable(format!("its state is {len} bytes, not a saved state"));
         }
         let mut bytes = Vec::with_capacity(len as usize);
-        file.read_to_end(&mut bytes)
+        (&mut file)
+            .take(limits::STATE_BYTES_MAX)
+            .read_to_end(&mut bytes)
             .map_err(|e| Error::io("reading", &path, e))?;
         let trailer = match parse_state(&bytes) {
             Ok(trailer) => trailer,
