@@ -640,7 +640,9 @@ pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let mut text = serde_json::to_vec_pretty(value)
         .map_err(|e| Error::Config(format!("cannot encode {}: {e}", path.display())))?;
     text.push(b'\n');
-    let tmp = path.with_extension("json.tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
