@@ -2,7 +2,7 @@
 # Persistent VMs (issue 16): fixation and recovery time and state size for guests of several
 # RAM sizes, against a cold boot of the same guest in the same run. Results:
 # bench/results/vm.csv (one row per power cycle) and bench/results/vm.json (medians and
-# ratios). See bench/README.md.
+# ratios), bench/plots/vm.svg. See bench/README.md.
 #
 #   scripts/bench-vm.sh [SIZES] [ROUNDS]     defaults: "256M 1G 4G" 5
 #
@@ -20,6 +20,63 @@
 # Needs qemu-system-x86, busybox-static, cpio (scripts/vm-guest.sh), python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The plot (bench/plots/vm.svg), from bench/results/vm.json: `scripts/bench-vm.sh --plot`
+# redraws it from the committed results without running anything.
+plot() {
+python3 - <<'PY'
+import json
+d = json.load(open("bench/results/vm.json"))
+sizes = list(d["sizes"])
+W, H, left, top, bottom = 900, 420, 70, 60, 340
+def bars(x0, width, title, series, unit, top_value, target=None):
+    out = [f'<text x="{x0 + width / 2}" y="{top - 22}" text-anchor="middle" font-size="14">{title}</text>']
+    scale = (bottom - top) / top_value
+    for i in range(5):
+        v = top_value * i / 4
+        y = bottom - v * scale
+        out.append(f'<line x1="{x0}" x2="{x0 + width}" y1="{y}" y2="{y}" stroke="#000" stroke-opacity="0.1"/>')
+        out.append(f'<text x="{x0 - 6}" y="{y + 4}" text-anchor="end" font-size="11">{v:g}</text>')
+    if target is not None:
+        y = bottom - target * scale
+        out.append(f'<line x1="{x0}" x2="{x0 + width}" y1="{y}" y2="{y}" stroke="#c00" stroke-dasharray="5,4"/>')
+        out.append(f'<text x="{x0 + width}" y="{y - 4}" text-anchor="end" font-size="11" fill="#c00">target {target:g} {unit}</text>')
+    group = width / len(sizes)
+    bar = group / (len(series) + 1)
+    for g, size in enumerate(sizes):
+        for k, (key, colour, _) in enumerate(series):
+            v = d["sizes"][size][key]
+            x = x0 + g * group + bar / 2 + k * bar
+            out.append(f'<rect x="{x}" y="{bottom - v * scale}" width="{bar * 0.9}" height="{v * scale}" fill="{colour}"/>')
+            out.append(f'<text x="{x + bar * 0.45}" y="{bottom - v * scale - 4}" text-anchor="middle" font-size="10">{v:.0f}</text>')
+        out.append(f'<text x="{x0 + g * group + group / 2}" y="{bottom + 16}" text-anchor="middle" font-size="12">{size} guest</text>')
+    for k, (_, colour, label) in enumerate(series):
+        out.append(f'<rect x="{x0 + k * 170}" y="{bottom + 30}" width="12" height="12" fill="{colour}"/>')
+        out.append(f'<text x="{x0 + k * 170 + 16}" y="{bottom + 40}" font-size="12">{label}</text>')
+    return out
+peak = max(max(v["fixation_ms"], v["recovery_ms"]) for v in d["sizes"].values())
+left_panel = bars(left, 360, "fixation and recovery, ms (medians)",
+                  [("fixation_ms", "#4878d0", "fixation"), ("recovery_ms", "#ee854a", "recovery")],
+                  "ms", max(100, peak * 1.15), 100)
+peak = max(v["cold_boot_ms"] for v in d["sizes"].values())
+right_panel = bars(left + 470, 360, "back in service, ms (medians)",
+                   [("cold_boot_ms", "#8c8c8c", "cold boot"), ("resume_ms", "#6acc64", "after a power cycle")],
+                   "ms", peak * 1.15)
+ratios = ", ".join(f'{s}: {v["cold_boot_vs_resume"]}x' for s, v in d["sizes"].items())
+states = ", ".join(f'{s}: {v["state_bytes"]:,.0f} B' for s, v in d["sizes"].items())
+svg = [f'<svg width="{W}" height="{H}" viewBox="0 0 {W} {H}" xmlns="http://www.w3.org/2000/svg" font-family="sans-serif">',
+       f'<rect width="{W}" height="{H}" fill="#fff"/>',
+       f'<text x="{W / 2}" y="18" text-anchor="middle" font-size="15">mnemo vm: persistent VMs on QEMU 7.2 (TCG), {d["rounds"]} rounds, commit {d["commit"]}</text>',
+       *left_panel, *right_panel,
+       f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle" font-size="11">state size {states}; cold boot / power cycle {ratios}</text>',
+       '</svg>']
+open("bench/plots/vm.svg", "w").write("\n".join(svg) + "\n")
+print("bench/plots/vm.svg")
+PY
+}
+if [ "${1:-}" = --plot ]; then
+    plot
+    exit 0
+fi
 sizes="${1:-256M 1G 4G}"
 rounds="${2:-5}"
 command="scripts/bench-vm.sh${*:+ $*}"
@@ -162,3 +219,4 @@ for size, m in summary["sizes"].items():
           f"{m['recovery_ms']:>9.1f} {m['max_recovery_ms']:>7.1f} {m['cold_boot_ms']:>10.0f} "
           f"{m['resume_ms']:>8.0f} {m['cold_boot_vs_resume']:>5.1f}x")
 PY
+plot
