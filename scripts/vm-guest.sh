@@ -16,6 +16,7 @@
 #   MNEMO-GUEST boot=<8 hex> nvdimm previous=[<marker>]   with mnemo.nvdimm on the kernel
 #   MNEMO-GUEST boot=<8 hex> nvdimm written               command line: the NVDIMM's marker
 set -euo pipefail
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 out=${1:-target/vm-guest}
 mkdir -p "$out/deb"
@@ -85,7 +86,7 @@ if [ -z "$deb" ]; then
     deb=$(ls "$out"/deb/linux-image-*.deb | head -1)
 fi
 
-stamp=$( { sha256sum "$0"; basename "$deb"; sha256sum /bin/busybox; } | sha256sum | cut -c1-16)
+stamp=$( { sha256sum "$self"; basename "$deb"; sha256sum /bin/busybox; } | sha256sum | cut -c1-16)
 if [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.gz" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi
