@@ -17,10 +17,11 @@
 #   MNEMO-GUEST boot=<8 hex> nvdimm written               command line: the NVDIMM's marker
 set -euo pipefail
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
-cd "$(dirname "$0")/.."
-out=${1:-target/vm-guest}
+# OUT is relative to the caller's directory; the default is under the repository.
+out=${1:-$(dirname "$self")/../target/vm-guest}
 mkdir -p "$out/deb"
 out=$(cd "$out" && pwd)
+cd "$(dirname "$self")/.."
 
 # The /init of the guest. Its counter is a shell variable: it lives only in guest RAM, so a
 # guest that continues after a power cycle (rather than rebooting) goes on from where it was.
