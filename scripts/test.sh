@@ -16,6 +16,9 @@ packages=(
     redis-server      # differential tests: the same requests against real Redis
     iproute2          # replication partition test: a network namespace and a veth pair
     iptables          # replication partition test: cutting the link inside that namespace
+    qemu-system-x86   # persistent VM tests: the guest runs under QEMU (TCG)
+    busybox-static    # persistent VM tests: the guest's initramfs (scripts/vm-guest.sh)
+    cpio              # persistent VM tests: packing that initramfs
 )
 missing=()
 for p in "${packages[@]}"; do

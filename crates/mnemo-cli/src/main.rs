@@ -10,6 +10,7 @@ mod pool;
 mod report;
 mod serve;
 mod size;
+mod vm;
 
 /// mnemo keeps a program's data structures in persistent (or emulated-persistent) memory,
 /// updates them crash-consistently, and makes every acknowledged write durable.
@@ -54,6 +55,13 @@ enum Command {
     /// Replication's second tier: a backup that a mirror feeds in the background.
     #[command(subcommand)]
     Backup(mirror::BackupCommand),
+    /// Persistent virtual machines: guest RAM in persistent memory, fixed on a power failure
+    /// (signal 44) and resumed without a reboot.
+    ///
+    /// Example: mnemo vm run web --dir /dev/shm/vms --kernel vmlinuz --initrd initrd.gz, then
+    /// kill -44 <its pid> (or mnemo vm fix web), then mnemo vm run web again
+    #[command(subcommand)]
+    Vm(vm::VmCommand),
 }
 
 fn main() -> ExitCode {
@@ -78,5 +86,6 @@ fn main() -> ExitCode {
         Command::Kv(cmd) => serve::run_kv(&cmd),
         Command::Mirror(cmd) => mirror::run(&cmd),
         Command::Backup(cmd) => mirror::run_backup(&cmd),
+        Command::Vm(cmd) => vm::run(&cmd),
     }
 }
