@@ -42,13 +42,17 @@ struct Figures {
 fn measure(dir: &Path, size: u64, wal: bool, ops: u64, seed: u64) -> Result<Figures, String> {
     let path = dir.join(format!("disk-{size}-{wal}.pool"));
     let mut options = CreateOptions::new(size, "disk-bench");
-    if wal {
-        let policy: Arc<dyn SyncPolicy> = Arc::new(
+    // Both policies given explicitly: a disk pool created without one gets the write-ahead
+    // policy by default now.
+    let policy: Arc<dyn SyncPolicy> = if wal {
+        Arc::new(
             WalPolicy::beside(&path, mnemo_pmem::wal::WAL_BYTES_DEFAULT)
                 .map_err(|e| e.to_string())?,
-        );
-        options.policy = Some(policy);
-    }
+        )
+    } else {
+        Arc::new(mnemo_pmem::LocalPolicy)
+    };
+    options.policy = Some(policy);
     let pool = Pool::create(&path, &options).map_err(|e| e.to_string())?;
     let mut x = seed | 1;
     let mut next = || {
@@ -102,6 +106,8 @@ fn main() {
     let ops = env_u64("DISK_BENCH_OPS", 400);
     let rounds = env_u64("DISK_BENCH_ROUNDS", 3);
     let mut rows = Vec::new();
+    let commit = mnemo_bench::head_commit();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
     for round in 1..=rounds {
         for (size, wal) in [(SMALL, false), (large, false), (SMALL, true), (large, true)] {
             let policy = if wal { "write-ahead" } else { "local" };
@@ -115,7 +121,7 @@ fn main() {
                         f.mean_ns
                     );
                     rows.push(format!(
-                        "{round},{policy},{size},{ops},{:.0},{:.0},{:.0}",
+                        "{round},{policy},{size},{ops},{:.0},{:.0},{:.0},{commit},{command}",
                         f.median_ns, f.p99_ns, f.mean_ns
                     ));
                 }
@@ -128,7 +134,7 @@ fn main() {
     }
     match write_csv(
         "disk-sync.csv",
-        "round,policy,pool_bytes,ops,median_ns,p99_ns,mean_ns",
+        "round,policy,pool_bytes,ops,median_ns,p99_ns,mean_ns,commit,command",
         &rows,
     ) {
         Ok(path) => println!("wrote {}", path.display()),
