@@ -324,6 +324,8 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     drop(servers);
 
+    let commit = mnemo_bench::head_commit();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
     let mut csv = Vec::new();
     for r in &rows {
         // server..truncated, the same on the phase's OVERALL row and on each operation's.
@@ -337,10 +339,13 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
             r.result.elapsed.as_secs_f64(),
             r.result.truncated,
         );
-        csv.push(format!("{phase},OVERALL,{},0,,,,,", r.result.operations));
+        csv.push(format!(
+            "{phase},OVERALL,{},0,,,,,,{commit}",
+            r.result.operations
+        ));
         for s in &r.result.ops {
             csv.push(format!(
-                "{phase},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1}",
+                "{phase},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{commit}",
                 s.op.name(),
                 s.count,
                 s.errors,
@@ -354,7 +359,7 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
     }
     let csv_path = write_csv(
         "ycsb.csv",
-        "server,workload,phase,threads,throughput_ops_s,elapsed_s,truncated,op,count,errors,avg_us,p50_us,p95_us,p99_us,max_us",
+        "server,workload,phase,threads,throughput_ops_s,elapsed_s,truncated,op,count,errors,avg_us,p50_us,p95_us,p99_us,max_us,commit",
         &csv,
     )
     .map_err(|e| e.to_string())?;
@@ -382,6 +387,8 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
         "ycsb.json",
         &serde_json::json!({
             "benchmark": "YCSB core workloads A-F (mnemo_bench::ycsb, Redis binding)",
+            "commit": commit,
+            "command": command,
             "recordcount": records,
             "operationcount": ops,
             "operationcount_e": e_ops,
