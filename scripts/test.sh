@@ -44,6 +44,9 @@ if [ -x scripts/c-tests.sh ]; then
     scripts/c-tests.sh
 fi
 
+log "no mutant in the product binaries"
+scripts/check-no-mutants.sh
+
 if [ -x scripts/fuzz-smoke.sh ]; then
     log "fuzz smoke runs"
     FUZZ_SECONDS="${FUZZ_SECONDS:-15}" scripts/fuzz-smoke.sh

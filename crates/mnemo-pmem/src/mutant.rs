@@ -1,7 +1,9 @@
 //! Deliberately broken variants ("mutants") that the crash-simulator harness must catch.
 //!
-//! Production builds compile every [`active`] check to `false`. With the `mutants` feature
-//! (enabled only by test harnesses), a test switches one mutant on by name for the length of
+//! Production builds compile every [`active`] check to `false`: it needs the `mutants`
+//! feature and debug assertions, so no release build has a mutant, even one Cargo built with
+//! the feature (`scripts/check-no-mutants.sh`, run by `scripts/test.sh`, checks `mnemo` and
+//! `libmnemo.so`). With the feature (enabled only by test harnesses), a test switches one mutant on by name for the length of
 //! a closure (`with`); the code at that site then misbehaves the way a real bug would
 //! (skip a flush, write a commit record before its data, skip a checksum). A mutant that
 //! the harness does not catch means the harness is wrong.
@@ -52,6 +54,8 @@ mod imp {
         static ACTIVE: Cell<Option<&'static str>> = const { Cell::new(None) };
     }
 
+    // Unused in a build without debug assertions: `super::active` is `false` there.
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     pub fn active(name: &str) -> bool {
         ACTIVE.with(|a| a.get().is_some_and(|m| m == name))
     }
@@ -72,14 +76,18 @@ mod imp {
     }
 }
 
-/// Whether the mutant `name` is switched on (always `false` without the `mutants` feature).
+/// Whether the mutant `name` is switched on: always `false` without the `mutants` feature,
+/// and always `false` in a build without debug assertions (any release build), whatever its
+/// features. Cargo unifies features across the packages one command builds, so a release
+/// `mnemo` built in the same command as the tests would otherwise carry the mutants;
+/// `scripts/check-no-mutants.sh` checks the product binaries hold none of their names.
 #[inline(always)]
 pub fn active(name: &str) -> bool {
-    #[cfg(feature = "mutants")]
+    #[cfg(all(feature = "mutants", debug_assertions))]
     {
         imp::active(name)
     }
-    #[cfg(not(feature = "mutants"))]
+    #[cfg(not(all(feature = "mutants", debug_assertions)))]
     {
         let _ = name;
         false
