@@ -17,9 +17,11 @@
 //!   large transaction, such as a batch of the key-value server), and
 //!   the commit writes one redo entry per run of adjacent pieces: bytes written several
 //!   times are logged once, with their last value. (The record size checked at each write
-//!   counts an entry per piece: an upper bound, kept without looking at neighbours.) A write that falls inside one piece whose bytes were written
-//!   after the innermost open savepoint overwrites them in place (no new bytes, no new
-//!   piece): the common case of a word written again and again.
+//!   counts an entry per piece: an upper bound, kept without looking at neighbours.) A write
+//!   that falls inside one piece overwrites its bytes in place (no new bytes, no new piece):
+//!   the common case of a word written again and again, such as a table's count by every
+//!   command of a batch. If the piece was written before the innermost open savepoint, its
+//!   old bytes are kept first (`piece_undo`), for a rollback to put back.
 //! * **Writes into the transaction's own fresh allocations** go to the pool at once, unlogged,
 //!   and are checked by CRC at recovery (design, refinement 4).
 //! * **Allocations and frees** are allocator reservations plus their metadata entries
@@ -30,9 +32,11 @@
 //! releases the reservations and un-defers the frees made since (in reverse), runs the abort
 //! hooks registered since, puts back the pool bytes of fresh allocations older than the
 //! savepoint that were overwritten in place since (their old bytes are kept while a savepoint
-//! is open), and rebuilds the piece index from the log of logged writes (`writes`), cut at
-//! the savepoint. Rollbacks are rare (a failed command), so the rebuild is not optimised; a
-//! write pays for savepoints only by appending where it could have overwritten in place.
+//! is open), puts back the logged bytes overwritten in place since (`piece_undo`), and
+//! rebuilds the piece index from the log of logged writes (`writes`), cut at the savepoint.
+//! Rollbacks are rare (a failed command), so the rebuild is not optimised; a write pays for
+//! savepoints only by copying the bytes it overwrites in place, when they are older than
+//! the savepoint.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -171,6 +175,8 @@ struct Marks {
     on_abort: usize,
     undo: usize,
     undo_data: usize,
+    piece_undo: usize,
+    piece_undo_data: usize,
 }
 
 /// A transaction's volatile state (reused from transaction to transaction on a thread).
@@ -214,6 +220,11 @@ pub(crate) struct TxState {
     /// (offset, position in `undo_data`, length), to put back on rollback.
     undo: Vec<(u64, usize, usize)>,
     undo_data: Vec<u8>,
+    /// Logged bytes written before the innermost open savepoint and overwritten in place
+    /// since (position in `data`, position in `piece_undo_data`, length), to put back on
+    /// rollback: a word written again and again (a table's count) stays one piece.
+    piece_undo: Vec<(usize, usize, usize)>,
+    piece_undo_data: Vec<u8>,
     /// Reused by the commit to gather a run of adjacent pieces into one entry.
     scratch: Vec<u8>,
 }
@@ -244,6 +255,8 @@ impl TxState {
         self.savepoints.clear();
         self.undo.clear();
         self.undo_data.clear();
+        self.piece_undo.clear();
+        self.piece_undo_data.clear();
     }
 
     fn is_empty(&self) -> bool {
@@ -355,11 +368,18 @@ impl TxState {
             return Ok(());
         }
         if let Some((_, &p)) = self.pieces.range(..=offset).next_back() {
-            if end <= p.end() && p.pos >= self.keep_below() {
-                // Inside one piece written since the innermost savepoint: overwrite its bytes
-                // (the write that made the piece owns them, and no later write covers them,
-                // so a rebuild from `writes` finds these bytes too).
+            if end <= p.end() {
+                // Inside one piece: overwrite its bytes (the write that made the piece owns
+                // them, and no later write covers them, so a rebuild from `writes` finds
+                // these bytes too). Bytes written before the innermost savepoint are kept
+                // first, for a rollback to put back.
                 let at = p.pos + (offset - p.offset) as usize;
+                if p.pos < self.keep_below() {
+                    self.piece_undo
+                        .push((at, self.piece_undo_data.len(), bytes.len()));
+                    self.piece_undo_data
+                        .extend_from_slice(&self.data[at..at + bytes.len()]);
+                }
                 self.data[at..at + bytes.len()].copy_from_slice(bytes);
                 return Ok(());
             }
@@ -472,6 +492,26 @@ impl TxState {
             on_abort: self.on_abort.len(),
             undo: self.undo.len(),
             undo_data: self.undo_data.len(),
+            piece_undo: self.piece_undo.len(),
+            piece_undo_data: self.piece_undo_data.len(),
+        }
+    }
+
+    /// The logged writes as they were when `m` was taken: bytes overwritten in place since
+    /// get their old values back (newest first), the bytes and writes appended since are cut,
+    /// and the piece index is rebuilt if writes were cut.
+    fn cut_log(&mut self, m: &Marks) {
+        for &(pos, at, len) in self.piece_undo[m.piece_undo..].iter().rev() {
+            self.data[pos..pos + len].copy_from_slice(&self.piece_undo_data[at..at + len]);
+        }
+        self.piece_undo.truncate(m.piece_undo);
+        self.piece_undo_data.truncate(m.piece_undo_data);
+        let cut = self.writes.len() > m.writes || self.data.len() > m.data;
+        self.writes.truncate(m.writes);
+        self.data.truncate(m.data);
+        self.record_len = m.record_len;
+        if cut {
+            self.rebuild();
         }
     }
 
@@ -512,13 +552,7 @@ impl TxState {
         if let (Some(last), Some(saved)) = (self.direct.last_mut(), m.last_direct) {
             *last = saved;
         }
-        let cut = self.writes.len() > m.writes || self.data.len() > m.data;
-        self.writes.truncate(m.writes);
-        self.data.truncate(m.data);
-        self.record_len = m.record_len;
-        if cut {
-            self.rebuild();
-        }
+        self.cut_log(&m);
         self.data_lo = m.data_lo;
         self.data_hi = m.data_hi;
         restored
@@ -1302,9 +1336,7 @@ mod tests {
             // Rolling back: the write log and the bytes cut at the savepoint, the index rebuilt.
             let (marks, before) = saved.expect("the savepoint was taken");
             state.savepoints.pop();
-            state.writes.truncate(marks.writes);
-            state.data.truncate(marks.data);
-            state.rebuild();
+            state.cut_log(&marks);
             prop_assert_eq!(&logged(&state), &before);
             check(&state, &before)?;
         }
