@@ -15,8 +15,10 @@
 
 #![deny(unsafe_code)]
 
+mod admin;
 #[macro_use]
 mod commands;
+mod bitfield;
 mod bits;
 mod blocking;
 mod collections;
@@ -31,6 +33,7 @@ pub mod limits;
 pub mod list;
 mod lists;
 mod score_range;
+mod sort;
 mod store;
 mod strings;
 mod transaction;
@@ -146,6 +149,11 @@ pub struct PersistentEngine<'h> {
     multi: Option<crate::server::Transaction>,
     stats: EngineStats,
     info_hook: Option<InfoHook<'h>>,
+    /// SLOWLOG's entries and settings.
+    slowlog: admin::SlowLog,
+    /// When the last command (or the batch's `begin`) finished: a command's duration for the
+    /// slow log is the time since, one clock read per command.
+    clock_mark: std::time::Instant,
 }
 
 impl std::fmt::Debug for PersistentEngine<'_> {
@@ -232,6 +240,8 @@ impl<'h> PersistentEngine<'h> {
             multi: None,
             stats: EngineStats::default(),
             info_hook: None,
+            slowlog: admin::SlowLog::default(),
+            clock_mark: std::time::Instant::now(),
         })
     }
 
@@ -393,7 +403,27 @@ impl<'h> PersistentEngine<'h> {
             CommandId::Shutdown => Ok(Reply::ok()),
             CommandId::Info => Ok(self.info(&args[1..])),
             CommandId::ConfigGet => Ok(self.config.get(&args[2..])),
-            CommandId::ConfigSet => Ok(self.config.set(args)),
+            CommandId::ConfigSet => {
+                let reply = self.config.set(args);
+                self.slowlog.threshold_us = self
+                    .config
+                    .integer("slowlog-log-slower-than")
+                    .unwrap_or(10_000);
+                let max_len = self.config.integer("slowlog-max-len").unwrap_or(128);
+                self.slowlog
+                    .set_max_len(usize::try_from(max_len).unwrap_or(usize::MAX));
+                Ok(reply)
+            }
+            CommandId::MemoryUsage => {
+                self.under_savepoint(*db, resp3, |ctx| admin::memory_usage(ctx, args))
+            }
+            CommandId::MemoryStats => Ok(self.memory_stats()),
+            id if admin::handles(id) => {
+                let rng = &mut self.rng;
+                Ok(admin::run(spec, args, &mut self.slowlog, &mut || {
+                    commands::ctx_random(rng)
+                }))
+            }
             CommandId::ConfigHelp => Ok(config::help()),
             CommandId::ConfigRewrite => Ok(commands::err(
                 "ERR The server is running without a config file",
@@ -799,6 +829,36 @@ impl<'h> PersistentEngine<'h> {
     }
 }
 
+impl PersistentEngine<'_> {
+    /// MEMORY STATS: the fields of Redis's reply that apply to a pool (bytes allocated, keys,
+    /// bytes per key), and the pool's size and maximum.
+    fn memory_stats(&self) -> Reply {
+        let heap = self.heap.stats();
+        let keys: u64 = (0..self.slots.len())
+            .filter_map(|db| self.key_counts(db))
+            .map(|(keys, _)| keys)
+            .sum();
+        let pool = self.heap.pool();
+        let field = |name: &'static str, value: u64| {
+            (
+                Reply::Bulk(Bytes::from_static(name.as_bytes())),
+                Reply::Integer(i64::try_from(value).unwrap_or(i64::MAX)),
+            )
+        };
+        Reply::Map(vec![
+            field("total.allocated", heap.used_bytes),
+            field("keys.count", keys),
+            field(
+                "keys.bytes-per-key",
+                heap.used_bytes.checked_div(keys).unwrap_or(0),
+            ),
+            field("dataset.bytes", heap.used_bytes),
+            field("mnemo.pool.size", pool.size()),
+            field("mnemo.pool.free", heap.free_bytes),
+        ])
+    }
+}
+
 /// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]: there are no libraries.
 fn function_list(args: &[Bytes]) -> Reply {
     let mut i = 2;
@@ -847,6 +907,7 @@ impl Engine for PersistentEngine<'_> {
         self.poisoned = None;
         self.now = self.clock.unwrap_or_else(unix_ms);
         self.begin_txn();
+        self.clock_mark = std::time::Instant::now();
     }
 
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
@@ -881,11 +942,17 @@ impl Engine for PersistentEngine<'_> {
             ),
         };
         self.can_block = None;
+        let finished = std::time::Instant::now();
+        let took = finished.saturating_duration_since(self.clock_mark);
+        self.clock_mark = finished;
         if let Some(deadline) = self.blocked.take() {
             // Parked by the server: no reply yet.
             effect.block = Some(deadline);
             return effect;
         }
+        let took_us = i64::try_from(took.as_micros()).unwrap_or(i64::MAX);
+        self.slowlog
+            .record(request.command.args(), took_us, self.now / 1000);
         self.count_errors(&value);
         if !(effect.close && matches!(value, Reply::Simple(_))) {
             reply.reply(&value);

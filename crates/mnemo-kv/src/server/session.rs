@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::command::{self, CommandId, CommandSpec, Flags};
-use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol};
+use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol, Reply};
 
 use super::limits::{DATABASES_DEFAULT, REDIS_VERSION};
 use super::pubsub::{Message, Registry};
@@ -391,6 +391,21 @@ impl Session {
             CommandId::CommandInfo => self.command_info(args),
             CommandId::CommandDocs => self.answer(|reply| reply.map_len(0)),
             CommandId::CommandList => self.command_list(args),
+            CommandId::CommandGetkeys => {
+                let reply = command_getkeys(&args[2..]);
+                self.answer(|encoder| encoder.reply(&reply));
+            }
+            CommandId::ClientNoEvict => {
+                // No client is ever evicted (there is no maxmemory-clients): the flag changes
+                // nothing, as it changes nothing in Redis without that limit.
+                let on_off =
+                    args[2].eq_ignore_ascii_case(b"on") || args[2].eq_ignore_ascii_case(b"off");
+                if on_off {
+                    self.answer(|reply| reply.simple(b"OK"));
+                } else {
+                    self.answer_error(errors::SYNTAX.as_bytes());
+                }
+            }
             CommandId::ClientId => {
                 let id = count_u64(self.id);
                 self.answer(|reply| reply.integer(id));
@@ -958,6 +973,28 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
 }
 
 /// The blocking commands: the connection takes no further request until one completes.
+/// COMMAND GETKEYS command args...: the key arguments of a command, with Redis's errors.
+fn command_getkeys(target: &[Bytes]) -> Reply {
+    let error = |text: &'static str| Reply::Error(Bytes::from_static(text.as_bytes()));
+    let spec = match command::resolve(target) {
+        Ok(spec) => spec,
+        Err(CommandError::WrongArity { .. }) => {
+            return error("ERR Invalid number of arguments specified for command")
+        }
+        Err(_) => return error("ERR Invalid command specified"),
+    };
+    match command::key_positions(spec, target) {
+        None => error("ERR Invalid arguments specified for command"),
+        Some(positions) if positions.is_empty() => error("ERR The command has no key arguments"),
+        Some(positions) => Reply::Array(
+            positions
+                .into_iter()
+                .filter_map(|at| target.get(at).cloned().map(Reply::Bulk))
+                .collect(),
+        ),
+    }
+}
+
 fn blocking(id: CommandId) -> bool {
     matches!(
         id,
