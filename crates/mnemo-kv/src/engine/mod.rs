@@ -26,6 +26,7 @@ mod config;
 mod databases;
 mod decimal;
 pub mod dict;
+mod dump;
 pub(crate) mod glob;
 mod info;
 mod keyspace;
