@@ -411,6 +411,8 @@ command_table! {
         PubsubChannels => spec("pubsub|channels", -2, LS, NO_KEYS),
         PubsubNumpat => spec("pubsub|numpat", 2, LS, NO_KEYS),
         PubsubNumsub => spec("pubsub|numsub", -2, LS, NO_KEYS),
+        PubsubShardchannels => spec("pubsub|shardchannels", -2, LS, NO_KEYS),
+        PubsubShardnumsub => spec("pubsub|shardnumsub", -2, LS, NO_KEYS),
     ];
 
     const ACL = [
@@ -616,14 +618,17 @@ command_table! {
         Sort => spec("sort", -2, WM, ONE_KEY),
         SortRo => spec("sort_ro", -2, R, ONE_KEY),
         Spop => spec("spop", -2, WF, ONE_KEY),
+        Spublish => spec("spublish", 3, LS.union(Flags::FAST), ONE_KEY),
         Srandmember => spec("srandmember", -2, R, ONE_KEY),
         Srem => spec("srem", -3, WF, ONE_KEY),
         Sscan => spec("sscan", -3, R, ONE_KEY),
+        Ssubscribe => spec("ssubscribe", -2, NLS, ALL_KEYS),
         Strlen => spec("strlen", 2, RF, ONE_KEY),
         Subscribe => spec("subscribe", -2, NLS, NO_KEYS),
         Substr => spec("substr", 4, R, ONE_KEY),
         Sunion => spec("sunion", -2, R, ALL_KEYS),
         Sunionstore => spec("sunionstore", -3, WM, ALL_KEYS),
+        Sunsubscribe => spec("sunsubscribe", -1, NLS, ALL_KEYS),
         Swapdb => spec("swapdb", 3, WF, NO_KEYS),
         Time => spec("time", 1, LS.union(Flags::FAST), NO_KEYS),
         Touch => spec("touch", -2, RF, ALL_KEYS),

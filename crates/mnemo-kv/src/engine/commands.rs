@@ -260,6 +260,11 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::PubsubChannels
         | Id::PubsubNumpat
         | Id::PubsubNumsub
+        | Id::PubsubShardchannels
+        | Id::PubsubShardnumsub
+        | Id::Spublish
+        | Id::Ssubscribe
+        | Id::Sunsubscribe
         | Id::Save
         | Id::Bgsave
         | Id::Function

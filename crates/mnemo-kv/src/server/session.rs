@@ -111,6 +111,8 @@ pub struct Session {
     /// Channels and patterns the connection is subscribed to, in subscription order.
     channels: Vec<Bytes>,
     patterns: Vec<Bytes>,
+    /// Shard channels (SSUBSCRIBE), counted apart as in Redis.
+    shard_channels: Vec<Bytes>,
     /// Bytes in the `Ready` slots.
     queued_bytes: usize,
     output: BytesMut,
@@ -145,6 +147,7 @@ impl Session {
             repoll: false,
             channels: Vec::new(),
             patterns: Vec::new(),
+            shard_channels: Vec::new(),
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
@@ -347,8 +350,10 @@ impl Session {
                 spec.id,
                 CommandId::Subscribe
                     | CommandId::Psubscribe
+                    | CommandId::Ssubscribe
                     | CommandId::Unsubscribe
                     | CommandId::Punsubscribe
+                    | CommandId::Sunsubscribe
                     | CommandId::Ping
                     | CommandId::Quit
                     | CommandId::Reset
@@ -474,6 +479,37 @@ impl Session {
                     }
                 });
             }
+            CommandId::Ssubscribe => self.shard_subscribe(args),
+            CommandId::Sunsubscribe => self.shard_unsubscribe(args),
+            CommandId::Spublish => {
+                let count = self.registry().publish_shard(&args[1], &args[2]);
+                self.answer(|reply| reply.integer(self::count(count)));
+            }
+            CommandId::PubsubShardchannels => {
+                let channels = self.registry().shard_channels(args.get(2).map(|p| &p[..]));
+                self.answer(|reply| {
+                    reply.array_len(channels.len());
+                    for channel in &channels {
+                        reply.bulk(channel);
+                    }
+                });
+            }
+            CommandId::PubsubShardnumsub => {
+                let counts: Vec<(Bytes, usize)> = {
+                    let registry = self.registry();
+                    args[2..]
+                        .iter()
+                        .map(|c| (c.clone(), registry.shard_numsub(c)))
+                        .collect()
+                };
+                self.answer(|reply| {
+                    reply.map_len(counts.len());
+                    for (channel, n) in &counts {
+                        reply.bulk(channel);
+                        reply.integer(self::count(*n));
+                    }
+                });
+            }
             CommandId::PubsubNumpat => {
                 let n = self.registry().numpat();
                 self.answer(|reply| reply.integer(self::count(n)));
@@ -494,8 +530,12 @@ impl Session {
         let id = self.id;
         let channels = std::mem::take(&mut self.channels);
         let patterns = std::mem::take(&mut self.patterns);
+        let shard_channels = std::mem::take(&mut self.shard_channels);
         {
             let mut registry = self.registry();
+            for channel in &shard_channels {
+                registry.unsubscribe_shard(id, channel);
+            }
             for channel in &channels {
                 registry.unsubscribe(id, channel, false);
             }
@@ -517,7 +557,52 @@ impl Session {
     }
 
     fn subscribed(&self) -> bool {
-        !self.channels.is_empty() || !self.patterns.is_empty()
+        !self.channels.is_empty() || !self.patterns.is_empty() || !self.shard_channels.is_empty()
+    }
+
+    /// SSUBSCRIBE: one answer per shard channel, counting shard channels only, as Redis.
+    fn shard_subscribe(&mut self, args: &[Bytes]) {
+        let id = self.id;
+        for name in &args[1..] {
+            if !self.shard_channels.contains(name) {
+                self.shard_channels.push(name.clone());
+                self.registry().subscribe_shard(id, name);
+            }
+            self.answer_shard(b"ssubscribe", Some(name));
+        }
+    }
+
+    /// SUNSUBSCRIBE: the shard channels given, or all of them (a null name when none).
+    fn shard_unsubscribe(&mut self, args: &[Bytes]) {
+        let id = self.id;
+        let names: Vec<Bytes> = if args.len() > 1 {
+            args[1..].to_vec()
+        } else {
+            self.shard_channels.clone()
+        };
+        if names.is_empty() {
+            return self.answer_shard(b"sunsubscribe", None);
+        }
+        for name in names {
+            if let Some(at) = self.shard_channels.iter().position(|n| *n == name) {
+                self.shard_channels.remove(at);
+                self.registry().unsubscribe_shard(id, &name);
+            }
+            self.answer_shard(b"sunsubscribe", Some(&name));
+        }
+    }
+
+    fn answer_shard(&mut self, kind: &'static [u8], name: Option<&Bytes>) {
+        let n = count(self.shard_channels.len());
+        self.answer(|reply| {
+            reply.push_len(3);
+            reply.bulk(kind);
+            match name {
+                Some(name) => reply.bulk(name),
+                None => reply.null_bulk(),
+            }
+            reply.integer(n);
+        });
     }
 
     /// A subscription event: `kind`, the channel (or none), the subscription count after it.
@@ -597,7 +682,11 @@ impl Session {
                 }
                 None => {
                     reply.push_len(3);
-                    reply.bulk(b"message");
+                    reply.bulk(if message.shard {
+                        b"smessage"
+                    } else {
+                        b"message"
+                    });
                 }
             }
             reply.bulk(&message.channel);
@@ -902,6 +991,9 @@ impl Drop for Session {
         for pattern in &self.patterns {
             registry.unsubscribe(self.id, pattern, true);
         }
+        for channel in &self.shard_channels {
+            registry.unsubscribe_shard(self.id, channel);
+        }
     }
 }
 
@@ -932,10 +1024,6 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
         (
             "HyperLogLog is",
             &["pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest"],
-        ),
-        (
-            "sharded pub/sub is",
-            &["spublish", "ssubscribe", "sunsubscribe"],
         ),
         (
             "scripting is",
