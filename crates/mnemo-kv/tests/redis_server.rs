@@ -317,7 +317,6 @@ fn save_and_function_like_redis() {
     for (line, what) in [
         ("XADD s * a 1", "streams are"),
         ("pfadd h a", "HyperLogLog is"),
-        ("SSUBSCRIBE ch", "sharded pub/sub is"),
         ("EVAL return 0", "scripting is"),
         ("GEOADD g 1 1 m", "geo commands are"),
     ] {
