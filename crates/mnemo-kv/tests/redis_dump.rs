@@ -242,3 +242,91 @@ fn restore_options_and_errors_like_redis() {
     }
     c.assert_same();
 }
+
+/// Sends `redis_line` to Redis and `mnemo_line` to mnemo (the same MIGRATE, each aimed at
+/// the other server); records a difference between the replies.
+fn cross(c: &mut Clients, redis_line: &str, mnemo_line: &str) {
+    let redis = c.redis.call(&common::words(redis_line));
+    let mnemo = c.mnemo.call(&common::words(mnemo_line));
+    if redis != mnemo {
+        c.differences
+            .push(format!("{mnemo_line}: redis {redis:?}, mnemo {mnemo:?}"));
+    }
+}
+
+/// MIGRATE between the two: Redis's keys into mnemo and mnemo's into Redis (so each reads
+/// the other's payloads and requests), with COPY, REPLACE, KEYS, TTLs, the target's errors
+/// and Redis's own errors.
+#[test]
+fn migrate_between_redis_and_mnemo() {
+    let Some(pair) = Pair::start("MIGRATE differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    fill(&mut c);
+    c.check("SET ttl v PX 100000");
+    let (to_mnemo, to_redis) = (pair.mnemo_port(), pair.redis.port());
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    };
+    let same = |c: &mut Clients, tail: &str| {
+        cross(
+            c,
+            &format!("MIGRATE 127.0.0.1 {to_mnemo} {tail}"),
+            &format!("MIGRATE 127.0.0.1 {to_redis} {tail}"),
+        );
+    };
+    // Errors found before connecting, then a refused connection.
+    for tail in [
+        "str 0 1000 FOO",
+        "str 0 1000 AUTH",
+        "str 0 1000 AUTH2 user",
+        "str 0 1000 KEYS a",
+        "str x 1000",
+        "str 0 x",
+        "nokey 0 1000",
+        "{empty} 0 1000 KEYS nokey other",
+        "str 0",
+    ] {
+        same(&mut c, tail);
+    }
+    c.check(&format!("MIGRATE 127.0.0.1 {closed} str 0 1000"));
+    // Every key, copied into database 3 of the other server.
+    let all = KEYS.join(" ");
+    same(
+        &mut c,
+        &format!("{{empty}} 3 5000 COPY KEYS {all} ttl nokey"),
+    );
+    c.check("DBSIZE");
+    c.check("SELECT 3");
+    let (redis, mnemo) = c.both("DBSIZE");
+    let expected = Reply::Integer(KEYS.len() as i64 + 1);
+    assert_eq!((redis, mnemo), (expected.clone(), expected), "keys copied");
+    for key in KEYS {
+        same_contents(&mut c, key);
+    }
+    let (redis, mnemo) = c.both("PTTL ttl");
+    for ttl in [redis, mnemo] {
+        assert!(matches!(ttl, Reply::Integer(ms) if ms > 90_000), "{ttl:?}");
+    }
+    c.check("SELECT 0");
+    // Again: the target has the keys now.
+    same(&mut c, "str 3 5000 COPY");
+    same(&mut c, "{empty} 3 5000 COPY KEYS list set");
+    same(&mut c, "str 3 5000 COPY REPLACE");
+    // A move: gone here once the target has it.
+    same(&mut c, "hash 4 5000");
+    let (redis, mnemo) = c.both("EXISTS hash");
+    assert_eq!(
+        (redis, mnemo),
+        (Reply::Integer(0), Reply::Integer(0)),
+        "moved"
+    );
+    same(&mut c, "hash 4 5000");
+    // The target refuses the password: its error comes back.
+    same(&mut c, "str 5 5000 AUTH secret");
+    same(&mut c, "str 99 5000");
+    c.check("EXISTS str");
+    c.assert_same();
+}

@@ -229,6 +229,26 @@ pub fn key_positions<A: AsRef<[u8]>>(spec: &CommandSpec, args: &[A]) -> Option<V
         CommandId::Zunionstore | CommandId::Zinterstore | CommandId::Zdiffstore => {
             numkeys(2, Some(1))
         }
+        // Shard channels sit at key positions (for cluster slots) but are not keys.
+        CommandId::Spublish | CommandId::Ssubscribe | CommandId::Sunsubscribe => Some(Vec::new()),
+        CommandId::Migrate => {
+            let mut i = 6;
+            while i < args.len() {
+                let arg = args[i].as_ref();
+                if arg.eq_ignore_ascii_case(b"auth") {
+                    i += 1;
+                } else if arg.eq_ignore_ascii_case(b"auth2") {
+                    i += 2;
+                } else if arg.eq_ignore_ascii_case(b"keys") {
+                    if !args[3].as_ref().is_empty() {
+                        return None;
+                    }
+                    return Some((i + 1..args.len()).collect());
+                }
+                i += 1;
+            }
+            Some(vec![3])
+        }
         CommandId::Sort => {
             let mut store = None;
             let mut i = 2;
@@ -561,6 +581,7 @@ command_table! {
         Ltrim => spec("ltrim", 4, W, ONE_KEY),
         Memory => container("memory", -2, NONE, MEMORY),
         Mget => spec("mget", -2, RF, ALL_KEYS),
+        Migrate => spec("migrate", -6, W, (3, 3, 1)),
         Module => container("module", -2, NONE, MODULE),
         Move => spec("move", 3, WF, ONE_KEY),
         Mset => spec("mset", -3, WM, (1, -1, 2)),

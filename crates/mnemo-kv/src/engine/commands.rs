@@ -206,6 +206,7 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Lcs => super::strings::run(ctx, spec, a),
         Id::Sort | Id::SortRo => super::sort::run(ctx, spec, a),
         Id::Dump => super::dump::dump(ctx, &a[1]),
+        Id::Migrate => super::migrate::migrate(ctx, a),
         Id::Restore | Id::RestoreAsking => super::dump::restore(ctx, spec, a),
         Id::Bitfield | Id::BitfieldRo => super::bitfield::run(ctx, spec, a),
         Id::Unlink => del(ctx, &a[1..]),

@@ -33,6 +33,7 @@ mod keyspace;
 pub mod limits;
 pub mod list;
 mod lists;
+mod migrate;
 mod score_range;
 mod sort;
 mod store;
