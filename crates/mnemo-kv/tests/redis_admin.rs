@@ -3,7 +3,7 @@
 //! with the same ids and arguments), LATENCY (monitoring off, Redis's default), MEMORY, WAIT
 //! (no replicas), the cluster, replication, module, DEBUG and ACL commands a standalone
 //! Redis with its default configuration answers, LOLWUT, COMMAND GETKEYS, CLIENT NO-EVICT,
-//! and (later) COMMAND COUNT. Every reply the same, errors included, but for what each says about
+//! and COMMAND COUNT. Every reply the same, errors included, but for what each says about
 //! itself (times, durations, client addresses, version): those are compared by shape.
 
 mod common;
@@ -325,4 +325,37 @@ fn command_getkeys_and_client_no_evict_like_redis() {
         "CLIENT NO-EVICT",
     ]);
     c.assert_same();
+}
+
+/// Issue 17's coverage target.
+#[test]
+fn command_count_reaches_200() {
+    let Some(pair) = Pair::start("COMMAND COUNT test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    let Reply::Integer(count) = c.mnemo.call(&common::words("COMMAND COUNT")) else {
+        panic!("COMMAND COUNT is an integer");
+    };
+    let Reply::Array(names) = c.mnemo.call(&common::words("COMMAND LIST")) else {
+        panic!("COMMAND LIST is an array");
+    };
+    // COMMAND LIST names subcommands too ("config|get"), as Redis 7.0's does.
+    let top = names.iter().filter(|name| match name {
+        Reply::Bulk(name) => !name.contains(&b'|'),
+        _ => false,
+    });
+    assert_eq!(usize::try_from(count).ok(), Some(top.count()));
+    assert!(count >= 200, "COMMAND COUNT {count}");
+    // Every name mnemo lists, Redis 7.0 lists too (but CLIENT SETINFO, which clients of
+    // Redis 7.2 send at connection).
+    let Reply::Array(theirs) = c.redis.call(&common::words("COMMAND LIST")) else {
+        panic!("COMMAND LIST is an array");
+    };
+    for name in names
+        .iter()
+        .filter(|n| **n != Reply::Bulk(Bytes::from("client|setinfo")))
+    {
+        assert!(theirs.contains(name), "{name:?} is not a Redis 7.0 command");
+    }
 }

@@ -207,6 +207,9 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Sort | Id::SortRo => super::sort::run(ctx, spec, a),
         Id::Dump => super::dump::dump(ctx, &a[1]),
         Id::Migrate => super::migrate::migrate(ctx, a),
+        Id::Pfadd | Id::Pfcount | Id::Pfmerge | Id::Pfdebug | Id::Pfselftest => {
+            super::hyperloglog::run(ctx, spec, a)
+        }
         Id::Restore | Id::RestoreAsking => super::dump::restore(ctx, spec, a),
         Id::Bitfield | Id::BitfieldRo => super::bitfield::run(ctx, spec, a),
         Id::Unlink => del(ctx, &a[1..]),

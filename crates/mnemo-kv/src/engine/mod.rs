@@ -28,6 +28,7 @@ mod decimal;
 pub mod dict;
 mod dump;
 pub(crate) mod glob;
+mod hyperloglog;
 mod info;
 mod keyspace;
 pub mod limits;
@@ -365,8 +366,10 @@ impl<'h> PersistentEngine<'h> {
             );
         }
         // SAVE asks for a sync point: every acknowledged write already had one, but the batch
-        // commits (and LASTSAVE moves) as for a write.
-        let writes = spec.flags.contains(Flags::WRITE) || spec.id == CommandId::Save;
+        // commits (and LASTSAVE moves) as for a write. PFCOUNT, a read, caches the count in
+        // the HyperLogLog's string, as Redis does.
+        let writes = spec.flags.contains(Flags::WRITE)
+            || matches!(spec.id, CommandId::Save | CommandId::Pfcount);
         let mut effect = Effect {
             wrote: writes,
             close: spec.id == CommandId::Shutdown,

@@ -60,7 +60,8 @@ fn parse<'a>(a: &'a [Bytes], read_only: bool) -> std::result::Result<Options<'a>
             j += 1;
         } else if word.eq_ignore_ascii_case(b"by") && left >= 1 {
             let pattern = &a[j + 1][..];
-            o.dont_sort = !pattern.contains(&b'*');
+            // Once a BY without '*' has said "no sorting", a later BY does not undo it.
+            o.dont_sort |= !pattern.contains(&b'*');
             o.by = Some(pattern);
             j += 1;
         } else if word.eq_ignore_ascii_case(b"get") && left >= 1 {
@@ -98,8 +99,8 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Re
     };
     let len = i64::try_from(elements.len()).unwrap_or(i64::MAX);
     let (start, end) = window(o.limit, len);
-    if kind == tag::ZSET && o.dont_sort && o.desc {
-        // A sorted set taken in its own order follows ASC / DESC.
+    if matches!(kind, tag::LIST | tag::ZSET) && o.dont_sort && o.desc {
+        // A list or sorted set taken in its own order follows ASC / DESC.
         elements.reverse();
     }
     if !o.dont_sort {

@@ -1022,10 +1022,6 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
             ],
         ),
         (
-            "HyperLogLog is",
-            &["pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest"],
-        ),
-        (
             "scripting is",
             &[
                 "eval",
