@@ -612,6 +612,36 @@ mod tests {
         assert_eq!(count(&registers(&hll).unwrap_or_default()), 3);
     }
 
+    /// Damaged sparse strings (random opcodes after a valid header) never make a read or a
+    /// write panic.
+    #[test]
+    fn random_sparse_strings_never_panic() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..5_000 {
+            let mut hll = empty();
+            hll.truncate(HEADER);
+            for _ in 0..next() % 12 {
+                hll.push(next() as u8);
+            }
+            let _ = registers(&hll);
+            for _ in 0..4 {
+                let index = (next() % REGISTERS as u64) as usize;
+                let value = (next() % 63) as u8 + 1;
+                if set(&mut hll, index, value).is_none() {
+                    break;
+                }
+            }
+            let _ = registers(&hll).map(|r| count(&r));
+            let _ = to_dense(&mut hll);
+        }
+    }
+
     #[test]
     fn selftest_passes() {
         assert_eq!(selftest(), Reply::ok());
