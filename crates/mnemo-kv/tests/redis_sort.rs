@@ -190,3 +190,24 @@ fn random_sorts_like_redis() {
     }
     c.assert_same();
 }
+
+/// A SORT ... STORE changes its target: a transaction watching the target fails, one
+/// watching only the source does not (the source is read).
+#[test]
+fn sort_store_touches_watched_target_like_redis() {
+    let Some(pair) = Pair::start("SORT differential test") else {
+        return;
+    };
+    let (mut watcher, mut other) = (pair.connect(), pair.connect());
+    other.check("RPUSH src 3 1 2");
+    for watched in ["dst", "src"] {
+        watcher.check(&format!("WATCH {watched}"));
+        other.check("SORT src STORE dst");
+        watcher.script(&["MULTI", "LRANGE dst 0 -1", "EXEC"]);
+    }
+    // The first EXEC was aborted, the second ran.
+    let (redis, mnemo) = watcher.both("LRANGE dst 0 -1");
+    assert_eq!(redis, mnemo);
+    watcher.assert_same();
+    other.assert_same();
+}
