@@ -317,7 +317,10 @@ fn save_and_function_like_redis() {
     for (line, what) in [
         ("XADD s * a 1", "streams are"),
         ("EVAL return 0", "scripting is"),
-        ("GEOADD g 1 1 m", "geo commands are"),
+        (
+            "GEOSEARCH g FROMLONLAT 1 1 BYRADIUS 1 km",
+            "geo searches are",
+        ),
     ] {
         let Reply::Error(text) = c.mnemo.call(&common::words(line)) else {
             panic!("{line}")

@@ -27,6 +27,7 @@ mod databases;
 mod decimal;
 pub mod dict;
 mod dump;
+mod geo;
 pub(crate) mod glob;
 mod hyperloglog;
 mod info;

@@ -1034,12 +1034,8 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
             ],
         ),
         (
-            "geo commands are",
+            "geo searches are",
             &[
-                "geoadd",
-                "geodist",
-                "geohash",
-                "geopos",
                 "georadius",
                 "georadius_ro",
                 "georadiusbymember",
