@@ -317,10 +317,6 @@ fn save_and_function_like_redis() {
     for (line, what) in [
         ("XADD s * a 1", "streams are"),
         ("EVAL return 0", "scripting is"),
-        (
-            "GEOSEARCH g FROMLONLAT 1 1 BYRADIUS 1 km",
-            "geo searches are",
-        ),
     ] {
         let Reply::Error(text) = c.mnemo.call(&common::words(line)) else {
             panic!("{line}")

@@ -249,6 +249,26 @@ pub fn key_positions<A: AsRef<[u8]>>(spec: &CommandSpec, args: &[A]) -> Option<V
             }
             Some(vec![3])
         }
+        CommandId::Georadius | CommandId::Georadiusbymember => {
+            let mut store = None;
+            let first_option = if spec.id == CommandId::Georadius {
+                6
+            } else {
+                5
+            };
+            let mut i = first_option;
+            while i < args.len() {
+                let arg = args[i].as_ref();
+                let stores =
+                    arg.eq_ignore_ascii_case(b"store") || arg.eq_ignore_ascii_case(b"storedist");
+                if stores && i + 1 < args.len() {
+                    store = Some(i + 1);
+                    i += 1;
+                }
+                i += 1;
+            }
+            Some([1].into_iter().chain(store).collect())
+        }
         CommandId::Sort => {
             let mut store = None;
             let mut i = 2;
@@ -538,6 +558,12 @@ command_table! {
         Geodist => spec("geodist", -4, R, ONE_KEY),
         Geohash => spec("geohash", -2, R, ONE_KEY),
         Geopos => spec("geopos", -2, R, ONE_KEY),
+        Georadius => spec("georadius", -6, WM, ONE_KEY),
+        GeoradiusRo => spec("georadius_ro", -6, R, ONE_KEY),
+        Georadiusbymember => spec("georadiusbymember", -5, WM, ONE_KEY),
+        GeoradiusbymemberRo => spec("georadiusbymember_ro", -5, R, ONE_KEY),
+        Geosearch => spec("geosearch", -7, R, ONE_KEY),
+        Geosearchstore => spec("geosearchstore", -8, WM, (1, 2, 1)),
         Get => spec("get", 2, RF, ONE_KEY),
         Getbit => spec("getbit", 3, RF, ONE_KEY),
         Getdel => spec("getdel", 2, WF, ONE_KEY),

@@ -208,6 +208,12 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         Id::Dump => super::dump::dump(ctx, &a[1]),
         Id::Migrate => super::migrate::migrate(ctx, a),
         Id::Geoadd | Id::Geodist | Id::Geohash | Id::Geopos => super::geo::run(ctx, spec, a),
+        Id::Georadius
+        | Id::GeoradiusRo
+        | Id::Georadiusbymember
+        | Id::GeoradiusbymemberRo
+        | Id::Geosearch
+        | Id::Geosearchstore => super::geo::radius(ctx, spec, a),
         Id::Pfadd | Id::Pfcount | Id::Pfmerge | Id::Pfdebug | Id::Pfselftest => {
             super::hyperloglog::run(ctx, spec, a)
         }

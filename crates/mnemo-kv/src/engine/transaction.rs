@@ -158,8 +158,15 @@ impl Watches {
                 self.touch(db, key);
             }
         }
-        // SORT's STORE target and MIGRATE's KEYS sit where the table cannot say.
-        if matches!(spec.id, CommandId::Sort | CommandId::Migrate) {
+        // SORT's and GEORADIUS's STORE target and MIGRATE's KEYS sit where the table cannot
+        // say.
+        if matches!(
+            spec.id,
+            CommandId::Sort
+                | CommandId::Migrate
+                | CommandId::Georadius
+                | CommandId::Georadiusbymember
+        ) {
             let positions = mnemo_resp::command::key_positions(spec, args).unwrap_or_default();
             let written = positions
                 .into_iter()

@@ -1033,17 +1033,6 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
                 "script",
             ],
         ),
-        (
-            "geo searches are",
-            &[
-                "georadius",
-                "georadius_ro",
-                "georadiusbymember",
-                "georadiusbymember_ro",
-                "geosearch",
-                "geosearchstore",
-            ],
-        ),
     ];
     let lower = name.to_ascii_lowercase();
     FAMILIES
