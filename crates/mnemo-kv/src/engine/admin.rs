@@ -136,7 +136,6 @@ pub fn handles(id: Id) -> bool {
             | Id::LatencyHistory
             | Id::LatencyLatest
             | Id::LatencyReset
-            | Id::MemoryDoctor
             | Id::MemoryHelp
             | Id::MemoryMallocStats
             | Id::MemoryPurge
@@ -197,10 +196,6 @@ pub fn run(
         // No per-command histograms are kept.
         Id::LatencyHistogram => Reply::Map(Vec::new()),
         Id::LatencyHelp => help(LATENCY_HELP),
-        Id::MemoryDoctor => Reply::Verbatim {
-            format: *b"txt",
-            text: Bytes::from_static(MEMORY_DOCTOR),
-        },
         Id::MemoryHelp => help(MEMORY_HELP),
         Id::MemoryMallocStats => Reply::Verbatim {
             format: *b"txt",
@@ -476,8 +471,24 @@ const LATENCY_DOCTOR: &[u8] = b"I'm sorry, Dave, I can't do that. Latency monito
     <milliseconds>.\" in order to enable it. If we weren't in a deep space mission I'd suggest \
     to take a look at https://redis.io/topics/latency-monitor.\n";
 
-const MEMORY_DOCTOR: &[u8] = b"Hi Sam, I can't find any memory issue in your instance. I can \
-    only account for what occurs on this base.";
+/// MEMORY DOCTOR with `used` bytes allocated: Redis's texts for an instance below 5 MiB
+/// (too little to judge) and for one with no issue (mnemo looks for none of Redis's
+/// allocator issues: a pool has no fragmentation ratio or RSS to report).
+pub fn memory_doctor(used: u64) -> Reply {
+    let text: &'static [u8] = if used < 5 << 20 {
+        b"Hi Sam, this instance is empty or is using very little memory, my issues detector \
+        can't be used in these conditions. Please, leave for your mission on Earth and fill it \
+        with some data. The new Sam and I will be back to our programming as soon as I \
+        finished rebooting.\n"
+    } else {
+        b"Hi Sam, I can't find any memory issue in your instance. I can only account for what \
+        occurs on this base.\n"
+    };
+    Reply::Verbatim {
+        format: *b"txt",
+        text: Bytes::from_static(text),
+    }
+}
 
 const ACL_CATEGORIES: &[&str] = &[
     "keyspace",

@@ -426,6 +426,7 @@ impl<'h> PersistentEngine<'h> {
                 self.under_savepoint(*db, resp3, |ctx| admin::memory_usage(ctx, args))
             }
             CommandId::MemoryStats => Ok(self.memory_stats()),
+            CommandId::MemoryDoctor => Ok(admin::memory_doctor(self.heap.stats().used_bytes)),
             id if admin::handles(id) => {
                 let rng = &mut self.rng;
                 Ok(admin::run(spec, args, &mut self.slowlog, &mut || {
