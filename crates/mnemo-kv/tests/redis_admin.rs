@@ -152,6 +152,15 @@ fn latency_memory_and_wait_like_redis() {
         "LATENCY HELP",
         "LATENCY FOO",
         "LATENCY HISTORY",
+        // Monitoring on, with a threshold no command here reaches: still nothing sampled.
+        "CONFIG SET latency-monitor-threshold 5000",
+        "SET k v",
+        "LATENCY LATEST",
+        "LATENCY HISTORY command",
+        "LATENCY DOCTOR",
+        "LATENCY RESET",
+        "CONFIG SET latency-monitor-threshold 0",
+        "LATENCY DOCTOR",
         "MEMORY USAGE nokey",
         "MEMORY USAGE s SAMPLES x",
         "MEMORY USAGE s SAMPLES -1",
@@ -192,7 +201,7 @@ fn latency_memory_and_wait_like_redis() {
     let keys = stats
         .chunks(2)
         .find(|pair| pair[0] == Reply::Bulk(Bytes::from("keys.count")));
-    assert_eq!(keys.map(|pair| pair[1].clone()), Some(Reply::Integer(3)));
+    assert_eq!(keys.map(|pair| pair[1].clone()), Some(Reply::Integer(4)));
     // Both hold less than 5 MiB: too little for the doctor, in the same words.
     c.check("MEMORY DOCTOR");
     c.assert_same();
@@ -366,4 +375,56 @@ fn command_count_reaches_200() {
     {
         assert!(theirs.contains(name), "{name:?} is not a Redis 7.0 command");
     }
+}
+
+/// With `latency-monitor-threshold` 1 ms, a slow SORT (tens of milliseconds in a debug
+/// build) is a `command` event: LATEST, HISTORY, DOCTOR and RESET show it, then forget it.
+#[test]
+fn latency_monitor_samples_slow_commands() {
+    let Some(pair) = Pair::start("latency monitor test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    let mut call = |line: &str| c.mnemo.call(&common::words(line));
+    let values: Vec<String> = (0..20000)
+        .map(|i| ((i * 7919) % 20000).to_string())
+        .collect();
+    for chunk in values.chunks(200) {
+        assert!(matches!(
+            call(&format!("RPUSH big {}", chunk.join(" "))),
+            Reply::Integer(_)
+        ));
+    }
+    assert_eq!(call("CONFIG SET latency-monitor-threshold 1"), Reply::ok());
+    call("SORT big BY w_* GET # ALPHA");
+    let Reply::Array(latest) = call("LATENCY LATEST") else {
+        panic!("LATENCY LATEST is an array");
+    };
+    let [Reply::Array(event)] = &latest[..] else {
+        panic!("one event: {latest:?}");
+    };
+    assert_eq!(event[0], Reply::Bulk(Bytes::from("command")));
+    let (Reply::Integer(time), Reply::Integer(ms), Reply::Integer(max)) =
+        (&event[1], &event[2], &event[3])
+    else {
+        panic!("{event:?}");
+    };
+    assert!(*time > 1_600_000_000 && *ms >= 1 && max >= ms, "{event:?}");
+    let Reply::Array(history) = call("LATENCY HISTORY command") else {
+        panic!("LATENCY HISTORY is an array");
+    };
+    assert_eq!(history.len(), 1);
+    let Reply::Bulk(doctor) = call("LATENCY DOCTOR") else {
+        panic!("LATENCY DOCTOR is text");
+    };
+    assert!(String::from_utf8_lossy(&doctor).contains("1. command: 1 latency spikes"));
+    assert_eq!(
+        call("LATENCY GRAPH fast-command"),
+        Reply::Error(Bytes::from(
+            "ERR No samples available for event 'fast-command'"
+        ))
+    );
+    assert_eq!(call("LATENCY RESET fast-command"), Reply::Integer(0));
+    assert_eq!(call("LATENCY RESET"), Reply::Integer(1));
+    assert_eq!(call("LATENCY LATEST"), Reply::Array(Vec::new()));
 }

@@ -1,5 +1,5 @@
-//! Server commands of operators and ops tools: SLOWLOG (a real slow log), LATENCY (latency
-//! monitoring is off, as in Redis by default), MEMORY, WAIT, and the commands a standalone
+//! Server commands of operators and ops tools: SLOWLOG (a real slow log), LATENCY HELP and
+//! HISTOGRAM (the monitor itself is `latency.rs`), MEMORY, WAIT, and the commands a standalone
 //! Redis with its default configuration answers without doing anything: cluster commands
 //! (READONLY, READWRITE, ASKING, CLUSTER), replication (REPLICAOF, SLAVEOF, FAILOVER),
 //! BGREWRITEAOF, DEBUG and MODULE (refused with Redis's texts, as `enable-debug-command` and
@@ -129,13 +129,8 @@ pub fn handles(id: Id) -> bool {
             | Id::SlowlogLen
             | Id::SlowlogReset
             | Id::SlowlogHelp
-            | Id::LatencyDoctor
-            | Id::LatencyGraph
             | Id::LatencyHelp
             | Id::LatencyHistogram
-            | Id::LatencyHistory
-            | Id::LatencyLatest
-            | Id::LatencyReset
             | Id::MemoryHelp
             | Id::MemoryMallocStats
             | Id::MemoryPurge
@@ -180,19 +175,6 @@ pub fn run(
             Reply::ok()
         }
         Id::SlowlogHelp => help(SLOWLOG_HELP),
-        // Latency monitoring is off (`latency-monitor-threshold` 0, Redis's default): no
-        // events are sampled, so every report is empty, as Redis's is then.
-        Id::LatencyLatest => Reply::Array(Vec::new()),
-        Id::LatencyHistory => Reply::Array(Vec::new()),
-        Id::LatencyReset => Reply::Integer(0),
-        Id::LatencyGraph => err_owned(format!(
-            "ERR No samples available for event '{}'",
-            String::from_utf8_lossy(&args[2])
-        )),
-        Id::LatencyDoctor => Reply::Verbatim {
-            format: *b"txt",
-            text: Bytes::from_static(LATENCY_DOCTOR),
-        },
         // No per-command histograms are kept.
         Id::LatencyHistogram => Reply::Map(Vec::new()),
         Id::LatencyHelp => help(LATENCY_HELP),
@@ -465,11 +447,6 @@ const DEBUG_REFUSED: &str = "ERR DEBUG command not allowed. If the enable-debug-
 const MODULE_REFUSED: &str = "ERR MODULE command not allowed. If the enable-module-command option \
     is set to \"local\", you can run it from a local connection, otherwise you need to set this \
     option in the configuration file, and then restart the server.";
-
-const LATENCY_DOCTOR: &[u8] = b"I'm sorry, Dave, I can't do that. Latency monitoring is \
-    disabled in this Redis instance. You may use \"CONFIG SET latency-monitor-threshold \
-    <milliseconds>.\" in order to enable it. If we weren't in a deep space mission I'd suggest \
-    to take a look at https://redis.io/topics/latency-monitor.\n";
 
 /// MEMORY DOCTOR with `used` bytes allocated: Redis's texts for an instance below 5 MiB
 /// (too little to judge) and for one with no issue (mnemo looks for none of Redis's

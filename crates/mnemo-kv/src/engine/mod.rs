@@ -32,6 +32,7 @@ pub(crate) mod glob;
 mod hyperloglog;
 mod info;
 mod keyspace;
+mod latency;
 pub mod limits;
 pub mod list;
 mod lists;
@@ -155,6 +156,8 @@ pub struct PersistentEngine<'h> {
     info_hook: Option<InfoHook<'h>>,
     /// SLOWLOG's entries and settings.
     slowlog: admin::SlowLog,
+    /// LATENCY's events.
+    latency: latency::Monitor,
     /// When the last command (or the batch's `begin`) finished: a command's duration for the
     /// slow log is the time since, one clock read per command.
     clock_mark: std::time::Instant,
@@ -245,6 +248,7 @@ impl<'h> PersistentEngine<'h> {
             stats: EngineStats::default(),
             info_hook: None,
             slowlog: admin::SlowLog::default(),
+            latency: latency::Monitor::default(),
             clock_mark: std::time::Instant::now(),
         })
     }
@@ -415,6 +419,10 @@ impl<'h> PersistentEngine<'h> {
                     .config
                     .integer("slowlog-log-slower-than")
                     .unwrap_or(10_000);
+                self.latency.threshold_ms = self
+                    .config
+                    .integer("latency-monitor-threshold")
+                    .unwrap_or(0);
                 // A log turned back on times from now, not from when it was turned off.
                 self.clock_mark = std::time::Instant::now();
                 let max_len = self.config.integer("slowlog-max-len").unwrap_or(128);
@@ -426,6 +434,11 @@ impl<'h> PersistentEngine<'h> {
                 self.under_savepoint(*db, resp3, |ctx| admin::memory_usage(ctx, args))
             }
             CommandId::MemoryStats => Ok(self.memory_stats()),
+            CommandId::LatencyLatest
+            | CommandId::LatencyHistory
+            | CommandId::LatencyReset
+            | CommandId::LatencyGraph
+            | CommandId::LatencyDoctor => Ok(self.latency.run(spec.id, args)),
             CommandId::MemoryDoctor => Ok(admin::memory_doctor(self.heap.stats().used_bytes)),
             id if admin::handles(id) => {
                 let rng = &mut self.rng;
@@ -951,9 +964,10 @@ impl Engine for PersistentEngine<'_> {
             ),
         };
         self.can_block = None;
-        // The slow log's one clock read per command (about 33 ns on the 2-core test
-        // machine; Redis reads its clock twice per command), skipped while the log is off.
-        let took = (self.slowlog.threshold_us >= 0).then(|| {
+        // The slow log's and latency monitor's one clock read per command (about 33 ns on
+        // the 2-core test machine; Redis reads its clock twice per command), skipped while
+        // both are off.
+        let took = (self.slowlog.threshold_us >= 0 || self.latency.on()).then(|| {
             let finished = std::time::Instant::now();
             let took = finished.saturating_duration_since(self.clock_mark);
             self.clock_mark = finished;
@@ -968,6 +982,8 @@ impl Engine for PersistentEngine<'_> {
             let took_us = i64::try_from(took.as_micros()).unwrap_or(i64::MAX);
             self.slowlog
                 .record(request.command.args(), took_us, self.now / 1000);
+            let fast = request.spec.flags.contains(Flags::FAST);
+            self.latency.record(fast, took_us / 1000, self.now / 1000);
         }
         self.count_errors(&value);
         if !(effect.close && matches!(value, Reply::Simple(_))) {
