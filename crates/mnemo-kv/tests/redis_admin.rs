@@ -428,3 +428,78 @@ fn latency_monitor_samples_slow_commands() {
     assert_eq!(call("LATENCY RESET"), Reply::Integer(1));
     assert_eq!(call("LATENCY LATEST"), Reply::Array(Vec::new()));
 }
+
+/// CLIENT REPLY OFF / SKIP / ON: the same replies dropped and sent, local answers (PING,
+/// errors) and the engine's (SET, GET) alike, pub/sub events still sent; and the
+/// tracking subcommands of a server where tracking is never on.
+#[test]
+fn client_reply_like_redis() {
+    let Some(pair) = Pair::start("CLIENT REPLY differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    let lines = [
+        "CLIENT REPLY OFF",
+        "SET a 1",
+        "GET a",
+        "PING",
+        "NOSUCH",
+        "CLIENT REPLY SKIP",
+        "GET a",
+        "CLIENT REPLY ON",
+        "GET a",
+        "CLIENT REPLY SKIP",
+        "CLIENT REPLY ON",
+        "PING",
+        "CLIENT REPLY SKIP",
+        "INCR a",
+        "GET a",
+        "CLIENT REPLY SKIP",
+        "CLIENT REPLY OFF",
+        "PING",
+        "CLIENT REPLY ON",
+        "CLIENT REPLY FOO",
+        "CLIENT REPLY OFF",
+        "CLIENT REPLY FOO",
+        "RESET",
+        "GET a",
+        "CLIENT REPLY",
+    ];
+    for line in lines {
+        c.redis.send(&common::words(line));
+        c.mnemo.send(&common::words(line));
+    }
+    // What both sent back, until neither sends more.
+    let wait = std::time::Duration::from_millis(300);
+    let mut replies = (Vec::new(), Vec::new());
+    while c.redis.has_reply_within(wait) {
+        replies.0.push(c.redis.reply());
+    }
+    while c.mnemo.has_reply_within(wait) {
+        replies.1.push(c.mnemo.reply());
+    }
+    assert_eq!(replies.1, replies.0);
+    assert_eq!(replies.0.len(), 10, "{:?}", replies.0);
+    // Messages still arrive with replies off.
+    let mut publisher = pair.connect();
+    for line in ["CLIENT REPLY OFF", "SUBSCRIBE ch"] {
+        c.redis.send(&common::words(line));
+        c.mnemo.send(&common::words(line));
+    }
+    // The subscription's confirmation and the message: pushes, sent all the same.
+    let (redis, mnemo) = (c.redis.reply(), c.mnemo.reply());
+    assert_eq!(redis, mnemo);
+    publisher.check("PUBLISH ch hello");
+    let (redis, mnemo) = (c.redis.reply(), c.mnemo.reply());
+    assert_eq!(redis, mnemo);
+    let mut d = pair.connect();
+    d.script(&[
+        "CLIENT GETREDIR",
+        "CLIENT TRACKINGINFO",
+        "CLIENT CACHING yes",
+        "CLIENT CACHING maybe",
+        "CLIENT GETREDIR x",
+    ]);
+    d.assert_same();
+    publisher.assert_same();
+}

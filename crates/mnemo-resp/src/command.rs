@@ -418,12 +418,16 @@ const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
 
 command_table! {
     const CLIENT = [
+        ClientCaching => spec("client|caching", 3, NLS, NO_KEYS),
         ClientGetname => spec("client|getname", 2, NLS, NO_KEYS),
+        ClientGetredir => spec("client|getredir", 2, NLS, NO_KEYS),
         ClientId => spec("client|id", 2, NLS, NO_KEYS),
         ClientInfo => spec("client|info", 2, NLS, NO_KEYS),
         ClientNoEvict => spec("client|no-evict", 3, ANLS, NO_KEYS),
+        ClientReply => spec("client|reply", 3, NLS, NO_KEYS),
         ClientSetinfo => spec("client|setinfo", 4, NLS, NO_KEYS),
         ClientSetname => spec("client|setname", 3, NLS, NO_KEYS),
+        ClientTrackinginfo => spec("client|trackinginfo", 2, NLS, NO_KEYS),
     ];
 
     const COMMAND = [

@@ -307,6 +307,10 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::CommandList
         | Id::CommandGetkeys
         | Id::ClientNoEvict
+        | Id::ClientReply
+        | Id::ClientGetredir
+        | Id::ClientTrackinginfo
+        | Id::ClientCaching
         | Id::Slowlog
         | Id::SlowlogGet
         | Id::SlowlogHelp

@@ -78,8 +78,8 @@ pub struct Transaction {
 /// A reply slot, in request order.
 #[derive(Debug)]
 enum Slot {
-    /// At the executor.
-    Waiting,
+    /// At the executor; `quiet`: its reply is dropped (CLIENT REPLY OFF or SKIP).
+    Waiting { quiet: bool },
     /// Answered, waiting behind an earlier slot.
     Ready(BytesMut),
 }
@@ -113,6 +113,13 @@ pub struct Session {
     patterns: Vec<Bytes>,
     /// Shard channels (SSUBSCRIBE), counted apart as in Redis.
     shard_channels: Vec<Bytes>,
+    /// CLIENT REPLY OFF: no reply is sent until CLIENT REPLY ON.
+    reply_off: bool,
+    /// CLIENT REPLY SKIP: the next command's reply is not sent.
+    skip_next: bool,
+    /// The command being routed gets no reply (OFF, or the command after a SKIP); pushes
+    /// (pub/sub messages) are still sent, as in Redis.
+    quiet: bool,
     /// Bytes in the `Ready` slots.
     queued_bytes: usize,
     output: BytesMut,
@@ -148,6 +155,9 @@ impl Session {
             channels: Vec::new(),
             patterns: Vec::new(),
             shard_channels: Vec::new(),
+            reply_off: false,
+            skip_next: false,
+            quiet: false,
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
@@ -178,7 +188,7 @@ impl Session {
     pub fn in_flight(&self) -> usize {
         self.slots
             .iter()
-            .filter(|slot| matches!(slot, Slot::Waiting))
+            .filter(|slot| matches!(slot, Slot::Waiting { .. }))
             .count()
     }
 
@@ -203,7 +213,8 @@ impl Session {
                 }
             };
             if let Route::Executor(spec, transaction) = self.route(&command) {
-                self.slots.push_back(Slot::Waiting);
+                self.slots.push_back(Slot::Waiting { quiet: self.quiet });
+                self.quiet = false;
                 // Nothing after an EXEC holding a SELECT (its database is known only when it
                 // completes) or a blocking command (the connection waits, as in Redis) is
                 // taken before it completes.
@@ -229,23 +240,29 @@ impl Session {
     /// The executor's reply to the oldest request in flight. `close` (SHUTDOWN) closes the
     /// connection once the reply is written.
     pub fn complete(&mut self, reply: &[u8], close: bool) {
-        if matches!(self.slots.front(), Some(Slot::Waiting)) {
+        if let Some(&Slot::Waiting { quiet }) = self.slots.front() {
             // The usual case: the oldest request in flight is the first slot, so its reply
             // goes straight to the output, with no slot buffer of its own.
             self.slots.pop_front();
-            self.output.extend_from_slice(reply);
+            if !quiet {
+                self.output.extend_from_slice(reply);
+            }
         } else {
             let waiting = self
                 .slots
                 .iter_mut()
-                .find(|slot| matches!(slot, Slot::Waiting));
+                .find(|slot| matches!(slot, Slot::Waiting { .. }));
             debug_assert!(
                 waiting.is_some(),
                 "a completion without a request in flight"
             );
             if let Some(slot) = waiting {
-                *slot = Slot::Ready(BytesMut::from(reply));
-                self.queued_bytes += reply.len();
+                let kept = match slot {
+                    Slot::Waiting { quiet: true } => &[][..],
+                    _ => reply,
+                };
+                self.queued_bytes += kept.len();
+                *slot = Slot::Ready(BytesMut::from(kept));
             }
         }
         self.closing |= close;
@@ -306,6 +323,9 @@ impl Session {
 
     /// Writes a local answer: straight to the output, or behind requests still in flight.
     fn answer(&mut self, write: impl FnOnce(&mut Encoder<'_>)) {
+        if self.quiet {
+            return;
+        }
         if self.slots.is_empty() {
             write(&mut Encoder::new(&mut self.output, self.protocol));
         } else {
@@ -316,6 +336,14 @@ impl Session {
         }
     }
 
+    /// A pub/sub event (subscription, message): sent even under CLIENT REPLY OFF or SKIP,
+    /// as Redis sends pushes.
+    fn push(&mut self, write: impl FnOnce(&mut Encoder<'_>)) {
+        let quiet = std::mem::take(&mut self.quiet);
+        self.answer(write);
+        self.quiet = quiet;
+    }
+
     fn answer_error(&mut self, text: &[u8]) {
         self.answer(|reply| reply.error(text));
     }
@@ -324,6 +352,16 @@ impl Session {
     /// connection-level commands.
     fn route(&mut self, command: &Command) -> Route {
         let args = command.args();
+        // CLIENT REPLY: whether this command's reply is sent is decided before it runs.
+        self.quiet = self.reply_off || std::mem::take(&mut self.skip_next);
+        let route = self.route_command(command, args);
+        if matches!(route, Route::Local) {
+            self.quiet = false;
+        }
+        route
+    }
+
+    fn route_command(&mut self, command: &Command, args: &[Bytes]) -> Route {
         let spec = match command::resolve(args) {
             Ok(spec) => spec,
             Err(error) => {
@@ -400,6 +438,23 @@ impl Session {
                 let reply = command_getkeys(&args[2..]);
                 self.answer(|encoder| encoder.reply(&reply));
             }
+            CommandId::ClientReply => self.client_reply(&args[2]),
+            CommandId::ClientGetredir => self.answer(|reply| reply.integer(-1)),
+            CommandId::ClientTrackinginfo => self.answer(|reply| {
+                // Tracking (client-side caching) is never on.
+                reply.map_len(3);
+                reply.bulk(b"flags");
+                reply.set_len(1);
+                reply.bulk(b"off");
+                reply.bulk(b"redirect");
+                reply.integer(-1);
+                reply.bulk(b"prefixes");
+                reply.array_len(0);
+            }),
+            CommandId::ClientCaching => self.answer_error(
+                b"ERR CLIENT CACHING can be called only when the client is in tracking mode \
+                  with OPTIN or OPTOUT mode enabled",
+            ),
             CommandId::ClientNoEvict => {
                 // No client is ever evicted (there is no maxmemory-clients): the flag changes
                 // nothing, as it changes nothing in Redis without that limit.
@@ -524,6 +579,10 @@ impl Session {
     /// Returns whether it watched keys (the engine must forget them).
     fn reset(&mut self) -> bool {
         self.multi = None;
+        // RESET's own reply is sent even after CLIENT REPLY OFF, as in Redis.
+        self.reply_off = false;
+        self.skip_next = false;
+        self.quiet = false;
         self.db = 0;
         self.protocol = Protocol::Resp2;
         self.name = None;
@@ -594,7 +653,7 @@ impl Session {
 
     fn answer_shard(&mut self, kind: &'static [u8], name: Option<&Bytes>) {
         let n = count(self.shard_channels.len());
-        self.answer(|reply| {
+        self.push(|reply| {
             reply.push_len(3);
             reply.bulk(kind);
             match name {
@@ -608,7 +667,7 @@ impl Session {
     /// A subscription event: `kind`, the channel (or none), the subscription count after it.
     fn answer_subscription(&mut self, kind: &'static [u8], name: Option<&Bytes>) {
         let n = count(self.channels.len() + self.patterns.len());
-        self.answer(|reply| {
+        self.push(|reply| {
             reply.push_len(3);
             reply.bulk(kind);
             match name {
@@ -673,7 +732,7 @@ impl Session {
     /// A message published to a channel this connection listens to: written in its
     /// protocol, in order with its replies.
     pub fn deliver_message(&mut self, message: &Message) {
-        self.answer(|reply| {
+        self.push(|reply| {
             match &message.pattern {
                 Some(pattern) => {
                     reply.push_len(4);
@@ -934,6 +993,22 @@ impl Session {
                 reply.bulk(name.as_bytes());
             }
         });
+    }
+
+    /// CLIENT REPLY ON | OFF | SKIP, as Redis: ON answers OK (and ends a SKIP), OFF and
+    /// SKIP answer nothing; SKIP under OFF changes nothing.
+    fn client_reply(&mut self, mode: &[u8]) {
+        if mode.eq_ignore_ascii_case(b"on") {
+            self.reply_off = false;
+            self.quiet = false;
+            self.answer(|reply| reply.simple(b"OK"));
+        } else if mode.eq_ignore_ascii_case(b"off") {
+            self.reply_off = true;
+        } else if mode.eq_ignore_ascii_case(b"skip") {
+            self.skip_next |= !self.reply_off;
+        } else {
+            self.answer_error(errors::SYNTAX.as_bytes());
+        }
     }
 
     fn client_setname(&mut self, args: &[Bytes]) {
