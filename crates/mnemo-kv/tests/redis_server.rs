@@ -316,10 +316,7 @@ fn save_and_function_like_redis() {
     // The families mnemo does not have say so.
     for (line, what) in [
         ("XADD s * a 1", "streams are"),
-        ("pfadd h a", "HyperLogLog is"),
-        ("SSUBSCRIBE ch", "sharded pub/sub is"),
         ("EVAL return 0", "scripting is"),
-        ("GEOADD g 1 1 m", "geo commands are"),
     ] {
         let Reply::Error(text) = c.mnemo.call(&common::words(line)) else {
             panic!("{line}")

@@ -202,6 +202,109 @@ pub fn resolve<A: AsRef<[u8]>>(argv: &[A]) -> Result<&'static CommandSpec, Comma
     Ok(spec)
 }
 
+/// The positions in `args` (the command's name first) of its key arguments, as COMMAND
+/// GETKEYS finds them: from the entry's key positions, or for the commands whose keys move
+/// (a `numkeys` argument, SORT's STORE) from the arguments themselves. `None` when the
+/// arguments do not say where the keys are (a `numkeys` that is not a number, or larger than
+/// the arguments that follow). Empty for a command without keys.
+pub fn key_positions<A: AsRef<[u8]>>(spec: &CommandSpec, args: &[A]) -> Option<Vec<usize>> {
+    let numkeys = |at: usize, first: Option<usize>| -> Option<Vec<usize>> {
+        let text = std::str::from_utf8(args.get(at)?.as_ref()).ok()?;
+        let count: usize = text.parse().ok().filter(|&n| n > 0)?;
+        let keys = at + 1..at + 1 + count;
+        if keys.end > args.len() {
+            return None;
+        }
+        Some(first.into_iter().chain(keys).collect())
+    };
+    match spec.id {
+        CommandId::Zunion
+        | CommandId::Zinter
+        | CommandId::Zdiff
+        | CommandId::Zintercard
+        | CommandId::Sintercard
+        | CommandId::Lmpop
+        | CommandId::Zmpop => numkeys(1, None),
+        CommandId::Blmpop | CommandId::Bzmpop => numkeys(2, None),
+        CommandId::Zunionstore | CommandId::Zinterstore | CommandId::Zdiffstore => {
+            numkeys(2, Some(1))
+        }
+        // Shard channels sit at key positions (for cluster slots) but are not keys.
+        CommandId::Spublish | CommandId::Ssubscribe | CommandId::Sunsubscribe => Some(Vec::new()),
+        CommandId::Migrate => {
+            let mut i = 6;
+            while i < args.len() {
+                let arg = args[i].as_ref();
+                if arg.eq_ignore_ascii_case(b"auth") {
+                    i += 1;
+                } else if arg.eq_ignore_ascii_case(b"auth2") {
+                    i += 2;
+                } else if arg.eq_ignore_ascii_case(b"keys") {
+                    if !args[3].as_ref().is_empty() {
+                        return None;
+                    }
+                    return Some((i + 1..args.len()).collect());
+                }
+                i += 1;
+            }
+            Some(vec![3])
+        }
+        CommandId::Georadius | CommandId::Georadiusbymember => {
+            let mut store = None;
+            let first_option = if spec.id == CommandId::Georadius {
+                6
+            } else {
+                5
+            };
+            let mut i = first_option;
+            while i < args.len() {
+                let arg = args[i].as_ref();
+                let stores =
+                    arg.eq_ignore_ascii_case(b"store") || arg.eq_ignore_ascii_case(b"storedist");
+                if stores && i + 1 < args.len() {
+                    store = Some(i + 1);
+                    i += 1;
+                }
+                i += 1;
+            }
+            Some([1].into_iter().chain(store).collect())
+        }
+        CommandId::Sort => {
+            let mut store = None;
+            let mut i = 2;
+            while i < args.len() {
+                let arg = args[i].as_ref();
+                if arg.eq_ignore_ascii_case(b"limit") {
+                    i += 2;
+                } else if arg.eq_ignore_ascii_case(b"get") || arg.eq_ignore_ascii_case(b"by") {
+                    i += 1;
+                } else if arg.eq_ignore_ascii_case(b"store") && i + 1 < args.len() {
+                    store = Some(i + 1);
+                    i += 1;
+                }
+                i += 1;
+            }
+            Some([1].into_iter().chain(store).collect())
+        }
+        _ if spec.first_key <= 0 => Some(Vec::new()),
+        _ => {
+            let first = usize::try_from(spec.first_key).ok()?;
+            let last = if spec.last_key < 0 {
+                let back = usize::try_from(spec.last_key.unsigned_abs()).ok()?;
+                args.len().checked_sub(back)?
+            } else {
+                usize::try_from(spec.last_key).ok()?
+            };
+            let step = usize::try_from(spec.key_step).ok()?.max(1);
+            Some(
+                (first..=last.min(args.len().saturating_sub(1)))
+                    .step_by(step)
+                    .collect(),
+            )
+        }
+    }
+}
+
 /// Binary search with a case-insensitive comparison: table names are lower case.
 fn find(table: &'static [CommandSpec], name: &[u8]) -> Option<&'static CommandSpec> {
     table
@@ -315,16 +418,22 @@ const ALL_KEYS: (i32, i32, i32) = (1, -1, 1);
 
 command_table! {
     const CLIENT = [
+        ClientCaching => spec("client|caching", 3, NLS, NO_KEYS),
         ClientGetname => spec("client|getname", 2, NLS, NO_KEYS),
+        ClientGetredir => spec("client|getredir", 2, NLS, NO_KEYS),
         ClientId => spec("client|id", 2, NLS, NO_KEYS),
         ClientInfo => spec("client|info", 2, NLS, NO_KEYS),
+        ClientNoEvict => spec("client|no-evict", 3, ANLS, NO_KEYS),
+        ClientReply => spec("client|reply", 3, NLS, NO_KEYS),
         ClientSetinfo => spec("client|setinfo", 4, NLS, NO_KEYS),
         ClientSetname => spec("client|setname", 3, NLS, NO_KEYS),
+        ClientTrackinginfo => spec("client|trackinginfo", 2, NLS, NO_KEYS),
     ];
 
     const COMMAND = [
         CommandCount => spec("command|count", 2, LS, NO_KEYS),
         CommandDocs => spec("command|docs", -2, LS, NO_KEYS),
+        CommandGetkeys => spec("command|getkeys", -4, LS, NO_KEYS),
         CommandInfo => spec("command|info", -2, LS, NO_KEYS),
         CommandList => spec("command|list", -2, LS, NO_KEYS),
     ];
@@ -346,6 +455,50 @@ command_table! {
         PubsubChannels => spec("pubsub|channels", -2, LS, NO_KEYS),
         PubsubNumpat => spec("pubsub|numpat", 2, LS, NO_KEYS),
         PubsubNumsub => spec("pubsub|numsub", -2, LS, NO_KEYS),
+        PubsubShardchannels => spec("pubsub|shardchannels", -2, LS, NO_KEYS),
+        PubsubShardnumsub => spec("pubsub|shardnumsub", -2, LS, NO_KEYS),
+    ];
+
+    const ACL = [
+        AclCat => spec("acl|cat", -2, NLS, NO_KEYS),
+        AclGenpass => spec("acl|genpass", -2, NLS, NO_KEYS),
+        AclLog => spec("acl|log", -2, ANLS, NO_KEYS),
+        AclUsers => spec("acl|users", 2, ANLS, NO_KEYS),
+        AclWhoami => spec("acl|whoami", 2, NLS, NO_KEYS),
+    ];
+
+    const LATENCY = [
+        LatencyDoctor => spec("latency|doctor", 2, ANLS, NO_KEYS),
+        LatencyGraph => spec("latency|graph", 3, ANLS, NO_KEYS),
+        LatencyHelp => spec("latency|help", 2, LS, NO_KEYS),
+        LatencyHistogram => spec("latency|histogram", -2, ANLS, NO_KEYS),
+        LatencyHistory => spec("latency|history", 3, ANLS, NO_KEYS),
+        LatencyLatest => spec("latency|latest", 2, ANLS, NO_KEYS),
+        LatencyReset => spec("latency|reset", -2, ANLS, NO_KEYS),
+    ];
+
+    const MEMORY = [
+        MemoryDoctor => spec("memory|doctor", 2, NONE, NO_KEYS),
+        MemoryHelp => spec("memory|help", 2, LS, NO_KEYS),
+        MemoryMallocStats => spec("memory|malloc-stats", 2, NONE, NO_KEYS),
+        MemoryPurge => spec("memory|purge", 2, NONE, NO_KEYS),
+        MemoryStats => spec("memory|stats", 2, NONE, NO_KEYS),
+        MemoryUsage => spec("memory|usage", -3, R, (2, 2, 1)),
+    ];
+
+    const MODULE = [
+        ModuleHelp => spec("module|help", 2, LS, NO_KEYS),
+        ModuleList => spec("module|list", 2, AN, NO_KEYS),
+        ModuleLoad => spec("module|load", -3, AN, NO_KEYS),
+        ModuleLoadex => spec("module|loadex", -3, AN, NO_KEYS),
+        ModuleUnload => spec("module|unload", 3, AN, NO_KEYS),
+    ];
+
+    const SLOWLOG = [
+        SlowlogGet => spec("slowlog|get", -2, Flags::ADMIN.union(LS), NO_KEYS),
+        SlowlogHelp => spec("slowlog|help", 2, LS, NO_KEYS),
+        SlowlogLen => spec("slowlog|len", 2, Flags::ADMIN.union(LS), NO_KEYS),
+        SlowlogReset => spec("slowlog|reset", 2, Flags::ADMIN.union(LS), NO_KEYS),
     ];
 
     const OBJECT = [
@@ -357,15 +510,22 @@ command_table! {
     ];
 
     /// Every command the server answers: issue 6's, and issue 17's so far (databases,
-    /// strings and bitmaps, the keyspace, lists with the blocking pops, hashes, sets, sorted
-    /// sets, transactions, CONFIG, INFO, SAVE). Values from Redis 7.0's command table (the
+    /// strings and bitmaps with BITFIELD, the keyspace with SORT, lists with the blocking
+    /// pops, hashes, sets, sorted sets, transactions, CONFIG, INFO, SAVE, SLOWLOG, LATENCY,
+    /// MEMORY, and the server commands a standalone Redis answers without doing anything:
+    /// cluster, replication and module commands). Values from Redis 7.0's command table (the
     /// flags this table knows), checked against a real redis-server by
     /// `tests/against_redis.rs`.
     const COMMANDS = [
+        Acl => container("acl", -2, NONE, ACL),
         Append => spec("append", 3, WMF, ONE_KEY),
+        Asking => spec("asking", 1, Flags::FAST, NO_KEYS),
         Auth => spec("auth", -2, NLS_FAST_NO_AUTH, NO_KEYS),
+        Bgrewriteaof => spec("bgrewriteaof", 1, AN, NO_KEYS),
         Bgsave => spec("bgsave", -1, AN, NO_KEYS),
         Bitcount => spec("bitcount", -2, R, ONE_KEY),
+        Bitfield => spec("bitfield", -2, WM, ONE_KEY),
+        BitfieldRo => spec("bitfield_ro", -2, RF, ONE_KEY),
         Bitop => spec("bitop", -4, WM, (2, -1, 1)),
         Bitpos => spec("bitpos", -3, R, ONE_KEY),
         Blmove => spec("blmove", 6, WM.union(Flags::NOSCRIPT), (1, 2, 1)),
@@ -377,23 +537,37 @@ command_table! {
         Bzpopmax => spec("bzpopmax", -3, WF.union(Flags::NOSCRIPT), (1, -2, 1)),
         Bzpopmin => spec("bzpopmin", -3, WF.union(Flags::NOSCRIPT), (1, -2, 1)),
         Client => container("client", -2, NONE, CLIENT),
+        Cluster => spec("cluster", -2, NONE, NO_KEYS),
         Command => container("command", -1, LS, COMMAND),
         Config => container("config", -2, NONE, CONFIG),
         Copy => spec("copy", -3, WM, (1, 2, 1)),
         Dbsize => spec("dbsize", 1, RF, NO_KEYS),
+        Debug => spec("debug", -2, ANLS, NO_KEYS),
         Decr => spec("decr", 2, WMF, ONE_KEY),
         Decrby => spec("decrby", 3, WMF, ONE_KEY),
         Del => spec("del", -2, W, ALL_KEYS),
         Discard => spec("discard", 1, NLS.union(Flags::FAST), NO_KEYS),
+        Dump => spec("dump", 2, R, ONE_KEY),
         Echo => spec("echo", 2, LS.union(Flags::FAST), NO_KEYS),
         Exec => spec("exec", 1, NLS, NO_KEYS),
         Exists => spec("exists", -2, RF, ALL_KEYS),
         Expire => spec("expire", -3, WF, ONE_KEY),
         Expireat => spec("expireat", -3, WF, ONE_KEY),
         Expiretime => spec("expiretime", 2, RF, ONE_KEY),
+        Failover => spec("failover", -1, AN.union(Flags::STALE), NO_KEYS),
         Flushall => spec("flushall", -1, W, NO_KEYS),
         Flushdb => spec("flushdb", -1, W, NO_KEYS),
         Function => container("function", -2, NONE, FUNCTION),
+        Geoadd => spec("geoadd", -5, WM, ONE_KEY),
+        Geodist => spec("geodist", -4, R, ONE_KEY),
+        Geohash => spec("geohash", -2, R, ONE_KEY),
+        Geopos => spec("geopos", -2, R, ONE_KEY),
+        Georadius => spec("georadius", -6, WM, ONE_KEY),
+        GeoradiusRo => spec("georadius_ro", -6, R, ONE_KEY),
+        Georadiusbymember => spec("georadiusbymember", -5, WM, ONE_KEY),
+        GeoradiusbymemberRo => spec("georadiusbymember_ro", -5, R, ONE_KEY),
+        Geosearch => spec("geosearch", -7, R, ONE_KEY),
+        Geosearchstore => spec("geosearchstore", -8, WM, (1, 2, 1)),
         Get => spec("get", 2, RF, ONE_KEY),
         Getbit => spec("getbit", 3, RF, ONE_KEY),
         Getdel => spec("getdel", 2, WF, ONE_KEY),
@@ -423,12 +597,14 @@ command_table! {
         Info => spec("info", -1, LS, NO_KEYS),
         Keys => spec("keys", 2, R, NO_KEYS),
         Lastsave => spec("lastsave", 1, LS.union(Flags::FAST), NO_KEYS),
+        Latency => container("latency", -2, NONE, LATENCY),
         Lcs => spec("lcs", -3, R, (1, 2, 1)),
         Lindex => spec("lindex", 3, R, ONE_KEY),
         Linsert => spec("linsert", 5, WM, ONE_KEY),
         Llen => spec("llen", 2, RF, ONE_KEY),
         Lmove => spec("lmove", 5, WM, (1, 2, 1)),
         Lmpop => spec("lmpop", -4, W, NO_KEYS),
+        Lolwut => spec("lolwut", -1, RF, NO_KEYS),
         Lpop => spec("lpop", -2, WF, ONE_KEY),
         Lpos => spec("lpos", -3, R, ONE_KEY),
         Lpush => spec("lpush", -3, WMF, ONE_KEY),
@@ -437,7 +613,10 @@ command_table! {
         Lrem => spec("lrem", 4, W, ONE_KEY),
         Lset => spec("lset", 4, WM, ONE_KEY),
         Ltrim => spec("ltrim", 4, W, ONE_KEY),
+        Memory => container("memory", -2, NONE, MEMORY),
         Mget => spec("mget", -2, RF, ALL_KEYS),
+        Migrate => spec("migrate", -6, W, (3, 3, 1)),
+        Module => container("module", -2, NONE, MODULE),
         Move => spec("move", 3, WF, ONE_KEY),
         Mset => spec("mset", -3, WM, (1, -1, 2)),
         Msetnx => spec("msetnx", -3, WM, (1, -1, 2)),
@@ -447,6 +626,11 @@ command_table! {
         Pexpire => spec("pexpire", -3, WF, ONE_KEY),
         Pexpireat => spec("pexpireat", -3, WF, ONE_KEY),
         Pexpiretime => spec("pexpiretime", 2, RF, ONE_KEY),
+        Pfadd => spec("pfadd", -2, WMF, ONE_KEY),
+        Pfcount => spec("pfcount", -2, R, ALL_KEYS),
+        Pfdebug => spec("pfdebug", 3, WM.union(Flags::ADMIN), (2, 2, 1)),
+        Pfmerge => spec("pfmerge", -2, WM, ALL_KEYS),
+        Pfselftest => spec("pfselftest", 1, Flags::ADMIN, NO_KEYS),
         Ping => spec("ping", -1, Flags::FAST, NO_KEYS),
         Psetex => spec("psetex", 4, WM, ONE_KEY),
         Psubscribe => spec("psubscribe", -2, NLS, NO_KEYS),
@@ -456,9 +640,14 @@ command_table! {
         Punsubscribe => spec("punsubscribe", -1, NLS, NO_KEYS),
         Quit => spec("quit", -1, NLS_FAST_NO_AUTH, NO_KEYS),
         Randomkey => spec("randomkey", 1, R, NO_KEYS),
+        Readonly => spec("readonly", 1, LS.union(Flags::FAST), NO_KEYS),
+        Readwrite => spec("readwrite", 1, LS.union(Flags::FAST), NO_KEYS),
         Rename => spec("rename", 3, W, (1, 2, 1)),
         Renamenx => spec("renamenx", 3, WF, (1, 2, 1)),
+        Replicaof => spec("replicaof", 3, AN.union(Flags::STALE), NO_KEYS),
         Reset => spec("reset", 1, NLS_FAST_NO_AUTH, NO_KEYS),
+        Restore => spec("restore", -4, WM, ONE_KEY),
+        RestoreAsking => spec("restore-asking", -4, WM, ONE_KEY),
         Role => spec("role", 1, NLS.union(Flags::FAST), NO_KEYS),
         Rpop => spec("rpop", -2, WF, ONE_KEY),
         Rpoplpush => spec("rpoplpush", 3, WM, (1, 2, 1)),
@@ -481,18 +670,25 @@ command_table! {
         Sintercard => spec("sintercard", -3, R, NO_KEYS),
         Sinterstore => spec("sinterstore", -3, WM, ALL_KEYS),
         Sismember => spec("sismember", 3, RF, ONE_KEY),
+        Slaveof => spec("slaveof", 3, AN.union(Flags::STALE), NO_KEYS),
+        Slowlog => container("slowlog", -2, NONE, SLOWLOG),
         Smembers => spec("smembers", 2, R, ONE_KEY),
         Smismember => spec("smismember", -3, RF, ONE_KEY),
         Smove => spec("smove", 4, WF, (1, 2, 1)),
+        Sort => spec("sort", -2, WM, ONE_KEY),
+        SortRo => spec("sort_ro", -2, R, ONE_KEY),
         Spop => spec("spop", -2, WF, ONE_KEY),
+        Spublish => spec("spublish", 3, LS.union(Flags::FAST), ONE_KEY),
         Srandmember => spec("srandmember", -2, R, ONE_KEY),
         Srem => spec("srem", -3, WF, ONE_KEY),
         Sscan => spec("sscan", -3, R, ONE_KEY),
+        Ssubscribe => spec("ssubscribe", -2, NLS, ALL_KEYS),
         Strlen => spec("strlen", 2, RF, ONE_KEY),
         Subscribe => spec("subscribe", -2, NLS, NO_KEYS),
         Substr => spec("substr", 4, R, ONE_KEY),
         Sunion => spec("sunion", -2, R, ALL_KEYS),
         Sunionstore => spec("sunionstore", -3, WM, ALL_KEYS),
+        Sunsubscribe => spec("sunsubscribe", -1, NLS, ALL_KEYS),
         Swapdb => spec("swapdb", 3, WF, NO_KEYS),
         Time => spec("time", 1, LS.union(Flags::FAST), NO_KEYS),
         Touch => spec("touch", -2, RF, ALL_KEYS),
@@ -501,6 +697,7 @@ command_table! {
         Unlink => spec("unlink", -2, WF, ALL_KEYS),
         Unsubscribe => spec("unsubscribe", -1, NLS, NO_KEYS),
         Unwatch => spec("unwatch", 1, NLS.union(Flags::FAST), NO_KEYS),
+        Wait => spec("wait", 3, Flags::NOSCRIPT, NO_KEYS),
         Watch => spec("watch", -2, NLS.union(Flags::FAST), ALL_KEYS),
         Zadd => spec("zadd", -4, WMF, ONE_KEY),
         Zcard => spec("zcard", 2, RF, ONE_KEY),
@@ -600,7 +797,7 @@ mod tests {
         let subcommands = COMMANDS.iter().flat_map(|spec| spec.subcommands);
         for spec in COMMANDS.iter().chain(subcommands) {
             let id = format!("{:?}", spec.id).to_ascii_lowercase();
-            assert_eq!(id, spec.name.replace('|', ""));
+            assert_eq!(id, spec.name.replace(['|', '_', '-'], ""));
             let short = spec.name.rsplit('|').next().unwrap_or_default();
             assert_eq!(spec.short_name(), short);
             let found = lookup_full_name(spec.name.to_ascii_uppercase().as_bytes());

@@ -204,6 +204,21 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Bitpos
         | Id::Bitop
         | Id::Lcs => super::strings::run(ctx, spec, a),
+        Id::Sort | Id::SortRo => super::sort::run(ctx, spec, a),
+        Id::Dump => super::dump::dump(ctx, &a[1]),
+        Id::Migrate => super::migrate::migrate(ctx, a),
+        Id::Geoadd | Id::Geodist | Id::Geohash | Id::Geopos => super::geo::run(ctx, spec, a),
+        Id::Georadius
+        | Id::GeoradiusRo
+        | Id::Georadiusbymember
+        | Id::GeoradiusbymemberRo
+        | Id::Geosearch
+        | Id::Geosearchstore => super::geo::radius(ctx, spec, a),
+        Id::Pfadd | Id::Pfcount | Id::Pfmerge | Id::Pfdebug | Id::Pfselftest => {
+            super::hyperloglog::run(ctx, spec, a)
+        }
+        Id::Restore | Id::RestoreAsking => super::dump::restore(ctx, spec, a),
+        Id::Bitfield | Id::BitfieldRo => super::bitfield::run(ctx, spec, a),
         Id::Unlink => del(ctx, &a[1..]),
         Id::Hsetnx
         | Id::Hincrbyfloat
@@ -256,6 +271,11 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::PubsubChannels
         | Id::PubsubNumpat
         | Id::PubsubNumsub
+        | Id::PubsubShardchannels
+        | Id::PubsubShardnumsub
+        | Id::Spublish
+        | Id::Ssubscribe
+        | Id::Sunsubscribe
         | Id::Save
         | Id::Bgsave
         | Id::Function
@@ -284,7 +304,56 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::CommandCount
         | Id::CommandDocs
         | Id::CommandInfo
-        | Id::CommandList => Ok(unknown_command(args)),
+        | Id::CommandList
+        | Id::CommandGetkeys
+        | Id::ClientNoEvict
+        | Id::ClientReply
+        | Id::ClientGetredir
+        | Id::ClientTrackinginfo
+        | Id::ClientCaching
+        | Id::Slowlog
+        | Id::SlowlogGet
+        | Id::SlowlogHelp
+        | Id::SlowlogLen
+        | Id::SlowlogReset
+        | Id::Latency
+        | Id::LatencyDoctor
+        | Id::LatencyGraph
+        | Id::LatencyHelp
+        | Id::LatencyHistogram
+        | Id::LatencyHistory
+        | Id::LatencyLatest
+        | Id::LatencyReset
+        | Id::Memory
+        | Id::MemoryDoctor
+        | Id::MemoryHelp
+        | Id::MemoryMallocStats
+        | Id::MemoryPurge
+        | Id::MemoryStats
+        | Id::MemoryUsage
+        | Id::Module
+        | Id::ModuleHelp
+        | Id::ModuleList
+        | Id::ModuleLoad
+        | Id::ModuleLoadex
+        | Id::ModuleUnload
+        | Id::Acl
+        | Id::AclCat
+        | Id::AclGenpass
+        | Id::AclLog
+        | Id::AclUsers
+        | Id::AclWhoami
+        | Id::Wait
+        | Id::Readonly
+        | Id::Readwrite
+        | Id::Asking
+        | Id::Cluster
+        | Id::Replicaof
+        | Id::Slaveof
+        | Id::Failover
+        | Id::Bgrewriteaof
+        | Id::Debug
+        | Id::Lolwut => Ok(unknown_command(args)),
     }
 }
 

@@ -238,6 +238,17 @@ impl Config {
             .unwrap_or_else(|| default.to_string())
     }
 
+    /// A tunable integer parameter's value (its default until CONFIG SET changes it).
+    pub fn integer(&self, name: &str) -> Option<i64> {
+        let &(_, _, _, default) = TUNABLES.iter().find(|t| t.0 == name)?;
+        parse_i64(
+            self.values
+                .get(name)
+                .map_or(default, String::as_str)
+                .as_bytes(),
+        )
+    }
+
     /// Every parameter as (name, value): tunables under both names, then the fixed ones.
     fn all(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();

@@ -37,3 +37,8 @@ pub const LIST_SEGMENT_SLOTS: u64 = 64;
 pub const SCAN_VISITS_PER_COUNT: u64 = 10;
 /// Attempts at a random non-empty bucket before SPOP falls back to a linear search.
 pub const RANDOM_BUCKET_TRIES: u32 = 64;
+/// Arguments of a command the slow log keeps (Redis's `SLOWLOG_ENTRY_MAX_ARGC`): the last
+/// one kept says how many more there were.
+pub const SLOWLOG_ARGUMENTS_MAX: usize = 32;
+/// Bytes of one argument the slow log keeps (Redis's `SLOWLOG_ENTRY_MAX_STRING`).
+pub const SLOWLOG_ARGUMENT_BYTES_MAX: usize = 128;

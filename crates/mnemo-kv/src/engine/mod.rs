@@ -15,8 +15,10 @@
 
 #![deny(unsafe_code)]
 
+mod admin;
 #[macro_use]
 mod commands;
+mod bitfield;
 mod bits;
 mod blocking;
 mod collections;
@@ -24,13 +26,19 @@ mod config;
 mod databases;
 mod decimal;
 pub mod dict;
+mod dump;
+mod geo;
 pub(crate) mod glob;
+mod hyperloglog;
 mod info;
 mod keyspace;
+mod latency;
 pub mod limits;
 pub mod list;
 mod lists;
+mod migrate;
 mod score_range;
+mod sort;
 mod store;
 mod strings;
 mod transaction;
@@ -146,6 +154,13 @@ pub struct PersistentEngine<'h> {
     multi: Option<crate::server::Transaction>,
     stats: EngineStats,
     info_hook: Option<InfoHook<'h>>,
+    /// SLOWLOG's entries and settings.
+    slowlog: admin::SlowLog,
+    /// LATENCY's events.
+    latency: latency::Monitor,
+    /// When the last command (or the batch's `begin`) finished: a command's duration for the
+    /// slow log is the time since, one clock read per command.
+    clock_mark: std::time::Instant,
 }
 
 impl std::fmt::Debug for PersistentEngine<'_> {
@@ -232,6 +247,9 @@ impl<'h> PersistentEngine<'h> {
             multi: None,
             stats: EngineStats::default(),
             info_hook: None,
+            slowlog: admin::SlowLog::default(),
+            latency: latency::Monitor::default(),
+            clock_mark: std::time::Instant::now(),
         })
     }
 
@@ -353,8 +371,10 @@ impl<'h> PersistentEngine<'h> {
             );
         }
         // SAVE asks for a sync point: every acknowledged write already had one, but the batch
-        // commits (and LASTSAVE moves) as for a write.
-        let writes = spec.flags.contains(Flags::WRITE) || spec.id == CommandId::Save;
+        // commits (and LASTSAVE moves) as for a write. PFCOUNT, a read, caches the count in
+        // the HyperLogLog's string, as Redis does.
+        let writes = spec.flags.contains(Flags::WRITE)
+            || matches!(spec.id, CommandId::Save | CommandId::Pfcount);
         let mut effect = Effect {
             wrote: writes,
             close: spec.id == CommandId::Shutdown,
@@ -393,7 +413,39 @@ impl<'h> PersistentEngine<'h> {
             CommandId::Shutdown => Ok(Reply::ok()),
             CommandId::Info => Ok(self.info(&args[1..])),
             CommandId::ConfigGet => Ok(self.config.get(&args[2..])),
-            CommandId::ConfigSet => Ok(self.config.set(args)),
+            CommandId::ConfigSet => {
+                let reply = self.config.set(args);
+                self.slowlog.threshold_us = self
+                    .config
+                    .integer("slowlog-log-slower-than")
+                    .unwrap_or(10_000);
+                self.latency.threshold_ms = self
+                    .config
+                    .integer("latency-monitor-threshold")
+                    .unwrap_or(0);
+                // A log turned back on times from now, not from when it was turned off.
+                self.clock_mark = std::time::Instant::now();
+                let max_len = self.config.integer("slowlog-max-len").unwrap_or(128);
+                self.slowlog
+                    .set_max_len(usize::try_from(max_len).unwrap_or(usize::MAX));
+                Ok(reply)
+            }
+            CommandId::MemoryUsage => {
+                self.under_savepoint(*db, resp3, |ctx| admin::memory_usage(ctx, args))
+            }
+            CommandId::MemoryStats => Ok(self.memory_stats()),
+            CommandId::LatencyLatest
+            | CommandId::LatencyHistory
+            | CommandId::LatencyReset
+            | CommandId::LatencyGraph
+            | CommandId::LatencyDoctor => Ok(self.latency.run(spec.id, args)),
+            CommandId::MemoryDoctor => Ok(admin::memory_doctor(self.heap.stats().used_bytes)),
+            id if admin::handles(id) => {
+                let rng = &mut self.rng;
+                Ok(admin::run(spec, args, &mut self.slowlog, &mut || {
+                    commands::ctx_random(rng)
+                }))
+            }
             CommandId::ConfigHelp => Ok(config::help()),
             CommandId::ConfigRewrite => Ok(commands::err(
                 "ERR The server is running without a config file",
@@ -799,6 +851,36 @@ impl<'h> PersistentEngine<'h> {
     }
 }
 
+impl PersistentEngine<'_> {
+    /// MEMORY STATS: the fields of Redis's reply that apply to a pool (bytes allocated, keys,
+    /// bytes per key), and the pool's size and maximum.
+    fn memory_stats(&self) -> Reply {
+        let heap = self.heap.stats();
+        let keys: u64 = (0..self.slots.len())
+            .filter_map(|db| self.key_counts(db))
+            .map(|(keys, _)| keys)
+            .sum();
+        let pool = self.heap.pool();
+        let field = |name: &'static str, value: u64| {
+            (
+                Reply::Bulk(Bytes::from_static(name.as_bytes())),
+                Reply::Integer(i64::try_from(value).unwrap_or(i64::MAX)),
+            )
+        };
+        Reply::Map(vec![
+            field("total.allocated", heap.used_bytes),
+            field("keys.count", keys),
+            field(
+                "keys.bytes-per-key",
+                heap.used_bytes.checked_div(keys).unwrap_or(0),
+            ),
+            field("dataset.bytes", heap.used_bytes),
+            field("mnemo.pool.size", pool.size()),
+            field("mnemo.pool.free", heap.free_bytes),
+        ])
+    }
+}
+
 /// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]: there are no libraries.
 fn function_list(args: &[Bytes]) -> Reply {
     let mut i = 2;
@@ -847,6 +929,7 @@ impl Engine for PersistentEngine<'_> {
         self.poisoned = None;
         self.now = self.clock.unwrap_or_else(unix_ms);
         self.begin_txn();
+        self.clock_mark = std::time::Instant::now();
     }
 
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
@@ -881,10 +964,26 @@ impl Engine for PersistentEngine<'_> {
             ),
         };
         self.can_block = None;
+        // The slow log's and latency monitor's one clock read per command (about 33 ns on
+        // the 2-core test machine; Redis reads its clock twice per command), skipped while
+        // both are off.
+        let took = (self.slowlog.threshold_us >= 0 || self.latency.on()).then(|| {
+            let finished = std::time::Instant::now();
+            let took = finished.saturating_duration_since(self.clock_mark);
+            self.clock_mark = finished;
+            took
+        });
         if let Some(deadline) = self.blocked.take() {
             // Parked by the server: no reply yet.
             effect.block = Some(deadline);
             return effect;
+        }
+        if let Some(took) = took {
+            let took_us = i64::try_from(took.as_micros()).unwrap_or(i64::MAX);
+            self.slowlog
+                .record(request.command.args(), took_us, self.now / 1000);
+            let fast = request.spec.flags.contains(Flags::FAST);
+            self.latency.record(fast, took_us / 1000, self.now / 1000);
         }
         self.count_errors(&value);
         if !(effect.close && matches!(value, Reply::Simple(_))) {

@@ -145,13 +145,33 @@ impl Watches {
         for (db, key) in existing {
             self.touch(db, &key);
         }
-        for key in key_arguments(spec, args) {
-            self.touch(db, key);
+        // SORT reads its first key: only its STORE target changes (below).
+        if spec.id != CommandId::Sort {
+            for key in key_arguments(spec, args) {
+                self.touch(db, key);
+            }
         }
         // LMPOP's keys follow their count (the table has no fixed positions for them).
         if matches!(spec.id, CommandId::Blmpop | CommandId::Bzmpop) {
             let keys = super::blocking::numkeys(args);
             for key in args.iter().skip(3).take(keys) {
+                self.touch(db, key);
+            }
+        }
+        // SORT's and GEORADIUS's STORE target and MIGRATE's KEYS sit where the table cannot
+        // say.
+        if matches!(
+            spec.id,
+            CommandId::Sort
+                | CommandId::Migrate
+                | CommandId::Georadius
+                | CommandId::Georadiusbymember
+        ) {
+            let positions = mnemo_resp::command::key_positions(spec, args).unwrap_or_default();
+            let written = positions
+                .into_iter()
+                .filter(|&at| spec.id != CommandId::Sort || at != 1);
+            for key in written.filter_map(|at| args.get(at)) {
                 self.touch(db, key);
             }
         }

@@ -22,6 +22,8 @@ pub struct Message {
     pub pattern: Option<Bytes>,
     /// What was published.
     pub payload: Bytes,
+    /// Published with SPUBLISH to a shard channel (delivered as "smessage").
+    pub shard: bool,
 }
 
 /// The subscriptions of every connection of a loop, and the messages to deliver.
@@ -29,6 +31,8 @@ pub struct Message {
 pub struct Registry {
     channels: HashMap<Bytes, Vec<u64>>,
     patterns: HashMap<Bytes, Vec<u64>>,
+    /// Shard channels (SSUBSCRIBE): a namespace of their own, as in a Redis without cluster.
+    shard_channels: HashMap<Bytes, Vec<u64>>,
     outbox: Vec<(u64, Message)>,
 }
 
@@ -80,6 +84,7 @@ impl Registry {
                     channel: channel.clone(),
                     pattern: None,
                     payload: payload.clone(),
+                    shard: false,
                 },
             ));
         }
@@ -92,12 +97,55 @@ impl Registry {
                             channel: channel.clone(),
                             pattern: Some(pattern.clone()),
                             payload: payload.clone(),
+                            shard: false,
                         },
                     ));
                 }
             }
         }
         self.outbox.len() - before
+    }
+
+    /// `session` listens to the shard channel `name` (SSUBSCRIBE).
+    pub fn subscribe_shard(&mut self, session: u64, name: &Bytes) {
+        add(&mut self.shard_channels, name, session);
+    }
+
+    /// `session` stops listening to the shard channel `name`.
+    pub fn unsubscribe_shard(&mut self, session: u64, name: &[u8]) {
+        remove(&mut self.shard_channels, name, session);
+    }
+
+    /// SPUBLISH: a message for every subscriber of the shard channel; returns how many.
+    /// Patterns and ordinary channels do not see it.
+    pub fn publish_shard(&mut self, channel: &Bytes, payload: &Bytes) -> usize {
+        let before = self.outbox.len();
+        for &session in self.shard_channels.get(channel).into_iter().flatten() {
+            self.outbox.push((
+                session,
+                Message {
+                    channel: channel.clone(),
+                    pattern: None,
+                    payload: payload.clone(),
+                    shard: true,
+                },
+            ));
+        }
+        self.outbox.len() - before
+    }
+
+    /// PUBSUB SHARDCHANNELS: the shard channels with a subscriber, matching `pattern`.
+    pub fn shard_channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
+        self.shard_channels
+            .keys()
+            .filter(|name| pattern.is_none_or(|p| glob::matches(p, name)))
+            .cloned()
+            .collect()
+    }
+
+    /// PUBSUB SHARDNUMSUB: subscribers of the shard channel.
+    pub fn shard_numsub(&self, channel: &[u8]) -> usize {
+        self.shard_channels.get(channel).map_or(0, Vec::len)
     }
 
     /// The messages published since the last call, in order.

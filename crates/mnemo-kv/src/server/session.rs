@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mnemo_resp::bytes::{Bytes, BytesMut};
 use mnemo_resp::command::{self, CommandId, CommandSpec, Flags};
-use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol};
+use mnemo_resp::{errors, parse_i64, Command, CommandError, Decoder, Encoder, Protocol, Reply};
 
 use super::limits::{DATABASES_DEFAULT, REDIS_VERSION};
 use super::pubsub::{Message, Registry};
@@ -78,8 +78,8 @@ pub struct Transaction {
 /// A reply slot, in request order.
 #[derive(Debug)]
 enum Slot {
-    /// At the executor.
-    Waiting,
+    /// At the executor; `quiet`: its reply is dropped (CLIENT REPLY OFF or SKIP).
+    Waiting { quiet: bool },
     /// Answered, waiting behind an earlier slot.
     Ready(BytesMut),
 }
@@ -111,6 +111,15 @@ pub struct Session {
     /// Channels and patterns the connection is subscribed to, in subscription order.
     channels: Vec<Bytes>,
     patterns: Vec<Bytes>,
+    /// Shard channels (SSUBSCRIBE), counted apart as in Redis.
+    shard_channels: Vec<Bytes>,
+    /// CLIENT REPLY OFF: no reply is sent until CLIENT REPLY ON.
+    reply_off: bool,
+    /// CLIENT REPLY SKIP: the next command's reply is not sent.
+    skip_next: bool,
+    /// The command being routed gets no reply (OFF, or the command after a SKIP); pushes
+    /// (pub/sub messages) are still sent, as in Redis.
+    quiet: bool,
     /// Bytes in the `Ready` slots.
     queued_bytes: usize,
     output: BytesMut,
@@ -145,6 +154,10 @@ impl Session {
             repoll: false,
             channels: Vec::new(),
             patterns: Vec::new(),
+            shard_channels: Vec::new(),
+            reply_off: false,
+            skip_next: false,
+            quiet: false,
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
@@ -175,7 +188,7 @@ impl Session {
     pub fn in_flight(&self) -> usize {
         self.slots
             .iter()
-            .filter(|slot| matches!(slot, Slot::Waiting))
+            .filter(|slot| matches!(slot, Slot::Waiting { .. }))
             .count()
     }
 
@@ -200,7 +213,8 @@ impl Session {
                 }
             };
             if let Route::Executor(spec, transaction) = self.route(&command) {
-                self.slots.push_back(Slot::Waiting);
+                self.slots.push_back(Slot::Waiting { quiet: self.quiet });
+                self.quiet = false;
                 // Nothing after an EXEC holding a SELECT (its database is known only when it
                 // completes) or a blocking command (the connection waits, as in Redis) is
                 // taken before it completes.
@@ -226,23 +240,29 @@ impl Session {
     /// The executor's reply to the oldest request in flight. `close` (SHUTDOWN) closes the
     /// connection once the reply is written.
     pub fn complete(&mut self, reply: &[u8], close: bool) {
-        if matches!(self.slots.front(), Some(Slot::Waiting)) {
+        if let Some(&Slot::Waiting { quiet }) = self.slots.front() {
             // The usual case: the oldest request in flight is the first slot, so its reply
             // goes straight to the output, with no slot buffer of its own.
             self.slots.pop_front();
-            self.output.extend_from_slice(reply);
+            if !quiet {
+                self.output.extend_from_slice(reply);
+            }
         } else {
             let waiting = self
                 .slots
                 .iter_mut()
-                .find(|slot| matches!(slot, Slot::Waiting));
+                .find(|slot| matches!(slot, Slot::Waiting { .. }));
             debug_assert!(
                 waiting.is_some(),
                 "a completion without a request in flight"
             );
             if let Some(slot) = waiting {
-                *slot = Slot::Ready(BytesMut::from(reply));
-                self.queued_bytes += reply.len();
+                let kept = match slot {
+                    Slot::Waiting { quiet: true } => &[][..],
+                    _ => reply,
+                };
+                self.queued_bytes += kept.len();
+                *slot = Slot::Ready(BytesMut::from(kept));
             }
         }
         self.closing |= close;
@@ -303,6 +323,9 @@ impl Session {
 
     /// Writes a local answer: straight to the output, or behind requests still in flight.
     fn answer(&mut self, write: impl FnOnce(&mut Encoder<'_>)) {
+        if self.quiet {
+            return;
+        }
         if self.slots.is_empty() {
             write(&mut Encoder::new(&mut self.output, self.protocol));
         } else {
@@ -313,6 +336,14 @@ impl Session {
         }
     }
 
+    /// A pub/sub event (subscription, message): sent even under CLIENT REPLY OFF or SKIP,
+    /// as Redis sends pushes.
+    fn push(&mut self, write: impl FnOnce(&mut Encoder<'_>)) {
+        let quiet = std::mem::take(&mut self.quiet);
+        self.answer(write);
+        self.quiet = quiet;
+    }
+
     fn answer_error(&mut self, text: &[u8]) {
         self.answer(|reply| reply.error(text));
     }
@@ -321,6 +352,16 @@ impl Session {
     /// connection-level commands.
     fn route(&mut self, command: &Command) -> Route {
         let args = command.args();
+        // CLIENT REPLY: whether this command's reply is sent is decided before it runs.
+        self.quiet = self.reply_off || std::mem::take(&mut self.skip_next);
+        let route = self.route_command(command, args);
+        if matches!(route, Route::Local) {
+            self.quiet = false;
+        }
+        route
+    }
+
+    fn route_command(&mut self, command: &Command, args: &[Bytes]) -> Route {
         let spec = match command::resolve(args) {
             Ok(spec) => spec,
             Err(error) => {
@@ -347,8 +388,10 @@ impl Session {
                 spec.id,
                 CommandId::Subscribe
                     | CommandId::Psubscribe
+                    | CommandId::Ssubscribe
                     | CommandId::Unsubscribe
                     | CommandId::Punsubscribe
+                    | CommandId::Sunsubscribe
                     | CommandId::Ping
                     | CommandId::Quit
                     | CommandId::Reset
@@ -391,6 +434,38 @@ impl Session {
             CommandId::CommandInfo => self.command_info(args),
             CommandId::CommandDocs => self.answer(|reply| reply.map_len(0)),
             CommandId::CommandList => self.command_list(args),
+            CommandId::CommandGetkeys => {
+                let reply = command_getkeys(&args[2..]);
+                self.answer(|encoder| encoder.reply(&reply));
+            }
+            CommandId::ClientReply => self.client_reply(&args[2]),
+            CommandId::ClientGetredir => self.answer(|reply| reply.integer(-1)),
+            CommandId::ClientTrackinginfo => self.answer(|reply| {
+                // Tracking (client-side caching) is never on.
+                reply.map_len(3);
+                reply.bulk(b"flags");
+                reply.set_len(1);
+                reply.bulk(b"off");
+                reply.bulk(b"redirect");
+                reply.integer(-1);
+                reply.bulk(b"prefixes");
+                reply.array_len(0);
+            }),
+            CommandId::ClientCaching => self.answer_error(
+                b"ERR CLIENT CACHING can be called only when the client is in tracking mode \
+                  with OPTIN or OPTOUT mode enabled",
+            ),
+            CommandId::ClientNoEvict => {
+                // No client is ever evicted (there is no maxmemory-clients): the flag changes
+                // nothing, as it changes nothing in Redis without that limit.
+                let on_off =
+                    args[2].eq_ignore_ascii_case(b"on") || args[2].eq_ignore_ascii_case(b"off");
+                if on_off {
+                    self.answer(|reply| reply.simple(b"OK"));
+                } else {
+                    self.answer_error(errors::SYNTAX.as_bytes());
+                }
+            }
             CommandId::ClientId => {
                 let id = count_u64(self.id);
                 self.answer(|reply| reply.integer(id));
@@ -459,6 +534,37 @@ impl Session {
                     }
                 });
             }
+            CommandId::Ssubscribe => self.shard_subscribe(args),
+            CommandId::Sunsubscribe => self.shard_unsubscribe(args),
+            CommandId::Spublish => {
+                let count = self.registry().publish_shard(&args[1], &args[2]);
+                self.answer(|reply| reply.integer(self::count(count)));
+            }
+            CommandId::PubsubShardchannels => {
+                let channels = self.registry().shard_channels(args.get(2).map(|p| &p[..]));
+                self.answer(|reply| {
+                    reply.array_len(channels.len());
+                    for channel in &channels {
+                        reply.bulk(channel);
+                    }
+                });
+            }
+            CommandId::PubsubShardnumsub => {
+                let counts: Vec<(Bytes, usize)> = {
+                    let registry = self.registry();
+                    args[2..]
+                        .iter()
+                        .map(|c| (c.clone(), registry.shard_numsub(c)))
+                        .collect()
+                };
+                self.answer(|reply| {
+                    reply.map_len(counts.len());
+                    for (channel, n) in &counts {
+                        reply.bulk(channel);
+                        reply.integer(self::count(*n));
+                    }
+                });
+            }
             CommandId::PubsubNumpat => {
                 let n = self.registry().numpat();
                 self.answer(|reply| reply.integer(self::count(n)));
@@ -473,14 +579,22 @@ impl Session {
     /// Returns whether it watched keys (the engine must forget them).
     fn reset(&mut self) -> bool {
         self.multi = None;
+        // RESET's own reply is sent even after CLIENT REPLY OFF, as in Redis.
+        self.reply_off = false;
+        self.skip_next = false;
+        self.quiet = false;
         self.db = 0;
         self.protocol = Protocol::Resp2;
         self.name = None;
         let id = self.id;
         let channels = std::mem::take(&mut self.channels);
         let patterns = std::mem::take(&mut self.patterns);
+        let shard_channels = std::mem::take(&mut self.shard_channels);
         {
             let mut registry = self.registry();
+            for channel in &shard_channels {
+                registry.unsubscribe_shard(id, channel);
+            }
             for channel in &channels {
                 registry.unsubscribe(id, channel, false);
             }
@@ -502,13 +616,58 @@ impl Session {
     }
 
     fn subscribed(&self) -> bool {
-        !self.channels.is_empty() || !self.patterns.is_empty()
+        !self.channels.is_empty() || !self.patterns.is_empty() || !self.shard_channels.is_empty()
+    }
+
+    /// SSUBSCRIBE: one answer per shard channel, counting shard channels only, as Redis.
+    fn shard_subscribe(&mut self, args: &[Bytes]) {
+        let id = self.id;
+        for name in &args[1..] {
+            if !self.shard_channels.contains(name) {
+                self.shard_channels.push(name.clone());
+                self.registry().subscribe_shard(id, name);
+            }
+            self.answer_shard(b"ssubscribe", Some(name));
+        }
+    }
+
+    /// SUNSUBSCRIBE: the shard channels given, or all of them (a null name when none).
+    fn shard_unsubscribe(&mut self, args: &[Bytes]) {
+        let id = self.id;
+        let names: Vec<Bytes> = if args.len() > 1 {
+            args[1..].to_vec()
+        } else {
+            self.shard_channels.clone()
+        };
+        if names.is_empty() {
+            return self.answer_shard(b"sunsubscribe", None);
+        }
+        for name in names {
+            if let Some(at) = self.shard_channels.iter().position(|n| *n == name) {
+                self.shard_channels.remove(at);
+                self.registry().unsubscribe_shard(id, &name);
+            }
+            self.answer_shard(b"sunsubscribe", Some(&name));
+        }
+    }
+
+    fn answer_shard(&mut self, kind: &'static [u8], name: Option<&Bytes>) {
+        let n = count(self.shard_channels.len());
+        self.push(|reply| {
+            reply.push_len(3);
+            reply.bulk(kind);
+            match name {
+                Some(name) => reply.bulk(name),
+                None => reply.null_bulk(),
+            }
+            reply.integer(n);
+        });
     }
 
     /// A subscription event: `kind`, the channel (or none), the subscription count after it.
     fn answer_subscription(&mut self, kind: &'static [u8], name: Option<&Bytes>) {
         let n = count(self.channels.len() + self.patterns.len());
-        self.answer(|reply| {
+        self.push(|reply| {
             reply.push_len(3);
             reply.bulk(kind);
             match name {
@@ -573,7 +732,7 @@ impl Session {
     /// A message published to a channel this connection listens to: written in its
     /// protocol, in order with its replies.
     pub fn deliver_message(&mut self, message: &Message) {
-        self.answer(|reply| {
+        self.push(|reply| {
             match &message.pattern {
                 Some(pattern) => {
                     reply.push_len(4);
@@ -582,7 +741,11 @@ impl Session {
                 }
                 None => {
                     reply.push_len(3);
-                    reply.bulk(b"message");
+                    reply.bulk(if message.shard {
+                        b"smessage"
+                    } else {
+                        b"message"
+                    });
                 }
             }
             reply.bulk(&message.channel);
@@ -832,6 +995,22 @@ impl Session {
         });
     }
 
+    /// CLIENT REPLY ON | OFF | SKIP, as Redis: ON answers OK (and ends a SKIP), OFF and
+    /// SKIP answer nothing; SKIP under OFF changes nothing.
+    fn client_reply(&mut self, mode: &[u8]) {
+        if mode.eq_ignore_ascii_case(b"on") {
+            self.reply_off = false;
+            self.quiet = false;
+            self.answer(|reply| reply.simple(b"OK"));
+        } else if mode.eq_ignore_ascii_case(b"off") {
+            self.reply_off = true;
+        } else if mode.eq_ignore_ascii_case(b"skip") {
+            self.skip_next |= !self.reply_off;
+        } else {
+            self.answer_error(errors::SYNTAX.as_bytes());
+        }
+    }
+
     fn client_setname(&mut self, args: &[Bytes]) {
         let name = args.get(2).cloned().unwrap_or_default();
         if !valid_client_name(&name) {
@@ -887,6 +1066,9 @@ impl Drop for Session {
         for pattern in &self.patterns {
             registry.unsubscribe(self.id, pattern, true);
         }
+        for channel in &self.shard_channels {
+            registry.unsubscribe_shard(self.id, channel);
+        }
     }
 }
 
@@ -915,14 +1097,6 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
             ],
         ),
         (
-            "HyperLogLog is",
-            &["pfadd", "pfcount", "pfdebug", "pfmerge", "pfselftest"],
-        ),
-        (
-            "sharded pub/sub is",
-            &["spublish", "ssubscribe", "sunsubscribe"],
-        ),
-        (
             "scripting is",
             &[
                 "eval",
@@ -934,21 +1108,6 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
                 "script",
             ],
         ),
-        (
-            "geo commands are",
-            &[
-                "geoadd",
-                "geodist",
-                "geohash",
-                "geopos",
-                "georadius",
-                "georadius_ro",
-                "georadiusbymember",
-                "georadiusbymember_ro",
-                "geosearch",
-                "geosearchstore",
-            ],
-        ),
     ];
     let lower = name.to_ascii_lowercase();
     FAMILIES
@@ -958,6 +1117,28 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
 }
 
 /// The blocking commands: the connection takes no further request until one completes.
+/// COMMAND GETKEYS command args...: the key arguments of a command, with Redis's errors.
+fn command_getkeys(target: &[Bytes]) -> Reply {
+    let error = |text: &'static str| Reply::Error(Bytes::from_static(text.as_bytes()));
+    let spec = match command::resolve(target) {
+        Ok(spec) => spec,
+        Err(CommandError::WrongArity { .. }) => {
+            return error("ERR Invalid number of arguments specified for command")
+        }
+        Err(_) => return error("ERR Invalid command specified"),
+    };
+    match command::key_positions(spec, target) {
+        None => error("ERR Invalid arguments specified for command"),
+        Some(positions) if positions.is_empty() => error("ERR The command has no key arguments"),
+        Some(positions) => Reply::Array(
+            positions
+                .into_iter()
+                .filter_map(|at| target.get(at).cloned().map(Reply::Bulk))
+                .collect(),
+        ),
+    }
+}
+
 fn blocking(id: CommandId) -> bool {
     matches!(
         id,
