@@ -407,9 +407,8 @@ impl Session {
         }
     }
 
-    /// Where the record of `name` is in the pool file (for tests that damage it in place).
-    #[cfg(test)]
-    pub(crate) fn record_offset(&self, name: &str) -> Result<Option<u64>> {
+    /// Where the record of `name` is: its byte offset in the pool file.
+    pub fn record_offset(&self, name: &str) -> Result<Option<u64>> {
         Ok(self.raw(name)?.map(|(offset, _)| offset))
     }
 }

@@ -261,6 +261,15 @@ impl Registry {
         })
     }
 
+    /// Where the record of `name` is in the registry pool file (its byte offset; `None`
+    /// without a record), for inspection.
+    pub fn record_offset(&self, name: &str) -> Result<Option<u64>> {
+        match Session::open(&self.root, false)? {
+            Some(session) => session.record_offset(name),
+            None => Ok(None),
+        }
+    }
+
     /// Whether the registry has a record of `name` (never for a name that is not a VM name).
     pub fn exists(&self, name: &str) -> Result<bool> {
         if validate_name(name).is_err() {
@@ -1122,12 +1131,7 @@ mod tests {
 
     /// Flips one byte of the record of `name` in the pool file, and returns where.
     fn damage_record(registry: &Registry, name: &str, at: u64) -> u64 {
-        let offset = registry
-            .session(false)
-            .unwrap()
-            .record_offset(name)
-            .unwrap()
-            .unwrap();
+        let offset = registry.record_offset(name).unwrap().unwrap();
         let pool = OpenOptions::new()
             .read(true)
             .write(true)
