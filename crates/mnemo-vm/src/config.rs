@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::limits;
 
-/// The version of `config.json`.
+/// The version of a VM's configuration (kept as JSON in its registry record).
 pub const CONFIG_FORMAT: u32 = 1;
 
 /// The QEMU program: `MNEMO_QEMU` or `qemu-system-x86_64`.

@@ -129,9 +129,9 @@ fn registry_operations_survive_sigkill_at_any_point() {
         let lines = lines.lock().unwrap().clone();
         let seen = lines
             .iter()
-            .filter_map(|l| l.strip_prefix("epoch "))
-            .map(|e| e.parse::<u64>().unwrap())
-            .last();
+            .rev()
+            .find_map(|l| l.strip_prefix("epoch "))
+            .map(|e| e.parse::<u64>().unwrap());
         if seen.is_some() {
             kills_mid_run += 1;
         }
