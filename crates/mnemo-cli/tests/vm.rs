@@ -314,6 +314,32 @@ fn three_power_cycles_continue_one_boot() {
         stderr_of(&second)
     );
     assert_eq!(listed(vms, "cycles")["state"], "running");
+
+    // Two VMs' hypervisors run at once: the registry pool is open only for the length of
+    // each registry operation, so a running VM holds nothing that stops another's start,
+    // fixation or delete.
+    let other_dir = vms_path.join("other");
+    let mut other = Hypervisor::start(
+        tmp.path(),
+        &[
+            "run", "other", "--dir", vms, "--kernel", kernel, "--initrd", initrd,
+        ],
+    );
+    assert_eq!(other.wait_event("cold-boot")["epoch"], 1);
+    other.wait_event("running");
+    wait_count(&other_dir, 1);
+    assert_eq!(listed(vms, "cycles")["state"], "running");
+    assert_eq!(listed(vms, "other")["state"], "running");
+    assert_eq!(other.power_failure()["epoch"], 1);
+    let entry = listed(vms, "other");
+    assert_eq!(
+        (&entry["state"], &entry["lifecycle"]),
+        (&"fixed".into(), &"fixed".into())
+    );
+    let deleted = mnemo_vm(&["delete", "other", "--dir", vms]);
+    assert!(deleted.status.success(), "{}", stderr_of(&deleted));
+    assert!(!other_dir.exists());
+
     // Hardware is fixed at creation: a state loads only into the hardware it came from.
     let other = mnemo_vm(&["run", "cycles", "--dir", vms, "--mem", "512M"]);
     assert!(!other.status.success());

@@ -383,13 +383,12 @@ impl Session {
                 .map(Path::to_path_buf)
                 .unwrap_or_default(),
         })?;
-        // A record too damaged to decode can still be removed, but its configuration pointer
-        // is trusted only if it names an allocation.
-        let config = self
-            .heap
-            .usable_size(raw.config)
-            .is_some()
-            .then_some(raw.config);
+        // A record too damaged to decode can still be removed. Its configuration pointer is
+        // trusted only if the record's checksum holds and it names an allocation: a damaged
+        // pointer could name another VM's allocation, so its configuration is left (a few
+        // hundred bytes) rather than risk freeing someone else's.
+        let whole = raw.magic == RECORD_MAGIC && raw.crc == record_crc(&raw);
+        let config = (whole && self.heap.usable_size(raw.config).is_some()).then_some(raw.config);
         self.heap
             .tx(|tx| {
                 if let Some(config) = config {

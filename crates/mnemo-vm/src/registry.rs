@@ -352,9 +352,11 @@ impl Registry {
     /// goes first (the VM is gone at that commit), then the directory.
     /// A VM whose record is damaged can be deleted too.
     pub fn delete(&self, name: &str) -> Result<()> {
-        match self.open(name) {
-            Ok(_) | Err(Error::Registry { .. }) => {}
-            Err(e) => return Err(e),
+        if let Err(e) = self.open(name) {
+            // A damaged record can be deleted; a pool that cannot be opened cannot.
+            if !matches!(e, Error::Registry { .. }) || self.record_offset(name).is_err() {
+                return Err(e);
+            }
         }
         let path = self.root.join(name);
         let _lock = lock_vm(&path, name)?;
@@ -1174,9 +1176,10 @@ mod tests {
         assert_eq!(list[1].name, "guest-2");
         assert_eq!(list[1].detail, "never booted");
         assert!(other.status().is_ok());
-        // The damaged VM can still be deleted.
+        // The damaged VM can still be deleted, and the other is untouched.
         registry.delete("guest-1").unwrap();
         assert_eq!(registry.list().unwrap().len(), 1);
+        assert_eq!(registry.open("guest-2").unwrap().config(), other.config());
     }
 
     #[test]
