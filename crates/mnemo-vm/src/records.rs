@@ -550,3 +550,152 @@ fn remove_stale(root: &Path, staging: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::example;
+    use zerocopy::FromZeros;
+
+    fn next(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    #[test]
+    fn records_with_a_valid_checksum_and_arbitrary_fields_never_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = Session::open(&dir.path().join("vms"), true)
+            .unwrap()
+            .unwrap();
+        let config = example();
+        session
+            .insert(&Record {
+                config: config.clone(),
+                status: Status {
+                    epoch: 7,
+                    lifecycle: Lifecycle::Fixed,
+                    started: "cold boot".into(),
+                    started_unix_s: 1,
+                },
+            })
+            .unwrap();
+        let (offset, good) = session.raw("guest-1").unwrap().unwrap();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let (mut read, mut refused) = (0, 0);
+        for round in 0..2000 {
+            let mut raw = if round % 2 == 0 {
+                // The good record with one byte changed: decoding gets past the checksum
+                // (recomputed below) into every field.
+                let mut raw = good;
+                let at = (next(&mut seed) % 188) as usize;
+                raw.as_mut_bytes()[at] ^= (next(&mut seed) % 255 + 1) as u8;
+                raw
+            } else {
+                let mut raw = RawRecord::new_zeroed();
+                for b in raw.as_mut_bytes() {
+                    *b = next(&mut seed) as u8;
+                }
+                raw
+            };
+            if round % 4 == 1 {
+                raw.magic = RECORD_MAGIC;
+            }
+            raw.crc = record_crc(&raw);
+            session
+                .heap
+                .tx(|tx| tx.write_bytes(offset, raw.as_bytes()))
+                .unwrap();
+            match session.get("guest-1") {
+                Ok(Some(record)) => {
+                    // Only a change the record cannot tell (its epoch, its time, a
+                    // reserved byte, the start text) reads; the configuration is intact.
+                    assert_eq!(record.config, config);
+                    read += 1;
+                }
+                Err(Error::Registry { detail, .. }) => {
+                    assert!(detail.contains("\"guest-1\""), "{detail}");
+                    refused += 1;
+                }
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+        assert!(
+            refused > 1000 && read > 50,
+            "read {read}, refused {refused}"
+        );
+        // The good record, put back, reads again; a flipped checksum does not.
+        let mut flipped = good;
+        flipped.crc ^= 1;
+        session
+            .heap
+            .tx(|tx| tx.write_bytes(offset, flipped.as_bytes()))
+            .unwrap();
+        assert!(session.get("guest-1").is_err());
+        session
+            .heap
+            .tx(|tx| tx.write_bytes(offset, good.as_bytes()))
+            .unwrap();
+        let record = session.get("guest-1").unwrap().unwrap();
+        assert_eq!(
+            (record.status.epoch, record.status.lifecycle),
+            (7, Lifecycle::Fixed)
+        );
+    }
+
+    #[test]
+    fn a_pool_of_another_layout_or_without_a_header_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("vms");
+        std::fs::create_dir(&root).unwrap();
+        // A heap pool of another program where the registry should be.
+        let path = root.join(POOL_FILE);
+        drop(Heap::create_file(&path, 8 << 20, 8 << 20, &HeapOptions::default()).unwrap());
+        let e = Session::open(&root, true).unwrap_err().to_string();
+        assert!(
+            e.contains("registry.pool") && e.contains("cannot open it"),
+            "{e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        // A registry pool whose header root is gone.
+        drop(Session::open(&root, true).unwrap().unwrap());
+        {
+            let pool = mnemo_pmem::Pool::open(
+                &path,
+                &mnemo_pmem::OpenOptions {
+                    policy: Some(Arc::new(mnemo_pmem::LocalPolicy)),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            Heap::open(pool).unwrap().nvfree(HEADER_ROOT).unwrap();
+        }
+        let e = Session::open(&root, false).unwrap_err().to_string();
+        assert!(e.contains("has no \".mnemo-vm-registry\" header"), "{e}");
+    }
+
+    #[test]
+    fn a_crashed_creation_leaves_nothing_in_the_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("vms");
+        std::fs::create_dir(&root).unwrap();
+        // What a creation killed before its rename leaves.
+        std::fs::write(root.join("registry.pool.new"), b"half a pool").unwrap();
+        std::fs::write(root.join(".registry.pool.new.creating.123"), b"less").unwrap();
+        drop(Session::open(&root, true).unwrap().unwrap());
+        let mut names: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, [LOCK_FILE, POOL_FILE]);
+        assert!(Session::open(&root, false)
+            .unwrap()
+            .unwrap()
+            .names()
+            .unwrap()
+            .is_empty());
+    }
+}
