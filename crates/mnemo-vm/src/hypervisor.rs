@@ -333,6 +333,7 @@ impl Hypervisor {
             self.kill();
         }
         self.done = true;
+        let quit = started.elapsed() - total;
         // The fixation is complete (the state's trailer carries its epoch): the registry's
         // lifecycle is a record of it, written after QEMU is gone, off the outage path.
         if let Err(e) = self.vm.record_fixed(self.epoch) {
@@ -347,7 +348,7 @@ impl Hypervisor {
             stop,
             migrate,
             total,
-            quit: started.elapsed() - total,
+            quit,
         })
     }
 
