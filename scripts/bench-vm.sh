@@ -80,14 +80,17 @@ fi
 sizes="${1:-256M 1G 4G}"
 rounds="${2:-5}"
 command="scripts/bench-vm.sh${*:+ $*}"
+work="$(mktemp -d /dev/shm/mnemo-bench-vm.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
 cargo build --release -q -p mnemo-cli --bin mnemo
-mnemo="${CARGO_TARGET_DIR:-target}/release/mnemo"
+# A private copy of the binary, taken right after the build: a build of another checkout in
+# a shared target directory (CARGO_TARGET_DIR) during the run would otherwise swap it.
+cp "${CARGO_TARGET_DIR:-target}/release/mnemo" "$work/mnemo"
+mnemo="$work/mnemo"
 guest="${CARGO_TARGET_DIR:-target}/vm-guest"
 scripts/vm-guest.sh "$guest" >/dev/null
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [ "$commit" != unknown ] && ! git diff --quiet HEAD 2>/dev/null; then commit="$commit+dirty"; fi
-work="$(mktemp -d /dev/shm/mnemo-bench-vm.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
 
 python3 - "$mnemo" "$guest" "$work" "$rounds" "$commit" "$command" $sizes <<'PY'
 import atexit, csv, glob, json, os, re, statistics, subprocess, sys, time
