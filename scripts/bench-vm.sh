@@ -80,17 +80,20 @@ fi
 sizes="${1:-256M 1G 4G}"
 rounds="${2:-5}"
 command="scripts/bench-vm.sh${*:+ $*}"
+work="$(mktemp -d /dev/shm/mnemo-bench-vm.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
 cargo build --release -q -p mnemo-cli --bin mnemo
-mnemo="${CARGO_TARGET_DIR:-target}/release/mnemo"
+# A private copy of the binary, taken right after the build: a build of another checkout in
+# a shared target directory (CARGO_TARGET_DIR) during the run would otherwise swap it.
+cp "${CARGO_TARGET_DIR:-target}/release/mnemo" "$work/mnemo"
+mnemo="$work/mnemo"
 guest="${CARGO_TARGET_DIR:-target}/vm-guest"
 scripts/vm-guest.sh "$guest" >/dev/null
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if [ "$commit" != unknown ] && ! git diff --quiet HEAD 2>/dev/null; then commit="$commit+dirty"; fi
-work="$(mktemp -d /dev/shm/mnemo-bench-vm.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
 
 python3 - "$mnemo" "$guest" "$work" "$rounds" "$commit" "$command" $sizes <<'PY'
-import atexit, csv, json, os, re, statistics, subprocess, sys, time
+import atexit, csv, glob, json, os, re, statistics, subprocess, sys, time
 
 mnemo, guest, work, rounds, commit, command = sys.argv[1:7]
 sizes = sys.argv[7:]
@@ -107,14 +110,23 @@ def ticks(path):
         return []
 
 
-def wait(predicate, timeout=180):
+def wait(predicate, what, timeout=180):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.002)
-    raise SystemExit("timed out")
+    # Say what was awaited, and what the hypervisors and the guest said (the work directory
+    # is removed at exit).
+    report = [f"timed out after {timeout} s waiting for {what}"]
+    for name in ("boot.jsonl", "recover.jsonl"):
+        path = os.path.join(work, name)
+        if os.path.exists(path):
+            report.append(f"--- {name}:\n" + open(path, errors="replace").read()[-4000:])
+    for serial in glob.glob(os.path.join(work, "*", "g", "serial.log")):
+        report.append(f"--- {serial} (end):\n" + open(serial, errors="replace").read()[-1500:])
+    raise SystemExit("\n".join(report))
 
 
 children = []
@@ -162,21 +174,21 @@ for size in sizes:
         t0 = time.monotonic()
         p = hypervisor(["run", "g", *base, "--mem", size, "--kernel", f"{guest}/vmlinuz",
                         "--initrd", f"{guest}/initrd.gz"], out)
-        wait(lambda: ticks(serial))
+        wait(lambda: ticks(serial), "the first counter line after a cold boot")
         cold = time.monotonic() - t0
-        wait(lambda: len(ticks(serial)) >= 8)
+        wait(lambda: len(ticks(serial)) >= 8, "8 counter lines")
         fixed, sig_exit = fix(p, out)
         before = len(ticks(serial))
         out = os.path.join(work, "recover.jsonl")
         t0 = time.monotonic()
         p = hypervisor(["run", "g", *base], out)
-        wait(lambda: len(ticks(serial)) > before)
+        wait(lambda: len(ticks(serial)) > before, "a counter line after the recovery")
         resume = time.monotonic() - t0
-        recovered = wait(lambda: event(out, "recovered"))
+        recovered = wait(lambda: event(out, "recovered"), "the recovered event")
         seq = ticks(serial)
         if len({b for b, _ in seq}) != 1 or [c for _, c in seq] != list(range(1, len(seq) + 1)):
             raise SystemExit(f"the guest did not continue: {seq}")
-        wait(lambda: len(ticks(serial)) >= before + 4)
+        wait(lambda: len(ticks(serial)) >= before + 4, "4 counter lines after the recovery")
         fix(p, out)
         row = {
             "size": size, "round": r + 1,

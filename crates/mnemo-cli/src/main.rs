@@ -59,7 +59,7 @@ enum Command {
     /// (signal 44) and resumed without a reboot.
     ///
     /// Example: mnemo vm run web --dir /dev/shm/vms --kernel vmlinuz --initrd initrd.gz, then
-    /// kill -44 <its pid> (or mnemo vm fix web), then mnemo vm run web again
+    /// signal 44 to its pid (or mnemo vm fix web), then mnemo vm run web again
     #[command(subcommand)]
     Vm(vm::VmCommand),
 }

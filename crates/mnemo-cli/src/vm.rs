@@ -178,12 +178,13 @@ fn open(args: &NameArgs) -> Result<VmDir, String> {
 fn run_vm(args: &RunArgs) -> Result<(), String> {
     mnemo_vm::config::validate_name(&args.vm.name).map_err(|e| e.to_string())?;
     let registry = Registry::new(&args.vm.dir.dir);
-    let vm = if registry.exists(&args.vm.name) {
-        let vm = registry.open(&args.vm.name).map_err(|e| e.to_string())?;
-        same_hardware(&vm, args)?;
-        vm
-    } else {
-        create(&registry, args)?
+    let vm = match registry.open(&args.vm.name) {
+        Ok(vm) => {
+            same_hardware(&vm, args)?;
+            vm
+        }
+        Err(Error::NoSuchVm { .. }) => create(&registry, args)?,
+        Err(e) => return Err(e.to_string()),
     };
     let mode = if args.cold_boot {
         StartMode::ColdBoot

@@ -314,6 +314,32 @@ fn three_power_cycles_continue_one_boot() {
         stderr_of(&second)
     );
     assert_eq!(listed(vms, "cycles")["state"], "running");
+
+    // Two VMs' hypervisors run at once: the registry pool is open only for the length of
+    // each registry operation, so a running VM holds nothing that stops another's start,
+    // fixation or delete.
+    let other_dir = vms_path.join("other");
+    let mut other = Hypervisor::start(
+        tmp.path(),
+        &[
+            "run", "other", "--dir", vms, "--kernel", kernel, "--initrd", initrd,
+        ],
+    );
+    assert_eq!(other.wait_event("cold-boot")["epoch"], 1);
+    other.wait_event("running");
+    wait_count(&other_dir, 1);
+    assert_eq!(listed(vms, "cycles")["state"], "running");
+    assert_eq!(listed(vms, "other")["state"], "running");
+    assert_eq!(other.power_failure()["epoch"], 1);
+    let entry = listed(vms, "other");
+    assert_eq!(
+        (&entry["state"], &entry["lifecycle"]),
+        (&"fixed".into(), &"fixed".into())
+    );
+    let deleted = mnemo_vm(&["delete", "other", "--dir", vms]);
+    assert!(deleted.status.success(), "{}", stderr_of(&deleted));
+    assert!(!other_dir.exists());
+
     // Hardware is fixed at creation: a state loads only into the hardware it came from.
     let other = mnemo_vm(&["run", "cycles", "--dir", vms, "--mem", "512M"]);
     assert!(!other.status.success());
@@ -336,6 +362,12 @@ fn three_power_cycles_continue_one_boot() {
         let entry = listed(vms, "cycles");
         assert_eq!(entry["state"], "fixed", "{entry}");
         assert_eq!(entry["state_bytes"], state_bytes);
+        // The registry pool recorded the fixation of this epoch.
+        assert_eq!(
+            (entry["epoch"].as_u64(), entry["lifecycle"].as_str()),
+            (Some(cycle), Some("fixed")),
+            "{entry}"
+        );
         // The last line the guest printed before it was frozen.
         let frozen = serial(&dir).1.last().unwrap().count;
 
@@ -354,7 +386,16 @@ fn three_power_cycles_continue_one_boot() {
         assert!(after.count > before);
         assert_one_continuous_boot(&dir);
         assert!(dir.join("state.used").exists() && !dir.join("state").exists());
+        let entry = listed(vms, "cycles");
+        assert_eq!(
+            (entry["epoch"].as_u64(), entry["lifecycle"].as_str()),
+            (Some(cycle + 1), Some("started")),
+            "{entry}"
+        );
     }
+    // The records are in the registry pool, not in the VM's directory.
+    assert!(vms_path.join("registry.pool").exists());
+    assert!(!dir.join("status.json").exists() && !dir.join("config.json").exists());
 
     // A snapshot of the running VM: the hypervisor pauses the guest, saves its state and
     // copies its RAM into a new VM, and the guest runs on.
@@ -651,5 +692,132 @@ fn bad_requests_are_refused_clearly() {
     assert!(
         !vms_path.join("new").exists(),
         "a refused run left a VM behind"
+    );
+}
+
+/// `mnemo vm list` reads the registry pool: the epoch and lifecycle it shows are the pool's,
+/// a damaged record is listed as such (and refused by `run`), a directory without a record
+/// is refused with what it is, and a pool that cannot be opened fails the list with its path.
+/// No QEMU: the VM is made and started through the library.
+#[test]
+fn list_reads_the_registry_pool() {
+    use mnemo_vm::config::CONFIG_FORMAT;
+    let tmp = support::shm_dir();
+    let vms_path = tmp.path().join("vms");
+    let vms = vms_path.to_str().unwrap();
+    let kernel = tmp.path().join("vmlinuz");
+    std::fs::write(&kernel, b"kernel").unwrap();
+    let registry = mnemo_vm::Registry::new(&vms_path);
+    let vm = registry
+        .create(
+            mnemo_vm::VmConfig {
+                format: CONFIG_FORMAT,
+                name: "listed".into(),
+                ram_bytes: 16 << 20,
+                cpus: 1,
+                accel: "tcg".into(),
+                cpu: "qemu64".into(),
+                machine: "pc-q35-7.2".into(),
+                qemu: "qemu-system-x86_64".into(),
+                boot: mnemo_vm::Boot::Kernel {
+                    initrd: false,
+                    append: "console=ttyS0".into(),
+                },
+                nvdimm_bytes: None,
+            },
+            Some(&kernel),
+            None,
+        )
+        .unwrap();
+    let entry = listed(vms, "listed");
+    assert_eq!(
+        (&entry["epoch"], &entry["lifecycle"], &entry["detail"]),
+        (
+            &serde_json::json!(0),
+            &serde_json::json!("created"),
+            &serde_json::json!("never booted")
+        )
+    );
+    // Two epochs begin (as two starts that died without a fixation would leave it).
+    let first = vm
+        .begin_epoch(&vm.status().unwrap(), "cold boot".into())
+        .unwrap();
+    vm.begin_epoch(&first, "cold boot".into()).unwrap();
+    let entry = listed(vms, "listed");
+    assert_eq!(entry["epoch"], 2, "{entry}");
+    assert_eq!(entry["lifecycle"], "started");
+    assert_eq!(entry["state"], "needs-cold-boot");
+    assert_eq!(
+        entry["detail"],
+        "no completed fixation of epoch 2 (cold boot)"
+    );
+    let text = mnemo_vm(&["list", "--dir", vms]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("listed ") && l.contains("needs cold boot")),
+        "{text}"
+    );
+
+    // A directory as an earlier mnemo left it is listed, and `run` refuses it.
+    let old = vms_path.join("old");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("config.json"), b"{}").unwrap();
+    assert!(listed(vms, "old")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("earlier mnemo"));
+    let run = mnemo_vm(&[
+        "run",
+        "old",
+        "--dir",
+        vms,
+        "--kernel",
+        kernel.to_str().unwrap(),
+    ]);
+    assert!(!run.status.success());
+    assert!(
+        stderr_of(&run).contains("does not migrate"),
+        "{}",
+        stderr_of(&run)
+    );
+
+    // Damage the record's epoch in the pool file: the list says so, `run` refuses.
+    let pool_path = vms_path.join("registry.pool");
+    let at = registry.record_offset("listed").unwrap().expect("a record");
+    let pool = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&pool_path)
+        .unwrap();
+    pool.write_all_at(&[0xEE], at + 16).unwrap();
+    let entry = listed(vms, "listed");
+    assert!(
+        entry["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the record of VM \"listed\" fails its checksum"),
+        "{entry}"
+    );
+    let run = mnemo_vm(&["run", "listed", "--dir", vms]);
+    assert!(!run.status.success());
+    assert!(
+        stderr_of(&run).contains("registry.pool") && stderr_of(&run).contains("fails its checksum"),
+        "{}",
+        stderr_of(&run)
+    );
+    // A damaged VM can be deleted (and takes its directory with it).
+    let deleted = mnemo_vm(&["delete", "listed", "--dir", vms]);
+    assert!(deleted.status.success(), "{}", stderr_of(&deleted));
+    assert!(!vms_path.join("listed").exists());
+
+    // A pool whose header copies are overwritten: the list fails, naming the pool.
+    pool.write_all_at(&[0u8; 8192], 0).unwrap();
+    let list = mnemo_vm(&["list", "--dir", vms]);
+    assert!(!list.status.success());
+    assert!(
+        stderr_of(&list).contains("VM registry") && stderr_of(&list).contains("registry.pool"),
+        "{}",
+        stderr_of(&list)
     );
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::limits;
 
-/// The version of `config.json`.
+/// The version of a VM's configuration (kept as JSON in its registry record).
 pub const CONFIG_FORMAT: u32 = 1;
 
 /// The QEMU program: `MNEMO_QEMU` or `qemu-system-x86_64`.
@@ -116,7 +116,7 @@ impl VmConfig {
     }
 }
 
-/// Checks a VM name: 1 to 64 of `[A-Za-z0-9._-]`, not starting with a dot.
+/// Checks a VM name: 1 to 63 of `[A-Za-z0-9._-]`, not starting with a dot.
 pub fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= limits::NAME_BYTES_MAX
@@ -184,10 +184,10 @@ pub(crate) mod tests {
 
     #[test]
     fn names() {
-        for good in ["a", "web-1", "db_2.test", &"x".repeat(64)] {
+        for good in ["a", "web-1", "db_2.test", &"x".repeat(63)] {
             validate_name(good).unwrap();
         }
-        for bad in ["", ".hidden", "a/b", "..", "a b", "é", &"x".repeat(65)] {
+        for bad in ["", ".hidden", "a/b", "..", "a b", "é", &"x".repeat(64)] {
             assert!(
                 matches!(validate_name(bad), Err(Error::InvalidName(_))),
                 "{bad:?}"

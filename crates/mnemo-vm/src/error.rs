@@ -18,11 +18,14 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A VM name that cannot be a directory name.
-    #[error("{0:?} is not a VM name: use 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'")]
+    #[error("{0:?} is not a VM name: use 1 to 63 letters, digits, '-', '_' or '.', not starting with '.'")]
     InvalidName(String),
     /// A configuration that cannot describe a VM, or a request that does not fit the saved one.
     #[error("{0}")]
     Config(String),
+    /// The registry pool cannot be opened, is damaged, or refused a change.
+    #[error("VM registry {}: {detail}", path.display())]
+    Registry { path: PathBuf, detail: String },
     /// No VM of that name in the registry.
     #[error("no VM named {name:?} in {}", dir.display())]
     NoSuchVm { name: String, dir: PathBuf },

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::limits;
 use crate::qmp::Qmp;
 use crate::registry::{
-    copy_memory, create_private, sync_dir, unix_now, Registry, StateCheck, Status, VmDir, VmLock,
+    copy_memory, create_private, sync_dir, Lifecycle, Registry, StateCheck, Status, VmDir, VmLock,
 };
 use crate::state::{sample_ram, Trailer, TRAILER_BYTES};
 
@@ -193,12 +193,8 @@ impl Hypervisor {
                 vm.config().ram_bytes
             )));
         }
-        let epoch = status.epoch + 1;
-        vm.write_status(&Status {
-            epoch,
-            started: "cold boot".into(),
-            started_unix_s: unix_now(),
-        })?;
+        // The new epoch is durable (one registry transaction) before QEMU starts.
+        let epoch = vm.begin_epoch(&status, "cold boot".into())?.epoch;
         remove_if_exists(&vm.file("state"))?;
         let (child, qmp) = spawn(&vm, &lock, Launch::Boot)?;
         let mut hypervisor = Hypervisor {
@@ -234,12 +230,11 @@ impl Hypervisor {
         };
         hypervisor.qmp.ignore_shared()?;
         // Consume the state: from here on it can never be resumed again, whatever happens.
-        let epoch = status.epoch + 1;
-        hypervisor.vm.write_status(&Status {
-            epoch,
-            started: format!("recovery from epoch {}", trailer.epoch),
-            started_unix_s: unix_now(),
-        })?;
+        // One registry transaction: at its commit the state's epoch is no longer the VM's.
+        let epoch = hypervisor
+            .vm
+            .begin_epoch(&status, format!("recovery from epoch {}", trailer.epoch))?
+            .epoch;
         hypervisor.epoch = epoch;
         let state = hypervisor.vm.file("state");
         let used = hypervisor.vm.file("state.used");
@@ -338,13 +333,22 @@ impl Hypervisor {
             self.kill();
         }
         self.done = true;
+        let quit = started.elapsed() - total;
+        // The fixation is complete (the state's trailer carries its epoch): the registry's
+        // lifecycle is a record of it, written after QEMU is gone, off the outage path.
+        if let Err(e) = self.vm.record_fixed(self.epoch) {
+            tracing::warn!(
+                vm = self.vm.name(),
+                "the fixation is complete, but recording it in the registry failed: {e}"
+            );
+        }
         Ok(Fixation {
             epoch: self.epoch,
             state_bytes: trailer.stream_len + TRAILER_BYTES as u64,
             stop,
             migrate,
             total,
-            quit: started.elapsed() - total,
+            quit,
         })
     }
 
@@ -415,12 +419,10 @@ impl Hypervisor {
             if self.vm.config().nvdimm_bytes.is_some() {
                 copy_memory(&self.vm.file("nvdimm"), &target.file("nvdimm"))?;
             }
-            target.write_status(&Status {
-                epoch: self.epoch,
-                started: format!("snapshot of {} in its epoch {}", self.vm.name(), self.epoch),
-                started_unix_s: unix_now(),
-            })?;
-            publish(&target, self.epoch, &tmp)
+            let trailer = publish(&target, self.epoch, &tmp)?;
+            // The copy exists from this commit on.
+            registry.add_copy(&target, &self.vm, self.epoch, Lifecycle::Fixed)?;
+            Ok(trailer)
         })();
         let resumed = self.qmp.execute("cont", None);
         let pause = started.elapsed();

@@ -15,7 +15,7 @@
 //!            QMP quit
 //!  recovery  check state (trailer, checksums, epoch, RAM sample)
 //!            qemu ARGV -S -incoming defer        (ARGV identical, byte for byte)
-//!            epoch += 1 (durable), state -> state.used   <- the state is consumed here
+//!            epoch += 1 (one registry transaction), state -> state.used   <- consumed here
 //!            QMP migrate-incoming "exec:head -c LEN state.used"; wait "paused"; cont
 //! ```
 //!
@@ -27,8 +27,9 @@
 //! * [`qmp`]: the QMP client (JSON lines over a Unix socket);
 //! * [`config`]: a VM's saved hardware, and [`command`]: the QEMU command line built from it;
 //! * [`state`]: the saved state's trailer and the RAM sample, sans I/O (never panics);
-//! * [`registry`]: the VM directories, their status (running / fixed / needs cold boot),
-//!   locks;
+//! * [`registry`]: the VMs, their status (running / fixed / needs cold boot), locks; their
+//!   durable records (configuration, epoch, lifecycle) are in a mnemo pool ([`records`]),
+//!   changed by heap transactions;
 //! * [`hypervisor`]: one running VM owned through QMP: boot, fix, recover, snapshot;
 //! * [`control`]: requests to a running hypervisor from other processes (by signal).
 //!
@@ -41,6 +42,7 @@ pub mod error;
 pub mod hypervisor;
 pub mod limits;
 pub mod qmp;
+pub mod records;
 pub mod registry;
 pub mod state;
 

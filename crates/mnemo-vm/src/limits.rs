@@ -42,8 +42,9 @@ pub const RAM_PAGE_BYTES: u64 = 4096;
 pub const RAM_BYTES_MIN: u64 = 16 << 20;
 pub const RAM_BYTES_MAX: u64 = 1 << 40;
 
-/// Longest VM name: it is a directory name and part of QEMU's `-name`.
-pub const NAME_BYTES_MAX: usize = 64;
+/// Longest VM name: it is a directory name, part of QEMU's `-name`, and the name of the VM's
+/// record in the registry pool (a heap region name holds at most 63 bytes).
+pub const NAME_BYTES_MAX: usize = 63;
 
 /// Longest path of a Unix socket (`sun_path` is 108 bytes with its terminating NUL).
 pub const SOCKET_PATH_BYTES_MAX: usize = 107;
@@ -54,3 +55,22 @@ pub const JSON_FILE_BYTES_MAX: u64 = 1 << 20;
 /// Attempts at a VM's lock, 5 ms apart, before it is reported as running: `mnemo vm list`
 /// probes it with a shared lock for an instant.
 pub const LOCK_TRIES: u32 = 4;
+
+/// Largest configuration kept in a registry record (JSON; a few hundred bytes, more only with
+/// long paths). It must fit one redo record of the registry's heap (16 KiB) with the rest of
+/// a creation.
+pub const CONFIG_BYTES_MAX: u64 = 12 << 10;
+
+/// Longest wait for the registry's lock. Each holder holds it for one registry operation
+/// (open the pool, one transaction, close: about a millisecond); a longer wait means a
+/// holder is stuck.
+pub const REGISTRY_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Size of a new registry pool, and the most it may grow to (a record is 192 bytes plus its
+/// configuration: a pool of 1 MiB holds its heap's metadata and hundreds of VMs).
+pub const REGISTRY_POOL_BYTES: u64 = 1 << 20;
+pub const REGISTRY_POOL_BYTES_MAX: u64 = 64 << 20;
+
+/// Most VMs in one registry (entries of the heap's table of contents, one more for the
+/// header).
+pub const REGISTRY_VMS_MAX: u64 = 1023;

@@ -1,21 +1,28 @@
-//! The registry of VMs: one directory per VM under a data directory (by default
-//! `mnemo-data/vms`; put it on persistent memory, e.g. /dev/shm or a DAX file system).
+//! The registry of VMs under a data directory (by default `mnemo-data/vms`; put it on
+//! persistent memory, e.g. /dev/shm or a DAX file system). The durable records (each VM's
+//! name, configuration, epoch and lifecycle) are in a mnemo pool, `registry.pool`, changed
+//! only by heap transactions ([`crate::records`]); each VM's memory and saved state are files
+//! in its directory:
 //!
 //! ```text
-//!  vms/NAME/            mode 0700
-//!    config.json        the virtual hardware (config::VmConfig), written once
-//!    status.json        the epoch: raised (durably) by every start, cold boot or recovery
-//!    ram                guest RAM (memory-backend-file, share=on), mode 0600
-//!    nvdimm             the guest-visible NVDIMM's memory, if configured, mode 0600
-//!    kernel, initrd     copies of the boot files (Boot::Kernel)
-//!    state              the last fixation: QEMU stream + trailer (state.rs)
-//!    state.used         the state the last recovery consumed (kept for inspection)
-//!    lock               flock(2)ed by the hypervisor, and inherited by its QEMU
-//!    hypervisor.pid     the hypervisor holding the lock
-//!    serial.log         the guest's serial console, appended across power cycles
-//!    qemu.log           QEMU's own output of its last start
-//!    qmp.sock           QEMU's machine protocol socket
+//!  vms/
+//!    registry.pool      the records (records.rs), mode 0600
+//!    registry.lock      flock(2)ed for the length of one registry operation
+//!    NAME/              mode 0700
+//!      ram              guest RAM (memory-backend-file, share=on), mode 0600
+//!      nvdimm           the guest-visible NVDIMM's memory, if configured, mode 0600
+//!      kernel, initrd   copies of the boot files (Boot::Kernel)
+//!      state            the last fixation: QEMU stream + trailer (state.rs)
+//!      state.used       the state the last recovery consumed (kept for inspection)
+//!      lock             flock(2)ed by the hypervisor, and inherited by its QEMU
+//!      hypervisor.pid   the hypervisor holding the lock
+//!      serial.log       the guest's serial console, appended across power cycles
+//!      qemu.log         QEMU's own output of its last start
+//!      qmp.sock         QEMU's machine protocol socket
 //! ```
+//!
+//! A VM exists when its record does: creation fills the directory first and adds the record
+//! last, in one transaction; deletion removes the record first, then the directory.
 //!
 //! A VM's state, as `mnemo vm list` shows it:
 //! * **running**: its lock is held (a hypervisor or its QEMU lives);
@@ -35,6 +42,8 @@ use crate::command::Files;
 use crate::config::{validate_name, Boot, VmConfig};
 use crate::error::{Error, Result};
 use crate::limits;
+pub use crate::records::{Lifecycle, Status};
+use crate::records::{Record, Session, POOL_FILE};
 use crate::state::{parse_state, sample_ram, Trailer, TRAILER_BYTES};
 
 /// The VMs under one data directory.
@@ -46,19 +55,9 @@ pub struct Registry {
 /// One VM's directory and configuration.
 #[derive(Debug, Clone)]
 pub struct VmDir {
+    root: PathBuf,
     path: PathBuf,
     config: VmConfig,
-}
-
-/// `status.json`: the epoch, raised by every start.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Status {
-    pub epoch: u64,
-    /// How the current epoch began ("created", "cold boot", "recovered from epoch N").
-    pub started: String,
-    /// When, in seconds since the Unix epoch.
-    pub started_unix_s: u64,
 }
 
 /// The three states of a VM.
@@ -86,6 +85,8 @@ pub struct VmSummary {
     pub name: String,
     pub state: VmState,
     pub epoch: u64,
+    /// What the registry last recorded (none for a directory the registry does not know).
+    pub lifecycle: Option<Lifecycle>,
     pub ram_bytes: u64,
     /// Bytes of the saved state, when fixed.
     pub state_bytes: Option<u64>,
@@ -138,8 +139,14 @@ impl Registry {
         &self.root
     }
 
-    /// Creates a VM: its directory, configuration, copies of its boot files, its RAM file
-    /// (mode 0600, sparse) and its status (epoch 0).
+    /// The registry pool's path.
+    pub fn pool_path(&self) -> PathBuf {
+        self.root.join(POOL_FILE)
+    }
+
+    /// Creates a VM: its directory, copies of its boot files, its RAM file (mode 0600,
+    /// sparse), then its record (epoch 0) in one transaction. The VM exists from that commit
+    /// on; a failure before it removes the directory.
     pub fn create(
         &self,
         config: VmConfig,
@@ -154,120 +161,239 @@ impl Registry {
                 ));
             }
         }
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.root)
-            .map_err(|e| Error::io("creating", &self.root, e))?;
-        let path = self.root.join(&config.name);
-        // Atomic against a concurrent create of the same name: mkdir fails if it exists.
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::Config(format!(
-                    "VM {:?} exists already in {}; start it with `mnemo vm run {}`, or delete it",
-                    config.name,
-                    self.root.display(),
-                    config.name
-                ))
-                } else {
-                    Error::io("creating", &path, e)
-                }
-            })?;
-        let vm = VmDir { path, config };
-        let made = vm.populate(kernel, initrd);
+        if self.session(true)?.get(&config.name)?.is_some() {
+            return Err(self.exists_error(&config.name));
+        }
+        let vm = VmDir {
+            root: self.root.clone(),
+            path: self.root.join(&config.name),
+            config,
+        };
+        self.make_dir(&vm.path, vm.name())?;
+        let made = vm.populate(kernel, initrd).and_then(|()| {
+            self.session(true)?.insert(&Record {
+                config: vm.config.clone(),
+                status: Status {
+                    epoch: 0,
+                    lifecycle: Lifecycle::Created,
+                    started: "created".into(),
+                    started_unix_s: unix_now(),
+                },
+            })
+        });
         if made.is_err() {
             let _ = fs::remove_dir_all(&vm.path);
         }
         made.map(|()| vm)
     }
 
-    /// Opens an existing VM and checks its configuration.
-    pub fn open(&self, name: &str) -> Result<VmDir> {
-        validate_name(name)?;
-        let path = self.root.join(name);
-        if !path.join("config.json").exists() {
-            return Err(Error::NoSuchVm {
-                name: name.to_string(),
-                dir: self.root.clone(),
-            });
-        }
-        let config: VmConfig = read_json(&path.join("config.json"))?;
-        config.validate()?;
-        if config.name != name {
-            return Err(Error::Config(format!(
-                "{} holds VM {:?}, not {name:?}",
-                path.display(),
-                config.name
+    /// The registry, open for one operation (`create`: make the directory and the pool if
+    /// they do not exist).
+    fn session(&self, create: bool) -> Result<Session> {
+        Session::open(&self.root, create)?.ok_or_else(|| Error::Registry {
+            path: self.pool_path(),
+            detail: "there is no registry pool here".into(),
+        })
+    }
+
+    fn exists_error(&self, name: &str) -> Error {
+        Error::Config(format!(
+            "VM {name:?} exists already in {}; start it with `mnemo vm run {name}`, or delete it",
+            self.root.display()
+        ))
+    }
+
+    /// Makes a VM's directory (mode 0700). Atomic against a concurrent create of the same
+    /// name: mkdir fails if it exists.
+    fn make_dir(&self, path: &Path, name: &str) -> Result<()> {
+        fs::DirBuilder::new().mode(0o700).create(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                self.stray(name).unwrap_or_else(|| self.exists_error(name))
+            } else {
+                Error::io("creating", path, e)
+            }
+        })
+    }
+
+    /// Why the directory `name`, which has no record, is there.
+    fn stray(&self, name: &str) -> Option<Error> {
+        let dir = self.root.join(name);
+        if dir.join("config.json").exists() {
+            return Some(Error::Config(format!(
+                "{} holds VM {name:?} as an earlier mnemo made it (config.json and \
+                 status.json); this mnemo keeps VMs in the registry pool {} and does not \
+                 migrate them: delete the directory (rm -r {}) and create the VM again",
+                dir.display(),
+                self.pool_path().display(),
+                dir.display()
             )));
         }
-        Ok(VmDir { path, config })
+        dir.is_dir().then(|| {
+            Error::Config(format!(
+                "{} is no VM: the registry {} has no record of {name:?}. A create, snapshot \
+                 or delete was interrupted there, or is running now; if none runs, remove the \
+                 directory (rm -r {})",
+                dir.display(),
+                self.pool_path().display(),
+                dir.display()
+            ))
+        })
     }
 
-    /// Whether a VM of that name exists (never for a name that is not a VM name).
-    pub fn exists(&self, name: &str) -> bool {
-        validate_name(name).is_ok() && self.root.join(name).join("config.json").exists()
-    }
-
-    /// Every VM, by name. A directory that is not a VM is skipped.
-    pub fn list(&self) -> Result<Vec<VmSummary>> {
-        let entries = match fs::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("reading", &self.root, e)),
+    /// Opens an existing VM: its record, read from the registry pool.
+    pub fn open(&self, name: &str) -> Result<VmDir> {
+        validate_name(name)?;
+        let record = match Session::open(&self.root, false)? {
+            Some(session) => session.get(name)?,
+            None => None,
         };
-        let mut names: Vec<String> = entries
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .filter(|name| self.exists(name))
-            .collect();
-        names.sort();
-        // One damaged or half-created VM does not hide the others: it is listed, with why.
-        Ok(names
-            .iter()
-            .map(|name| {
-                self.open(name)
-                    .and_then(|vm| vm.summary())
+        let Some(record) = record else {
+            return Err(self.stray(name).unwrap_or_else(|| Error::NoSuchVm {
+                name: name.to_string(),
+                dir: self.root.clone(),
+            }));
+        };
+        record.config.validate()?;
+        Ok(VmDir {
+            root: self.root.clone(),
+            path: self.root.join(name),
+            config: record.config,
+        })
+    }
+
+    /// Where the record of `name` is in the registry pool file (its byte offset; `None`
+    /// without a record), for inspection.
+    pub fn record_offset(&self, name: &str) -> Result<Option<u64>> {
+        match Session::open(&self.root, false)? {
+            Some(session) => session.record_offset(name),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the registry has a record of `name` (never for a name that is not a VM name).
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        if validate_name(name).is_err() {
+            return Ok(false);
+        }
+        Ok(match Session::open(&self.root, false)? {
+            Some(session) => session.get(name)?.is_some(),
+            None => false,
+        })
+    }
+
+    /// Every VM of the registry pool, by name, then every directory the pool has no record
+    /// of (an earlier mnemo's VM, or what an interrupted create left), with why.
+    pub fn list(&self) -> Result<Vec<VmSummary>> {
+        let mut records = Vec::new();
+        if let Some(session) = Session::open(&self.root, false)? {
+            for name in session.names()? {
+                // One damaged record does not hide the others: it is listed, with why.
+                let record = session.get(&name);
+                records.push((name, record));
+            }
+        }
+        let mut summaries: Vec<VmSummary> = records
+            .into_iter()
+            .map(|(name, record)| {
+                record
+                    .and_then(|record| {
+                        let record = record.ok_or_else(|| Error::NoSuchVm {
+                            name: name.clone(),
+                            dir: self.root.clone(),
+                        })?;
+                        let vm = VmDir {
+                            root: self.root.clone(),
+                            path: self.root.join(&name),
+                            config: record.config,
+                        };
+                        vm.summary_of(&record.status)
+                    })
                     .unwrap_or_else(|e| VmSummary {
                         name: name.clone(),
                         state: VmState::NeedsColdBoot,
                         epoch: 0,
+                        lifecycle: None,
                         ram_bytes: 0,
                         state_bytes: None,
                         detail: format!("unreadable: {e}"),
                     })
             })
-            .collect())
+            .collect();
+        let known: std::collections::HashSet<String> =
+            summaries.iter().map(|s| s.name.clone()).collect();
+        let mut strays = Vec::new();
+        for entry in fs::read_dir(&self.root).into_iter().flatten().flatten() {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if !is_dir || validate_name(&name).is_err() || known.contains(&name) {
+                continue;
+            }
+            if let Some(why) = self.stray(&name) {
+                strays.push(VmSummary {
+                    name,
+                    state: VmState::NeedsColdBoot,
+                    epoch: 0,
+                    lifecycle: None,
+                    ram_bytes: 0,
+                    state_bytes: None,
+                    detail: format!("not in the registry: {why}"),
+                });
+            }
+        }
+        strays.sort_by(|a, b| a.name.cmp(&b.name));
+        summaries.extend(strays);
+        Ok(summaries)
     }
 
-    /// Deletes a VM that is not running (its lock is taken first, so a hypervisor that starts
-    /// meanwhile either got it first, and the delete is refused, or cannot start).
+    /// Deletes a VM that is not running. Its lock is taken first, so a hypervisor that starts
+    /// meanwhile either got it first, and the delete is refused, or cannot start. The record
+    /// goes first (the VM is gone at that commit), then the directory.
+    /// A VM whose record is damaged can be deleted too.
     pub fn delete(&self, name: &str) -> Result<()> {
-        let vm = self.open(name)?;
-        let _lock = vm.lock()?;
-        fs::remove_dir_all(&vm.path).map_err(|e| Error::io("removing", &vm.path, e))
+        if let Err(e) = self.open(name) {
+            // A damaged record can be deleted; a pool that cannot be opened cannot.
+            if !matches!(e, Error::Registry { .. }) || self.record_offset(name).is_err() {
+                return Err(e);
+            }
+        }
+        let path = self.root.join(name);
+        let _lock = lock_vm(&path, name)?;
+        self.session(false)?.remove(name)?;
+        fs::remove_dir_all(&path).map_err(|e| Error::io("removing", &path, e))
     }
 
     /// Copies a VM that is fixed (or needs a cold boot) to a new name: configuration, RAM,
     /// boot files and saved state. Recovering the copy continues the guest from the same
     /// instant as the original would: a fork of the VM. The original must not run meanwhile
     /// (its lock is held for the copy). A running VM is copied by its hypervisor
-    /// (`Hypervisor::snapshot`).
+    /// (`Hypervisor::snapshot`). The copy's record, at the original's epoch, is added last.
     pub fn snapshot(&self, name: &str, copy: &str) -> Result<VmDir> {
         let source = self.open(name)?;
         let _lock = source.lock()?;
+        let status = source.status()?;
         let target = self.begin_copy(&source, copy)?;
         let copied = (|| {
             copy_memory(&source.file("ram"), &target.file("ram"))?;
             if source.config.nvdimm_bytes.is_some() {
                 copy_memory(&source.file("nvdimm"), &target.file("nvdimm"))?;
             }
-            copy_file(&source.file("status.json"), &target.file("status.json"))?;
-            if source.file("state").exists() {
+            let fixed = source.file("state").exists();
+            if fixed {
                 copy_file(&source.file("state"), &target.file("state"))?;
             }
-            sync_dir(&target.path)
+            sync_dir(&target.path)?;
+            self.add_copy(
+                &target,
+                &source,
+                status.epoch,
+                if fixed {
+                    Lifecycle::Fixed
+                } else {
+                    status.lifecycle
+                },
+            )
         })();
         if copied.is_err() {
             let _ = fs::remove_dir_all(&target.path);
@@ -275,31 +401,45 @@ impl Registry {
         copied.map(|()| target)
     }
 
-    /// The first half of a copy of `source` named `copy`: its directory, configuration, boot
-    /// files and console log. Memory, status and state are the caller's to add.
+    /// The last step of a copy: its record, at `epoch` of `source`, in one transaction.
+    pub(crate) fn add_copy(
+        &self,
+        target: &VmDir,
+        source: &VmDir,
+        epoch: u64,
+        lifecycle: Lifecycle,
+    ) -> Result<()> {
+        self.session(true)?.insert(&Record {
+            config: target.config.clone(),
+            status: Status {
+                epoch,
+                lifecycle,
+                started: format!("snapshot of {} in its epoch {epoch}", source.name()),
+                started_unix_s: unix_now(),
+            },
+        })
+    }
+
+    /// The first half of a copy of `source` named `copy`: its directory, boot files and
+    /// console log. Memory and state are the caller's to add, then the record
+    /// ([`Registry::add_copy`]).
     pub(crate) fn begin_copy(&self, source: &VmDir, copy: &str) -> Result<VmDir> {
         validate_name(copy)?;
+        if self.session(true)?.get(copy)?.is_some() {
+            return Err(Error::Config(format!(
+                "VM {copy:?} exists already in {}",
+                self.root.display()
+            )));
+        }
         let mut config = source.config.clone();
         config.name = copy.to_string();
         let target = VmDir {
+            root: self.root.clone(),
             path: self.root.join(copy),
             config,
         };
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&target.path)
-            .map_err(|e| {
-                if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::Config(format!(
-                        "VM {copy:?} exists already in {}",
-                        self.root.display()
-                    ))
-                } else {
-                    Error::io("creating", &target.path, e)
-                }
-            })?;
+        self.make_dir(&target.path, copy)?;
         let begun = (|| {
-            write_json(&target.path.join("config.json"), &target.config)?;
             for file in ["kernel", "initrd"] {
                 let from = source.path.join(file);
                 if from.exists() {
@@ -345,7 +485,6 @@ impl VmDir {
     }
 
     fn populate(&self, kernel: Option<&Path>, initrd: Option<&Path>) -> Result<()> {
-        write_json(&self.file("config.json"), &self.config)?;
         if let Some(kernel) = kernel {
             copy_file(kernel, &self.file("kernel"))?;
         }
@@ -358,53 +497,12 @@ impl VmDir {
         if let Some(bytes) = self.config.nvdimm_bytes {
             create_memory_file(&self.file("nvdimm"), bytes)?;
         }
-        self.write_status(&Status {
-            epoch: 0,
-            started: "created".into(),
-            started_unix_s: unix_now(),
-        })?;
         sync_dir(&self.path)
     }
 
     /// Takes the VM's lock (non-blocking) and records the caller as its holder.
     pub fn lock(&self) -> Result<VmLock> {
-        let path = self.file("lock");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io("opening", &path, e))?;
-        // A few tries: `is_running` (mnemo vm list) holds a shared lock for an instant.
-        let mut tries = 0;
-        loop {
-            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => break,
-                Err(rustix::io::Errno::WOULDBLOCK) if tries < limits::LOCK_TRIES => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Err(rustix::io::Errno::WOULDBLOCK) => {
-                    return Err(Error::Running {
-                        name: self.name().to_string(),
-                        pid: self.holder().unwrap_or_else(|| "unknown".into()),
-                    })
-                }
-                Err(e) => return Err(Error::io("locking", &path, e.into())),
-            }
-        }
-        let pid = self.file("hypervisor.pid");
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&pid)
-            .and_then(|mut f| f.write_all(format!("{}\n", std::process::id()).as_bytes()))
-            .map_err(|e| Error::io("writing", &pid, e))?;
-        Ok(VmLock { file, pid })
+        lock_vm(&self.path, self.name())
     }
 
     /// Whether the lock is held by anyone.
@@ -424,10 +522,7 @@ impl VmDir {
 
     /// The pid recorded by the lock's holder.
     pub fn holder(&self) -> Option<String> {
-        let text = fs::read_to_string(self.file("hypervisor.pid")).ok()?;
-        let pid = text.trim();
-        (!pid.is_empty() && pid.len() < 12 && pid.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| pid.to_string())
+        holder(&self.path)
     }
 
     /// The pid of the hypervisor holding the lock, checked: the process's command line names
@@ -440,13 +535,56 @@ impl VmDir {
         ours.then_some(pid)
     }
 
-    pub fn status(&self) -> Result<Status> {
-        read_json(&self.file("status.json"))
+    fn session(&self) -> Result<Session> {
+        Registry::new(&self.root).session(false)
     }
 
-    /// Replaces `status.json` durably (write, sync, rename, sync the directory).
-    pub fn write_status(&self, status: &Status) -> Result<()> {
-        write_json(&self.file("status.json"), status)
+    /// The VM's status, read from the registry pool.
+    pub fn status(&self) -> Result<Status> {
+        self.session()?
+            .get(self.name())?
+            .map(|record| record.status)
+            .ok_or_else(|| Error::NoSuchVm {
+                name: self.name().to_string(),
+                dir: self.root.clone(),
+            })
+    }
+
+    /// Begins a new epoch, durably (one registry transaction), and returns the new status.
+    /// `from` is the status the caller judged the VM by: if the epoch moved since, nothing
+    /// changes and this is an error. The caller holds the VM's lock.
+    pub fn begin_epoch(&self, from: &Status, started: String) -> Result<Status> {
+        self.session()?.update(self.name(), |now| {
+            if now.epoch != from.epoch {
+                return Err(Error::Config(format!(
+                    "VM {:?}: its epoch moved from {} to {} meanwhile; nothing was started",
+                    self.name(),
+                    from.epoch,
+                    now.epoch
+                )));
+            }
+            Ok(Status {
+                epoch: now.epoch.checked_add(1).ok_or_else(|| {
+                    Error::Config(format!("VM {:?}: its epoch is exhausted", self.name()))
+                })?,
+                lifecycle: Lifecycle::Started,
+                started,
+                started_unix_s: unix_now(),
+            })
+        })
+    }
+
+    /// Records that a fixation of `epoch` completed (if the VM is still in that epoch).
+    pub fn record_fixed(&self, epoch: u64) -> Result<()> {
+        self.session()?
+            .update(self.name(), |now| {
+                let mut next = now.clone();
+                if now.epoch == epoch {
+                    next.lifecycle = Lifecycle::Fixed;
+                }
+                Ok(next)
+            })
+            .map(drop)
     }
 
     /// Judges `state` against the VM's epoch and its RAM file. Reads 1 MiB of RAM samples.
@@ -514,11 +652,15 @@ impl VmDir {
 
     /// The VM's line in `mnemo vm list`.
     pub fn summary(&self) -> Result<VmSummary> {
-        let status = self.status()?;
+        self.summary_of(&self.status()?)
+    }
+
+    fn summary_of(&self, status: &Status) -> Result<VmSummary> {
         let mut summary = VmSummary {
             name: self.name().to_string(),
             state: VmState::NeedsColdBoot,
             epoch: status.epoch,
+            lifecycle: Some(status.lifecycle),
             ram_bytes: self.config.ram_bytes,
             state_bytes: None,
             detail: String::new(),
@@ -532,13 +674,19 @@ impl VmDir {
             );
             return Ok(summary);
         }
-        match self.check_state(&status)? {
+        match self.check_state(status)? {
             StateCheck::Resumable(trailer) => {
                 summary.state = VmState::Fixed;
                 summary.state_bytes = Some(trailer.stream_len + TRAILER_BYTES as u64);
                 summary.detail = "resumable".into();
             }
             StateCheck::Missing if status.epoch == 0 => summary.detail = "never booted".into(),
+            StateCheck::Missing if status.lifecycle == Lifecycle::Fixed => {
+                summary.detail = format!(
+                    "the registry records a fixation of epoch {}, but its state file is gone",
+                    status.epoch
+                )
+            }
             StateCheck::Missing => {
                 summary.detail = format!(
                     "no completed fixation of epoch {} ({})",
@@ -549,6 +697,56 @@ impl VmDir {
         }
         Ok(summary)
     }
+}
+
+/// Takes the lock of the VM `name` in `dir` (non-blocking) and records the caller as its
+/// holder.
+fn lock_vm(dir: &Path, name: &str) -> Result<VmLock> {
+    let path = dir.join("lock");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| Error::io("opening", &path, e))?;
+    // A few tries: `is_running` (mnemo vm list) holds a shared lock for an instant.
+    let mut tries = 0;
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => break,
+            Err(rustix::io::Errno::WOULDBLOCK) if tries < limits::LOCK_TRIES => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(Error::Running {
+                    name: name.to_string(),
+                    pid: holder(dir).unwrap_or_else(|| "unknown".into()),
+                })
+            }
+            Err(e) => return Err(Error::io("locking", &path, e.into())),
+        }
+    }
+    let pid = dir.join("hypervisor.pid");
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&pid)
+        .and_then(|mut f| f.write_all(format!("{}\n", std::process::id()).as_bytes()))
+        .map_err(|e| Error::io("writing", &pid, e))?;
+    Ok(VmLock { file, pid })
+}
+
+/// The pid recorded by the lock's holder.
+fn holder(dir: &Path) -> Option<String> {
+    let text = fs::read_to_string(dir.join("hypervisor.pid")).ok()?;
+    let pid = text.trim();
+    (!pid.is_empty() && pid.len() < 12 && pid.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| pid.to_string())
 }
 
 /// Creates a guest memory file of `bytes` (sparse, mode 0600); never truncates one that
@@ -718,12 +916,17 @@ mod tests {
     }
 
     fn set_epoch(vm: &VmDir, epoch: u64) {
-        vm.write_status(&Status {
-            epoch,
-            started: "test".into(),
-            started_unix_s: 0,
-        })
-        .unwrap();
+        vm.session()
+            .unwrap()
+            .update(vm.name(), |_| {
+                Ok(Status {
+                    epoch,
+                    lifecycle: Lifecycle::Started,
+                    started: "test".into(),
+                    started_unix_s: 0,
+                })
+            })
+            .unwrap();
     }
 
     #[test]
@@ -732,7 +935,23 @@ mod tests {
         let mode = |name: &str| fs::metadata(vm.file(name)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode("ram"), 0o600);
         assert_eq!(mode("serial.log"), 0o600);
-        assert_eq!(mode("status.json"), 0o600);
+        assert_eq!(
+            fs::metadata(registry.pool_path())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
+        assert!(
+            !vm.file("config.json").exists() && !vm.file("status.json").exists(),
+            "the records are in the pool, not in the directory"
+        );
+        let status = vm.status().unwrap();
+        assert_eq!(
+            (status.epoch, status.lifecycle, status.started.as_str()),
+            (0, Lifecycle::Created, "created")
+        );
         assert_eq!(
             fs::metadata(vm.path()).unwrap().permissions().mode() & 0o777,
             0o700
@@ -881,16 +1100,194 @@ mod tests {
     }
 
     #[test]
-    fn damaged_json_is_an_error() {
+    fn epochs_rise_by_one_and_only_from_the_status_judged() {
         let (_dir, registry, vm) = registry();
-        fs::write(vm.file("status.json"), b"{\"epoch\": ").unwrap();
-        assert!(matches!(vm.status(), Err(Error::Config(_))));
-        let listed = registry.list().unwrap();
+        let created = vm.status().unwrap();
+        let first = vm.begin_epoch(&created, "cold boot".into()).unwrap();
+        assert_eq!((first.epoch, first.lifecycle), (1, Lifecycle::Started));
+        // A caller that judged the VM by epoch 0 must not start it again.
+        let stale = vm.begin_epoch(&created, "cold boot".into());
         assert!(
-            listed[0].detail.contains("status.json is damaged"),
-            "{listed:?}"
+            matches!(&stale, Err(Error::Config(why)) if why.contains("moved from 0 to 1")),
+            "{stale:?}"
         );
-        fs::write(vm.file("config.json"), b"\xff\xfe").unwrap();
-        assert!(matches!(registry.open("guest-1"), Err(Error::Config(_))));
+        vm.record_fixed(1).unwrap();
+        assert_eq!(vm.status().unwrap().lifecycle, Lifecycle::Fixed);
+        // A fixation of an older epoch records nothing.
+        let second = vm.begin_epoch(&vm.status().unwrap(), "recovery from epoch 1".into());
+        assert_eq!(second.unwrap().epoch, 2);
+        vm.record_fixed(1).unwrap();
+        let status = registry.open("guest-1").unwrap().status().unwrap();
+        assert_eq!(
+            (status.epoch, status.lifecycle, status.started.as_str()),
+            (2, Lifecycle::Started, "recovery from epoch 1")
+        );
+        // Without a state, the list says which epoch ended without a fixation.
+        let list = registry.list().unwrap();
+        assert_eq!(
+            list[0].detail,
+            "no completed fixation of epoch 2 (recovery from epoch 1)"
+        );
+        assert_eq!(list[0].lifecycle, Some(Lifecycle::Started));
+    }
+
+    /// Flips one byte of the record of `name` in the pool file, and returns where.
+    fn damage_record(registry: &Registry, name: &str, at: u64) -> u64 {
+        let offset = registry.record_offset(name).unwrap().unwrap();
+        let pool = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(registry.pool_path())
+            .unwrap();
+        let mut byte = [0u8];
+        pool.read_exact_at(&mut byte, offset + at).unwrap();
+        pool.write_all_at(&[byte[0] ^ 0x10], offset + at).unwrap();
+        offset
+    }
+
+    #[test]
+    fn a_damaged_record_is_a_clear_error_and_hides_no_other_vm() {
+        let (dir, registry, vm) = registry();
+        let other = registry
+            .create(
+                VmConfig {
+                    name: "guest-2".into(),
+                    ..vm.config().clone()
+                },
+                Some(&dir.path().join("vmlinuz")),
+                Some(&dir.path().join("initrd.gz")),
+            )
+            .unwrap();
+        // The epoch's bytes (offset 16): the record's checksum no longer matches.
+        damage_record(&registry, "guest-1", 16);
+        let opened = registry.open("guest-1");
+        match &opened {
+            Err(e @ Error::Registry { path, detail }) => {
+                assert_eq!(path, &registry.pool_path());
+                assert!(detail.contains("\"guest-1\" fails its checksum"), "{e}");
+                assert!(e.to_string().contains("registry.pool"), "{e}");
+            }
+            other => panic!("a damaged record was read: {other:?}"),
+        }
+        assert!(matches!(vm.status(), Err(Error::Registry { .. })));
+        let list = registry.list().unwrap();
+        assert_eq!(list.len(), 2, "{list:?}");
+        assert!(list[0].detail.contains("fails its checksum"), "{list:?}");
+        assert_eq!(list[1].name, "guest-2");
+        assert_eq!(list[1].detail, "never booted");
+        assert!(other.status().is_ok());
+        // The damaged VM can still be deleted, and the other is untouched.
+        registry.delete("guest-1").unwrap();
+        assert_eq!(registry.list().unwrap().len(), 1);
+        assert_eq!(registry.open("guest-2").unwrap().config(), other.config());
+    }
+
+    #[test]
+    fn a_damaged_configuration_or_pool_is_a_clear_error() {
+        let (_dir, registry, _vm) = registry();
+        // The configuration pointer (offset 32) moved by 16 bytes: the record's checksum
+        // catches it.
+        damage_record(&registry, "guest-1", 32);
+        let e = registry.open("guest-1").unwrap_err();
+        assert!(e.to_string().contains("fails its checksum"), "{e}");
+        damage_record(&registry, "guest-1", 32);
+        assert!(registry.open("guest-1").is_ok(), "flipped back");
+
+        // Both copies of the pool's header overwritten: open fails, and says where.
+        let pool = OpenOptions::new()
+            .write(true)
+            .open(registry.pool_path())
+            .unwrap();
+        pool.write_all_at(&[0xA5; 8192], 0).unwrap();
+        for e in [
+            registry.open("guest-1").unwrap_err(),
+            registry.list().unwrap_err(),
+        ] {
+            let text = e.to_string();
+            assert!(
+                matches!(e, Error::Registry { .. }) && text.contains("registry.pool"),
+                "{text}"
+            );
+            assert!(text.contains("cannot open it"), "{text}");
+        }
+        // A truncated pool.
+        pool.set_len(100).unwrap();
+        let e = registry.open("guest-1").unwrap_err();
+        assert!(matches!(e, Error::Registry { .. }), "{e}");
+    }
+
+    #[test]
+    fn directories_without_a_record_are_refused_clearly() {
+        let (_dir, registry, vm) = registry();
+        // A VM as an earlier mnemo made it: config.json and status.json in its directory.
+        let legacy = registry.root().join("old-vm");
+        fs::create_dir(&legacy).unwrap();
+        fs::write(legacy.join("config.json"), b"{}").unwrap();
+        fs::write(legacy.join("status.json"), b"{}").unwrap();
+        let e = registry.open("old-vm").unwrap_err().to_string();
+        assert!(
+            e.contains("earlier mnemo") && e.contains("does not migrate"),
+            "{e}"
+        );
+        let again = registry.create(
+            VmConfig {
+                name: "old-vm".into(),
+                ..vm.config().clone()
+            },
+            Some(&vm.file("kernel")),
+            Some(&vm.file("initrd")),
+        );
+        assert!(
+            matches!(&again, Err(Error::Config(e)) if e.contains("earlier mnemo")),
+            "{again:?}"
+        );
+        assert!(legacy.join("config.json").exists(), "nothing was removed");
+        // What an interrupted create leaves: a directory without a record.
+        fs::create_dir(registry.root().join("half")).unwrap();
+        let e = registry.open("half").unwrap_err().to_string();
+        assert!(e.contains("was interrupted"), "{e}");
+        let list = registry.list().unwrap();
+        let names: Vec<_> = list.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["guest-1", "half", "old-vm"]);
+        assert!(
+            list[1].detail.starts_with("not in the registry"),
+            "{list:?}"
+        );
+        assert!(list[2].detail.contains("earlier mnemo"), "{list:?}");
+        assert_eq!(list[2].lifecycle, None);
+    }
+
+    #[test]
+    fn a_failed_create_leaves_nothing() {
+        let (dir, registry, vm) = registry();
+        let missing = dir.path().join("no-such-kernel");
+        let failed = registry.create(
+            VmConfig {
+                name: "guest-2".into(),
+                ..vm.config().clone()
+            },
+            Some(&missing),
+            Some(&vm.file("initrd")),
+        );
+        assert!(matches!(failed, Err(Error::Io { .. })), "{failed:?}");
+        assert!(!registry.root().join("guest-2").exists());
+        assert!(!registry.exists("guest-2").unwrap());
+        assert_eq!(registry.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn no_registry_means_no_vms() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::new(dir.path().join("vms"));
+        assert!(registry.list().unwrap().is_empty());
+        assert!(!registry.exists("guest-1").unwrap());
+        assert!(matches!(
+            registry.open("guest-1"),
+            Err(Error::NoSuchVm { .. })
+        ));
+        assert!(
+            !registry.root().exists(),
+            "reading creates neither the directory nor the pool"
+        );
     }
 }
