@@ -1,0 +1,658 @@
+//! The fault path: a first access to a page of a virtual region maps a slot of the
+//! persistent-memory file there, evicting the oldest resident page to swap first when the
+//! region's budget is used up.
+//!
+//! # Why a SIGSEGV handler, not userfaultfd
+//! A resolved page must *be* a page of the persistent-memory file, at a slot of our
+//! choosing. userfaultfd resolves a fault by filling the registered mapping's own backing
+//! (`UFFDIO_COPY` into anonymous memory, `UFFDIO_CONTINUE` of the page already at the same
+//! file offset): neither puts slot S of another file behind virtual page P. With userfaultfd
+//! a handler thread would have to `mmap(MAP_FIXED)` the slot and then wake the faulting
+//! thread: the same system calls plus two context switches per fault. A signal handler runs
+//! on the faulting thread itself (vpmlib's choice). Its one limit: the kernel does not fault
+//! on behalf of system calls, so `read(2)` into a page that is not resident fails with
+//! EFAULT; mnemo's layers write pool memory with CPU stores only.
+//!
+//! # What the handler may do
+//! It runs inside a signal handler: no heap allocation, no lock that code outside a handler
+//! takes. Everything it needs is allocated when the region opens ([`Shared`]); the
+//! handler's table is a fixed array of atomics ([`OPEN_REGIONS_MAX`] entries). Two threads
+//! faulting on one region exclude each other with the region's spin lock, which only the
+//! handler takes (normal code reads page-table words with atomic loads, and never waits). All
+//! signals are blocked while the handler runs, so no other handler can interrupt the lock's
+//! holder on its own thread. The system calls it makes (`mmap`, `pread`, `pwrite`,
+//! `fdatasync`, `msync`) take no user-space lock.
+//!
+//! # One fault (the region's lock held)
+//! 1. The page's table word says resident (another thread got here first, or the region was
+//!    just opened): map its slot and return.
+//! 2. Take a free slot, or evict the oldest resident page ([`Shared::evict_oldest`]).
+//! 3. Fill the slot through the window onto the persistent-memory file: the page's bytes
+//!    from swap, or zeros; flush, fence.
+//! 4. Record "page -> slot" in the page table: one 8-byte store, flush, fence.
+//! 5. Map the slot at the page's address; return, and the access is retried.
+//!
+//! # One eviction (crash-safe: every step leaves a table that recovers every page)
+//! 1. Make the victim page inaccessible (`PROT_NONE`): from now on a store to it faults
+//!    and waits for the lock, so the copy below is final.
+//! 2. Write the slot's page to the region's swap area at the page's own number.
+//! 3. `fdatasync` the swap file.
+//! 4. Record "page -> swap": one 8-byte store, flush, fence.
+//!
+//! Only then is the slot filled for another page (fault step 3) and recorded as its (fault
+//! step 4). A crash before eviction step 4 leaves the victim recorded in its slot, whose
+//! bytes are untouched until after step 4; a crash after it finds the victim's bytes durable
+//! in swap, and the slot either unrecorded (free at open) or recorded for the new page
+//! after that page's bytes were made durable there.
+#![allow(unsafe_code)]
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::os::fd::RawFd;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use mnemo_pmem::{durable_site, Media};
+
+use crate::format::Place;
+use crate::limits::{CRASH_EXIT_CODE, OPEN_REGIONS_MAX, PAGE_SIZE};
+use crate::space::SpaceInner;
+
+const PAGE: usize = PAGE_SIZE as usize;
+const FREE: u32 = u32::MAX;
+
+/// A step of an eviction or of a fault, for crash points ([`crate::Region::crash_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Step {
+    /// The victim is chosen; nothing changed yet.
+    Chosen = 1,
+    /// The victim's page is inaccessible.
+    Protected = 2,
+    /// The victim's bytes are written to the swap file (not yet synced).
+    Written = 3,
+    /// The swap file is synced.
+    Synced = 4,
+    /// The victim is recorded as swapped; its slot is free.
+    Recorded = 5,
+    /// The freed slot holds the faulting page's bytes, flushed and fenced.
+    Filled = 6,
+    /// The faulting page is recorded in the slot.
+    Remapped = 7,
+}
+
+impl Step {
+    /// Every step in order.
+    pub const ALL: [Step; 7] = [
+        Step::Chosen,
+        Step::Protected,
+        Step::Written,
+        Step::Synced,
+        Step::Recorded,
+        Step::Filled,
+        Step::Remapped,
+    ];
+}
+
+/// Counters of one region, updated by the fault handler (relaxed atomics).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub(crate) faults: AtomicU64,
+    pub(crate) swap_outs: AtomicU64,
+    pub(crate) swap_ins: AtomicU64,
+    pub(crate) zero_fills: AtomicU64,
+    pub(crate) resident: AtomicU64,
+    pub(crate) swapped: AtomicU64,
+}
+
+/// The handler's volatile bookkeeping: which page each slot holds, the FIFO of resident
+/// slots and the stack of free ones. Preallocated at open; touched only under the lock.
+#[derive(Debug)]
+struct Book {
+    /// Page held by each slot, or `FREE`.
+    owner: Box<[u32]>,
+    /// Ring of resident slots, oldest at `head`.
+    fifo: Box<[u32]>,
+    head: usize,
+    len: usize,
+    /// Free slots.
+    free: Box<[u32]>,
+    free_len: usize,
+}
+
+/// Everything the fault path of one region needs, allocated before the region is
+/// registered with the handler.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// First address of the region.
+    pub(crate) start: usize,
+    /// Pages of the region.
+    pub(crate) pages: u64,
+    /// Slots of persistent memory.
+    pub(crate) budget: u64,
+    /// Offsets in the persistent-memory file.
+    pub(crate) table_offset: u64,
+    pub(crate) slots_offset: u64,
+    /// Offset of the swap area in the swap file.
+    pub(crate) swap_offset: u64,
+    pm_fd: RawFd,
+    swap_fd: RawFd,
+    /// The space: its window onto the persistent-memory file, and the files themselves.
+    pub(crate) space: Arc<SpaceInner>,
+    /// Only the fault handler takes it.
+    lock: AtomicU32,
+    book: UnsafeCell<Book>,
+    pub(crate) counters: Counters,
+    /// Evictions started, for crash points.
+    evictions: AtomicU64,
+    /// Crash point: `(eviction number + 1) << 8 | step`, 0 for none.
+    pub(crate) crash_at: AtomicU64,
+}
+
+// SAFETY: `book` is touched only under `lock` (the handler) or with `&mut` before the
+// region is registered; every other field is immutable or atomic.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw descriptors are owned by `space`, which outlives `Shared`.
+unsafe impl Send for Shared {}
+
+/// The spin lock of one region; async-signal-safe (atomics only).
+struct SpinGuard<'a>(&'a AtomicU32);
+
+impl<'a> SpinGuard<'a> {
+    fn lock(word: &'a AtomicU32) -> SpinGuard<'a> {
+        while word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        SpinGuard(word)
+    }
+}
+
+impl Drop for SpinGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+/// A failed system call inside the handler: nothing can be returned to the faulting store,
+/// so say what failed on stderr (`write(2)` only) and abort, as a mapped file's I/O error
+/// ends a process with SIGBUS.
+fn die(what: &str) -> ! {
+    let msg = b"mnemo-vpm: fault handler failed: ";
+    // SAFETY: write(2) of valid buffers to stderr; async-signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::write(2, what.as_ptr().cast(), what.len());
+        libc::write(2, b"\n".as_ptr().cast(), 1);
+        libc::abort();
+    }
+}
+
+impl Shared {
+    /// The bookkeeping for `budget` slots with `resident` as (slot, page) pairs found in
+    /// the page table at open (in slot order: their FIFO order).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        start: usize,
+        pages: u64,
+        budget: u64,
+        (table_offset, slots_offset, swap_offset): (u64, u64, u64),
+        (pm_fd, swap_fd): (RawFd, RawFd),
+        space: Arc<SpaceInner>,
+        resident: &[(u32, u32)],
+        swapped: u64,
+    ) -> Shared {
+        let budget_usize = budget as usize;
+        let mut owner = vec![FREE; budget_usize].into_boxed_slice();
+        let mut fifo = vec![0u32; budget_usize].into_boxed_slice();
+        for (i, &(slot, page)) in resident.iter().enumerate() {
+            owner[slot as usize] = page;
+            fifo[i] = slot;
+        }
+        let mut free = vec![0u32; budget_usize].into_boxed_slice();
+        let mut free_len = 0;
+        // Free slots are handed out lowest first: pushed in descending order.
+        for slot in (0..budget_usize).rev() {
+            if owner[slot] == FREE {
+                free[free_len] = slot as u32;
+                free_len += 1;
+            }
+        }
+        let counters = Counters::default();
+        counters
+            .resident
+            .store(resident.len() as u64, Ordering::Relaxed);
+        counters.swapped.store(swapped, Ordering::Relaxed);
+        Shared {
+            start,
+            pages,
+            budget,
+            table_offset,
+            slots_offset,
+            swap_offset,
+            pm_fd,
+            swap_fd,
+            space,
+            lock: AtomicU32::new(0),
+            book: UnsafeCell::new(Book {
+                owner,
+                fifo,
+                head: 0,
+                len: resident.len(),
+                free,
+                free_len,
+            }),
+            counters,
+            evictions: AtomicU64::new(0),
+            crash_at: AtomicU64::new(0),
+        }
+    }
+
+    /// The page-table word of `page`, in the window onto the persistent-memory file.
+    #[inline]
+    pub(crate) fn entry(&self, page: u64) -> &AtomicU64 {
+        debug_assert!(page < self.pages);
+        let at = self.table_offset + page * 8;
+        // SAFETY: the table lies inside the window's live mapping (checked when the region
+        // was opened), 8-byte aligned; the window outlives `self` (held by `space`).
+        unsafe {
+            &*self
+                .space
+                .window
+                .base()
+                .as_ptr()
+                .add(at as usize)
+                .cast::<AtomicU64>()
+        }
+    }
+
+    #[inline]
+    fn entry_offset(&self, page: u64) -> u64 {
+        self.table_offset + page * 8
+    }
+
+    #[inline]
+    pub(crate) fn slot_offset(&self, slot: u64) -> u64 {
+        self.slots_offset + slot * PAGE_SIZE
+    }
+
+    fn window_ptr(&self, offset: u64) -> *mut u8 {
+        // SAFETY (of the callers' use): offsets come from the region's checked geometry.
+        self.space
+            .window
+            .base()
+            .as_ptr()
+            .wrapping_add(offset as usize)
+    }
+
+    fn page_addr(&self, page: u64) -> *mut c_void {
+        (self.start + page as usize * PAGE) as *mut c_void
+    }
+
+    /// Stop the process at a crash point, if one is set for this step of this eviction.
+    #[inline]
+    fn crash_point(&self, eviction: u64, step: Step) {
+        let at = self.crash_at.load(Ordering::Relaxed);
+        if at != 0 && at == ((eviction + 1) << 8 | step as u64) {
+            // SAFETY: _exit is async-signal-safe; nothing is flushed or unwound: a crash.
+            unsafe { libc::_exit(CRASH_EXIT_CODE) };
+        }
+    }
+
+    /// Store `place` into `page`'s table word and make it durable.
+    fn record(&self, page: u64, place: Place) {
+        self.entry(page).store(place.word(), Ordering::Release);
+        let window = &self.space.window;
+        durable_site!("vpm.table_flush", {
+            window.flush(self.entry_offset(page), 8);
+            Ok::<(), ()>(())
+        })
+        .ok();
+        if durable_site!("vpm.table_fence", window.drain()).is_err() {
+            die("fence after a page-table update");
+        }
+    }
+
+    /// Map `slot` of the persistent-memory file at `page`.
+    fn map_slot(&self, page: u64, slot: u64) {
+        // SAFETY: the page lies inside this region's reservation, which only this module
+        // maps; MAP_FIXED replaces the reservation's page (or the same slot mapped by a
+        // racing fault) with the slot, a page of the file inside its length.
+        let p = unsafe {
+            libc::mmap(
+                self.page_addr(page),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.pm_fd,
+                self.slot_offset(slot) as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            die("mmap of a persistent-memory slot");
+        }
+    }
+
+    /// Make `page` inaccessible again: the reservation's PROT_NONE page replaces the slot.
+    fn unmap(&self, page: u64) {
+        // SAFETY: the page lies inside this region's reservation (see `map_slot`).
+        let p = unsafe {
+            libc::mmap(
+                self.page_addr(page),
+                PAGE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            die("mmap PROT_NONE over an evicted page");
+        }
+    }
+
+    /// Resolve a fault at `addr` (inside the region). Called by the signal handler.
+    fn fault(&self, addr: usize) {
+        let page = ((addr - self.start) / PAGE) as u64;
+        let _guard = SpinGuard::lock(&self.lock);
+        // SAFETY: the lock is held; nothing else touches the book meanwhile.
+        let book = unsafe { &mut *self.book.get() };
+        self.counters.faults.fetch_add(1, Ordering::Relaxed);
+        let place = match Place::decode(self.entry(page).load(Ordering::Acquire)) {
+            Some(place) => place,
+            None => die("invalid page-table word"),
+        };
+        if let Place::Resident(slot) = place {
+            // Mapped by a racing fault meanwhile, or resident since the region was opened.
+            self.map_slot(page, slot);
+            return;
+        }
+        let (slot, eviction) = if book.free_len > 0 {
+            book.free_len -= 1;
+            (u64::from(book.free[book.free_len]), None)
+        } else {
+            let eviction = self.evictions.fetch_add(1, Ordering::Relaxed);
+            (self.evict_oldest(book, eviction), Some(eviction))
+        };
+        self.fill(slot, page, place);
+        if let Some(e) = eviction {
+            self.crash_point(e, Step::Filled);
+        }
+        self.record(page, Place::Resident(slot));
+        if let Some(e) = eviction {
+            self.crash_point(e, Step::Remapped);
+        }
+        self.map_slot(page, slot);
+        book.owner[slot as usize] = page as u32;
+        let tail = (book.head + book.len) % book.fifo.len();
+        book.fifo[tail] = slot as u32;
+        book.len += 1;
+        self.counters.resident.fetch_add(1, Ordering::Relaxed);
+        if let Place::Swapped(_) = place {
+            self.counters.swapped.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Put `page`'s bytes into `slot` (from swap, or zeros) and make them durable there.
+    fn fill(&self, slot: u64, page: u64, place: Place) {
+        let dst = self.window_ptr(self.slot_offset(slot));
+        match place {
+            Place::Swapped(at) => {
+                let offset = self.swap_offset + at * PAGE_SIZE;
+                read_full(self.swap_fd, dst, offset);
+                self.counters.swap_ins.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                // SAFETY: the slot lies inside the window's mapping.
+                unsafe { std::ptr::write_bytes(dst, 0, PAGE) };
+                self.counters.zero_fills.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let _ = page;
+        let window = &self.space.window;
+        durable_site!("vpm.slot_flush", {
+            window.flush(self.slot_offset(slot), PAGE_SIZE);
+            Ok::<(), ()>(())
+        })
+        .ok();
+        if durable_site!("vpm.slot_fence", window.drain()).is_err() {
+            die("fence after filling a slot");
+        }
+    }
+
+    /// Evict the oldest resident page to swap and return its slot, now free.
+    fn evict_oldest(&self, book: &mut Book, eviction: u64) -> u64 {
+        if book.len == 0 {
+            die("no resident page to evict (budget of zero pages)");
+        }
+        let slot = u64::from(book.fifo[book.head]);
+        book.head = (book.head + 1) % book.fifo.len();
+        book.len -= 1;
+        let victim = u64::from(book.owner[slot as usize]);
+        self.crash_point(eviction, Step::Chosen);
+        self.unmap(victim);
+        self.crash_point(eviction, Step::Protected);
+        let src = self.window_ptr(self.slot_offset(slot));
+        write_full(self.swap_fd, src, self.swap_offset + victim * PAGE_SIZE);
+        self.crash_point(eviction, Step::Written);
+        // SAFETY: fdatasync of a descriptor the space keeps open.
+        if durable_site!("vpm.swap_sync", {
+            if unsafe { libc::fdatasync(self.swap_fd) } == 0 {
+                Ok(())
+            } else {
+                Err(())
+            }
+        })
+        .is_err()
+        {
+            die("fdatasync of the swap file");
+        }
+        self.crash_point(eviction, Step::Synced);
+        self.record(victim, Place::Swapped(victim));
+        self.crash_point(eviction, Step::Recorded);
+        book.owner[slot as usize] = FREE;
+        self.counters.swap_outs.fetch_add(1, Ordering::Relaxed);
+        self.counters.resident.fetch_sub(1, Ordering::Relaxed);
+        self.counters.swapped.fetch_add(1, Ordering::Relaxed);
+        slot
+    }
+}
+
+fn read_full(fd: RawFd, dst: *mut u8, offset: u64) {
+    let mut done = 0;
+    while done < PAGE {
+        // SAFETY: `dst..dst+PAGE` is a slot inside the window's mapping.
+        let n = unsafe {
+            libc::pread(
+                fd,
+                dst.add(done).cast(),
+                PAGE - done,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        if n > 0 {
+            done += n as usize;
+        } else if n == 0 {
+            // Past the end of the swap file: a page never written there reads as zero.
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(dst.add(done), 0, PAGE - done) };
+            return;
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            die("pread from the swap file");
+        }
+    }
+}
+
+fn write_full(fd: RawFd, src: *const u8, offset: u64) {
+    let mut done = 0;
+    while done < PAGE {
+        // SAFETY: `src..src+PAGE` is a slot inside the window's mapping.
+        let n = unsafe {
+            libc::pwrite(
+                fd,
+                src.add(done).cast(),
+                PAGE - done,
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        if n > 0 {
+            done += n as usize;
+        } else if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        } else {
+            die("pwrite to the swap file");
+        }
+    }
+}
+
+// --- The process-wide handler table -------------------------------------------------------
+
+struct Entry {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    shared: AtomicPtr<Shared>,
+}
+
+static TABLE: [Entry; OPEN_REGIONS_MAX] = [const {
+    Entry {
+        start: AtomicUsize::new(0),
+        end: AtomicUsize::new(0),
+        shared: AtomicPtr::new(null_mut()),
+    }
+}; OPEN_REGIONS_MAX];
+
+/// Serializes registering and unregistering regions (never taken by the handler).
+static CLAIM: Mutex<()> = Mutex::new(());
+
+struct OldAction(libc::sigaction);
+// SAFETY: a sigaction is plain data, written once before our handler is installed.
+unsafe impl Sync for OldAction {}
+// SAFETY: as above.
+unsafe impl Send for OldAction {}
+
+static OLD: OnceLock<OldAction> = OnceLock::new();
+static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo_t.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    for entry in &TABLE {
+        let start = entry.start.load(Ordering::Acquire);
+        if start == 0 || addr < start || addr >= entry.end.load(Ordering::Acquire) {
+            continue;
+        }
+        let shared = entry.shared.load(Ordering::Acquire);
+        if shared.is_null() {
+            continue;
+        }
+        // SAFETY: a registered `Shared` lives until its region unregisters it, which it
+        // does only when no thread may touch the region any more (the region is dropped).
+        unsafe { (*shared).fault(addr) };
+        return;
+    }
+    chain(sig, info, ctx);
+}
+
+/// Hand a fault that is not ours to the handler that was there before (another SIGSEGV
+/// user such as mnemo-pmem's dirty tracking, Rust's stack-overflow report, or the default).
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    if let Some(old) = OLD.get() {
+        let action = old.0.sa_sigaction;
+        if action != libc::SIG_DFL && action != libc::SIG_IGN {
+            if old.0.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: installed with SA_SIGINFO, so it has this signature.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+                    unsafe { std::mem::transmute(action) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: a handler installed without SA_SIGINFO takes the signal number.
+                let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(action) };
+                f(sig);
+            }
+            return;
+        }
+    }
+    // Default action: restore it and return; the access repeats and kills the process as
+    // it would have without us.
+    // SAFETY: a zeroed sigaction with SIG_DFL is valid; sigaction is async-signal-safe.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &dfl, null_mut());
+    }
+}
+
+fn install() -> Result<(), String> {
+    INSTALLED
+        .get_or_init(|| {
+            // SAFETY: zeroed sigaction structs are valid; the current action is kept before
+            // ours is installed, so the handler can always chain.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(libc::SIGSEGV, null_mut(), &mut old) != 0 {
+                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+                }
+                let _ = OLD.set(OldAction(old));
+                let mut new: libc::sigaction = std::mem::zeroed();
+                new.sa_sigaction = handler as *const () as usize;
+                new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+                // Every signal blocked while the handler runs: none can interrupt the holder
+                // of a region's lock on its own thread.
+                libc::sigfillset(&mut new.sa_mask);
+                if libc::sigaction(libc::SIGSEGV, &new, null_mut()) != 0 {
+                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+                }
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// A region registered with the handler; unregistered on drop.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    index: usize,
+    shared: Box<Shared>,
+}
+
+impl Registration {
+    /// Register `shared` (its pages inaccessible until faulted in). Fails if the handler
+    /// cannot be installed or every entry of its table is taken.
+    pub(crate) fn new(shared: Box<Shared>) -> Result<Registration, String> {
+        install()?;
+        let _claim = CLAIM.lock().unwrap_or_else(|p| p.into_inner());
+        let index = TABLE
+            .iter()
+            .position(|e| e.start.load(Ordering::Acquire) == 0)
+            .ok_or_else(|| format!("more than {OPEN_REGIONS_MAX} virtual regions open"))?;
+        let e = &TABLE[index];
+        let ptr: *const Shared = &*shared;
+        e.shared.store(ptr.cast_mut(), Ordering::Release);
+        e.end.store(
+            shared.start + shared.pages as usize * PAGE,
+            Ordering::Release,
+        );
+        e.start.store(shared.start, Ordering::Release);
+        Ok(Registration { index, shared })
+    }
+
+    /// The registered state.
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let _claim = CLAIM.lock().unwrap_or_else(|p| p.into_inner());
+        // Wait for a fault in progress (none should be: the region is being dropped).
+        let _guard = SpinGuard::lock(&self.shared.lock);
+        let e = &TABLE[self.index];
+        e.start.store(0, Ordering::Release);
+        e.end.store(0, Ordering::Release);
+        e.shared.store(null_mut(), Ordering::Release);
+    }
+}
