@@ -53,13 +53,22 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use mnemo_pmem::{durable_site, Media};
+use mnemo_pmem::{durable_site, mutant, Media};
 
 use crate::format::Place;
 use crate::limits::{CRASH_EXIT_CODE, OPEN_REGIONS_MAX, PAGE_SIZE};
 use crate::space::SpaceInner;
 
 const PAGE: usize = PAGE_SIZE as usize;
+
+/// Deliberately broken variants of the fault path (`mnemo_pmem::mutant`), each of which the
+/// crash test must catch (`tests/crash.rs`).
+pub const MUTANTS: &[&str] = &[
+    // An eviction records the victim as swapped before its bytes are in swap.
+    "vpm.record_before_swap",
+    // A fault records the page in its slot before the slot holds the page's bytes.
+    "vpm.record_before_fill",
+];
 const FREE: u32 = u32::MAX;
 
 /// A step of an eviction or of a fault, for crash points ([`crate::Region::crash_at`]).
@@ -377,11 +386,19 @@ impl Shared {
             let eviction = self.evictions.fetch_add(1, Ordering::Relaxed);
             (self.evict_oldest(book, eviction), Some(eviction))
         };
-        self.fill(slot, page, place);
-        if let Some(e) = eviction {
-            self.crash_point(e, Step::Filled);
+        if mutant::active("vpm.record_before_fill") {
+            self.record(page, Place::Resident(slot));
+            if let Some(e) = eviction {
+                self.crash_point(e, Step::Filled);
+            }
+            self.fill(slot, page, place);
+        } else {
+            self.fill(slot, page, place);
+            if let Some(e) = eviction {
+                self.crash_point(e, Step::Filled);
+            }
+            self.record(page, Place::Resident(slot));
         }
-        self.record(page, Place::Resident(slot));
         if let Some(e) = eviction {
             self.crash_point(e, Step::Remapped);
         }
@@ -435,9 +452,18 @@ impl Shared {
         self.crash_point(eviction, Step::Chosen);
         self.unmap(victim);
         self.crash_point(eviction, Step::Protected);
+        // The mutant records first: a crash at the next point finds the victim "in swap"
+        // with its bytes not there.
+        let record_first = mutant::active("vpm.record_before_swap");
+        if record_first {
+            self.record(victim, Place::Swapped(victim));
+            self.crash_point(eviction, Step::Written);
+        }
         let src = self.window_ptr(self.slot_offset(slot));
         write_full(self.swap_fd, src, self.swap_offset + victim * PAGE_SIZE);
-        self.crash_point(eviction, Step::Written);
+        if !record_first {
+            self.crash_point(eviction, Step::Written);
+        }
         // SAFETY: fdatasync of a descriptor the space keeps open.
         if durable_site!("vpm.swap_sync", {
             if unsafe { libc::fdatasync(self.swap_fd) } == 0 {
@@ -451,7 +477,9 @@ impl Shared {
             die("fdatasync of the swap file");
         }
         self.crash_point(eviction, Step::Synced);
-        self.record(victim, Place::Swapped(victim));
+        if !record_first {
+            self.record(victim, Place::Swapped(victim));
+        }
         self.crash_point(eviction, Step::Recorded);
         book.owner[slot as usize] = FREE;
         self.counters.swap_outs.fetch_add(1, Ordering::Relaxed);
