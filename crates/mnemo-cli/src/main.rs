@@ -10,6 +10,7 @@ mod pool;
 mod report;
 mod serve;
 mod size;
+mod vpm;
 
 /// mnemo keeps a program's data structures in persistent (or emulated-persistent) memory,
 /// updates them crash-consistently, and makes every acknowledged write durable.

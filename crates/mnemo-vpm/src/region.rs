@@ -190,6 +190,30 @@ impl Region {
         }
     }
 
+    /// Copy `out.len()` bytes at `offset` out of the region (faulting pages in as needed).
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        if offset
+            .checked_add(out.len() as u64)
+            .is_none_or(|end| end > self.capacity)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "range {offset}+{} outside the region of {} bytes",
+                out.len(),
+                self.capacity
+            )));
+        }
+        // SAFETY: the range lies inside the reservation (checked); pages fault in on access;
+        // `out` is a distinct Rust slice.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.reservation.base().as_ptr().add(offset as usize),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
     fn shared(&self) -> &Shared {
         self.registration.shared()
     }
