@@ -464,8 +464,8 @@ impl Shared {
         if !record_first {
             self.crash_point(eviction, Step::Written);
         }
-        // SAFETY: fdatasync of a descriptor the space keeps open.
         if durable_site!("vpm.swap_sync", {
+            // SAFETY: fdatasync of a descriptor the space keeps open.
             if unsafe { libc::fdatasync(self.swap_fd) } == 0 {
                 Ok(())
             } else {

@@ -95,7 +95,7 @@ impl Space {
     /// must not exist.
     pub fn create(pm_path: &Path, swap_path: &Path, pm_bytes: u64) -> Result<Space> {
         let pm_bytes = pm_bytes.next_multiple_of(PAGE_SIZE);
-        if pm_bytes < DATA_OFFSET + 2 * PAGE_SIZE || pm_bytes > PM_BYTES_MAX {
+        if !(DATA_OFFSET + 2 * PAGE_SIZE..=PM_BYTES_MAX).contains(&pm_bytes) {
             return Err(Error::InvalidArgument(format!(
                 "a persistent-memory file of {pm_bytes} bytes is outside {}..={PM_BYTES_MAX}",
                 DATA_OFFSET + 2 * PAGE_SIZE
