@@ -107,6 +107,8 @@ impl Step {
 /// Counters of one region, updated by the fault handler (relaxed atomics).
 #[derive(Debug, Default)]
 pub struct Counters {
+    pub(crate) capacity_pages: AtomicU64,
+    pub(crate) budget_pages: AtomicU64,
     pub(crate) faults: AtomicU64,
     pub(crate) swap_outs: AtomicU64,
     pub(crate) swap_ins: AtomicU64,
@@ -138,8 +140,6 @@ pub(crate) struct Shared {
     pub(crate) start: usize,
     /// Pages of the region.
     pub(crate) pages: u64,
-    /// Slots of persistent memory.
-    pub(crate) budget: u64,
     /// Offsets in the persistent-memory file.
     pub(crate) table_offset: u64,
     pub(crate) slots_offset: u64,
@@ -152,7 +152,8 @@ pub(crate) struct Shared {
     /// Only the fault handler takes it.
     lock: AtomicU32,
     book: UnsafeCell<Book>,
-    pub(crate) counters: Counters,
+    /// Shared with the region's stats handles, which may outlive the region.
+    pub(crate) counters: Arc<Counters>,
     /// Evictions started, for crash points.
     evictions: AtomicU64,
     /// Crash point: `(eviction number + 1) << 8 | step`, 0 for none.
@@ -230,15 +231,16 @@ impl Shared {
                 free_len += 1;
             }
         }
-        let counters = Counters::default();
+        let counters = Arc::new(Counters::default());
         counters
             .resident
             .store(resident.len() as u64, Ordering::Relaxed);
         counters.swapped.store(swapped, Ordering::Relaxed);
+        counters.capacity_pages.store(pages, Ordering::Relaxed);
+        counters.budget_pages.store(budget, Ordering::Relaxed);
         Shared {
             start,
             pages,
-            budget,
             table_offset,
             slots_offset,
             swap_offset,
@@ -652,6 +654,16 @@ impl Registration {
     pub(crate) fn new(shared: Box<Shared>) -> Result<Registration, String> {
         install()?;
         let _claim = CLAIM.lock().unwrap_or_else(|p| p.into_inner());
+        let (start, end) = (shared.start, shared.start + shared.pages as usize * PAGE);
+        // Two registrations over one address range would resolve faults with the wrong
+        // region's page table (a region's range is reused once its reservation is gone):
+        // refuse rather than corrupt.
+        if TABLE.iter().any(|e| {
+            let s = e.start.load(Ordering::Acquire);
+            s != 0 && s < end && start < e.end.load(Ordering::Acquire)
+        }) {
+            return Err("address range already registered to another virtual region".into());
+        }
         let index = TABLE
             .iter()
             .position(|e| e.start.load(Ordering::Acquire) == 0)

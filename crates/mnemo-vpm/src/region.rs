@@ -17,7 +17,7 @@ use mnemo_pmem::reserve::Reservation;
 use mnemo_pmem::{Media, MediaError, MediaInfo, MediaKind};
 
 use crate::error::{Error, Result};
-use crate::fault::{Registration, Shared, Step};
+use crate::fault::{Counters, Registration, Shared, Step};
 use crate::format::{Place, TocEntry};
 use crate::limits::PAGE_SIZE;
 use crate::space::SpaceInner;
@@ -57,24 +57,24 @@ impl Stats {
 }
 
 /// A handle on a region's counters that outlives a borrow of the region (the region itself
-/// usually disappears into a pool as a `Box<dyn Media>`).
+/// usually disappears into a pool as a `Box<dyn Media>`). It holds the counters only, never
+/// the region: once the region is dropped they stop changing.
 #[derive(Clone, Debug)]
 pub struct StatsHandle {
-    shared: Arc<Registration>,
+    counters: Arc<Counters>,
 }
 
 impl StatsHandle {
     /// The counters now.
     pub fn stats(&self) -> Stats {
-        stats_of(self.shared.shared())
+        stats_of(&self.counters)
     }
 }
 
-fn stats_of(s: &Shared) -> Stats {
-    let c = &s.counters;
+fn stats_of(c: &Counters) -> Stats {
     Stats {
-        capacity_pages: s.pages,
-        budget_pages: s.budget,
+        capacity_pages: c.capacity_pages.load(Ordering::Relaxed),
+        budget_pages: c.budget_pages.load(Ordering::Relaxed),
         resident_pages: c.resident.load(Ordering::Relaxed),
         swapped_pages: c.swapped.load(Ordering::Relaxed),
         faults: c.faults.load(Ordering::Relaxed),
@@ -90,7 +90,7 @@ fn stats_of(s: &Shared) -> Stats {
 pub struct Region {
     /// Declared first: unregistered before the reservation is unmapped, so a stray access
     /// afterwards is an ordinary crash, never a slot mapped into freed address space.
-    registration: Arc<Registration>,
+    registration: Registration,
     reservation: Reservation,
     owner: String,
     seq: u64,
@@ -138,7 +138,7 @@ impl Region {
         );
         let registration = Registration::new(Box::new(shared)).map_err(Error::Full)?;
         Ok(Region {
-            registration: Arc::new(registration),
+            registration,
             reservation,
             owner: entry.owner.clone(),
             seq: entry.seq,
@@ -159,13 +159,13 @@ impl Region {
 
     /// The region's counters now.
     pub fn stats(&self) -> Stats {
-        stats_of(self.shared())
+        stats_of(&self.shared().counters)
     }
 
     /// A handle on the counters that stays valid after the region is boxed into a pool.
     pub fn stats_handle(&self) -> StatsHandle {
         StatsHandle {
-            shared: Arc::clone(&self.registration),
+            counters: Arc::clone(&self.shared().counters),
         }
     }
 
