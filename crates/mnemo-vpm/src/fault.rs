@@ -53,7 +53,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use mnemo_pmem::{durable_site, mutant, Media};
+use mnemo_pmem::{durable_site, mutant};
 
 use crate::format::Place;
 use crate::limits::{CRASH_EXIT_CODE, OPEN_REGIONS_MAX, PAGE_SIZE};
@@ -83,23 +83,32 @@ pub enum Step {
     Written = 3,
     /// The swap file is synced.
     Synced = 4,
-    /// The victim is recorded as swapped; its slot is free.
-    Recorded = 5,
+    /// The victim's table word says "in swap", not yet flushed.
+    SwapWordStored = 5,
+    /// The victim is recorded as swapped, durably; its slot is free.
+    Recorded = 6,
+    /// The freed slot holds the faulting page's bytes, not yet flushed.
+    FillStored = 7,
     /// The freed slot holds the faulting page's bytes, flushed and fenced.
-    Filled = 6,
-    /// The faulting page is recorded in the slot.
-    Remapped = 7,
+    Filled = 8,
+    /// The faulting page's table word names the slot, not yet flushed.
+    SlotWordStored = 9,
+    /// The faulting page is recorded in the slot, durably.
+    Remapped = 10,
 }
 
 impl Step {
     /// Every step in order.
-    pub const ALL: [Step; 7] = [
+    pub const ALL: [Step; 10] = [
         Step::Chosen,
         Step::Protected,
         Step::Written,
         Step::Synced,
+        Step::SwapWordStored,
         Step::Recorded,
+        Step::FillStored,
         Step::Filled,
+        Step::SlotWordStored,
         Step::Remapped,
     ];
 }
@@ -313,9 +322,13 @@ impl Shared {
         }
     }
 
-    /// Store `place` into `page`'s table word and make it durable.
-    fn record(&self, page: u64, place: Place) {
+    /// Store `place` into `page`'s table word and make it durable; `stored`: the crash
+    /// point between the store and its flush.
+    fn record(&self, page: u64, place: Place, stored: Option<(u64, Step)>) {
         self.entry(page).store(place.word(), Ordering::Release);
+        if let Some((eviction, step)) = stored {
+            self.crash_point(eviction, step);
+        }
         let window = &self.space.window;
         durable_site!("vpm.table_flush", {
             window.flush(self.entry_offset(page), 8);
@@ -388,18 +401,19 @@ impl Shared {
             let eviction = self.evictions.fetch_add(1, Ordering::Relaxed);
             (self.evict_oldest(book, eviction), Some(eviction))
         };
+        let stored = eviction.map(|e| (e, Step::SlotWordStored));
         if mutant::active("vpm.record_before_fill") {
-            self.record(page, Place::Resident(slot));
+            self.record(page, Place::Resident(slot), stored);
             if let Some(e) = eviction {
                 self.crash_point(e, Step::Filled);
             }
-            self.fill(slot, page, place);
+            self.fill(slot, place, eviction);
         } else {
-            self.fill(slot, page, place);
+            self.fill(slot, place, eviction);
             if let Some(e) = eviction {
                 self.crash_point(e, Step::Filled);
             }
-            self.record(page, Place::Resident(slot));
+            self.record(page, Place::Resident(slot), stored);
         }
         if let Some(e) = eviction {
             self.crash_point(e, Step::Remapped);
@@ -415,8 +429,8 @@ impl Shared {
         }
     }
 
-    /// Put `page`'s bytes into `slot` (from swap, or zeros) and make them durable there.
-    fn fill(&self, slot: u64, page: u64, place: Place) {
+    /// Put a page's bytes into `slot` (from swap, or zeros) and make them durable there.
+    fn fill(&self, slot: u64, place: Place, eviction: Option<u64>) {
         let dst = self.window_ptr(self.slot_offset(slot));
         match place {
             Place::Swapped(at) => {
@@ -430,7 +444,9 @@ impl Shared {
                 self.counters.zero_fills.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let _ = page;
+        if let Some(e) = eviction {
+            self.crash_point(e, Step::FillStored);
+        }
         let window = &self.space.window;
         durable_site!("vpm.slot_flush", {
             window.flush(self.slot_offset(slot), PAGE_SIZE);
@@ -458,7 +474,7 @@ impl Shared {
         // with its bytes not there.
         let record_first = mutant::active("vpm.record_before_swap");
         if record_first {
-            self.record(victim, Place::Swapped(victim));
+            self.record(victim, Place::Swapped(victim), None);
             self.crash_point(eviction, Step::Written);
         }
         let src = self.window_ptr(self.slot_offset(slot));
@@ -467,8 +483,7 @@ impl Shared {
             self.crash_point(eviction, Step::Written);
         }
         if durable_site!("vpm.swap_sync", {
-            // SAFETY: fdatasync of a descriptor the space keeps open.
-            if unsafe { libc::fdatasync(self.swap_fd) } == 0 {
+            if (self.space.sync_swap)(self.swap_fd) {
                 Ok(())
             } else {
                 Err(())
@@ -480,7 +495,11 @@ impl Shared {
         }
         self.crash_point(eviction, Step::Synced);
         if !record_first {
-            self.record(victim, Place::Swapped(victim));
+            self.record(
+                victim,
+                Place::Swapped(victim),
+                Some((eviction, Step::SwapWordStored)),
+            );
         }
         self.crash_point(eviction, Step::Recorded);
         book.owner[slot as usize] = FREE;

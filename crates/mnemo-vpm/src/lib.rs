@@ -39,4 +39,4 @@ pub mod space;
 pub use error::{Error, Result};
 pub use fault::Step;
 pub use region::{Region, Stats, StatsHandle};
-pub use space::{RegionInfo, Space};
+pub use space::{Hooks, RegionInfo, Space};

@@ -33,8 +33,11 @@ pub(crate) struct SpaceInner {
     pub(crate) pm_path: PathBuf,
     pub(crate) swap_path: PathBuf,
     /// The persistent-memory file mapped whole: page tables and slots are written here
-    /// (by the fault handler too), and its flush and drain make them durable.
-    pub(crate) window: FileMedia,
+    /// (by the fault handler too), and its flush and drain make them durable. A
+    /// `FileMedia`, or a wrapper of it given by [`Hooks::wrap_window`] (crash tests).
+    pub(crate) window: Box<dyn Media>,
+    /// Makes the swap file's writes durable ([`Hooks::sync_swap`]; `fdatasync`).
+    pub(crate) sync_swap: fn(i32) -> bool,
     /// Descriptor of the persistent-memory file (mapped into regions by the handler).
     pub(crate) pm_file: File,
     pub(crate) swap_file: File,
@@ -43,6 +46,38 @@ pub(crate) struct SpaceInner {
     alloc: Mutex<()>,
     /// Identifiers of the regions open in this process.
     pub(crate) open: Mutex<HashSet<u64>>,
+}
+
+/// Seams for crash tests: what makes the persistent-memory file and the swap file durable.
+/// Both run inside the fault handler, so they must be async-signal-safe (no allocation, no
+/// lock shared with other code).
+#[derive(Clone, Copy, Debug)]
+pub struct Hooks {
+    /// Wraps the window onto the persistent-memory file (a twin that records flushes and
+    /// fences). Default: the `FileMedia` itself.
+    pub wrap_window: fn(FileMedia) -> Box<dyn Media>,
+    /// Makes every write to the swap file durable; false on failure. Default: `fdatasync`.
+    pub sync_swap: fn(i32) -> bool,
+}
+
+fn plain_window(window: FileMedia) -> Box<dyn Media> {
+    Box::new(window)
+}
+
+fn fdatasync(fd: i32) -> bool {
+    #[allow(unsafe_code)]
+    // SAFETY: fdatasync of a descriptor the caller keeps open; async-signal-safe.
+    let r = unsafe { libc::fdatasync(fd) };
+    r == 0
+}
+
+impl Default for Hooks {
+    fn default() -> Hooks {
+        Hooks {
+            wrap_window: plain_window,
+            sync_swap: fdatasync,
+        }
+    }
 }
 
 /// A persistent-memory file and its swap file. Cheap to clone; regions keep it alive.
@@ -122,12 +157,22 @@ impl Space {
             Error::corrupt(pm_path, format!("making the configuration durable: {e}"))
         })?;
         Ok(Space::from_parts(
-            pm_path, swap_path, window, pm_file, swap_file, config,
+            (pm_path, swap_path),
+            plain_window(window),
+            Hooks::default(),
+            pm_file,
+            swap_file,
+            config,
         ))
     }
 
     /// Open an existing space; every byte read is checked before it is used.
     pub fn open(pm_path: &Path, swap_path: &Path) -> Result<Space> {
+        Space::open_with(pm_path, swap_path, Hooks::default())
+    }
+
+    /// [`Space::open`] with the durability of both files through `hooks` (crash tests).
+    pub fn open_with(pm_path: &Path, swap_path: &Path, hooks: Hooks) -> Result<Space> {
         let pm_file = open_rw(pm_path, false)?;
         let mut head = [0u8; 64];
         pm_file
@@ -160,14 +205,19 @@ impl Space {
         }
         let window = map_window(pm_path, &pm_file, config.pm_bytes)?;
         Ok(Space::from_parts(
-            pm_path, swap_path, window, pm_file, swap_file, config,
+            (pm_path, swap_path),
+            (hooks.wrap_window)(window),
+            hooks,
+            pm_file,
+            swap_file,
+            config,
         ))
     }
 
     fn from_parts(
-        pm_path: &Path,
-        swap_path: &Path,
-        window: FileMedia,
+        (pm_path, swap_path): (&Path, &Path),
+        window: Box<dyn Media>,
+        hooks: Hooks,
         pm_file: File,
         swap_file: File,
         config: Config,
@@ -177,6 +227,7 @@ impl Space {
                 pm_path: pm_path.to_path_buf(),
                 swap_path: swap_path.to_path_buf(),
                 window,
+                sync_swap: hooks.sync_swap,
                 pm_file,
                 swap_file,
                 config,
@@ -462,7 +513,11 @@ impl SpaceInner {
                 .cast::<AtomicU64>()
         };
         word.store(state.word(), Ordering::Release);
-        self.window.flush(at, 8);
+        durable_site!("vpm.state_flush", {
+            self.window.flush(at, 8);
+            Ok::<(), ()>(())
+        })
+        .ok();
         durable_site!("vpm.state_fence", self.window.drain())
             .map_err(|e| Error::corrupt(&self.pm_path, format!("recording a region's state: {e}")))
     }
