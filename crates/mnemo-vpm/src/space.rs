@@ -147,15 +147,59 @@ impl Space {
             .and_then(|()| swap_file.set_len(PAGE_SIZE))
             .and_then(|()| swap_file.sync_all())
             .map_err(|e| Error::io(swap_path, "writing the swap header", e))?;
-        let pm_file = open_rw(pm_path, true)?;
+        if pm_path.exists() {
+            return Err(Error::io(
+                pm_path,
+                "create",
+                std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            ));
+        }
+        // Built under a temporary name and renamed once its configuration is durable: a
+        // file at `pm_path` is always a whole space.
+        let file_name = pm_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = pm_path.with_file_name(format!(".{file_name}.creating.{}", std::process::id()));
+        let result = Space::create_at(pm_path, &temp, swap_path, swap_file, config);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        result
+    }
+
+    fn create_at(
+        pm_path: &Path,
+        temp: &Path,
+        swap_path: &Path,
+        swap_file: File,
+        config: Config,
+    ) -> Result<Space> {
+        let pm_bytes = config.pm_bytes;
+        let pm_file = open_rw(temp, true)?;
         pm_file
             .set_len(pm_bytes)
             .map_err(|e| Error::io(pm_path, "ftruncate", e))?;
         let window = map_window(pm_path, &pm_file, pm_bytes)?;
+        // The whole file allocated now: a fault never allocates blocks (on tmpfs, the
+        // budget's memory is taken now, not when a full machine cannot give it).
+        window
+            .ensure_backed(0, pm_bytes)
+            .map_err(|e| Error::corrupt(pm_path, format!("allocating the file: {e}")))?;
         window.copy_nodrain(0, &config.encode());
         durable_site!("vpm.config_fence", window.drain()).map_err(|e| {
             Error::corrupt(pm_path, format!("making the configuration durable: {e}"))
         })?;
+        pm_file
+            .sync_all()
+            .map_err(|e| Error::io(pm_path, "fsync", e))?;
+        std::fs::hard_link(temp, pm_path).map_err(|e| Error::io(pm_path, "link", e))?;
+        let _ = std::fs::remove_file(temp);
+        if let Some(dir) = pm_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
         Ok(Space::from_parts(
             (pm_path, swap_path),
             plain_window(window),
