@@ -56,7 +56,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use mnemo_pmem::{durable_site, mutant};
 
 use crate::format::Place;
-use crate::limits::{CRASH_EXIT_CODE, OPEN_REGIONS_MAX, PAGE_SIZE};
+use crate::limits::{CRASH_EXIT_CODE, EVICT_BATCH_PAGES, OPEN_REGIONS_MAX, PAGE_SIZE};
 use crate::space::SpaceInner;
 
 const PAGE: usize = PAGE_SIZE as usize;
@@ -120,6 +120,7 @@ pub struct Counters {
     pub(crate) budget_pages: AtomicU64,
     pub(crate) faults: AtomicU64,
     pub(crate) swap_outs: AtomicU64,
+    pub(crate) evictions: AtomicU64,
     pub(crate) swap_ins: AtomicU64,
     pub(crate) zero_fills: AtomicU64,
     pub(crate) resident: AtomicU64,
@@ -139,6 +140,8 @@ struct Book {
     /// Free slots.
     free: Box<[u32]>,
     free_len: usize,
+    /// Slots of the eviction in progress (as many as one eviction takes).
+    batch: Box<[u32]>,
 }
 
 /// Everything the fault path of one region needs, allocated before the region is
@@ -163,8 +166,6 @@ pub(crate) struct Shared {
     book: UnsafeCell<Book>,
     /// Shared with the region's stats handles, which may outlive the region.
     pub(crate) counters: Arc<Counters>,
-    /// Evictions started, for crash points.
-    evictions: AtomicU64,
     /// Crash point: `(eviction number + 1) << 8 | step`, 0 for none.
     pub(crate) crash_at: AtomicU64,
 }
@@ -174,6 +175,20 @@ pub(crate) struct Shared {
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw descriptors are owned by `space`, which outlives `Shared`.
 unsafe impl Send for Shared {}
+
+/// The (slot, page) pairs of the first `n` slots of the eviction in progress.
+fn victims(book: &Book, n: usize) -> impl Iterator<Item = (u64, u64)> + Clone + '_ {
+    book.batch[..n]
+        .iter()
+        .map(|&slot| (u64::from(slot), u64::from(book.owner[slot as usize])))
+}
+
+/// Pages one eviction takes from a region of `budget` slots: a swap sync and a fence are
+/// shared by the batch, but a batch also empties that much of persistent memory at once,
+/// so at most a quarter of the budget.
+pub fn evict_batch(budget: u64) -> usize {
+    (budget / 4).clamp(1, EVICT_BATCH_PAGES) as usize
+}
 
 /// The spin lock of one region; async-signal-safe (atomics only).
 struct SpinGuard<'a>(&'a AtomicU32);
@@ -264,9 +279,9 @@ impl Shared {
                 len: resident.len(),
                 free,
                 free_len,
+                batch: vec![0u32; evict_batch(budget)].into_boxed_slice(),
             }),
             counters,
-            evictions: AtomicU64::new(0),
             crash_at: AtomicU64::new(0),
         }
     }
@@ -394,13 +409,15 @@ impl Shared {
             self.map_slot(page, slot);
             return;
         }
-        let (slot, eviction) = if book.free_len > 0 {
-            book.free_len -= 1;
-            (u64::from(book.free[book.free_len]), None)
+        let eviction = if book.free_len == 0 {
+            let eviction = self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            self.evict_batch(book, eviction);
+            Some(eviction)
         } else {
-            let eviction = self.evictions.fetch_add(1, Ordering::Relaxed);
-            (self.evict_oldest(book, eviction), Some(eviction))
+            None
         };
+        book.free_len -= 1;
+        let slot = u64::from(book.free[book.free_len]);
         let stored = eviction.map(|e| (e, Step::SlotWordStored));
         if mutant::active("vpm.record_before_fill") {
             self.record(page, Place::Resident(slot), stored);
@@ -458,27 +475,34 @@ impl Shared {
         }
     }
 
-    /// Evict the oldest resident page to swap and return its slot, now free.
-    fn evict_oldest(&self, book: &mut Book, eviction: u64) -> u64 {
+    /// Evict the oldest resident pages (up to the region's batch) to swap; their slots
+    /// go to the free stack, the oldest on top. One swap sync and one fence for the batch.
+    fn evict_batch(&self, book: &mut Book, eviction: u64) {
         if book.len == 0 {
             die("no resident page to evict (budget of zero pages)");
         }
-        let slot = u64::from(book.fifo[book.head]);
-        book.head = (book.head + 1) % book.fifo.len();
-        book.len -= 1;
-        let victim = u64::from(book.owner[slot as usize]);
+        let n = book.batch.len().min(book.len);
+        for i in 0..n {
+            book.batch[i] = book.fifo[book.head];
+            book.head = (book.head + 1) % book.fifo.len();
+            book.len -= 1;
+        }
         self.crash_point(eviction, Step::Chosen);
-        self.unmap(victim);
+        for (_, victim) in victims(book, n) {
+            self.unmap(victim);
+        }
         self.crash_point(eviction, Step::Protected);
-        // The mutant records first: a crash at the next point finds the victim "in swap"
-        // with its bytes not there.
+        // The mutant records first: a crash at the next point finds the victims "in swap"
+        // with their bytes not there.
         let record_first = mutant::active("vpm.record_before_swap");
         if record_first {
-            self.record(victim, Place::Swapped(victim), None);
+            self.record_swapped(victims(book, n), None);
             self.crash_point(eviction, Step::Written);
         }
-        let src = self.window_ptr(self.slot_offset(slot));
-        write_full(self.swap_fd, src, self.swap_offset + victim * PAGE_SIZE);
+        for (slot, victim) in victims(book, n) {
+            let src = self.window_ptr(self.slot_offset(slot));
+            write_full(self.swap_fd, src, self.swap_offset + victim * PAGE_SIZE);
+        }
         if !record_first {
             self.crash_point(eviction, Step::Written);
         }
@@ -495,18 +519,49 @@ impl Shared {
         }
         self.crash_point(eviction, Step::Synced);
         if !record_first {
-            self.record(
-                victim,
-                Place::Swapped(victim),
-                Some((eviction, Step::SwapWordStored)),
-            );
+            self.record_swapped(victims(book, n), Some(eviction));
         }
         self.crash_point(eviction, Step::Recorded);
-        book.owner[slot as usize] = FREE;
-        self.counters.swap_outs.fetch_add(1, Ordering::Relaxed);
-        self.counters.resident.fetch_sub(1, Ordering::Relaxed);
-        self.counters.swapped.fetch_add(1, Ordering::Relaxed);
-        slot
+        // Pushed newest first, so the oldest victim's slot is taken first.
+        for i in (0..n).rev() {
+            let slot = book.batch[i];
+            book.owner[slot as usize] = FREE;
+            book.free[book.free_len] = slot;
+            book.free_len += 1;
+        }
+        self.counters
+            .swap_outs
+            .fetch_add(n as u64, Ordering::Relaxed);
+        self.counters
+            .resident
+            .fetch_sub(n as u64, Ordering::Relaxed);
+        self.counters.swapped.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Record every victim as swapped: the words stored, flushed, one fence.
+    fn record_swapped(
+        &self,
+        victims: impl Iterator<Item = (u64, u64)> + Clone,
+        eviction: Option<u64>,
+    ) {
+        for (_, victim) in victims.clone() {
+            self.entry(victim)
+                .store(Place::Swapped(victim).word(), Ordering::Release);
+        }
+        if let Some(e) = eviction {
+            self.crash_point(e, Step::SwapWordStored);
+        }
+        let window = &self.space.window;
+        for (_, victim) in victims {
+            durable_site!("vpm.evict_flush", {
+                window.flush(self.entry_offset(victim), 8);
+                Ok::<(), ()>(())
+            })
+            .ok();
+        }
+        if durable_site!("vpm.evict_fence", window.drain()).is_err() {
+            die("fence after recording evicted pages");
+        }
     }
 }
 

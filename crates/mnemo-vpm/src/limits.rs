@@ -45,3 +45,8 @@ pub const PM_BYTES_MAX: u64 = mnemo_pmem::limits::POOL_SIZE_MAX;
 /// Exit code of a process stopped by a crash point ([`crate::Region::crash_at`]), so
 /// that a crash test tells a simulated death from a real failure.
 pub const CRASH_EXIT_CODE: i32 = 86;
+
+/// Most pages one eviction writes to swap: the swap file is synced once per eviction (a
+/// disk flush, ~0.1-0.2 ms here) and the page table fenced once, so a batch divides both by
+/// its size; 16 pages (64 KiB) make the sync a few microseconds per page.
+pub const EVICT_BATCH_PAGES: u64 = 16;

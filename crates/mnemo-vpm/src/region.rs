@@ -37,6 +37,8 @@ pub struct Stats {
     pub faults: u64,
     /// Pages evicted to swap since open.
     pub swap_outs: u64,
+    /// Evictions since open (each writes up to `limits::EVICT_BATCH_PAGES` pages).
+    pub evictions: u64,
     /// Pages brought back from swap since open.
     pub swap_ins: u64,
     /// Pages touched for the first time since open (filled with zeros).
@@ -79,6 +81,7 @@ fn stats_of(c: &Counters) -> Stats {
         swapped_pages: c.swapped.load(Ordering::Relaxed),
         faults: c.faults.load(Ordering::Relaxed),
         swap_outs: c.swap_outs.load(Ordering::Relaxed),
+        evictions: c.evictions.load(Ordering::Relaxed),
         swap_ins: c.swap_ins.load(Ordering::Relaxed),
         zero_fills: c.zero_fills.load(Ordering::Relaxed),
     }
@@ -171,7 +174,8 @@ impl Region {
 
     /// Crash tests only: end the process (`_exit`, exit code
     /// [`crate::limits::CRASH_EXIT_CODE`]) when the `eviction`-th eviction since open
-    /// (from 0) reaches `step`; nothing is flushed or unwound, as in a crash.
+    /// (from 0; [`Stats::evictions`] counts them) reaches `step`; nothing is flushed or
+    /// unwound, as in a crash.
     pub fn crash_at(&self, eviction: u64, step: Step) {
         self.shared()
             .crash_at

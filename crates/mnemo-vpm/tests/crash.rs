@@ -91,20 +91,46 @@ fn write(
     step: Step,
 ) {
     let base = region.base().as_ptr();
+    let helper = std::env::var("VPM_HELPER").is_ok();
+    let mutant = mnemo_pmem::mutant::current();
+    // With a helper, each page is faulted in by a thread of its own (spawned, joined) and
+    // written and made durable by this one: the fault path's flushes are then ordered only
+    // by the helper's fences, not by the writer's.
+    let touch = |page: usize| {
+        if !helper {
+            return;
+        }
+        let at = base as usize + page * PAGE;
+        std::thread::spawn(move || {
+            twin::set_lane(1);
+            let read = || {
+                // SAFETY: inside the region; a read faults the page in.
+                unsafe { std::ptr::read_volatile(at as *const u8) };
+            };
+            match mutant {
+                Some(name) => mnemo_pmem::mutant::with(name, read),
+                None => read(),
+            }
+        })
+        .join()
+        .unwrap();
+    };
     if round == 1 {
         region.crash_at(eviction, step);
     }
     for page in 0..PAGES {
-        // SAFETY: PAGES pages; this thread alone.
+        touch(page);
+        // SAFETY: PAGES pages; one thread at a time.
         unsafe { fill(base, SEED_FIRST, page) };
         persist(region, page);
         log.write_all(format!("1 {page}\n").as_bytes()).unwrap();
     }
     if round == 2 {
-        let done = region.stats().swap_outs;
+        let done = region.stats().evictions;
         region.crash_at(done + eviction, step);
     }
     for page in round_two() {
+        touch(page);
         // SAFETY: as above.
         unsafe { fill(base, SEED_AGAIN, page) };
         persist(region, page);
@@ -120,10 +146,13 @@ fn persist(region: &mnemo_vpm::Region, page: usize) {
 
 fn run_child(
     dir: &Path,
-    (round, eviction, step): (u64, u64, usize),
+    (helper, round, eviction, step): (bool, u64, u64, usize),
     mutant: Option<&str>,
 ) -> std::process::ExitStatus {
     let mut command = Command::new(std::env::current_exe().unwrap());
+    if helper {
+        command.env("VPM_HELPER", "1");
+    }
     if let Some(m) = mutant {
         command.env("VPM_MUTANT", m);
     }
@@ -146,11 +175,14 @@ fn run_child(
 /// (rewrites that swap pages in), and check each recovered region against the log. The
 /// first failure, if any.
 fn sweep(mutant: Option<&str>) -> Option<String> {
-    for round in [1, 2] {
-        for eviction in [0, 5] {
-            for step_index in 0..Step::ALL.len() {
-                if let Err(e) = one_case(mutant, (round, eviction, step_index)) {
-                    return Some(e);
+    for helper in [false, true] {
+        for round in [1, 2] {
+            for eviction in [0, 5] {
+                for step_index in 0..Step::ALL.len() {
+                    let at = (helper, round, eviction, step_index);
+                    if let Err(e) = one_case(mutant, at) {
+                        return Some(e);
+                    }
                 }
             }
         }
@@ -160,10 +192,15 @@ fn sweep(mutant: Option<&str>) -> Option<String> {
 
 fn one_case(
     mutant: Option<&str>,
-    (round, eviction, step_index): (u64, u64, usize),
+    (helper, round, eviction, step_index): (bool, u64, u64, usize),
 ) -> Result<(), String> {
     let step = Step::ALL[step_index];
-    let case = format!("round {round}, crash at {step:?} of eviction {eviction}");
+    let who = if helper {
+        "faults on helper threads"
+    } else {
+        "one thread"
+    };
+    let case = format!("{who}, round {round}, crash at {step:?} of eviction {eviction}");
     let dirs = Dirs::new();
     let dir = dirs.pm().parent().unwrap().to_path_buf();
     let space = Space::create(&dir.join("pm"), &dir.join("swap"), 2 << 20).unwrap();
@@ -176,8 +213,12 @@ fn one_case(
     std::fs::copy(dir.join("pm"), dir.join("pm.durable")).unwrap();
     std::fs::copy(dir.join("swap"), dir.join("swap.durable")).unwrap();
     let lines = std::fs::metadata(dir.join("pm")).unwrap().len() as usize / twin::LINE;
-    std::fs::write(dir.join("pm.pending"), vec![0u8; lines.div_ceil(8)]).unwrap();
-    let status = run_child(&dir, (round, eviction, step_index), mutant);
+    std::fs::write(
+        dir.join("pm.pending"),
+        vec![0u8; twin::LANES * lines.div_ceil(8)],
+    )
+    .unwrap();
+    let status = run_child(&dir, (helper, round, eviction, step_index), mutant);
     // A workload that fails on its own proves nothing: the child must reach its crash point.
     assert_eq!(
         status.code(),
@@ -218,9 +259,11 @@ impl Image {
             Image::Fenced => (durable_pm, std::fs::read(dir.join("swap.durable")).unwrap()),
             Image::UnfencedLost => {
                 let pending = std::fs::read(dir.join("pm.pending")).unwrap();
+                let lane_bytes = pending.len() / twin::LANES;
                 let mut pm = live_pm;
                 for line in 0..pm.len() / twin::LINE {
-                    if pending[line / 8] & (1 << (line % 8)) != 0 {
+                    let bit = 1 << (line % 8);
+                    if (0..twin::LANES).any(|l| pending[l * lane_bytes + line / 8] & bit != 0) {
                         let r = line * twin::LINE..(line + 1) * twin::LINE;
                         pm[r.clone()].copy_from_slice(&durable_pm[r]);
                     }
@@ -329,6 +372,22 @@ mod twin {
     use mnemo_pmem::{FileMedia, ForwardMedia, Media, MediaError};
 
     pub const LINE: usize = 64;
+    /// Threads are told apart by lane: 0 the writer, 1 the helpers that fault pages in. A
+    /// fence makes durable only the lines its own lane flushed, as a CPU fence orders only
+    /// its own thread's flushes.
+    pub const LANES: usize = 2;
+
+    thread_local! {
+        static LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    pub fn set_lane(lane: usize) {
+        LANE.with(|l| l.set(lane));
+    }
+
+    fn lane() -> usize {
+        LANE.with(std::cell::Cell::get)
+    }
 
     static DURABLE_PM: AtomicI32 = AtomicI32::new(-1);
     static DURABLE_SWAP: AtomicI32 = AtomicI32::new(-1);
@@ -369,10 +428,19 @@ mod twin {
         PENDING.store(p.cast(), Ordering::Release);
     }
 
-    fn pending(byte: usize) -> &'static AtomicU8 {
-        assert!((byte as u64) < PENDING_BYTES.load(Ordering::Acquire));
+    /// Bytes of one lane's bitmap.
+    fn lane_bytes() -> usize {
+        PENDING_BYTES.load(Ordering::Acquire) as usize / LANES
+    }
+
+    fn pending(lane: usize, byte: usize) -> &'static AtomicU8 {
+        assert!(byte < lane_bytes() && lane < LANES);
         // SAFETY: inside the live mapping made by `install`.
-        unsafe { &*PENDING.load(Ordering::Acquire).add(byte) }
+        unsafe {
+            &*PENDING
+                .load(Ordering::Acquire)
+                .add(lane * lane_bytes() + byte)
+        }
     }
 
     #[derive(Debug)]
@@ -386,7 +454,7 @@ mod twin {
         fn mark(&self, offset: u64, len: u64) {
             let (first, end) = (offset as usize / LINE, (offset + len) as usize);
             for line in first..end.div_ceil(LINE) {
-                pending(line / 8).fetch_or(1 << (line % 8), Ordering::SeqCst);
+                pending(lane(), line / 8).fetch_or(1 << (line % 8), Ordering::SeqCst);
             }
         }
 
@@ -415,8 +483,8 @@ mod twin {
         fn drain(&self) -> Result<(), MediaError> {
             self.0.drain()?;
             let fd = DURABLE_PM.load(Ordering::Acquire);
-            for byte in 0..PENDING_BYTES.load(Ordering::Acquire) as usize {
-                let bits = pending(byte).swap(0, Ordering::SeqCst);
+            for byte in 0..lane_bytes() {
+                let bits = pending(lane(), byte).swap(0, Ordering::SeqCst);
                 for bit in 0..8 {
                     if bits & (1 << bit) == 0 {
                         continue;
@@ -439,26 +507,32 @@ mod twin {
         }
     }
 
-    /// fdatasync, then the whole swap file copied into its durable image.
+    /// fdatasync, then the whole swap file copied into its durable image (by the kernel:
+    /// the handler runs on the thread's small alternate signal stack, no room for a buffer).
     pub fn sync_swap(fd: i32) -> bool {
-        // SAFETY: system calls on descriptors kept open; a buffer on this stack.
+        // SAFETY: system calls on descriptors kept open, with offsets passed by pointer to
+        // locals.
         unsafe {
             if libc::fdatasync(fd) != 0 {
                 return false;
             }
             let to = DURABLE_SWAP.load(Ordering::Acquire);
-            let mut buf = [0u8; 4096];
-            let mut at = 0;
-            loop {
-                let n = libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), at);
+            let len = libc::lseek(fd, 0, libc::SEEK_END);
+            let (mut from_at, mut to_at): (libc::loff_t, libc::loff_t) = (0, 0);
+            while from_at < len {
+                let n = libc::copy_file_range(
+                    fd,
+                    &mut from_at,
+                    to,
+                    &mut to_at,
+                    (len - from_at) as usize,
+                    0,
+                );
                 if n <= 0 {
-                    return n == 0;
-                }
-                if libc::pwrite(to, buf.as_ptr().cast(), n as usize, at) != n {
                     return false;
                 }
-                at += n as libc::off_t;
             }
+            true
         }
     }
 }
