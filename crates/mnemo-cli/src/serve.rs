@@ -84,8 +84,9 @@ pub struct ServeArgs {
     pub databases: usize,
     /// Run on virtual persistent memory: at most this many bytes of the pool stay in the
     /// persistent-memory file (--pool, then a file of this budget plus its page table), the
-    /// rest goes to the swap file (--swap) and comes back on access. The pool's size is
-    /// --size-max (default: --size), fixed when the pool is created.
+    /// rest goes to the swap file (--swap) and comes back on access. The pool's size
+    /// (--size-max, default --size) and the budget are fixed when the pool is created; at
+    /// most 64M. INFO persistence shows the share in persistent memory (mnemo_vpm_mrr).
     #[arg(long, value_parser = size::parse)]
     pub pm_budget: Option<u64>,
     /// Swap file of virtual persistent memory (with --pm-budget; put it on a disk).

@@ -61,6 +61,12 @@ pub(crate) fn open_heap(
         .map_err(|e| format!("{}: {e}", pm.display()))?;
     let stats = region.stats_handle();
     let s = stats.stats();
+    if !created && s.budget_pages != budget.min(capacity) / PAGE_SIZE {
+        tracing::warn!(
+            pm_budget = %size::human(s.budget_pages * PAGE_SIZE),
+            "--pm-budget differs from the budget the pool was created with, which stays"
+        );
+    }
     tracing::info!(
         pool = %pm.display(),
         swap = %swap.display(),
