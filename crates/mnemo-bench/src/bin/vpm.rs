@@ -91,6 +91,8 @@ fn fault_round(config: &Config) -> Result<[f64; 4], String> {
     let mut byte = [0u8; 1];
     let swap_in = time_pages(0, budget, |page| {
         region.read(page * PAGE, &mut byte).expect("read");
+        // The byte is used, so the optimizer keeps the read (and its fault).
+        std::hint::black_box(byte[0]);
     });
     let stats = region.stats();
     if stats.swap_ins < budget || stats.swap_outs < capacity - budget {
