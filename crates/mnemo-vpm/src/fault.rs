@@ -68,6 +68,9 @@ pub const MUTANTS: &[&str] = &[
     "vpm.record_before_swap",
     // A fault records the page in its slot before the slot holds the page's bytes.
     "vpm.record_before_fill",
+    // A page brought back from swap is mapped writable but counted clean: stores to it are
+    // not written to swap when it is evicted again.
+    "vpm.swap_in_writable",
 ];
 const FREE: u32 = u32::MAX;
 
@@ -120,6 +123,7 @@ pub struct Counters {
     pub(crate) budget_pages: AtomicU64,
     pub(crate) faults: AtomicU64,
     pub(crate) swap_outs: AtomicU64,
+    pub(crate) clean_evictions: AtomicU64,
     pub(crate) evictions: AtomicU64,
     pub(crate) swap_ins: AtomicU64,
     pub(crate) zero_fills: AtomicU64,
@@ -142,7 +146,13 @@ struct Book {
     free_len: usize,
     /// Slots of the eviction in progress (as many as one eviction takes).
     batch: Box<[u32]>,
+    /// Per slot: `MAPPED` (at its page's address) and `DIRTY` (stored to since its bytes
+    /// last matched its swap copy; a clean page is mapped read-only).
+    flags: Box<[u8]>,
 }
+
+const MAPPED: u8 = 1;
+const DIRTY: u8 = 2;
 
 /// Everything the fault path of one region needs, allocated before the region is
 /// registered with the handler.
@@ -246,6 +256,12 @@ impl Shared {
             owner[slot as usize] = page;
             fifo[i] = slot;
         }
+        // A page resident at open is not mapped yet, and whether its swap copy (if any) is
+        // its bytes is not known: dirty, so that an eviction writes it.
+        let mut flags = vec![0u8; budget_usize].into_boxed_slice();
+        for &(slot, _) in resident {
+            flags[slot as usize] = DIRTY;
+        }
         let mut free = vec![0u32; budget_usize].into_boxed_slice();
         let mut free_len = 0;
         // Free slots are handed out lowest first: pushed in descending order.
@@ -280,6 +296,7 @@ impl Shared {
                 free,
                 free_len,
                 batch: vec![0u32; evict_batch(budget)].into_boxed_slice(),
+                flags,
             }),
             counters,
             crash_at: AtomicU64::new(0),
@@ -356,7 +373,14 @@ impl Shared {
     }
 
     /// Map `slot` of the persistent-memory file at `page`.
-    fn map_slot(&self, page: u64, slot: u64) {
+    /// `writable`: read-write, else read-only (a page whose swap copy is still its bytes:
+    /// the first store faults again and marks it dirty).
+    fn map_slot(&self, page: u64, slot: u64, writable: bool) {
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         // SAFETY: the page lies inside this region's reservation, which only this module
         // maps; MAP_FIXED replaces the reservation's page (or the same slot mapped by a
         // racing fault) with the slot, a page of the file inside its length.
@@ -364,7 +388,7 @@ impl Shared {
             libc::mmap(
                 self.page_addr(page),
                 PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_SHARED | libc::MAP_FIXED,
                 self.pm_fd,
                 self.slot_offset(slot) as libc::off_t,
@@ -372,6 +396,21 @@ impl Shared {
         };
         if p == libc::MAP_FAILED {
             die("mmap of a persistent-memory slot");
+        }
+    }
+
+    /// Make a clean page writable.
+    fn protect_writable(&self, page: u64) {
+        // SAFETY: the page is mapped (a slot of this region); only its protection changes.
+        let r = unsafe {
+            libc::mprotect(
+                self.page_addr(page),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if r != 0 {
+            die("mprotect of a page stored to");
         }
     }
 
@@ -405,8 +444,19 @@ impl Shared {
             None => die("invalid page-table word"),
         };
         if let Place::Resident(slot) = place {
-            // Mapped by a racing fault meanwhile, or resident since the region was opened.
-            self.map_slot(page, slot);
+            let flags = &mut book.flags[slot as usize];
+            if *flags & MAPPED != 0 && *flags & DIRTY == 0 {
+                // A store to a clean page (mapped read-only at its swap-in): from now on
+                // its swap copy is stale. (A racing read fault lands here too: the page is
+                // then marked dirty for nothing.)
+                self.protect_writable(page);
+                *flags |= DIRTY;
+                return;
+            }
+            // Mapped by a racing fault meanwhile, or resident since the region was opened
+            // (its swap copy, if any, unknown: dirty).
+            self.map_slot(page, slot, true);
+            *flags = MAPPED | DIRTY;
             return;
         }
         let eviction = if book.free_len == 0 {
@@ -435,7 +485,12 @@ impl Shared {
         if let Some(e) = eviction {
             self.crash_point(e, Step::Remapped);
         }
-        self.map_slot(page, slot);
+        // A page from swap stays clean (read-only) until its first store; a new page has
+        // no swap copy.
+        let writable_anyway = mutant::active("vpm.swap_in_writable");
+        let clean = matches!(place, Place::Swapped(_));
+        self.map_slot(page, slot, !clean || writable_anyway);
+        book.flags[slot as usize] = if clean { MAPPED } else { MAPPED | DIRTY };
         book.owner[slot as usize] = page as u32;
         let tail = (book.head + book.len) % book.fifo.len();
         book.fifo[tail] = slot as u32;
@@ -499,21 +554,29 @@ impl Shared {
             self.record_swapped(victims(book, n), None);
             self.crash_point(eviction, Step::Written);
         }
+        // A clean victim's swap copy is its bytes already (synced when it was last
+        // evicted, and not stored to since its swap-in: it was mapped read-only).
+        let mut written = 0;
         for (slot, victim) in victims(book, n) {
+            if book.flags[slot as usize] & DIRTY == 0 {
+                continue;
+            }
             let src = self.window_ptr(self.slot_offset(slot));
             write_full(self.swap_fd, src, self.swap_offset + victim * PAGE_SIZE);
+            written += 1;
         }
         if !record_first {
             self.crash_point(eviction, Step::Written);
         }
-        if durable_site!("vpm.swap_sync", {
-            if (self.space.sync_swap)(self.swap_fd) {
-                Ok(())
-            } else {
-                Err(())
-            }
-        })
-        .is_err()
+        if written > 0
+            && durable_site!("vpm.swap_sync", {
+                if (self.space.sync_swap)(self.swap_fd) {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            })
+            .is_err()
         {
             die("fdatasync of the swap file");
         }
@@ -526,12 +589,16 @@ impl Shared {
         for i in (0..n).rev() {
             let slot = book.batch[i];
             book.owner[slot as usize] = FREE;
+            book.flags[slot as usize] = 0;
             book.free[book.free_len] = slot;
             book.free_len += 1;
         }
         self.counters
             .swap_outs
             .fetch_add(n as u64, Ordering::Relaxed);
+        self.counters
+            .clean_evictions
+            .fetch_add(n as u64 - written, Ordering::Relaxed);
         self.counters
             .resident
             .fetch_sub(n as u64, Ordering::Relaxed);

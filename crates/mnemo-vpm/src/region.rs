@@ -37,8 +37,10 @@ pub struct Stats {
     pub faults: u64,
     /// Pages evicted to swap since open.
     pub swap_outs: u64,
-    /// Evictions since open (each writes up to `limits::EVICT_BATCH_PAGES` pages).
+    /// Evictions since open (each takes up to `limits::EVICT_BATCH_PAGES` pages).
     pub evictions: u64,
+    /// Pages evicted clean (not stored to since their swap-in): nothing written to swap.
+    pub clean_evictions: u64,
     /// Pages brought back from swap since open.
     pub swap_ins: u64,
     /// Pages touched for the first time since open (filled with zeros).
@@ -82,6 +84,7 @@ fn stats_of(c: &Counters) -> Stats {
         faults: c.faults.load(Ordering::Relaxed),
         swap_outs: c.swap_outs.load(Ordering::Relaxed),
         evictions: c.evictions.load(Ordering::Relaxed),
+        clean_evictions: c.clean_evictions.load(Ordering::Relaxed),
         swap_ins: c.swap_ins.load(Ordering::Relaxed),
         zero_fills: c.zero_fills.load(Ordering::Relaxed),
     }

@@ -106,6 +106,11 @@ fn random_access_reads_what_was_written_last() {
     }
     let stats = region.stats();
     assert!(stats.swap_outs > 100 && stats.swap_ins > 100, "{stats:?}");
+    // Pages only read since their swap-in go back without a write to swap.
+    assert!(
+        stats.clean_evictions > 0 && stats.clean_evictions < stats.swap_outs,
+        "{stats:?}"
+    );
     drop(region);
     let region = dirs.open().open_region("rand", 0).unwrap();
     for (page, &seed) in model.iter().enumerate() {
