@@ -363,6 +363,14 @@ fn plot(path: &Path, set: &[(f64, f64)], get: &[(f64, f64)]) -> Result<(), Strin
     root.present().map_err(|e| e.to_string())
 }
 
+/// `/proc/loadavg`: how busy the machine was (other jobs share its CPUs and disk).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 fn run() -> Result<(), String> {
     let mnemo = std::env::var("VPM_BENCH_MNEMO")
         .map(PathBuf::from)
@@ -378,6 +386,7 @@ fn run() -> Result<(), String> {
         clients: env_u64("VPM_BENCH_CLIENTS", 50),
     };
     let commit = head_commit();
+    let load_before = loadavg();
     let command = std::env::var("VPM_BENCH_COMMAND").unwrap_or_else(|_| "vpm".into());
 
     let mut fault_rows = Vec::new();
@@ -463,6 +472,8 @@ fn run() -> Result<(), String> {
         "clients": config.clients,
         "rounds": config.rounds,
         "pages_touched": touched,
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
         "fault_ns_per_page_median": {
             "zero_fill": median(&costs[0]),
             "swap_out": median(&costs[1]),
