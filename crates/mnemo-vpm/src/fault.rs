@@ -15,35 +15,39 @@
 //!
 //! # What the handler may do
 //! It runs inside a signal handler: no heap allocation, no lock that code outside a handler
-//! takes. Everything it needs is allocated when the region opens ([`Shared`]); the
-//! handler's table is a fixed array of atomics ([`OPEN_REGIONS_MAX`] entries). Two threads
-//! faulting on one region exclude each other with the region's spin lock, which only the
-//! handler takes (normal code reads page-table words with atomic loads, and never waits). All
-//! signals are blocked while the handler runs, so no other handler can interrupt the lock's
-//! holder on its own thread. The system calls it makes (`mmap`, `pread`, `pwrite`,
-//! `fdatasync`, `msync`) take no user-space lock.
+//! takes. Everything it needs is allocated when the region opens (the bookkeeping of
+//! `Shared`); the handler's table is a fixed array of atomics ([`OPEN_REGIONS_MAX`]
+//! entries). Two threads faulting on one region exclude each other with the region's spin
+//! lock, which only the handler takes (normal code reads page-table words with atomic
+//! loads, and never waits). All signals are blocked while the handler runs, so no other
+//! handler can interrupt the lock's holder on its own thread. The system calls it makes
+//! (`mmap`, `mprotect`, `pread`, `pwrite`, `fdatasync`, `msync`) take no user-space lock,
+//! and it keeps no buffer on its stack (the alternate signal stack is small).
 //!
 //! # One fault (the region's lock held)
-//! 1. The page's table word says resident (another thread got here first, or the region was
-//!    just opened): map its slot and return.
-//! 2. Take a free slot, or evict the oldest resident page ([`Shared::evict_oldest`]).
+//! 1. The page's table word says resident: a store to a clean page (mapped read-only since
+//!    its swap-in) marks it dirty and makes it writable; otherwise (a racing fault, or a
+//!    page resident since the region was opened) its slot is mapped. Return.
+//! 2. Take a free slot, or evict first: the oldest resident pages, in a batch.
 //! 3. Fill the slot through the window onto the persistent-memory file: the page's bytes
 //!    from swap, or zeros; flush, fence.
 //! 4. Record "page -> slot" in the page table: one 8-byte store, flush, fence.
-//! 5. Map the slot at the page's address; return, and the access is retried.
+//! 5. Map the slot at the page's address (read-only for a page from swap: clean until its
+//!    first store); return, and the access is retried.
 //!
 //! # One eviction (crash-safe: every step leaves a table that recovers every page)
-//! 1. Make the victim page inaccessible (`PROT_NONE`): from now on a store to it faults
-//!    and waits for the lock, so the copy below is final.
-//! 2. Write the slot's page to the region's swap area at the page's own number.
-//! 3. `fdatasync` the swap file.
-//! 4. Record "page -> swap": one 8-byte store, flush, fence.
+//! 1. Make the victim pages inaccessible (`PROT_NONE`): from now on a store to one faults
+//!    and waits for the lock, so the copies below are final.
+//! 2. Write each dirty victim to the region's swap area at its page's own number (a clean
+//!    one's swap copy is its bytes already).
+//! 3. `fdatasync` the swap file, if anything was written.
+//! 4. Record each "page -> swap": 8-byte stores, flushes, one fence.
 //!
-//! Only then is the slot filled for another page (fault step 3) and recorded as its (fault
-//! step 4). A crash before eviction step 4 leaves the victim recorded in its slot, whose
-//! bytes are untouched until after step 4; a crash after it finds the victim's bytes durable
-//! in swap, and the slot either unrecorded (free at open) or recorded for the new page
-//! after that page's bytes were made durable there.
+//! Only then is a slot filled for another page (fault step 3) and recorded as its (fault
+//! step 4). A crash before eviction step 4 leaves the victims recorded in their slots, whose
+//! bytes are untouched until after step 4; a crash after it finds the victims' bytes
+//! durable in swap, and each slot either unrecorded (free at open) or recorded for the new
+//! page after that page's bytes were made durable there.
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
