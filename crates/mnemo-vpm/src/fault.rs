@@ -76,6 +76,13 @@ pub const MUTANTS: &[&str] = &[
     // not written to swap when it is evicted again.
     "vpm.swap_in_writable",
 ];
+
+/// Variants that change only performance (which pages are evicted), for benchmarks and
+/// tests that compare: no crash image can catch them, and none should.
+pub const POLICY_MUTANTS: &[&str] = &[
+    // Victims are the oldest pages, referenced or not (vpmlib's FIFO, without CLOCK).
+    "vpm.fifo_only",
+];
 const FREE: u32 = u32::MAX;
 
 /// A step of an eviction or of a fault, for crash points ([`crate::Region::crash_at`]).
@@ -157,6 +164,11 @@ struct Book {
 
 const MAPPED: u8 = 1;
 const DIRTY: u8 = 2;
+/// Accessed since the front hand armed it (an access found it armed).
+const REFERENCED: u8 = 4;
+/// Made inaccessible by the front hand (its slot stays mapped): the next access faults and
+/// sets `REFERENCED`.
+const ARMED: u8 = 8;
 
 /// Everything the fault path of one region needs, allocated before the region is
 /// registered with the handler.
@@ -403,18 +415,12 @@ impl Shared {
         }
     }
 
-    /// Make a clean page writable.
-    fn protect_writable(&self, page: u64) {
+    /// Change the protection of a mapped page (clean and dirty pages, the clock's arming).
+    fn protect(&self, page: u64, prot: libc::c_int) {
         // SAFETY: the page is mapped (a slot of this region); only its protection changes.
-        let r = unsafe {
-            libc::mprotect(
-                self.page_addr(page),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        };
+        let r = unsafe { libc::mprotect(self.page_addr(page), PAGE, prot) };
         if r != 0 {
-            die("mprotect of a page stored to");
+            die("mprotect of a resident page");
         }
     }
 
@@ -449,11 +455,23 @@ impl Shared {
         };
         if let Place::Resident(slot) = place {
             let flags = &mut book.flags[slot as usize];
+            if *flags & ARMED != 0 {
+                // An access to a page the clock hand armed: referenced. Its protection comes
+                // back (read-only if clean: a store then faults once more, below).
+                let prot = if *flags & DIRTY != 0 {
+                    libc::PROT_READ | libc::PROT_WRITE
+                } else {
+                    libc::PROT_READ
+                };
+                self.protect(page, prot);
+                *flags = (*flags & !ARMED) | REFERENCED;
+                return;
+            }
             if *flags & MAPPED != 0 && *flags & DIRTY == 0 {
                 // A store to a clean page (mapped read-only at its swap-in): from now on
                 // its swap copy is stale. (A racing read fault lands here too: the page is
                 // then marked dirty for nothing.)
-                self.protect_writable(page);
+                self.protect(page, libc::PROT_READ | libc::PROT_WRITE);
                 *flags |= DIRTY;
                 return;
             }
@@ -540,12 +558,7 @@ impl Shared {
         if book.len == 0 {
             die("no resident page to evict (budget of zero pages)");
         }
-        let n = book.batch.len().min(book.len);
-        for i in 0..n {
-            book.batch[i] = book.fifo[book.head];
-            book.head = (book.head + 1) % book.fifo.len();
-            book.len -= 1;
-        }
+        let n = self.choose_victims(book);
         self.crash_point(eviction, Step::Chosen);
         for (_, victim) in victims(book, n) {
             self.unmap(victim);
@@ -607,6 +620,56 @@ impl Shared {
             .resident
             .fetch_sub(n as u64, Ordering::Relaxed);
         self.counters.swapped.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Choose the batch's victims by a two-handed CLOCK over the FIFO ring. The front hand,
+    /// half the ring ahead of the back, arms pages (inaccessible, slot still mapped): an
+    /// access to an armed page faults and marks it referenced. At the back hand (the ring's
+    /// head) a referenced page goes back to the tail (second chance); one not referenced
+    /// since it was armed is a victim. Returns how many victims are in `book.batch`.
+    fn choose_victims(&self, book: &mut Book) -> usize {
+        let want = book.batch.len().min(book.len);
+        let fifo_only = mutant::active("vpm.fifo_only");
+        let mut n = 0;
+        let mut chances = book.len;
+        while n < want {
+            let slot = book.fifo[book.head];
+            book.head = (book.head + 1) % book.fifo.len();
+            book.len -= 1;
+            let flags = &mut book.flags[slot as usize];
+            if !fifo_only && chances > 0 && *flags & REFERENCED != 0 {
+                chances -= 1;
+                *flags &= !REFERENCED;
+                let tail = (book.head + book.len) % book.fifo.len();
+                book.fifo[tail] = slot;
+                book.len += 1;
+                continue;
+            }
+            book.batch[n] = slot;
+            n += 1;
+        }
+        if !fifo_only {
+            self.arm_middle(book, n);
+        }
+        n
+    }
+
+    /// The front hand: arm up to `count` mapped pages not armed yet, from the middle of the
+    /// ring towards its tail.
+    fn arm_middle(&self, book: &mut Book, count: usize) {
+        let mut armed = 0;
+        for i in book.len / 2..book.len {
+            if armed == count {
+                break;
+            }
+            let slot = book.fifo[(book.head + i) % book.fifo.len()] as usize;
+            let flags = &mut book.flags[slot];
+            if *flags & MAPPED != 0 && *flags & ARMED == 0 {
+                self.protect(u64::from(book.owner[slot]), libc::PROT_NONE);
+                *flags = (*flags | ARMED) & !REFERENCED;
+                armed += 1;
+            }
+        }
     }
 
     /// Record every victim as swapped: the words stored, flushed, one fence.

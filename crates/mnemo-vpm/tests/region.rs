@@ -269,3 +269,43 @@ fn stats_handles_outlive_their_region_without_holding_its_address_range() {
     }
     assert!(handles.iter().all(|h| h.stats().swap_outs > 0));
 }
+
+/// Victims are chosen by a two-handed CLOCK: a page touched after the front hand armed it is
+/// passed over by the back hand, while vpmlib's plain FIFO evicts it in its turn and must bring it
+/// back again and again.
+#[test]
+fn a_hot_page_stays_resident_under_clock_and_not_under_fifo() {
+    let run = |fifo: bool| {
+        let dirs = Dirs::new();
+        let space = dirs.create(2 * MIB);
+        space
+            .allocate("hot", 96 * PAGE as u64, 8 * PAGE as u64)
+            .unwrap();
+        let region = space.open_region("hot", 0).unwrap();
+        let mut byte = [0u8; 1];
+        let mut work = || {
+            for page in 1..96 {
+                // SAFETY: 96 pages; this thread alone.
+                unsafe { fill(base(&region), 5, page) };
+                region.read(0, &mut byte).unwrap();
+            }
+        };
+        if fifo {
+            mnemo_pmem::mutant::with("vpm.fifo_only", work);
+        } else {
+            work();
+        }
+        let stats = region.stats();
+        for page in 1..96 {
+            // SAFETY: as above.
+            let got = unsafe { check(base(&region), 5, page) };
+            assert_eq!(got, Ok(true), "page {page}");
+        }
+        stats
+    };
+    let clock = run(false);
+    let fifo = run(true);
+    // Once: the hot page reaches the back hand before the front hand ever armed it.
+    assert!(clock.swap_ins <= 1, "the hot page was evicted: {clock:?}");
+    assert!(fifo.swap_ins > 5, "FIFO kept the hot page: {fifo:?}");
+}
