@@ -1,5 +1,5 @@
 //! The fault path: a first access to a page of a virtual region maps a slot of the
-//! persistent-memory file there, evicting the oldest resident page to swap first when the
+//! persistent-memory file there, evicting resident pages not touched lately to swap first when the
 //! region's budget is used up.
 //!
 //! # Why a SIGSEGV handler, not userfaultfd
@@ -28,7 +28,8 @@
 //! 1. The page's table word says resident: a store to a clean page (mapped read-only since
 //!    its swap-in) marks it dirty and makes it writable; otherwise (a racing fault, or a
 //!    page resident since the region was opened) its slot is mapped. Return.
-//! 2. Take a free slot, or evict first: the oldest resident pages, in a batch.
+//! 2. Take a free slot, or evict first: a batch of pages chosen by a two-handed CLOCK over
+//!    the ring of resident pages (`Shared::choose_victims`).
 //! 3. Fill the slot through the window onto the persistent-memory file: the page's bytes
 //!    from swap, or zeros; flush, fence.
 //! 4. Record "page -> slot" in the page table: one 8-byte store, flush, fence.
@@ -552,8 +553,8 @@ impl Shared {
         }
     }
 
-    /// Evict the oldest resident pages (up to the region's batch) to swap; their slots
-    /// go to the free stack, the oldest on top. One swap sync and one fence for the batch.
+    /// Evict a batch of resident pages (chosen by CLOCK) to swap; their slots go to the
+    /// free stack, the first chosen on top. One swap sync and one fence for the batch.
     fn evict_batch(&self, book: &mut Book, eviction: u64) {
         if book.len == 0 {
             die("no resident page to evict (budget of zero pages)");
@@ -602,7 +603,7 @@ impl Shared {
             self.record_swapped(victims(book, n), Some(eviction));
         }
         self.crash_point(eviction, Step::Recorded);
-        // Pushed newest first, so the oldest victim's slot is taken first.
+        // Pushed last chosen first, so the first chosen victim's slot is taken first.
         for i in (0..n).rev() {
             let slot = book.batch[i];
             book.owner[slot as usize] = FREE;

@@ -5,9 +5,10 @@
 //! reserves address space for its whole capacity without backing it; the first access to a
 //! page faults, and the fault handler ([`fault`]) maps a free page ("slot") of the
 //! persistent-memory file there and records it in the region's **persistent page table**.
-//! When the region's budget of slots is used up, the oldest resident page is evicted first
-//! (first in, first out): its bytes go to the swap file, are synced, the table records
-//! "in swap", and only then is its slot reused. A later access brings it back.
+//! When the region's budget of slots is used up, pages not touched lately are evicted first
+//! (a two-handed CLOCK over the pages in fault order; vpmlib used first in, first out): their
+//! bytes go to the swap file, are synced, the table records "in swap", and only then are
+//! their slots reused. A later access brings a page back.
 //!
 //! A region is a [`mnemo_pmem::Media`], so a pool (and the heap, transactions and the
 //! key-value server above it) runs on it unchanged: `Pool::create_on(Box::new(region), ..)`.
