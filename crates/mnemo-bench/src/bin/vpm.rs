@@ -10,10 +10,11 @@
 //!
 //! **Figure 4 of Temporality**: `mnemo serve` on a virtual region (`--pm-budget`) against
 //! `mnemo serve` without, both pools on /dev/shm, the swap file on the disk directory;
-//! redis-benchmark SET of `VPM_BENCH_N` random keys (`-r`, new keys: the heap allocates
-//! linearly) then GET of random keys of the same range (random reads over the keyspace), for
-//! memory residence ratios (MRR, pages in persistent memory over all pages) from 100% down
-//! to 40%. The budget of each point is that share of the pages the workload touches on a
+//! redis-benchmark SET of `VPM_BENCH_N` keys drawn from a range of 10^9 (new keys: the heap
+//! only allocates, Temporality's linear SET) on fresh servers, and SET of `VPM_BENCH_N` keys
+//! drawn from a range of `VPM_BENCH_N` (a third of them overwrites: random updates) then GET
+//! of random keys of that range (random reads), for memory residence ratios (MRR, pages in
+//! persistent memory over all pages) from 100% down to 40%. The budget of each point is that share of the pages the workload touches on a
 //! region with room for all of them, measured first. Rounds (`VPM_BENCH_ROUNDS`) alternate
 //! the servers; ratios are medians over rounds.
 //!
@@ -173,8 +174,8 @@ impl Server {
         Ok(server)
     }
 
-    /// redis-benchmark `test` (SET or GET): requests per second.
-    fn benchmark(&self, config: &Config, test: &str) -> Result<f64, String> {
+    /// redis-benchmark `test` (SET or GET) over keys `key:0..range`: requests per second.
+    fn benchmark(&self, config: &Config, test: &str, range: u64) -> Result<f64, String> {
         let output = Command::new("taskset")
             .args(["-c", &config.client_cpu, "redis-benchmark"])
             .args(["-p", &self.port.to_string(), "-t", test])
@@ -186,7 +187,7 @@ impl Server {
             ])
             .args([
                 "-r",
-                &config.n.to_string(),
+                &range.to_string(),
                 "-d",
                 &config.value_bytes.to_string(),
                 "--csv",
@@ -230,6 +231,9 @@ struct Point {
     set_vpm: f64,
     get_plain: f64,
     get_vpm: f64,
+    lin_budget_pages: u64,
+    lin_plain: f64,
+    lin_vpm: f64,
     mrr_end: f64,
     swap_outs: f64,
     swap_ins: f64,
@@ -243,12 +247,28 @@ fn run_server(
     let shm = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
     let disk = tempfile::tempdir_in(&config.swap_dir).map_err(|e| e.to_string())?;
     let server = Server::start(config, shm.path(), disk.path(), budget)?;
-    let set = server.benchmark(config, "set")?;
-    let get = server.benchmark(config, "get")?;
+    let set = server.benchmark(config, "set", config.n)?;
+    let get = server.benchmark(config, "get", config.n)?;
     Ok((set, get, server, shm, disk))
 }
 
+/// Keys of the linear SET: a range so large that nearly every key is new, so the heap only
+/// allocates (Temporality's SET).
+const LINEAR_RANGE: u64 = 1_000_000_000;
+
+/// Linear SET on a fresh server: (requests/s, pages resident at the end).
+fn run_linear(config: &Config, budget: Option<u64>) -> Result<(f64, Option<f64>), String> {
+    let shm = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
+    let disk = tempfile::tempdir_in(&config.swap_dir).map_err(|e| e.to_string())?;
+    let server = Server::start(config, shm.path(), disk.path(), budget)?;
+    let rps = server.benchmark(config, "set", LINEAR_RANGE)?;
+    Ok((rps, server.info("mnemo_vpm_resident_pages")))
+}
+
 fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
+    let (_, lin_touched) = run_linear(config, Some(mnemo_vpm::limits::BUDGET_PAGES_MAX))?;
+    let lin_touched = lin_touched.ok_or("no mnemo_vpm_resident_pages in INFO")? as u64;
+    eprintln!("vpm bench: the linear SET touches {lin_touched} pages");
     // The pages the workload touches, on a region with room for all of them.
     let (_, _, server, _shm, _disk) =
         run_server(config, Some(mnemo_vpm::limits::BUDGET_PAGES_MAX))?;
@@ -275,8 +295,18 @@ fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
             let (set_plain, get_plain, plain, shm, disk) = run_server(config, None)?;
             drop(plain);
             drop((shm, disk));
+            let lin_budget = if mrr == 100 {
+                lin_touched + 64
+            } else {
+                lin_touched * mrr / 100
+            };
+            let (lin_plain, _) = run_linear(config, None)?;
+            let (lin_vpm, _) = run_linear(config, Some(lin_budget))?;
             let (set_vpm, get_vpm, server, _c, _d) = run_server(config, Some(budget))?;
             let point = Point {
+                lin_budget_pages: lin_budget,
+                lin_plain,
+                lin_vpm,
                 round,
                 mrr_target: mrr,
                 budget_pages: budget,
@@ -289,7 +319,8 @@ fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
                 swap_ins: server.info("mnemo_vpm_swap_ins").unwrap_or(f64::NAN),
             };
             eprintln!(
-                "round {round} MRR {mrr}%: SET {:.1}% GET {:.1}% of plain (MRR at the end {:.3}, {} swap-outs, {} swap-ins)",
+                "round {round} MRR {mrr}%: linear SET {:.1}% SET {:.1}% GET {:.1}% of plain (MRR at the end {:.3}, {} swap-outs, {} swap-ins)",
+                100.0 * lin_vpm / lin_plain,
                 100.0 * set_vpm / set_plain,
                 100.0 * get_vpm / get_plain,
                 point.mrr_end,
@@ -312,7 +343,7 @@ fn ratio(points: &[Point], mrr: u64, f: impl Fn(&Point) -> f64) -> f64 {
     median(&v)
 }
 
-fn plot(path: &Path, set: &[(f64, f64)], get: &[(f64, f64)]) -> Result<(), String> {
+fn plot(path: &Path, series: &[(&str, Vec<(f64, f64)>)]) -> Result<(), String> {
     mnemo_bench::plot::init_font()?;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -333,11 +364,12 @@ fn plot(path: &Path, set: &[(f64, f64)], get: &[(f64, f64)]) -> Result<(), Strin
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, (name, series)) in [("SET (linear allocation)", set), ("GET (random)", get)]
-        .into_iter()
-        .enumerate()
-    {
-        let color = [RGBColor(31, 119, 180), RGBColor(255, 127, 14)][i];
+    for (i, &(name, ref series)) in series.iter().enumerate() {
+        let color = [
+            RGBColor(31, 119, 180),
+            RGBColor(255, 127, 14),
+            RGBColor(44, 160, 44),
+        ][i % 3];
         chart
             .draw_series(LineSeries::new(
                 series.iter().copied(),
@@ -420,9 +452,13 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|p| {
             format!(
-                "{commit},{command:?},{},{},{},{:.0},{:.0},{:.4},{:.0},{:.0},{:.4},{:.4},{},{}",
+                "{commit},{command:?},{},{},{},{:.0},{:.0},{:.4},{},{:.0},{:.0},{:.4},{:.0},{:.0},{:.4},{:.4},{},{}",
                 p.round,
                 p.mrr_target,
+                p.lin_budget_pages,
+                p.lin_plain,
+                p.lin_vpm,
+                p.lin_vpm / p.lin_plain,
                 p.budget_pages,
                 p.set_plain,
                 p.set_vpm,
@@ -438,10 +474,19 @@ fn run() -> Result<(), String> {
         .collect();
     write_csv(
         "vpm-fig4.csv",
-        "commit,command,round,mrr_target,budget_pages,set_plain_rps,set_vpm_rps,set_ratio,get_plain_rps,get_vpm_rps,get_ratio,mrr_end,swap_outs,swap_ins",
+        "commit,command,round,mrr_target,linear_budget_pages,linear_set_plain_rps,linear_set_vpm_rps,linear_set_ratio,budget_pages,set_plain_rps,set_vpm_rps,set_ratio,get_plain_rps,get_vpm_rps,get_ratio,mrr_end,swap_outs,swap_ins",
         &rows,
     )
     .map_err(|e| e.to_string())?;
+    let linear: Vec<(f64, f64)> = MRR_POINTS
+        .iter()
+        .map(|&m| {
+            (
+                m as f64,
+                100.0 * ratio(&points, m, |p| p.lin_vpm / p.lin_plain),
+            )
+        })
+        .collect();
     let set: Vec<(f64, f64)> = MRR_POINTS
         .iter()
         .map(|&m| {
@@ -461,7 +506,14 @@ fn run() -> Result<(), String> {
         })
         .collect();
     let svg = bench_dir().join("plots").join("vpm-fig4.svg");
-    plot(&svg, &set, &get)?;
+    plot(
+        &svg,
+        &[
+            ("SET, new keys (linear allocation)", linear.clone()),
+            ("SET, keys of a range of n (random updates)", set.clone()),
+            ("GET, random keys", get.clone()),
+        ],
+    )?;
     let json = serde_json::json!({
         "benchmark": "vpm",
         "commit": commit,
@@ -480,13 +532,14 @@ fn run() -> Result<(), String> {
             "swap_in": median(&costs[2]),
             "kernel_first_touch": median(&costs[3]),
         },
+        "linear_set_percent_of_plain": linear.iter().map(|&(m, r)| serde_json::json!({"mrr": m, "percent": r})).collect::<Vec<_>>(),
         "set_percent_of_plain": set.iter().map(|&(m, r)| serde_json::json!({"mrr": m, "percent": r})).collect::<Vec<_>>(),
         "get_percent_of_plain": get.iter().map(|&(m, r)| serde_json::json!({"mrr": m, "percent": r})).collect::<Vec<_>>(),
     });
     let path = write_json("vpm.json", &json).map_err(|e| e.to_string())?;
     eprintln!("vpm bench: {} and {}", path.display(), svg.display());
-    for ((m, s), (_, g)) in set.iter().zip(&get) {
-        eprintln!("MRR {m:>3}%: SET {s:5.1}%  GET {g:5.1}% of plain");
+    for (((m, l), (_, s)), (_, g)) in linear.iter().zip(&set).zip(&get) {
+        eprintln!("MRR {m:>3}%: linear SET {l:5.1}%  SET {s:5.1}%  GET {g:5.1}% of plain");
     }
     Ok(())
 }
