@@ -11,13 +11,14 @@ mod report;
 mod serve;
 mod size;
 mod vm;
+mod vpm;
 
 /// mnemo keeps a program's data structures in persistent (or emulated-persistent) memory,
 /// updates them crash-consistently, and makes every acknowledged write durable.
 ///
 /// A pool is one file mapped into memory. Put it on /dev/shm to emulate persistent memory,
-/// on a DAX file system for real persistent memory, or on any disk (slower: every sync point
-/// then calls msync).
+/// on a DAX file system for real persistent memory, or on any disk (sync points then go to a
+/// write-ahead file beside the pool, POOL.wal, one fdatasync per group commit).
 ///
 /// Logging: set MNEMO_LOG (e.g. MNEMO_LOG=debug); logs go to stderr.
 #[derive(Debug, Parser)]

@@ -29,7 +29,7 @@ use crate::size;
 /// mnemo's port: Redis's 6379 with a 7, so both can run side by side.
 pub const PORT_DEFAULT: u16 = 7379;
 /// Layout name written into pools `mnemo serve` creates, and checked when it opens one.
-const LAYOUT: &str = "mnemo-kv";
+pub(crate) const LAYOUT: &str = "mnemo-kv";
 /// Growth limit of a new pool when --size-max is not given (address space only; the file
 /// grows only as data needs it).
 const SIZE_MAX_DEFAULT: u64 = 64 << 30;
@@ -63,7 +63,8 @@ pub struct ServeArgs {
     pub port: u16,
     /// The pool file holding the data; created on first start (with its directory, mode
     /// 0700). Put it on /dev/shm to emulate persistent memory, on a DAX file system for
-    /// real persistent memory, or on a disk (every sync point then calls msync).
+    /// real persistent memory, or on a disk (sync points then go to a write-ahead file beside it,
+    /// POOL.wal: one fdatasync per group commit; MNEMO_WAL=0 for msync of the pool instead).
     #[arg(long, default_value = "mnemo-data/mnemo.pool")]
     pub pool: PathBuf,
     /// Initial size of a new pool: 256M, 1G, ... (binary units). Ignored when the pool
@@ -82,13 +83,24 @@ pub struct ServeArgs {
     /// a database past N is refused.
     #[arg(long, default_value_t = 16)]
     pub databases: usize,
+    /// Run on virtual persistent memory: at most this many bytes of the pool stay in the
+    /// persistent-memory file (--pool, then a file of this budget plus its page table), the
+    /// rest goes to the swap file (--swap) and comes back on access. The pool's size
+    /// (--size-max, default --size) and the budget are fixed when the pool is created; at
+    /// most 64M. INFO persistence shows the share in persistent memory (mnemo_vpm_mrr).
+    #[arg(long, value_parser = size::parse)]
+    pub pm_budget: Option<u64>,
+    /// Swap file of virtual persistent memory (with --pm-budget; put it on a disk).
+    /// [default: the pool's path with .swap appended]
+    #[arg(long)]
+    pub swap: Option<PathBuf>,
     #[command(flatten)]
     pub repl: crate::mirror::ReplArgs,
 }
 
 /// How the pool was found at start.
 #[derive(Clone, Copy, Debug)]
-enum Start {
+pub(crate) enum Start {
     Created,
     Clean,
     Recovered,
@@ -119,7 +131,16 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     let repl = args.repl.policy()?;
     args.repl.guard(&args.pool)?;
-    let (heap, start) = open_heap(args, repl.clone())?;
+    let (heap, start, vpm) = match args.pm_budget {
+        Some(budget) => {
+            let (heap, start, stats) = crate::vpm::open_heap(args, budget, repl.clone())?;
+            (heap, start, Some(stats))
+        }
+        None => {
+            let (heap, start) = open_heap(args, repl.clone())?;
+            (heap, start, None)
+        }
+    };
     let address = SocketAddr::new(args.bind, args.port);
     let listener = TcpListener::bind(address).map_err(|e| {
         format!("cannot listen on {address}: {e} (is another server using the port? choose another with --port)")
@@ -164,6 +185,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         start,
         event_loop.stats(),
         repl.clone(),
+        vpm,
     ));
     let signals = Signals::watch(stopper.clone())?;
 
@@ -311,6 +333,7 @@ fn info_hook<'h>(
     start: Start,
     clients: Arc<LoopStats>,
     repl: Option<Arc<mnemo_repl::MirrorPolicy>>,
+    vpm: Option<mnemo_vpm::StatsHandle>,
 ) -> mnemo_kv::engine::InfoHook<'h> {
     Box::new(move |section: &str, out: &mut String| {
         use std::fmt::Write as _;
@@ -368,6 +391,9 @@ fn info_hook<'h>(
                         w.last_checkpoint_ns / 1000,
                         w.replayed,
                     );
+                }
+                if let Some(vpm) = &vpm {
+                    crate::vpm::info(&vpm.stats(), out);
                 }
             }
             "clients" => {
