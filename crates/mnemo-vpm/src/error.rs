@@ -48,6 +48,17 @@ pub enum Error {
         /// Allocation sequence number.
         seq: u64,
     },
+    /// Another process (or another `Space` of this one) has the region open: its lock file
+    /// is held.
+    #[error("region {seq} of owner {owner:?} is in use by another process (lock {}); stop it first", lock.display())]
+    InUse {
+        /// Owner name.
+        owner: String,
+        /// Allocation sequence number.
+        seq: u64,
+        /// The lock file held.
+        lock: std::path::PathBuf,
+    },
     /// The media layer refused (the persistent-memory file's mapping).
     #[error(transparent)]
     Pmem(#[from] mnemo_pmem::Error),

@@ -102,9 +102,38 @@ pub struct Region {
     seq: u64,
     id: u64,
     capacity: u64,
+    /// Held while the region is open: `flock` on `<pm file>.region-<id>.lock`, so a second
+    /// process opening the region is refused instead of mapping the same slots. Declared
+    /// last: released after the region is unmapped.
+    _lock: std::fs::File,
 }
 
 impl Region {
+    /// Takes the region's lock file, or says who holds it.
+    fn lock(space: &SpaceInner, entry: &TocEntry) -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut name = space.pm_path.as_os_str().to_os_string();
+        name.push(format!(".region-{:016x}.lock", entry.id));
+        let path = std::path::PathBuf::from(name);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(&path, "opening the region's lock file", e))?;
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(file),
+            Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::InUse {
+                owner: entry.owner.clone(),
+                seq: entry.seq,
+                lock: path,
+            }),
+            Err(e) => Err(Error::io(&path, "flock", e.into())),
+        }
+    }
+
     pub(crate) fn open(space: Arc<SpaceInner>, entry: TocEntry) -> Result<Region> {
         {
             let mut open = space.open.lock().unwrap_or_else(|p| p.into_inner());
@@ -115,7 +144,8 @@ impl Region {
                 });
             }
         }
-        let result = Region::open_unregistered(Arc::clone(&space), &entry);
+        let result = Region::lock(&space, &entry)
+            .and_then(|lock| Region::open_unregistered(Arc::clone(&space), &entry, lock));
         if result.is_err() {
             space
                 .open
@@ -126,7 +156,11 @@ impl Region {
         result
     }
 
-    fn open_unregistered(space: Arc<SpaceInner>, entry: &TocEntry) -> Result<Region> {
+    fn open_unregistered(
+        space: Arc<SpaceInner>,
+        entry: &TocEntry,
+        lock: std::fs::File,
+    ) -> Result<Region> {
         let capacity = entry.capacity_pages * PAGE_SIZE;
         let (resident, swapped) = space.scan_table(entry)?;
         let reservation = Reservation::new(capacity)
@@ -150,6 +184,7 @@ impl Region {
             seq: entry.seq,
             id: entry.id,
             capacity,
+            _lock: lock,
         })
     }
 

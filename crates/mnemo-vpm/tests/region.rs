@@ -163,7 +163,21 @@ fn owners_allocate_and_recover_their_regions_in_any_order() {
     let listed = space.regions().unwrap();
     assert_eq!(listed.len(), 5);
     assert!(matches!(space.open_region("a", 0), Err(Error::Busy { .. })));
+    // The same files opened again, as a second process would: the region's lock file
+    // refuses it, with a message saying so.
+    let other = dirs.open();
+    let refused = other
+        .open_region("a", 0)
+        .expect_err("a second opener is refused");
+    assert!(matches!(refused, Error::InUse { .. }), "{refused}");
+    assert!(
+        refused.to_string().contains("in use by another process"),
+        "{refused}"
+    );
     drop(regions);
+    // Closed by its first opener, the region opens for the other.
+    drop(other.open_region("a", 0).expect("free again"));
+    drop(other);
     space.free("b", 0).unwrap();
     assert!(matches!(
         space.open_region("b", 0),
