@@ -28,3 +28,10 @@ pub const REQUESTS_PER_CONNECTION_WAKEUP: usize = BATCH_REQUESTS_MAX;
 /// Bytes read from a socket per `read` call: a pipelined burst of small requests arrives in
 /// one or two reads without a large per-connection buffer.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Longest wait of the event loop for an event: an idle loop wakes this often to read its
+/// stop flag. A stop is signalled through a waker as well; once in a CI run a test's loop
+/// slept on in `epoll_wait` after its stop (cause not found), so the flag is read at least
+/// this often whatever becomes of the waker's event (Redis's own cron wakes it 10 times a
+/// second).
+pub const IDLE_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(200);

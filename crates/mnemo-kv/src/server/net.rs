@@ -36,7 +36,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::batch::{run_batch, Completion, Engine};
 use super::limits::{
-    BATCH_REQUESTS_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES, REQUESTS_PER_CONNECTION_WAKEUP,
+    BATCH_REQUESTS_MAX, IDLE_POLL_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES,
+    REQUESTS_PER_CONNECTION_WAKEUP,
 };
 #[cfg(all(feature = "mutants", debug_assertions))]
 use super::mutant::{self, Mutant};
@@ -249,13 +250,21 @@ impl EventLoop {
             // Connections with work left from the last wake-up: look for events, do not wait.
             // Parked blocking requests: wake up at the first deadline.
             let first_deadline = self.parked.iter().filter_map(|r| r.deadline).min();
+            // Never longer than IDLE_POLL_MAX: the stop flag is read at least that often,
+            // whatever became of the waker's event.
             let timeout = if !self.again.is_empty() {
-                Some(Duration::ZERO)
+                Duration::ZERO
             } else {
-                first_deadline.filter(|&d| d < i64::MAX).map(|d| {
-                    Duration::from_millis(u64::try_from(d.saturating_sub(unix_ms())).unwrap_or(0))
-                })
+                first_deadline
+                    .filter(|&d| d < i64::MAX)
+                    .map_or(IDLE_POLL_MAX, |d| {
+                        Duration::from_millis(
+                            u64::try_from(d.saturating_sub(unix_ms())).unwrap_or(0),
+                        )
+                        .min(IDLE_POLL_MAX)
+                    })
             };
+            let timeout = Some(timeout);
             if let Err(error) = self.poll.poll(&mut events, timeout) {
                 if error.kind() == ErrorKind::Interrupted {
                     continue;
