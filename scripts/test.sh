@@ -34,8 +34,12 @@ fi
 export MNEMO_REQUIRE_TOOLS=1
 
 log "cargo test --workspace"
-cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/mnemo-test.log
-grep -E "^test result: " /tmp/mnemo-test.log | awk '
+# The log lives in this checkout's target/ (another checkout's run cannot write into it);
+# grep -a: a test's output may hold bytes that make grep call the file binary.
+test_log="${CARGO_TARGET_DIR:-target}/mnemo-test.log"
+mkdir -p "$(dirname "$test_log")"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$test_log"
+grep -aE "^test result: " "$test_log" | awk '
     { passed += $4; failed += $6; ignored += $8 }
     END { printf "\nrust tests: %d passed, %d failed, %d ignored\n", passed, failed, ignored }'
 
