@@ -19,6 +19,7 @@ packages=(
     qemu-system-x86   # persistent VM tests: the guest runs under QEMU (TCG)
     busybox-static    # persistent VM tests: the guest's initramfs (scripts/vm-guest.sh)
     cpio              # persistent VM tests: packing that initramfs
+    python3           # scripts/check-no-mutants.sh: the mutant names read from the sources
 )
 missing=()
 for p in "${packages[@]}"; do

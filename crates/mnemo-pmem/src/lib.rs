@@ -40,6 +40,7 @@ pub mod mutant;
 pub mod pool;
 pub mod reserve;
 mod segv;
+pub mod sigchain;
 pub mod sync;
 pub mod track;
 pub mod wal;

@@ -59,15 +59,7 @@ static TABLE: [Slot; SLOTS] = [const {
 /// Serializes claiming and releasing slots (never taken by the handler).
 static CLAIM: Mutex<()> = Mutex::new(());
 
-struct OldAction(libc::sigaction);
-// SAFETY: a sigaction is plain data (a handler address, flags, a mask); it is written once
-// before our handler is installed and only read afterwards.
-unsafe impl Sync for OldAction {}
-// SAFETY: as above.
-unsafe impl Send for OldAction {}
-
-static OLD: OnceLock<OldAction> = OnceLock::new();
-static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+static INSTALLED: OnceLock<Result<crate::sigchain::Chain, String>> = OnceLock::new();
 
 const PAGE: usize = PAGE_SIZE as usize;
 
@@ -136,56 +128,18 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
 
 /// Hand a fault that is not ours to the handler that was there before.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    if let Some(old) = OLD.get() {
-        let action = old.0.sa_sigaction;
-        if action != libc::SIG_DFL && action != libc::SIG_IGN {
-            if old.0.sa_flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: the previous handler was installed with SA_SIGINFO, so it has
-                // this signature.
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
-                    unsafe { std::mem::transmute(action) };
-                f(sig, info, ctx);
-            } else {
-                // SAFETY: a handler installed without SA_SIGINFO takes the signal number.
-                let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(action) };
-                f(sig);
-            }
-            return;
-        }
-    }
-    // Default action: restore it and return; the faulting access repeats and the process
-    // dies of it as it would have without us.
-    // SAFETY: an all-zero sigaction with SIG_DFL is a valid argument; sigaction is
-    // async-signal-safe.
-    unsafe {
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(sig, &dfl, null_mut());
+    match INSTALLED.get() {
+        Some(Ok(chain)) => chain.forward(sig, info, ctx),
+        _ => crate::sigchain::restore_default(sig),
     }
 }
 
 fn install() -> Result<(), String> {
     INSTALLED
-        .get_or_init(|| {
-            // SAFETY: zeroed sigaction structs are valid; we read the current action first
-            // and keep it before installing ours, so the handler can always chain.
-            unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(libc::SIGSEGV, null_mut(), &mut old) != 0 {
-                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
-                }
-                let _ = OLD.set(OldAction(old));
-                let mut new: libc::sigaction = std::mem::zeroed();
-                new.sa_sigaction = handler as *const () as usize;
-                new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-                libc::sigemptyset(&mut new.sa_mask);
-                if libc::sigaction(libc::SIGSEGV, &new, null_mut()) != 0 {
-                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
-                }
-            }
-            Ok(())
-        })
-        .clone()
+        .get_or_init(|| crate::sigchain::Chain::install(handler, false))
+        .as_ref()
+        .map(|_| ())
+        .map_err(Clone::clone)
 }
 
 fn protect(addr: usize, len: usize, writable: bool) -> std::io::Result<()> {

@@ -766,14 +766,7 @@ static TABLE: [Entry; OPEN_REGIONS_MAX] = [const {
 /// Serializes registering and unregistering regions (never taken by the handler).
 static CLAIM: Mutex<()> = Mutex::new(());
 
-struct OldAction(libc::sigaction);
-// SAFETY: a sigaction is plain data, written once before our handler is installed.
-unsafe impl Sync for OldAction {}
-// SAFETY: as above.
-unsafe impl Send for OldAction {}
-
-static OLD: OnceLock<OldAction> = OnceLock::new();
-static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+static INSTALLED: OnceLock<Result<mnemo_pmem::sigchain::Chain, String>> = OnceLock::new();
 
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo_t.
@@ -795,59 +788,22 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
     chain(sig, info, ctx);
 }
 
-/// Hand a fault that is not ours to the handler that was there before (another SIGSEGV
-/// user such as mnemo-pmem's dirty tracking, Rust's stack-overflow report, or the default).
+/// Hand a fault that is not ours to the handler that was there before.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    if let Some(old) = OLD.get() {
-        let action = old.0.sa_sigaction;
-        if action != libc::SIG_DFL && action != libc::SIG_IGN {
-            if old.0.sa_flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: installed with SA_SIGINFO, so it has this signature.
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
-                    unsafe { std::mem::transmute(action) };
-                f(sig, info, ctx);
-            } else {
-                // SAFETY: a handler installed without SA_SIGINFO takes the signal number.
-                let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(action) };
-                f(sig);
-            }
-            return;
-        }
-    }
-    // Default action: restore it and return; the access repeats and kills the process as
-    // it would have without us.
-    // SAFETY: a zeroed sigaction with SIG_DFL is valid; sigaction is async-signal-safe.
-    unsafe {
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(sig, &dfl, null_mut());
+    match INSTALLED.get() {
+        Some(Ok(chain)) => chain.forward(sig, info, ctx),
+        _ => mnemo_pmem::sigchain::restore_default(sig),
     }
 }
 
 fn install() -> Result<(), String> {
     INSTALLED
-        .get_or_init(|| {
-            // SAFETY: zeroed sigaction structs are valid; the current action is kept before
-            // ours is installed, so the handler can always chain.
-            unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(libc::SIGSEGV, null_mut(), &mut old) != 0 {
-                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
-                }
-                let _ = OLD.set(OldAction(old));
-                let mut new: libc::sigaction = std::mem::zeroed();
-                new.sa_sigaction = handler as *const () as usize;
-                new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-                // Every signal blocked while the handler runs: none can interrupt the holder
-                // of a region's lock on its own thread.
-                libc::sigfillset(&mut new.sa_mask);
-                if libc::sigaction(libc::SIGSEGV, &new, null_mut()) != 0 {
-                    return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
-                }
-            }
-            Ok(())
-        })
-        .clone()
+        // Every signal blocked while the handler runs: none can interrupt the holder of a
+        // region's lock on its own thread.
+        .get_or_init(|| mnemo_pmem::sigchain::Chain::install(handler, true))
+        .as_ref()
+        .map(|_| ())
+        .map_err(Clone::clone)
 }
 
 /// A region registered with the handler; unregistered on drop.
