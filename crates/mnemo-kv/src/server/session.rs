@@ -344,6 +344,27 @@ impl Session {
         self.quiet = quiet;
     }
 
+    /// PUBSUB CHANNELS / SHARDCHANNELS: the names, as an array.
+    fn answer_channels(&mut self, channels: &[Bytes]) {
+        self.answer(|reply| {
+            reply.array_len(channels.len());
+            for channel in channels {
+                reply.bulk(channel);
+            }
+        });
+    }
+
+    /// PUBSUB NUMSUB / SHARDNUMSUB: each channel and its subscriber count, as a map.
+    fn answer_counts(&mut self, counts: &[(Bytes, usize)]) {
+        self.answer(|reply| {
+            reply.map_len(counts.len());
+            for (channel, n) in counts {
+                reply.bulk(channel);
+                reply.integer(count(*n));
+            }
+        });
+    }
+
     fn answer_error(&mut self, text: &[u8]) {
         self.answer(|reply| reply.error(text));
     }
@@ -511,12 +532,7 @@ impl Session {
             }
             CommandId::PubsubChannels => {
                 let channels = self.registry().channels(args.get(2).map(|p| &p[..]));
-                self.answer(|reply| {
-                    reply.array_len(channels.len());
-                    for channel in &channels {
-                        reply.bulk(channel);
-                    }
-                });
+                self.answer_channels(&channels);
             }
             CommandId::PubsubNumsub => {
                 let counts: Vec<(Bytes, usize)> = {
@@ -526,13 +542,7 @@ impl Session {
                         .map(|c| (c.clone(), registry.numsub(c)))
                         .collect()
                 };
-                self.answer(|reply| {
-                    reply.map_len(counts.len());
-                    for (channel, n) in &counts {
-                        reply.bulk(channel);
-                        reply.integer(self::count(*n));
-                    }
-                });
+                self.answer_counts(&counts);
             }
             CommandId::Ssubscribe => self.shard_subscribe(args),
             CommandId::Sunsubscribe => self.shard_unsubscribe(args),
@@ -542,12 +552,7 @@ impl Session {
             }
             CommandId::PubsubShardchannels => {
                 let channels = self.registry().shard_channels(args.get(2).map(|p| &p[..]));
-                self.answer(|reply| {
-                    reply.array_len(channels.len());
-                    for channel in &channels {
-                        reply.bulk(channel);
-                    }
-                });
+                self.answer_channels(&channels);
             }
             CommandId::PubsubShardnumsub => {
                 let counts: Vec<(Bytes, usize)> = {
@@ -557,13 +562,7 @@ impl Session {
                         .map(|c| (c.clone(), registry.shard_numsub(c)))
                         .collect()
                 };
-                self.answer(|reply| {
-                    reply.map_len(counts.len());
-                    for (channel, n) in &counts {
-                        reply.bulk(channel);
-                        reply.integer(self::count(*n));
-                    }
-                });
+                self.answer_counts(&counts);
             }
             CommandId::PubsubNumpat => {
                 let n = self.registry().numpat();
