@@ -111,14 +111,18 @@ pub(crate) fn execute_batch<E: Engine>(
     engine.begin();
     // A pipeline over the batch: request k's buckets are prefetched, then its entries
     // PREFETCH_DISTANCE requests later, and it runs PREFETCH_DISTANCE requests after that.
+    // A batch too short for requests to run between a request's hints and its execution
+    // (one client's, a few clients') gains nothing from them: no hints.
+    let hint = requests.len() > PREFETCH_DISTANCE;
     let lead = 2 * PREFETCH_DISTANCE;
     for k in 0..requests.len() + lead {
-        if let Some(request) = requests.get(k) {
+        if let Some(request) = requests.get(k).filter(|_| hint) {
             engine.prefetch(request, Prefetch::Bucket);
         }
         if let Some(request) = k
             .checked_sub(PREFETCH_DISTANCE)
             .and_then(|i| requests.get(i))
+            .filter(|_| hint)
         {
             engine.prefetch(request, Prefetch::Entry);
         }
@@ -310,6 +314,15 @@ mod tests {
             assert!(bucket < entry && entry < run, "k{i}: {:?}", engine.log);
         }
         assert_eq!(engine.log.last().map(String::as_str), Some("read-only"));
+
+        // A batch of a few requests runs them without hints.
+        let short = requests(&mut s, b"GET a\r\nGET b\r\n");
+        let mut engine = Recorder {
+            log_prefetch: true,
+            ..Recorder::default()
+        };
+        run_batch(&mut engine, &short).expect("read-only");
+        assert_eq!(engine.log, ["begin", "get", "get", "read-only"]);
     }
 
     #[test]
