@@ -33,7 +33,7 @@ use crate::proto::{self, Frame};
 pub struct BackupStats {
     /// Whether a link is up and the backup has its copy.
     pub connected: bool,
-    /// Records forwarded.
+    /// Records handed to the link (a record whose send then fails is counted too).
     pub forwarded: u64,
     /// Highest record id the backup acknowledged.
     pub acked: u64,
@@ -200,8 +200,10 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
             frame
         };
         if let Some(frame) = frame {
-            link.send_encoded(&frame)?;
+            // Counted before the send: once the backup holds the record, the count shows it
+            // (counted after, a reader that saw the backup apply it could still read one less).
             f.forwarded.fetch_add(1, Ordering::Relaxed);
+            link.send_encoded(&frame)?;
         }
         while let Some(reply) = link.try_recv()? {
             match reply {
