@@ -565,11 +565,13 @@ fn load_strategy(
     let live = live_functions(program, &exits, &order, &parent);
     let dead = exit_only(program, &exits, &order, &parent, &live, &found);
     let stack = stack_only(program, &order, &parent, &live, &found);
-    let teardown = teardown_only(program, &order, &live, &found);
+    let teardown = teardown_only(program, &order, &parent, &live, &found);
+    let private = private_static_only(program, &order, &live, &found);
     let released = crate::released::released_only(program, &order, &parent, &live, &found);
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
             .or_else(|| stack.get(key).cloned())
+            .or_else(|| private.get(key).cloned())
             .or_else(|| dead.get(key).cloned())
             .or_else(|| released.flags.get(key).cloned())
             .or_else(|| teardown.get(key).cloned());
@@ -787,53 +789,192 @@ fn stack_only<'p>(
     out
 }
 
-/// Words that name a function releasing memory (`freeClient`, `listRelease`,
-/// `RM_FreeDict`, `dictDestroy`), lower case.
-const TEARDOWN_WORDS: &[&str] = &["free", "release", "destroy"];
-
-/// The findings written while loading (or, for a reached container, read) only in functions
-/// whose names say they release memory: clean-up that loading runs, not state it builds.
-fn teardown_only<'p>(
+/// The written findings whose every write while loading is into a `static` variable declared
+/// inside the writing function (`static struct {...} cache[N]; cache[j].id = id;`): state that
+/// one function keeps for itself, a cache or a memo, which no other part of the program names.
+fn private_static_only<'p>(
     program: &'p Program,
     order: &[&'p str],
     live: &HashSet<&str>,
     found: &BTreeMap<&'p str, Finding>,
 ) -> HashMap<&'p str, Suspicion> {
-    let releases = |name: &str| {
-        let lower = name.to_lowercase();
-        TEARDOWN_WORDS.iter().any(|w| lower.contains(w))
-    };
-    // Per record: the names of the live functions writing it.
-    let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    let mut elsewhere: HashSet<&str> = HashSet::new();
+    let mut first: HashMap<&str, (&str, &Site)> = HashMap::new();
     for &usr in order.iter().filter(|u| live.contains(*u)) {
         let Some(f) = program.functions.get(usr) else {
             continue;
         };
         for write in &f.writes {
             for (key, _) in &write.records {
-                writers.entry(key).or_default().insert(f.name.as_str());
+                if write.private_static {
+                    first.entry(key).or_insert((f.name.as_str(), &write.site));
+                } else {
+                    elsewhere.insert(key);
+                }
             }
         }
     }
     let mut out = HashMap::new();
     for (&key, finding) in found {
-        let names: Vec<&str> = match (&finding.reach, writers.get(key)) {
-            (Some(reach), _) => vec![reach.function.as_str()],
-            (None, Some(names)) => names.iter().copied().collect(),
-            (None, None) => continue,
-        };
-        if names.is_empty() || !names.iter().all(|n| releases(n)) {
+        if finding.reach.is_some() || elsewhere.contains(key) {
             continue;
         }
+        if let Some((function, site)) = first.get(key) {
+            out.insert(
+                key,
+                Suspicion {
+                    kind: "private-static".into(),
+                    reason: format!(
+                        "written while loading only in `static` variables declared inside \
+                         the function that writes them (`{function}`, at {site}): state that \
+                         function keeps to itself, such as a cache"
+                    ),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Words that name a function releasing memory (`freeClient`, `listRelease`,
+/// `RM_FreeDict`, `dictDestroy`), lower case.
+const TEARDOWN_WORDS: &[&str] = &["free", "release", "destroy"];
+
+/// Whether a function's name says it releases memory.
+fn releases(name: &str) -> bool {
+    let lower = name.to_lowercase();
+    TEARDOWN_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// The live functions that loading reaches without entering a function that releases memory:
+/// the part of the load path that builds state rather than cleans it up.
+fn building_functions<'p>(
+    program: &'p Program,
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    live: &HashSet<&'p str>,
+) -> HashSet<&'p str> {
+    let mut building: HashSet<&str> = HashSet::new();
+    let mut queue: VecDeque<&str> = VecDeque::new();
+    for (usr, from) in parent {
+        if from.is_none() && live.contains(usr) {
+            building.insert(usr);
+            queue.push_back(usr);
+        }
+    }
+    while let Some(usr) = queue.pop_front() {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for call in &f.calls {
+            let Some(callee) = call.callee.as_deref() else {
+                continue;
+            };
+            let Some((callee, g)) = program.functions.get_key_value(callee) else {
+                continue;
+            };
+            if live.contains(callee.as_str())
+                && !releases(&g.name)
+                && building.insert(callee.as_str())
+            {
+                queue.push_back(callee.as_str());
+            }
+        }
+    }
+    building
+}
+
+/// The findings written while loading (or, for a reached container, read) only in functions
+/// whose names say they release memory, or in functions that loading reaches only through
+/// such a function (`freeClient` -> `unlinkClient` -> `listDelNode`): clean-up that loading
+/// runs, not state it builds.
+fn teardown_only<'p>(
+    program: &'p Program,
+    order: &[&'p str],
+    parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+    live: &HashSet<&'p str>,
+    found: &BTreeMap<&'p str, Finding>,
+) -> HashMap<&'p str, Suspicion> {
+    let building = building_functions(program, parent, live);
+    // Per record: the live functions writing it, and whether one of them builds.
+    let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    let mut built: HashSet<&str> = HashSet::new();
+    for &usr in order.iter().filter(|u| live.contains(*u)) {
+        let Some(f) = program.functions.get(usr) else {
+            continue;
+        };
+        for write in &f.writes {
+            for (key, _) in &write.records {
+                writers.entry(key).or_default().insert(usr);
+                if building.contains(usr) {
+                    built.insert(key);
+                }
+            }
+        }
+    }
+    let name = |usr: &str| {
+        program
+            .functions
+            .get(usr)
+            .map_or(usr.to_string(), |f| f.name.clone())
+    };
+    let mut out = HashMap::new();
+    for (&key, finding) in found {
+        let usrs: Vec<&str> = match (&finding.reach, writers.get(key)) {
+            (Some(reach), _) => order
+                .iter()
+                .copied()
+                .filter(|u| live.contains(u) && name(u) == reach.function)
+                .collect(),
+            (None, Some(usrs)) => usrs.iter().copied().collect(),
+            (None, None) => continue,
+        };
+        if usrs.is_empty() || usrs.iter().any(|u| building.contains(u)) || built.contains(key) {
+            continue;
+        }
+        let reason = if usrs.iter().all(|u| releases(&name(u))) {
+            let names: BTreeSet<String> = usrs.iter().map(|u| name(u)).collect();
+            format!(
+                "written while loading only in functions that release memory, by their \
+                 names: {}",
+                names.into_iter().collect::<Vec<_>>().join(", ")
+            )
+        } else {
+            // The first writer, and the function releasing memory on its chain.
+            let first = usrs[0];
+            let mut at = first;
+            let mut via = None;
+            for _ in 0..=parent.len() {
+                if releases(&name(at)) {
+                    via = parent
+                        .get(at)
+                        .copied()
+                        .flatten()
+                        .map(|(_, site)| (at, site));
+                }
+                match parent.get(at).copied().flatten() {
+                    Some((caller, _)) => at = caller,
+                    None => break,
+                }
+            }
+            match via {
+                Some((usr, site)) => format!(
+                    "written while loading only beneath functions that release memory, by \
+                     their names (e.g. in `{}`, reached through `{}`, called at {site})",
+                    name(first),
+                    name(usr)
+                ),
+                None => format!(
+                    "written while loading only beneath functions that release memory, by \
+                     their names (e.g. in `{}`)",
+                    name(first)
+                ),
+            }
+        };
         out.insert(
             key,
             Suspicion {
                 kind: "teardown".into(),
-                reason: format!(
-                    "written while loading only in functions that release memory, by their \
-                     names: {}",
-                    names.join(", ")
-                ),
+                reason,
             },
         );
     }

@@ -1284,7 +1284,10 @@ impl BodyWalker<'_> {
         };
         self.note_alloc_target(var.get_type(), init);
         let site = self.builder.site(&var);
-        if let Some(key) = self.builder.record_of_type(var.get_type()) {
+        // A `static` variable's initializer is a constant the compiler places in the image:
+        // nothing runs when the function does.
+        let runs = var.get_storage_class() != Some(clang::StorageClass::Static);
+        if let Some(key) = self.builder.record_of_type(var.get_type()).filter(|_| runs) {
             self.function.writes.push(Write {
                 records: vec![(key, "object initialized".into())],
                 site: site.clone(),
@@ -1293,6 +1296,7 @@ impl BodyWalker<'_> {
                 root: None,
                 stack: is_local(&var),
                 at: self.position,
+                private_static: false,
             });
         }
         self.local_assign(var, init);
@@ -1323,6 +1327,7 @@ impl BodyWalker<'_> {
                 root,
                 stack: on_stack(lv),
                 at: self.position,
+                private_static: private_static(lv),
             });
         }
     }
@@ -1941,6 +1946,7 @@ impl BodyWalker<'_> {
                     root,
                     stack,
                     at: self.position,
+                    private_static: false,
                 });
             }
         }
@@ -2049,31 +2055,42 @@ impl BodyWalker<'_> {
 /// The lvalue `lv` is a local variable or a part of one held by value (a member, an element
 /// of an embedded array): an object on the stack.
 fn on_stack(lv: Entity) -> bool {
+    // A local variable, or a parameter: a struct passed by value is a copy.
+    by_value_base(lv).is_some_and(|v| {
+        v.get_kind() == EntityKind::ParmDecl
+            || (v.get_kind() == EntityKind::VarDecl && is_local(&v))
+    })
+}
+
+/// The lvalue `lv` is a `static` variable declared inside a function, or a part of one held
+/// by value (`cache[j].id` of a `static struct {...} cache[N]`).
+fn private_static(lv: Entity) -> bool {
+    by_value_base(lv).is_some_and(|v| {
+        v.get_kind() == EntityKind::VarDecl
+            && v.get_storage_class() == Some(clang::StorageClass::Static)
+            && v.get_semantic_parent()
+                .is_some_and(|p| p.get_kind() == EntityKind::FunctionDecl)
+    })
+}
+
+/// The variable (or parameter) that the lvalue `lv` is, or is a part of held by value.
+fn by_value_base(lv: Entity) -> Option<Entity> {
     let mut e = strip_parens(lv);
     loop {
         match e.get_kind() {
             EntityKind::MemberRefExpr | EntityKind::ArraySubscriptExpr => {
-                let Some(base) = e.get_children().into_iter().next() else {
-                    return false;
-                };
-                let inner = strip_parens(base);
+                let inner = strip_parens(e.get_children().into_iter().next()?);
                 let by_value = inner.get_type().is_some_and(|t| {
                     let t = t.get_canonical_type();
                     t.get_kind() == TypeKind::Record || array_element(&t).is_some()
                 });
                 if !by_value {
-                    return false;
+                    return None;
                 }
                 e = inner;
             }
-            EntityKind::DeclRefExpr => {
-                // A local variable, or a parameter: a struct passed by value is a copy.
-                return e.get_reference().is_some_and(|v| {
-                    v.get_kind() == EntityKind::ParmDecl
-                        || (v.get_kind() == EntityKind::VarDecl && is_local(&v))
-                });
-            }
-            _ => return false,
+            EntityKind::DeclRefExpr => return e.get_reference(),
+            _ => return None,
         }
     }
 }

@@ -182,6 +182,10 @@ pub struct Write {
     pub stack: bool,
     /// The statement holding it: (block, index) in [`Function::blocks`].
     pub at: Option<(usize, usize)>,
+    /// The object written is a `static` variable declared inside the writing function (or a
+    /// part of one held by value): state no other function can name.
+    #[serde(default)]
+    pub private_static: bool,
 }
 
 /// One call made by a function.

@@ -651,6 +651,47 @@ fn types_written_only_by_functions_that_release_memory_are_flagged() {
 }
 
 #[test]
+fn types_written_only_beneath_functions_that_release_memory_are_flagged() {
+    let report = run("heuristics.c", &["load_sessions"]);
+    assert_eq!(
+        names(&report),
+        vec![
+            // Written by `lookup`'s own static cache only.
+            (
+                "struct cache_slot".to_string(),
+                Some("private-static".to_string())
+            ),
+            // Written beneath `session_free` and by `note_loaded`: state that loading builds.
+            ("struct counter".to_string(), None),
+            ("struct entry".to_string(), None),
+            // Only beneath `session_free`, in a function whose name says nothing.
+            ("struct registry".to_string(), Some("teardown".to_string())),
+            // A reached container: `s->c` leads to `note_loaded`'s write.
+            ("struct session".to_string(), None),
+            // `struct ops` is missing: a static initializer runs at no time during loading.
+        ]
+    );
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        reason("struct registry"),
+        "written while loading only beneath functions that release memory, by their names \
+         (e.g. in `registry_unlink`, reached through `session_free`, called at heuristics.c:119)"
+    );
+    assert_eq!(
+        reason("struct cache_slot"),
+        "written while loading only in `static` variables declared inside the function that \
+         writes them (`lookup`, at heuristics.c:111): state that function keeps to itself, \
+         such as a cache"
+    );
+}
+
+#[test]
 fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     let report = run(
         "released.c",
