@@ -852,6 +852,7 @@ fn building_functions<'p>(
     program: &'p Program,
     parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
     live: &HashSet<&'p str>,
+    cleanup: &dyn Fn(&str) -> bool,
 ) -> HashSet<&'p str> {
     let mut building: HashSet<&str> = HashSet::new();
     let mut queue: VecDeque<&str> = VecDeque::new();
@@ -869,11 +870,11 @@ fn building_functions<'p>(
             let Some(callee) = call.callee.as_deref() else {
                 continue;
             };
-            let Some((callee, g)) = program.functions.get_key_value(callee) else {
+            let Some((callee, _)) = program.functions.get_key_value(callee) else {
                 continue;
             };
             if live.contains(callee.as_str())
-                && !releases(&g.name)
+                && !cleanup(callee.as_str())
                 && building.insert(callee.as_str())
             {
                 queue.push_back(callee.as_str());
@@ -882,6 +883,34 @@ fn building_functions<'p>(
     }
     building
 }
+
+/// The functions that may call the C library's `free`, directly or through the program's
+/// functions (a least fixed point over the whole program), by USR.
+fn calls_free(program: &Program) -> HashSet<&str> {
+    let mut out: HashSet<&str> = HashSet::new();
+    for _ in 0..REACH_PASSES_MAX {
+        let before = out.len();
+        for (usr, f) in &program.functions {
+            if out.contains(usr.as_str()) {
+                continue;
+            }
+            let frees = f.calls.iter().any(|call| match call.callee.as_deref() {
+                Some(callee) if program.functions.contains_key(callee) => out.contains(callee),
+                _ => DEALLOCATORS.contains(&call.callee_text.as_str()),
+            });
+            if frees {
+                out.insert(usr.as_str());
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out
+}
+
+/// The C library's functions that give memory back.
+const DEALLOCATORS: &[&str] = &["free", "cfree"];
 
 /// The findings written while loading (or, for a reached container, read) only in functions
 /// whose names say they release memory, or in functions that loading reaches only through
@@ -894,7 +923,17 @@ fn teardown_only<'p>(
     live: &HashSet<&'p str>,
     found: &BTreeMap<&'p str, Finding>,
 ) -> HashMap<&'p str, Suspicion> {
-    let building = building_functions(program, parent, live);
+    // Clean-up: a function named to release memory that may call `free`, itself or through
+    // its callees (a name alone, `freeze_clock`, does not make clean-up).
+    let frees = calls_free(program);
+    let cleanup = |usr: &str| {
+        frees.contains(usr)
+            && program
+                .functions
+                .get(usr)
+                .is_some_and(|f| releases(&f.name))
+    };
+    let building = building_functions(program, parent, live, &cleanup);
     // Per record: the live functions writing it, and whether one of them builds.
     let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     let mut built: HashSet<&str> = HashSet::new();
@@ -928,14 +967,18 @@ fn teardown_only<'p>(
             (None, Some(usrs)) => usrs.iter().copied().collect(),
             (None, None) => continue,
         };
-        if usrs.is_empty() || usrs.iter().any(|u| building.contains(u)) || built.contains(key) {
+        // Written only by functions named to release memory (the rule by names alone), or only
+        // beneath such functions that do free.
+        let named = usrs.iter().all(|u| cleanup(u));
+        let beneath = !usrs.iter().any(|u| building.contains(u)) && !built.contains(key);
+        if usrs.is_empty() || !(named || beneath) {
             continue;
         }
-        let reason = if usrs.iter().all(|u| releases(&name(u))) {
+        let reason = if named {
             let names: BTreeSet<String> = usrs.iter().map(|u| name(u)).collect();
             format!(
-                "written while loading only in functions that release memory, by their \
-                 names: {}",
+                "written while loading only in functions that release memory (named so, and \
+                 calling `free`): {}",
                 names.into_iter().collect::<Vec<_>>().join(", ")
             )
         } else {
@@ -944,7 +987,7 @@ fn teardown_only<'p>(
             let mut at = first;
             let mut via = None;
             for _ in 0..=parent.len() {
-                if releases(&name(at)) {
+                if cleanup(at) {
                     via = parent
                         .get(at)
                         .copied()
@@ -958,14 +1001,15 @@ fn teardown_only<'p>(
             }
             match via {
                 Some((usr, site)) => format!(
-                    "written while loading only beneath functions that release memory, by \
-                     their names (e.g. in `{}`, reached through `{}`, called at {site})",
+                    "written while loading only beneath functions that release memory (named \
+                     so, and calling `free`): e.g. in `{}`, reached through `{}`, called at \
+                     {site}",
                     name(first),
                     name(usr)
                 ),
                 None => format!(
-                    "written while loading only beneath functions that release memory, by \
-                     their names (e.g. in `{}`)",
+                    "written while loading only beneath functions that release memory (named \
+                     so, and calling `free`): e.g. in `{}`",
                     name(first)
                 ),
             }
