@@ -56,8 +56,10 @@
 //!   *released* types (written while loading only in objects that end before loading does:
 //!   held by a local that its function frees before it returns, with no `return` before the
 //!   free and no label after it, and passed down or built by constructors for such locals
-//!   only; or no object, a null pointer), *teardown* types (written only by functions named to
-//!   release memory) and, for backtracking, types that reach only `stderr`/`stdout`. A written
+//!   only; or no object, a null pointer), *private-static* types (written only in `static`
+//!   variables declared inside the writing function: a cache), *teardown* types (written only
+//!   by functions named to release memory that call `free`, or only in functions that loading
+//!   reaches through one) and, for backtracking, types that reach only `stderr`/`stdout`. A written
 //!   type left unflagged says why it outlasts loading (`kept`: its first write into an object
 //!   that is not freed, comes from a global or a pointer field, or from a caller that keeps
 //!   it).
