@@ -33,6 +33,7 @@ benches=(
     "vm|scripts/bench-vm.sh"
 )
 [ -x scripts/bench-vpm.sh ] && benches+=("vpm|scripts/bench-vpm.sh")
+[ -x scripts/bench-vpm-mechanism.sh ] && benches+=("vpm-mechanism|scripts/bench-vpm-mechanism.sh")
 
 load="$(cut -d' ' -f1 /proc/loadavg)"
 if [ "${BENCH_FORCE:-0}" != 1 ] && awk -v l="$load" 'BEGIN { exit !(l > 1.0) }'; then
