@@ -27,6 +27,33 @@ pub struct Effect {
     pub block: Option<i64>,
 }
 
+/// What a running script may ask of the server around it. The event loop implements it;
+/// [`NoHost`] is the host of a script run without a server (tests, tools, EXEC).
+pub trait ScriptHost {
+    /// PUBLISH or SPUBLISH (`shard`) from a script: queues the message for the subscribers
+    /// (delivered after the batch) and returns how many receive it.
+    fn publish(&mut self, channel: &Bytes, message: &Bytes, shard: bool) -> usize;
+
+    /// A script has run longer than `busy-reply-threshold`: serve the other connections for
+    /// a moment (they get BUSY; SCRIPT KILL is answered OK if `killable`, UNKILLABLE if
+    /// not). Returns whether a SCRIPT KILL asked the script to stop.
+    fn busy(&mut self, killable: bool) -> bool;
+}
+
+/// No server around a script: PUBLISH reaches nobody, nobody can ask for SCRIPT KILL.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHost;
+
+impl ScriptHost for NoHost {
+    fn publish(&mut self, _channel: &Bytes, _message: &Bytes, _shard: bool) -> usize {
+        0
+    }
+
+    fn busy(&mut self, _killable: bool) -> bool {
+        false
+    }
+}
+
 /// How far [`Engine::prefetch`] goes for a request that will run soon.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prefetch {
@@ -53,6 +80,17 @@ pub trait Engine {
     /// Runs one command inside the open transaction and writes its reply. A command that fails
     /// (WRONGTYPE, syntax, pool full) must leave the keyspace as it found it.
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect;
+
+    /// [`Engine::execute`] with the server around it, for a script that publishes or runs
+    /// long ([`ScriptHost`]). The default ignores the host.
+    fn execute_hosted(
+        &mut self,
+        request: &Request,
+        reply: &mut Encoder<'_>,
+        _host: &mut dyn ScriptHost,
+    ) -> Effect {
+        self.execute(request, reply)
+    }
 
     /// A hint: `request` runs soon in the open transaction; bring what it will read first
     /// into the caches (see [`Prefetch`]). Must not change anything. The default does nothing.
@@ -90,7 +128,16 @@ pub fn run_batch<E: Engine>(
     engine: &mut E,
     requests: &[Request],
 ) -> Result<Vec<Completion>, E::Error> {
-    let (completions, wrote) = execute_batch(engine, requests);
+    run_batch_hosted(engine, requests, &mut NoHost)
+}
+
+/// [`run_batch`], with `host` serving the scripts of the batch ([`ScriptHost`]).
+pub fn run_batch_hosted<E: Engine>(
+    engine: &mut E,
+    requests: &[Request],
+    host: &mut dyn ScriptHost,
+) -> Result<Vec<Completion>, E::Error> {
+    let (completions, wrote) = execute_batch(engine, requests, host);
     if wrote {
         engine.commit()?;
     } else {
@@ -104,6 +151,7 @@ pub fn run_batch<E: Engine>(
 pub(crate) fn execute_batch<E: Engine>(
     engine: &mut E,
     requests: &[Request],
+    host: &mut dyn ScriptHost,
 ) -> (Vec<Completion>, bool) {
     let mut replies = BytesMut::new();
     let mut ends = Vec::with_capacity(requests.len());
@@ -129,7 +177,11 @@ pub(crate) fn execute_batch<E: Engine>(
         let Some(request) = k.checked_sub(lead).and_then(|i| requests.get(i)) else {
             continue;
         };
-        let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
+        let effect = engine.execute_hosted(
+            request,
+            &mut Encoder::new(&mut replies, request.protocol),
+            host,
+        );
         wrote |= effect.wrote;
         ends.push((replies.len(), effect.close, effect.select, effect.block));
     }

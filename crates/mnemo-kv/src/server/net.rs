@@ -33,8 +33,9 @@ use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
+use mnemo_resp::bytes::Bytes;
 
-use super::batch::{run_batch, Completion, Engine};
+use super::batch::{run_batch_hosted, Completion, Engine, ScriptHost};
 use super::limits::{
     BATCH_REQUESTS_MAX, IDLE_POLL_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES,
     REQUESTS_PER_CONNECTION_WAKEUP,
@@ -286,6 +287,8 @@ impl EventLoop {
             }
             self.deliver_messages();
             self.execute(engine);
+            // What scripts of this batch published.
+            self.deliver_messages();
             self.publish_stats();
         }
         Ok(())
@@ -426,7 +429,7 @@ impl EventLoop {
                 self.execute_acking_early(engine, batch);
                 continue;
             }
-            match run_batch(engine, &batch) {
+            match run_batch_hosted(engine, &batch, self) {
                 Ok(completions) => self.deliver(batch, completions),
                 Err(_) => {
                     for request in &batch {
@@ -487,7 +490,8 @@ impl EventLoop {
     /// first, the commit comes [`mutant::ACK_BEFORE_SYNC_DELAY`] later.
     #[cfg(all(feature = "mutants", debug_assertions))]
     fn execute_acking_early<E: Engine>(&mut self, engine: &mut E, batch: Vec<Request>) {
-        let (completions, wrote) = super::batch::execute_batch(engine, &batch);
+        let (completions, wrote) =
+            super::batch::execute_batch(engine, &batch, &mut super::batch::NoHost);
         let sessions: Vec<u64> = batch.iter().map(|r| r.session).collect();
         self.deliver(batch, completions);
         if !wrote {
@@ -537,6 +541,98 @@ impl EventLoop {
         self.stats
             .output_buffer_bytes
             .store(self.output_total as u64, Ordering::Relaxed);
+    }
+}
+
+/// Redis's answer to every command but SCRIPT KILL while a script runs too long.
+const BUSY: &[u8] =
+    b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+const UNKILLABLE: &[u8] = b"-UNKILLABLE Sorry the script already executed write commands against \
+    the dataset. You can either wait the script termination or kill the server in a hard way \
+    using the SHUTDOWN NOSAVE command.\r\n";
+
+impl ScriptHost for EventLoop {
+    fn publish(&mut self, channel: &Bytes, message: &Bytes, shard: bool) -> usize {
+        let mut registry = self
+            .config
+            .pubsub
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if shard {
+            registry.publish_shard(channel, message)
+        } else {
+            registry.publish(channel, message)
+        }
+    }
+
+    /// Serves the connections that sent something, as Redis does while a script runs past
+    /// `busy-reply-threshold`: new connections are accepted; every request gets BUSY but
+    /// SCRIPT KILL (OK, or UNKILLABLE once the script wrote) and what the session answers
+    /// itself. A connection with a request in the running batch is left for later (its
+    /// replies must stay in order).
+    fn busy(&mut self, killable: bool) -> bool {
+        let mut events = Events::with_capacity(256);
+        if self.poll.poll(&mut events, Some(Duration::ZERO)).is_err() {
+            return false;
+        }
+        let mut kill = false;
+        let mut tokens = Vec::new();
+        for event in &events {
+            match event.token() {
+                LISTENER => {
+                    let _ = self.accept();
+                }
+                WAKER => {}
+                token => tokens.push(token),
+            }
+        }
+        for token in tokens {
+            // Whatever happens here, look at the connection again after the batch: the
+            // poll is edge-triggered and this event is consumed.
+            self.again.insert(token);
+            let Some(connection) = self.connections.get_mut(&token) else {
+                continue;
+            };
+            if connection.session.in_flight() > 0 {
+                continue;
+            }
+            let mut chunk = [0u8; READ_CHUNK_BYTES];
+            let mut open = true;
+            loop {
+                while let Some(request) = connection.session.poll_request() {
+                    let reply = if request.spec.id == mnemo_resp::CommandId::ScriptKill {
+                        if killable {
+                            kill = true;
+                            &b"+OK\r\n"[..]
+                        } else {
+                            UNKILLABLE
+                        }
+                    } else {
+                        BUSY
+                    };
+                    connection.session.complete(reply, false);
+                }
+                match connection.stream.read(&mut chunk) {
+                    Ok(0) => {
+                        open = false;
+                        break;
+                    }
+                    Ok(read) => connection
+                        .session
+                        .receive(chunk.get(..read).unwrap_or_default()),
+                    Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                    Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            if !open || !flush(connection, &mut self.output_total, &self.stats) {
+                self.close(token);
+            }
+        }
+        kill
     }
 }
 

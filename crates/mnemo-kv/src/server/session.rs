@@ -1095,18 +1095,7 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
                 "xtrim",
             ],
         ),
-        (
-            "scripting is",
-            &[
-                "eval",
-                "eval_ro",
-                "evalsha",
-                "evalsha_ro",
-                "fcall",
-                "fcall_ro",
-                "script",
-            ],
-        ),
+        ("functions are", &["fcall", "fcall_ro"]),
     ];
     let lower = name.to_ascii_lowercase();
     FAMILIES

@@ -1,0 +1,433 @@
+//! EVAL / EVALSHA / EVAL_RO / EVALSHA_RO / SCRIPT against a real redis-server 7.0
+//! (`common/mod.rs`): the same scripts give the same replies on both, errors included (their
+//! texts, the `script: <sha>, on @user_script:<line>.` suffix), with Redis's conversions both
+//! ways and its sandbox. A script that runs too long gets the same BUSY / SCRIPT KILL
+//! behaviour on both.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Clients, Pair};
+use mnemo_resp::bytes::Bytes;
+use mnemo_resp::Reply;
+
+/// Sends the same arguments (spaces kept inside an argument) to both servers.
+fn check(c: &mut Clients, args: &[&str]) {
+    let args: Vec<Bytes> = args
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect();
+    let expected = c.redis.call(&args);
+    let got = c.mnemo.call(&args);
+    if got != expected {
+        c.differences
+            .push(format!("{args:?}: redis {expected:?}, mnemo {got:?}"));
+    }
+}
+
+/// `EVAL script 0`, on both.
+fn eval(c: &mut Clients, script: &str) {
+    check(c, &["EVAL", script, "0"]);
+}
+
+#[test]
+fn eval_replies_and_conversions_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    // Lua -> Redis.
+    for script in [
+        "return 1",
+        "return 1.9",
+        "return -3.9",
+        "return 9007199254740993",
+        "return 0/0",
+        "return 1/0",
+        "return 'x'",
+        "return true",
+        "return false",
+        "return nil",
+        "return",
+        "return {1,2,3.5,'a',nil,4}",
+        "return {1,{2,{3}}}",
+        "return {1,2,foo='bar'}",
+        "return {ok='fine'}",
+        "return {err='bad thing'}",
+        "return {err='line\\nbreak'}",
+        "return {err=3}",
+        "return {ok=3}",
+        "return {true,false,1}",
+        "return {1, 2.5, {ok='o'}, {err='e'}}",
+        "return redis.status_reply('FINE')",
+        "return redis.error_reply('MY err')",
+        "return redis.error_reply('noprefix')",
+        "return redis.error_reply('-WITH dash')",
+        "return redis.error_reply()",
+        "return redis.status_reply()",
+        "return redis.sha1hex('abc')",
+        "return redis.sha1hex('')",
+        "return redis.sha1hex(12)",
+        "return redis.sha1hex()",
+        "return redis.LOG_DEBUG + redis.LOG_VERBOSE + redis.LOG_NOTICE + redis.LOG_WARNING",
+        "return redis.log(redis.LOG_WARNING, 'from a test')",
+        "return redis.log(99, 'hi')",
+        "return redis.log(1)",
+        "return redis.setresp(3)",
+        "redis.setresp(4)",
+        "return redis.breakpoint()",
+        "return redis.replicate_commands()",
+        "return _VERSION",
+        "return type(coroutine.create(function() end))",
+        "return string.format('%d-%s', 5, 'x')",
+        "return table.concat({'a','b'}, ',')",
+        "return math.floor(2.7)",
+        "return tostring(12.5)",
+        "return tonumber('0x10')",
+        "return select('#', 1, 2, 3)",
+        "return bit.band(7, 3)",
+        "return bit.bor(1, 2, 4)",
+        "return bit.bxor(5, 1)",
+        "return bit.bnot(0)",
+        "return bit.lshift(1, 31)",
+        "return bit.rshift(-1, 28)",
+        "return bit.arshift(-16, 2)",
+        "return bit.tohex(255)",
+        "return bit.tohex(-1, -4)",
+        "return bit.tobit(4294967297)",
+        "return loadstring('return 7')()",
+        "return pcall(error, 'x')",
+        "local ok, e = pcall(error, 'x'); return e",
+        "local t = {1,2,3}; setmetatable(t, {__index=function() return 5 end}); return t[9]",
+    ] {
+        eval(&mut c, script);
+    }
+    c.assert_same();
+}
+
+#[test]
+fn redis_call_and_pcall_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    for script in [
+        "return redis.call('set','a','b')",
+        "return redis.call('get','a')",
+        "return redis.call('GET', 'zz')",
+        "return redis.call('get','nokey')",
+        "return {redis.call('get','nokey')}",
+        "return type(redis.call('get','nokey'))",
+        "return redis.call('ping')",
+        "local r = redis.call('ping'); return type(r)",
+        "local r = redis.call('ping'); return r.ok",
+        "return redis.call('rpush','l','a','b')",
+        "return redis.call('lrange','l',0,-1)",
+        "return redis.call('hgetall','nohash')",
+        "return redis.call('exists','l','l')",
+        "return redis.call('set','f','1.5')",
+        "return redis.call('incrbyfloat','f','1')",
+        "return redis.call('zadd','z','1.5','m')",
+        "return redis.call('zscore','z','m')",
+        "return redis.call('set', 'n', 3.7)",
+        "return redis.call('get', 'n')",
+        "return redis.call('set', 'n', 10)",
+        "return redis.call('incrby', 'n', 5)",
+        "return redis.call('get', 1)",
+        "redis.setresp(3); return redis.call('zscore','z','m')",
+        "redis.setresp(3); return redis.call('hgetall','h')",
+        "redis.call('hset','h','f','v'); redis.setresp(3); local r = redis.call('hgetall','h'); return r.map.f",
+        "return redis.call('select', 1)",
+        "redis.call('select', 1); return redis.call('set','in1','v')",
+        "return redis.call('publish','c','m')",
+        // Errors: raised by redis.call (with the script's line), returned by redis.pcall.
+        "return redis.call('nosuch')",
+        "return redis.pcall('nosuch')",
+        "return redis.call('get')",
+        "return redis.pcall('get')",
+        "return redis.call('set','a','b','c')",
+        "return redis.pcall('set','a','b','c')",
+        "return redis.call('lpush','a','x')",
+        "return redis.pcall('lpush','a','x')",
+        "local t = redis.pcall('lpush','a','x'); return t.err",
+        "return redis.call()",
+        "return redis.call(1)",
+        "return redis.call('get', {})",
+        "return redis.call('set', 'k', true)",
+        "return redis.call('set', 'k', nil)",
+        "return pcall(redis.call, 'nosuch')",
+        "local ok, e = pcall(redis.call, 'nosuch'); return e",
+        "local ok, e = pcall(redis.call, 'nosuch'); return e.err",
+        "\n\nreturn redis.call('incr', 'a')",
+        // Commands a script may not call.
+        "return redis.call('multi')",
+        "return redis.call('blpop','l',0)",
+        "return redis.call('subscribe','c')",
+        "return redis.call('eval','return 1', 0)",
+        "return redis.call('client','id')",
+        "return redis.call('script','load','return 2')",
+        "return redis.call('watch','x')",
+        "return redis.call('auth','x')",
+        "return redis.call('hello')",
+    ] {
+        eval(&mut c, script);
+    }
+    check(&mut c, &["GET", "in1"]);
+    check(
+        &mut c,
+        &[
+            "EVAL",
+            "return KEYS[1]..ARGV[1]..#KEYS..#ARGV",
+            "1",
+            "k",
+            "a",
+        ],
+    );
+    check(
+        &mut c,
+        &["EVAL", "return {KEYS, ARGV}", "2", "a", "b", "c", "d", "e"],
+    );
+    check(
+        &mut c,
+        &[
+            "EVAL",
+            "redis.call('set', KEYS[1], ARGV[1]); return redis.call('get', KEYS[1])",
+            "1",
+            "key",
+            "value",
+        ],
+    );
+    c.assert_same();
+}
+
+#[test]
+fn script_errors_and_sandbox_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    for script in [
+        "error('boom')",
+        "error({err='X boom'})",
+        "error({err='boom'})",
+        "error()",
+        "error(42)",
+        "syntax error here",
+        "return 1 +",
+        "local x = nil; return x.y",
+        "\nlocal f = function()\n  error('deep')\nend\nf()",
+        // The sandbox: globals and libraries are read-only.
+        "x = 1",
+        "return x",
+        "return y",
+        "string.x = 1",
+        "redis.call = 1",
+        "local f = function() y = 2 end; f()",
+        "KEYS = 1",
+        "return _G.KEYS[1]",
+        "return type(debug)",
+        "return type(os)",
+        "return type(print)",
+        "return type(dofile)",
+        "return type(loadfile)",
+        "return type(getfenv)",
+        "return type(setfenv)",
+        "return type(newproxy)",
+        "return type(require)",
+        "return type(module)",
+        "loadstring('z = 1')()",
+        "local t = {} t.x = 1 return t.x",
+        "setmetatable(_G, nil)",
+    ] {
+        eval(&mut c, script);
+    }
+    // numkeys.
+    check(&mut c, &["EVAL", "return 1", "-1"]);
+    check(&mut c, &["EVAL", "return 1", "2", "a"]);
+    check(&mut c, &["EVAL", "return 1", "x"]);
+    check(&mut c, &["EVAL", "return 1"]);
+    check(
+        &mut c,
+        &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
+    );
+    check(&mut c, &["EVALSHA", "e0e1f9", "0"]);
+    c.assert_same();
+}
+
+#[test]
+fn evalsha_script_commands_and_read_only_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    let lines: &[&[&str]] = &[
+        &["SCRIPT", "FLUSH"],
+        &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        &["SCRIPT", "LOAD", "return 1"],
+        &["SCRIPT", "LOAD", "return +"],
+        &[
+            "SCRIPT",
+            "EXISTS",
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+            "ffff",
+        ],
+        &[
+            "SCRIPT",
+            "EXISTS",
+            "E0E1F9FABFC9D4800C877A703B823AC0578FF8DB",
+        ],
+        &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        &["EVALSHA", "E0E1F9FABFC9D4800C877A703B823AC0578FF8DB", "0"],
+        &[
+            "EVALSHA_RO",
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+            "0",
+        ],
+        &["SCRIPT", "FLUSH", "ASYNC"],
+        &["SCRIPT", "FLUSH", "SYNC"],
+        &["SCRIPT", "FLUSH", "bogus"],
+        &["SCRIPT", "FLUSH", "sync", "x"],
+        &[
+            "SCRIPT",
+            "EXISTS",
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+        ],
+        &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        // EVAL caches its script too.
+        &["EVAL", "return 1", "0"],
+        &[
+            "SCRIPT",
+            "EXISTS",
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+        ],
+        &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
+        &["SCRIPT", "KILL"],
+        &["SCRIPT", "HELP"],
+        &["SCRIPT"],
+        &["SCRIPT", "NOSUCH"],
+        &["SCRIPT", "LOAD"],
+        // EVAL_RO refuses writes, allows reads.
+        &["SET", "a", "b"],
+        &["EVAL_RO", "return redis.call('get','a')", "0"],
+        &["EVAL_RO", "return redis.call('set','a','c')", "0"],
+        &["EVAL_RO", "return redis.pcall('set','a','c')", "0"],
+        &["GET", "a"],
+        // Scripts in a transaction.
+        &["MULTI"],
+        &["EVAL", "return redis.call('incr', 'counter')", "0"],
+        &["EVAL", "return redis.call('incr', 'counter')", "0"],
+        &["EXEC"],
+        &["CONFIG", "GET", "busy-reply-threshold"],
+        &["CONFIG", "GET", "lua-time-limit"],
+        &[
+            "COMMAND", "GETKEYS", "EVAL", "return 1", "2", "k1", "k2", "arg",
+        ],
+    ];
+    for line in lines {
+        check(&mut c, line);
+    }
+    c.assert_same();
+}
+
+/// A script that loops for ever: past busy-reply-threshold the others get BUSY; SCRIPT KILL
+/// stops it; a script that wrote is UNKILLABLE. The same on both servers.
+#[test]
+fn a_long_script_answers_busy_and_dies_by_script_kill() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    for (name, port) in [("redis", pair.redis.port()), ("mnemo", pair.mnemo_port())] {
+        let connect = || {
+            common::Conn::new(std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+        };
+        let mut runner = connect();
+        let mut other = connect();
+        let call = |conn: &mut common::Conn, args: &[&str]| {
+            let args: Vec<Bytes> = args
+                .iter()
+                .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+                .collect();
+            conn.call(&args)
+        };
+        assert_eq!(
+            call(
+                &mut other,
+                &["CONFIG", "SET", "busy-reply-threshold", "100"]
+            ),
+            Reply::ok(),
+            "{name}"
+        );
+        // Not busy: nothing to kill.
+        assert_eq!(
+            call(&mut other, &["SCRIPT", "KILL"]),
+            Reply::Error(Bytes::from_static(
+                b"NOTBUSY No scripts in execution right now."
+            )),
+            "{name}"
+        );
+        let args: Vec<Bytes> = ["EVAL", "local i = 0 while true do i = i + 1 end", "0"]
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        let started = Instant::now();
+        runner.send(&args);
+        std::thread::sleep(Duration::from_millis(300));
+        let busy = call(&mut other, &["GET", "a"]);
+        assert_eq!(
+            busy,
+            Reply::Error(Bytes::from_static(
+                b"BUSY Redis is busy running a script. You can only call SCRIPT KILL or \
+                  SHUTDOWN NOSAVE."
+            )),
+            "{name}"
+        );
+        assert_eq!(call(&mut other, &["SCRIPT", "KILL"]), Reply::ok(), "{name}");
+        let killed = runner.reply();
+        let Reply::Error(text) = &killed else {
+            panic!("{name}: the killed script answered {killed:?}");
+        };
+        assert!(
+            text.starts_with(b"ERR Script killed by user with SCRIPT KILL... script: "),
+            "{name}: {killed:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{name}");
+        assert_eq!(call(&mut other, &["GET", "a"]), Reply::NullBulk, "{name}");
+
+        // A script that wrote cannot be killed; it ends by itself (a bounded loop, long
+        // enough on either server to still run when SCRIPT KILL comes).
+        let writer = format!(
+            "redis.call('set', 'w', '1') for i = 1, {} do end return 'done'",
+            if name == "redis" { "3e8" } else { "5e7" }
+        );
+        let args: Vec<Bytes> = ["EVAL", writer.as_str(), "0"]
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        runner.send(&args);
+        std::thread::sleep(Duration::from_millis(300));
+        let refused = call(&mut other, &["SCRIPT", "KILL"]);
+        let Reply::Error(text) = &refused else {
+            panic!("{name}: SCRIPT KILL of a writer answered {refused:?}");
+        };
+        assert!(text.starts_with(b"UNKILLABLE "), "{name}: {refused:?}");
+        assert_eq!(
+            runner.reply(),
+            Reply::Bulk(Bytes::from_static(b"done")),
+            "{name}"
+        );
+        assert_eq!(
+            call(&mut other, &["GET", "w"]),
+            Reply::Bulk(Bytes::from_static(b"1")),
+            "{name}"
+        );
+        assert_eq!(
+            call(
+                &mut other,
+                &["CONFIG", "SET", "busy-reply-threshold", "5000"]
+            ),
+            Reply::ok(),
+            "{name}"
+        );
+    }
+}
