@@ -54,7 +54,7 @@ use mnemo_resp::command::{self, CommandSpec, Flags};
 use mnemo_resp::{errors, parse_i64, CommandId, Encoder, Protocol, Reply};
 
 use crate::server::limits::DATABASES_DEFAULT;
-use crate::server::{Effect, Engine, NoHost, Request, ScriptHost};
+use crate::server::{Effect, Engine, Host, NoHost, Request};
 use dict::tag;
 use keyspace::{root, Ctx, ZCache, SEED};
 pub use store::EngineError;
@@ -955,7 +955,7 @@ impl Engine for PersistentEngine<'_> {
         &mut self,
         request: &Request,
         reply: &mut Encoder<'_>,
-        host: &mut dyn ScriptHost,
+        host: &mut dyn Host,
     ) -> Effect {
         if self.txn.is_none() {
             self.begin();

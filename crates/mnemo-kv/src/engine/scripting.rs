@@ -18,7 +18,7 @@
 //!
 //! **Long scripts.** A hook runs every [`HOOK_INSTRUCTIONS`] Lua instructions; once a script
 //! has run `busy-reply-threshold` ms (CONFIG; `lua-time-limit` is its old name), it lets the
-//! server serve the other connections ([`ScriptHost::busy`]): they get BUSY, and SCRIPT KILL
+//! server serve the other connections ([`Host::busy`]): they get BUSY, and SCRIPT KILL
 //! stops a script that has not written (a script that wrote is UNKILLABLE, as in Redis).
 
 use std::cell::Cell;
@@ -33,7 +33,7 @@ use mnemo_resp::{errors, parse_i64, CommandError, CommandId, Protocol, Reply};
 
 use super::{commands, PersistentEngine};
 use crate::server::limits::REDIS_VERSION;
-use crate::server::{Effect, ScriptHost};
+use crate::server::{Effect, Host};
 
 /// Lua instructions between two runs of the hook that watches a script's time (Redis: the
 /// same count).
@@ -824,7 +824,7 @@ impl PersistentEngine<'_> {
                 Reply::ok()
             }
             // Reached only when no script runs: a running script's SCRIPT KILL is answered by
-            // the server while it waits (`ScriptHost::busy`).
+            // the server while it waits (`Host::busy`).
             CommandId::ScriptKill => commands::err("NOTBUSY No scripts in execution right now."),
             _ => Reply::Array(
                 HELP.iter()
@@ -852,7 +852,7 @@ impl PersistentEngine<'_> {
         args: &[Bytes],
         session: u64,
         db: usize,
-        host: &mut dyn ScriptHost,
+        host: &mut dyn Host,
     ) -> (Reply, Effect) {
         let call = match parse_call(spec, args) {
             Ok(call) => call,
@@ -944,7 +944,7 @@ impl PersistentEngine<'_> {
         call: &Call<'_>,
         session: u64,
         db: usize,
-        host: &mut dyn ScriptHost,
+        host: &mut dyn Host,
     ) -> (Reply, Effect) {
         let Some(interp) = self.scripts.interp.take() else {
             return (commands::err("ERR no interpreter"), Effect::default());
@@ -1002,7 +1002,7 @@ impl PersistentEngine<'_> {
         call: &Call<'_>,
         session: u64,
         db: usize,
-        host: &mut dyn ScriptHost,
+        host: &mut dyn Host,
         effect: &mut Effect,
     ) -> mlua::Result<(bool, Value)> {
         let lua = &interp.lua;
@@ -1072,7 +1072,7 @@ impl PersistentEngine<'_> {
         read_only: bool,
         effect: &mut Effect,
         run: &RunState,
-        host: &mut dyn ScriptHost,
+        host: &mut dyn Host,
     ) -> (Option<Reply>, Option<Vec<u8>>) {
         if args.is_empty() {
             return call_error("ERR Please specify at least one argument for this redis lib call");

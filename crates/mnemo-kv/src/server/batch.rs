@@ -8,7 +8,7 @@
 //! sync point.
 
 use mnemo_resp::bytes::{Bytes, BytesMut};
-use mnemo_resp::Encoder;
+use mnemo_resp::{CommandId, Encoder, Reply};
 
 use super::session::Request;
 
@@ -27,9 +27,18 @@ pub struct Effect {
     pub block: Option<i64>,
 }
 
-/// What a running script may ask of the server around it. The event loop implements it;
-/// [`NoHost`] is the host of a script run without a server (tests, tools, EXEC).
-pub trait ScriptHost {
+/// What the server around the engine offers during a batch: the commands about connections
+/// (CLIENT LIST / KILL / PAUSE / UNPAUSE, answered in request order with the batch), and
+/// what a running script may ask for. The event loop implements it; [`NoHost`] is the host
+/// of a batch run without a server (tests, tools, a script inside EXEC).
+pub trait Host {
+    /// Answers `request` if it is about the server's connections: the reply, and whether
+    /// the requesting connection must close after it (CLIENT KILL of itself). `None`: the
+    /// engine runs it. The default answers nothing.
+    fn connection_command(&mut self, _request: &Request) -> Option<(Reply, bool)> {
+        None
+    }
+
     /// PUBLISH or SPUBLISH (`shard`) from a script: queues the message for the subscribers
     /// (delivered after the batch) and returns how many receive it.
     fn publish(&mut self, channel: &Bytes, message: &Bytes, shard: bool) -> usize;
@@ -44,7 +53,7 @@ pub trait ScriptHost {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoHost;
 
-impl ScriptHost for NoHost {
+impl Host for NoHost {
     fn publish(&mut self, _channel: &Bytes, _message: &Bytes, _shard: bool) -> usize {
         0
     }
@@ -82,12 +91,12 @@ pub trait Engine {
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect;
 
     /// [`Engine::execute`] with the server around it, for a script that publishes or runs
-    /// long ([`ScriptHost`]). The default ignores the host.
+    /// long ([`Host`]). The default ignores the host.
     fn execute_hosted(
         &mut self,
         request: &Request,
         reply: &mut Encoder<'_>,
-        _host: &mut dyn ScriptHost,
+        _host: &mut dyn Host,
     ) -> Effect {
         self.execute(request, reply)
     }
@@ -131,11 +140,11 @@ pub fn run_batch<E: Engine>(
     run_batch_hosted(engine, requests, &mut NoHost)
 }
 
-/// [`run_batch`], with `host` serving the scripts of the batch ([`ScriptHost`]).
+/// [`run_batch`], with `host` serving the scripts of the batch ([`Host`]).
 pub fn run_batch_hosted<E: Engine>(
     engine: &mut E,
     requests: &[Request],
-    host: &mut dyn ScriptHost,
+    host: &mut dyn Host,
 ) -> Result<Vec<Completion>, E::Error> {
     let (completions, wrote) = execute_batch(engine, requests, host);
     if wrote {
@@ -151,7 +160,7 @@ pub fn run_batch_hosted<E: Engine>(
 pub(crate) fn execute_batch<E: Engine>(
     engine: &mut E,
     requests: &[Request],
-    host: &mut dyn ScriptHost,
+    host: &mut dyn Host,
 ) -> (Vec<Completion>, bool) {
     let mut replies = BytesMut::new();
     let mut ends = Vec::with_capacity(requests.len());
@@ -177,11 +186,29 @@ pub(crate) fn execute_batch<E: Engine>(
         let Some(request) = k.checked_sub(lead).and_then(|i| requests.get(i)) else {
             continue;
         };
-        let effect = engine.execute_hosted(
-            request,
-            &mut Encoder::new(&mut replies, request.protocol),
-            host,
+        let mut encoder = Encoder::new(&mut replies, request.protocol);
+        let about_connections = matches!(
+            request.spec.id,
+            CommandId::ClientList
+                | CommandId::ClientKill
+                | CommandId::ClientPause
+                | CommandId::ClientUnpause
         );
+        let answered = if about_connections {
+            host.connection_command(request)
+        } else {
+            None
+        };
+        let effect = match answered {
+            Some((reply, close)) => {
+                encoder.reply(&reply);
+                Effect {
+                    close,
+                    ..Effect::default()
+                }
+            }
+            None => engine.execute_hosted(request, &mut encoder, host),
+        };
         wrote |= effect.wrote;
         ends.push((replies.len(), effect.close, effect.select, effect.block));
     }

@@ -10,7 +10,7 @@ pub mod pubsub;
 mod session;
 
 pub use batch::{
-    run_batch, run_batch_hosted, Completion, Effect, Engine, NoHost, Prefetch, ScriptHost,
+    run_batch, run_batch_hosted, Completion, Effect, Engine, Host, NoHost, Prefetch,
     PREFETCH_DISTANCE,
 };
 pub use net::{EventLoop, LoopStats, Server, Stopper};
