@@ -528,7 +528,7 @@ command_table! {
 
     /// Every command the server answers: issue 6's, and issue 17's so far (databases,
     /// strings and bitmaps with BITFIELD, the keyspace with SORT, lists with the blocking
-    /// pops, hashes, sets, sorted sets, transactions, CONFIG, INFO, SAVE, SLOWLOG, LATENCY,
+    /// pops, hashes, sets, sorted sets, transactions, scripting, CONFIG, INFO, SAVE, SLOWLOG, LATENCY,
     /// MEMORY, and the server commands a standalone Redis answers without doing anything:
     /// cluster, replication and module commands). Values from Redis 7.0's command table (the
     /// flags this table knows), checked against a real redis-server by
