@@ -330,6 +330,48 @@ fn evalsha_script_commands_and_read_only_like_redis() {
     c.assert_same();
 }
 
+/// A RESP3 connection (HELLO 3): scripts' replies in RESP3, and redis.setresp(3)'s
+/// conversions both ways.
+#[test]
+fn resp3_scripts_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    // One field: the order of a hash's fields is not Redis's.
+    check(&mut c, &["HSET", "h", "f", "v"]);
+    check(&mut c, &["ZADD", "z", "1.5", "m"]);
+    check(&mut c, &["SADD", "s", "only"]);
+    let _ = c.both("HELLO 3");
+    for script in [
+        "return {1, 2, 'x'}",
+        "return true",
+        "return false",
+        "return nil",
+        "return 3.9",
+        "return {ok='fine'}",
+        "return {err='ERR bad'}",
+        "return redis.call('hgetall', 'h')",
+        "return redis.call('zscore', 'z', 'm')",
+        "return redis.call('get', 'nokey')",
+        "redis.setresp(3); return redis.call('hgetall', 'h')",
+        "redis.setresp(3); return redis.call('zscore', 'z', 'm')",
+        "redis.setresp(3); return redis.call('smembers', 's')",
+        "redis.setresp(3); return redis.call('get', 'nokey')",
+        "redis.setresp(3); return type(redis.call('get', 'nokey'))",
+        "redis.setresp(3); return true",
+        "redis.setresp(3); return false",
+        "redis.setresp(3); return {double=2.5}",
+        "redis.setresp(3); return {map={a=1}}",
+        "redis.setresp(3); return {set={x=true}}",
+        "redis.setresp(3); return redis.call('zscore', 'z', 'm').double",
+        "return redis.call('nosuch')",
+    ] {
+        eval(&mut c, script);
+    }
+    c.assert_same();
+}
+
 /// A script that loops for ever: past busy-reply-threshold the others get BUSY; SCRIPT KILL
 /// stops it; a script that wrote is UNKILLABLE. The same on both servers.
 #[test]

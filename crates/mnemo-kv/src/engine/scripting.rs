@@ -626,9 +626,9 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> mlua::Result<Value> {
         Reply::Integer(i) => Value::Integer(*i),
         Reply::Bulk(b) => Value::String(lua.create_string(b)?),
         Reply::Verbatim { text, .. } => Value::String(lua.create_string(text)?),
-        Reply::NullBulk | Reply::NullArray => Value::Boolean(false),
-        Reply::Null if resp3 => Value::Nil,
-        Reply::Null => Value::Boolean(false),
+        // RESP3's null is Lua's nil; RESP2's null bulk and array are false.
+        Reply::NullBulk | Reply::NullArray | Reply::Null if resp3 => Value::Nil,
+        Reply::NullBulk | Reply::NullArray | Reply::Null => Value::Boolean(false),
         Reply::Array(items) | Reply::Push(items) => Value::Table(sequence(items)?),
         Reply::Set(items) if resp3 => {
             let set = lua.create_table()?;
@@ -775,6 +775,14 @@ fn parse_call<'a>(spec: &'static CommandSpec, args: &'a [Bytes]) -> Result<Call<
         argv: &args[3 + numkeys..],
         read_only: matches!(spec.id, CommandId::EvalRo | CommandId::EvalshaRo),
     })
+}
+
+/// How a script's commands run: refused if they write (EVAL_RO), and in which protocol
+/// (`redis.setresp`).
+#[derive(Clone, Copy, Debug)]
+struct Mode {
+    read_only: bool,
+    resp3: bool,
 }
 
 /// An error from the dispatch of one redis.call: (nil, text).
@@ -1035,7 +1043,7 @@ impl PersistentEngine<'_> {
                     &args,
                     session,
                     &mut db,
-                    read_only,
+                    Mode { read_only, resp3 },
                     effect,
                     &run,
                     &mut **host.borrow_mut(),
@@ -1069,7 +1077,7 @@ impl PersistentEngine<'_> {
         args: &MultiValue,
         session: u64,
         db: &mut usize,
-        read_only: bool,
+        mode: Mode,
         effect: &mut Effect,
         run: &RunState,
         host: &mut dyn Host,
@@ -1098,7 +1106,7 @@ impl PersistentEngine<'_> {
         if spec.flags.contains(Flags::NOSCRIPT) {
             return call_error("ERR This Redis command is not allowed from script");
         }
-        if read_only && spec.flags.contains(Flags::WRITE) {
+        if mode.read_only && spec.flags.contains(Flags::WRITE) {
             return call_error("ERR Write commands are not allowed from read-only scripts.");
         }
         let reply = match spec.id {
@@ -1107,7 +1115,12 @@ impl PersistentEngine<'_> {
                 Reply::Integer(i64::try_from(n).unwrap_or(i64::MAX))
             }
             _ => {
-                let (reply, one) = self.run_command(spec, &words, session, db, Protocol::Resp2);
+                let protocol = if mode.resp3 {
+                    Protocol::Resp3
+                } else {
+                    Protocol::Resp2
+                };
+                let (reply, one) = self.run_command(spec, &words, session, db, protocol);
                 effect.wrote |= one.wrote;
                 if one.wrote {
                     run.wrote.set(true);
