@@ -330,6 +330,72 @@ fn evalsha_script_commands_and_read_only_like_redis() {
     c.assert_same();
 }
 
+/// The cjson library: encode and decode as lua-cjson in Redis, errors included.
+#[test]
+fn cjson_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    for script in [
+        "return cjson.encode({1,2,3})",
+        "return cjson.encode({})",
+        "return cjson.encode({a=1})",
+        "return cjson.encode({a=1,b={1,2},c='x'})",
+        r#"return cjson.encode('a/b"c\\d\n\t\1\127')"#,
+        "return cjson.encode(1.5)",
+        "return cjson.encode(0.1)",
+        "return cjson.encode(-0.0)",
+        "return cjson.encode(1e20)",
+        "return cjson.encode(123456789012345678)",
+        "return cjson.encode(nil)",
+        "return cjson.encode(true)",
+        "return cjson.encode(cjson.null)",
+        "return cjson.encode({[1]=1,[3]=3})",
+        "return cjson.encode({[1]=1,[30]=3})",
+        "return cjson.encode({[1.5]=1})",
+        "return cjson.encode({[true]=1})",
+        "return cjson.encode(function() end)",
+        "return cjson.encode(0/0)",
+        "return cjson.encode()",
+        "return cjson.encode({1,2,x=3})",
+        "return cjson.encode({[2]=5})",
+        r"return cjson.encode('\200\255')",
+        "return cjson.encode({list={1,{a={b='c'}}},n=cjson.null})",
+        "local t = cjson.decode('[1,2,{\"a\":null}]'); \
+         return {t[1], t[2], type(t[3].a), tostring(t[3].a == cjson.null)}",
+        r#"return cjson.decode('"a\\u00e9\\n"')"#,
+        "return cjson.decode('{\"a\":1.5}').a",
+        "return cjson.decode('{\"a\":{\"b\":[true,false]}}').a.b[1]",
+        "return cjson.decode('[1,2')",
+        "return cjson.decode('x')",
+        "return cjson.decode('')",
+        "return cjson.decode('{\"a\" 1}')",
+        "return cjson.decode('{1:2}')",
+        "return cjson.decode('{\"a\":1 \"b\"}')",
+        "return cjson.decode('[1,]')",
+        "return cjson.decode('1 2')",
+        "return cjson.decode('  true ')",
+        "return cjson.decode('nan')",
+        "return cjson.decode('1e400')",
+        "return cjson.decode('0x10')",
+        "return cjson.decode('-0')",
+        "return cjson.decode('-12.5e1')",
+        "return tostring(cjson.null)",
+        "return type(cjson.null)",
+        "return cjson.decode()",
+        "return cjson.decode(5)",
+        r#"return cjson.decode('"\\ud83d\\ude00"')"#,
+        r#"return cjson.decode('"bad \\x"')"#,
+        "return cjson.encode(cjson.decode('{\"k\":[1,2,{\"x\":\"y\"}]}'))",
+        "cjson.x = 1",
+        "local ok, e = pcall(cjson.decode, '['); return e",
+    ] {
+        eval(&mut c, script);
+    }
+    c.assert_same();
+}
+
 /// A RESP3 connection (HELLO 3): scripts' replies in RESP3, and redis.setresp(3)'s
 /// conversions both ways.
 #[test]

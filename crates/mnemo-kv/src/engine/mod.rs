@@ -21,6 +21,7 @@ mod commands;
 mod bitfield;
 mod bits;
 mod blocking;
+mod cjson;
 mod collections;
 mod config;
 mod databases;

@@ -12,9 +12,9 @@
 //! **The interpreter** is created on first use and lives until SCRIPT FLUSH. Scripts see what
 //! Redis 7.0 gives them: the base library without `dofile`, `loadfile`, `print`, `getfenv`,
 //! `setfenv`, `newproxy`, `module`, `require`; `string`, `table`, `math`, `coroutine`,
-//! `bit` (LuaBitOp's functions); `redis.*`. Globals and library tables are read-only ("Attempt
+//! `bit` (LuaBitOp's functions), `cjson` (`engine/cjson.rs`); `redis.*`. Globals and library tables are read-only ("Attempt
 //! to modify a readonly table"), and reading an unknown global is an error, with Redis's
-//! texts. Not there: `cjson`, `cmsgpack`, `struct` (README).
+//! texts. Not there: `cmsgpack`, `struct` (README).
 //!
 //! **Long scripts.** A hook runs every [`HOOK_INSTRUCTIONS`] Lua instructions; once a script
 //! has run `busy-reply-threshold` ms (CONFIG; `lua-time-limit` is its old name), it lets the
@@ -73,7 +73,7 @@ const HELP: &[&str] = &[
 /// the run context (`ctx`: `dispatch` while a script runs, `raised`, `resp`), and the Rust
 /// helpers. Returns the read-only environment scripts run in.
 const PRELUDE: &str = r#"
-local real, ctx, sha1hex, log, known, bitlib, trampoline, plain = ...
+local real, ctx, sha1hex, log, known, bitlib, trampoline, plain, cjsonlib = ...
 local error, type, select, tostring, setmetatable, setfenv, rawget =
       error, type, select, tostring, setmetatable, setfenv, rawget
 local loadstring_raw, load_raw = loadstring, load
@@ -191,6 +191,7 @@ real.load = function(...) return sandboxed(load_raw(...)) end
 
 real.redis = readonly(redis)
 real.bit = readonly(bitlib)
+real.cjson = readonly(cjsonlib)
 for _, name in ipairs({'string', 'table', 'math', 'coroutine'}) do
   real[name] = readonly(real[name])
 end
@@ -344,6 +345,7 @@ impl Interp {
             bitlib,
             trampoline,
             plain,
+            super::cjson::library(&lua)?,
         ))?;
         let functions = lua.create_table()?;
         let handler = lua.create_function(error_handler)?;
@@ -495,6 +497,21 @@ fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
     Ok(out)
 }
 
+/// Where an error raised by a library function points, as `luaL_error` words it: its
+/// caller's `chunk:line: ` (nothing when the caller is a C function, such as `pcall`).
+pub(super) fn script_position(lua: &Lua) -> String {
+    lua.inspect_stack(1, |debug| {
+        let source = debug.source();
+        match debug.current_line() {
+            Some(line) if source.what != "C" && line > 0 => {
+                format!("{}:{line}: ", source.short_src.as_deref().unwrap_or("?"))
+            }
+            _ => String::new(),
+        }
+    })
+    .unwrap_or_default()
+}
+
 /// Lua's `tostring` of a value that is not a string (error values).
 fn display(value: &Value) -> String {
     match value {
@@ -512,7 +529,7 @@ fn format_g14(n: f64) -> String {
 }
 
 /// C's `%.{precision}g`.
-fn format_g(n: f64, precision: usize) -> String {
+pub(super) fn format_g(n: f64, precision: usize) -> String {
     if n.is_nan() {
         return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
     }
