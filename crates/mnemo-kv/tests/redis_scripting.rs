@@ -502,6 +502,28 @@ fn a_long_script_answers_busy_and_dies_by_script_kill() {
         assert!(started.elapsed() < Duration::from_secs(5), "{name}");
         assert_eq!(call(&mut other, &["GET", "a"]), Reply::NullBulk, "{name}");
 
+        // The same for a loop inside a coroutine.
+        let args: Vec<Bytes> = [
+            "EVAL",
+            "local co = coroutine.wrap(function() while true do end end) co()",
+            "0",
+        ]
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect();
+        runner.send(&args);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            matches!(call(&mut other, &["GET", "a"]), Reply::Error(ref t) if t.starts_with(b"BUSY ")),
+            "{name}"
+        );
+        assert_eq!(call(&mut other, &["SCRIPT", "KILL"]), Reply::ok(), "{name}");
+        let killed = runner.reply();
+        assert!(
+            matches!(&killed, Reply::Error(t) if t.starts_with(b"ERR Script killed by user")),
+            "{name}: {killed:?}"
+        );
+
         // A script that wrote cannot be killed; it ends by itself (a bounded loop, long
         // enough on either server to still run when SCRIPT KILL comes).
         let writer = format!(

@@ -355,7 +355,9 @@ impl Interp {
             .into_function()?;
         let run = Rc::new(RunState::default());
         let hook_run = Rc::clone(&run);
-        lua.set_hook(
+        // The global hook: coroutines a script creates inherit it (Lua copies the hook to a
+        // new thread), so a loop inside a coroutine is watched too.
+        lua.set_global_hook(
             HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS),
             move |lua, _| watch(lua, &hook_run),
         )?;
