@@ -239,6 +239,20 @@ fn script_errors_and_sandbox_like_redis() {
         "loadstring('z = 1')()",
         "local t = {} t.x = 1 return t.x",
         "setmetatable(_G, nil)",
+        // Shebang lines.
+        "#!lua\nreturn 1",
+        "#!lua flags=no-writes\nreturn redis.call('set','x','1')",
+        "#!lua flags=no-writes\nreturn redis.call('get','x')",
+        "#!lua flags=bogus\nreturn 1",
+        "#!python\nreturn 1",
+        "#!lua name=x\nreturn 1",
+        "#!lua\n\nreturn error('x')",
+        "#!lua flags=allow-oom,allow-stale,no-cluster,allow-cross-slot-keys\nreturn 2",
+        "#!lua flags=no-writes,\nreturn 2",
+        "#!lua flags=\nreturn 2",
+        "#!lua",
+        "#! lua\nreturn 1",
+        "#!lua\nreturn redis.call('set','x','1')",
     ] {
         eval(&mut c, script);
     }
@@ -312,6 +326,19 @@ fn evalsha_script_commands_and_read_only_like_redis() {
         &["EVAL_RO", "return redis.call('get','a')", "0"],
         &["EVAL_RO", "return redis.call('set','a','c')", "0"],
         &["EVAL_RO", "return redis.pcall('set','a','c')", "0"],
+        &["EVAL_RO", "#!lua\nreturn redis.call('get','a')", "0"],
+        &[
+            "EVAL_RO",
+            "#!lua flags=no-writes\nreturn redis.call('get','a')",
+            "0",
+        ],
+        &[
+            "SCRIPT",
+            "LOAD",
+            "#!lua flags=no-writes\nreturn redis.call('set','a','d')",
+        ],
+        &["EVALSHA", "d9d8269f89b013823ec1f486b2ce86e4f92f0e2a", "0"],
+        &["SCRIPT", "LOAD", "#!nope\nreturn 1"],
         &["GET", "a"],
         // Scripts in a transaction.
         &["MULTI"],

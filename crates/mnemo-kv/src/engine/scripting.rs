@@ -378,9 +378,10 @@ impl Interp {
         if let Ok(Value::Function(f)) = self.functions.raw_get::<Value>(sha) {
             return Ok(f);
         }
+        let (_, skip) = shebang(body)?;
         let f = self
             .lua
-            .load(body)
+            .load(&body[skip..])
             .set_name(CHUNK)
             .set_environment(self.env.clone())
             .into_function()
@@ -396,6 +397,49 @@ impl Interp {
         self.functions.raw_set(sha, f.clone()).map_err(lua_err)?;
         Ok(f)
     }
+}
+
+/// A script's `#!lua flags=...` first line, as Redis 7.0 reads it: whether it declares
+/// `no-writes`, and how many bytes the line takes (the newline stays, so line numbers do
+/// not move). A body without `#!` has no flags.
+fn shebang(body: &[u8]) -> Result<(bool, usize), Reply> {
+    if !body.starts_with(b"#!") {
+        return Ok((false, 0));
+    }
+    let Some(end) = body.iter().position(|&b| b == b'\n') else {
+        return Err(commands::err("ERR Invalid script shebang"));
+    };
+    let line = String::from_utf8_lossy(&body[..end]);
+    let mut parts = line.split_ascii_whitespace();
+    let Some(engine) = parts.next() else {
+        return Err(commands::err("ERR Invalid engine in script shebang"));
+    };
+    if engine != "#!lua" {
+        return Err(commands::err_owned(format!(
+            "ERR Unexpected engine in script shebang: {engine}"
+        )));
+    }
+    let mut no_writes = false;
+    for part in parts {
+        let Some(flags) = part.strip_prefix("flags=") else {
+            return Err(commands::err_owned(format!(
+                "ERR Unknown lua shebang option: {part}"
+            )));
+        };
+        for flag in flags.split(',').filter(|_| !flags.is_empty()) {
+            match flag {
+                "no-writes" => no_writes = true,
+                // Meaningless here (no memory limit, no replicas, no cluster): accepted.
+                "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
+                other => {
+                    return Err(commands::err_owned(format!(
+                        "ERR Unexpected flag in script shebang: {other}"
+                    )))
+                }
+            }
+        }
+    }
+    Ok((no_writes, end))
 }
 
 /// Redis's version as a number: major << 16 | minor << 8 | patch.
@@ -906,6 +950,26 @@ impl PersistentEngine<'_> {
         let function = match function {
             Ok(f) => f,
             Err(reply) => return (reply, Effect::default()),
+        };
+        let body = call
+            .body
+            .cloned()
+            .or_else(|| self.scripts.bodies.get(&call.sha).cloned())
+            .unwrap_or_default();
+        let no_writes = match shebang(&body) {
+            Ok((no_writes, _)) => no_writes,
+            Err(reply) => return (reply, Effect::default()),
+        };
+        // A script with a shebang says whether it writes: *_RO runs only those that do not.
+        if call.read_only && body.starts_with(b"#!") && !no_writes {
+            return (
+                commands::err("ERR Can not execute a script with write flag using *_ro command."),
+                Effect::default(),
+            );
+        }
+        let call = Call {
+            read_only: call.read_only || no_writes,
+            ..call
         };
         let Some(txn) = self.txn.as_ref() else {
             return (commands::err("ERR no open batch"), Effect::default());
