@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Clients, Pair};
+use common::{Clients, Conn, Pair};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::Reply;
 
@@ -587,4 +587,59 @@ fn a_long_script_answers_busy_and_dies_by_script_kill() {
             "{name}"
         );
     }
+}
+
+/// A script that wrote and loops for ever cannot be killed; SHUTDOWN NOSAVE stops the
+/// server without its batch: after a restart the script's write is not there, what was
+/// acknowledged before is.
+#[test]
+fn shutdown_nosave_stops_a_writing_script_without_its_writes() {
+    let Some(mut pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let port = pair.mnemo_port();
+    let connect = || Conn::new(std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"));
+    let mut runner = connect();
+    let mut other = connect();
+    let call = |conn: &mut Conn, line: &[&str]| {
+        let args: Vec<Bytes> = line
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        conn.call(&args)
+    };
+    assert_eq!(call(&mut other, &["SET", "before", "1"]), Reply::ok());
+    assert_eq!(
+        call(
+            &mut other,
+            &["CONFIG", "SET", "busy-reply-threshold", "100"]
+        ),
+        Reply::ok()
+    );
+    let args: Vec<Bytes> = ["EVAL", "redis.call('set', 'w', '1') while true do end", "0"]
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect();
+    runner.send(&args);
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = call(&mut other, &["SCRIPT", "KILL"]);
+    assert!(
+        matches!(&refused, Reply::Error(t) if t.starts_with(b"UNKILLABLE ")),
+        "{refused:?}"
+    );
+    other.send(&[
+        Bytes::from_static(b"SHUTDOWN"),
+        Bytes::from_static(b"NOSAVE"),
+    ]);
+    assert!(
+        !runner.has_reply_within(Duration::from_secs(3)),
+        "the abandoned script's caller got a reply"
+    );
+    pair.restart_mnemo(16);
+    let mut after = pair.mnemo.connect();
+    assert_eq!(call(&mut after, &["GET", "w"]), Reply::NullBulk);
+    assert_eq!(
+        call(&mut after, &["GET", "before"]),
+        Reply::Bulk(Bytes::from_static(b"1"))
+    );
 }

@@ -33,7 +33,7 @@ use mnemo_resp::{errors, parse_i64, CommandError, CommandId, Protocol, Reply};
 
 use super::{commands, PersistentEngine};
 use crate::server::limits::REDIS_VERSION;
-use crate::server::{Effect, Host};
+use crate::server::{Busy, Effect, Host};
 
 /// Lua instructions between two runs of the hook that watches a script's time (Redis: the
 /// same count).
@@ -241,6 +241,8 @@ struct RunState {
     wrote: Cell<bool>,
     /// SCRIPT KILL stopped it.
     killed: Cell<bool>,
+    /// SHUTDOWN NOSAVE stopped it: its batch must not commit.
+    abandon: Cell<bool>,
 }
 
 /// The script cache and its interpreter.
@@ -468,9 +470,11 @@ fn watch(lua: &Lua, run: &RunState) -> mlua::Result<VmState> {
     }
     let ctx: Table = lua.named_registry_value("mnemo.ctx")?;
     if let Ok(Value::Function(busy)) = ctx.raw_get::<Value>("busy") {
-        let kill: bool = busy.call(!run.wrote.get())?;
-        if kill {
+        // 0: go on; 1: SCRIPT KILL; 2: SHUTDOWN NOSAVE (the batch is abandoned).
+        let answer: i64 = busy.call(!run.wrote.get())?;
+        if answer != 0 {
             run.killed.set(true);
+            run.abandon.set(answer == 2);
             return Err(mlua::Error::RuntimeError(KILLED.into()));
         }
     }
@@ -1044,10 +1048,16 @@ impl PersistentEngine<'_> {
         interp.run.threshold_ms.set(threshold);
         interp.run.wrote.set(false);
         interp.run.killed.set(false);
+        interp.run.abandon.set(false);
         interp.run.started.set(Some(Instant::now()));
         let mut effect = Effect::default();
         let outcome = self.run_in_scope(&interp, function, call, session, db, host, &mut effect);
         interp.run.started.set(None);
+        if interp.run.abandon.get() {
+            // SHUTDOWN NOSAVE: the batch fails its commit, so none of it is kept or answered.
+            self.poisoned
+                .get_or_insert_with(|| "SHUTDOWN NOSAVE while a script ran".into());
+        }
         let _ = interp.ctx.raw_set("dispatch", Value::Nil);
         let _ = interp.ctx.raw_set("busy", Value::Nil);
         let _ = interp.ctx.raw_set("raised", Value::Nil);
@@ -1142,7 +1152,12 @@ impl PersistentEngine<'_> {
                 Ok((value, error))
             })?;
             let busy = scope.create_function_mut(|_, killable: bool| {
-                Ok(host.borrow_mut().busy(killable) && killable)
+                Ok(match host.borrow_mut().busy(killable) {
+                    Busy::Continue => 0,
+                    Busy::Kill if killable => 1,
+                    Busy::Kill => 0,
+                    Busy::Abandon => 2,
+                })
             })?;
             interp.ctx.raw_set("dispatch", dispatch)?;
             interp.ctx.raw_set("busy", busy)?;

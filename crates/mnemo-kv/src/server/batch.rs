@@ -45,8 +45,20 @@ pub trait Host {
 
     /// A script has run longer than `busy-reply-threshold`: serve the other connections for
     /// a moment (they get BUSY; SCRIPT KILL is answered OK if `killable`, UNKILLABLE if
-    /// not). Returns whether a SCRIPT KILL asked the script to stop.
-    fn busy(&mut self, killable: bool) -> bool;
+    /// not; SHUTDOWN NOSAVE stops the server). Returns what the script must do.
+    fn busy(&mut self, killable: bool) -> Busy;
+}
+
+/// What a script running past `busy-reply-threshold` must do ([`Host::busy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// Go on.
+    Continue,
+    /// SCRIPT KILL: stop with Redis's error (its writes so far stay, as it had none).
+    Kill,
+    /// SHUTDOWN NOSAVE: stop, and abandon the whole batch (nothing of it is committed, no
+    /// reply of it is sent): the server is going down.
+    Abandon,
 }
 
 /// No server around a script: PUBLISH reaches nobody, nobody can ask for SCRIPT KILL.
@@ -58,8 +70,8 @@ impl Host for NoHost {
         0
     }
 
-    fn busy(&mut self, _killable: bool) -> bool {
-        false
+    fn busy(&mut self, _killable: bool) -> Busy {
+        Busy::Continue
     }
 }
 

@@ -10,7 +10,7 @@ pub mod pubsub;
 mod session;
 
 pub use batch::{
-    run_batch, run_batch_hosted, Completion, Effect, Engine, Host, NoHost, Prefetch,
+    run_batch, run_batch_hosted, Busy, Completion, Effect, Engine, Host, NoHost, Prefetch,
     PREFETCH_DISTANCE,
 };
 pub use net::{EventLoop, LoopStats, Server, Stopper};

@@ -36,7 +36,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::Reply;
 
-use super::batch::{run_batch_hosted, Completion, Engine, Host};
+use super::batch::{run_batch_hosted, Busy, Completion, Engine, Host};
 use super::limits::{
     BATCH_REQUESTS_MAX, IDLE_POLL_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES,
     REQUESTS_PER_CONNECTION_WAKEUP,
@@ -881,12 +881,12 @@ impl Host for EventLoop {
     /// SCRIPT KILL (OK, or UNKILLABLE once the script wrote) and what the session answers
     /// itself. A connection with a request in the running batch is left for later (its
     /// replies must stay in order).
-    fn busy(&mut self, killable: bool) -> bool {
+    fn busy(&mut self, killable: bool) -> Busy {
         let mut events = Events::with_capacity(256);
         if self.poll.poll(&mut events, Some(Duration::ZERO)).is_err() {
-            return false;
+            return Busy::Continue;
         }
-        let mut kill = false;
+        let mut answer = Busy::Continue;
         let mut tokens = Vec::new();
         for event in &events {
             match event.token() {
@@ -911,9 +911,23 @@ impl Host for EventLoop {
             let mut open = true;
             loop {
                 while let Some(request) = connection.session.poll_request() {
+                    let args = request.command.args();
+                    let nosave = request.spec.id == mnemo_resp::CommandId::Shutdown
+                        && args.len() == 2
+                        && args[1].eq_ignore_ascii_case(b"nosave");
+                    if nosave {
+                        // The server goes down without the running batch: no reply, as a
+                        // Redis that exits.
+                        answer = Busy::Abandon;
+                        self.stop.store(true, Ordering::SeqCst);
+                        connection.session.complete(b"", true);
+                        continue;
+                    }
                     let reply = if request.spec.id == mnemo_resp::CommandId::ScriptKill {
                         if killable {
-                            kill = true;
+                            if answer == Busy::Continue {
+                                answer = Busy::Kill;
+                            }
                             &b"+OK\r\n"[..]
                         } else {
                             UNKILLABLE
@@ -943,7 +957,7 @@ impl Host for EventLoop {
                 self.close(token);
             }
         }
-        kill
+        answer
     }
 }
 
