@@ -643,3 +643,37 @@ fn shutdown_nosave_stops_a_writing_script_without_its_writes() {
         Reply::Bulk(Bytes::from_static(b"1"))
     );
 }
+
+/// Scripts and transactions: EVAL queued in MULTI, a script's write touches a WATCHed key
+/// (the watcher's EXEC fails), an error inside a queued script.
+#[test]
+fn scripts_with_multi_and_watch_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut a = pair.connect();
+    let mut b = pair.connect();
+    check(&mut a, &["SET", "w", "0"]);
+    check(&mut a, &["WATCH", "w"]);
+    check(
+        &mut b,
+        &["EVAL", "return redis.call('incr', KEYS[1])", "1", "w"],
+    );
+    check(&mut a, &["MULTI"]);
+    check(&mut a, &["SET", "w", "a"]);
+    check(&mut a, &["EXEC"]);
+    check(&mut a, &["GET", "w"]);
+    // A read-only script does not touch the watched key.
+    check(&mut a, &["WATCH", "w"]);
+    check(&mut b, &["EVAL", "return redis.call('get', KEYS[1])", "1", "w"]);
+    check(&mut a, &["MULTI"]);
+    check(&mut a, &["EVAL", "return redis.call('incr', 'w')", "0"]);
+    check(&mut a, &["EVAL", "return redis.call('lpush', 'w', 'x')", "0"]);
+    check(&mut a, &["EVAL", "error('inside')", "0"]);
+    check(&mut a, &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"]);
+    check(&mut a, &["SCRIPT", "EXISTS", "ffffffffffffffffffffffffffffffffffffffff"]);
+    check(&mut a, &["EXEC"]);
+    check(&mut a, &["GET", "w"]);
+    a.assert_same();
+    b.assert_same();
+}
