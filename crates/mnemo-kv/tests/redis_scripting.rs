@@ -665,15 +665,60 @@ fn scripts_with_multi_and_watch_like_redis() {
     check(&mut a, &["GET", "w"]);
     // A read-only script does not touch the watched key.
     check(&mut a, &["WATCH", "w"]);
-    check(&mut b, &["EVAL", "return redis.call('get', KEYS[1])", "1", "w"]);
+    check(
+        &mut b,
+        &["EVAL", "return redis.call('get', KEYS[1])", "1", "w"],
+    );
     check(&mut a, &["MULTI"]);
     check(&mut a, &["EVAL", "return redis.call('incr', 'w')", "0"]);
-    check(&mut a, &["EVAL", "return redis.call('lpush', 'w', 'x')", "0"]);
+    check(
+        &mut a,
+        &["EVAL", "return redis.call('lpush', 'w', 'x')", "0"],
+    );
     check(&mut a, &["EVAL", "error('inside')", "0"]);
-    check(&mut a, &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"]);
-    check(&mut a, &["SCRIPT", "EXISTS", "ffffffffffffffffffffffffffffffffffffffff"]);
+    check(
+        &mut a,
+        &["EVALSHA", "ffffffffffffffffffffffffffffffffffffffff", "0"],
+    );
+    check(
+        &mut a,
+        &[
+            "SCRIPT",
+            "EXISTS",
+            "ffffffffffffffffffffffffffffffffffffffff",
+        ],
+    );
     check(&mut a, &["EXEC"]);
     check(&mut a, &["GET", "w"]);
     a.assert_same();
     b.assert_same();
+}
+
+/// A script that asks for more memory than the interpreter may hold gets Lua's error; the
+/// server goes on (and so does the interpreter).
+#[test]
+fn a_script_out_of_memory_gets_an_error() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut conn = pair.mnemo.connect();
+    let call = |conn: &mut Conn, line: &[&str]| {
+        let args: Vec<Bytes> = line
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        conn.call(&args)
+    };
+    let reply = call(
+        &mut conn,
+        &["EVAL", "local s = string.rep('x', 2^28 + 1) return #s", "0"],
+    );
+    assert!(
+        matches!(&reply, Reply::Error(t) if String::from_utf8_lossy(t).contains("not enough memory")),
+        "{reply:?}"
+    );
+    assert_eq!(
+        call(&mut conn, &["EVAL", "return #string.rep('x', 1000)", "0"]),
+        Reply::Integer(1000)
+    );
 }

@@ -277,6 +277,7 @@ impl Interp {
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::default(),
         )?;
+        lua.set_memory_limit(super::limits::SCRIPT_MEMORY_MAX)?;
         let globals = lua.globals();
         let ctx = lua.create_table()?;
         ctx.set("version", REDIS_VERSION)?;
@@ -1084,11 +1085,16 @@ impl PersistentEngine<'_> {
                 }
                 Reply::Error(Bytes::from(text))
             }
-            Ok((false, other)) => commands::err_owned(format!(
-                "ERR Error running script {}, {}",
-                call.sha,
-                display(&other)
-            )),
+            // Not a table: the handler did not run (Lua calls no handler for a memory
+            // error). Redis's words, its message cut at 100 bytes, the newline a space.
+            Ok((false, other)) => {
+                let message = match &other {
+                    Value::String(s) => s.to_string_lossy(),
+                    _ => "execution failure".to_string(),
+                };
+                let message: String = message.chars().take(100).collect();
+                commands::err_owned(format!("ERR Error running script {}, {message} ", call.sha))
+            }
             Err(e) => commands::err_owned(format!("ERR Error running script {}, {e}", call.sha)),
         };
         self.scripts.interp = Some(interp);
