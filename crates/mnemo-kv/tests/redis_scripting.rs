@@ -423,6 +423,49 @@ fn cjson_like_redis() {
     c.assert_same();
 }
 
+/// The cmsgpack library: the same bytes packed, the same values unpacked, the same errors.
+#[test]
+fn cmsgpack_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    for script in [
+        "return cmsgpack.pack(1, -1, 200, -200, 70000, -70000, 5000000000, -5000000000, \
+         1.5, 0.1, true, false, nil, 'abc')",
+        "return cmsgpack.pack(-32, -33, 127, 128, 255, 256, 65535, 65536, -128, -129, \
+         -32768, -32769, 4294967295, 4294967296, -2147483648, -2147483649)",
+        "return cmsgpack.pack({1,2,3}, {a=1}, {}, string.rep('x', 40), string.rep('y', 300))",
+        "return cmsgpack.pack(string.rep('z', 70000))",
+        "local t = {} for i = 1, 20 do t[i] = i end return cmsgpack.pack(t)",
+        "local t = {} for i = 1, 20 do t['k' .. i] = i end return #cmsgpack.pack(t)",
+        "return cmsgpack.pack(2^63, -2^63, 2^64, 1e300, 0/0, 1/0)",
+        "return {cmsgpack.unpack(cmsgpack.pack(1, 'a', {1,2}, {k='v'}))}",
+        "local t = cmsgpack.unpack(cmsgpack.pack({k='v'})) return t.k",
+        "return cmsgpack.unpack(cmsgpack.pack(-5000000000, 1.5, 0.1))",
+        "return {cmsgpack.unpack(cmsgpack.pack(-5000000000, 1.5, 0.1, 2^40))}",
+        "return cmsgpack.unpack('\\196\\3abc')",
+        "return cmsgpack.unpack('\\205')",
+        "return cmsgpack.unpack('\\193')",
+        "return cmsgpack.unpack('\\147\\1')",
+        "return cmsgpack.unpack('')",
+        "return cmsgpack.pack()",
+        "return cmsgpack.unpack()",
+        "return {cmsgpack.unpack_one(cmsgpack.pack(1,2), 0)}",
+        "return {cmsgpack.unpack_one(cmsgpack.pack(1,2), 1)}",
+        "return {cmsgpack.unpack_limit(cmsgpack.pack(1,2,3), 2, 0)}",
+        "return cmsgpack.pack({[1]=1,[3]=3})",
+        "return cmsgpack.pack({[1.5]=1})",
+        "local t = {} local c = t for i = 1, 20 do c[1] = {} c = c[1] end \
+         return cmsgpack.pack(t)",
+        "return cmsgpack.pack(function() end)",
+        "cmsgpack.x = 1",
+    ] {
+        eval(&mut c, script);
+    }
+    c.assert_same();
+}
+
 /// A RESP3 connection (HELLO 3): scripts' replies in RESP3, and redis.setresp(3)'s
 /// conversions both ways.
 #[test]

@@ -22,6 +22,7 @@ mod bitfield;
 mod bits;
 mod blocking;
 mod cjson;
+mod cmsgpack;
 mod collections;
 mod config;
 mod databases;

@@ -12,9 +12,10 @@
 //! **The interpreter** is created on first use and lives until SCRIPT FLUSH. Scripts see what
 //! Redis 7.0 gives them: the base library without `dofile`, `loadfile`, `print`, `getfenv`,
 //! `setfenv`, `newproxy`, `module`, `require`; `string`, `table`, `math`, `coroutine`,
-//! `bit` (LuaBitOp's functions), `cjson` (`engine/cjson.rs`); `redis.*`. Globals and library tables are read-only ("Attempt
+//! `bit` (LuaBitOp's functions), `cjson` (`engine/cjson.rs`), `cmsgpack`
+//! (`engine/cmsgpack.rs`); `redis.*`. Globals and library tables are read-only ("Attempt
 //! to modify a readonly table"), and reading an unknown global is an error, with Redis's
-//! texts. Not there: `cmsgpack`, `struct` (README).
+//! texts. Not there: `struct` (README).
 //!
 //! **Long scripts.** A hook runs every [`HOOK_INSTRUCTIONS`] Lua instructions; once a script
 //! has run `busy-reply-threshold` ms (CONFIG; `lua-time-limit` is its old name), it lets the
@@ -73,7 +74,7 @@ const HELP: &[&str] = &[
 /// the run context (`ctx`: `dispatch` while a script runs, `raised`, `resp`), and the Rust
 /// helpers. Returns the read-only environment scripts run in.
 const PRELUDE: &str = r#"
-local real, ctx, sha1hex, log, known, bitlib, trampoline, plain, cjsonlib = ...
+local real, ctx, sha1hex, log, known, bitlib, trampoline, plain, cjsonlib, msgpacklib = ...
 local error, type, select, tostring, setmetatable, setfenv, rawget =
       error, type, select, tostring, setmetatable, setfenv, rawget
 local loadstring_raw, load_raw = loadstring, load
@@ -192,6 +193,7 @@ real.load = function(...) return sandboxed(load_raw(...)) end
 real.redis = readonly(redis)
 real.bit = readonly(bitlib)
 real.cjson = readonly(cjsonlib)
+real.cmsgpack = readonly(msgpacklib)
 for _, name in ipairs({'string', 'table', 'math', 'coroutine'}) do
   real[name] = readonly(real[name])
 end
@@ -349,6 +351,7 @@ impl Interp {
             trampoline,
             plain,
             super::cjson::library(&lua)?,
+            super::cmsgpack::library(&lua)?,
         ))?;
         let functions = lua.create_table()?;
         let handler = lua.create_function(error_handler)?;
