@@ -133,10 +133,8 @@ fn pack_integer(n: i64, out: &mut Vec<u8>) {
 
 fn pack_number(n: f64, out: &mut Vec<u8>) {
     // An integer when `(int64_t)n == n` (what x86 gives for out-of-range values never is).
-    let integral = n.is_finite()
-        && n >= -9_223_372_036_854_775_808.0
-        && n < 9_223_372_036_854_775_808.0
-        && n.trunc() == n;
+    let integral =
+        (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&n) && n.trunc() == n;
     if integral {
         return pack_integer(n as i64, out);
     }
