@@ -466,6 +466,70 @@ fn cmsgpack_like_redis() {
     c.assert_same();
 }
 
+/// The struct library: the same bytes packed, the same values unpacked, the same errors.
+#[test]
+fn struct_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    for script in [
+        "return struct.pack('>I2', 258)",
+        "return struct.pack('<i4', -2)",
+        "return struct.pack('bBhHlL', -1, 255, -2, 65535, -3, 7)",
+        "return struct.pack('>d', 1.5)",
+        "return struct.pack('<f', 1.5)",
+        "return struct.pack('>f', -0.1)",
+        "return struct.pack('s', 'abc')",
+        "return struct.pack('c5', 'abc')",
+        "return struct.pack('c0', 'abc')",
+        "return struct.pack('c2', 'abc')",
+        "return struct.pack('x>i2', 1)",
+        "return struct.pack('!4 b i4', 1, 2)",
+        "return struct.pack('!i2 b i4', 1, 2, 3)",
+        "return struct.pack('!2 b d', 1, 2)",
+        "return struct.pack('!3 b i4', 1, 2)",
+        "return struct.pack('T', 5)",
+        "return struct.pack('i', 5)",
+        "return struct.pack('i17', 1)",
+        "return struct.pack('>i3', -1)",
+        "return struct.pack('>i2', '12')",
+        "return struct.pack('i33', 1)",
+        "return struct.pack('q', 1)",
+        "return struct.pack('i4')",
+        "return struct.pack('i4', 'x')",
+        "return struct.pack('s', {})",
+        "return struct.pack()",
+        "return {struct.unpack('>I2', '\\1\\2')}",
+        "return {struct.unpack('<i4 b', struct.pack('<i4 b', -2, 3))}",
+        "return {struct.unpack('s', 'abc\\0def')}",
+        "return {struct.unpack('s', 'abc')}",
+        "return {struct.unpack('c3', 'abcdef')}",
+        "return {struct.unpack('b c0', '\\3abcdef')}",
+        "return {struct.unpack('c0', 'abc')}",
+        "return {struct.unpack('>d', struct.pack('>d', 2.25))}",
+        "return {struct.unpack('<f', struct.pack('<f', 0.5))}",
+        "return {struct.unpack('i4', 'ab')}",
+        "return {struct.unpack('>I2', '\\1\\2\\3\\4', 3)}",
+        "return {struct.unpack('>I2', '\\1\\2', 0)}",
+        "return {struct.unpack('>I2', '\\1\\2', 5)}",
+        "return {struct.unpack('>i2', '\\255\\254')}",
+        "return {struct.unpack('>I8', '\\255\\255\\255\\255\\255\\255\\255\\255')}",
+        "return {struct.unpack('!4 b i4', struct.pack('!4 b i4', 7, 9))}",
+        "return {struct.unpack('q', 'abc')}",
+        "return struct.size('>i2 d c3')",
+        "return struct.size('!4 b i4 b d')",
+        "return struct.size('s')",
+        "return struct.size('c0')",
+        "return struct.size('q')",
+        "return struct.size('!3')",
+        "struct.x = 1",
+    ] {
+        eval(&mut c, script);
+    }
+    c.assert_same();
+}
+
 /// A RESP3 connection (HELLO 3): scripts' replies in RESP3, and redis.setresp(3)'s
 /// conversions both ways.
 #[test]

@@ -38,6 +38,7 @@ mod latency;
 pub mod limits;
 pub mod list;
 mod lists;
+mod luastruct;
 mod migrate;
 mod score_range;
 mod scripting;

@@ -13,9 +13,9 @@
 //! Redis 7.0 gives them: the base library without `dofile`, `loadfile`, `print`, `getfenv`,
 //! `setfenv`, `newproxy`, `module`, `require`; `string`, `table`, `math`, `coroutine`,
 //! `bit` (LuaBitOp's functions), `cjson` (`engine/cjson.rs`), `cmsgpack`
-//! (`engine/cmsgpack.rs`); `redis.*`. Globals and library tables are read-only ("Attempt
+//! (`engine/cmsgpack.rs`), `struct` (`engine/luastruct.rs`); `redis.*`. Globals and library tables are read-only ("Attempt
 //! to modify a readonly table"), and reading an unknown global is an error, with Redis's
-//! texts. Not there: `struct` (README).
+//! texts.
 //!
 //! **Long scripts.** A hook runs every [`HOOK_INSTRUCTIONS`] Lua instructions; once a script
 //! has run `busy-reply-threshold` ms (CONFIG; `lua-time-limit` is its old name), it lets the
@@ -74,7 +74,8 @@ const HELP: &[&str] = &[
 /// the run context (`ctx`: `dispatch` while a script runs, `raised`, `resp`), and the Rust
 /// helpers. Returns the read-only environment scripts run in.
 const PRELUDE: &str = r#"
-local real, ctx, sha1hex, log, known, bitlib, trampoline, plain, cjsonlib, msgpacklib = ...
+local real, ctx, sha1hex, log, known, bitlib, trampoline, plain, cjsonlib, msgpacklib,
+      structlib = ...
 local error, type, select, tostring, setmetatable, setfenv, rawget =
       error, type, select, tostring, setmetatable, setfenv, rawget
 local loadstring_raw, load_raw = loadstring, load
@@ -194,6 +195,7 @@ real.redis = readonly(redis)
 real.bit = readonly(bitlib)
 real.cjson = readonly(cjsonlib)
 real.cmsgpack = readonly(msgpacklib)
+real.struct = readonly(structlib)
 for _, name in ipairs({'string', 'table', 'math', 'coroutine'}) do
   real[name] = readonly(real[name])
 end
@@ -352,6 +354,7 @@ impl Interp {
             plain,
             super::cjson::library(&lua)?,
             super::cmsgpack::library(&lua)?,
+            super::luastruct::library(&lua)?,
         ))?;
         let functions = lua.create_table()?;
         let handler = lua.create_function(error_handler)?;
