@@ -355,6 +355,25 @@ fn evalsha_script_commands_and_read_only_like_redis() {
         check(&mut c, line);
     }
     c.assert_same();
+    // INFO memory counts the cached scripts as Redis does.
+    check(&mut c, &["SCRIPT", "FLUSH"]);
+    check(&mut c, &["SCRIPT", "LOAD", "return 'one'"]);
+    check(&mut c, &["EVAL", "return 'two'", "0"]);
+    let (redis, mnemo) = c.both("INFO memory");
+    for reply in [redis, mnemo] {
+        let text = match &reply {
+            Reply::Bulk(b) | Reply::Verbatim { text: b, .. } => String::from_utf8_lossy(b),
+            other => panic!("INFO: {other:?}"),
+        };
+        assert!(
+            text.lines().any(|l| l == "number_of_cached_scripts:2"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with("used_memory_lua:")),
+            "{text}"
+        );
+    }
 }
 
 /// The cjson library: encode and decode as lua-cjson in Redis, errors included.

@@ -265,6 +265,15 @@ impl std::fmt::Debug for Scripts {
     }
 }
 
+impl Scripts {
+    /// The interpreter's memory (bytes), the scripts cached, and their bodies' bytes (INFO).
+    pub(super) fn memory(&self) -> (usize, usize, usize) {
+        let lua = self.interp.as_ref().map_or(0, |i| i.lua.used_memory());
+        let bodies = self.bodies.values().map(Bytes::len).sum();
+        (lua, self.bodies.len(), bodies)
+    }
+}
+
 /// The SHA1 of `body`, in lower-case hex: a script's name.
 pub fn sha1_hex(body: &[u8]) -> String {
     sha1_smol::Sha1::from(body).digest().to_string()
