@@ -230,7 +230,13 @@ struct ExecState {
 /// after an early commit of the commands before it.
 struct ExecWorkload {
     batches: usize,
+    /// The same writes as one EVAL instead of MULTI ... EXEC: a script is one sync point too.
+    script: bool,
 }
+
+/// The script workload's EVAL: the EXEC's commands, keys and values as KEYS and ARGV.
+const EXEC_SCRIPT: &str = "for i = 1, 4 do redis.call('SET', KEYS[i], ARGV[1]) end \
+    redis.call('INCR', KEYS[5]) redis.call('RPUSH', KEYS[6], ARGV[2]) return 'done'";
 
 fn value_of(tag: u64, len: usize) -> Vec<u8> {
     let mut v = format!("{tag:04}-").into_bytes();
@@ -240,6 +246,7 @@ fn value_of(tag: u64, len: usize) -> Vec<u8> {
 
 impl ExecWorkload {
     fn batch(
+        &self,
         engine: &mut PersistentEngine<'_>,
         state: &mut ExecState,
         plain: usize,
@@ -253,13 +260,19 @@ impl ExecWorkload {
             state.model.insert(key, Val::Str(value));
             state.before_exec.push(state.model.clone());
         }
-        expect_ok(exec(engine, &[b"MULTI"]))?;
+        if !self.script {
+            expect_ok(exec(engine, &[b"MULTI"]))?;
+        }
         let value = value_of(tag, 200);
         for key in EXEC_KEYS {
-            exec(engine, &[b"SET", key.as_bytes(), &value]);
+            if !self.script {
+                exec(engine, &[b"SET", key.as_bytes(), &value]);
+            }
             state.model.insert(key.into(), Val::Str(value.clone()));
         }
-        exec(engine, &[b"INCR", b"c"]);
+        if !self.script {
+            exec(engine, &[b"INCR", b"c"]);
+        }
         let n = match state.model.get("c") {
             Some(Val::Str(v)) => String::from_utf8_lossy(v).parse::<i64>().unwrap_or(0),
             _ => 0,
@@ -268,14 +281,25 @@ impl ExecWorkload {
             .model
             .insert("c".into(), Val::Str((n + 1).to_string().into_bytes()));
         let tag_text = tag.to_string().into_bytes();
-        exec(engine, &[b"RPUSH", b"log", &tag_text]);
+        if !self.script {
+            exec(engine, &[b"RPUSH", b"log", &tag_text]);
+        }
         match state
             .model
             .entry("log".into())
             .or_insert(Val::List(Vec::new()))
         {
-            Val::List(items) => items.push(tag_text),
+            Val::List(items) => items.push(tag_text.clone()),
             Val::Str(_) => return Err("model: log holds a string".into()),
+        }
+        if self.script {
+            let mut args: Vec<&[u8]> = vec![b"EVAL", EXEC_SCRIPT.as_bytes(), b"6"];
+            args.extend(EXEC_KEYS.iter().map(|k| k.as_bytes()));
+            args.extend([&b"c"[..], b"log", &value, &tag_text]);
+            return match exec(engine, &args) {
+                Reply::Bulk(done) if &done[..] == b"done" => Ok(()),
+                other => Err(format!("EVAL: {other:?}")),
+            };
         }
         match exec(engine, &[b"EXEC"]) {
             Reply::Array(replies) if replies.len() == EXEC_KEYS.len() + 2 => {
@@ -316,7 +340,8 @@ impl Workload for ExecWorkload {
     type Recovered = Option<Heap>;
 
     fn name(&self) -> String {
-        format!("exec-{}", self.batches)
+        let kind = if self.script { "script" } else { "exec" };
+        format!("{kind}-{}", self.batches)
     }
 
     fn capacity(&self) -> u64 {
@@ -354,12 +379,15 @@ impl Workload for ExecWorkload {
             // some batches split before the EXEC, some in it.
             let plain = 24 + (run.rng().next_u64() % 12) as usize;
             engine.begin();
-            Self::batch(&mut engine, &mut state, plain, batch)?;
+            self.batch(&mut engine, &mut state, plain, batch)?;
             engine.commit().map_err(err)?;
             run.ack(Some(state.clone()));
         }
         if engine.stats().exec_alone == 0 {
-            return Err("no EXEC ran alone after an early commit: that path went untested".into());
+            return Err(
+                "no EXEC (or script) ran alone after an early commit: that path went untested"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -579,8 +607,35 @@ fn crash_exec_is_all_or_nothing() {
         config.sampling.random = 12;
         config.sampling.pairs_sampled = 12;
     }
-    let report = explore(&ExecWorkload { batches: 4 }, &config);
+    let report = explore(
+        &ExecWorkload {
+            batches: 4,
+            script: false,
+        },
+        &config,
+    );
     eprintln!("{}", report.summary("exec seed 1"));
+    report.assert_ok();
+}
+
+/// A script (EVAL) is one sync point, as an EXEC: after a crash at any fence its writes are
+/// all there or none, also when it outgrew what was left of its batch's redo record and ran
+/// alone after an early commit of the commands before it.
+#[test]
+fn crash_script_is_all_or_nothing() {
+    let mut config = config(2);
+    if !mnemo_testkit::soak() {
+        config.sampling.random = 12;
+        config.sampling.pairs_sampled = 12;
+    }
+    let report = explore(
+        &ExecWorkload {
+            batches: 4,
+            script: true,
+        },
+        &config,
+    );
+    eprintln!("{}", report.summary("script seed 2"));
     report.assert_ok();
 }
 
@@ -591,12 +646,41 @@ fn broken_commits_under_exec_are_caught() {
         let mut config = config(seed);
         config.mutant = Some("tx.apply_before_commit");
         config.stop_at_first_failure = true;
-        !explore(&ExecWorkload { batches: 4 }, &config)
-            .failures
-            .is_empty()
+        !explore(
+            &ExecWorkload {
+                batches: 4,
+                script: false,
+            },
+            &config,
+        )
+        .failures
+        .is_empty()
     });
     assert!(
         caught,
         "tx.apply_before_commit not caught by the EXEC workload"
+    );
+}
+
+/// The script workload's checker can fail too.
+#[test]
+fn broken_commits_under_scripts_are_caught() {
+    let caught = (1..4).any(|seed| {
+        let mut config = config(seed);
+        config.mutant = Some("tx.apply_before_commit");
+        config.stop_at_first_failure = true;
+        !explore(
+            &ExecWorkload {
+                batches: 4,
+                script: true,
+            },
+            &config,
+        )
+        .failures
+        .is_empty()
+    });
+    assert!(
+        caught,
+        "tx.apply_before_commit not caught by the script workload"
     );
 }

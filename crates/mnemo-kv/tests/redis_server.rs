@@ -316,7 +316,7 @@ fn save_and_function_like_redis() {
     // The families mnemo does not have say so.
     for (line, what) in [
         ("XADD s * a 1", "streams are"),
-        ("EVAL return 0", "scripting is"),
+        ("FCALL f 0", "functions are"),
     ] {
         let Reply::Error(text) = c.mnemo.call(&common::words(line)) else {
             panic!("{line}")

@@ -226,6 +226,9 @@ pub fn key_positions<A: AsRef<[u8]>>(spec: &CommandSpec, args: &[A]) -> Option<V
         | CommandId::Lmpop
         | CommandId::Zmpop => numkeys(1, None),
         CommandId::Blmpop | CommandId::Bzmpop => numkeys(2, None),
+        CommandId::Eval | CommandId::EvalRo | CommandId::Evalsha | CommandId::EvalshaRo => {
+            numkeys(2, None)
+        }
         CommandId::Zunionstore | CommandId::Zinterstore | CommandId::Zdiffstore => {
             numkeys(2, Some(1))
         }
@@ -329,6 +332,8 @@ const ANLS: Flags = Flags::ADMIN.union(NLS);
 const AN: Flags = Flags::ADMIN.union(Flags::NOSCRIPT);
 const NLS_FAST_NO_AUTH: Flags = NLS.union(Flags::FAST).union(Flags::NO_AUTH);
 const NONE: Flags = Flags::empty();
+/// EVAL and its kin: a script may write, so they are not "write"; `noscript stale`.
+const NS: Flags = Flags::NOSCRIPT.union(Flags::STALE);
 
 const fn spec(
     id: CommandId,
@@ -423,11 +428,15 @@ command_table! {
         ClientGetredir => spec("client|getredir", 2, NLS, NO_KEYS),
         ClientId => spec("client|id", 2, NLS, NO_KEYS),
         ClientInfo => spec("client|info", 2, NLS, NO_KEYS),
+        ClientKill => spec("client|kill", -3, ANLS, NO_KEYS),
+        ClientList => spec("client|list", -2, ANLS, NO_KEYS),
         ClientNoEvict => spec("client|no-evict", 3, ANLS, NO_KEYS),
+        ClientPause => spec("client|pause", -3, ANLS, NO_KEYS),
         ClientReply => spec("client|reply", 3, NLS, NO_KEYS),
         ClientSetinfo => spec("client|setinfo", 4, NLS, NO_KEYS),
         ClientSetname => spec("client|setname", 3, NLS, NO_KEYS),
         ClientTrackinginfo => spec("client|trackinginfo", 2, NLS, NO_KEYS),
+        ClientUnpause => spec("client|unpause", 2, ANLS, NO_KEYS),
     ];
 
     const COMMAND = [
@@ -494,6 +503,14 @@ command_table! {
         ModuleUnload => spec("module|unload", 3, AN, NO_KEYS),
     ];
 
+    const SCRIPT = [
+        ScriptExists => spec("script|exists", -3, Flags::NOSCRIPT, NO_KEYS),
+        ScriptFlush => spec("script|flush", -2, Flags::NOSCRIPT, NO_KEYS),
+        ScriptHelp => spec("script|help", 2, LS, NO_KEYS),
+        ScriptKill => spec("script|kill", 2, Flags::NOSCRIPT, NO_KEYS),
+        ScriptLoad => spec("script|load", 3, Flags::NOSCRIPT.union(Flags::STALE), NO_KEYS),
+    ];
+
     const SLOWLOG = [
         SlowlogGet => spec("slowlog|get", -2, Flags::ADMIN.union(LS), NO_KEYS),
         SlowlogHelp => spec("slowlog|help", 2, LS, NO_KEYS),
@@ -511,7 +528,7 @@ command_table! {
 
     /// Every command the server answers: issue 6's, and issue 17's so far (databases,
     /// strings and bitmaps with BITFIELD, the keyspace with SORT, lists with the blocking
-    /// pops, hashes, sets, sorted sets, transactions, CONFIG, INFO, SAVE, SLOWLOG, LATENCY,
+    /// pops, hashes, sets, sorted sets, transactions, scripting, CONFIG, INFO, SAVE, SLOWLOG, LATENCY,
     /// MEMORY, and the server commands a standalone Redis answers without doing anything:
     /// cluster, replication and module commands). Values from Redis 7.0's command table (the
     /// flags this table knows), checked against a real redis-server by
@@ -549,6 +566,10 @@ command_table! {
         Discard => spec("discard", 1, NLS.union(Flags::FAST), NO_KEYS),
         Dump => spec("dump", 2, R, ONE_KEY),
         Echo => spec("echo", 2, LS.union(Flags::FAST), NO_KEYS),
+        Eval => spec("eval", -3, NS, NO_KEYS),
+        EvalRo => spec("eval_ro", -3, R.union(NS), NO_KEYS),
+        Evalsha => spec("evalsha", -3, NS, NO_KEYS),
+        EvalshaRo => spec("evalsha_ro", -3, R.union(NS), NO_KEYS),
         Exec => spec("exec", 1, NLS, NO_KEYS),
         Exists => spec("exists", -2, RF, ALL_KEYS),
         Expire => spec("expire", -3, WF, ONE_KEY),
@@ -657,6 +678,7 @@ command_table! {
         Save => spec("save", 1, AN, NO_KEYS),
         Scan => spec("scan", -2, R, NO_KEYS),
         Scard => spec("scard", 2, RF, ONE_KEY),
+        Script => container("script", -2, NONE, SCRIPT),
         Sdiff => spec("sdiff", -2, R, ALL_KEYS),
         Sdiffstore => spec("sdiffstore", -3, WM, ALL_KEYS),
         Select => spec("select", 2, LS.union(Flags::FAST), NO_KEYS),

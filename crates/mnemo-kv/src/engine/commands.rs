@@ -353,7 +353,21 @@ pub fn run(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, args: &[Bytes]) ->
         | Id::Failover
         | Id::Bgrewriteaof
         | Id::Debug
-        | Id::Lolwut => Ok(unknown_command(args)),
+        | Id::Lolwut
+        | Id::Eval
+        | Id::EvalRo
+        | Id::Evalsha
+        | Id::EvalshaRo
+        | Id::Script
+        | Id::ScriptExists
+        | Id::ScriptFlush
+        | Id::ScriptHelp
+        | Id::ScriptKill
+        | Id::ScriptLoad
+        | Id::ClientKill
+        | Id::ClientList
+        | Id::ClientPause
+        | Id::ClientUnpause => Ok(unknown_command(args)),
     }
 }
 

@@ -87,6 +87,14 @@ const TUNABLES: &[(&str, Option<&str>, Kind, &str)] = &[
         Kind::Integer(0, i32::MAX as i64),
         "100",
     ),
+    // How long a script runs before the server answers others BUSY and takes SCRIPT KILL
+    // (engine/scripting.rs); `lua-time-limit` is its old name.
+    (
+        "busy-reply-threshold",
+        Some("lua-time-limit"),
+        Kind::Integer(0, i64::MAX),
+        "5000",
+    ),
     ("dynamic-hz", None, Kind::Bool, "yes"),
     (
         "hash-max-listpack-entries",

@@ -105,6 +105,16 @@ impl PersistentEngine<'_> {
                     &format!("{:.2}", 1.0 + heap_stats.fragmentation()),
                 );
                 line("lazyfree_pending_objects", &0);
+                // The script interpreter (EVAL): its memory and its cache, as Redis reports
+                // them (no functions: FUNCTION LOAD is not there).
+                let (lua_bytes, cached, bodies) = self.scripts.memory();
+                line("used_memory_lua", &lua_bytes);
+                line("used_memory_lua_human", &human(lua_bytes as u64));
+                line("used_memory_vm_eval", &lua_bytes);
+                line("used_memory_scripts_eval", &bodies);
+                line("number_of_cached_scripts", &cached);
+                line("number_of_functions", &0);
+                line("number_of_libraries", &0);
             }
             "persistence" => {
                 let s = pool.stats();

@@ -42,3 +42,8 @@ pub const RANDOM_BUCKET_TRIES: u32 = 64;
 pub const SLOWLOG_ARGUMENTS_MAX: usize = 32;
 /// Bytes of one argument the slow log keeps (Redis's `SLOWLOG_ENTRY_MAX_STRING`).
 pub const SLOWLOG_ARGUMENT_BYTES_MAX: usize = 128;
+/// Memory the Lua interpreter of EVAL may hold (every cached script, every table a script
+/// builds): past it an allocation fails inside Lua, and the script gets Lua's "not enough
+/// memory" error instead of the server's allocator failing (Redis sets no bound; the
+/// process would die there).
+pub const SCRIPT_MEMORY_MAX: usize = 256 << 20;

@@ -21,6 +21,8 @@ mod commands;
 mod bitfield;
 mod bits;
 mod blocking;
+mod cjson;
+mod cmsgpack;
 mod collections;
 mod config;
 mod databases;
@@ -36,8 +38,10 @@ mod latency;
 pub mod limits;
 pub mod list;
 mod lists;
+mod luastruct;
 mod migrate;
 mod score_range;
+mod scripting;
 mod sort;
 mod store;
 mod strings;
@@ -53,7 +57,7 @@ use mnemo_resp::command::{self, CommandSpec, Flags};
 use mnemo_resp::{errors, parse_i64, CommandId, Encoder, Protocol, Reply};
 
 use crate::server::limits::DATABASES_DEFAULT;
-use crate::server::{Effect, Engine, Request};
+use crate::server::{Effect, Engine, Host, NoHost, Request};
 use dict::tag;
 use keyspace::{root, Ctx, ZCache, SEED};
 pub use store::EngineError;
@@ -161,6 +165,8 @@ pub struct PersistentEngine<'h> {
     /// When the last command (or the batch's `begin`) finished: a command's duration for the
     /// slow log is the time since, one clock read per command.
     clock_mark: std::time::Instant,
+    /// The script cache and the Lua interpreter (EVAL, SCRIPT).
+    scripts: scripting::Scripts,
 }
 
 impl std::fmt::Debug for PersistentEngine<'_> {
@@ -250,6 +256,7 @@ impl<'h> PersistentEngine<'h> {
             slowlog: admin::SlowLog::default(),
             latency: latency::Monitor::default(),
             clock_mark: std::time::Instant::now(),
+            scripts: scripting::Scripts::default(),
         })
     }
 
@@ -411,6 +418,17 @@ impl<'h> PersistentEngine<'h> {
                 },
             }),
             CommandId::Shutdown => Ok(Reply::ok()),
+            CommandId::Eval | CommandId::EvalRo | CommandId::Evalsha | CommandId::EvalshaRo => {
+                // Inside an EXEC (or from `execute_args`): no server to serve while it runs.
+                let (reply, ran) = self.eval(spec, args, session, *db, &mut NoHost);
+                effect.wrote = ran.wrote;
+                return (reply, effect);
+            }
+            CommandId::ScriptLoad
+            | CommandId::ScriptExists
+            | CommandId::ScriptFlush
+            | CommandId::ScriptKill
+            | CommandId::ScriptHelp => Ok(self.script_command(spec, args)),
             CommandId::Info => Ok(self.info(&args[1..])),
             CommandId::ConfigGet => Ok(self.config.get(&args[2..])),
             CommandId::ConfigSet => {
@@ -933,6 +951,15 @@ impl Engine for PersistentEngine<'_> {
     }
 
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
+        self.execute_hosted(request, reply, &mut NoHost)
+    }
+
+    fn execute_hosted(
+        &mut self,
+        request: &Request,
+        reply: &mut Encoder<'_>,
+        host: &mut dyn Host,
+    ) -> Effect {
         if self.txn.is_none() {
             self.begin();
         }
@@ -955,6 +982,23 @@ impl Engine for PersistentEngine<'_> {
                     None,
                     reply.protocol(),
                 ),
+            None if matches!(
+                request.spec.id,
+                CommandId::Eval | CommandId::EvalRo | CommandId::Evalsha | CommandId::EvalshaRo
+            ) && command::check_arity(request.spec, request.command.args().len())
+                .is_ok() =>
+            {
+                // A script's commands never block (Redis runs them as if the timeout passed).
+                self.can_block = None;
+                self.stats.commands += 1;
+                self.eval(
+                    request.spec,
+                    request.command.args(),
+                    request.session,
+                    db,
+                    host,
+                )
+            }
             None => self.run_command(
                 request.spec,
                 request.command.args(),

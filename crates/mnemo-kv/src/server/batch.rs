@@ -8,7 +8,7 @@
 //! sync point.
 
 use mnemo_resp::bytes::{Bytes, BytesMut};
-use mnemo_resp::Encoder;
+use mnemo_resp::{CommandId, Encoder, Reply};
 
 use super::session::Request;
 
@@ -25,6 +25,54 @@ pub struct Effect {
     /// and runs it again after later writes, until this deadline (Unix ms; `i64::MAX`: for
     /// ever), when the engine answers the timeout.
     pub block: Option<i64>,
+}
+
+/// What the server around the engine offers during a batch: the commands about connections
+/// (CLIENT LIST / KILL / PAUSE / UNPAUSE, answered in request order with the batch), and
+/// what a running script may ask for. The event loop implements it; [`NoHost`] is the host
+/// of a batch run without a server (tests, tools, a script inside EXEC).
+pub trait Host {
+    /// Answers `request` if it is about the server's connections: the reply, and whether
+    /// the requesting connection must close after it (CLIENT KILL of itself). `None`: the
+    /// engine runs it. The default answers nothing.
+    fn connection_command(&mut self, _request: &Request) -> Option<(Reply, bool)> {
+        None
+    }
+
+    /// PUBLISH or SPUBLISH (`shard`) from a script: queues the message for the subscribers
+    /// (delivered after the batch) and returns how many receive it.
+    fn publish(&mut self, channel: &Bytes, message: &Bytes, shard: bool) -> usize;
+
+    /// A script has run longer than `busy-reply-threshold`: serve the other connections for
+    /// a moment (they get BUSY; SCRIPT KILL is answered OK if `killable`, UNKILLABLE if
+    /// not; SHUTDOWN NOSAVE stops the server). Returns what the script must do.
+    fn busy(&mut self, killable: bool) -> Busy;
+}
+
+/// What a script running past `busy-reply-threshold` must do ([`Host::busy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// Go on.
+    Continue,
+    /// SCRIPT KILL: stop with Redis's error (its writes so far stay, as it had none).
+    Kill,
+    /// SHUTDOWN NOSAVE: stop, and abandon the whole batch (nothing of it is committed, no
+    /// reply of it is sent): the server is going down.
+    Abandon,
+}
+
+/// No server around a script: PUBLISH reaches nobody, nobody can ask for SCRIPT KILL.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHost;
+
+impl Host for NoHost {
+    fn publish(&mut self, _channel: &Bytes, _message: &Bytes, _shard: bool) -> usize {
+        0
+    }
+
+    fn busy(&mut self, _killable: bool) -> Busy {
+        Busy::Continue
+    }
 }
 
 /// How far [`Engine::prefetch`] goes for a request that will run soon.
@@ -53,6 +101,17 @@ pub trait Engine {
     /// Runs one command inside the open transaction and writes its reply. A command that fails
     /// (WRONGTYPE, syntax, pool full) must leave the keyspace as it found it.
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect;
+
+    /// [`Engine::execute`] with the server around it, for a script that publishes or runs
+    /// long ([`Host`]). The default ignores the host.
+    fn execute_hosted(
+        &mut self,
+        request: &Request,
+        reply: &mut Encoder<'_>,
+        _host: &mut dyn Host,
+    ) -> Effect {
+        self.execute(request, reply)
+    }
 
     /// A hint: `request` runs soon in the open transaction; bring what it will read first
     /// into the caches (see [`Prefetch`]). Must not change anything. The default does nothing.
@@ -90,7 +149,16 @@ pub fn run_batch<E: Engine>(
     engine: &mut E,
     requests: &[Request],
 ) -> Result<Vec<Completion>, E::Error> {
-    let (completions, wrote) = execute_batch(engine, requests);
+    run_batch_hosted(engine, requests, &mut NoHost)
+}
+
+/// [`run_batch`], with `host` serving the scripts of the batch ([`Host`]).
+pub fn run_batch_hosted<E: Engine>(
+    engine: &mut E,
+    requests: &[Request],
+    host: &mut dyn Host,
+) -> Result<Vec<Completion>, E::Error> {
+    let (completions, wrote) = execute_batch(engine, requests, host);
     if wrote {
         engine.commit()?;
     } else {
@@ -104,6 +172,7 @@ pub fn run_batch<E: Engine>(
 pub(crate) fn execute_batch<E: Engine>(
     engine: &mut E,
     requests: &[Request],
+    host: &mut dyn Host,
 ) -> (Vec<Completion>, bool) {
     let mut replies = BytesMut::new();
     let mut ends = Vec::with_capacity(requests.len());
@@ -129,7 +198,29 @@ pub(crate) fn execute_batch<E: Engine>(
         let Some(request) = k.checked_sub(lead).and_then(|i| requests.get(i)) else {
             continue;
         };
-        let effect = engine.execute(request, &mut Encoder::new(&mut replies, request.protocol));
+        let mut encoder = Encoder::new(&mut replies, request.protocol);
+        let about_connections = matches!(
+            request.spec.id,
+            CommandId::ClientList
+                | CommandId::ClientKill
+                | CommandId::ClientPause
+                | CommandId::ClientUnpause
+        );
+        let answered = if about_connections {
+            host.connection_command(request)
+        } else {
+            None
+        };
+        let effect = match answered {
+            Some((reply, close)) => {
+                encoder.reply(&reply);
+                Effect {
+                    close,
+                    ..Effect::default()
+                }
+            }
+            None => engine.execute_hosted(request, &mut encoder, host),
+        };
         wrote |= effect.wrote;
         ends.push((replies.len(), effect.close, effect.select, effect.block));
     }

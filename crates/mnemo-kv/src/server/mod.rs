@@ -9,6 +9,9 @@ mod net;
 pub mod pubsub;
 mod session;
 
-pub use batch::{run_batch, Completion, Effect, Engine, Prefetch, PREFETCH_DISTANCE};
+pub use batch::{
+    run_batch, run_batch_hosted, Busy, Completion, Effect, Engine, Host, NoHost, Prefetch,
+    PREFETCH_DISTANCE,
+};
 pub use net::{EventLoop, LoopStats, Server, Stopper};
 pub use session::{Request, Session, SessionConfig, Transaction};

@@ -33,15 +33,17 @@ use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
+use mnemo_resp::bytes::Bytes;
+use mnemo_resp::Reply;
 
-use super::batch::{run_batch, Completion, Engine};
+use super::batch::{run_batch_hosted, Busy, Completion, Engine, Host};
 use super::limits::{
     BATCH_REQUESTS_MAX, IDLE_POLL_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES,
     REQUESTS_PER_CONNECTION_WAKEUP,
 };
 #[cfg(all(feature = "mutants", debug_assertions))]
 use super::mutant::{self, Mutant};
-use super::session::{Request, Session, SessionConfig};
+use super::session::{Peer, Request, Session, SessionConfig};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -109,6 +111,20 @@ pub struct EventLoop {
     /// Reply bytes buffered for all connections.
     output_total: usize,
     stats: Arc<LoopStats>,
+    /// CLIENT PAUSE in force.
+    pause: Option<Pause>,
+    /// Requests held by CLIENT PAUSE, in arrival order, and the connections they came from
+    /// (a connection with a held request has all its later requests held too).
+    held: Vec<Request>,
+    held_sessions: HashSet<u64>,
+}
+
+/// A CLIENT PAUSE: until when (Unix ms), and whether every command waits (ALL) or only
+/// those that write (WRITE).
+#[derive(Clone, Copy, Debug)]
+struct Pause {
+    until: i64,
+    all: bool,
 }
 
 /// A server running [`EventLoop`] on a thread of its own; dropping it does not stop it,
@@ -215,6 +231,9 @@ impl EventLoop {
             output_limit: OUTPUT_BUFFER_BYTES_MAX,
             output_total: 0,
             stats: Arc::new(LoopStats::default()),
+            pause: None,
+            held: Vec::new(),
+            held_sessions: HashSet::new(),
         };
         event_loop
             .stats
@@ -252,6 +271,16 @@ impl EventLoop {
             let first_deadline = self.parked.iter().filter_map(|r| r.deadline).min();
             // Never longer than IDLE_POLL_MAX: the stop flag is read at least that often,
             // whatever became of the waker's event.
+            // Requests held by a CLIENT PAUSE: run them as soon as it ends.
+            let pause_end = match (self.held.is_empty(), self.pause) {
+                (true, _) => None,
+                (false, None) => Some(0),
+                (false, Some(pause)) => Some(pause.until),
+            };
+            let first_deadline = match (first_deadline, pause_end) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let timeout = if !self.again.is_empty() {
                 Duration::ZERO
             } else {
@@ -286,6 +315,8 @@ impl EventLoop {
             }
             self.deliver_messages();
             self.execute(engine);
+            // What scripts of this batch published.
+            self.deliver_messages();
             self.publish_stats();
         }
         Ok(())
@@ -317,10 +348,18 @@ impl EventLoop {
                 token,
                 Interest::READABLE | Interest::WRITABLE,
             )?;
-            let session = Session::new(
+            let mut session = Session::new(
                 u64::try_from(token.0).unwrap_or(u64::MAX),
                 self.config.clone(),
             );
+            if let (Ok(addr), Ok(laddr)) = (stream.peer_addr(), stream.local_addr()) {
+                use std::os::fd::AsRawFd;
+                session.set_peer(Peer {
+                    addr,
+                    laddr,
+                    fd: i64::from(stream.as_raw_fd()),
+                });
+            }
             self.connections.insert(
                 token,
                 Connection {
@@ -399,8 +438,11 @@ impl EventLoop {
         for session in self.closed.drain(..) {
             engine.disconnected(session);
             self.parked.retain(|request| request.session != session);
+            self.held.retain(|request| request.session != session);
+            self.held_sessions.remove(&session);
         }
-        let requests = std::mem::take(&mut self.batch);
+        let taken = std::mem::take(&mut self.batch);
+        let requests = self.apply_pause(taken);
         let wrote = requests
             .iter()
             .any(|r| r.spec.flags.contains(mnemo_resp::command::Flags::WRITE));
@@ -416,6 +458,81 @@ impl EventLoop {
         }
     }
 
+    /// CLIENT PAUSE: holds the requests it covers (all, or those that write), and every later
+    /// request of a connection with a held request; once it ends (deadline, CLIENT
+    /// UNPAUSE), the held requests run first, in their order. Returns what runs now.
+    fn apply_pause(&mut self, requests: Vec<Request>) -> Vec<Request> {
+        if self.pause.is_some_and(|p| unix_ms() >= p.until) {
+            self.pause = None;
+        }
+        let Some(pause) = self.pause else {
+            if self.held.is_empty() {
+                return requests;
+            }
+            self.held_sessions.clear();
+            let mut all = std::mem::take(&mut self.held);
+            all.extend(requests);
+            return all;
+        };
+        let mut run = Vec::with_capacity(requests.len());
+        for request in requests {
+            let id = request.spec.id;
+            let control = matches!(
+                id,
+                mnemo_resp::CommandId::ClientPause | mnemo_resp::CommandId::ClientUnpause
+            );
+            let writes = request
+                .spec
+                .flags
+                .contains(mnemo_resp::command::Flags::WRITE)
+                || matches!(
+                    id,
+                    mnemo_resp::CommandId::Eval | mnemo_resp::CommandId::Evalsha
+                );
+            if self.held_sessions.contains(&request.session) || (!control && (pause.all || writes))
+            {
+                self.held_sessions.insert(request.session);
+                self.held.push(request);
+            } else {
+                run.push(request);
+            }
+        }
+        run
+    }
+
+    /// CLIENT PAUSE timeout [WRITE | ALL].
+    fn client_pause(&mut self, args: &[Bytes]) -> Reply {
+        let Some(timeout) = mnemo_resp::parse_i64(&args[2]) else {
+            return error_text("ERR timeout is not an integer or out of range".into());
+        };
+        if timeout < 0 {
+            return error_text("ERR timeout is negative".into());
+        }
+        let all = match args.get(3) {
+            None => true,
+            Some(mode) if args.len() == 4 && mode.eq_ignore_ascii_case(b"all") => true,
+            Some(mode) if args.len() == 4 && mode.eq_ignore_ascii_case(b"write") => false,
+            Some(_) if args.len() > 4 => {
+                return error_text(format!(
+                    "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT \
+                     HELP.",
+                    String::from_utf8_lossy(&args[1])
+                ))
+            }
+            Some(_) => return error_text("ERR CLIENT PAUSE mode must be WRITE or ALL".into()),
+        };
+        let until = unix_ms().saturating_add(timeout);
+        // A pause in force is only ever lengthened or widened, as in Redis.
+        self.pause = Some(match self.pause {
+            Some(p) => Pause {
+                until: p.until.max(until),
+                all: p.all || all,
+            },
+            None => Pause { until, all },
+        });
+        Reply::ok()
+    }
+
     /// Runs `requests` in batches; parks those that blocked.
     fn run_batches<E: Engine>(&mut self, engine: &mut E, mut requests: Vec<Request>) {
         while !requests.is_empty() {
@@ -426,7 +543,7 @@ impl EventLoop {
                 self.execute_acking_early(engine, batch);
                 continue;
             }
-            match run_batch(engine, &batch) {
+            match run_batch_hosted(engine, &batch, self) {
                 Ok(completions) => self.deliver(batch, completions),
                 Err(_) => {
                     for request in &batch {
@@ -487,7 +604,8 @@ impl EventLoop {
     /// first, the commit comes [`mutant::ACK_BEFORE_SYNC_DELAY`] later.
     #[cfg(all(feature = "mutants", debug_assertions))]
     fn execute_acking_early<E: Engine>(&mut self, engine: &mut E, batch: Vec<Request>) {
-        let (completions, wrote) = super::batch::execute_batch(engine, &batch);
+        let (completions, wrote) =
+            super::batch::execute_batch(engine, &batch, &mut super::batch::NoHost);
         let sessions: Vec<u64> = batch.iter().map(|r| r.session).collect();
         self.deliver(batch, completions);
         if !wrote {
@@ -537,6 +655,309 @@ impl EventLoop {
         self.stats
             .output_buffer_bytes
             .store(self.output_total as u64, Ordering::Relaxed);
+    }
+}
+
+/// Redis's answer to every command but SCRIPT KILL while a script runs too long.
+const BUSY: &[u8] =
+    b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+const UNKILLABLE: &[u8] = b"-UNKILLABLE Sorry the script already executed write commands against \
+    the dataset. You can either wait the script termination or kill the server in a hard way \
+    using the SHUTDOWN NOSAVE command.\r\n";
+
+/// CLIENT LIST's and CLIENT KILL's TYPE: which connections it names (mnemo's connections
+/// are all normal clients, pub/sub ones included; there are no replicas or masters).
+fn type_matches(kind: &[u8], session: &Session) -> Result<bool, Reply> {
+    let lower = kind.to_ascii_lowercase();
+    match lower.as_slice() {
+        b"normal" => Ok(!session.is_subscriber()),
+        b"pubsub" => Ok(session.is_subscriber()),
+        b"master" | b"replica" | b"slave" => Ok(false),
+        _ => Err(error_text(format!(
+            "ERR Unknown client type '{}'",
+            String::from_utf8_lossy(kind)
+        ))),
+    }
+}
+
+fn error_text(text: String) -> Reply {
+    Reply::Error(Bytes::from(text))
+}
+
+impl EventLoop {
+    /// The connections in CLIENT ID order.
+    fn sessions_by_id(&self) -> Vec<(Token, &Session)> {
+        let mut all: Vec<(Token, &Session)> = self
+            .connections
+            .iter()
+            .map(|(token, c)| (*token, &c.session))
+            .collect();
+        all.sort_unstable_by_key(|(token, _)| token.0);
+        all
+    }
+
+    /// CLIENT LIST [TYPE type] [ID id ...].
+    fn client_list(&self, args: &[Bytes]) -> Reply {
+        let mut kind: Option<&Bytes> = None;
+        let mut ids: Option<Vec<u64>> = None;
+        match args.get(2) {
+            None => {}
+            Some(option) if option.eq_ignore_ascii_case(b"type") && args.len() == 4 => {
+                kind = args.get(3);
+            }
+            Some(option) if option.eq_ignore_ascii_case(b"id") && args.len() >= 4 => {
+                let mut list = Vec::new();
+                for id in &args[3..] {
+                    match mnemo_resp::parse_i64(id) {
+                        // No connection has an id below 1: such an id matches nothing.
+                        Some(n) => list.push(u64::try_from(n).unwrap_or(0)),
+                        None => return error_text("ERR Invalid client ID".into()),
+                    }
+                }
+                ids = Some(list);
+            }
+            Some(_) => return error_text("ERR syntax error".into()),
+        }
+        let mut text = Vec::new();
+        for (_, session) in self.sessions_by_id() {
+            if let Some(kind) = kind {
+                match type_matches(kind, session) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(reply) => return reply,
+                }
+            }
+            if ids.as_ref().is_some_and(|ids| !ids.contains(&session.id())) {
+                continue;
+            }
+            text.extend_from_slice(&session.client_line());
+        }
+        Reply::Verbatim {
+            format: *b"txt",
+            text: Bytes::from(text),
+        }
+    }
+
+    /// CLIENT KILL ip:port, or CLIENT KILL filter value ...: closes the connections named
+    /// (the requesting one after its reply, if it names itself).
+    fn client_kill(&mut self, requester: u64, args: &[Bytes]) -> (Reply, bool) {
+        if args.len() == 3 {
+            // The old form: one address; OK or an error.
+            let target = self.sessions_by_id().into_iter().find(|(_, s)| {
+                s.peer()
+                    .is_some_and(|p| p.addr.to_string().as_bytes() == &args[2][..])
+            });
+            return match target {
+                Some((token, session)) => {
+                    let own = session.id() == requester;
+                    if !own {
+                        self.close(token);
+                    }
+                    (Reply::ok(), own)
+                }
+                None => (error_text("ERR No such client".into()), false),
+            };
+        }
+        if args.len() % 2 != 0 {
+            return (error_text("ERR syntax error".into()), false);
+        }
+        let mut id = None;
+        let mut kind = None;
+        let mut addr = None;
+        let mut laddr = None;
+        let mut skipme = true;
+        for pair in args[2..].chunks(2) {
+            let (option, value) = (&pair[0], &pair[1]);
+            let lower = option.to_ascii_lowercase();
+            match lower.as_slice() {
+                b"id" => match mnemo_resp::parse_i64(value).filter(|&n| n > 0) {
+                    Some(n) => id = Some(n.unsigned_abs()),
+                    None => {
+                        return (
+                            error_text("ERR client-id should be greater than 0".into()),
+                            false,
+                        )
+                    }
+                },
+                b"type" => {
+                    // Checked now, as Redis does, even with no connection to match.
+                    if let Err(reply) = type_matches(value, &Session::new(0, self.config.clone())) {
+                        return (reply, false);
+                    }
+                    kind = Some(value.clone());
+                }
+                b"addr" => addr = Some(value.clone()),
+                b"laddr" => laddr = Some(value.clone()),
+                b"user" => {
+                    // One user, "default", as in a Redis without ACL rules.
+                    if &value[..] != b"default" {
+                        return (
+                            error_text(format!(
+                                "ERR No such user '{}'",
+                                String::from_utf8_lossy(value)
+                            )),
+                            false,
+                        );
+                    }
+                }
+                b"skipme" => {
+                    if value.eq_ignore_ascii_case(b"yes") {
+                        skipme = true;
+                    } else if value.eq_ignore_ascii_case(b"no") {
+                        skipme = false;
+                    } else {
+                        return (error_text("ERR syntax error".into()), false);
+                    }
+                }
+                _ => return (error_text("ERR syntax error".into()), false),
+            }
+        }
+        let mut doomed = Vec::new();
+        let mut own = false;
+        for (token, session) in self.sessions_by_id() {
+            let peer = session.peer();
+            let matches = id.is_none_or(|id| id == session.id())
+                && kind
+                    .as_ref()
+                    .is_none_or(|k| type_matches(k, session).unwrap_or(false))
+                && addr
+                    .as_ref()
+                    .is_none_or(|a| peer.is_some_and(|p| p.addr.to_string().as_bytes() == &a[..]))
+                && laddr
+                    .as_ref()
+                    .is_none_or(|a| peer.is_some_and(|p| p.laddr.to_string().as_bytes() == &a[..]));
+            if !matches {
+                continue;
+            }
+            if session.id() == requester {
+                if !skipme {
+                    own = true;
+                }
+            } else {
+                doomed.push(token);
+            }
+        }
+        let killed = doomed.len() + usize::from(own);
+        for token in doomed {
+            self.close(token);
+        }
+        (
+            Reply::Integer(i64::try_from(killed).unwrap_or(i64::MAX)),
+            own,
+        )
+    }
+}
+
+impl Host for EventLoop {
+    fn connection_command(&mut self, request: &Request) -> Option<(Reply, bool)> {
+        let args = request.command.args();
+        match request.spec.id {
+            mnemo_resp::CommandId::ClientList => Some((self.client_list(args), false)),
+            mnemo_resp::CommandId::ClientKill => Some(self.client_kill(request.session, args)),
+            mnemo_resp::CommandId::ClientPause => Some((self.client_pause(args), false)),
+            mnemo_resp::CommandId::ClientUnpause => {
+                self.pause = None;
+                Some((Reply::ok(), false))
+            }
+            _ => None,
+        }
+    }
+
+    fn publish(&mut self, channel: &Bytes, message: &Bytes, shard: bool) -> usize {
+        let mut registry = self
+            .config
+            .pubsub
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if shard {
+            registry.publish_shard(channel, message)
+        } else {
+            registry.publish(channel, message)
+        }
+    }
+
+    /// Serves the connections that sent something, as Redis does while a script runs past
+    /// `busy-reply-threshold`: new connections are accepted; every request gets BUSY but
+    /// SCRIPT KILL (OK, or UNKILLABLE once the script wrote) and what the session answers
+    /// itself. A connection with a request in the running batch is left for later (its
+    /// replies must stay in order).
+    fn busy(&mut self, killable: bool) -> Busy {
+        let mut events = Events::with_capacity(256);
+        if self.poll.poll(&mut events, Some(Duration::ZERO)).is_err() {
+            return Busy::Continue;
+        }
+        let mut answer = Busy::Continue;
+        let mut tokens = Vec::new();
+        for event in &events {
+            match event.token() {
+                LISTENER => {
+                    let _ = self.accept();
+                }
+                WAKER => {}
+                token => tokens.push(token),
+            }
+        }
+        for token in tokens {
+            // Whatever happens here, look at the connection again after the batch: the
+            // poll is edge-triggered and this event is consumed.
+            self.again.insert(token);
+            let Some(connection) = self.connections.get_mut(&token) else {
+                continue;
+            };
+            if connection.session.in_flight() > 0 {
+                continue;
+            }
+            let mut chunk = [0u8; READ_CHUNK_BYTES];
+            let mut open = true;
+            loop {
+                while let Some(request) = connection.session.poll_request() {
+                    let args = request.command.args();
+                    let nosave = request.spec.id == mnemo_resp::CommandId::Shutdown
+                        && args.len() == 2
+                        && args[1].eq_ignore_ascii_case(b"nosave");
+                    if nosave {
+                        // The server goes down without the running batch: no reply, as a
+                        // Redis that exits.
+                        answer = Busy::Abandon;
+                        self.stop.store(true, Ordering::SeqCst);
+                        connection.session.complete(b"", true);
+                        continue;
+                    }
+                    let reply = if request.spec.id == mnemo_resp::CommandId::ScriptKill {
+                        if killable {
+                            if answer == Busy::Continue {
+                                answer = Busy::Kill;
+                            }
+                            &b"+OK\r\n"[..]
+                        } else {
+                            UNKILLABLE
+                        }
+                    } else {
+                        BUSY
+                    };
+                    connection.session.complete(reply, false);
+                }
+                match connection.stream.read(&mut chunk) {
+                    Ok(0) => {
+                        open = false;
+                        break;
+                    }
+                    Ok(read) => connection
+                        .session
+                        .receive(chunk.get(..read).unwrap_or_default()),
+                    Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                    Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            if !open || !flush(connection, &mut self.output_total, &self.stats) {
+                self.close(token);
+            }
+        }
+        answer
     }
 }
 

@@ -124,6 +124,24 @@ pub struct Session {
     queued_bytes: usize,
     output: BytesMut,
     closing: bool,
+    /// The socket's addresses and descriptor (CLIENT LIST / INFO / KILL), when it has one.
+    peer: Option<Peer>,
+    /// When the connection was accepted, and when it last sent something (age=, idle=).
+    created: std::time::Instant,
+    last_active: std::time::Instant,
+    /// The last command taken (cmd=).
+    last_command: &'static str,
+}
+
+/// Where a connection's socket leads, as CLIENT LIST shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer {
+    /// The client's address (addr=).
+    pub addr: std::net::SocketAddr,
+    /// The server's side of the connection (laddr=).
+    pub laddr: std::net::SocketAddr,
+    /// The socket's descriptor (fd=).
+    pub fd: i64,
 }
 
 /// Where a request is answered.
@@ -161,7 +179,26 @@ impl Session {
             queued_bytes: 0,
             output: BytesMut::new(),
             closing: false,
+            peer: None,
+            created: std::time::Instant::now(),
+            last_active: std::time::Instant::now(),
+            last_command: "NULL",
         }
+    }
+
+    /// Records where the connection's socket leads (CLIENT LIST / INFO / KILL).
+    pub fn set_peer(&mut self, peer: Peer) {
+        self.peer = Some(peer);
+    }
+
+    /// Where the connection's socket leads, if it has one.
+    pub fn peer(&self) -> Option<Peer> {
+        self.peer
+    }
+
+    /// Whether the connection is subscribed to a channel or pattern (CLIENT LIST TYPE pubsub).
+    pub fn is_subscriber(&self) -> bool {
+        self.subscribed()
     }
 
     /// The CLIENT ID.
@@ -194,6 +231,7 @@ impl Session {
 
     /// Bytes received from the client.
     pub fn receive(&mut self, bytes: &[u8]) {
+        self.last_active = std::time::Instant::now();
         if !self.closing {
             self.decoder.feed(bytes);
         }
@@ -384,7 +422,10 @@ impl Session {
 
     fn route_command(&mut self, command: &Command, args: &[Bytes]) -> Route {
         let spec = match command::resolve(args) {
-            Ok(spec) => spec,
+            Ok(spec) => {
+                self.last_command = spec.name;
+                spec
+            }
             Err(error) => {
                 self.refuse_in_multi();
                 let text = match (&error, args.first().and_then(|n| unsupported(n))) {
@@ -501,7 +542,7 @@ impl Session {
             CommandId::ClientSetname => self.client_setname(args),
             CommandId::ClientSetinfo => self.client_setinfo(args),
             CommandId::ClientInfo => {
-                let info = self.client_info();
+                let info = self.client_line();
                 self.answer(|reply| reply.verbatim(*b"txt", &info));
             }
             CommandId::Watch => {
@@ -1037,16 +1078,61 @@ impl Session {
         self.answer(|reply| reply.simple(b"OK"));
     }
 
-    /// The CLIENT INFO line, with the fields this server knows.
-    fn client_info(&self) -> Vec<u8> {
-        let mut line = format!("id={} name=", self.id).into_bytes();
+    /// The connection's CLIENT LIST / CLIENT INFO line (newline included), in Redis 7.0's
+    /// fields. Those mnemo does not keep are given as an idle Redis connection shows them:
+    /// no argument memory (`argv-mem=0`), a read buffer of 1024 bytes (`rbs`), no output list
+    /// (`oll=0`); `qbuf` is the request bytes received and not yet taken, `omem` and `obl`
+    /// the reply bytes waiting.
+    pub fn client_line(&self) -> Vec<u8> {
+        let now = std::time::Instant::now();
+        let (addr, laddr, fd) = match self.peer {
+            Some(peer) => (peer.addr.to_string(), peer.laddr.to_string(), peer.fd),
+            None => (String::new(), String::new(), -1),
+        };
+        let mut flags = String::new();
+        if self.subscribed() {
+            flags.push('P');
+        }
+        if self.multi.is_some() {
+            flags.push('x');
+        }
+        if self.barrier {
+            flags.push('b');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        let multi = self.multi.as_ref().map_or(-1, |m| count(m.commands.len()));
+        let qbuf = self.decoder.buffered_len();
+        let omem = self.output_len();
+        let mut line =
+            format!("id={} addr={addr} laddr={laddr} fd={fd} name=", self.id).into_bytes();
         line.extend_from_slice(self.name.as_deref().unwrap_or_default());
         line.extend_from_slice(
-            format!(" db={} resp={} lib-name=", self.db, self.protocol.version()).as_bytes(),
+            format!(
+                " age={} idle={} flags={flags} db={} sub={} psub={} ssub={} multi={multi} \
+                 qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=1024 rbp=0 obl={} oll=0 \
+                 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={}",
+                now.saturating_duration_since(self.created).as_secs(),
+                now.saturating_duration_since(self.last_active).as_secs(),
+                self.db,
+                self.channels.len(),
+                self.patterns.len(),
+                self.shard_channels.len(),
+                self.output.len(),
+                qbuf + omem + 1024,
+                self.last_command,
+                self.protocol.version(),
+            )
+            .as_bytes(),
         );
-        line.extend_from_slice(self.library.0.as_deref().unwrap_or_default());
-        line.extend_from_slice(b" lib-ver=");
-        line.extend_from_slice(self.library.1.as_deref().unwrap_or_default());
+        // CLIENT SETINFO (Redis 7.2) adds the library's name and version, as 7.2 shows them.
+        if self.library.0.is_some() || self.library.1.is_some() {
+            line.extend_from_slice(b" lib-name=");
+            line.extend_from_slice(self.library.0.as_deref().unwrap_or_default());
+            line.extend_from_slice(b" lib-ver=");
+            line.extend_from_slice(self.library.1.as_deref().unwrap_or_default());
+        }
         line.push(b'\n');
         line
     }
@@ -1095,18 +1181,7 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
                 "xtrim",
             ],
         ),
-        (
-            "scripting is",
-            &[
-                "eval",
-                "eval_ro",
-                "evalsha",
-                "evalsha_ro",
-                "fcall",
-                "fcall_ro",
-                "script",
-            ],
-        ),
+        ("functions are", &["fcall", "fcall_ro"]),
     ];
     let lower = name.to_ascii_lowercase();
     FAMILIES

@@ -114,6 +114,11 @@ impl Conn {
         }
     }
 
+    /// The socket (to see it closed by the server).
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
     /// Sends one command and waits for its reply.
     pub fn call(&mut self, args: &[Bytes]) -> Reply {
         self.send(args);
