@@ -98,7 +98,9 @@ fn main() {
     let available = rustix::fs::statvfs(&dir)
         .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
         .unwrap_or(0);
-    let large = if available > 2 * LARGE {
+    // The pools are sparse: a run writes a few thousand of their pages. Room for the whole
+    // large pool and 4 GiB more is ample.
+    let large = if available > LARGE + (4 << 30) {
         LARGE
     } else {
         LARGE_FALLBACK
