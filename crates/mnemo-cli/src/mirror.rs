@@ -177,7 +177,11 @@ impl ReplArgs {
         let secret = Secret::from_file(path).map_err(|e| e.to_string())?;
         let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
         config.epoch = self.repl_epoch;
-        Ok(Some(Arc::new(MirrorPolicy::new(config))))
+        let policy = Arc::new(MirrorPolicy::new(config));
+        policy
+            .start_heartbeats()
+            .map_err(|e| format!("starting the heartbeat thread: {e}"))?;
+        Ok(Some(policy))
     }
 }
 

@@ -25,4 +25,4 @@ pub use auth::Secret;
 pub use backup::BackupStats;
 pub use error::{Error, ProtoError, Result};
 pub use mirror::{Mirror, MirrorOptions, MirrorState, MirrorStats, MirrorStore};
-pub use policy::{MirrorConfig, MirrorPolicy, Mode, ReplStats};
+pub use policy::{Membership, MirrorConfig, MirrorPolicy, Mode, ReplStats, WithoutMirror};

@@ -154,6 +154,8 @@ pub struct MirrorStats {
     pub copies: u64,
     /// Records replayed from the log at open.
     pub replayed: u64,
+    /// Heartbeats answered.
+    pub heartbeats: u64,
 }
 
 /// A mirror directory, open: its image, log and state.
@@ -670,6 +672,16 @@ pub fn serve_link(
                         })
                     }
                 }
+            }
+            Frame::Heartbeat { .. } => {
+                // Answered with where this mirror stands: a primary whose epoch is older
+                // learns here, on an idle link, that it was deposed.
+                let mut s = lock(store);
+                s.stats.heartbeats += 1;
+                Ok(Some(Frame::Heartbeat {
+                    epoch: s.state().epoch,
+                    id: s.last_id(),
+                }))
             }
             Frame::CopyBegin {
                 epoch: e,
