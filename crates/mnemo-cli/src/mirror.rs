@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use mnemo_repl::{Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret};
+use mnemo_repl::{
+    Membership, Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret,
+    WithoutMirror,
+};
 
 use crate::size;
 
@@ -66,6 +69,15 @@ pub struct MirrorServeArgs {
     /// catches up later with a full copy.
     #[arg(long, default_value = "64M", value_parser = size::parse)]
     pub backup_lag_max: u64,
+    /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
+    /// --mirror spells it. [default: BIND:PORT]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+    /// With --etcd: the port `mnemo serve` listens on (at --bind) once this mirror takes over.
+    #[arg(long, default_value_t = crate::serve::PORT_DEFAULT)]
+    pub promote_port: u16,
+    #[command(flatten)]
+    pub etcd: crate::etcd::EtcdArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +120,21 @@ pub struct ReplArgs {
     /// own image may lack what only the mirror received; serve the promoted mirror instead.
     #[arg(long)]
     pub repl_trust_local: bool,
+    /// When the mirror is lost: record (go on durably here, after recording in etcd that the
+    /// mirror is out of sync, so that it is not promoted), or block (acknowledge nothing
+    /// until the mirror is back).
+    #[arg(long, default_value = "record", value_parser = parse_without_mirror)]
+    pub repl_without_mirror: WithoutMirror,
+    #[command(flatten)]
+    pub etcd: crate::etcd::EtcdArgs,
+}
+
+fn parse_without_mirror(text: &str) -> Result<WithoutMirror, String> {
+    match text {
+        "record" => Ok(WithoutMirror::Record),
+        "block" => Ok(WithoutMirror::Block),
+        _ => Err(format!("{text:?}: use record or block")),
+    }
 }
 
 /// The file beside a pool that says it runs (or ran) in sync mode, until a clean close.
@@ -161,8 +188,12 @@ fn parse_mode(text: &str) -> Result<Mode, String> {
 }
 
 impl ReplArgs {
-    /// The policy these flags ask for, if any.
-    pub fn policy(&self) -> Result<Option<Arc<MirrorPolicy>>, String> {
+    /// The policy these flags ask for, if any; under etcd, at the membership's epoch and
+    /// recording the mirror's state there.
+    pub fn policy(
+        &self,
+        membership: Option<Arc<mnemo_repl_etcd::PrimaryMembership>>,
+    ) -> Result<Option<Arc<MirrorPolicy>>, String> {
         let Some(mirror) = &self.mirror else {
             return Ok(None);
         };
@@ -177,7 +208,13 @@ impl ReplArgs {
         let secret = Secret::from_file(path).map_err(|e| e.to_string())?;
         let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
         config.epoch = self.repl_epoch;
-        let policy = Arc::new(MirrorPolicy::new(config));
+        config.without_mirror = self.repl_without_mirror;
+        let mut policy = MirrorPolicy::new(config.clone());
+        if let Some(m) = membership {
+            config.epoch = m.epoch();
+            policy = MirrorPolicy::new(config).with_membership(m as Arc<dyn Membership>);
+        }
+        let policy = Arc::new(policy);
         policy
             .start_heartbeats()
             .map_err(|e| format!("starting the heartbeat thread: {e}"))?;
@@ -241,6 +278,9 @@ fn serve(args: &MirrorServeArgs) -> Result<(), String> {
 }
 
 fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
+    if args.etcd.etcd.is_some() && role != "mirror" {
+        return Err("--etcd is for mirrors (a backup does not take over)".into());
+    }
     let secret = Secret::from_file(&args.secret_file).map_err(|e| e.to_string())?;
     make_dir(&args.dir)?;
     let options = MirrorOptions {
@@ -272,7 +312,28 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
         backups = args.backup.len(),
         "mnemo {role} ready"
     );
-    mirror.serve(listener).map_err(|e| e.to_string())
+    if args.etcd.etcd.is_none() {
+        return mirror.serve(listener).map_err(|e| e.to_string());
+    }
+    // Under etcd: serve primaries on a thread, and take over when the primary's lease
+    // expires (this process then becomes `mnemo serve` on the promoted image).
+    let store = mirror.store();
+    std::thread::Builder::new()
+        .name("mnemo-mirror-accept".into())
+        .spawn(move || {
+            if let Err(e) = mirror.serve(listener) {
+                tracing::error!(error = %e, "the mirror stopped accepting primaries");
+            }
+        })
+        .map_err(|e| format!("spawning the mirror's accept thread: {e}"))?;
+    let successor = crate::etcd::Successor {
+        mirror: args
+            .advertise
+            .clone()
+            .unwrap_or_else(|| address.to_string()),
+        serve: SocketAddr::new(args.bind, args.promote_port),
+    };
+    crate::etcd::mirror_failover(&args.etcd, &successor, &args.dir, store)
 }
 
 fn status(dir: &Path) -> Result<(), String> {

@@ -129,7 +129,14 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 }
 
 fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
-    let repl = args.repl.policy()?;
+    let membership = crate::etcd::start_primary(
+        &args.repl.etcd,
+        SocketAddr::new(args.bind, args.port),
+        args.repl.mirror.as_deref(),
+        args.repl.repl_mode.name(),
+        &args.pool,
+    )?;
+    let repl = args.repl.policy(membership)?;
     args.repl.guard(&args.pool)?;
     let (heap, start, vpm) = match args.pm_budget {
         Some(budget) => {

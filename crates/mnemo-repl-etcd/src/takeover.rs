@@ -61,7 +61,8 @@ pub fn try_take_over(
         mirror: None,
         mirror_in_sync: false,
         backups: config.backups.clone(),
-        mode: config.mode.clone(),
+        // No mirror yet: the new primary runs alone until one joins (a new epoch then).
+        mode: "local".into(),
     };
     if control.swap(revision, &next)? {
         Ok(Verdict::Promoted(next))

@@ -497,6 +497,13 @@ impl MirrorStore {
     /// Promote: checkpoint, raise the epoch so the old primary's records are refused, and
     /// return the image's path, ready to be opened as a pool.
     pub fn promote(&mut self) -> Result<PathBuf> {
+        let epoch = self.state.epoch + 1;
+        self.promote_to(epoch)
+    }
+
+    /// [`MirrorStore::promote`] to `epoch` (the one a compare-and-swap in etcd committed),
+    /// or one above the highest seen if that is higher.
+    pub fn promote_to(&mut self, epoch: u64) -> Result<PathBuf> {
         if !self.state.complete {
             return Err(Error::Storage(
                 "this mirror never completed a copy of the primary's pool: it cannot be promoted"
@@ -504,7 +511,7 @@ impl MirrorStore {
             ));
         }
         self.checkpoint()?;
-        let epoch = self.state.epoch + 1;
+        let epoch = epoch.max(self.state.epoch + 1);
         self.observe_epoch(epoch)?;
         Ok(self.image_path())
     }
