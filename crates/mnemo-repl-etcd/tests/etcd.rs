@@ -162,18 +162,29 @@ fn the_mirror_takes_over_only_when_the_lease_expires_and_it_was_in_sync() {
     // The old primary, restarted, is refused: another node is the primary now.
     let err = PrimaryMembership::start(control(&etcd, "failover"), &role(p, m)).unwrap_err();
     assert!(err.to_string().contains("refused"), "{err}");
-    // The new primary keeps its epoch across a restart.
-    let new = PrimaryMembership::start(
-        control(&etcd, "failover"),
-        &PrimaryRole {
-            me: m_primary.into(),
-            mirror: None,
-            mode: "sync".into(),
-            ttl_s: 1,
-        },
-    )
-    .unwrap();
+    // The new primary starts (alone: mode local) at the epoch it took over at.
+    let alone = PrimaryRole {
+        me: m_primary.into(),
+        mirror: None,
+        mode: "local".into(),
+        ttl_s: 1,
+    };
+    let new = PrimaryMembership::start(control(&etcd, "failover"), &alone).unwrap();
     assert_eq!(new.epoch(), 2);
+    drop(new);
+    // A mirror joining it is a new configuration: a new epoch, out of sync until its copy.
+    let joined = PrimaryRole {
+        mirror: Some("127.0.0.1:7004".into()),
+        mode: "sync".into(),
+        ..alone
+    };
+    let new = PrimaryMembership::start(control(&etcd, "failover"), &joined).unwrap();
+    assert_eq!(new.epoch(), 3);
+    let (config, _) = mirror.load().unwrap().unwrap();
+    assert_eq!(
+        (config.mirror.as_deref(), config.mirror_in_sync),
+        (Some("127.0.0.1:7004"), false)
+    );
 }
 
 #[test]
