@@ -313,3 +313,62 @@ fn a_stopped_primary_loses_its_lease_and_is_deposed_when_it_wakes() {
     );
     let _ = &cluster.secret;
 }
+
+#[test]
+fn a_mirror_lost_before_the_primary_is_not_promoted_over_later_writes() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let mut cluster = Cluster::start(&etcd, dir.path(), "lost-mirror");
+    let control = cluster.control(&etcd);
+    until_in_sync(&control);
+
+    // The mirror dies; the primary records it (heartbeats see it even without writes) and
+    // goes on alone: the writes it acknowledges now exist only on the primary.
+    cluster.mirror.kill();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while control.load().unwrap().unwrap().0.mirror_in_sync {
+        assert!(Instant::now() < deadline, "the loss was never recorded");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let writers = Writers::start(cluster.primary.port, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    let acked = writers.finish();
+    assert!(!acked.is_empty());
+
+    // The mirror comes back without a new copy, and the primary dies:
+    // the mirror must not take over (it lacks those writes), and says why.
+    let mirror = MirrorProc::start_as(
+        "mirror",
+        &dir.path().join("mirror"),
+        &cluster.secret,
+        dir.path().join("mirror-again.log"),
+        &[
+            "--etcd",
+            &etcd.url,
+            "--cluster",
+            "lost-mirror",
+            "--promote-port",
+            &cluster.promote_port.to_string(),
+            // Its name in the configuration; listening on another port, it is not reached
+            // by the primary, as a mirror that came back while the primary was idle.
+            "--advertise",
+            &format!("127.0.0.1:{}", cluster.mirror.port),
+        ],
+    );
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        Client::connect(cluster.promote_port).is_err(),
+        "a mirror out of sync was promoted"
+    );
+    let (config, _) = control.load().unwrap().unwrap();
+    assert_eq!(
+        (config.epoch, config.mirror_in_sync),
+        (1, false),
+        "{config:?}"
+    );
+    let log = mirror.log_text();
+    assert!(log.contains("not in sync"), "{log}");
+}
