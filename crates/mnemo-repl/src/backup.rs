@@ -51,6 +51,8 @@ struct Queue {
     bytes: u64,
     /// Records were dropped: the next thing the backup needs is a full copy.
     overflowed: bool,
+    /// The mirror's image was replaced by a full copy since the backup's copy was taken.
+    stale_copy: bool,
 }
 
 /// One backup, fed by its own thread.
@@ -106,6 +108,15 @@ impl Forwarder {
             q.frames.push_back(frame.to_vec());
         }
         drop(q);
+        self.wake.notify_one();
+    }
+}
+
+impl Forwarder {
+    /// The mirror's image is being replaced by a full copy from the primary: drop what is
+    /// queued; the backup catches up with a full copy of the new image.
+    pub(crate) fn recopy(&self) {
+        self.lock().stale_copy = true;
         self.wake.notify_one();
     }
 }
@@ -182,14 +193,14 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
     loop {
         let frame = {
             let mut q = f.lock();
-            while q.frames.is_empty() && !q.overflowed {
+            while q.frames.is_empty() && !q.overflowed && !q.stale_copy {
                 let (guard, _) = f
                     .wake
                     .wait_timeout(q, Duration::from_millis(200))
                     .unwrap_or_else(|p| p.into_inner());
                 q = guard;
             }
-            if q.overflowed {
+            if q.overflowed || q.stale_copy {
                 // Catch up in bulk: a new link and a new copy.
                 return Ok(());
             }
@@ -210,6 +221,8 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
                 Frame::Ack { id, .. } => {
                     f.acked.fetch_max(id, Ordering::Relaxed);
                 }
+                // The backup is busy (its own store's lock is held): alive all the same.
+                Frame::Heartbeat { .. } => {}
                 Frame::Refused { reason } => return Err(Error::Refused(reason)),
                 other => return Err(Error::Unexpected(format!("{other:?}"))),
             }
@@ -222,11 +235,18 @@ fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) 
     // Under the mirror's lock: no record is logged meanwhile, so the copy holds exactly the
     // records up to `done`, and every record queued from now on comes after it.
     let s = lock_store(store);
+    if !s.state().complete {
+        // A full copy from the primary began since the session checked: wait for its end.
+        return Err(Error::Storage(
+            "the mirror holds no complete copy yet".into(),
+        ));
+    }
     {
         let mut q = f.lock();
         q.frames.clear();
         q.bytes = 0;
         q.overflowed = false;
+        q.stale_copy = false;
     }
     let image = s
         .image()
@@ -266,7 +286,7 @@ fn wait_ack(link: &mut Link, id: u64) -> Result<()> {
     loop {
         match link.recv()? {
             Frame::Ack { id: got, .. } if got >= id => return Ok(()),
-            Frame::Ack { .. } => continue,
+            Frame::Ack { .. } | Frame::Heartbeat { .. } => continue,
             Frame::Refused { reason } => return Err(Error::Refused(reason)),
             other => return Err(Error::Unexpected(format!("{other:?}"))),
         }

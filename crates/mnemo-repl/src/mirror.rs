@@ -611,6 +611,39 @@ fn lock(store: &Mutex<MirrorStore>) -> std::sync::MutexGuard<'_, MirrorStore> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// While a record waits for the store (a backup's full copy holds it, about a second per GiB),
+/// the primary waiting for its ack is told every this long that this mirror is alive, so that
+/// it waits instead of declaring the link lost.
+const BUSY_HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// The store's lock for a record from the primary on `link`: at once when free (always, but
+/// during a backup's full copy), else waiting with a heartbeat to the primary every
+/// [`BUSY_HEARTBEAT`].
+fn lock_for_record<'s>(
+    store: &'s Mutex<MirrorStore>,
+    link: &mut Link,
+    epoch: u64,
+    id: u64,
+) -> Result<std::sync::MutexGuard<'s, MirrorStore>> {
+    let mut beat = std::time::Instant::now();
+    loop {
+        match store.try_lock() {
+            Ok(guard) => return Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if beat.elapsed() >= BUSY_HEARTBEAT {
+                    link.send(&Frame::Heartbeat {
+                        epoch,
+                        id: id.saturating_sub(1),
+                    })?;
+                    beat = std::time::Instant::now();
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}
+
 /// Serve one primary's link until it closes.
 pub fn serve_link(
     stream: TcpStream,
@@ -657,7 +690,7 @@ pub fn serve_link(
                         Err(Error::Unexpected("copy record outside a copy".into()))
                     }
                 } else {
-                    let mut s = lock(store);
+                    let mut s = lock_for_record(store, &mut link, epoch, id)?;
                     if s.state().epoch > epoch {
                         Err(Error::Refused(format!(
                             "stale epoch {epoch}: this mirror has seen epoch {}",
@@ -680,22 +713,38 @@ pub fn serve_link(
                     }
                 }
             }
-            Frame::Heartbeat { .. } => {
+            Frame::Heartbeat { id, .. } => {
                 // Answered with where this mirror stands: a primary whose epoch is older
-                // learns here, on an idle link, that it was deposed.
-                let mut s = lock(store);
-                s.stats.heartbeats += 1;
-                Ok(Some(Frame::Heartbeat {
-                    epoch: s.state().epoch,
-                    id: s.last_id(),
-                }))
+                // learns here, on an idle link, that it was deposed. The store may be busy
+                // for a while (a backup's full copy holds its lock): the answer proves this
+                // process alive and does not wait for it; the epoch is then the link's.
+                let (epoch, id) = match store.try_lock() {
+                    Ok(mut s) => {
+                        s.stats.heartbeats += 1;
+                        (s.state().epoch, s.last_id())
+                    }
+                    Err(std::sync::TryLockError::Poisoned(p)) => {
+                        let s = p.into_inner();
+                        (s.state().epoch, s.last_id())
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => (epoch, id),
+                };
+                Ok(Some(Frame::Heartbeat { epoch, id }))
             }
             Frame::CopyBegin {
                 epoch: e,
                 pool_size,
             } if e == epoch && !copying => {
                 copying = true;
-                lock(store).begin_copy(epoch, pool_size).map(|()| None)
+                let mut s = lock(store);
+                let begun = s.begin_copy(epoch, pool_size);
+                // The primary sends a full copy after a lost link: it may hold sync points
+                // made while the link was down, which no record will bring to the backups.
+                // Each catches up with a full copy of this image once it is complete.
+                for b in backups {
+                    b.recopy();
+                }
+                begun.map(|()| None)
             }
             Frame::CopyDone {
                 epoch: e,

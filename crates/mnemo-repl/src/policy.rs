@@ -690,6 +690,8 @@ impl MirrorPolicy {
                 self.acked.fetch_max(id, Ordering::Relaxed);
                 Ok(())
             }
+            // The mirror is busy with a record (a backup's full copy holds its store).
+            Frame::Heartbeat { .. } => Ok(()),
             Frame::Refused { reason } => Err(Error::Refused(reason)),
             other => Err(Error::Unexpected(format!("{other:?}"))),
         }
@@ -755,12 +757,30 @@ pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)>
     Ok((link, last))
 }
 
-/// Wait for the acknowledgement of `id` (acks of earlier ids are skipped).
+/// Longest wait for one acknowledgement from a mirror that says it is alive but busy (its
+/// heartbeats while a backup's full copy holds its store).
+const BUSY_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Wait for the acknowledgement of `id` (acks of earlier ids are skipped; the mirror's
+/// heartbeats meanwhile say it is busy, not gone: each one restarts the read timeout, up to
+/// [`BUSY_WAIT_MAX`]).
 fn expect_ack(link: &mut Link, epoch: u64, id: u64) -> Result<u64> {
+    let start = Instant::now();
     loop {
         match link.recv()? {
             Frame::Ack { epoch: e, id: got } if e == epoch && got >= id => return Ok(got),
             Frame::Ack { epoch: e, .. } if e == epoch => continue,
+            Frame::Heartbeat { epoch: e, .. } if e > epoch => {
+                return Err(Error::Refused(format!(
+                    "stale epoch {epoch}: the mirror has seen epoch {e}"
+                )))
+            }
+            Frame::Heartbeat { .. } if start.elapsed() < BUSY_WAIT_MAX => continue,
+            Frame::Heartbeat { .. } => {
+                return Err(Error::Unexpected(format!(
+                    "the mirror stayed busy for {BUSY_WAIT_MAX:?} without acknowledging record {id}"
+                )))
+            }
             Frame::Ack { epoch: e, .. } => {
                 return Err(Error::Refused(format!(
                     "acknowledged under epoch {e}, this primary's is {epoch}"
