@@ -1,10 +1,13 @@
 //! The second tier: primary -> mirror -> backup over loopback. The backup's image, opened as
 //! a pool, holds what the primary wrote once it has caught up; a backup that is away while
 //! records pile up past the lag limit catches up in bulk with a full copy instead of an
-//! unbounded queue.
+//! unbounded queue; a backup learns of the primary's full copies.
+
+mod support;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -160,5 +163,63 @@ fn a_lagging_backup_catches_up_in_bulk() {
     heap.close();
     caught_up(&mirror, &backup, &forwarder);
     assert!(forwarder.stats().copies >= 1);
+    check_image(&backup, dir.path(), &written);
+}
+
+/// The story: the primary lost its link (a backup's first copy held the mirror's store past
+/// the primary's timeout, under load), made sync points locally, relinked with a full copy to
+/// the mirror, and went on. The backup, streaming records, never saw the local-only sync
+/// points nor the copy that brought them to the mirror: it applied later records to an image
+/// that lacked them, and its keyspace was corrupt. A full copy to the mirror now makes each
+/// backup catch up with a full copy too.
+#[test]
+fn a_backup_catches_up_with_what_the_primary_made_without_its_mirror() {
+    let dir = scratch();
+    let b_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b_addr = b_listener.local_addr().unwrap();
+    let backup = serve(
+        Mirror::new(store(&dir.path().join("backup")), secret()),
+        b_listener,
+    );
+    let mut mirror = Mirror::new(store(&dir.path().join("mirror")), secret());
+    mirror.add_backup(b_addr, 64 << 20).unwrap();
+    let forwarder = Arc::clone(&mirror.backups()[0]);
+    let m_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let m_addr = m_listener.local_addr().unwrap();
+    let mirror = serve(mirror, m_listener);
+    let frozen = Arc::new(AtomicBool::new(false));
+    let proxy = support::start_proxy(m_addr, Arc::clone(&frozen));
+
+    let mut c = MirrorConfig::new(proxy, secret(), Mode::SyncFlush);
+    c.timeout = Duration::from_millis(300);
+    c.retry = Duration::from_millis(50);
+    let policy = Arc::new(MirrorPolicy::new(c));
+    let mut options = CreateOptions::new(16 << 20, "repl-test");
+    options.policy = Some(Arc::clone(&policy) as _);
+    let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
+    let heap = Heap::create(pool, &HeapOptions::default()).unwrap();
+    let mut written = Vec::new();
+    write(&heap, &mut written, 20);
+    caught_up(&mirror, &backup, &forwarder);
+    assert_eq!(forwarder.stats().copies, 1);
+
+    // The link is cut: these writes are durable on the primary alone.
+    frozen.store(true, Ordering::Relaxed);
+    write(&heap, &mut written, 20);
+    let s = policy.stats();
+    assert!(!s.in_sync && s.local_only >= 20, "{s:?}");
+    frozen.store(false, Ordering::Relaxed);
+    // Back with a full copy, then records again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !policy.stats().in_sync {
+        assert!(Instant::now() < deadline, "{:?}", policy.stats());
+        write(&heap, &mut written, 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(policy.stats().copies, 2);
+    write(&heap, &mut written, 20);
+    heap.close();
+    caught_up(&mirror, &backup, &forwarder);
+    assert_eq!(forwarder.stats().copies, 2, "{:?}", forwarder.stats());
     check_image(&backup, dir.path(), &written);
 }

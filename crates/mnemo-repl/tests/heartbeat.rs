@@ -5,8 +5,9 @@
 //! heartbeats alone, with no sync point, and records it in its membership before anything
 //! more is acknowledged. A membership that refuses (a deposed primary) fails sync points.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod support;
+
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,50 +36,6 @@ fn start_mirror(dir: &Path) -> (SocketAddr, Arc<Mutex<MirrorStore>>) {
     let store = mirror.store();
     std::thread::spawn(move || mirror.serve(listener));
     (addr, store)
-}
-
-/// A TCP proxy to `upstream` whose links stop moving bytes while `frozen` is set.
-fn start_proxy(upstream: SocketAddr, frozen: Arc<AtomicBool>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { continue };
-            let Ok(server) = TcpStream::connect(upstream) else {
-                continue;
-            };
-            for (mut from, mut to) in [
-                (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                (server, client),
-            ] {
-                let frozen = Arc::clone(&frozen);
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 << 10];
-                    loop {
-                        while frozen.load(Ordering::Relaxed) {
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
-                        match from.read(&mut buf) {
-                            Ok(0) | Err(_) => {
-                                let _ = to.shutdown(std::net::Shutdown::Both);
-                                return;
-                            }
-                            Ok(n) => {
-                                // Bytes read just before a freeze are held back with it.
-                                while frozen.load(Ordering::Relaxed) {
-                                    std::thread::sleep(Duration::from_millis(5));
-                                }
-                                if to.write_all(&buf[..n]).is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                });
-            }
-        }
-    });
-    addr
 }
 
 /// A membership that records what the policy tells it, and can refuse.
@@ -140,7 +97,7 @@ fn an_idle_link_sees_a_silent_mirror_through_heartbeats() {
     let dir = scratch();
     let (mirror, store) = start_mirror(&dir.path().join("mirror"));
     let frozen = Arc::new(AtomicBool::new(false));
-    let addr = start_proxy(mirror, Arc::clone(&frozen));
+    let addr = support::start_proxy(mirror, Arc::clone(&frozen));
     let recorder = Arc::new(Recorder::default());
     let policy = Arc::new(
         MirrorPolicy::new(config(addr, Mode::Sync))
@@ -190,7 +147,7 @@ fn a_loss_that_cannot_be_recorded_fails_the_sync_point() {
     let dir = scratch();
     let (mirror, _store) = start_mirror(&dir.path().join("mirror"));
     let frozen = Arc::new(AtomicBool::new(false));
-    let addr = start_proxy(mirror, Arc::clone(&frozen));
+    let addr = support::start_proxy(mirror, Arc::clone(&frozen));
     let recorder = Arc::new(Recorder::default());
     let policy = Arc::new(
         MirrorPolicy::new(config(addr, Mode::SyncFlush))
@@ -230,7 +187,7 @@ fn a_blocking_primary_waits_for_its_mirror() {
     let dir = scratch();
     let (mirror, store) = start_mirror(&dir.path().join("mirror"));
     let frozen = Arc::new(AtomicBool::new(false));
-    let addr = start_proxy(mirror, Arc::clone(&frozen));
+    let addr = support::start_proxy(mirror, Arc::clone(&frozen));
     let recorder = Arc::new(Recorder::default());
     let mut c = config(addr, Mode::Sync);
     c.without_mirror = WithoutMirror::Block;
