@@ -510,10 +510,32 @@ impl MirrorStore {
                     .into(),
             ));
         }
+        self.grow_to_header()?;
         self.checkpoint()?;
         let epoch = epoch.max(self.state.epoch + 1);
         self.observe_epoch(epoch)?;
         Ok(self.image_path())
+    }
+
+    /// A pool that grew after its full copy recorded its new size in its header (a record
+    /// like any other), but the zeros it grew by were never shipped: the image is shorter
+    /// than the size it records, and a pool that short is refused at open. Extend the image
+    /// to that size (with zeros, as the primary's file was). Found by the failover benchmark:
+    /// a promoted mirror of a pool grown from 64 MiB did not open.
+    fn grow_to_header(&mut self) -> Result<()> {
+        let Some(image) = &self.image else {
+            return Ok(());
+        };
+        let recorded = mnemo_pmem::inspect::inspect(&self.dir.join("image"))
+            .ok()
+            .and_then(|i| i.header)
+            .map_or(0, |h| h.pool_size);
+        if recorded > image.len() {
+            image.grow(recorded.next_multiple_of(4096)).map_err(|e| {
+                Error::Storage(format!("growing the image to its pool's size: {e}"))
+            })?;
+        }
+        Ok(())
     }
 }
 
