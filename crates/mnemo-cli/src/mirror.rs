@@ -69,6 +69,14 @@ pub struct MirrorServeArgs {
     /// catches up later with a full copy.
     #[arg(long, default_value = "64M", value_parser = size::parse)]
     pub backup_lag_max: u64,
+    /// syncsec (Mojim's secondary threshold): hold each acknowledgement to the primary while
+    /// a connected backup has more than this many bytes of records unacknowledged (0: never),
+    /// at most --backup-stall-ms, after which that backup catches up with a full copy.
+    #[arg(long, default_value = "0", value_parser = size::parse)]
+    pub backup_stall: u64,
+    /// Longest a lagging backup holds the primary tier (below the primary's 2 s timeout).
+    #[arg(long, default_value_t = 1000)]
+    pub backup_stall_ms: u64,
     /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
     /// --mirror spells it. [default: BIND:PORT]
     #[arg(long, value_name = "HOST:PORT")]
@@ -106,7 +114,9 @@ pub struct ReplArgs {
     /// How: syncflush (wait for the mirror and flush locally meanwhile; the default),
     /// sync (wait for the mirror, no local flush: after a crash of this machine, restore the
     /// pool from the mirror with `mnemo mirror promote`), async (flush locally, do not wait:
-    /// the mirror may lag), local (no mirror).
+    /// the mirror may lag), syncsec (sync, with backups behind the mirror: start the mirror
+    /// with --backup and --backup-stall, Mojim's threshold past which a lagging backup holds
+    /// the primary back), local (no mirror).
     #[arg(long, default_value = "syncflush", value_parser = parse_mode)]
     pub repl_mode: Mode,
     /// File holding the secret shared with the mirror (mode 0600).
@@ -161,7 +171,7 @@ impl ReplArgs {
                 ));
             }
         }
-        if self.mirror.is_some() && self.repl_mode == Mode::Sync {
+        if self.mirror.is_some() && !self.repl_mode.flushes_locally() {
             use std::io::Write as _;
             if let Some(parent) = pool.parent().filter(|d| !d.as_os_str().is_empty()) {
                 make_dir(parent)?;
@@ -183,7 +193,7 @@ impl ReplArgs {
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
     Mode::parse(text).ok_or_else(|| {
-        format!("unknown replication mode {text:?}: use local, async, sync or syncflush")
+        format!("unknown replication mode {text:?}: use local, async, sync, syncflush or syncsec")
     })
 }
 
@@ -298,8 +308,13 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
     let mut mirror = Mirror::new(store, secret);
     for backup in &args.backup {
         let addr = resolve_flag("--backup", backup)?;
+        let options = mnemo_repl::BackupOptions {
+            lag_max: args.backup_lag_max,
+            stall_bytes: args.backup_stall,
+            stall_max: std::time::Duration::from_millis(args.backup_stall_ms),
+        };
         mirror
-            .add_backup(addr, args.backup_lag_max)
+            .add_backup_with(addr, options)
             .map_err(|e| e.to_string())?;
     }
     tracing::info!(

@@ -582,7 +582,16 @@ impl Mirror {
     /// serve`); a backup more than `lag_max` bytes behind catches up with a full copy.
     /// Call before [`Mirror::serve`].
     pub fn add_backup(&mut self, addr: SocketAddr, lag_max: u64) -> Result<()> {
-        let forwarder = backup::start(addr, lag_max, Arc::clone(&self.store), self.secret.clone())?;
+        self.add_backup_with(addr, backup::BackupOptions::new(lag_max))
+    }
+
+    /// [`Mirror::add_backup`] with every option (the stall threshold of `syncsec`).
+    pub fn add_backup_with(
+        &mut self,
+        addr: SocketAddr,
+        options: backup::BackupOptions,
+    ) -> Result<()> {
+        let forwarder = backup::start(addr, options, Arc::clone(&self.store), self.secret.clone())?;
         let mut backups: Vec<Arc<Forwarder>> = self.backups.iter().cloned().collect();
         backups.push(forwarder);
         self.backups = Arc::new(backups);
@@ -724,7 +733,11 @@ pub fn serve_link(
                         if logged.is_ok() {
                             // In log order (the store's lock is held), before the ack.
                             for b in backups {
-                                b.push(frame);
+                                b.push(id, frame);
+                            }
+                            // syncsec: a backup too far behind holds this acknowledgement.
+                            for b in backups {
+                                b.stall();
                             }
                         }
                         logged.and_then(|()| {

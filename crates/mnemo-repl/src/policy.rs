@@ -51,6 +51,10 @@ pub enum Mode {
     Sync,
     /// Ship, flush locally meanwhile, wait for the mirror.
     SyncFlush,
+    /// `sync` with backups behind the mirror, Mojim's M-syncsec: the primary behaves as in
+    /// `sync`; its mirror (`--backup`, `--backup-stall`) forwards in the background and holds
+    /// its acknowledgements back while a backup lags past the threshold.
+    SyncSec,
 }
 
 impl Mode {
@@ -61,18 +65,27 @@ impl Mode {
             Mode::Async => "async",
             Mode::Sync => "sync",
             Mode::SyncFlush => "syncflush",
+            Mode::SyncSec => "syncsec",
         }
     }
 
     /// Parse a name.
     pub fn parse(name: &str) -> Option<Mode> {
-        [Mode::Local, Mode::Async, Mode::Sync, Mode::SyncFlush]
-            .into_iter()
-            .find(|m| m.name() == name)
+        [
+            Mode::Local,
+            Mode::Async,
+            Mode::Sync,
+            Mode::SyncFlush,
+            Mode::SyncSec,
+        ]
+        .into_iter()
+        .find(|m| m.name() == name)
     }
 
-    fn flushes_locally(self) -> bool {
-        !matches!(self, Mode::Sync)
+    /// Whether sync points are made durable here too (all but `sync` and `syncsec`, which
+    /// rely on the mirror alone while it is in sync).
+    pub fn flushes_locally(self) -> bool {
+        !matches!(self, Mode::Sync | Mode::SyncSec)
     }
 }
 
@@ -797,7 +810,7 @@ impl SyncPolicy for MirrorPolicy {
     /// skipped the local flush, every line of the pool is flushed and fenced first.
     fn close(&self, media: &dyn Media) -> std::result::Result<(), MediaError> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.unflushed || self.config.mode == Mode::Sync {
+        if inner.unflushed || !self.config.mode.flushes_locally() {
             media.flush(0, media.len());
             media.drain()?;
             inner.unflushed = false;
@@ -810,6 +823,7 @@ impl SyncPolicy for MirrorPolicy {
             Mode::Local => "local",
             Mode::Async => "mirror-async",
             Mode::Sync => "mirror-sync",
+            Mode::SyncSec => "mirror-syncsec",
             Mode::SyncFlush => "mirror-syncflush",
         }
     }
