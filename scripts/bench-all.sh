@@ -30,6 +30,7 @@ benches=(
     "kv-disk|env KV_BENCH_ROUNDS=5 scripts/bench-kv-disk.sh"
     "repl|scripts/bench-repl.sh 20000"
     "repl-kv|scripts/bench-repl-kv.sh 50 5 5"
+    "failover|scripts/bench-failover.sh 5"
     "vm|scripts/bench-vm.sh"
 )
 [ -x scripts/bench-vpm.sh ] && benches+=("vpm|scripts/bench-vpm.sh")

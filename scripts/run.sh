@@ -3,6 +3,16 @@
 # Extra arguments are passed to the command.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+# Building needs protoc: mnemo-repl-etcd's etcd client generates its gRPC code at build time.
+if ! command -v protoc >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+    else
+        echo "run.sh: building mnemo needs protoc: apt-get install protobuf-compiler" >&2
+        exit 1
+    fi
+fi
 cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p mnemo-cli
 mnemo="${CARGO_TARGET_DIR:-$repo/target}/release/mnemo"
 mkdir -p mnemo-data

@@ -20,6 +20,8 @@ packages=(
     busybox-static    # persistent VM tests: the guest's initramfs (scripts/vm-guest.sh)
     cpio              # persistent VM tests: packing that initramfs
     python3           # scripts/check-no-mutants.sh: the mutant names read from the sources
+    etcd-server       # replication failover tests: the configuration store and its leases
+    protobuf-compiler # mnemo-repl-etcd: etcd-client generates its gRPC code with protoc
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod etcd;
 mod mirror;
 mod pool;
 mod report;
@@ -56,6 +57,9 @@ enum Command {
     /// Replication's second tier: a backup that a mirror feeds in the background.
     #[command(subcommand)]
     Backup(mirror::BackupCommand),
+    /// Replication's configuration in etcd (failover with `--etcd`).
+    #[command(subcommand)]
+    Repl(etcd::ReplCommand),
     /// Persistent virtual machines: guest RAM in persistent memory, fixed on a power failure
     /// (signal 44) and resumed without a reboot.
     ///
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Kv(cmd) => serve::run_kv(&cmd),
         Command::Mirror(cmd) => mirror::run(&cmd),
         Command::Backup(cmd) => mirror::run_backup(&cmd),
+        Command::Repl(cmd) => etcd::run(&cmd),
         Command::Vm(cmd) => vm::run(&cmd),
     }
 }

@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use mnemo_repl::{Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret};
+use mnemo_repl::{
+    Membership, Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret,
+    WithoutMirror,
+};
 
 use crate::size;
 
@@ -66,6 +69,23 @@ pub struct MirrorServeArgs {
     /// catches up later with a full copy.
     #[arg(long, default_value = "64M", value_parser = size::parse)]
     pub backup_lag_max: u64,
+    /// syncsec (Mojim's secondary threshold): hold each acknowledgement to the primary while
+    /// a connected backup has more than this many bytes of records unacknowledged (0: never),
+    /// at most --backup-stall-ms, after which that backup catches up with a full copy.
+    #[arg(long, default_value = "0", value_parser = size::parse)]
+    pub backup_stall: u64,
+    /// Longest a lagging backup holds the primary tier (below the primary's 2 s timeout).
+    #[arg(long, default_value_t = 1000)]
+    pub backup_stall_ms: u64,
+    /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
+    /// --mirror spells it. [default: BIND:PORT]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+    /// With --etcd: the port `mnemo serve` listens on (at --bind) once this mirror takes over.
+    #[arg(long, default_value_t = crate::serve::PORT_DEFAULT)]
+    pub promote_port: u16,
+    #[command(flatten)]
+    pub etcd: crate::etcd::EtcdArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -94,7 +114,9 @@ pub struct ReplArgs {
     /// How: syncflush (wait for the mirror and flush locally meanwhile; the default),
     /// sync (wait for the mirror, no local flush: after a crash of this machine, restore the
     /// pool from the mirror with `mnemo mirror promote`), async (flush locally, do not wait:
-    /// the mirror may lag), local (no mirror).
+    /// the mirror may lag), syncsec (sync, with backups behind the mirror: start the mirror
+    /// with --backup and --backup-stall, Mojim's threshold past which a lagging backup holds
+    /// the primary back), local (no mirror).
     #[arg(long, default_value = "syncflush", value_parser = parse_mode)]
     pub repl_mode: Mode,
     /// File holding the secret shared with the mirror (mode 0600).
@@ -108,6 +130,21 @@ pub struct ReplArgs {
     /// own image may lack what only the mirror received; serve the promoted mirror instead.
     #[arg(long)]
     pub repl_trust_local: bool,
+    /// When the mirror is lost: record (go on durably here, after recording in etcd that the
+    /// mirror is out of sync, so that it is not promoted), or block (acknowledge nothing
+    /// until the mirror is back).
+    #[arg(long, default_value = "record", value_parser = parse_without_mirror)]
+    pub repl_without_mirror: WithoutMirror,
+    #[command(flatten)]
+    pub etcd: crate::etcd::EtcdArgs,
+}
+
+fn parse_without_mirror(text: &str) -> Result<WithoutMirror, String> {
+    match text {
+        "record" => Ok(WithoutMirror::Record),
+        "block" => Ok(WithoutMirror::Block),
+        _ => Err(format!("{text:?}: use record or block")),
+    }
 }
 
 /// The file beside a pool that says it runs (or ran) in sync mode, until a clean close.
@@ -134,7 +171,7 @@ impl ReplArgs {
                 ));
             }
         }
-        if self.mirror.is_some() && self.repl_mode == Mode::Sync {
+        if self.mirror.is_some() && !self.repl_mode.flushes_locally() {
             use std::io::Write as _;
             if let Some(parent) = pool.parent().filter(|d| !d.as_os_str().is_empty()) {
                 make_dir(parent)?;
@@ -156,13 +193,17 @@ impl ReplArgs {
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
     Mode::parse(text).ok_or_else(|| {
-        format!("unknown replication mode {text:?}: use local, async, sync or syncflush")
+        format!("unknown replication mode {text:?}: use local, async, sync, syncflush or syncsec")
     })
 }
 
 impl ReplArgs {
-    /// The policy these flags ask for, if any.
-    pub fn policy(&self) -> Result<Option<Arc<MirrorPolicy>>, String> {
+    /// The policy these flags ask for, if any; under etcd, at the membership's epoch and
+    /// recording the mirror's state there.
+    pub fn policy(
+        &self,
+        membership: Option<Arc<mnemo_repl_etcd::PrimaryMembership>>,
+    ) -> Result<Option<Arc<MirrorPolicy>>, String> {
         let Some(mirror) = &self.mirror else {
             return Ok(None);
         };
@@ -177,7 +218,17 @@ impl ReplArgs {
         let secret = Secret::from_file(path).map_err(|e| e.to_string())?;
         let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
         config.epoch = self.repl_epoch;
-        Ok(Some(Arc::new(MirrorPolicy::new(config))))
+        config.without_mirror = self.repl_without_mirror;
+        let mut policy = MirrorPolicy::new(config.clone());
+        if let Some(m) = membership {
+            config.epoch = m.epoch();
+            policy = MirrorPolicy::new(config).with_membership(m as Arc<dyn Membership>);
+        }
+        let policy = Arc::new(policy);
+        policy
+            .start_heartbeats()
+            .map_err(|e| format!("starting the heartbeat thread: {e}"))?;
+        Ok(Some(policy))
     }
 }
 
@@ -237,6 +288,9 @@ fn serve(args: &MirrorServeArgs) -> Result<(), String> {
 }
 
 fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
+    if args.etcd.etcd.is_some() && role != "mirror" {
+        return Err("--etcd is for mirrors (a backup does not take over)".into());
+    }
     let secret = Secret::from_file(&args.secret_file).map_err(|e| e.to_string())?;
     make_dir(&args.dir)?;
     let options = MirrorOptions {
@@ -254,8 +308,13 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
     let mut mirror = Mirror::new(store, secret);
     for backup in &args.backup {
         let addr = resolve_flag("--backup", backup)?;
+        let options = mnemo_repl::BackupOptions {
+            lag_max: args.backup_lag_max,
+            stall_bytes: args.backup_stall,
+            stall_max: std::time::Duration::from_millis(args.backup_stall_ms),
+        };
         mirror
-            .add_backup(addr, args.backup_lag_max)
+            .add_backup_with(addr, options)
             .map_err(|e| e.to_string())?;
     }
     tracing::info!(
@@ -268,7 +327,28 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
         backups = args.backup.len(),
         "mnemo {role} ready"
     );
-    mirror.serve(listener).map_err(|e| e.to_string())
+    if args.etcd.etcd.is_none() {
+        return mirror.serve(listener).map_err(|e| e.to_string());
+    }
+    // Under etcd: serve primaries on a thread, and take over when the primary's lease
+    // expires (this process then becomes `mnemo serve` on the promoted image).
+    let store = mirror.store();
+    std::thread::Builder::new()
+        .name("mnemo-mirror-accept".into())
+        .spawn(move || {
+            if let Err(e) = mirror.serve(listener) {
+                tracing::error!(error = %e, "the mirror stopped accepting primaries");
+            }
+        })
+        .map_err(|e| format!("spawning the mirror's accept thread: {e}"))?;
+    let successor = crate::etcd::Successor {
+        mirror: args
+            .advertise
+            .clone()
+            .unwrap_or_else(|| address.to_string()),
+        serve: SocketAddr::new(args.bind, args.promote_port),
+    };
+    crate::etcd::mirror_failover(&args.etcd, &successor, &args.dir, store)
 }
 
 fn status(dir: &Path) -> Result<(), String> {

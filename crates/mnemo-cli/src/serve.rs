@@ -129,7 +129,14 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 }
 
 fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
-    let repl = args.repl.policy()?;
+    let membership = crate::etcd::start_primary(
+        &args.repl.etcd,
+        SocketAddr::new(args.bind, args.port),
+        args.repl.mirror.as_deref(),
+        args.repl.repl_mode.name(),
+        &args.pool,
+    )?;
+    let repl = args.repl.policy(membership)?;
     args.repl.guard(&args.pool)?;
     let (heap, start, vpm) = match args.pm_budget {
         Some(budget) => {
@@ -351,7 +358,7 @@ fn info_hook<'h>(
                         let c = p.config();
                         let _ = write!(
                             out,
-                            "mnemo_repl_mode:{}\r\nmnemo_repl_mirror:{}\r\nmnemo_repl_epoch:{}\r\nmnemo_repl_mirror_in_sync:{}\r\nmnemo_repl_records_shipped:{}\r\nmnemo_repl_bytes_shipped:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_acked_id:{}\r\nmnemo_repl_lag_records:{}\r\nmnemo_repl_full_copies:{}\r\nmnemo_repl_link_losses:{}\r\nmnemo_repl_local_only_sync_points:{}\r\n",
+                            "mnemo_repl_mode:{}\r\nmnemo_repl_mirror:{}\r\nmnemo_repl_epoch:{}\r\nmnemo_repl_mirror_in_sync:{}\r\nmnemo_repl_records_shipped:{}\r\nmnemo_repl_bytes_shipped:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_acked_id:{}\r\nmnemo_repl_lag_records:{}\r\nmnemo_repl_full_copies:{}\r\nmnemo_repl_link_losses:{}\r\nmnemo_repl_local_only_sync_points:{}\r\nmnemo_repl_heartbeats:{}\r\nmnemo_repl_last_heartbeat_ms:{}\r\n",
                             c.mode.name(),
                             c.addr,
                             c.epoch,
@@ -364,6 +371,9 @@ fn info_hook<'h>(
                             s.copies,
                             s.link_losses,
                             s.local_only,
+                            s.heartbeats,
+                            // -1: none answered yet (Redis's convention for "never").
+                            s.heartbeat_age_ms.map_or(-1, |ms| ms as i64),
                         );
                     }
                 }

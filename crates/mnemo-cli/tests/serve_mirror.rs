@@ -337,7 +337,9 @@ fn a_backup_holds_a_prefix_of_history() {
     let held = promoted_prefix(&backup_dir, total);
     assert!(
         held as u64 >= total / 2,
-        "the backup lost writes it had caught up with: it holds {held}"
+        "the backup lost writes it had caught up with: it holds {held}\nmirror log:\n{}\nbackup log:\n{}",
+        mirror.log_text(),
+        backup.log_text()
     );
 }
 

@@ -11,7 +11,12 @@
 //!
 //! A backup that falls behind by more than `lag_max` bytes of queued records is not queued
 //! for without bound: the queue is dropped and the backup catches up in bulk with a new full
-//! copy. The primary tier never waits for a backup.
+//! copy. With a stall threshold (`syncsec`, Mojim's secondary-tier threshold), the mirror
+//! holds its acknowledgement to the primary back while a connected backup has more than that
+//! many bytes of records unacknowledged, at most `stall_max` (below the primary's timeout);
+//! a backup still that far behind then is dropped to a bulk catch-up, so that one slow backup
+//! cannot hold the primary tier for longer. Without a threshold the primary tier never waits
+//! for a backup.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -41,8 +46,39 @@ pub struct BackupStats {
     pub copies: u64,
     /// Bytes of records queued for it now.
     pub lag_bytes: u64,
-    /// Times the queue passed `lag_max` and was dropped for a bulk catch-up.
+    /// Times the queue passed `lag_max` (or a stall `stall_max`) and was dropped for a bulk
+    /// catch-up.
     pub overflows: u64,
+    /// Bytes of records forwarded (or queued) and not yet acknowledged by the backup.
+    pub unacked_bytes: u64,
+    /// Acknowledgements to the primary held back because this backup lagged.
+    pub stalls: u64,
+}
+
+/// How a mirror feeds one backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupOptions {
+    /// Queued bytes past which the queue is dropped for a bulk catch-up.
+    pub lag_max: u64,
+    /// Unacknowledged bytes past which the primary's acknowledgement waits (0: never).
+    pub stall_bytes: u64,
+    /// Longest such wait, after which the backup is dropped to a bulk catch-up.
+    pub stall_max: Duration,
+}
+
+/// Longest a lagging backup holds the primary tier back (the primary's link times out
+/// after 2 s by default).
+pub const STALL_MAX_DEFAULT: Duration = Duration::from_secs(1);
+
+impl BackupOptions {
+    /// `lag_max`, no stall.
+    pub fn new(lag_max: u64) -> BackupOptions {
+        BackupOptions {
+            lag_max,
+            stall_bytes: 0,
+            stall_max: STALL_MAX_DEFAULT,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -51,15 +87,34 @@ struct Queue {
     bytes: u64,
     /// Records were dropped: the next thing the backup needs is a full copy.
     overflowed: bool,
+    /// The mirror's image was replaced by a full copy since the backup's copy was taken.
+    stale_copy: bool,
+    /// Records handed to this backup since its copy and not acknowledged: (id, bytes).
+    unacked: VecDeque<(u64, u64)>,
+    unacked_bytes: u64,
+}
+
+impl Queue {
+    /// Drop everything: the backup catches up with a full copy.
+    fn overflow(&mut self) {
+        self.frames.clear();
+        self.bytes = 0;
+        self.unacked.clear();
+        self.unacked_bytes = 0;
+        self.overflowed = true;
+    }
 }
 
 /// One backup, fed by its own thread.
 #[derive(Debug)]
 pub struct Forwarder {
     addr: SocketAddr,
-    lag_max: u64,
+    options: BackupOptions,
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Signalled when acknowledgements come in, or the backup is dropped or disconnected.
+    progress: Condvar,
+    stalls: AtomicU64,
     connected: AtomicBool,
     forwarded: AtomicU64,
     acked: AtomicU64,
@@ -75,13 +130,21 @@ impl Forwarder {
 
     /// Counters.
     pub fn stats(&self) -> BackupStats {
+        // One guard for both queue figures (a second lock() in this expression would wait
+        // for the first guard, alive until the end of the statement).
+        let (lag_bytes, unacked_bytes) = {
+            let q = self.lock();
+            (q.bytes, q.unacked_bytes)
+        };
         BackupStats {
             connected: self.connected.load(Ordering::Relaxed),
             forwarded: self.forwarded.load(Ordering::Relaxed),
             acked: self.acked.load(Ordering::Relaxed),
             copies: self.copies.load(Ordering::Relaxed),
-            lag_bytes: self.lock().bytes,
+            lag_bytes,
             overflows: self.overflows.load(Ordering::Relaxed),
+            unacked_bytes,
+            stalls: self.stalls.load(Ordering::Relaxed),
         }
     }
 
@@ -90,22 +153,85 @@ impl Forwarder {
     }
 
     /// Queue a logged record's frame (called by the mirror, in record order).
-    pub(crate) fn push(&self, frame: &[u8]) {
+    pub(crate) fn push(&self, id: u64, frame: &[u8]) {
         let mut q = self.lock();
         if q.overflowed {
             return;
         }
-        if q.bytes + frame.len() as u64 > self.lag_max {
-            q.frames.clear();
-            q.bytes = 0;
-            q.overflowed = true;
+        let len = frame.len() as u64;
+        if q.bytes + len > self.options.lag_max {
+            q.overflow();
             self.overflows.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(backup = %self.addr, lag_max = self.lag_max, "backup lags too far: it will catch up with a full copy");
+            tracing::warn!(backup = %self.addr, lag_max = self.options.lag_max, "backup lags too far: it will catch up with a full copy");
         } else {
-            q.bytes += frame.len() as u64;
+            q.bytes += len;
             q.frames.push_back(frame.to_vec());
+            q.unacked.push_back((id, len));
+            q.unacked_bytes += len;
         }
         drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Before the mirror acknowledges a record to the primary: wait while this backup, linked
+    /// and streaming, has more than the stall threshold unacknowledged; past `stall_max`,
+    /// drop it to a bulk catch-up instead of waiting longer.
+    pub(crate) fn stall(&self) {
+        let threshold = self.options.stall_bytes;
+        if threshold == 0 {
+            return;
+        }
+        let mut q = self.lock();
+        let lagging = |q: &Queue| {
+            self.connected.load(Ordering::Relaxed)
+                && !q.overflowed
+                && !q.stale_copy
+                && q.unacked_bytes > threshold
+        };
+        if !lagging(&q) {
+            return;
+        }
+        self.stalls.fetch_add(1, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + self.options.stall_max;
+        while lagging(&q) {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                q.overflow();
+                self.overflows.fetch_add(1, Ordering::Relaxed);
+                drop(q);
+                self.wake.notify_one();
+                tracing::warn!(backup = %self.addr, stall_max = ?self.options.stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up with a full copy");
+                return;
+            }
+            q = self
+                .progress
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The backup acknowledged every record up to `id`.
+    fn note_ack(&self, id: u64) {
+        self.acked.fetch_max(id, Ordering::Relaxed);
+        let mut q = self.lock();
+        while let Some(&(first, len)) = q.unacked.front() {
+            if first > id {
+                break;
+            }
+            q.unacked.pop_front();
+            q.unacked_bytes -= len;
+        }
+        drop(q);
+        self.progress.notify_all();
+    }
+}
+
+impl Forwarder {
+    /// The mirror's image is being replaced by a full copy from the primary: drop what is
+    /// queued; the backup catches up with a full copy of the new image.
+    pub(crate) fn recopy(&self) {
+        self.lock().stale_copy = true;
         self.wake.notify_one();
     }
 }
@@ -113,15 +239,17 @@ impl Forwarder {
 /// Start forwarding to the backup at `addr` (a thread for ever).
 pub fn start(
     addr: SocketAddr,
-    lag_max: u64,
+    options: BackupOptions,
     store: Arc<Mutex<MirrorStore>>,
     secret: Secret,
 ) -> Result<Arc<Forwarder>> {
     let forwarder = Arc::new(Forwarder {
         addr,
-        lag_max,
+        options,
         queue: Mutex::new(Queue::default()),
         wake: Condvar::new(),
+        progress: Condvar::new(),
+        stalls: AtomicU64::new(0),
         connected: AtomicBool::new(false),
         forwarded: AtomicU64::new(0),
         acked: AtomicU64::new(0),
@@ -153,6 +281,7 @@ fn run(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) {
             }
         }
         f.connected.store(false, Ordering::Relaxed);
+        f.progress.notify_all();
         std::thread::sleep(backoff);
     }
 }
@@ -182,14 +311,21 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
     loop {
         let frame = {
             let mut q = f.lock();
-            while q.frames.is_empty() && !q.overflowed {
-                let (guard, _) = f
+            if q.frames.is_empty() && !q.overflowed && !q.stale_copy {
+                // Nothing to send: read acknowledgements soon if some are awaited (a stalled
+                // primary waits for them), else now and then.
+                let idle = if q.unacked_bytes > 0 {
+                    Duration::from_millis(1)
+                } else {
+                    Duration::from_millis(200)
+                };
+                q = f
                     .wake
-                    .wait_timeout(q, Duration::from_millis(200))
-                    .unwrap_or_else(|p| p.into_inner());
-                q = guard;
+                    .wait_timeout(q, idle)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
-            if q.overflowed {
+            if q.overflowed || q.stale_copy {
                 // Catch up in bulk: a new link and a new copy.
                 return Ok(());
             }
@@ -207,9 +343,9 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
         }
         while let Some(reply) = link.try_recv()? {
             match reply {
-                Frame::Ack { id, .. } => {
-                    f.acked.fetch_max(id, Ordering::Relaxed);
-                }
+                Frame::Ack { id, .. } => f.note_ack(id),
+                // The backup is busy (its own store's lock is held): alive all the same.
+                Frame::Heartbeat { .. } => {}
                 Frame::Refused { reason } => return Err(Error::Refused(reason)),
                 other => return Err(Error::Unexpected(format!("{other:?}"))),
             }
@@ -222,11 +358,20 @@ fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) 
     // Under the mirror's lock: no record is logged meanwhile, so the copy holds exactly the
     // records up to `done`, and every record queued from now on comes after it.
     let s = lock_store(store);
+    if !s.state().complete {
+        // A full copy from the primary began since the session checked: wait for its end.
+        return Err(Error::Storage(
+            "the mirror holds no complete copy yet".into(),
+        ));
+    }
     {
         let mut q = f.lock();
         q.frames.clear();
         q.bytes = 0;
         q.overflowed = false;
+        q.stale_copy = false;
+        q.unacked.clear();
+        q.unacked_bytes = 0;
     }
     let image = s
         .image()
@@ -266,7 +411,7 @@ fn wait_ack(link: &mut Link, id: u64) -> Result<()> {
     loop {
         match link.recv()? {
             Frame::Ack { id: got, .. } if got >= id => return Ok(()),
-            Frame::Ack { .. } => continue,
+            Frame::Ack { .. } | Frame::Heartbeat { .. } => continue,
             Frame::Refused { reason } => return Err(Error::Refused(reason)),
             other => return Err(Error::Unexpected(format!("{other:?}"))),
         }

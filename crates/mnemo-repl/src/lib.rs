@@ -22,7 +22,7 @@ pub mod policy;
 pub mod proto;
 
 pub use auth::Secret;
-pub use backup::BackupStats;
+pub use backup::{BackupOptions, BackupStats};
 pub use error::{Error, ProtoError, Result};
 pub use mirror::{Mirror, MirrorOptions, MirrorState, MirrorStats, MirrorStore};
-pub use policy::{MirrorConfig, MirrorPolicy, Mode, ReplStats};
+pub use policy::{Membership, MirrorConfig, MirrorPolicy, Mode, ReplStats, WithoutMirror};

@@ -154,6 +154,8 @@ pub struct MirrorStats {
     pub copies: u64,
     /// Records replayed from the log at open.
     pub replayed: u64,
+    /// Heartbeats answered.
+    pub heartbeats: u64,
 }
 
 /// A mirror directory, open: its image, log and state.
@@ -495,16 +497,45 @@ impl MirrorStore {
     /// Promote: checkpoint, raise the epoch so the old primary's records are refused, and
     /// return the image's path, ready to be opened as a pool.
     pub fn promote(&mut self) -> Result<PathBuf> {
+        let epoch = self.state.epoch + 1;
+        self.promote_to(epoch)
+    }
+
+    /// [`MirrorStore::promote`] to `epoch` (the one a compare-and-swap in etcd committed),
+    /// or one above the highest seen if that is higher.
+    pub fn promote_to(&mut self, epoch: u64) -> Result<PathBuf> {
         if !self.state.complete {
             return Err(Error::Storage(
                 "this mirror never completed a copy of the primary's pool: it cannot be promoted"
                     .into(),
             ));
         }
+        self.grow_to_header()?;
         self.checkpoint()?;
-        let epoch = self.state.epoch + 1;
+        let epoch = epoch.max(self.state.epoch + 1);
         self.observe_epoch(epoch)?;
         Ok(self.image_path())
+    }
+
+    /// A pool that grew after its full copy recorded its new size in its header (a record
+    /// like any other), but the zeros it grew by were never shipped: the image is shorter
+    /// than the size it records, and a pool that short is refused at open. Extend the image
+    /// to that size (with zeros, as the primary's file was). Found by the failover benchmark:
+    /// a promoted mirror of a pool grown from 64 MiB did not open.
+    fn grow_to_header(&mut self) -> Result<()> {
+        let Some(image) = &self.image else {
+            return Ok(());
+        };
+        let recorded = mnemo_pmem::inspect::inspect(&self.dir.join("image"))
+            .ok()
+            .and_then(|i| i.header)
+            .map_or(0, |h| h.pool_size);
+        if recorded > image.len() {
+            image.grow(recorded.next_multiple_of(4096)).map_err(|e| {
+                Error::Storage(format!("growing the image to its pool's size: {e}"))
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -551,7 +582,16 @@ impl Mirror {
     /// serve`); a backup more than `lag_max` bytes behind catches up with a full copy.
     /// Call before [`Mirror::serve`].
     pub fn add_backup(&mut self, addr: SocketAddr, lag_max: u64) -> Result<()> {
-        let forwarder = backup::start(addr, lag_max, Arc::clone(&self.store), self.secret.clone())?;
+        self.add_backup_with(addr, backup::BackupOptions::new(lag_max))
+    }
+
+    /// [`Mirror::add_backup`] with every option (the stall threshold of `syncsec`).
+    pub fn add_backup_with(
+        &mut self,
+        addr: SocketAddr,
+        options: backup::BackupOptions,
+    ) -> Result<()> {
+        let forwarder = backup::start(addr, options, Arc::clone(&self.store), self.secret.clone())?;
         let mut backups: Vec<Arc<Forwarder>> = self.backups.iter().cloned().collect();
         backups.push(forwarder);
         self.backups = Arc::new(backups);
@@ -602,6 +642,39 @@ fn lock(store: &Mutex<MirrorStore>) -> std::sync::MutexGuard<'_, MirrorStore> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// While a record waits for the store (a backup's full copy holds it, about a second per GiB),
+/// the primary waiting for its ack is told every this long that this mirror is alive, so that
+/// it waits instead of declaring the link lost.
+const BUSY_HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// The store's lock for a record from the primary on `link`: at once when free (always, but
+/// during a backup's full copy), else waiting with a heartbeat to the primary every
+/// [`BUSY_HEARTBEAT`].
+fn lock_for_record<'s>(
+    store: &'s Mutex<MirrorStore>,
+    link: &mut Link,
+    epoch: u64,
+    id: u64,
+) -> Result<std::sync::MutexGuard<'s, MirrorStore>> {
+    let mut beat = std::time::Instant::now();
+    loop {
+        match store.try_lock() {
+            Ok(guard) => return Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if beat.elapsed() >= BUSY_HEARTBEAT {
+                    link.send(&Frame::Heartbeat {
+                        epoch,
+                        id: id.saturating_sub(1),
+                    })?;
+                    beat = std::time::Instant::now();
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}
+
 /// Serve one primary's link until it closes.
 pub fn serve_link(
     stream: TcpStream,
@@ -648,7 +721,7 @@ pub fn serve_link(
                         Err(Error::Unexpected("copy record outside a copy".into()))
                     }
                 } else {
-                    let mut s = lock(store);
+                    let mut s = lock_for_record(store, &mut link, epoch, id)?;
                     if s.state().epoch > epoch {
                         Err(Error::Refused(format!(
                             "stale epoch {epoch}: this mirror has seen epoch {}",
@@ -660,7 +733,11 @@ pub fn serve_link(
                         if logged.is_ok() {
                             // In log order (the store's lock is held), before the ack.
                             for b in backups {
-                                b.push(frame);
+                                b.push(id, frame);
+                            }
+                            // syncsec: a backup too far behind holds this acknowledgement.
+                            for b in backups {
+                                b.stall();
                             }
                         }
                         logged.and_then(|()| {
@@ -671,12 +748,38 @@ pub fn serve_link(
                     }
                 }
             }
+            Frame::Heartbeat { id, .. } => {
+                // Answered with where this mirror stands: a primary whose epoch is older
+                // learns here, on an idle link, that it was deposed. The store may be busy
+                // for a while (a backup's full copy holds its lock): the answer proves this
+                // process alive and does not wait for it; the epoch is then the link's.
+                let (epoch, id) = match store.try_lock() {
+                    Ok(mut s) => {
+                        s.stats.heartbeats += 1;
+                        (s.state().epoch, s.last_id())
+                    }
+                    Err(std::sync::TryLockError::Poisoned(p)) => {
+                        let s = p.into_inner();
+                        (s.state().epoch, s.last_id())
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => (epoch, id),
+                };
+                Ok(Some(Frame::Heartbeat { epoch, id }))
+            }
             Frame::CopyBegin {
                 epoch: e,
                 pool_size,
             } if e == epoch && !copying => {
                 copying = true;
-                lock(store).begin_copy(epoch, pool_size).map(|()| None)
+                let mut s = lock(store);
+                let begun = s.begin_copy(epoch, pool_size);
+                // The primary sends a full copy after a lost link: it may hold sync points
+                // made while the link was down, which no record will bring to the backups.
+                // Each catches up with a full copy of this image once it is complete.
+                for b in backups {
+                    b.recopy();
+                }
+                begun.map(|()| None)
             }
             Frame::CopyDone {
                 epoch: e,

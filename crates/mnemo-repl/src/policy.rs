@@ -51,6 +51,10 @@ pub enum Mode {
     Sync,
     /// Ship, flush locally meanwhile, wait for the mirror.
     SyncFlush,
+    /// `sync` with backups behind the mirror, Mojim's M-syncsec: the primary behaves as in
+    /// `sync`; its mirror (`--backup`, `--backup-stall`) forwards in the background and holds
+    /// its acknowledgements back while a backup lags past the threshold.
+    SyncSec,
 }
 
 impl Mode {
@@ -61,18 +65,54 @@ impl Mode {
             Mode::Async => "async",
             Mode::Sync => "sync",
             Mode::SyncFlush => "syncflush",
+            Mode::SyncSec => "syncsec",
         }
     }
 
     /// Parse a name.
     pub fn parse(name: &str) -> Option<Mode> {
-        [Mode::Local, Mode::Async, Mode::Sync, Mode::SyncFlush]
-            .into_iter()
-            .find(|m| m.name() == name)
+        [
+            Mode::Local,
+            Mode::Async,
+            Mode::Sync,
+            Mode::SyncFlush,
+            Mode::SyncSec,
+        ]
+        .into_iter()
+        .find(|m| m.name() == name)
     }
 
-    fn flushes_locally(self) -> bool {
-        !matches!(self, Mode::Sync)
+    /// Whether sync points are made durable here too (all but `sync` and `syncsec`, which
+    /// rely on the mirror alone while it is in sync).
+    pub fn flushes_locally(self) -> bool {
+        !matches!(self, Mode::Sync | Mode::SyncSec)
+    }
+}
+
+/// What a primary does when its mirror is lost (Patroni's `synchronous_mode` and
+/// `synchronous_mode_strict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WithoutMirror {
+    /// Go on durably here, after the [`Membership`] recorded that this primary runs without
+    /// its mirror (so that the mirror is not promoted over writes it never saw).
+    Record,
+    /// Acknowledge nothing until the mirror is back in sync: sync points wait.
+    Block,
+}
+
+/// Where a primary records whether its mirror is in sync (etcd, in `mnemo-repl-etcd`), and
+/// learns that it was deposed. Without one, roles are static.
+pub trait Membership: Send + Sync + std::fmt::Debug {
+    /// The mirror holds a full copy and acknowledges every sync point from here on. May
+    /// return before the fact is recorded (recording it late only delays a promotion).
+    fn mirror_in_sync(&self);
+    /// The mirror is lost: record that this primary runs without it, and return only once
+    /// that is durable. An error (deposed, or the record cannot be made) means this primary
+    /// must not acknowledge anything more.
+    fn mirror_lost(&self) -> std::result::Result<(), String>;
+    /// Whether this primary may still acknowledge (false once it learned it was deposed).
+    fn may_acknowledge(&self) -> std::result::Result<(), String> {
+        Ok(())
     }
 }
 
@@ -92,10 +132,19 @@ pub struct MirrorConfig {
     pub timeout: Duration,
     /// How often to try again while the mirror is away.
     pub retry: Duration,
+    /// An idle link sends a heartbeat after this long without traffic
+    /// ([`MirrorPolicy::start_heartbeats`]).
+    pub heartbeat: Duration,
+    /// A heartbeat not answered within this long loses the link.
+    pub heartbeat_timeout: Duration,
+    /// What to do while the mirror is away.
+    pub without_mirror: WithoutMirror,
 }
 
 impl MirrorConfig {
-    /// Defaults: epoch 1, 2 s timeout, retry every second.
+    /// Defaults: epoch 1, 2 s timeout, retry every second, a heartbeat after 250 ms of
+    /// silence answered within 750 ms (a lost mirror is seen within a second), record the
+    /// loss of the mirror and go on.
     pub fn new(addr: SocketAddr, secret: Secret, mode: Mode) -> MirrorConfig {
         MirrorConfig {
             addr,
@@ -104,6 +153,9 @@ impl MirrorConfig {
             epoch: 1,
             timeout: Duration::from_secs(2),
             retry: Duration::from_secs(1),
+            heartbeat: HEARTBEAT_DEFAULT,
+            heartbeat_timeout: HEARTBEAT_TIMEOUT_DEFAULT,
+            without_mirror: WithoutMirror::Record,
         }
     }
 }
@@ -127,6 +179,10 @@ pub struct ReplStats {
     pub link_losses: u64,
     /// Sync points made durable only locally (mirror away).
     pub local_only: u64,
+    /// Heartbeats the mirror answered.
+    pub heartbeats: u64,
+    /// Milliseconds since the mirror last answered a heartbeat (None: never).
+    pub heartbeat_age_ms: Option<u64>,
 }
 
 /// A handshake run on a thread of its own while sync points carry on locally.
@@ -142,6 +198,16 @@ const COPY_PROGRESS_EVERY: u64 = 256 << 20;
 /// Longest wait between two attempts to reach a mirror that is away.
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// Silence on a link after which a heartbeat is sent: a few per second cost nothing, and
+/// with the timeout below a lost mirror is seen within a second.
+pub const HEARTBEAT_DEFAULT: Duration = Duration::from_millis(250);
+
+/// How long a heartbeat waits for its answer (a mirror's answer is one round trip).
+pub const HEARTBEAT_TIMEOUT_DEFAULT: Duration = Duration::from_millis(750);
+
+/// How often a blocked primary ([`WithoutMirror::Block`]) tries to get its mirror back.
+const BLOCK_POLL: Duration = Duration::from_millis(50);
+
 #[derive(Debug)]
 struct Inner {
     link: Option<Link>,
@@ -156,6 +222,10 @@ struct Inner {
     /// Local flushes skipped while the link was up (sync mode): all lines must be flushed
     /// when it goes down.
     unflushed: bool,
+    /// Last time the mirror answered (an ack or a heartbeat).
+    heard: Instant,
+    /// The loss of the mirror is recorded by the membership (or there is none).
+    loss_recorded: bool,
 }
 
 /// The replicating sync policy. Give it to a pool at create or open
@@ -173,6 +243,11 @@ pub struct MirrorPolicy {
     copies: AtomicU64,
     link_losses: AtomicU64,
     local_only: AtomicU64,
+    heartbeats: AtomicU64,
+    /// Microseconds after `created` of the last answered heartbeat (u64::MAX: never).
+    heartbeat_at_us: AtomicU64,
+    created: Instant,
+    membership: Option<Arc<dyn Membership>>,
 }
 
 impl MirrorPolicy {
@@ -189,6 +264,8 @@ impl MirrorPolicy {
                 buf: Vec::new(),
                 spans: Vec::new(),
                 unflushed: false,
+                heard: Instant::now(),
+                loss_recorded: false,
             }),
             connector: Arc::new(Connector::default()),
             in_sync: AtomicBool::new(false),
@@ -199,7 +276,99 @@ impl MirrorPolicy {
             copies: AtomicU64::new(0),
             link_losses: AtomicU64::new(0),
             local_only: AtomicU64::new(0),
+            heartbeats: AtomicU64::new(0),
+            heartbeat_at_us: AtomicU64::new(u64::MAX),
+            created: Instant::now(),
+            membership: None,
         }
+    }
+
+    /// Record the mirror's state in `membership` (etcd), and obey it when deposed.
+    pub fn with_membership(mut self, membership: Arc<dyn Membership>) -> MirrorPolicy {
+        self.membership = Some(membership);
+        self
+    }
+
+    /// Send heartbeats on the idle link from a thread of its own, which ends when the policy
+    /// is dropped. A heartbeat not answered in time loses the link as a failed sync point
+    /// would; what sync mode left unflushed is flushed at the next sync point (this thread
+    /// has no access to the pool), before anything more is acknowledged.
+    pub fn start_heartbeats(self: &Arc<Self>) -> std::io::Result<()> {
+        let policy = Arc::downgrade(self);
+        let every = self.config.heartbeat.max(Duration::from_millis(1));
+        std::thread::Builder::new()
+            .name("mnemo-repl-heartbeat".into())
+            .spawn(move || loop {
+                std::thread::sleep(every / 2);
+                match policy.upgrade() {
+                    Some(p) => p.heartbeat(),
+                    None => return,
+                }
+            })
+            .map(|_| ())
+    }
+
+    /// One heartbeat, if the link is idle (no sync point under way, nothing heard lately).
+    fn heartbeat(&self) {
+        let mut inner = match self.inner.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            // A sync point is under way: it watches the link itself.
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let inner = &mut *inner;
+        if inner.link.is_none() || inner.heard.elapsed() < self.config.heartbeat {
+            return;
+        }
+        match self.heartbeat_round_trip(inner) {
+            Ok(()) => {
+                inner.heard = Instant::now();
+                self.heartbeats.fetch_add(1, Ordering::Relaxed);
+                let at = self.created.elapsed().as_micros() as u64;
+                self.heartbeat_at_us.store(at, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(mirror = %self.config.addr, error = %e, "mirror link lost: no answer to a heartbeat; sync points are durable locally until it is back");
+                inner.link = None;
+                inner.next_attempt = Some(Instant::now() + inner.backoff);
+                self.in_sync.store(false, Ordering::Relaxed);
+                self.link_losses.fetch_add(1, Ordering::Relaxed);
+                // Record the loss now, before any sync point acknowledges without the
+                // mirror (a failure here is retried by the next sync point).
+                if self.config.without_mirror == WithoutMirror::Record {
+                    if let Some(m) = &self.membership {
+                        inner.loss_recorded = m.mirror_lost().is_ok();
+                    }
+                }
+            }
+        }
+    }
+
+    fn heartbeat_round_trip(&self, inner: &mut Inner) -> Result<()> {
+        let c = &self.config;
+        let link = inner
+            .link
+            .as_mut()
+            .ok_or_else(|| Error::Unexpected("no link".into()))?;
+        link.set_read_timeout(Some(c.heartbeat_timeout))?;
+        link.send(&Frame::Heartbeat {
+            epoch: c.epoch,
+            id: inner.next_id.saturating_sub(1),
+        })?;
+        loop {
+            match link.recv()? {
+                Frame::Heartbeat { epoch, .. } if epoch > c.epoch => {
+                    return Err(Error::Refused(format!(
+                        "stale epoch {}: the mirror has seen epoch {epoch}",
+                        c.epoch
+                    )))
+                }
+                Frame::Heartbeat { .. } => break,
+                // Acknowledgements of async records still on their way.
+                other => self.note_ack(other)?,
+            }
+        }
+        link.set_read_timeout(Some(c.timeout))
     }
 
     /// The configuration.
@@ -218,6 +387,11 @@ impl MirrorPolicy {
             copies: self.copies.load(Ordering::Relaxed),
             link_losses: self.link_losses.load(Ordering::Relaxed),
             local_only: self.local_only.load(Ordering::Relaxed),
+            heartbeats: self.heartbeats.load(Ordering::Relaxed),
+            heartbeat_age_ms: match self.heartbeat_at_us.load(Ordering::Relaxed) {
+                u64::MAX => None,
+                at => Some((self.created.elapsed().as_micros() as u64).saturating_sub(at) / 1000),
+            },
         }
     }
 
@@ -294,7 +468,12 @@ impl MirrorPolicy {
         self.copies.fetch_add(1, Ordering::Relaxed);
         tracing::info!(mirror = %c.addr, pool_size = size, mode = c.mode.name(), "mirror in sync (full copy sent)");
         inner.link = Some(link);
+        inner.heard = Instant::now();
         self.in_sync.store(true, Ordering::Relaxed);
+        inner.loss_recorded = false;
+        if let Some(m) = &self.membership {
+            m.mirror_in_sync();
+        }
         Ok(())
     }
 
@@ -418,19 +597,62 @@ impl MirrorPolicy {
         }
     }
 
+    /// The mirror is away: before this sync point may be acknowledged here alone, what sync
+    /// mode left unflushed is flushed, and the loss is recorded (or, per the configuration,
+    /// the sync point waits for the mirror). Ok(true): the link is back.
+    fn without_mirror(
+        &self,
+        inner: &mut Inner,
+        media: &dyn Media,
+    ) -> std::result::Result<bool, MediaError> {
+        if inner.unflushed {
+            // The link was lost between sync points (a heartbeat went unanswered).
+            media.flush(0, media.len());
+            inner.unflushed = false;
+        }
+        match self.config.without_mirror {
+            WithoutMirror::Block => {
+                while inner.link.is_none() {
+                    if let Some(m) = &self.membership {
+                        m.may_acknowledge().map_err(fenced)?;
+                    }
+                    std::thread::sleep(BLOCK_POLL);
+                    // Blocked, the backoff stays short: the mirror is all we wait for.
+                    inner.backoff = self.config.retry;
+                    self.reconnect(inner, media);
+                }
+                Ok(true)
+            }
+            WithoutMirror::Record => {
+                if let (false, Some(m)) = (inner.loss_recorded, &self.membership) {
+                    m.mirror_lost().map_err(fenced)?;
+                    inner.loss_recorded = true;
+                }
+                Ok(false)
+            }
+        }
+    }
+
     /// Returns whether the sync point needs the local fence (every mode but `sync` with the
-    /// mirror in sync).
-    fn sync_inner(&self, media: &dyn Media, point: &SyncPoint<'_>) -> bool {
+    /// mirror in sync); an error if this primary may not acknowledge it.
+    fn sync_inner(
+        &self,
+        media: &dyn Media,
+        point: &SyncPoint<'_>,
+    ) -> std::result::Result<bool, MediaError> {
         let mode = self.config.mode;
+        if let Some(m) = &self.membership {
+            m.may_acknowledge().map_err(fenced)?;
+        }
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let inner = &mut *inner;
         if inner.link.is_none() {
             self.reconnect(inner, media);
         }
-        if inner.link.is_none() {
+        if inner.link.is_none() && !self.without_mirror(inner, media)? {
             Self::flush_local(media, point);
             self.local_only.fetch_add(1, Ordering::Relaxed);
-            return true;
+            return Ok(true);
         }
         let shipped = self.ship(inner, media, point);
         if mode.flushes_locally() {
@@ -456,12 +678,21 @@ impl MirrorPolicy {
             }
         });
         match result {
-            Ok(()) => mode.flushes_locally(),
+            Ok(()) => {
+                inner.heard = Instant::now();
+                Ok(mode.flushes_locally())
+            }
             Err(e) => {
                 // In sync mode this sync point's own ranges are flushed with the whole pool.
                 self.lose_link(inner, media, &e);
+                if self.without_mirror(inner, media)? {
+                    // Blocked until the mirror came back with a full copy, which holds this
+                    // sync point's bytes: it is durable there (and here, flushed above).
+                    Self::flush_local(media, point);
+                    return Ok(true);
+                }
                 self.local_only.fetch_add(1, Ordering::Relaxed);
-                true
+                Ok(true)
             }
         }
     }
@@ -472,9 +703,19 @@ impl MirrorPolicy {
                 self.acked.fetch_max(id, Ordering::Relaxed);
                 Ok(())
             }
+            // The mirror is busy with a record (a backup's full copy holds its store).
+            Frame::Heartbeat { .. } => Ok(()),
             Frame::Refused { reason } => Err(Error::Refused(reason)),
             other => Err(Error::Unexpected(format!("{other:?}"))),
         }
+    }
+}
+
+/// A sync point this primary may not acknowledge: the error its caller sees.
+fn fenced(reason: String) -> MediaError {
+    MediaError::Io {
+        op: "replication (this primary may not acknowledge)",
+        source: std::io::Error::other(reason),
     }
 }
 
@@ -529,12 +770,30 @@ pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)>
     Ok((link, last))
 }
 
-/// Wait for the acknowledgement of `id` (acks of earlier ids are skipped).
+/// Longest wait for one acknowledgement from a mirror that says it is alive but busy (its
+/// heartbeats while a backup's full copy holds its store).
+const BUSY_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Wait for the acknowledgement of `id` (acks of earlier ids are skipped; the mirror's
+/// heartbeats meanwhile say it is busy, not gone: each one restarts the read timeout, up to
+/// [`BUSY_WAIT_MAX`]).
 fn expect_ack(link: &mut Link, epoch: u64, id: u64) -> Result<u64> {
+    let start = Instant::now();
     loop {
         match link.recv()? {
             Frame::Ack { epoch: e, id: got } if e == epoch && got >= id => return Ok(got),
             Frame::Ack { epoch: e, .. } if e == epoch => continue,
+            Frame::Heartbeat { epoch: e, .. } if e > epoch => {
+                return Err(Error::Refused(format!(
+                    "stale epoch {epoch}: the mirror has seen epoch {e}"
+                )))
+            }
+            Frame::Heartbeat { .. } if start.elapsed() < BUSY_WAIT_MAX => continue,
+            Frame::Heartbeat { .. } => {
+                return Err(Error::Unexpected(format!(
+                    "the mirror stayed busy for {BUSY_WAIT_MAX:?} without acknowledging record {id}"
+                )))
+            }
             Frame::Ack { epoch: e, .. } => {
                 return Err(Error::Refused(format!(
                     "acknowledged under epoch {e}, this primary's is {epoch}"
@@ -551,7 +810,7 @@ impl SyncPolicy for MirrorPolicy {
     /// skipped the local flush, every line of the pool is flushed and fenced first.
     fn close(&self, media: &dyn Media) -> std::result::Result<(), MediaError> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.unflushed || self.config.mode == Mode::Sync {
+        if inner.unflushed || !self.config.mode.flushes_locally() {
             media.flush(0, media.len());
             media.drain()?;
             inner.unflushed = false;
@@ -564,6 +823,7 @@ impl SyncPolicy for MirrorPolicy {
             Mode::Local => "local",
             Mode::Async => "mirror-async",
             Mode::Sync => "mirror-sync",
+            Mode::SyncSec => "mirror-syncsec",
             Mode::SyncFlush => "mirror-syncflush",
         }
     }
@@ -577,8 +837,9 @@ impl SyncPolicy for MirrorPolicy {
             Self::flush_local(media, point);
             return media.drain();
         }
-        // Errors of the link never fail a sync point: it is then made durable locally.
-        if self.sync_inner(media, point) {
+        // Errors of the link never fail a sync point: it is then made durable locally. Only
+        // a membership that forbids acknowledging (this primary was deposed) fails it.
+        if self.sync_inner(media, point)? {
             media.drain()
         } else {
             Ok(())

@@ -129,6 +129,14 @@ pub enum Frame {
         /// Highest durable record id.
         id: u64,
     },
+    /// Either way, on an idle link: the primary asks, the mirror answers with the same kind,
+    /// so a lost peer is seen without waiting for a sync point.
+    Heartbeat {
+        /// The sender's epoch (a mirror answers with the highest it has seen).
+        epoch: u64,
+        /// The sender's last record id (shipped by the primary, held by the mirror).
+        id: u64,
+    },
 }
 
 const K_HELLO: u8 = 1;
@@ -140,6 +148,7 @@ const K_RECORD: u8 = 6;
 const K_COPY_DONE: u8 = 7;
 const K_ACK: u8 = 8;
 const K_COPY_BEGIN: u8 = 9;
+const K_HEARTBEAT: u8 = 10;
 
 /// Mark after a record's last range: the id inverted (a record cut short cannot end well).
 fn end_mark(id: u64) -> u64 {
@@ -184,6 +193,7 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
         }
         Frame::Welcome { epoch, last_id }
         | Frame::Ack { epoch, id: last_id }
+        | Frame::Heartbeat { epoch, id: last_id }
         | Frame::CopyBegin {
             epoch,
             pool_size: last_id,
@@ -236,6 +246,7 @@ fn kind(frame: &Frame) -> u8 {
         Frame::CopyDone { .. } => K_COPY_DONE,
         Frame::Ack { .. } => K_ACK,
         Frame::CopyBegin { .. } => K_COPY_BEGIN,
+        Frame::Heartbeat { .. } => K_HEARTBEAT,
     }
 }
 
@@ -401,6 +412,10 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
                 ranges,
             }
         }
+        K_HEARTBEAT => Frame::Heartbeat {
+            epoch: b.u64()?,
+            id: b.u64()?,
+        },
         K_COPY_BEGIN => Frame::CopyBegin {
             epoch: b.u64()?,
             pool_size: b.u64()?,
@@ -521,6 +536,7 @@ mod tests {
                 epoch: 2,
                 pool_size: 1 << 20,
             },
+            Frame::Heartbeat { epoch: 3, id: 41 },
         ]
     }
 
@@ -590,15 +606,17 @@ mod tests {
 
     #[test]
     fn damage_is_an_error() {
-        let mut buf = Vec::new();
-        encode(&samples()[5], &mut buf);
-        for i in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[i] ^= 0x40;
-            // The length field may now ask for more bytes; anything else is refused.
-            match decode(&bad) {
-                Err(_) | Ok(None) => {}
-                Ok(Some(f)) => panic!("byte {i} flipped still decodes: {f:?}"),
+        for frame in samples() {
+            let mut buf = Vec::new();
+            encode(&frame, &mut buf);
+            for i in 0..buf.len() {
+                let mut bad = buf.clone();
+                bad[i] ^= 0x40;
+                // The length field may now ask for more bytes; anything else is refused.
+                match decode(&bad) {
+                    Err(_) | Ok(None) => {}
+                    Ok(Some(f)) => panic!("{frame:?}: byte {i} flipped still decodes: {f:?}"),
+                }
             }
         }
         assert_eq!(decode(b"GET / HTTP/1.1\r\n"), Err(ProtoError::BadMagic));

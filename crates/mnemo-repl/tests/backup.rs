@@ -1,10 +1,13 @@
 //! The second tier: primary -> mirror -> backup over loopback. The backup's image, opened as
 //! a pool, holds what the primary wrote once it has caught up; a backup that is away while
 //! records pile up past the lag limit catches up in bulk with a full copy instead of an
-//! unbounded queue.
+//! unbounded queue; a backup learns of the primary's full copies.
+
+mod support;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -160,5 +163,144 @@ fn a_lagging_backup_catches_up_in_bulk() {
     heap.close();
     caught_up(&mirror, &backup, &forwarder);
     assert!(forwarder.stats().copies >= 1);
+    check_image(&backup, dir.path(), &written);
+}
+
+/// The story: the primary lost its link (a backup's first copy held the mirror's store past
+/// the primary's timeout, under load), made sync points locally, relinked with a full copy to
+/// the mirror, and went on. The backup, streaming records, never saw the local-only sync
+/// points nor the copy that brought them to the mirror: it applied later records to an image
+/// that lacked them, and its keyspace was corrupt. A full copy to the mirror now makes each
+/// backup catch up with a full copy too.
+#[test]
+fn a_backup_catches_up_with_what_the_primary_made_without_its_mirror() {
+    let dir = scratch();
+    let b_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b_addr = b_listener.local_addr().unwrap();
+    let backup = serve(
+        Mirror::new(store(&dir.path().join("backup")), secret()),
+        b_listener,
+    );
+    let mut mirror = Mirror::new(store(&dir.path().join("mirror")), secret());
+    mirror.add_backup(b_addr, 64 << 20).unwrap();
+    let forwarder = Arc::clone(&mirror.backups()[0]);
+    let m_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let m_addr = m_listener.local_addr().unwrap();
+    let mirror = serve(mirror, m_listener);
+    let frozen = Arc::new(AtomicBool::new(false));
+    let proxy = support::start_proxy(m_addr, Arc::clone(&frozen));
+
+    let mut c = MirrorConfig::new(proxy, secret(), Mode::SyncFlush);
+    c.timeout = Duration::from_millis(300);
+    c.retry = Duration::from_millis(50);
+    let policy = Arc::new(MirrorPolicy::new(c));
+    let mut options = CreateOptions::new(16 << 20, "repl-test");
+    options.policy = Some(Arc::clone(&policy) as _);
+    let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
+    let heap = Heap::create(pool, &HeapOptions::default()).unwrap();
+    let mut written = Vec::new();
+    write(&heap, &mut written, 20);
+    caught_up(&mirror, &backup, &forwarder);
+    assert_eq!(forwarder.stats().copies, 1);
+
+    // The link is cut: these writes are durable on the primary alone.
+    frozen.store(true, Ordering::Relaxed);
+    write(&heap, &mut written, 20);
+    let s = policy.stats();
+    assert!(!s.in_sync && s.local_only >= 20, "{s:?}");
+    frozen.store(false, Ordering::Relaxed);
+    // Back with a full copy, then records again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !policy.stats().in_sync {
+        assert!(Instant::now() < deadline, "{:?}", policy.stats());
+        write(&heap, &mut written, 1);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(policy.stats().copies, 2);
+    write(&heap, &mut written, 20);
+    heap.close();
+    caught_up(&mirror, &backup, &forwarder);
+    assert_eq!(forwarder.stats().copies, 2, "{:?}", forwarder.stats());
+    check_image(&backup, dir.path(), &written);
+}
+
+/// syncsec: a backup more than the threshold behind holds the mirror's acknowledgements (so
+/// the primary tier waits for it, and the backup never lags further), and a backup stuck
+/// past the longest stall is dropped to a bulk catch-up instead of holding the tier longer.
+#[test]
+fn a_lagging_backup_holds_the_primary_tier_back_then_is_dropped() {
+    const THRESHOLD: u64 = 4 << 10;
+    let dir = scratch();
+    let b_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b_addr = b_listener.local_addr().unwrap();
+    let backup = serve(
+        Mirror::new(store(&dir.path().join("backup")), secret()),
+        b_listener,
+    );
+    let frozen = Arc::new(AtomicBool::new(false));
+    let b_proxy = support::start_proxy(b_addr, Arc::clone(&frozen));
+    let mut mirror = Mirror::new(store(&dir.path().join("mirror")), secret());
+    let options = mnemo_repl::BackupOptions {
+        lag_max: 64 << 20,
+        stall_bytes: THRESHOLD,
+        stall_max: Duration::from_millis(1500),
+    };
+    mirror.add_backup_with(b_proxy, options).unwrap();
+    let forwarder = Arc::clone(&mirror.backups()[0]);
+    let m_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let m_addr = m_listener.local_addr().unwrap();
+    let mirror = serve(mirror, m_listener);
+    let mut c = MirrorConfig::new(m_addr, secret(), Mode::SyncSec);
+    c.timeout = Duration::from_secs(5);
+    let policy = Arc::new(MirrorPolicy::new(c));
+    let mut create = CreateOptions::new(16 << 20, "repl-test");
+    create.policy = Some(Arc::clone(&policy) as _);
+    let pool = Pool::create(&dir.path().join("primary.pool"), &create).unwrap();
+    let heap = Heap::create(pool, &HeapOptions::default()).unwrap();
+    let mut written = Vec::new();
+    write(&heap, &mut written, 20);
+    caught_up(&mirror, &backup, &forwarder);
+
+    // Slow but alive: the backup's link stalls for 100 ms. Writes wait for it rather than
+    // let it fall more than the threshold behind.
+    frozen.store(true, Ordering::Relaxed);
+    let thaw = {
+        let frozen = Arc::clone(&frozen);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            frozen.store(false, Ordering::Relaxed);
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while forwarder.stats().stalls == 0 {
+        assert!(Instant::now() < deadline, "{:?}", forwarder.stats());
+        write(&heap, &mut written, 1);
+        let s = forwarder.stats();
+        assert!(
+            s.unacked_bytes <= THRESHOLD,
+            "acknowledged with the backup further behind than the threshold: {s:?}"
+        );
+    }
+    thaw.join().unwrap();
+    write(&heap, &mut written, 20);
+    let s = forwarder.stats();
+    assert_eq!((s.overflows, s.copies), (0, 1), "{s:?}");
+    assert!(s.unacked_bytes <= THRESHOLD, "{s:?}");
+
+    // Stuck: past the longest stall the backup is dropped, and the primary goes on, still
+    // in sync with its mirror.
+    frozen.store(true, Ordering::Relaxed);
+    let stalls = forwarder.stats().stalls;
+    write(&heap, &mut written, 30);
+    let s = forwarder.stats();
+    assert_eq!(s.overflows, 1, "{s:?}");
+    assert!(s.stalls > stalls, "{s:?}");
+    let p = policy.stats();
+    assert!(p.in_sync && p.link_losses == 0, "{p:?}");
+    frozen.store(false, Ordering::Relaxed);
+    write(&heap, &mut written, 5);
+    heap.close();
+    caught_up(&mirror, &backup, &forwarder);
+    assert_eq!(forwarder.stats().copies, 2);
     check_image(&backup, dir.path(), &written);
 }

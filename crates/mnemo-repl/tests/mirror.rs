@@ -365,3 +365,38 @@ fn a_restarted_mirror_replays_its_log() {
     let mut s = MirrorStore::open(&path, MirrorOptions::default()).unwrap();
     assert!(s.log_record(1, 3, &[], None).is_err());
 }
+
+/// The story: the failover benchmark's primary grew its pool from 64 MiB while replicating;
+/// the header's new size reached the mirror as a record, but the zeros the file grew by were
+/// never shipped, and the promoted image, shorter than its header's size, was refused at
+/// open. Promotion now extends the image to the size its pool records.
+#[test]
+fn a_pool_that_grew_is_promoted_whole() {
+    let dir = scratch();
+    let (addr, store) = start_mirror(&dir.path().join("mirror"));
+    let policy = Arc::new(MirrorPolicy::new(config(addr, Mode::Sync, SECRET)));
+    let mut options = CreateOptions::new(4 << 20, "repl-test");
+    options.size_max = 64 << 20;
+    options.policy = Some(Arc::clone(&policy) as _);
+    let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
+    let at = pool.data_offset();
+    pool.write(at, b"before growth").unwrap();
+    pool.msync(at, 13).unwrap();
+    pool.grow(16 << 20).unwrap();
+    // Something written near the start only: the grown tail is all zeros.
+    pool.write(at, b"after growth!").unwrap();
+    pool.msync(at, 13).unwrap();
+    assert!(policy.stats().in_sync);
+    drop(pool);
+    let image = {
+        let mut s = store.lock().unwrap();
+        s.promote().unwrap()
+    };
+    let copy = dir.path().join("promoted.pool");
+    std::fs::copy(&image, &copy).unwrap();
+    let promoted = Pool::open(&copy, &OpenOptions::default()).expect("the promoted image opens");
+    assert_eq!(promoted.size(), 16 << 20);
+    let mut got = [0u8; 13];
+    promoted.read(at, &mut got).unwrap();
+    assert_eq!(&got, b"after growth!");
+}
