@@ -64,6 +64,7 @@ mod heap;
 pub mod layout;
 mod pptr;
 pub mod redo;
+mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tx;

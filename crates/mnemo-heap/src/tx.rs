@@ -51,6 +51,8 @@ use crate::error::{Error, Result};
 use crate::heap::{Heap, Inner};
 use crate::pptr::{PPtr, Persist};
 use crate::redo;
+#[cfg(mnemo_shuttle)]
+use crate::sync::LocalRefCell;
 
 type Hook = Box<dyn FnOnce(&Inner)>;
 
@@ -632,7 +634,7 @@ fn cached_reservation(
     Ok(taken)
 }
 
-thread_local! {
+crate::sync::thread_local! {
     static LOCAL: RefCell<Local> = RefCell::new(Local::default());
 }
 

@@ -354,8 +354,10 @@ struct State {
     /// when the reservation was recycled; those bytes are stale until grown into).
     mapped: u64,
     /// Snapshots taken by flushes and not yet fenced, in flush order (a later snapshot of
-    /// the same line wins).
-    flushed: Vec<(u64, [u8; LINE])>,
+    /// the same line wins), each with the flushing thread ([`thread_key`]): a fence writes
+    /// back only its own thread's (`sfence` orders the issuing CPU's flushes; another
+    /// thread's stay pending, so a crash may keep or lose them like any other pending unit).
+    flushed: Vec<(u64, u64, [u8; LINE])>,
     /// [`Medium::PageCache`]: pages named by flushes since the last fence (page offsets).
     msync: Vec<u64>,
     /// [`Medium::PageCache`]: the file length a crash keeps (the volatile length once a
@@ -688,6 +690,22 @@ impl SimMedia {
     }
 }
 
+/// The thread a flush or fence comes from: the OS thread, or under `--cfg mnemo_shuttle`
+/// the shuttle task (shuttle runs every task of a test on one OS thread).
+fn thread_key() -> u64 {
+    #[cfg(mnemo_shuttle)]
+    if let Some(task) = shuttle::current::try_get_current_task() {
+        return (1 << 63) | usize::from(task) as u64;
+    }
+    thread_local! {
+        static KEY: u64 = {
+            static NEXT: AtomicU64 = AtomicU64::new(1);
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        };
+    }
+    KEY.with(|k| *k)
+}
+
 fn le64(bytes: &[u8]) -> u64 {
     let mut b = [0u8; WORD];
     b.copy_from_slice(bytes);
@@ -769,10 +787,11 @@ impl Media for SimMedia {
         let first = offset - offset % CACHE_LINE;
         let end = (offset + len).next_multiple_of(CACHE_LINE).min(self.len());
         let volatile = self.volatile();
+        let key = thread_key();
         for line in (first..end).step_by(LINE) {
             let mut snap = [0u8; LINE];
             snap.copy_from_slice(&volatile[line as usize..line as usize + LINE]);
-            st.flushed.push((line, snap));
+            st.flushed.push((key, line, snap));
         }
     }
 
@@ -788,13 +807,16 @@ impl Media for SimMedia {
             self.msync(&mut st);
             return Ok(());
         }
-        let flushed = std::mem::take(&mut st.flushed);
-        if !flushed.is_empty() {
+        let key = thread_key();
+        let mut flushed = std::mem::take(&mut st.flushed);
+        if flushed.iter().any(|&(k, _, _)| k == key) {
             st.durable_shared = None;
         }
-        for (line, snap) in flushed {
-            st.durable[line as usize..line as usize + LINE].copy_from_slice(&snap);
+        for (_, line, snap) in flushed.iter().filter(|&&(k, _, _)| k == key) {
+            st.durable[*line as usize..*line as usize + LINE].copy_from_slice(snap);
         }
+        flushed.retain(|&(k, _, _)| k != key);
+        st.flushed = flushed;
         Ok(())
     }
 

@@ -45,8 +45,11 @@
 //! Together: every committed record whose application may not be durable has
 //! `seq >= MH` and every claim, so it is still in its slot (4) and recovery replays it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+
+#[cfg(mnemo_shuttle)]
+use crate::sync::LocalRefCell;
+use crate::sync::{thread_local, yield_now, AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 
 use mnemo_pmem::{cpu, mutant};
 use mnemo_pmem::{ByteRange, Pool, SyncKind, SyncPoint};
@@ -167,10 +170,10 @@ pub struct Lanes {
     fresh_mask: OwnLine,
     /// Every commit fences its application before returning (two fences): for callers that
     /// store to transactional data outside transactions (the C ABI).
-    fenced: std::sync::atomic::AtomicBool,
+    fenced: AtomicBool,
     /// Commits may leave their predecessor's application unflushed (a deferral; heap
     /// format version 3 and later).
-    defer: std::sync::atomic::AtomicBool,
+    defer: AtomicBool,
     /// The persistent horizon word's value (a durable claim; `MH` is the larger of it and
     /// every lane's `durable_h`).
     word_value: AtomicU64,
@@ -181,6 +184,7 @@ pub struct Lanes {
     /// Slots per lane minus one (the count is a power of two).
     slot_mask: u64,
     /// Whether the CPU has `prefetchw`.
+    #[cfg_attr(mnemo_shuttle, allow(dead_code))]
     prefetchw: bool,
     /// Process-unique identity, for the thread-local state.
     instance: u64,
@@ -224,7 +228,7 @@ thread_local! {
 }
 
 fn thread_id(t: &mut ThreadLanes) -> u64 {
-    static IDS: AtomicU64 = AtomicU64::new(1);
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     if t.id == 0 {
         t.id = IDS.fetch_add(1, Ordering::Relaxed);
     }
@@ -415,8 +419,8 @@ impl Lanes {
             used: AtomicUsize::new(0),
             counter: OwnLine(AtomicU64::new(next_seq.max(1))),
             fresh_mask: OwnLine(AtomicU64::new(0)),
-            fenced: std::sync::atomic::AtomicBool::new(false),
-            defer: std::sync::atomic::AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
+            defer: AtomicBool::new(false),
             word_value: AtomicU64::new(word),
             word: Mutex::new(word),
             next_hint: AtomicUsize::new(0),
@@ -484,6 +488,8 @@ impl Lanes {
         // The counter's line is usually in the other committing CPU's cache: ask for it now,
         // so that the transfer overlaps building the record instead of stalling the fetch_add
         // (a locked instruction) of the commit.
+        // (Under shuttle the counter is shuttle's atomic, and a prefetch means nothing.)
+        #[cfg(not(mnemo_shuttle))]
         cpu::prefetch_for_write(self.prefetchw, &self.counter.0);
         let end = guard.index as usize + 1;
         if self.used.load(Ordering::Relaxed) < end {
@@ -1126,7 +1132,7 @@ impl Lanes {
                     break;
                 }
                 std::hint::spin_loop();
-                std::thread::yield_now();
+                yield_now();
             }
         }
         Ok(())
@@ -1219,7 +1225,7 @@ impl Lanes {
                 return self.raise_word(pool, geometry, h);
             }
             std::hint::spin_loop();
-            std::thread::yield_now();
+            yield_now();
         }
     }
 
