@@ -164,7 +164,7 @@ impl Inner {
     }
 
     /// Hand frees whose records no recovery replays back to the allocator.
-    fn commit_frees(&self, ready: &[PendingFree]) {
+    pub(crate) fn commit_frees(&self, ready: &[PendingFree]) {
         for f in ready {
             self.alloc
                 .commit_free(f, &|chunk| self.set_chunk_entry(chunk, ChunkEntry::Free));

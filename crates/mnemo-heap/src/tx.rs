@@ -1221,7 +1221,14 @@ impl<'h> Tx<'h> {
             let own = s.own(offset);
             let (pending, op) = inner.alloc.free(&inner.pool, offset, own)?;
             s.record_len += redo::entry_size(8);
-            s.frees.push(pending);
+            if mnemo_pmem::mutant::active("heap.free_before_commit") {
+                // Broken: the space goes back to the allocator at once, before the freeing
+                // record commits (or the durable horizon passes it): another thread may
+                // allocate it while the free may still not happen.
+                inner.commit_frees(&[pending]);
+            } else {
+                s.frees.push(pending);
+            }
             s.meta.push(op);
             Ok(())
         })

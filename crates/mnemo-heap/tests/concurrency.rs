@@ -406,10 +406,17 @@ struct Totals {
     points: u64,
     images: u64,
     failures: Vec<String>,
+    /// Failures that are a crash image failing its check (not a run that failed by itself).
+    caught: Vec<String>,
 }
 
-/// Images per crash point.
-const CUTS_PER_POINT: usize = 4;
+/// Images per crash point (`MNEMO_CONC_CUTS` changes it).
+fn cuts_per_point() -> usize {
+    std::env::var("MNEMO_CONC_CUTS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(4)
+}
 
 /// Run `schedule` of `workload`, with `mutant` on (for the run and every recovery), and
 /// check every image of every fence.
@@ -492,7 +499,9 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
     media.set_recording(false);
     drop(heap);
     if !errors.is_empty() {
-        return fail(format!("the run failed: {}", errors.join("; ")));
+        // Its images are checked all the same (a mutant may make a run fail by itself, and
+        // the acknowledgements so far still hold).
+        fail(format!("the run failed: {}", errors.join("; ")));
     }
     if !real {
         return;
@@ -510,7 +519,7 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
         for &t in &acks[..point.acked.min(acks.len())] {
             done[t] += 1;
         }
-        for cut in conc::sample_cuts(point.units.len(), CUTS_PER_POINT, &mut rng) {
+        for cut in conc::sample_cuts(point.units.len(), cuts_per_point(), &mut rng) {
             nimages += 1;
             let image = conc::image(point, &cut);
             let media = SimMedia::from_image(&image, size_max, SimOptions::default());
@@ -521,11 +530,13 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
                 })
                 .and_then(|heap| w.check(&heap, &setup, schedule.seed, &done));
             if let Err(e) = checked {
-                fail(format!(
+                let what = format!(
                     "point {index} ({:?}, {} acknowledged: {done:?}), {cut}: {e}",
                     point.kind, point.acked
-                ));
+                );
+                fail(what.clone());
                 let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+                t.caught.push(format!("{} schedule {schedule}: {what}", w.name()));
                 t.points += npoints;
                 t.images += nimages;
                 return;
@@ -553,7 +564,7 @@ fn explore<W: Workload>(
     };
     for schedule in schedules {
         run_schedule(&workload, schedule, mutant, &totals);
-        if stop_at_first_failure && !totals.lock().unwrap().failures.is_empty() {
+        if stop_at_first_failure && !totals.lock().unwrap().caught.is_empty() {
             break;
         }
     }
@@ -592,4 +603,35 @@ fn arenas_under_random_and_pct_schedules() {
     report("arenas", &totals, started);
     assert!(totals.failures.is_empty(), "{} failures", totals.failures.len());
     assert!(totals.images > 0);
+}
+
+/// Each concurrency mutant (`mnemo_heap::CONCURRENCY_MUTANTS`) makes a crash image of some
+/// schedule fail its check, within this many schedules of each workload.
+const MUTANT_SCHEDULES: u64 = 300;
+
+#[test]
+fn every_concurrency_mutant_is_caught() {
+    let started = Instant::now();
+    let caught_by = |name: &'static str| -> Option<String> {
+        let lanes = explore(Lanes, 0x3a7a, MUTANT_SCHEDULES, Some(name), true);
+        if let Some(c) = lanes.caught.first() {
+            return Some(format!("{c} (after {} schedules)", lanes.schedules));
+        }
+        let arenas = explore(Arenas, 0xa3a7a, MUTANT_SCHEDULES, Some(name), true);
+        arenas
+            .caught
+            .first()
+            .map(|c| format!("{c} (after {} schedules)", arenas.schedules))
+    };
+    mnemo_testkit::assert_caught(
+        "heap concurrency mutants",
+        mnemo_heap::CONCURRENCY_MUTANTS,
+        &[],
+        caught_by,
+    );
+    println!(
+        "concurrency mutants: {} caught in {:.1} s",
+        mnemo_heap::CONCURRENCY_MUTANTS.len(),
+        started.elapsed().as_secs_f64()
+    );
 }

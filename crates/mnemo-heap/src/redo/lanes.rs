@@ -530,7 +530,9 @@ impl Lanes {
                 h = s;
             }
             let p = lane.scan.pending.load(Ordering::Acquire) & !PENDING_DEFERRED;
-            if p != 0 && p < h {
+            // Broken: other lanes' pending records (applied, not yet fenced) are passed over,
+            // so a record claims them fenced too early.
+            if p != 0 && p < h && !mutant::active("redo.horizon_early") {
                 h = p;
             }
         }
@@ -713,6 +715,13 @@ impl Lanes {
         if p == 0 || me.applier.load(Ordering::Acquire) == tid {
             return Ok(());
         }
+        if mutant::active("redo.reuse_lane_unretired") {
+            // Broken: the lane is taken over as if its pending record were this thread's,
+            // neither flushed again nor named, and this commit clears it: the record counts
+            // as fenced, and later horizons pass it, while its application may still be lost.
+            me.applier.store(tid, Ordering::Release);
+            return Ok(());
+        }
         for r in &lane.pending_ranges {
             mnemo_pmem::durable_site!("redo.adopt_stage", pool.stage(r.offset, r.len))?;
         }
@@ -763,7 +772,7 @@ impl Lanes {
             own_h
         };
         debug_assert!(
-            horizon <= seq && {
+            mutant::active("redo.horizon_early") || horizon <= seq && {
                 let p = me.scan.pending.load(Ordering::Relaxed) & !PENDING_DEFERRED;
                 p == 0 || horizon <= p
             },
