@@ -59,6 +59,10 @@ trait Workload: Send + Sync + 'static {
     /// What the threads and the checks share (offsets of roots).
     type Setup: Clone + Send + Sync + 'static;
     fn name(&self) -> &'static str;
+    /// Threads that run the operations.
+    fn threads(&self) -> usize {
+        THREADS
+    }
     /// Pool size at creation and its maximum (growth).
     fn sizes(&self) -> (u64, u64);
     fn setup(&self, heap: &Heap) -> Result<Self::Setup, String>;
@@ -106,7 +110,19 @@ fn live_checked(heap: &Heap) -> Result<Vec<(u64, u64)>, String> {
 /// Transactions per thread.
 const LANE_OPS: usize = 6;
 
-struct Lanes;
+/// `threads` threads of `ops` transactions each; `mixed`: which transactions increment the
+/// shared counter is drawn from the seed, else the first does not and the others do.
+struct Lanes {
+    threads: usize,
+    ops: usize,
+    mixed: bool,
+}
+
+const LANES: Lanes = Lanes {
+    threads: THREADS,
+    ops: LANE_OPS,
+    mixed: true,
+};
 
 #[derive(Clone, Debug)]
 struct LanesSetup {
@@ -118,10 +134,14 @@ struct LanesSetup {
     lock: Arc<shuttle::sync::Mutex<()>>,
 }
 
-/// Whether thread `t`'s `j`-th transaction (1-based) also increments the shared counter.
-fn lane_plan(seed: u64, t: usize) -> Vec<bool> {
-    let mut rng = rng_of(seed, t);
-    (0..LANE_OPS).map(|_| rng.chance(0.5)).collect()
+impl Lanes {
+    /// Whether each of thread `t`'s transactions also increments the shared counter.
+    fn plan(&self, seed: u64, t: usize) -> Vec<bool> {
+        let mut rng = rng_of(seed, t);
+        (0..self.ops)
+            .map(|j| if self.mixed { rng.chance(0.5) } else { j > 0 })
+            .collect()
+    }
 }
 
 impl Workload for Lanes {
@@ -131,12 +151,18 @@ impl Workload for Lanes {
         "lanes"
     }
 
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
     fn sizes(&self) -> (u64, u64) {
         (pool_size(2), pool_size(2))
     }
 
     fn setup(&self, heap: &Heap) -> Result<LanesSetup, String> {
-        let objs = heap.root::<[u64; 16 * THREADS]>("objs").map_err(|e| e.to_string())?;
+        let objs = heap
+            .root::<[u64; 16 * THREADS]>("objs")
+            .map_err(|e| e.to_string())?;
         let counter = heap.root::<u64>("counter").map_err(|e| e.to_string())?;
         Ok(LanesSetup {
             objs: objs.offset(),
@@ -154,7 +180,7 @@ impl Workload for Lanes {
         t: usize,
         ack: &dyn Fn(),
     ) -> Result<(), String> {
-        let plan = lane_plan(seed, t);
+        let plan = self.plan(seed, t);
         let word0 = PPtr::<u64>::from_offset(setup.objs + t as u64 * 128);
         let word8 = PPtr::<u64>::from_offset(setup.objs + t as u64 * 128 + 64);
         let counter = PPtr::<u64>::from_offset(setup.counter);
@@ -192,16 +218,23 @@ impl Workload for Lanes {
                 .get(PPtr::<u64>::from_offset(setup.objs + t as u64 * 128 + 64))
                 .map_err(|e| e.to_string())?;
             if w0 != w8 {
-                return Err(format!("thread {t}: a transaction half applied ({w0} and {w8})"));
-            }
-            let d = d as u64;
-            if w0 != d && !(w0 == d + 1 && d < LANE_OPS as u64) {
                 return Err(format!(
-                    "thread {t}: object holds transaction {w0}; {d} acknowledged{}",
-                    if d < LANE_OPS as u64 { format!(", {} in flight", d + 1) } else { String::new() }
+                    "thread {t}: a transaction half applied ({w0} and {w8})"
                 ));
             }
-            present_shared += lane_plan(seed, t)[..w0 as usize]
+            let d = d as u64;
+            let ops = self.ops as u64;
+            if w0 != d && !(w0 == d + 1 && d < ops) {
+                return Err(format!(
+                    "thread {t}: object holds transaction {w0}; {d} acknowledged{}",
+                    if d < ops {
+                        format!(", {} in flight", d + 1)
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            present_shared += self.plan(seed, t)[..w0 as usize]
                 .iter()
                 .filter(|&&s| s)
                 .count() as u64;
@@ -216,7 +249,10 @@ impl Workload for Lanes {
         }
         let live = live_checked(heap)?;
         if live != setup.live {
-            return Err(format!("allocations changed: {live:x?}, expected {:x?}", setup.live));
+            return Err(format!(
+                "allocations changed: {live:x?}, expected {:x?}",
+                setup.live
+            ));
         }
         Ok(())
     }
@@ -353,12 +389,15 @@ impl Workload for Arenas {
                     continue;
                 }
                 let Some(&(_, size)) = live.iter().find(|&&(o, _)| o == p) else {
-                    return Err(format!("thread {t} slot {slot}: {p:#x} is not a live allocation"));
+                    return Err(format!(
+                        "thread {t} slot {slot}: {p:#x} is not a live allocation"
+                    ));
                 };
                 let mut tags = [0u8; 8];
                 heap.read_bytes(p, &mut tags).map_err(|e| e.to_string())?;
                 let tag = u64::from_le_bytes(tags);
-                heap.read_bytes(p + 64, &mut tags).map_err(|e| e.to_string())?;
+                heap.read_bytes(p + 64, &mut tags)
+                    .map_err(|e| e.to_string())?;
                 if u64::from_le_bytes(tags) != tag {
                     return Err(format!("thread {t} slot {slot}: object {p:#x} torn"));
                 }
@@ -384,7 +423,9 @@ impl Workload for Arenas {
         }
         for &(offset, size) in &live {
             if !published.contains(&offset) && !setup.live.contains(&(offset, size)) {
-                return Err(format!("leak: live allocation {offset:#x}+{size} is published nowhere"));
+                return Err(format!(
+                    "leak: live allocation {offset:#x}+{size} is published nowhere"
+                ));
             }
         }
         for &(offset, size) in &setup.live {
@@ -410,12 +451,12 @@ struct Totals {
     caught: Vec<String>,
 }
 
-/// Images per crash point (`MNEMO_CONC_CUTS` changes it).
-fn cuts_per_point() -> usize {
+/// Images per crash point: `default`, or `MNEMO_CONC_CUTS` if set.
+fn cuts_per_point(default: usize) -> usize {
     std::env::var("MNEMO_CONC_CUTS")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(4)
+        .unwrap_or(default)
 }
 
 /// Run `schedule` of `workload`, with `mutant` on (for the run and every recovery), and
@@ -424,13 +465,14 @@ fn run_schedule<W: Workload>(
     workload: &Arc<W>,
     schedule: Schedule,
     mutant: Option<&'static str>,
+    cuts: usize,
     totals: &Arc<StdMutex<Totals>>,
 ) {
     let w = Arc::clone(workload);
     let out = Arc::clone(totals);
     let seed = schedule.seed;
     let body = move |real: bool| {
-        let run = || run_once(&w, schedule, real, &out);
+        let run = || run_once(&w, &schedule.to_string(), seed, real, cuts, &out);
         match mutant {
             Some(name) => mnemo_pmem::mutant::with(name, run),
             None => run(),
@@ -447,7 +489,16 @@ fn run_schedule<W: Workload>(
     }
 }
 
-fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &StdMutex<Totals>) {
+/// One execution of `w`: setup, its threads, then (if `real`) every fence's images checked.
+/// `schedule` names the schedule in failures; `seed` drives the workload and the cuts.
+fn run_once<W: Workload>(
+    w: &Arc<W>,
+    schedule: &str,
+    seed: u64,
+    real: bool,
+    cuts: usize,
+    totals: &StdMutex<Totals>,
+) {
     let fail = |what: String| {
         let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
         t.failures.push(format!(
@@ -471,10 +522,14 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
     // Acknowledgements in the order the medium counted them: thread ids.
     let acks: Arc<StdMutex<Vec<usize>>> = Arc::default();
     media.set_recording(true);
-    let handles: Vec<_> = (0..THREADS)
+    let handles: Vec<_> = (0..w.threads())
         .map(|t| {
-            let (heap, setup, media, acks) =
-                (heap.clone(), setup.clone(), media.clone(), Arc::clone(&acks));
+            let (heap, setup, media, acks) = (
+                heap.clone(),
+                setup.clone(),
+                media.clone(),
+                Arc::clone(&acks),
+            );
             let w = Arc::clone(w);
             shuttle::thread::spawn(move || {
                 // No shuttle call between the two: no other task runs in between, so the
@@ -483,7 +538,7 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
                     media.mark_ack();
                     acks.lock().unwrap_or_else(|p| p.into_inner()).push(t);
                 };
-                w.thread(&heap, &setup, schedule.seed, t, &ack)
+                w.thread(&heap, &setup, seed, t, &ack)
             })
         })
         .collect();
@@ -508,18 +563,18 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
     }
     let points = media.take_points();
     let acks = acks.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let mut rng = SimRng::new(schedule.seed ^ 0xc0ff_ee00);
+    let mut rng = SimRng::new(seed ^ 0xc0ff_ee00);
     let (mut npoints, mut nimages) = (0u64, 0u64);
     for (index, point) in points.iter().enumerate() {
         if !matches!(point.kind, PointKind::Fence(_) | PointKind::End) {
             continue;
         }
         npoints += 1;
-        let mut done = vec![0usize; THREADS];
+        let mut done = vec![0usize; w.threads()];
         for &t in &acks[..point.acked.min(acks.len())] {
             done[t] += 1;
         }
-        for cut in conc::sample_cuts(point.units.len(), cuts_per_point(), &mut rng) {
+        for cut in conc::sample_cuts(point.units.len(), cuts, &mut rng) {
             nimages += 1;
             let image = conc::image(point, &cut);
             let media = SimMedia::from_image(&image, size_max, SimOptions::default());
@@ -528,7 +583,7 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
                 .and_then(|pool| {
                     Heap::open_with(pool, &options).map_err(|e| format!("recovery failed: {e}"))
                 })
-                .and_then(|heap| w.check(&heap, &setup, schedule.seed, &done));
+                .and_then(|heap| w.check(&heap, &setup, seed, &done));
             if let Err(e) = checked {
                 let what = format!(
                     "point {index} ({:?}, {} acknowledged: {done:?}), {cut}: {e}",
@@ -536,7 +591,8 @@ fn run_once<W: Workload>(w: &Arc<W>, schedule: Schedule, real: bool, totals: &St
                 );
                 fail(what.clone());
                 let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
-                t.caught.push(format!("{} schedule {schedule}: {what}", w.name()));
+                t.caught
+                    .push(format!("{} schedule {schedule}: {what}", w.name()));
                 t.points += npoints;
                 t.images += nimages;
                 return;
@@ -555,6 +611,7 @@ fn explore<W: Workload>(
     count: u64,
     mutant: Option<&'static str>,
     stop_at_first_failure: bool,
+    cuts: usize,
 ) -> Totals {
     let workload = Arc::new(workload);
     let totals = Arc::new(StdMutex::new(Totals::default()));
@@ -563,7 +620,7 @@ fn explore<W: Workload>(
         None => conc::schedules(base, count),
     };
     for schedule in schedules {
-        run_schedule(&workload, schedule, mutant, &totals);
+        run_schedule(&workload, schedule, mutant, cuts, &totals);
         if stop_at_first_failure && !totals.lock().unwrap().caught.is_empty() {
             break;
         }
@@ -572,9 +629,19 @@ fn explore<W: Workload>(
     totals
 }
 
-fn report(name: &str, totals: &Totals, started: Instant) {
+/// Whether `MNEMO_CONC_REPLAY` names a schedule starting with `prefix` (another test's: this
+/// one then does nothing).
+fn replaying(prefix: &str) -> bool {
+    std::env::var("MNEMO_CONC_REPLAY").is_ok_and(|v| v.trim().starts_with(prefix))
+}
+
+/// Random and PCT schedules of each workload per run (`MNEMO_CONC_SCHEDULES` changes it).
+const LANES_SCHEDULES: u64 = 1500;
+const ARENAS_SCHEDULES: u64 = 1000;
+
+fn report(name: &str, kind: &str, totals: &Totals, started: Instant) {
     println!(
-        "concurrency {name}: {} schedules (random, PCT depth 2 and 3), {} crash points (fences), \
+        "concurrency {name}: {} schedules ({kind}), {} crash points (fences), \
          {} crash images recovered and checked, {} failures, {:.1} s",
         totals.schedules,
         totals.points,
@@ -590,18 +657,46 @@ fn report(name: &str, totals: &Totals, started: Instant) {
 #[test]
 fn lanes_under_random_and_pct_schedules() {
     let started = Instant::now();
-    let totals = explore(Lanes, 0x1a7e5, conc::schedule_count(400), None, false);
-    report("lanes", &totals, started);
-    assert!(totals.failures.is_empty(), "{} failures", totals.failures.len());
+    if replaying("bounded") {
+        return;
+    }
+    let totals = explore(
+        LANES,
+        0x1a7e5,
+        conc::schedule_count(LANES_SCHEDULES),
+        None,
+        false,
+        cuts_per_point(2),
+    );
+    report("lanes", "random, PCT depth 2 and 3", &totals, started);
+    assert!(
+        totals.failures.is_empty(),
+        "{} failures",
+        totals.failures.len()
+    );
     assert!(totals.images > 0);
 }
 
 #[test]
 fn arenas_under_random_and_pct_schedules() {
     let started = Instant::now();
-    let totals = explore(Arenas, 0xa7e4a, conc::schedule_count(400), None, false);
-    report("arenas", &totals, started);
-    assert!(totals.failures.is_empty(), "{} failures", totals.failures.len());
+    if replaying("bounded") {
+        return;
+    }
+    let totals = explore(
+        Arenas,
+        0xa7e4a,
+        conc::schedule_count(ARENAS_SCHEDULES),
+        None,
+        false,
+        cuts_per_point(2),
+    );
+    report("arenas", "random, PCT depth 2 and 3", &totals, started);
+    assert!(
+        totals.failures.is_empty(),
+        "{} failures",
+        totals.failures.len()
+    );
     assert!(totals.images > 0);
 }
 
@@ -611,13 +706,16 @@ const MUTANT_SCHEDULES: u64 = 300;
 
 #[test]
 fn every_concurrency_mutant_is_caught() {
+    if replaying("") {
+        return;
+    }
     let started = Instant::now();
     let caught_by = |name: &'static str| -> Option<String> {
-        let lanes = explore(Lanes, 0x3a7a, MUTANT_SCHEDULES, Some(name), true);
+        let lanes = explore(LANES, 0x3a7a, MUTANT_SCHEDULES, Some(name), true, 4);
         if let Some(c) = lanes.caught.first() {
             return Some(format!("{c} (after {} schedules)", lanes.schedules));
         }
-        let arenas = explore(Arenas, 0xa3a7a, MUTANT_SCHEDULES, Some(name), true);
+        let arenas = explore(Arenas, 0xa3a7a, MUTANT_SCHEDULES, Some(name), true, 4);
         arenas
             .caught
             .first()
@@ -634,4 +732,54 @@ fn every_concurrency_mutant_is_caught() {
         mnemo_heap::CONCURRENCY_MUTANTS.len(),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Preemptions the systematic search of the lane core allows.
+const CORE_BOUND: usize = 2;
+
+/// The lanes' core (the in-flight bound, the pending record, the horizon scan, adoption)
+/// under every schedule of two threads committing two transactions each on two lanes with
+/// at most `CORE_BOUND` preemptions ([`conc::Bounded`]), crash images at every fence of each.
+/// `MNEMO_CONC_REPLAY=bounded2:N` checks schedule N alone.
+#[test]
+fn lane_core_every_schedule_with_two_preemptions() {
+    if replaying("random") || replaying("pct") {
+        return;
+    }
+    let started = Instant::now();
+    let workload = Arc::new(Lanes {
+        threads: 2,
+        ops: 2,
+        mixed: false,
+    });
+    let cuts = cuts_per_point(1);
+    let only = std::env::var("MNEMO_CONC_REPLAY").ok().and_then(|v| {
+        v.strip_prefix(&format!("bounded{CORE_BOUND}:"))?
+            .parse::<usize>()
+            .ok()
+    });
+    let totals = Arc::new(StdMutex::new(Totals::default()));
+    let (w, out) = (Arc::clone(&workload), Arc::clone(&totals));
+    let ran = conc::run_bounded(CORE_BOUND, only.map(|n| n + 1), move |n| {
+        let label = format!("bounded{CORE_BOUND}:{n}");
+        let check = only.is_none_or(|o| o == n);
+        run_once(&w, &label, 7, check, cuts, &out);
+    });
+    let mut totals = std::mem::take(&mut *totals.lock().unwrap());
+    match ran {
+        Ok(n) => totals.schedules = n as u64,
+        Err(e) => totals.failures.push(e),
+    }
+    report(
+        "lane core",
+        &format!("every one with at most {CORE_BOUND} preemptions"),
+        &totals,
+        started,
+    );
+    assert!(
+        totals.failures.is_empty(),
+        "{} failures",
+        totals.failures.len()
+    );
+    assert!(totals.schedules > 100 && totals.images > 0);
 }

@@ -66,7 +66,13 @@ impl FromStr for Schedule {
             Scheduler::Random
         } else {
             let depth = kind.strip_prefix("pct").ok_or_else(bad)?;
-            Scheduler::Pct(depth.parse::<usize>().ok().filter(|&d| d > 0).ok_or_else(bad)?)
+            Scheduler::Pct(
+                depth
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&d| d > 0)
+                    .ok_or_else(bad)?,
+            )
         };
         Ok(Schedule { scheduler, seed })
     }
@@ -92,7 +98,14 @@ pub fn schedules(base: u64, count: u64) -> Vec<Schedule> {
 /// If the variable is set but is not a schedule.
 pub fn replay_target() -> Option<Schedule> {
     let text = std::env::var("MNEMO_CONC_REPLAY").ok()?;
-    Some(text.parse().unwrap_or_else(|e| panic!("MNEMO_CONC_REPLAY: {e}")))
+    if text.trim().starts_with("bounded") {
+        // A systematic schedule ([`Bounded`]): the test that enumerates them replays it.
+        return None;
+    }
+    Some(
+        text.parse()
+            .unwrap_or_else(|e| panic!("MNEMO_CONC_REPLAY: {e}")),
+    )
 }
 
 /// How many schedules a test runs: `default`, or `MNEMO_CONC_SCHEDULES` if set.
@@ -147,10 +160,22 @@ pub fn run(schedule: Schedule, f: impl Fn(bool) + Send + Sync + 'static) -> Resu
 
 /// At most `k` cuts of a point with `n` pending units: every subset when there are at most
 /// `k`, else no unit, every unit, and `k - 2` seeded ones (a single unit, all but one, or a
-/// random subset of density 1/8 to 7/8, in turn).
+/// random subset of density 1/8 to 7/8, in turn); `k = 1`: one seeded cut of any of these
+/// kinds.
 pub fn sample_cuts(n: usize, k: usize, rng: &mut SimRng) -> Vec<Cut> {
     if n < 63 && (1u64 << n) <= k as u64 {
         return (0..1u64 << n).map(Cut::Mask).collect();
+    }
+    if k == 1 {
+        let unit = rng.below(n as u64) as u32;
+        let density = f64::from(rng.below(7) as u32 + 1) / 8.0;
+        return vec![match rng.below(5) {
+            0 => Cut::None,
+            1 => Cut::All,
+            2 => Cut::Only(unit),
+            3 => Cut::AllBut(unit),
+            _ => Cut::Set((0..n as u32).filter(|_| rng.chance(density)).collect()),
+        }];
     }
     let mut out = vec![Cut::None, Cut::All];
     for i in 0..k.saturating_sub(2) {
@@ -192,4 +217,150 @@ pub fn images(point: &CrashPoint, sampling: &Sampling, rng: &mut SimRng) -> Vec<
             (cut, image)
         })
         .collect()
+}
+
+/// A systematic scheduler: every schedule with at most `bound` preemptions (a switch away
+/// from a task that could go on), in depth-first order, as CHESS does (Musuvathi and Qadeer,
+/// PLDI 2007): few preemptions find most concurrency bugs, and bounding them makes the
+/// enumeration finite and small. A yielding task (a spin loop's `yield_now`) is switched away
+/// from for free and is not chosen again while another task can run (else a spin loop would
+/// make the search infinite). Schedules are numbered from 0 in the order they run: with the
+/// same workload, schedule `i` of one enumeration is schedule `i` of any other.
+#[derive(Debug)]
+pub struct Bounded {
+    bound: usize,
+    max: Option<usize>,
+    levels: Vec<Level>,
+    step: usize,
+    executions: usize,
+}
+
+#[derive(Debug)]
+struct Level {
+    /// The task chosen at this switch, and the preemptions up to and including it.
+    choice: shuttle::scheduler::TaskId,
+    preemptions: usize,
+    /// Choices not tried yet, with the preemptions each would make the total.
+    untried: Vec<(shuttle::scheduler::TaskId, usize)>,
+}
+
+impl Bounded {
+    /// Every schedule with at most `bound` preemptions, or the first `max` of them.
+    pub fn new(bound: usize, max: Option<usize>) -> Bounded {
+        Bounded {
+            bound,
+            max,
+            levels: Vec::new(),
+            step: 0,
+            executions: 0,
+        }
+    }
+}
+
+impl shuttle::scheduler::Scheduler for Bounded {
+    fn new_execution(&mut self) -> Option<shuttle::scheduler::Schedule> {
+        if self.max.is_some_and(|max| self.executions >= max) {
+            return None;
+        }
+        if self.executions > 0 {
+            // Backtrack to the deepest switch with a choice left, and take it.
+            loop {
+                let last = self.levels.last_mut()?;
+                if let Some((choice, preemptions)) = last.untried.pop() {
+                    last.choice = choice;
+                    last.preemptions = preemptions;
+                    break;
+                }
+                self.levels.pop();
+            }
+        }
+        self.executions += 1;
+        self.step = 0;
+        Some(shuttle::scheduler::Schedule::new(0))
+    }
+
+    fn next_task(
+        &mut self,
+        runnable: &[&shuttle::scheduler::Task],
+        current: Option<shuttle::scheduler::TaskId>,
+        yielding: bool,
+    ) -> Option<shuttle::scheduler::TaskId> {
+        let step = self.step;
+        self.step += 1;
+        if let Some(level) = self.levels.get(step) {
+            return Some(level.choice);
+        }
+        let before = step
+            .checked_sub(1)
+            .and_then(|s| self.levels.get(s))
+            .map_or(0, |l| l.preemptions);
+        let ids: Vec<_> = runnable.iter().map(|t| t.id()).collect();
+        let goes_on = current.filter(|c| ids.contains(c) && !yielding);
+        let mut options: Vec<(shuttle::scheduler::TaskId, usize)> = Vec::new();
+        match goes_on {
+            Some(c) => {
+                options.push((c, before));
+                if before < self.bound {
+                    options.extend(ids.iter().filter(|&&t| t != c).map(|&t| (t, before + 1)));
+                }
+            }
+            None => {
+                let others: Vec<_> = ids
+                    .iter()
+                    .copied()
+                    .filter(|&t| !(yielding && Some(t) == current) || ids.len() == 1)
+                    .collect();
+                options.extend(others.into_iter().map(|t| (t, before)));
+            }
+        }
+        let (choice, preemptions) = options.remove(0);
+        options.reverse();
+        self.levels.push(Level {
+            choice,
+            preemptions,
+            untried: options,
+        });
+        Some(choice)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        0
+    }
+}
+
+/// Run `f` under every schedule [`Bounded`] by `bound` preemptions enumerates (at most
+/// `max`), each as one execution; `f` receives the schedule's number. Returns how many ran,
+/// or the first panic with the number of its schedule.
+pub fn run_bounded(
+    bound: usize,
+    max: Option<usize>,
+    f: impl Fn(usize) + Send + Sync + 'static,
+) -> Result<usize, String> {
+    let mut config = Config::new();
+    config.stack_size = 4 << 20;
+    config.failure_persistence = FailurePersistence::None;
+    config.max_steps = MaxSteps::None;
+    config.silence_warnings = true;
+    let counter = Arc::new(Mutex::new(0usize));
+    let seen = Arc::clone(&counter);
+    let body = move || {
+        let n = {
+            let mut n = seen.lock().unwrap_or_else(|p| p.into_inner());
+            *n += 1;
+            *n - 1
+        };
+        f(n);
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        Runner::new(Bounded::new(bound, max), config).run(body)
+    }));
+    outcome.map_err(|panic| {
+        let n = *counter.lock().unwrap_or_else(|p| p.into_inner());
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        format!("bounded schedule {}: {message}", n.saturating_sub(1))
+    })
 }

@@ -772,10 +772,11 @@ impl Lanes {
             own_h
         };
         debug_assert!(
-            mutant::active("redo.horizon_early") || horizon <= seq && {
-                let p = me.scan.pending.load(Ordering::Relaxed) & !PENDING_DEFERRED;
-                p == 0 || horizon <= p
-            },
+            mutant::active("redo.horizon_early")
+                || horizon <= seq && {
+                    let p = me.scan.pending.load(Ordering::Relaxed) & !PENDING_DEFERRED;
+                    p == 0 || horizon <= p
+                },
             "horizon: record {seq} of lane {} would claim {horizon}, past its own in-flight \
              or pending record",
             lane.index
