@@ -283,8 +283,11 @@ enum ArenaOp {
     Free { slot: usize },
 }
 
-/// Thread `t`'s operations, and its slots' tags after each (index k: after k operations).
-fn arena_plan(seed: u64, t: usize) -> (Vec<ArenaOp>, Vec<[Option<(u64, u64)>; ARENA_SLOTS]>) {
+/// A thread's slots: (tag, size) of the object each points to.
+type ArenaSlots = [Option<(u64, u64)>; ARENA_SLOTS];
+
+/// Thread `t`'s operations, and its slots after each (index k: after k operations).
+fn arena_plan(seed: u64, t: usize) -> (Vec<ArenaOp>, Vec<ArenaSlots>) {
     let mut rng = rng_of(seed, t);
     let mut slots = [None; ARENA_SLOTS];
     let mut states = vec![slots];
@@ -302,7 +305,7 @@ fn arena_plan(seed: u64, t: usize) -> (Vec<ArenaOp>, Vec<[Option<(u64, u64)>; AR
                 } else {
                     ARENA_SIZES[rng.below(2) as usize]
                 };
-                let tag = (seed & 0xffff_ffff) << 24 | (t as u64) << 16 | j as u64 + 1;
+                let tag = ((seed & 0xffff_ffff) << 24) | ((t as u64) << 16) | (j as u64 + 1);
                 slots[slot] = Some((tag, size));
                 ArenaOp::Alloc { slot, size, tag }
             }
