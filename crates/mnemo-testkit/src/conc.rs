@@ -4,7 +4,7 @@
 //! A multi-thread workload runs as one execution of the shuttle crate's controlled
 //! scheduler: every thread is a shuttle task, and the layers' locks, atomics and
 //! thread-locals are shuttle's (mnemo-heap's `src/sync.rs`), so the scheduler decides every
-//! interleaving, from a seed. The [`SimMedia`] records a crash point at every fence of every
+//! interleaving, from a seed. The [`crate::SimMedia`] records a crash point at every fence of every
 //! task (a fence writes back only its own task's flushes), and [`images`] builds the crash
 //! images of a point as the single-threaded explorer does ([`crate::cuts`]).
 //!
