@@ -31,6 +31,7 @@ use mnemo_heap::layout::Geometry;
 use mnemo_heap::{Heap, HeapOptions, PPtr};
 use mnemo_pmem::limits::DATA_OFFSET;
 use mnemo_testkit::conc::{self, Schedule};
+use mnemo_testkit::rng::mix64;
 use mnemo_testkit::sim::PointKind;
 use mnemo_testkit::{pool, SimMedia, SimOptions, SimRng};
 
@@ -452,6 +453,9 @@ struct Totals {
     failures: Vec<String>,
     /// Failures that are a crash image failing its check (not a run that failed by itself).
     caught: Vec<String>,
+    /// Per schedule, a digest of its run: every crash point's kind, acknowledgements and
+    /// pending words, and the order of the acknowledgements (replay must give the same).
+    digests: Vec<u64>,
 }
 
 /// Images per crash point: `default`, or `MNEMO_CONC_CUTS` if set.
@@ -566,6 +570,25 @@ fn run_once<W: Workload>(
     }
     let points = media.take_points();
     let acks = acks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut digest = acks.iter().fold(0u64, |d, &t| mix64(d ^ t as u64));
+    for point in &points {
+        digest =
+            mix64(digest ^ mix64(format!("{:?}", point.kind).len() as u64 ^ point.acked as u64));
+        for word in &point.words {
+            // The pool header's values hold the pool's random identity: offsets only there.
+            let value = if word.offset >= DATA_OFFSET {
+                word.new
+            } else {
+                0
+            };
+            digest = mix64(digest ^ word.offset ^ mix64(value));
+        }
+    }
+    totals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .digests
+        .push(digest);
     let mut rng = SimRng::new(seed ^ 0xc0ff_ee00);
     let (mut npoints, mut nimages) = (0u64, 0u64);
     for (index, point) in points.iter().enumerate() {
@@ -785,4 +808,27 @@ fn lane_core_every_schedule_with_two_preemptions() {
         totals.failures.len()
     );
     assert!(totals.schedules > 100 && totals.images > 0);
+}
+
+/// A schedule replays exactly: run twice from its seed, the same acknowledgements in the same
+/// order, the same crash points with the same pending words (their values from the heap's
+/// area on: the pool header holds the pool's random identity), which `MNEMO_CONC_REPLAY`
+/// relies on.
+#[test]
+fn a_schedule_replays_exactly() {
+    if replaying("") {
+        return;
+    }
+    for workload in 0..2 {
+        let run = || match workload {
+            0 => explore(LANES, 0x5eed, 6, None, false, 1),
+            _ => explore(Arenas, 0x5eed, 6, None, false, 1),
+        };
+        let (first, second) = (run(), run());
+        assert!(first.failures.is_empty() && second.failures.is_empty());
+        assert_eq!(first.digests.len(), 6);
+        assert_eq!(first.digests, second.digests, "workload {workload}");
+        let distinct: std::collections::HashSet<_> = first.digests.iter().collect();
+        assert!(distinct.len() > 1, "the schedules differ from each other");
+    }
 }
