@@ -135,14 +135,51 @@ struct LanesSetup {
     lock: Arc<shuttle::sync::Mutex<()>>,
 }
 
+/// One operation of a `Lanes` thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LaneOp {
+    /// A transaction writing the thread's three words (and the shared counter if `shared`).
+    Tx { shared: bool },
+    /// `Heap::atomic_update` of the thread's third word, which its transactions also write:
+    /// a replayable record that wrote it must be retired first (the help path).
+    Atomic,
+}
+
 impl Lanes {
-    /// Whether each of thread `t`'s transactions also increments the shared counter.
-    fn plan(&self, seed: u64, t: usize) -> Vec<bool> {
+    /// Thread `t`'s operations: drawn from the seed when `mixed` (a quarter atomic updates,
+    /// half the transactions shared), else a transaction on its own words, then shared ones.
+    fn plan(&self, seed: u64, t: usize) -> Vec<LaneOp> {
         let mut rng = rng_of(seed, t);
         (0..self.ops)
-            .map(|j| if self.mixed { rng.chance(0.5) } else { j > 0 })
+            .map(|j| {
+                if !self.mixed {
+                    LaneOp::Tx { shared: j > 0 }
+                } else if rng.chance(0.25) {
+                    LaneOp::Atomic
+                } else {
+                    LaneOp::Tx {
+                        shared: rng.chance(0.5),
+                    }
+                }
+            })
             .collect()
     }
+
+    /// Thread `t`'s words after `k` operations: (the two transactional words, the third).
+    fn words_after(plan: &[LaneOp], k: usize) -> (u64, u64) {
+        let last_tx = plan[..k]
+            .iter()
+            .rposition(|op| matches!(op, LaneOp::Tx { .. }))
+            .map_or(0, |j| j as u64 + 1);
+        (last_tx, k as u64)
+    }
+}
+
+/// Offsets of thread `t`'s words in the `objs` root: two in two lines, transactional only,
+/// and a third beside the first, also atomically updated.
+fn lane_words(objs: u64, t: usize) -> [u64; 3] {
+    let base = objs + t as u64 * 128;
+    [base, base + 64, base + 32]
 }
 
 impl Workload for Lanes {
@@ -182,22 +219,28 @@ impl Workload for Lanes {
         ack: &dyn Fn(),
     ) -> Result<(), String> {
         let plan = self.plan(seed, t);
-        let word0 = PPtr::<u64>::from_offset(setup.objs + t as u64 * 128);
-        let word8 = PPtr::<u64>::from_offset(setup.objs + t as u64 * 128 + 64);
+        let [w0, w8, wa] = lane_words(setup.objs, t).map(PPtr::<u64>::from_offset);
         let counter = PPtr::<u64>::from_offset(setup.counter);
-        for (j, &shared) in plan.iter().enumerate() {
+        for (j, &op) in plan.iter().enumerate() {
             let value = j as u64 + 1;
-            let held = shared.then(|| setup.lock.lock().unwrap_or_else(|p| p.into_inner()));
-            heap.tx(|tx| {
-                tx.write(word0, &value)?;
-                if shared {
-                    let c = tx.read(counter)?;
-                    tx.write(counter, &(c + 1))?;
+            let done = match op {
+                LaneOp::Atomic => heap.atomic_update(wa, value),
+                LaneOp::Tx { shared } => {
+                    let held = shared.then(|| setup.lock.lock().unwrap_or_else(|p| p.into_inner()));
+                    let done = heap.tx(|tx| {
+                        tx.write(w0, &value)?;
+                        tx.write(wa, &value)?;
+                        if shared {
+                            let c = tx.read(counter)?;
+                            tx.write(counter, &(c + 1))?;
+                        }
+                        tx.write(w8, &value)
+                    });
+                    drop(held);
+                    done
                 }
-                tx.write(word8, &value)
-            })
-            .map_err(|e| format!("thread {t} transaction {value}: {e}"))?;
-            drop(held);
+            };
+            done.map_err(|e| format!("thread {t} operation {value} ({op:?}): {e}"))?;
             ack();
         }
         Ok(())
@@ -212,32 +255,33 @@ impl Workload for Lanes {
     ) -> Result<(), String> {
         let mut present_shared = 0u64;
         for (t, &d) in done.iter().enumerate() {
-            let w0 = heap
-                .get(PPtr::<u64>::from_offset(setup.objs + t as u64 * 128))
-                .map_err(|e| e.to_string())?;
-            let w8 = heap
-                .get(PPtr::<u64>::from_offset(setup.objs + t as u64 * 128 + 64))
-                .map_err(|e| e.to_string())?;
+            let mut words = [0u64; 3];
+            for (value, offset) in words.iter_mut().zip(lane_words(setup.objs, t)) {
+                *value = heap
+                    .get(PPtr::<u64>::from_offset(offset))
+                    .map_err(|e| e.to_string())?;
+            }
+            let [w0, w8, wa] = words;
             if w0 != w8 {
                 return Err(format!(
                     "thread {t}: a transaction half applied ({w0} and {w8})"
                 ));
             }
-            let d = d as u64;
-            let ops = self.ops as u64;
-            if w0 != d && !(w0 == d + 1 && d < ops) {
-                return Err(format!(
-                    "thread {t}: object holds transaction {w0}; {d} acknowledged{}",
-                    if d < ops {
-                        format!(", {} in flight", d + 1)
-                    } else {
-                        String::new()
-                    }
-                ));
-            }
-            present_shared += self.plan(seed, t)[..w0 as usize]
+            let plan = self.plan(seed, t);
+            // The operations present: those acknowledged, or one more (in flight).
+            let k = (d..=(d + 1).min(self.ops))
+                .find(|&k| Lanes::words_after(&plan, k) == (w0, wa))
+                .ok_or_else(|| {
+                    format!(
+                        "thread {t}: words ({w0}, {wa}); {d} operations acknowledged: \
+                         ({:?}) or, in flight, ({:?})",
+                        Lanes::words_after(&plan, d),
+                        (d < self.ops).then(|| Lanes::words_after(&plan, d + 1))
+                    )
+                })?;
+            present_shared += plan[..k]
                 .iter()
-                .filter(|&&s| s)
+                .filter(|&&op| op == LaneOp::Tx { shared: true })
                 .count() as u64;
         }
         let c = heap

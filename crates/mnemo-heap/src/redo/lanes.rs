@@ -1264,18 +1264,25 @@ impl Lanes {
         self.help(pool, geometry, self.counter.0.load(Ordering::SeqCst))
     }
 
-    /// Whether a still-replayable record of some lane changed the word at `offset`: a
-    /// non-logged store there must first make that record's replay impossible.
+    /// The latest still-replayable record of any lane that changed the word at `offset`, if
+    /// any: a non-logged store there must first make its replay impossible
+    /// ([`Lanes::retire`] of it retires every older one too). The latest, not the first
+    /// found: with several replayable records over the word (a deferral, other threads'
+    /// pending records holding the horizon back), retiring an older one would leave a newer
+    /// one to be replayed over the store (found by the concurrency tests, `atomic_update`
+    /// over a word the thread's transactions also write).
     pub fn conflicts(&self, offset: u64) -> Option<u64> {
         let durable = self.durable_horizon();
-        self.used_lanes().iter().find_map(|lane| {
-            self.ring(lane).iter().find_map(|slot| {
+        self.used_lanes()
+            .iter()
+            .flat_map(|lane| self.ring(lane).iter())
+            .filter_map(|slot| {
                 let seq = slot.seq.load(Ordering::Acquire);
                 let lo = slot.lo.load(Ordering::Acquire);
                 let hi = slot.hi.load(Ordering::Acquire);
                 (seq != 0 && seq >= durable && lo <= offset && offset < hi).then_some(seq)
             })
-        })
+            .max()
     }
 
     /// Make sure no record with a sequence number up to `seq` is ever replayed again.
