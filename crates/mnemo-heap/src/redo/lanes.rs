@@ -1293,3 +1293,36 @@ impl Lanes {
         self.help(pool, geometry, seq + 1)
     }
 }
+
+#[cfg(all(test, not(mnemo_shuttle)))]
+mod tests {
+    use super::*;
+
+    /// Publish `seq` in `slot` of `lane` as a record that wrote bytes `lo..hi`.
+    fn publish(lanes: &Lanes, lane: usize, slot: usize, seq: u64, lo: u64, hi: u64) {
+        let s = &lanes.lanes[lane].slots[slot];
+        s.seq.store(seq, Ordering::Release);
+        s.lo.store(lo, Ordering::Release);
+        s.hi.store(hi, Ordering::Release);
+        lanes.used.fetch_max(lane + 1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn conflicts_names_the_latest_replayable_record_over_the_word() {
+        let lanes = Lanes::new(&[LaneStart::new(4), LaneStart::new(4)], 10, 0);
+        assert_eq!(lanes.conflicts(0x1000), None);
+        // Three replayable records over the word, the latest neither first in lane order
+        // nor first in its lane's ring; a fourth, later one elsewhere.
+        publish(&lanes, 0, 0, 5, 0x1000, 0x1040);
+        publish(&lanes, 0, 1, 7, 0x1000, 0x1040);
+        publish(&lanes, 1, 2, 6, 0x0fc0, 0x1008);
+        publish(&lanes, 1, 3, 9, 0x2000, 0x2040);
+        assert_eq!(lanes.conflicts(0x1000), Some(7));
+        assert_eq!(lanes.conflicts(0x0fc0), Some(6));
+        assert_eq!(lanes.conflicts(0x1040), None);
+        // Records below the durable horizon are never replayed: no conflict.
+        lanes.word_value.store(8, Ordering::Release);
+        assert_eq!(lanes.conflicts(0x1000), None);
+        assert_eq!(lanes.conflicts(0x2000), Some(9));
+    }
+}
