@@ -6,22 +6,29 @@
 //!
 //! Workloads (three threads on two lanes of a ring of 4 slots, so lanes change hands,
 //! records are adopted and the overwrite rule binds):
-//! * `Lanes`: each thread updates its own object (two words in two cache lines) in
-//!   transactions; half of them, under a lock held until the transaction returns, also
-//!   increment a shared counter (writes ordered across lanes by the caller's lock).
+//! * `Lanes`: each thread runs transactions over its own object's three words (two in two
+//!   cache lines), half of them, under a lock held until the transaction returns, also
+//!   incrementing a shared counter (writes ordered across lanes by the caller's lock); a
+//!   quarter of its operations `atomic_update` the third word instead (retiring the
+//!   replayable records that wrote it: the help path).
 //! * `Arenas`: each thread allocates (small objects from runs, large ones as whole chunks)
 //!   and frees in transactions over two arenas, publishing the objects in slots of its own;
 //!   freed space waits in the limbo for the durable horizon; the heap grows.
+//! * The lane core: two threads of two transactions each under every schedule with at most
+//!   two preemptions (`conc::Bounded`).
 //!
-//! Checked on every image: recovery succeeds; every transaction that returned is there and
-//! the one each thread had in flight is all or nothing (both words of an object, the
-//! counter equal to the shared transactions present, each published object's tags); the
-//! allocator consistent: live allocations do not overlap, every published object is live,
-//! and every live allocation is published or was there before the threads started (no
-//! leak: the limbo is volatile, so a crash leaves none).
+//! Checked on every image: recovery succeeds; every operation that returned is there and
+//! the one each thread had in flight is all or nothing (an object's words as the model has
+//! them after that many operations, the counter equal to the shared transactions present,
+//! each published object's tags); the allocator consistent: live allocations do not
+//! overlap, every published object is live, and every live allocation is published or was
+//! there before the threads started (no leak: the limbo is volatile, so a crash leaves
+//! none). `every_concurrency_mutant_is_caught`: each of `mnemo_heap::CONCURRENCY_MUTANTS`
+//! fails an image of some schedule.
 //!
-//! A failure prints its schedule, point and cut; `MNEMO_CONC_REPLAY=pct3:SEED` runs that
-//! schedule alone, `MNEMO_CONC_SCHEDULES=N` changes the count.
+//! A failure prints its schedule, point and cut; `MNEMO_CONC_REPLAY=pct3:SEED` (or
+//! `random:SEED`, `bounded2:N`) runs that schedule alone, `MNEMO_CONC_SCHEDULES=N` and
+//! `MNEMO_CONC_CUTS=N` change the counts.
 #![cfg(mnemo_shuttle)]
 
 use std::sync::{Arc, Mutex as StdMutex};
