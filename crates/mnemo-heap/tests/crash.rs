@@ -810,10 +810,18 @@ fn every_mutant_is_caught() {
 
 /// Sites whose removal these workloads do not catch, with the workload that does
 /// (`docs/design/durability-sites.md`).
-const BLIND: &[(&str, &str)] = &[(
-    "redo.fenced_apply",
-    "fenced commits (the C ABI's mode): crates/mnemo-ffi/tests/crash.rs runs them",
-)];
+const BLIND: &[(&str, &str)] = &[
+    (
+        "redo.fenced_apply",
+        "fenced commits (the C ABI's mode): crates/mnemo-ffi/tests/crash.rs runs them",
+    ),
+    (
+        "redo.help_own_stage",
+        "the help path over the thread's own pending records: caught by tests/concurrency.rs \
+         (atomic updates while other threads commit); the Toc mix caught it only while \
+         atomic_update retired the first replayable record found, not the latest",
+    ),
+];
 
 /// Every flush, fence and sync-point site of the heap (`durable_site!` in `src/`), removed in
 /// turn, is caught, except the listed blind spots.
