@@ -46,6 +46,10 @@ grep -aE "^test result: " "$test_log" | awk '
     { passed += $4; failed += $6; ignored += $8 }
     END { printf "\nrust tests: %d passed, %d failed, %d ignored\n", passed, failed, ignored }'
 
+log "concurrency under a controlled scheduler (shuttle)"
+# Its own target directory and cfg (scripts/test-shuttle.sh); figures in its output.
+scripts/test-shuttle.sh
+
 if [ -x scripts/c-tests.sh ]; then
     log "C ABI tests"
     scripts/c-tests.sh

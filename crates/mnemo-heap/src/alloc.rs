@@ -16,7 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+
+use crate::sync::{thread_local, Mutex, MutexGuard};
 
 use mnemo_pmem::{ByteRange, Pool, SyncKind, SyncPoint};
 
@@ -412,7 +413,7 @@ thread_local! {
     static ARENA_HINT: std::cell::Cell<(u64, usize)> = const { std::cell::Cell::new((0, 0)) };
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

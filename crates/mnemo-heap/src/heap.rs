@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 
 use mnemo_pmem::{ByteRange, CreateOptions, OpenOptions, Pool, SyncKind, SyncPoint};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -162,7 +164,7 @@ impl Inner {
     }
 
     /// Hand frees whose records no recovery replays back to the allocator.
-    fn commit_frees(&self, ready: &[PendingFree]) {
+    pub(crate) fn commit_frees(&self, ready: &[PendingFree]) {
         for f in ready {
             self.alloc
                 .commit_free(f, &|chunk| self.set_chunk_entry(chunk, ChunkEntry::Free));
@@ -277,7 +279,7 @@ impl Inner {
         Ok(())
     }
 
-    fn lock_toc(&self) -> std::sync::MutexGuard<'_, Toc> {
+    fn lock_toc(&self) -> MutexGuard<'_, Toc> {
         self.toc.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -291,7 +293,7 @@ pub struct Heap {
     inner: Arc<Inner>,
 }
 
-static HEAP_IDS: AtomicU64 = AtomicU64::new(1);
+static HEAP_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn check_name(name: &str) -> Result<()> {
     if name.len() > NAME_MAX {

@@ -56,6 +56,13 @@
 //! | `alloc.skip_bitmap` | a transactional allocation does not log its bitmap bit (double allocation after reopen) |
 //! | `alloc.direct_skip_flush` | `pmalloc` of a small size (no record: its bitmap bit set directly) fences without flushing the word (an acknowledged allocation lost) |
 //! | `heap.reuse_before_horizon` | freed space is handed out again at once, before the freeing record is past the durable horizon: its replay clobbers the new owner's unlogged bytes |
+//! | `redo.ignore_overwrite_rule` | a lane's slot is overwritten while no durable claim passes its record: an older record of another lane that wrote the same bytes is replayed over the lost one's |
+//! | `redo.horizon_early` | a horizon scan passes over other lanes' pending records: a record claims them fenced while their application may still be lost, and recovery skips them |
+//! | `redo.reuse_lane_unretired` | a lane taken over by another thread while its pending record is unretired (application unfenced) is reused as if the record were the new holder's: neither flushed nor named, then cleared |
+//! | `heap.free_before_commit` | a transaction's free hands the space back to the allocator at once, before the freeing record commits: another thread allocates it while the object is still published (and the free's record later frees the new owner's object) |
+//!
+//! The last four need several threads committing at once ([`CONCURRENCY_MUTANTS`]): they
+//! are caught by the concurrency tests (`tests/concurrency.rs`, `scripts/test-shuttle.sh`).
 #![deny(unsafe_code)]
 
 mod alloc;
@@ -64,6 +71,7 @@ mod heap;
 pub mod layout;
 mod pptr;
 pub mod redo;
+mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tx;
@@ -91,4 +99,19 @@ pub const MUTANTS: &[&str] = &[
     "alloc.skip_bitmap",
     "alloc.direct_skip_flush",
     "heap.reuse_before_horizon",
+    "redo.ignore_overwrite_rule",
+    "redo.horizon_early",
+    "redo.reuse_lane_unretired",
+    "heap.free_before_commit",
+];
+
+/// The mutants of [`MUTANTS`] that only a concurrent schedule can catch (the overwrite rule
+/// binds, and other threads' pending records exist, only with several threads committing
+/// at once): caught by `tests/concurrency.rs` under `--cfg mnemo_shuttle`
+/// (`scripts/test-shuttle.sh`), not by the single-threaded crash tests.
+pub const CONCURRENCY_MUTANTS: &[&str] = &[
+    "redo.ignore_overwrite_rule",
+    "redo.horizon_early",
+    "redo.reuse_lane_unretired",
+    "heap.free_before_commit",
 ];

@@ -51,6 +51,8 @@ use crate::error::{Error, Result};
 use crate::heap::{Heap, Inner};
 use crate::pptr::{PPtr, Persist};
 use crate::redo;
+#[cfg(mnemo_shuttle)]
+use crate::sync::LocalRefCell;
 
 type Hook = Box<dyn FnOnce(&Inner)>;
 
@@ -632,7 +634,7 @@ fn cached_reservation(
     Ok(taken)
 }
 
-thread_local! {
+crate::sync::thread_local! {
     static LOCAL: RefCell<Local> = RefCell::new(Local::default());
 }
 
@@ -1219,7 +1221,14 @@ impl<'h> Tx<'h> {
             let own = s.own(offset);
             let (pending, op) = inner.alloc.free(&inner.pool, offset, own)?;
             s.record_len += redo::entry_size(8);
-            s.frees.push(pending);
+            if mnemo_pmem::mutant::active("heap.free_before_commit") {
+                // Broken: the space goes back to the allocator at once, before the freeing
+                // record commits (or the durable horizon passes it): another thread may
+                // allocate it while the free may still not happen.
+                inner.commit_frees(&[pending]);
+            } else {
+                s.frees.push(pending);
+            }
             s.meta.push(op);
             Ok(())
         })

@@ -67,11 +67,16 @@
 //!   line mode a subset;
 //! * growth is atomic and immediately durable (new bytes zero in both views); the file
 //!   system's own metadata is below this model;
-//! * concurrency: workloads are single-threaded; the simulator reads the volatile view at
-//!   crash points and flushes while no other thread stores. A workload may run its steps on
-//!   threads of their own one at a time, each joined before the next starts (mnemo-heap's
-//!   `Mix::Handover`: deterministic, yet each step is another thread's); a mutant is switched
-//!   on per thread, so such a workload passes `mnemo_pmem::mutant::current` on;
+//! * concurrency, in [`explore()`]: its workloads are single-threaded; the simulator reads the
+//!   volatile view at crash points and flushes while no other thread stores. A workload may
+//!   run its steps on threads of their own one at a time, each joined before the next starts
+//!   (mnemo-heap's `Mix::Handover`: deterministic, yet each step is another thread's); a
+//!   mutant is switched on per thread, so such a workload passes
+//!   `mnemo_pmem::mutant::current` on. Concurrent workloads run under the shuttle crate's
+//!   controlled scheduler instead (module `conc`, built only with `--cfg mnemo_shuttle` by
+//!   `scripts/test-shuttle.sh`): one task runs at a time, so the same reads stay exact, and
+//!   a fence writes back only the flushes of its own thread (or shuttle task), as `sfence`
+//!   orders only the issuing CPU's;
 //! * stray accesses: media recycle their address-space reservation (a fresh mapping per crash
 //!   image costs a page fault per page), so a read or write just beyond `len()` may hit stale
 //!   mapped memory instead of faulting.
@@ -157,6 +162,8 @@
 //! ```
 #![deny(unsafe_code)]
 
+#[cfg(mnemo_shuttle)]
+pub mod conc;
 pub mod explore;
 pub mod fault;
 pub mod net;

@@ -354,8 +354,16 @@ struct State {
     /// when the reservation was recycled; those bytes are stale until grown into).
     mapped: u64,
     /// Snapshots taken by flushes and not yet fenced, in flush order (a later snapshot of
-    /// the same line wins).
-    flushed: Vec<(u64, [u8; LINE])>,
+    /// the same line wins), each with the flushing thread ([`thread_key`]): a fence writes
+    /// back only its own thread's (`sfence` orders the issuing CPU's flushes; another
+    /// thread's stay pending, so a crash may keep or lose them like any other pending unit).
+    flushed: Vec<(u64, u64, u64, [u8; LINE])>,
+    /// Per line, the flush index of the snapshot last written into the durable image: a
+    /// fence skips its own thread's older snapshot of a line that another thread's fence
+    /// already made durable from a later one (the cache writes back the line's current
+    /// contents, so durable bytes never go back in time). One thread's own snapshots are
+    /// applied in flush order, so single-threaded runs never skip one.
+    versions: std::collections::HashMap<u64, u64>,
     /// [`Medium::PageCache`]: pages named by flushes since the last fence (page offsets).
     msync: Vec<u64>,
     /// [`Medium::PageCache`]: the file length a crash keeps (the volatile length once a
@@ -392,6 +400,7 @@ impl SimMedia {
             durable_shared: None,
             mapped,
             flushed: Vec::new(),
+            versions: std::collections::HashMap::new(),
             msync: Vec::new(),
             durable_len: 0,
             file: (options.wal_bytes > 0).then(|| FileState::new(None, options.wal_bytes)),
@@ -688,6 +697,22 @@ impl SimMedia {
     }
 }
 
+/// The thread a flush or fence comes from: the OS thread, or under `--cfg mnemo_shuttle`
+/// the shuttle task (shuttle runs every task of a test on one OS thread).
+fn thread_key() -> u64 {
+    #[cfg(mnemo_shuttle)]
+    if let Some(task) = shuttle::current::try_get_current_task() {
+        return (1 << 63) | usize::from(task) as u64;
+    }
+    thread_local! {
+        static KEY: u64 = {
+            static NEXT: AtomicU64 = AtomicU64::new(1);
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        };
+    }
+    KEY.with(|k| *k)
+}
+
 fn le64(bytes: &[u8]) -> u64 {
     let mut b = [0u8; WORD];
     b.copy_from_slice(bytes);
@@ -769,10 +794,11 @@ impl Media for SimMedia {
         let first = offset - offset % CACHE_LINE;
         let end = (offset + len).next_multiple_of(CACHE_LINE).min(self.len());
         let volatile = self.volatile();
+        let key = thread_key();
         for line in (first..end).step_by(LINE) {
             let mut snap = [0u8; LINE];
             snap.copy_from_slice(&volatile[line as usize..line as usize + LINE]);
-            st.flushed.push((line, snap));
+            st.flushed.push((key, n, line, snap));
         }
     }
 
@@ -788,13 +814,21 @@ impl Media for SimMedia {
             self.msync(&mut st);
             return Ok(());
         }
-        let flushed = std::mem::take(&mut st.flushed);
-        if !flushed.is_empty() {
+        let key = thread_key();
+        let mut flushed = std::mem::take(&mut st.flushed);
+        if flushed.iter().any(|&(k, _, _, _)| k == key) {
             st.durable_shared = None;
         }
-        for (line, snap) in flushed {
-            st.durable[line as usize..line as usize + LINE].copy_from_slice(&snap);
+        for &(_, index, line, ref snap) in flushed.iter().filter(|&&(k, _, _, _)| k == key) {
+            let version = st.versions.entry(line).or_insert(0);
+            if *version > index {
+                continue;
+            }
+            *version = index;
+            st.durable[line as usize..line as usize + LINE].copy_from_slice(snap);
         }
+        flushed.retain(|&(k, _, _, _)| k != key);
+        st.flushed = flushed;
         Ok(())
     }
 
@@ -915,6 +949,34 @@ mod tests {
                 bytes.len(),
             )
         };
+    }
+
+    #[test]
+    fn a_fence_writes_back_only_its_own_threads_flushes_and_never_an_older_line() {
+        let m = SimMedia::new(1 << 20);
+        m.grow(PAGE_SIZE).unwrap();
+        // This thread flushes word 0 of a line; another thread's fence does not persist it.
+        store(&m, 0, &[1; 8]);
+        m.flush(0, 8);
+        std::thread::scope(|s| {
+            s.spawn(|| m.drain().unwrap());
+        });
+        assert_eq!(m.durable_image()[0..8], [0; 8], "another thread's fence");
+        // Another thread stores word 8 of the same line, flushes and fences it: its later
+        // snapshot holds both words.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                store(&m, 8, &[2; 8]);
+                m.flush(8, 8);
+                m.drain().unwrap();
+            });
+        });
+        assert_eq!(m.durable_image()[0..16], [[1; 8], [2; 8]].concat());
+        // This thread's fence now finds its own, older snapshot of the line (word 8 still 0
+        // in it): the durable line must not go back.
+        m.drain().unwrap();
+        assert_eq!(m.durable_image()[0..16], [[1; 8], [2; 8]].concat());
+        assert_eq!(m.pending_words(), 0);
     }
 
     #[test]
