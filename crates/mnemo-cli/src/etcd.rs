@@ -79,9 +79,18 @@ fn persist_epoch(pool: &Path, epoch: u64) -> Result<(), String> {
     }
     let tmp = path.with_extension("repl-epoch.tmp");
     let mut f = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    // Write, sync, rename, then sync the directory: the file's bytes are durable before its
+    // name points at them, and the rename itself is durable only once its directory is
+    // synced (POSIX). Without the last sync a power cut could bring back the previous epoch
+    // file, and the node would accept the older configuration this check refuses.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     f.write_all(format!("{epoch}\n").as_bytes())
         .and_then(|()| f.sync_all())
         .and_then(|()| std::fs::rename(&tmp, &path))
+        .and_then(|()| std::fs::File::open(dir)?.sync_all())
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 

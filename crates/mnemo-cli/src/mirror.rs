@@ -178,8 +178,15 @@ impl ReplArgs {
             }
             let mut f =
                 std::fs::File::create(&marker).map_err(|e| format!("{}: {e}", marker.display()))?;
+            // The mark must survive a power cut (that is when it matters): its bytes, then
+            // its directory entry (a new name is durable once its directory is synced).
+            let dir = pool
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
             f.write_all(b"mnemo: this pool runs with --repl-mode sync\n")
                 .and_then(|()| f.sync_all())
+                .and_then(|()| std::fs::File::open(dir)?.sync_all())
                 .map_err(|e| format!("{}: {e}", marker.display()))?;
         }
         Ok(())
