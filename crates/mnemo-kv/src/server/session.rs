@@ -494,7 +494,10 @@ impl Session {
                 self.answer(|reply| reply.integer(count(command::commands().len())))
             }
             CommandId::CommandInfo => self.command_info(args),
-            CommandId::CommandDocs => self.answer(|reply| reply.map_len(0)),
+            // Redis's documentation strings are Redis's text, not ours to copy. An error, not
+            // an empty map: redis-cli then builds its help and argument hints from its own
+            // table (as for a server older than 7.0); with an empty map it shows none.
+            CommandId::CommandDocs => self.answer_error(COMMAND_DOCS_ERROR),
             CommandId::CommandList => self.command_list(args),
             CommandId::CommandGetkeys => {
                 let reply = command_getkeys(&args[2..]);
@@ -1191,6 +1194,10 @@ fn unsupported(name: &[u8]) -> Option<&'static str> {
 }
 
 /// The blocking commands: the connection takes no further request until one completes.
+/// The answer to COMMAND DOCS.
+const COMMAND_DOCS_ERROR: &[u8] =
+    b"ERR COMMAND DOCS is not answered by mnemo: use the client's own command help (redis-cli falls back to its table)";
+
 /// COMMAND GETKEYS command args...: the key arguments of a command, with Redis's errors.
 fn command_getkeys(target: &[Bytes]) -> Reply {
     let error = |text: &'static str| Reply::Error(Bytes::from_static(text.as_bytes()));
@@ -1303,7 +1310,10 @@ mod tests {
             exchange(&mut s, b"COMMAND COUNT\r\n"),
             format!(":{}\r\n", command::commands().len())
         );
-        assert_eq!(exchange(&mut s, b"COMMAND DOCS\r\n"), "*0\r\n");
+        assert_eq!(
+            exchange(&mut s, b"COMMAND DOCS\r\n"),
+            format!("-{}\r\n", String::from_utf8_lossy(COMMAND_DOCS_ERROR))
+        );
         assert!(exchange(&mut s, b"COMMAND INFO get nosuch\r\n").ends_with("$-1\r\n"));
         assert!(exchange(&mut s, b"COMMAND INFO config|get\r\n")
             .starts_with("*1\r\n*10\r\n$10\r\nconfig|get\r\n"));
