@@ -13,6 +13,11 @@ if [ -e /work/BENCH_LOCK ]; then
     echo "bench-vpm-mechanism: /work/BENCH_LOCK exists (another benchmark is timing); try later" >&2
     exit 1
 fi
+# userfaultfd-sys generates its bindings with bindgen at build time: it needs libclang.
+if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+    echo "bench-vpm-mechanism: building needs libclang (apt-get install libclang-14-dev)" >&2
+    exit 1
+fi
 cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p mnemo-bench --bin vpm_mechanism
 target="${CARGO_TARGET_DIR:-$repo/target}/release"
 VPM_MECH_COMMAND="$(env | grep -E '^VPM_MECH_(PAGES|ROUNDS)=' | sort | tr '\n' ' ')scripts/bench-vpm-mechanism.sh" \
