@@ -29,7 +29,7 @@
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use crate::limits::PAGE_SIZE;
 
@@ -59,7 +59,7 @@ static TABLE: [Slot; SLOTS] = [const {
 /// Serializes claiming and releasing slots (never taken by the handler).
 static CLAIM: Mutex<()> = Mutex::new(());
 
-static INSTALLED: OnceLock<Result<crate::sigchain::Chain, String>> = OnceLock::new();
+static INSTALLED: crate::sigchain::Installed = crate::sigchain::Installed::new();
 
 const PAGE: usize = PAGE_SIZE as usize;
 
@@ -128,18 +128,11 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
 
 /// Hand a fault that is not ours to the handler that was there before.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    match INSTALLED.get() {
-        Some(Ok(chain)) => chain.forward(sig, info, ctx),
-        _ => crate::sigchain::restore_default(sig),
-    }
+    INSTALLED.forward(sig, info, ctx);
 }
 
 fn install() -> Result<(), String> {
-    INSTALLED
-        .get_or_init(|| crate::sigchain::Chain::install(handler, false))
-        .as_ref()
-        .map(|_| ())
-        .map_err(Clone::clone)
+    INSTALLED.install(handler, false)
 }
 
 fn protect(addr: usize, len: usize, writable: bool) -> std::io::Result<()> {

@@ -1,7 +1,7 @@
 //! A SIGSEGV handler that passes on the faults it does not own: shared by the dirty tracking
 //! of this crate (`segv`) and the fault path of virtual persistent memory (`mnemo-vpm`).
-//! Each keeps a [`Chain`] in a `OnceLock` of its own, installed once; its handler resolves
-//! its own faults and gives every other one to [`Chain::forward`], which calls the handler
+//! Each keeps an [`Installed`] of its own (a [`Chain`] installed once); its handler resolves
+//! its own faults and gives every other one to [`Installed::forward`], which calls the handler
 //! that was there before (the other user, Rust's stack-overflow report) or restores the
 //! default action, so the access repeats and the process dies of it as without us.
 
@@ -9,6 +9,7 @@
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
+use std::sync::OnceLock;
 
 /// The signature of an `SA_SIGINFO` handler.
 pub type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void);
@@ -88,5 +89,42 @@ pub fn restore_default(sig: libc::c_int) {
         let mut dfl: libc::sigaction = std::mem::zeroed();
         dfl.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(sig, &dfl, null_mut());
+    }
+}
+
+/// A handler installed at most once per process (the first [`Installed::install`] installs,
+/// later ones return its outcome), and the chain it keeps.
+#[derive(Debug)]
+pub struct Installed(OnceLock<Result<Chain, String>>);
+
+impl Installed {
+    /// Nothing installed yet.
+    pub const fn new() -> Installed {
+        Installed(OnceLock::new())
+    }
+
+    /// Installs `handler` the first time (see [`Chain::install`]); the outcome of that first
+    /// installation every time.
+    pub fn install(&self, handler: Handler, block_all: bool) -> Result<(), String> {
+        self.0
+            .get_or_init(|| Chain::install(handler, block_all))
+            .as_ref()
+            .map(|_| ())
+            .map_err(Clone::clone)
+    }
+
+    /// Hands a fault that is not ours to the handler that was there before, or restores the
+    /// default action if nothing was installed (async-signal-safe: no allocation, no lock).
+    pub fn forward(&self, sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+        match self.0.get() {
+            Some(Ok(chain)) => chain.forward(sig, info, ctx),
+            _ => restore_default(sig),
+        }
+    }
+}
+
+impl Default for Installed {
+    fn default() -> Self {
+        Installed::new()
     }
 }

@@ -56,7 +56,7 @@ use std::ffi::c_void;
 use std::os::fd::RawFd;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use mnemo_pmem::{durable_site, mutant};
 
@@ -766,7 +766,7 @@ static TABLE: [Entry; OPEN_REGIONS_MAX] = [const {
 /// Serializes registering and unregistering regions (never taken by the handler).
 static CLAIM: Mutex<()> = Mutex::new(());
 
-static INSTALLED: OnceLock<Result<mnemo_pmem::sigchain::Chain, String>> = OnceLock::new();
+static INSTALLED: mnemo_pmem::sigchain::Installed = mnemo_pmem::sigchain::Installed::new();
 
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo_t.
@@ -790,20 +790,13 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
 
 /// Hand a fault that is not ours to the handler that was there before.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    match INSTALLED.get() {
-        Some(Ok(chain)) => chain.forward(sig, info, ctx),
-        _ => mnemo_pmem::sigchain::restore_default(sig),
-    }
+    INSTALLED.forward(sig, info, ctx);
 }
 
 fn install() -> Result<(), String> {
-    INSTALLED
-        // Every signal blocked while the handler runs: none can interrupt the holder of a
-        // region's lock on its own thread.
-        .get_or_init(|| mnemo_pmem::sigchain::Chain::install(handler, true))
-        .as_ref()
-        .map(|_| ())
-        .map_err(Clone::clone)
+    // Every signal blocked while the handler runs: none can interrupt the holder of a
+    // region's lock on its own thread.
+    INSTALLED.install(handler, true)
 }
 
 /// A region registered with the handler; unregistered on drop.
