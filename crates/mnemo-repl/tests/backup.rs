@@ -4,6 +4,7 @@
 //! unbounded queue; a backup learns of the primary's full copies.
 
 mod support;
+use support::{scratch, SECRET};
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
@@ -15,15 +16,6 @@ use mnemo_heap::{Heap, HeapOptions, PPtr};
 use mnemo_pmem::{CreateOptions, OpenOptions, Pool};
 use mnemo_repl::backup::Forwarder;
 use mnemo_repl::{Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret};
-
-const SECRET: &[u8] = b"test secret of enough bytes";
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("mnemo-repl-backup-")
-        .tempdir_in("/dev/shm")
-        .expect("scratch dir on /dev/shm")
-}
 
 fn serve(mirror: Mirror, listener: TcpListener) -> Arc<Mutex<MirrorStore>> {
     let store = mirror.store();

@@ -6,37 +6,16 @@
 //! more is acknowledged. A membership that refuses (a deposed primary) fails sync points.
 
 mod support;
+use support::{scratch, start_mirror, SECRET};
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mnemo_pmem::{CreateOptions, Pool};
-use mnemo_repl::{
-    Membership, Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret,
-    WithoutMirror,
-};
-
-const SECRET: &[u8] = b"test secret of enough bytes";
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("mnemo-repl-hb-")
-        .tempdir_in("/dev/shm")
-        .expect("scratch dir on /dev/shm")
-}
-
-fn start_mirror(dir: &Path) -> (SocketAddr, Arc<Mutex<MirrorStore>>) {
-    let store = MirrorStore::open(dir, MirrorOptions::default()).expect("mirror store");
-    let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let store = mirror.store();
-    std::thread::spawn(move || mirror.serve(listener));
-    (addr, store)
-}
+use mnemo_repl::{Membership, MirrorConfig, MirrorPolicy, Mode, Secret, WithoutMirror};
 
 /// A membership that records what the policy tells it, and can refuse.
 #[derive(Debug, Default)]

@@ -2,35 +2,18 @@
 //! pool, holds what the primary acknowledged; wrong secrets and stale epochs are refused;
 //! a mirror that comes back gets a full copy; a mirror restart replays its log.
 
+mod support;
+use support::{scratch, start_mirror, SECRET};
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mnemo_heap::{Heap, HeapOptions};
 use mnemo_pmem::{CreateOptions, OpenOptions, Pool};
 use mnemo_repl::proto::Range;
 use mnemo_repl::{Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret};
-
-const SECRET: &[u8] = b"test secret of enough bytes";
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("mnemo-repl-")
-        .tempdir_in("/dev/shm")
-        .expect("scratch dir on /dev/shm")
-}
-
-/// A mirror on an ephemeral loopback port, served by a background thread.
-fn start_mirror(dir: &Path) -> (SocketAddr, Arc<Mutex<MirrorStore>>) {
-    let store = MirrorStore::open(dir, MirrorOptions::default()).expect("mirror store");
-    let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let store = mirror.store();
-    std::thread::spawn(move || mirror.serve(listener));
-    (addr, store)
-}
 
 fn config(addr: SocketAddr, mode: Mode, secret: &[u8]) -> MirrorConfig {
     let mut c = MirrorConfig::new(addr, Secret::new(secret).unwrap(), mode);
