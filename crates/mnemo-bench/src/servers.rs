@@ -1,7 +1,9 @@
 //! Servers the key-value benchmarks start and stop: `redis-server` 7 with or without
 //! `appendfsync always`, and `mnemo serve`, each on a free loopback port, pinned to a CPU
 //! with `taskset`, with its files in a fresh temporary directory; killed (and the directory
-//! removed) when dropped. Used by the `kv` (redis-benchmark) and `ycsb` bins.
+//! removed) when dropped. Used by the `kv` (redis-benchmark) and `ycsb` bins; [`Proc`],
+//! [`free_port`] and [`wait_port`] serve the bins that start their own processes (`repl_kv`,
+//! `failover`).
 
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -124,5 +126,34 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A child process killed (and reaped) when dropped: a benchmark that fails leaves nothing
+/// running behind it.
+#[derive(Debug)]
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port free at the time of the call.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Waits until something accepts connections on 127.0.0.1:`port` (panics after 30 s).
+pub fn wait_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -14,13 +14,14 @@
 //! usage: `failover <mnemo binary> [rounds]` (`scripts/bench-failover.sh`)
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mnemo_bench::servers::{free_port, wait_port, Proc};
 use mnemo_bench::{machine, median, write_csv, write_json};
 use mnemo_repl_etcd::testing::EtcdServer;
 use mnemo_repl_etcd::Control;
@@ -29,22 +30,6 @@ use mnemo_resp::{encode_command, Reply, ReplyDecoder};
 
 /// The lease asked for (etcd grants at least its minimum, 1 s with a 400 ms election timeout).
 const TTL_S: u64 = 1;
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
 
 fn spawn(cmd: &mut Command, log: &Path) -> Proc {
     Proc(
@@ -55,14 +40,6 @@ fn spawn(cmd: &mut Command, log: &Path) -> Proc {
             .spawn()
             .unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
     )
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A RESP connection whose errors are results (the primary dies under it).

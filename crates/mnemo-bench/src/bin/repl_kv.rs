@@ -18,33 +18,18 @@
 //! usage: `repl_kv <mnemo binary> [clients] [secs] [rounds]` (`scripts/bench-repl-kv.sh`)
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mnemo_bench::plot::bars;
+use mnemo_bench::servers::{free_port, wait_port, Proc};
 use mnemo_bench::{bench_dir, machine, median, write_csv, write_json};
 use mnemo_resp::bytes::BytesMut;
 use mnemo_resp::{encode_command, Reply, ReplyDecoder};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
 
 fn spawn(cmd: &mut Command) -> Proc {
     Proc(
@@ -54,14 +39,6 @@ fn spawn(cmd: &mut Command) -> Proc {
             .spawn()
             .unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
     )
-}
-
-fn wait_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 struct Conn {
