@@ -13,10 +13,11 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rustix::mm::{MapFlags, ProtFlags};
 
@@ -24,7 +25,8 @@ use crate::cpu::{self, FlushKind};
 use crate::error::{Error, MediaError};
 use crate::limits::PAGE_SIZE;
 use crate::media::{Durability, Media, MediaInfo, MediaKind};
-use crate::reserve::Reservation;
+use crate::reserve::{FileMap, Reservation};
+use crate::wal::LogFile;
 
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 const RAMFS_MAGIC: i64 = 0x8584_58f6;
@@ -43,6 +45,11 @@ pub struct FileMedia {
     durability: Durability,
     flush: FlushKind,
     reason: String,
+    /// Mapped copy-on-write ([`FileMedia::make_private`]): see [`Media::private`].
+    private: AtomicBool,
+    /// Ranges flushed since the last drain, on a private mapping (the drain writes them
+    /// through to the file).
+    named: Mutex<Vec<(u64, u64)>>,
 }
 
 fn env_flag(name: &str) -> bool {
@@ -111,7 +118,42 @@ impl FileMedia {
             durability,
             flush,
             reason,
+            private: AtomicBool::new(false),
+            named: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Map the whole file copy-on-write from now on (the write-ahead policy's mapping, see
+    /// [`Media::private`]): what the shared mapping held is in the page cache, so the private
+    /// one reads the same bytes. Only on a page-cache file synced with `msync`; call it
+    /// before any other thread uses the medium. `Ok(false)`: left shared.
+    pub fn make_private(&self) -> Result<bool, MediaError> {
+        if self.kind != MediaKind::PageCache || self.durability != Durability::Msync {
+            return Ok(false);
+        }
+        let _guard = self.grow_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.reservation
+            .map_file_as(self.file.as_fd(), 0, self.len(), FileMap::Private)
+            .map_err(|e| MediaError::io("mmap (private)", e))?;
+        self.private.store(true, Ordering::Release);
+        tracing::debug!(path = %self.path.display(), "pool mapped copy-on-write");
+        Ok(true)
+    }
+
+    fn is_private(&self) -> bool {
+        self.private.load(Ordering::Acquire)
+    }
+
+    /// Write `offset..offset+len` of the mapping through to the file.
+    fn write_through(&self, offset: u64, len: u64) -> Result<(), MediaError> {
+        self.assert_range(offset, len);
+        // SAFETY: the range lies within the live mapping (asserted above); the bytes are
+        // only read, and a racing store makes them a mix the caller allowed (no store it
+        // named as durable races with its own sync point).
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr(offset), len as usize) };
+        self.file
+            .write_all_at(bytes, offset)
+            .map_err(|e| MediaError::io("writing the pool file", e))
     }
 
     /// The file behind the mapping.
@@ -181,13 +223,15 @@ impl Media for FileMedia {
                     .map_err(|e| MediaError::io("fdatasync", e))?;
             }
         }
+        let mode = if self.kind == MediaKind::Dax {
+            FileMap::Sync
+        } else if self.is_private() {
+            FileMap::Private
+        } else {
+            FileMap::Shared
+        };
         self.reservation
-            .map_file(
-                self.file.as_fd(),
-                old_len,
-                new_len - old_len,
-                self.kind == MediaKind::Dax,
-            )
+            .map_file_as(self.file.as_fd(), old_len, new_len - old_len, mode)
             .map_err(|e| MediaError::io("mmap", e))?;
         self.len.store(new_len, Ordering::Release);
         Ok(())
@@ -203,6 +247,13 @@ impl Media for FileMedia {
 
     fn flush(&self, offset: u64, len: u64) {
         self.assert_range(offset, len);
+        if self.is_private() {
+            if len > 0 {
+                let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
+                named.push((offset, len));
+            }
+            return;
+        }
         if self.durability == Durability::CpuFlush {
             // SAFETY: the range lies within the live mapping (asserted above).
             unsafe { cpu::flush_with(self.flush, self.ptr(offset), len as usize) };
@@ -210,6 +261,15 @@ impl Media for FileMedia {
     }
 
     fn drain(&self) -> Result<(), MediaError> {
+        if self.is_private() {
+            let named = std::mem::take(&mut *self.named.lock().unwrap_or_else(|p| p.into_inner()));
+            for (offset, len) in named {
+                self.write_through(offset, len)?;
+            }
+            // Also what persists a grown file's length.
+            return rustix::fs::fdatasync(&self.file)
+                .map_err(|e| MediaError::io("fdatasync of the pool file", e.into()));
+        }
         match self.durability {
             Durability::CpuFlush => {
                 cpu::fence();
@@ -258,6 +318,40 @@ impl Media for FileMedia {
         };
         #[cfg(not(target_arch = "x86_64"))]
         self.copy_nodrain(offset, src);
+    }
+
+    fn private(&self) -> bool {
+        self.is_private()
+    }
+
+    fn backing(&self) -> Option<Arc<dyn LogFile>> {
+        if !self.is_private() {
+            return None;
+        }
+        // A new open file description of the same file (not a dup): the pool's lock
+        // (`flock`, held by the description the pool opened) goes with the pool, not with
+        // a policy that outlives it.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{fd}"))
+            .map_err(|e| tracing::warn!(path = %self.path.display(), "cannot reopen the pool file for checkpoints: {e}"))
+            .ok()?;
+        Some(Arc::new(PoolFile { file }))
+    }
+
+    fn write_back_all(&self) -> Result<(), MediaError> {
+        if !self.is_private() {
+            self.flush(0, self.len());
+            return self.drain();
+        }
+        for (offset, len) in self.changed_pages()? {
+            self.write_through(offset, len)?;
+        }
+        self.named.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        rustix::fs::fdatasync(&self.file)
+            .map_err(|e| MediaError::io("fdatasync of the pool file", e.into()))
     }
 
     fn info(&self) -> MediaInfo {
@@ -320,5 +414,74 @@ impl FileMedia {
         }
         self.backed.fetch_max(end, Ordering::AcqRel);
         Ok(())
+    }
+}
+
+impl FileMedia {
+    /// The runs of pages of a private mapping that differ from the file: copied on write
+    /// (present and anonymous) or such copies swapped out, from `/proc/self/pagemap` (bit 63
+    /// present, 62 swapped, 61 a page of the file). As `(offset, len)`, page multiples.
+    fn changed_pages(&self) -> Result<Vec<(u64, u64)>, MediaError> {
+        const PRESENT: u64 = 1 << 63;
+        const SWAPPED: u64 = 1 << 62;
+        const FILE_PAGE: u64 = 1 << 61;
+        let pagemap = File::open("/proc/self/pagemap")
+            .map_err(|e| MediaError::io("opening /proc/self/pagemap", e))?;
+        let pages = self.len() / PAGE_SIZE;
+        let first = self.base().as_ptr() as u64 / PAGE_SIZE;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        let mut chunk = vec![0u8; 8 * 4096];
+        let mut page = 0;
+        while page < pages {
+            let n = (pages - page).min(4096);
+            let bytes = &mut chunk[..(n * 8) as usize];
+            pagemap
+                .read_exact_at(bytes, (first + page) * 8)
+                .map_err(|e| MediaError::io("reading /proc/self/pagemap", e))?;
+            for (k, entry) in bytes.chunks_exact(8).enumerate() {
+                let word = u64::from_le_bytes(entry.try_into().unwrap_or_default());
+                let changed = (word & PRESENT != 0 && word & FILE_PAGE == 0) || word & SWAPPED != 0;
+                if !changed {
+                    continue;
+                }
+                let offset = (page + k as u64) * PAGE_SIZE;
+                match runs.last_mut() {
+                    Some((start, len)) if *start + *len == offset => *len += PAGE_SIZE,
+                    _ => runs.push((offset, PAGE_SIZE)),
+                }
+            }
+            page += n;
+        }
+        Ok(runs)
+    }
+}
+
+/// The pool file behind a private mapping, as the write-ahead policy writes its checkpoints
+/// into it ([`Media::backing`]).
+#[derive(Debug)]
+struct PoolFile {
+    file: File,
+}
+
+impl LogFile for PoolFile {
+    fn len(&self) -> u64 {
+        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), MediaError> {
+        self.file
+            .read_exact_at(out, offset)
+            .map_err(|e| MediaError::io("reading the pool file", e))
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError> {
+        self.file
+            .write_all_at(bytes, offset)
+            .map_err(|e| MediaError::io("writing the pool file", e))
+    }
+
+    fn sync(&self) -> Result<(), MediaError> {
+        rustix::fs::fdatasync(&self.file)
+            .map_err(|e| MediaError::io("fdatasync of the pool file", e.into()))
     }
 }

@@ -15,9 +15,11 @@
 
 use std::fmt::Debug;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::cpu::FlushKind;
 use crate::error::MediaError;
+use crate::wal::LogFile;
 
 /// Where the bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -116,6 +118,29 @@ pub trait Media: Send + Sync + Debug {
     fn emulation(&self) -> Option<crate::emu::EmuReport> {
         None
     }
+
+    /// Whether the mapping is private (copy-on-write) over a page-cache file: the kernel
+    /// never writes a store back, so the file changes only when written to. A flush then
+    /// names a range and a drain writes the named ranges through to the file and syncs it;
+    /// the write-ahead policy makes everything else durable in its own file and writes its
+    /// checkpoints through [`Media::backing`]. Default: no.
+    fn private(&self) -> bool {
+        false
+    }
+
+    /// The file behind a private mapping, for writes from any thread (checkpoints).
+    /// Default: none.
+    fn backing(&self) -> Option<Arc<dyn LogFile>> {
+        None
+    }
+
+    /// Make every byte stored so far durable, whether a flush named it or not: on a private
+    /// mapping, write every page changed in memory through to the file and sync it (no
+    /// other thread may store meanwhile: a clean close). Default: flush everything, drain.
+    fn write_back_all(&self) -> Result<(), MediaError> {
+        self.flush(0, self.len());
+        self.drain()
+    }
 }
 
 /// A medium that wraps another one (emulation, fault injection, counting, recording) and
@@ -204,6 +229,21 @@ pub trait ForwardMedia: Send + Sync + Debug {
     fn emulation(&self) -> Option<crate::emu::EmuReport> {
         self.inner().emulation()
     }
+
+    /// [`Media::private`].
+    fn private(&self) -> bool {
+        self.inner().private()
+    }
+
+    /// [`Media::backing`].
+    fn backing(&self) -> Option<Arc<dyn LogFile>> {
+        self.inner().backing()
+    }
+
+    /// [`Media::write_back_all`].
+    fn write_back_all(&self) -> Result<(), MediaError> {
+        self.inner().write_back_all()
+    }
 }
 
 impl<T: ForwardMedia> Media for T {
@@ -266,5 +306,17 @@ impl<T: ForwardMedia> Media for T {
 
     fn emulation(&self) -> Option<crate::emu::EmuReport> {
         ForwardMedia::emulation(self)
+    }
+
+    fn private(&self) -> bool {
+        ForwardMedia::private(self)
+    }
+
+    fn backing(&self) -> Option<Arc<dyn LogFile>> {
+        ForwardMedia::backing(self)
+    }
+
+    fn write_back_all(&self) -> Result<(), MediaError> {
+        ForwardMedia::write_back_all(self)
     }
 }

@@ -383,6 +383,7 @@ impl Pool {
             Some(policy) => Some(policy),
             None => default_policy(path, &media, true)?,
         };
+        map_for(path, &media, policy.as_deref())?;
         let pool = Pool::init(
             crate::emu::wrap_from_env(media),
             path,
@@ -533,6 +534,7 @@ impl Pool {
             }
             None => default_policy(path, &media, false)?,
         };
+        map_for(path, &media, policy.as_deref())?;
         let pool = Pool::attach(
             crate::emu::wrap_from_env(media),
             path,
@@ -881,6 +883,41 @@ impl Pool {
         self.check_range(offset, len)?;
         self.media.flush(offset, len);
         Ok(())
+    }
+
+    /// Whether the pool is mapped copy-on-write ([`Media::private`]: a write-ahead pool on
+    /// a disk), so the pool file changes only at checkpoints and at a clean close.
+    pub fn is_private(&self) -> bool {
+        self.media.private()
+    }
+
+    /// Make everything durable in place now: under the write-ahead policy, a checkpoint
+    /// (the records written into the pool, the file's space free again); elsewhere nothing
+    /// to do.
+    pub fn checkpoint(&self) -> Result<(), Error> {
+        self.policy
+            .checkpoint_all(self.media.as_ref())
+            .map_err(|e| media_error(&self.name, e))
+    }
+
+    /// Acknowledge sync points before they are durable, where the policy can
+    /// ([`crate::WalPolicy::defer_acks`]: a write-ahead pool mapped privately): a sync point
+    /// then returns once its record is appended, and `notify` is called from another thread
+    /// whenever more records became durable. Whoever answers a client must then hold the
+    /// answer until [`Pool::ack_marks`] shows it durable. `false`: sync points stay durable on
+    /// return.
+    pub fn defer_acks(&self, notify: Arc<dyn Fn() + Send + Sync>) -> bool {
+        self.policy.defer_acks(notify)
+    }
+
+    /// Under [`Pool::defer_acks`], `(appended, durable)`: a sync point that returned when
+    /// `appended` was `a` is durable once `durable >= a`. `None` otherwise (every sync point
+    /// was durable when it returned); an error once the write-ahead file failed (nothing more
+    /// becomes durable).
+    pub fn ack_marks(&self) -> Option<Result<(u64, u64), Error>> {
+        self.policy
+            .ack_marks()
+            .map(|r| r.map_err(|e| media_error(&self.name, e)))
     }
 
     /// Sync point for one range: every store made to it before the call is durable (and,
@@ -1310,6 +1347,15 @@ fn default_policy(
     };
     tracing::debug!(pool = %path.display(), "sync points go to the write-ahead file {}", wal.display());
     Ok(Some(Arc::new(policy)))
+}
+
+/// Map the pool copy-on-write if its policy asks for it ([`SyncPolicy::private_mapping`]:
+/// the write-ahead policy, unless `MNEMO_WAL_PRIVATE=0`), before anything uses the mapping.
+fn map_for(path: &Path, media: &FileMedia, policy: Option<&dyn SyncPolicy>) -> Result<(), Error> {
+    if policy.is_some_and(|p| p.private_mapping()) {
+        media.make_private().map_err(|e| media_error(path, e))?;
+    }
+    Ok(())
 }
 
 /// Size of a new write-ahead file for a pool of `pool_len` bytes: a quarter of the pool,

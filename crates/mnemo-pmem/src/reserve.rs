@@ -9,6 +9,17 @@ use std::ptr::NonNull;
 
 use rustix::mm::{MapFlags, ProtFlags};
 
+/// How [`Reservation::map_file_as`] maps a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileMap {
+    /// `MAP_SHARED`: stores reach the file (through the page cache).
+    Shared,
+    /// `MAP_SHARED_VALIDATE | MAP_SYNC` (DAX only).
+    Sync,
+    /// `MAP_PRIVATE`: copy-on-write; the kernel never writes a store back to the file.
+    Private,
+}
+
 /// A reserved, initially inaccessible range of address space.
 #[derive(Debug)]
 pub struct Reservation {
@@ -82,14 +93,27 @@ impl Reservation {
     /// `MAP_FIXED` mapping here would then replace. Find out first (`FileMedia::map` probes
     /// `MAP_SYNC` with a separate mapping), then map once.
     pub fn map_file(&self, fd: impl AsFd, offset: u64, len: u64, sync: bool) -> io::Result<()> {
+        let mode = if sync { FileMap::Sync } else { FileMap::Shared };
+        self.map_file_as(fd, offset, len, mode)
+    }
+
+    /// [`Reservation::map_file`] with the sharing mode spelled out: [`FileMap::Private`]
+    /// maps the file copy-on-write, so stores never reach the file unless written to it.
+    pub fn map_file_as(
+        &self,
+        fd: impl AsFd,
+        offset: u64,
+        len: u64,
+        mode: FileMap,
+    ) -> io::Result<()> {
         let (off, len) = self.check(offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        let flags = if sync {
-            MapFlags::SHARED_VALIDATE | MapFlags::SYNC | MapFlags::FIXED
-        } else {
-            MapFlags::SHARED | MapFlags::FIXED
+        let flags = match mode {
+            FileMap::Sync => MapFlags::SHARED_VALIDATE | MapFlags::SYNC | MapFlags::FIXED,
+            FileMap::Shared => MapFlags::SHARED | MapFlags::FIXED,
+            FileMap::Private => MapFlags::PRIVATE | MapFlags::FIXED,
         };
         // SAFETY: the target range lies inside our own reservation (checked above), so
         // MAP_FIXED replaces only addresses this reservation owns.

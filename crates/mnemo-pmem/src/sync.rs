@@ -136,6 +136,33 @@ pub trait SyncPolicy: Send + Sync + Debug {
         Ok(())
     }
 
+    /// Make everything the policy holds durable in place now (the write-ahead policy's
+    /// checkpoint); `Pool::checkpoint`. Default: nothing to do.
+    fn checkpoint_all(&self, media: &dyn Media) -> Result<(), MediaError> {
+        let _ = media;
+        Ok(())
+    }
+
+    /// Whether the pool should be mapped privately (copy-on-write) under this policy
+    /// ([`Media::private`]); the pool asks once, before it attaches the policy. Default: no.
+    fn private_mapping(&self) -> bool {
+        false
+    }
+
+    /// Acknowledge sync points once appended, durable later (see
+    /// [`crate::WalPolicy::defer_acks`]); `notify` is called whenever more became durable.
+    /// `false` if this policy cannot. Default: cannot.
+    fn defer_acks(&self, notify: std::sync::Arc<dyn Fn() + Send + Sync>) -> bool {
+        let _ = notify;
+        false
+    }
+
+    /// Under deferred acknowledgements, the marks `(appended, durable)` (see
+    /// [`crate::wal::Shared::marks`]); `None` while sync points are durable on return.
+    fn ack_marks(&self) -> Option<Result<(u64, u64), MediaError>> {
+        None
+    }
+
     /// Figures of the write-ahead file, if the policy keeps one (checkpoints, bytes pending
     /// replay, the last `fdatasync`'s duration), for `mnemo pool info` and `INFO
     /// persistence`. Default: none.

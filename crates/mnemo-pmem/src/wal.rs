@@ -206,7 +206,6 @@ pub struct WalStats {
     pub last_checkpoint_ns: u64,
 }
 
-#[derive(Debug)]
 struct State {
     /// The pool this file belongs to, once attached.
     uuid: Option<uuid::Uuid>,
@@ -237,11 +236,69 @@ struct State {
     /// acknowledged (as PostgreSQL after a failed fsync).
     failed: Option<String>,
     stats: WalStats,
+    /// The pool file behind a private mapping ([`Media::private`]), from attach on:
+    /// checkpoints write the records' bytes into it instead of syncing the mapping.
+    backing: Option<Arc<dyn LogFile>>,
+    /// Sync points return once their record is appended, before it is durable
+    /// ([`WalPolicy::defer_acks`]); the syncer thread writes and syncs, then calls `notify`.
+    deferred: bool,
+    notify: Option<Notify>,
+    /// The syncer thread must end.
+    stop: bool,
 }
 
+impl Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("epoch", &self.epoch)
+            .field("first", &self.first)
+            .field("appended", &self.appended)
+            .field("durable", &self.durable)
+            .field("deferred", &self.deferred)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the syncer thread calls after each group of records becomes durable (or fails).
+type Notify = Arc<dyn Fn() + Send + Sync>;
+
 /// The sync policy for page-cache pools: see the module documentation.
-#[derive(Debug)]
 pub struct WalPolicy {
+    shared: Arc<Shared>,
+    /// The syncer thread of deferred acknowledgements, once started.
+    syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Debug for WalPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalPolicy")
+            .field("file", &self.shared.file)
+            .field("half", &self.shared.half)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for WalPolicy {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Drop for WalPolicy {
+    fn drop(&mut self) {
+        self.lock().stop = true;
+        self.wake.notify_all();
+        let handle = self.syncer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// What the policy and its syncer thread share.
+pub struct Shared {
     file: Arc<dyn LogFile>,
     state: Mutex<State>,
     wake: Condvar,
@@ -251,12 +308,20 @@ pub struct WalPolicy {
     record_max: u64,
 }
 
+impl Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
 impl WalPolicy {
     /// A policy writing its records to `file`. Nothing is read or written before the pool
     /// attaches it ([`SyncPolicy::open`]).
     pub fn new(file: Arc<dyn LogFile>) -> WalPolicy {
         let half = file.len().saturating_sub(WAL_RECORDS_OFFSET) / 2 / 8 * 8;
-        WalPolicy {
+        let shared = Shared {
             file,
             state: Mutex::new(State {
                 uuid: None,
@@ -273,10 +338,18 @@ impl WalPolicy {
                 owed: None,
                 failed: None,
                 stats: WalStats::default(),
+                backing: None,
+                deferred: false,
+                notify: None,
+                stop: false,
             }),
             wake: Condvar::new(),
             half,
             record_max: half / 4,
+        };
+        WalPolicy {
+            shared: Arc::new(shared),
+            syncer: Mutex::new(None),
         }
     }
 
@@ -289,6 +362,43 @@ impl WalPolicy {
         Ok(WalPolicy::new(Arc::new(file)))
     }
 
+    /// Acknowledge sync points before they are durable: from now on a sync point returns
+    /// once its record is appended, and a thread of the policy's own writes and syncs the
+    /// records (one `fdatasync` per group, the owed checkpoints too), calling `notify`
+    /// after each group becomes durable or a write fails. The caller holds back whatever
+    /// depends on durability until [`Shared::marks`] says its mark is durable. Sound only on
+    /// a private mapping ([`Media::private`]): there the pool file changes only through
+    /// checkpoints of durable records, so a crash finds the pool as it was after some
+    /// prefix of the sync points, whatever ran after them in memory. `false` (nothing
+    /// changes) elsewhere, or before the pool is open.
+    pub fn defer_acks(&self, notify: Arc<dyn Fn() + Send + Sync>) -> bool {
+        let mut syncer = self.syncer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.lock();
+        if st.backing.is_none() || st.uuid.is_none() {
+            return false;
+        }
+        st.notify = Some(notify);
+        st.deferred = true;
+        if syncer.is_none() {
+            let shared = Arc::clone(&self.shared);
+            let spawned = std::thread::Builder::new()
+                .name("mnemo-wal-sync".into())
+                .spawn(move || shared.sync_loop());
+            match spawned {
+                Ok(handle) => *syncer = Some(handle),
+                Err(e) => {
+                    tracing::warn!("cannot start the write-ahead syncer thread ({e}): acknowledgements stay synchronous");
+                    st.deferred = false;
+                    st.notify = None;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Shared {
     /// Figures so far.
     pub fn stats(&self) -> WalStats {
         self.lock().stats
@@ -317,7 +427,7 @@ impl WalPolicy {
         loop {
             if let Some(first) = st.owed.take() {
                 drop(st);
-                self.finish_checkpoint(media, first)?;
+                self.finish_checkpoint(Some(media), first)?;
                 st = self.lock();
             } else if st.checkpointing {
                 st = self.wait(st);
@@ -328,7 +438,7 @@ impl WalPolicy {
         let (st, owed) = self.switch(st, media)?;
         drop(st);
         match owed {
-            Some(first) => self.finish_checkpoint(media, first),
+            Some(first) => self.finish_checkpoint(Some(media), first),
             None => Ok(()),
         }
     }
@@ -351,7 +461,7 @@ impl WalPolicy {
             if let Some(first) = st.owed.take() {
                 // The other half is not free until the checkpoint a switch owes ends.
                 drop(st);
-                self.finish_checkpoint(media, first)?;
+                self.finish_checkpoint(Some(media), first)?;
                 st = self.lock();
             } else if st.checkpointing || st.writing {
                 st = self.wait(st);
@@ -374,10 +484,10 @@ impl WalPolicy {
 
     /// The checkpoint a switch to epoch `first` owes, without the lock: the pool synced,
     /// then the header naming `first`. Until it ends no other switch can begin.
-    fn finish_checkpoint(&self, media: &dyn Media, first: u64) -> Result<(), MediaError> {
+    fn finish_checkpoint(&self, media: Option<&dyn Media>, first: u64) -> Result<(), MediaError> {
         let uuid = self.lock().uuid.unwrap_or_default();
         let started = Instant::now();
-        let result = self.checkpoint_io(media, first, uuid);
+        let result = self.checkpoint_io(media, first, first.checked_sub(1), uuid);
         let mut st = self.lock();
         st.checkpointing = false;
         self.wake.notify_all();
@@ -392,16 +502,38 @@ impl WalPolicy {
     }
 
     /// The checkpoint's I/O: the whole pool synced in place (every record before `first`
-    /// holds bytes the pool now has, or newer ones), then the header naming `first`.
+    /// holds bytes the pool now has, or newer ones), then the header naming `first`. On a
+    /// private mapping the records of epoch `apply` (the one before `first`, whose records
+    /// are durable and the only live ones older than `first`) are written into the pool file
+    /// instead, which is then synced: the file never holds what memory has beyond them.
     fn checkpoint_io(
         &self,
-        media: &dyn Media,
+        media: Option<&dyn Media>,
         first: u64,
+        apply: Option<u64>,
         uuid: uuid::Uuid,
     ) -> Result<(), MediaError> {
+        let backing = self.lock().backing.clone();
         if !crate::mutant::active("wal.checkpoint_skip_pool") {
-            media.flush(0, media.len());
-            crate::durable_site!("wal.checkpoint_pool", media.drain())?;
+            match (&backing, media) {
+                (Some(backing), _) => {
+                    if let Some(epoch) = apply {
+                        self.apply_epoch(epoch, uuid, &mut |offset, bytes| {
+                            backing.write_at(offset, bytes)
+                        })?;
+                    }
+                    crate::durable_site!("wal.checkpoint_pool", backing.sync())?;
+                }
+                (None, Some(media)) => {
+                    media.flush(0, media.len());
+                    crate::durable_site!("wal.checkpoint_pool", media.drain())?;
+                }
+                (None, None) => {
+                    return Err(corrupt(
+                        "a checkpoint of a shared mapping needs the medium (internal)".into(),
+                    ))
+                }
+            }
         }
         self.write_header(first, uuid)
     }
@@ -424,10 +556,12 @@ impl WalPolicy {
     fn append(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError> {
         let len = record_len(point);
         let mut st = self.lock();
-        if let Some(first) = st.owed.take() {
+        if st.deferred {
+            // The syncer thread runs owed checkpoints.
+        } else if let Some(first) = st.owed.take() {
             // A checkpoint the previous switch owes: this sync point runs it.
             drop(st);
-            self.finish_checkpoint(media, first)?;
+            self.finish_checkpoint(Some(media), first)?;
             st = self.lock();
         }
         loop {
@@ -443,8 +577,18 @@ impl WalPolicy {
             if len > self.record_max {
                 // Too large for a record: in place, with a checkpoint begun after the
                 // stores, so that no older record can put older bytes back over these.
+                let private = st.backing.is_some();
                 drop(st);
-                return self.checkpoint(media);
+                self.checkpoint(media)?;
+                if private {
+                    // The checkpoint wrote records, not memory: these ranges go through
+                    // now (no older record is live to be replayed over them).
+                    for range in point.all() {
+                        media.flush(range.offset, range.len);
+                    }
+                    return crate::durable_site!("wal.large_in_place", media.drain());
+                }
+                return Ok(());
             }
             if st.pos + len > self.half_start(st.epoch) + self.half {
                 // This epoch's half is full: the next one begins, and the next sync point
@@ -465,10 +609,65 @@ impl WalPolicy {
         st.stats.bytes += len;
         st.stats.pending_bytes += len;
         let mine = st.appended;
+        if st.deferred {
+            self.wake.notify_all();
+            return Ok(());
+        }
         if crate::mutant::active("wal.ack_before_sync") {
             return Ok(());
         }
         self.wait_durable(st, mine)
+    }
+
+    /// Bytes of records appended in the life of the policy, and the part of them durable
+    /// (marks to compare: whatever a sync point acknowledged under
+    /// [`WalPolicy::defer_acks`] is durable once the second reaches the first as it was
+    /// then). An error once a write or sync failed: nothing more will become durable.
+    pub fn marks(&self) -> Result<(u64, u64), MediaError> {
+        let st = self.lock();
+        failed(&st)?;
+        Ok((st.appended, st.durable))
+    }
+
+    /// Return once every record appended so far is durable (leading the write if no
+    /// other thread is writing).
+    pub fn flush_records(&self) -> Result<(), MediaError> {
+        let st = self.lock();
+        let mine = st.appended;
+        self.wait_durable(st, mine)
+    }
+
+    /// The syncer thread of [`WalPolicy::defer_acks`]: write and sync what is appended,
+    /// run owed checkpoints, tell the owner; until the policy is dropped.
+    fn sync_loop(&self) {
+        let mut st = self.lock();
+        loop {
+            if st.stop {
+                return;
+            }
+            let notify = st.notify.clone();
+            if st.failed.is_none() && !st.checkpointing {
+                if let Some(first) = st.owed.take() {
+                    drop(st);
+                    if self.finish_checkpoint(None, first).is_err() {
+                        if let Some(notify) = &notify {
+                            notify();
+                        }
+                    }
+                    st = self.lock();
+                    continue;
+                }
+            }
+            if st.failed.is_none() && !st.writing && !st.buf.is_empty() {
+                let written = self.write_pending(st);
+                if let Some(notify) = &notify {
+                    notify();
+                }
+                st = written.unwrap_or_else(|_| self.lock());
+                continue;
+            }
+            st = self.wait(st);
+        }
     }
 
     /// Return once the first `mine` bytes ever appended are durable: lead a group commit
@@ -527,6 +726,8 @@ impl WalPolicy {
     /// At open: the header in force, the records of its two epochs replayed into the pool,
     /// then a checkpoint. `created`: a new pool, whatever the file holds is not its own.
     fn attach(&self, media: &dyn Media, uuid: uuid::Uuid, created: bool) -> Result<(), MediaError> {
+        let backing = media.backing();
+        self.lock().backing = backing.clone();
         let mut copies = [[0u8; WAL_HEADER_LEN]; 2];
         for (k, copy) in copies.iter_mut().enumerate() {
             self.file.read_at(k as u64 * WAL_HEADER_COPY_SIZE, copy)?;
@@ -571,9 +772,10 @@ impl WalPolicy {
             st.pos = self.half_start(next);
             st.buf_pos = st.pos;
         }
+        // On a private mapping replay wrote the records into the file as well: sync it.
         let result = crate::durable_site!(
             "wal.attach_checkpoint",
-            self.checkpoint_io(media, next, uuid)
+            self.checkpoint_io(Some(media), next, None, uuid)
         );
         let mut st = self.lock();
         if let Err(e) = result {
@@ -597,13 +799,50 @@ impl WalPolicy {
         Ok(older + self.replay_epoch(media, first + 1, uuid)?)
     }
 
-    /// Apply the chain of records of `epoch` in its half, up to the first that does not
-    /// check (another epoch's, torn, never written); the count.
+    /// Apply the chain of records of `epoch` in its half to the pool, up to the first that
+    /// does not check (another epoch's, torn, never written); the count. On a private
+    /// mapping the bytes go into the pool file as well.
     fn replay_epoch(
         &self,
         media: &dyn Media,
         epoch: u64,
         uuid: uuid::Uuid,
+    ) -> Result<u64, MediaError> {
+        let backing = self.lock().backing.clone();
+        self.apply_epoch(epoch, uuid, &mut |offset, bytes| {
+            let end = offset.checked_add(bytes.len() as u64);
+            if end.is_none_or(|e| e > media.len()) {
+                return Err(corrupt(format!(
+                    "a record of epoch {epoch} names {offset:#x}+{}, outside the pool's \
+                     data ({} bytes)",
+                    bytes.len(),
+                    media.len()
+                )));
+            }
+            // SAFETY: `offset..end` lies within the medium's live mapping (checked just
+            // above); `bytes` is a separate buffer; no other thread uses the pool yet (it is
+            // being opened).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    media.base().as_ptr().add(offset as usize),
+                    bytes.len(),
+                );
+            }
+            match &backing {
+                Some(file) => file.write_at(offset, bytes),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// Hand every entry of the chain of records of `epoch` to `sink`, record by record,
+    /// up to the first record that does not check; the count of records.
+    fn apply_epoch(
+        &self,
+        epoch: u64,
+        uuid: uuid::Uuid,
+        sink: &mut dyn FnMut(u64, &[u8]) -> Result<(), MediaError>,
     ) -> Result<u64, MediaError> {
         let start = self.half_start(epoch);
         let end = start + self.half;
@@ -622,25 +861,14 @@ impl WalPolicy {
                 break;
             };
             for (offset, bytes) in entries {
-                let end = offset.checked_add(bytes.len() as u64);
-                if offset < crate::limits::JOURNAL_OFFSET || end.is_none_or(|e| e > media.len()) {
+                if offset < crate::limits::JOURNAL_OFFSET {
                     return Err(corrupt(format!(
-                        "record {seq} of epoch {epoch} names {offset:#x}+{}, outside the \
-                         pool's data ({} bytes)",
+                        "record {seq} of epoch {epoch} names {offset:#x}+{}, inside the \
+                         pool's header",
                         bytes.len(),
-                        media.len()
                     )));
                 }
-                // SAFETY: `offset..end` lies within the medium's live mapping (checked just
-                // above); `bytes` is a separate buffer; no other thread uses the pool yet
-                // (it is being opened).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        bytes.as_ptr(),
-                        media.base().as_ptr().add(offset as usize),
-                        bytes.len(),
-                    );
-                }
+                sink(offset, bytes)?;
             }
             pos += len;
             seq += 1;
@@ -670,6 +898,11 @@ impl SyncPolicy for WalPolicy {
 
     fn sync(&self, media: &dyn Media, point: &SyncPoint<'_>) -> Result<(), MediaError> {
         if point.kind == SyncKind::Header {
+            let deferred = self.lock().deferred;
+            if deferred {
+                // Nothing acknowledged later may be durable before what came earlier.
+                self.flush_records()?;
+            }
             // In place: header copies are never in a record (open reads the header before
             // any replay), and msync persists a grown file's length too.
             for range in point.ranges {
@@ -685,7 +918,31 @@ impl SyncPolicy for WalPolicy {
     }
 
     fn close(&self, media: &dyn Media) -> Result<(), MediaError> {
-        self.checkpoint(media)
+        self.checkpoint(media)?;
+        if media.private() {
+            // Stores no sync point named are in memory only: a clean close keeps them, as
+            // the shared mapping did (no record is live, so none is replayed over them).
+            crate::durable_site!("wal.close_write_back", media.write_back_all())?;
+        }
+        self.lock().backing = None;
+        Ok(())
+    }
+
+    fn checkpoint_all(&self, media: &dyn Media) -> Result<(), MediaError> {
+        self.shared.checkpoint(media)
+    }
+
+    fn private_mapping(&self) -> bool {
+        !std::env::var("MNEMO_WAL_PRIVATE").is_ok_and(|v| v.trim() == "0")
+    }
+
+    fn defer_acks(&self, notify: Arc<dyn Fn() + Send + Sync>) -> bool {
+        WalPolicy::defer_acks(self, notify)
+    }
+
+    fn ack_marks(&self) -> Option<Result<(u64, u64), MediaError>> {
+        let deferred = self.lock().deferred;
+        deferred.then(|| self.marks())
     }
 
     fn write_ahead(&self) -> Option<WalStats> {

@@ -230,3 +230,136 @@ fn disk_pools_get_a_write_ahead_file_by_default() {
     assert_eq!(read(&pool, DATA_OFFSET, 10), b"second one");
     assert!(pool.write_ahead().is_some());
 }
+
+/// The pool file as a second reader sees it (not through the pool's mapping).
+fn file_bytes(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    std::fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut out, offset)
+        .unwrap();
+    out
+}
+
+/// Under the write-ahead policy the pool is mapped copy-on-write: a sync point's bytes are
+/// durable in the write-ahead file, the pool file does not change until a checkpoint (the
+/// kernel can never write a page back ahead of its record), and a clean close writes
+/// everything through, named or not.
+#[test]
+fn the_pool_file_changes_only_at_checkpoints_and_close() {
+    let dir = disk_dir();
+    let path = dir.path().join("p.pool");
+    let wal = policy(&path, 256 << 10);
+    let pool = create(&path, Arc::clone(&wal));
+    assert!(pool.is_private(), "{:?}", pool.media_info());
+    let named = b"named by a sync point";
+    let unnamed = b"stored, never synced";
+    pool.write(DATA_OFFSET + 64, named).unwrap();
+    pool.msync(DATA_OFFSET + 64, named.len() as u64).unwrap();
+    pool.write(DATA_OFFSET + 8192, unnamed).unwrap();
+    assert_eq!(
+        file_bytes(&path, DATA_OFFSET + 64, named.len()),
+        vec![0u8; named.len()],
+        "the pool file holds nothing before a checkpoint"
+    );
+    pool.checkpoint().unwrap();
+    assert_eq!(file_bytes(&path, DATA_OFFSET + 64, named.len()), named);
+    assert_eq!(
+        file_bytes(&path, DATA_OFFSET + 8192, unnamed.len()),
+        vec![0u8; unnamed.len()],
+        "a checkpoint writes the records, not memory"
+    );
+    pool.close().unwrap();
+    assert_eq!(
+        file_bytes(&path, DATA_OFFSET + 8192, unnamed.len()),
+        unnamed
+    );
+    let reopened = open(&path, None).unwrap();
+    assert!(reopened.was_clean());
+    assert_eq!(read(&reopened, DATA_OFFSET + 64, named.len()), named);
+    assert_eq!(read(&reopened, DATA_OFFSET + 8192, unnamed.len()), unnamed);
+}
+
+/// Growth maps the new part copy-on-write too, and a crash after it finds the grown size
+/// and the synced bytes.
+#[test]
+fn a_pool_grown_under_a_private_mapping_keeps_every_byte() {
+    let dir = disk_dir();
+    let path = dir.path().join("g.pool");
+    let wal = policy(&path, 256 << 10);
+    let pool = create(&path, Arc::clone(&wal));
+    let end = pool.size();
+    pool.grow(end * 2).unwrap();
+    let text = b"in the grown part";
+    pool.write(end + 4096, text).unwrap();
+    pool.msync(end + 4096, text.len() as u64).unwrap();
+    // A crash now: copy both files as they are on disk (the copy reads the files, not the
+    // private mapping).
+    let copy = dir.path().join("g-copy.pool");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(wal_of(&path), wal_of(&copy)).unwrap();
+    drop(pool);
+    let crashed = open(&copy, None).expect("open after the crash");
+    assert_eq!(crashed.size(), end * 2);
+    assert_eq!(read(&crashed, end + 4096, text.len()), text);
+}
+
+/// Deferred acknowledgements: sync points return once appended; the marks say when they
+/// are durable; a copy of the files taken once a mark is durable (a crash then) has every
+/// byte acknowledged up to it.
+#[test]
+fn deferred_acks_become_durable_in_order() {
+    let dir = disk_dir();
+    let path = dir.path().join("d.pool");
+    let wal = policy(&path, 1 << 20);
+    let pool = create(&path, Arc::clone(&wal));
+    let woken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = Arc::clone(&woken);
+    assert!(pool.defer_acks(Arc::new(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    })));
+    let mut marks = Vec::new();
+    for k in 0..200u64 {
+        let at = DATA_OFFSET + k * 64;
+        pool.write(at, &k.to_le_bytes()).unwrap();
+        pool.msync(at, 8).unwrap();
+        let (appended, _) = pool.ack_marks().expect("deferred").unwrap();
+        marks.push(appended);
+    }
+    assert!(marks.windows(2).all(|w| w[0] < w[1]), "marks grow");
+    let last = *marks.last().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while pool.ack_marks().unwrap().unwrap().1 < last {
+        assert!(std::time::Instant::now() < deadline, "never durable");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(woken.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    let copy = dir.path().join("d-copy.pool");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(wal_of(&path), wal_of(&copy)).unwrap();
+    pool.close().unwrap();
+    let crashed = open(&copy, None).expect("open after the crash");
+    for k in 0..200u64 {
+        let got = read(&crashed, DATA_OFFSET + k * 64, 8);
+        assert_eq!(got, k.to_le_bytes(), "sync point {k}");
+    }
+}
+
+/// Deferred acknowledgements are refused where they would be unsound or pointless: a
+/// pool on tmpfs (local policy, persistent-memory stand-in) keeps durable-on-return.
+#[test]
+fn deferred_acks_need_a_private_write_ahead_pool() {
+    let dir = disk_dir();
+    let path = dir.path().join("s.pool");
+    let pool = create(&path, policy(&path, 256 << 10));
+    assert!(pool.defer_acks(Arc::new(|| {})));
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let local = Pool::create(
+        &shm.path().join("t.pool"),
+        &CreateOptions::new(1 << 20, "t"),
+    )
+    .unwrap();
+    assert!(!local.is_private());
+    assert!(!local.defer_acks(Arc::new(|| {})));
+    assert!(local.ack_marks().is_none());
+}

@@ -1058,4 +1058,15 @@ impl Engine for PersistentEngine<'_> {
     fn disconnected(&mut self, session: u64) {
         self.watch.remove_session(session);
     }
+
+    fn defer_acks(&mut self, notify: std::sync::Arc<dyn Fn() + Send + Sync>) -> bool {
+        self.heap.pool().defer_acks(notify)
+    }
+
+    fn ack_marks(&self) -> Option<Result<(u64, u64), String>> {
+        self.heap
+            .pool()
+            .ack_marks()
+            .map(|marks| marks.map_err(|e| e.to_string()))
+    }
 }

@@ -126,6 +126,22 @@ pub trait Engine {
     /// The connection `session` closed: an engine that keeps per-connection state (WATCHed
     /// keys) forgets it. Called between batches.
     fn disconnected(&mut self, _session: u64) {}
+
+    /// Let [`Engine::commit`] return before its sync point is durable, where the storage
+    /// can (a write-ahead pool mapped privately): `notify` is then called from another thread
+    /// whenever more became durable, and the caller holds every reply until
+    /// [`Engine::ack_marks`] shows its batch durable. `false`: commits stay durable on return.
+    /// The default cannot.
+    fn defer_acks(&mut self, _notify: std::sync::Arc<dyn Fn() + Send + Sync>) -> bool {
+        false
+    }
+
+    /// Under [`Engine::defer_acks`], `(appended, durable)`: a batch that ended when
+    /// `appended` was `a` is durable once `durable >= a`. `None` when commits are durable on
+    /// return; an error once nothing more can become durable.
+    fn ack_marks(&self) -> Option<Result<(u64, u64), String>> {
+        None
+    }
 }
 
 /// A reply ready to be handed back to its session.

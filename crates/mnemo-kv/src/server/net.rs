@@ -24,7 +24,7 @@
 //! A failed commit closes the batch's connections without a reply (the client cannot know
 //! whether its write landed, which is the truth).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, ErrorKind, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -117,6 +117,22 @@ pub struct EventLoop {
     /// (a connection with a held request has all its later requests held too).
     held: Vec<Request>,
     held_sessions: HashSet<u64>,
+    /// Wakes the poll from other threads (the stopper, the storage's syncer).
+    waker: Arc<Waker>,
+    /// Ask the engine for deferred acknowledgements at start ([`EventLoop::set_defer_acks`]).
+    defer_acks: bool,
+    /// Batches whose commit returned before it was durable ([`Engine::defer_acks`]), oldest
+    /// first, each with the append mark it waits for: their replies are released, in this
+    /// order, once the storage says the mark is durable.
+    unacked: VecDeque<Unacked>,
+}
+
+/// A batch run and committed, its replies held until its commit is durable.
+#[derive(Debug)]
+struct Unacked {
+    mark: u64,
+    batch: Vec<Request>,
+    completions: Vec<Completion>,
 }
 
 /// A CLIENT PAUSE: until when (Unix ms), and whether every command waits (ALL) or only
@@ -211,7 +227,7 @@ impl EventLoop {
         let stop = Arc::new(AtomicBool::new(false));
         let stopper = Stopper {
             stop: Arc::clone(&stop),
-            waker,
+            waker: Arc::clone(&waker),
         };
         let event_loop = EventLoop {
             poll,
@@ -234,12 +250,22 @@ impl EventLoop {
             pause: None,
             held: Vec::new(),
             held_sessions: HashSet::new(),
+            waker,
+            defer_acks: true,
+            unacked: VecDeque::new(),
         };
         event_loop
             .stats
             .output_buffer_limit
             .store(OUTPUT_BUFFER_BYTES_MAX as u64, Ordering::Relaxed);
         Ok((event_loop, stopper))
+    }
+
+    /// Whether to let the engine acknowledge commits before they are durable and hold the
+    /// replies here until they are (default: yes, where the engine can: a write-ahead pool on
+    /// a disk, whose next batch then runs while the previous one's `fdatasync` is in flight).
+    pub fn set_defer_acks(&mut self, on: bool) {
+        self.defer_acks = on;
     }
 
     /// The address the loop listens on.
@@ -265,6 +291,17 @@ impl EventLoop {
     /// they sent as batches on `engine`, and writes the replies each batch releases.
     pub fn run<E: Engine>(mut self, engine: &mut E) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
+        #[cfg(all(feature = "mutants", debug_assertions))]
+        let mutated = self.mutant.is_some();
+        #[cfg(not(all(feature = "mutants", debug_assertions)))]
+        let mutated = false;
+        if self.defer_acks && !mutated {
+            let waker = Arc::clone(&self.waker);
+            let deferred = engine.defer_acks(Arc::new(move || {
+                let _ = waker.wake();
+            }));
+            tracing::debug!(deferred, "acknowledgements held until durable in the loop");
+        }
         while !self.stop.load(Ordering::SeqCst) {
             // Connections with work left from the last wake-up: look for events, do not wait.
             // Parked blocking requests: wake up at the first deadline.
@@ -310,6 +347,7 @@ impl EventLoop {
             }
             ready.sort_unstable();
             ready.dedup();
+            self.release(engine);
             for token in ready {
                 self.service(token);
             }
@@ -317,9 +355,52 @@ impl EventLoop {
             self.execute(engine);
             // What scripts of this batch published.
             self.deliver_messages();
+            self.release(engine);
             self.publish_stats();
         }
+        self.release_before_exit(engine);
         Ok(())
+    }
+
+    /// Hands over the replies of every held batch whose commit is now durable, oldest first;
+    /// if the storage failed, closes their connections instead (the client cannot know
+    /// whether its write landed).
+    fn release<E: Engine>(&mut self, engine: &E) {
+        if self.unacked.is_empty() {
+            return;
+        }
+        match engine.ack_marks() {
+            None => {}
+            Some(Ok((_, durable))) => {
+                while self.unacked.front().is_some_and(|u| u.mark <= durable) {
+                    if let Some(u) = self.unacked.pop_front() {
+                        self.deliver(u.batch, u.completions);
+                    }
+                }
+            }
+            Some(Err(why)) => {
+                tracing::error!(
+                    "the write-ahead file failed, closing the connections waiting for it: {why}"
+                );
+                for u in std::mem::take(&mut self.unacked) {
+                    for request in &u.batch {
+                        self.close(session_token(request.session));
+                    }
+                }
+            }
+        }
+    }
+
+    /// At the end of the loop: wait (a few seconds at most) for the held batches to become
+    /// durable and hand their replies over, so a stopping server answers what it committed.
+    fn release_before_exit<E: Engine>(&mut self, engine: &E) {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !self.unacked.is_empty() && std::time::Instant::now() < until {
+            self.release(engine);
+            if !self.unacked.is_empty() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
     }
 
     fn accept(&mut self) -> io::Result<()> {
@@ -544,7 +625,24 @@ impl EventLoop {
                 continue;
             }
             match run_batch_hosted(engine, &batch, self) {
-                Ok(completions) => self.deliver(batch, completions),
+                Ok(completions) => match engine.ack_marks() {
+                    Some(Ok((appended, durable)))
+                        if appended > durable || !self.unacked.is_empty() =>
+                    {
+                        // Not durable yet (or an earlier batch is not): held, in order.
+                        self.unacked.push_back(Unacked {
+                            mark: appended,
+                            batch,
+                            completions,
+                        });
+                    }
+                    Some(Err(_)) => {
+                        for request in &batch {
+                            self.close(session_token(request.session));
+                        }
+                    }
+                    _ => self.deliver(batch, completions),
+                },
                 Err(_) => {
                     for request in &batch {
                         self.close(session_token(request.session));
