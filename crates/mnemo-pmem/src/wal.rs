@@ -522,7 +522,7 @@ impl Shared {
                             backing.write_at(offset, bytes)
                         })?;
                     }
-                    crate::durable_site!("wal.checkpoint_pool", backing.sync())?;
+                    crate::durable_site!("wal.checkpoint_pool_file", backing.sync())?;
                 }
                 (None, Some(media)) => {
                     media.flush(0, media.len());
@@ -920,9 +920,12 @@ impl SyncPolicy for WalPolicy {
     fn close(&self, media: &dyn Media) -> Result<(), MediaError> {
         self.checkpoint(media)?;
         if media.private() {
-            // Stores no sync point named are in memory only: a clean close keeps them, as
-            // the shared mapping did (no record is live, so none is replayed over them).
-            crate::durable_site!("wal.close_write_back", media.write_back_all())?;
+            // Stores no sync point named are in memory only: a clean close writes them to
+            // the file, as the shared mapping's page cache kept them past the process (no
+            // record is live, so none is replayed over them). Not a durability site: no
+            // layer relies on an unnamed store surviving a crash (on persistent memory it
+            // may not either); `tests/wal.rs` checks the clean close keeps them.
+            media.write_back_all()?;
         }
         self.lock().backing = None;
         Ok(())

@@ -84,6 +84,22 @@ pub enum Medium {
     /// * the file's length persists only through a sync: after a growth, until the next
     ///   fence, a crash may find the file at its old length (the new bytes gone).
     PageCache,
+    /// The same file mapped copy-on-write, as `FileMedia` maps a pool under the write-ahead
+    /// policy (`Media::private`): the kernel never writes a page back, so the file changes
+    /// only when written to. A flush names a byte range and a fence writes the named ranges
+    /// through and syncs the file; the policy's checkpoints write records into the file
+    /// through [`Media::backing`] and sync it. A crash keeps the file as last synced plus
+    /// any subset of the sectors written to it since (torn at sectors, or whole pages with
+    /// [`Granularity::Page`]); memory never reaches it otherwise. The length persists only
+    /// through a sync, as on [`Medium::PageCache`].
+    PagePrivate,
+}
+
+impl Medium {
+    /// A file in the page cache, shared or private: a fence syncs, the length lags.
+    pub fn is_file(self) -> bool {
+        matches!(self, Medium::PageCache | Medium::PagePrivate)
+    }
 }
 
 /// Options of a simulated medium.
@@ -127,6 +143,9 @@ pub enum PointKind {
     Grow(u64),
     /// Just before sync number `n` (0-based) of the write-ahead file takes effect.
     FileSync(u64),
+    /// Just before sync number `n` (0-based) of a [`Medium::PagePrivate`] pool file
+    /// through [`Media::backing`] (a checkpoint) takes effect.
+    PoolSync(u64),
     /// Right after the harness was told that operation number `n` (1-based count) was
     /// acknowledged.
     Ack(usize),
@@ -141,6 +160,7 @@ impl std::fmt::Display for PointKind {
             PointKind::Flush(n) => write!(f, "flush #{n}"),
             PointKind::Grow(n) => write!(f, "grow #{n}"),
             PointKind::FileSync(n) => write!(f, "write-ahead file sync #{n}"),
+            PointKind::PoolSync(n) => write!(f, "pool file sync #{n}"),
             PointKind::Ack(n) => write!(f, "ack of op #{n}"),
             PointKind::End => write!(f, "end of run"),
         }
@@ -369,6 +389,13 @@ struct State {
     /// [`Medium::PageCache`]: the file length a crash keeps (the volatile length once a
     /// fence follows the growth).
     durable_len: u64,
+    /// [`Medium::PagePrivate`]: the file as written (durable image plus writes not yet
+    /// synced); a crash keeps any subset of its sectors that differ from `durable`.
+    written: Vec<u8>,
+    /// [`Medium::PagePrivate`]: byte ranges named by flushes since the last fence.
+    through: Vec<(u64, u64)>,
+    /// [`Medium::PagePrivate`]: syncs of the file through [`Media::backing`].
+    pool_syncs: u64,
     /// The write-ahead file, if [`SimOptions::wal_bytes`] is set.
     file: Option<FileState>,
     flushes: u64,
@@ -403,6 +430,9 @@ impl SimMedia {
             versions: std::collections::HashMap::new(),
             msync: Vec::new(),
             durable_len: 0,
+            written: Vec::new(),
+            through: Vec::new(),
+            pool_syncs: 0,
             file: (options.wal_bytes > 0).then(|| FileState::new(None, options.wal_bytes)),
             flushes: 0,
             fences: 0,
@@ -456,6 +486,9 @@ impl SimMedia {
             st.durable = image.to_vec();
             st.durable.resize(len as usize, 0);
             st.durable_len = len;
+            if options.medium == Medium::PagePrivate {
+                st.written = st.durable.clone();
+            }
             // SAFETY: `0..len` is mapped read-write (and zeroed) and nothing else refers to
             // it yet; `image` is a separate Rust slice of at most `len` bytes.
             unsafe {
@@ -597,7 +630,11 @@ impl SimMedia {
     /// Every word where the volatile view differs from the durable image, and the units
     /// (the pending words of one unit of the granularity, together).
     fn pending(&self, st: &State) -> (Vec<Word>, Vec<Range<u32>>) {
-        let volatile = self.volatile();
+        let volatile = if st.options.medium == Medium::PagePrivate {
+            &st.written[..]
+        } else {
+            self.volatile()
+        };
         let unit_bytes = st.options.granularity.unit_bytes();
         let mut words = Vec::new();
         let mut units: Vec<Range<u32>> = Vec::new();
@@ -648,8 +685,7 @@ impl SimMedia {
             }
         };
         let acked = st.acked;
-        let short_len = (st.options.medium == Medium::PageCache
-            && st.durable_len < durable.len() as u64)
+        let short_len = (st.options.medium.is_file() && st.durable_len < durable.len() as u64)
             .then_some(st.durable_len);
         let file = st.file.as_mut().map(FileState::point);
         st.points.push(CrashPoint {
@@ -685,6 +721,19 @@ impl SimMedia {
         }
         pages.clear();
         st.msync = pages;
+    }
+
+    /// [`Medium::PagePrivate`]: the file synced: everything written to it is durable, and
+    /// so is its length.
+    fn sync_written(&self, st: &mut State) {
+        if st.durable != st.written {
+            let State {
+                durable, written, ..
+            } = st;
+            durable.copy_from_slice(written);
+            st.durable_shared = None;
+        }
+        st.durable_len = self.len();
     }
 
     fn assert_range(&self, offset: u64, len: u64) {
@@ -755,6 +804,9 @@ impl Media for SimMedia {
         st.grows += 1;
         self.map(&mut st, old_len, new_len)?;
         st.durable.resize(new_len as usize, 0);
+        if st.options.medium == Medium::PagePrivate {
+            st.written.resize(new_len as usize, 0);
+        }
         st.durable_shared = None;
         if st.options.medium == Medium::Pmem {
             st.durable_len = new_len;
@@ -782,6 +834,10 @@ impl Media for SimMedia {
         }
         st.flushes += 1;
         if st.options.drop_flush == Some(n) || len == 0 {
+            return;
+        }
+        if st.options.medium == Medium::PagePrivate {
+            st.through.push((offset, len));
             return;
         }
         if st.options.medium == Medium::PageCache {
@@ -812,6 +868,17 @@ impl Media for SimMedia {
         }
         if st.options.medium == Medium::PageCache {
             self.msync(&mut st);
+            return Ok(());
+        }
+        if st.options.medium == Medium::PagePrivate {
+            // The named ranges written through, then the file synced (its length too).
+            let through = std::mem::take(&mut st.through);
+            let volatile = self.volatile();
+            for (offset, len) in through {
+                let (a, b) = (offset as usize, (offset + len) as usize);
+                st.written[a..b].copy_from_slice(&volatile[a..b]);
+            }
+            self.sync_written(&mut st);
             return Ok(());
         }
         let key = thread_key();
@@ -849,7 +916,48 @@ impl Media for SimMedia {
         self.flush(offset, src.len() as u64);
     }
 
+    fn private(&self) -> bool {
+        self.state().options.medium == Medium::PagePrivate
+    }
+
+    fn backing(&self) -> Option<Arc<dyn mnemo_pmem::LogFile>> {
+        self.private().then(|| {
+            Arc::new(SimBacking {
+                media: self.clone(),
+            }) as Arc<dyn mnemo_pmem::LogFile>
+        })
+    }
+
+    fn write_back_all(&self) -> Result<(), MediaError> {
+        let mut st = self.state();
+        if st.options.medium != Medium::PagePrivate {
+            drop(st);
+            self.flush(0, self.len());
+            return self.drain();
+        }
+        let n = st.fences;
+        self.record(&mut st, PointKind::Fence(n));
+        st.fences += 1;
+        let volatile = self.volatile();
+        let len = volatile.len();
+        st.written[..len].copy_from_slice(volatile);
+        st.through.clear();
+        self.sync_written(&mut st);
+        Ok(())
+    }
+
     fn info(&self) -> MediaInfo {
+        if self.state().options.medium == Medium::PagePrivate {
+            return MediaInfo {
+                kind: MediaKind::PageCache,
+                durability: Durability::Msync,
+                flush: FlushKind::Clwb,
+                reason: "simulated page-cache file mapped copy-on-write (mnemo-testkit): \
+                         the file changes only when written to; unsynced writes torn at \
+                         sectors"
+                    .into(),
+            };
+        }
         if self.state().options.medium == Medium::PageCache {
             return MediaInfo {
                 kind: MediaKind::PageCache,
@@ -931,6 +1039,58 @@ impl mnemo_pmem::LogFile for SimWal {
             file.durable.copy_from_slice(&file.volatile);
             file.shared = None;
         }
+        Ok(())
+    }
+}
+
+/// The pool file behind a [`Medium::PagePrivate`] medium ([`Media::backing`]): writes go
+/// to the file, not to memory; a sync makes them durable (a crash point is recorded just
+/// before it takes effect).
+#[derive(Clone, Debug)]
+struct SimBacking {
+    media: SimMedia,
+}
+
+impl mnemo_pmem::LogFile for SimBacking {
+    fn len(&self) -> u64 {
+        self.media.len()
+    }
+
+    fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), MediaError> {
+        let st = self.media.state();
+        let range = offset as usize..offset as usize + out.len();
+        let bytes = st.written.get(range).ok_or_else(|| {
+            MediaError::io(
+                "pool file read",
+                std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+            )
+        })?;
+        out.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError> {
+        let mut st = self.media.state();
+        let range = offset as usize..offset as usize + bytes.len();
+        let into = st.written.get_mut(range).ok_or_else(|| {
+            MediaError::io(
+                "pool file write",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{offset}+{} beyond the pool file", bytes.len()),
+                ),
+            )
+        })?;
+        into.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), MediaError> {
+        let mut st = self.media.state();
+        let n = st.pool_syncs;
+        self.media.record(&mut st, PointKind::PoolSync(n));
+        st.pool_syncs += 1;
+        self.media.sync_written(&mut st);
         Ok(())
     }
 }

@@ -72,6 +72,64 @@ fn write_ahead_caught(name: &'static str) -> Option<String> {
         .or_else(|| first_failure(&CyclesWorkload { cycles: 2 }, on_disk))
         .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, on_disk))
         .or_else(|| first_failure(&grow_large, large_writes))
+        .or_else(|| write_ahead_private_caught(name))
+}
+
+/// The same workloads with the pool mapped copy-on-write ([`Medium::PagePrivate`], the
+/// default under the write-ahead policy): checkpoints write records into the pool file.
+fn write_ahead_private_caught(name: &'static str) -> Option<String> {
+    let private = |c: &mut Config| {
+        c.mutant = Some(name);
+        c.medium = Medium::PagePrivate;
+        c.granularity = Granularity::Sector;
+        c.wal_bytes = 10 << 10;
+    };
+    let grow_large = GrowWorkload {
+        grows: 4,
+        writes: 3,
+        write_max: 900,
+    };
+    first_failure(&GrowWorkload::default(), private)
+        .or_else(|| first_failure(&CyclesWorkload { cycles: 2 }, private))
+        .or_else(|| first_failure(&GmsyncWorkload { ops: 9 }, private))
+        .or_else(|| first_failure(&grow_large, private))
+}
+
+/// Every write-ahead mutant is caught with the pool mapped copy-on-write too, not only on
+/// the shared mapping.
+#[test]
+fn write_ahead_mutants_are_caught_on_a_private_mapping() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../mnemo-pmem/src");
+    let mut names: Vec<String> = [
+        "wal.ack_before_sync",
+        "wal.checkpoint_skip_pool",
+        "wal.skip_replay",
+        "wal.replay_one_epoch",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    names.extend(
+        mnemo_pmem::mutant::sites_in(&src)
+            .into_iter()
+            .filter(|s| s.starts_with("wal."))
+            .map(|s| format!("site:{s}")),
+    );
+    let mut missed = Vec::new();
+    for name in names {
+        let leaked: &'static str = Box::leak(name.clone().into_boxed_str());
+        match write_ahead_private_caught(leaked) {
+            Some(why) => eprintln!(
+                "{name}: caught ({})",
+                why.lines().next().unwrap_or_default()
+            ),
+            None => missed.push(name),
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "not caught on a private mapping: {missed:?}"
+    );
 }
 
 fn clean_run_counts() -> (u64, u64) {

@@ -189,7 +189,12 @@ fn pool_workloads_survive_power_loss_with_the_write_ahead_policy() {
         } else {
             Granularity::Sector
         };
-        let mut config = Config::from_env(seed).write_ahead(granularity, wal_bytes);
+        // Odd seeds on a shared mapping (`MNEMO_WAL_PRIVATE=0`), even ones copy-on-write.
+        let mut config = if seed % 2 == 1 {
+            Config::from_env(seed).write_ahead_shared(granularity, wal_bytes)
+        } else {
+            Config::from_env(seed).write_ahead(granularity, wal_bytes)
+        };
         config.threads = 2;
         let report = workload(&config);
         report.assert_ok();
