@@ -391,7 +391,7 @@ fn info_hook<'h>(
                 if let Some(w) = pool.write_ahead() {
                     let _ = write!(
                         out,
-                        "mnemo_wal_records:{}\r\nmnemo_wal_bytes:{}\r\nmnemo_wal_fdatasyncs:{}\r\nmnemo_wal_last_fdatasync_us:{}\r\nmnemo_wal_pending_bytes:{}\r\nmnemo_wal_checkpoints:{}\r\nmnemo_wal_last_checkpoint_us:{}\r\nmnemo_wal_replayed_at_open:{}\r\n",
+                        "mnemo_wal_records:{}\r\nmnemo_wal_bytes:{}\r\nmnemo_wal_fdatasyncs:{}\r\nmnemo_wal_last_fdatasync_us:{}\r\nmnemo_wal_pending_bytes:{}\r\nmnemo_wal_checkpoints:{}\r\nmnemo_wal_last_checkpoint_us:{}\r\nmnemo_wal_replayed_at_open:{}\r\nmnemo_wal_private_mapping:{}\r\nmnemo_wal_deferred_acks:{}\r\n",
                         w.records,
                         w.bytes,
                         w.fdatasyncs,
@@ -400,6 +400,8 @@ fn info_hook<'h>(
                         w.checkpoints,
                         w.last_checkpoint_ns / 1000,
                         w.replayed,
+                        u8::from(w.private_mapping),
+                        u8::from(w.deferred_acks),
                     );
                 }
                 if let Some(vpm) = &vpm {
@@ -457,7 +459,18 @@ impl Engine for Serving<'_> {
     }
 
     fn execute(&mut self, request: &Request, reply: &mut Encoder<'_>) -> Effect {
-        let effect = self.engine.execute(request, reply);
+        self.execute_hosted(request, reply, &mut mnemo_kv::server::NoHost)
+    }
+
+    /// The host goes through to the engine: a running script reaches the loop (BUSY, SCRIPT
+    /// KILL, PUBLISH) as under the library's own server.
+    fn execute_hosted(
+        &mut self,
+        request: &Request,
+        reply: &mut Encoder<'_>,
+        host: &mut dyn mnemo_kv::server::Host,
+    ) -> Effect {
+        let effect = self.engine.execute_hosted(request, reply, host);
         if effect.close && request.spec.id == CommandId::Shutdown {
             tracing::info!(
                 client = request.session,
@@ -489,6 +502,14 @@ impl Engine for Serving<'_> {
 
     fn disconnected(&mut self, session: u64) {
         self.engine.disconnected(session);
+    }
+
+    fn defer_acks(&mut self, notify: std::sync::Arc<dyn Fn() + Send + Sync>) -> bool {
+        self.engine.defer_acks(notify)
+    }
+
+    fn ack_marks(&self) -> Option<Result<(u64, u64), String>> {
+        self.engine.ack_marks()
     }
 }
 

@@ -517,6 +517,10 @@ fn info_persistence_shows_the_write_ahead_file() {
     assert!(field("mnemo_wal_last_fdatasync_us") > 0, "{info}");
     assert!(field("mnemo_wal_pending_bytes") > 0, "{info}");
     field("mnemo_wal_checkpoints");
+    // A pool on the disk is mapped copy-on-write and its replies wait in the loop for the
+    // syncer thread (docs/design/disk-durability.md, "Pipelined acknowledgements").
+    assert_eq!(field("mnemo_wal_private_mapping"), 1, "{info}");
+    assert_eq!(field("mnemo_wal_deferred_acks"), 1, "{info}");
     drop(client);
     assert!(server.terminate().success());
 }

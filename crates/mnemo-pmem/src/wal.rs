@@ -204,6 +204,11 @@ pub struct WalStats {
     pub last_fdatasync_ns: u64,
     /// Duration of the last checkpoint, in nanoseconds.
     pub last_checkpoint_ns: u64,
+    /// The pool is mapped copy-on-write: its file changes only at checkpoints.
+    pub private_mapping: bool,
+    /// Sync points are acknowledged once appended, durable later
+    /// ([`WalPolicy::defer_acks`]).
+    pub deferred_acks: bool,
 }
 
 struct State {
@@ -401,7 +406,12 @@ impl WalPolicy {
 impl Shared {
     /// Figures so far.
     pub fn stats(&self) -> WalStats {
-        self.lock().stats
+        let st = self.lock();
+        WalStats {
+            private_mapping: st.backing.is_some(),
+            deferred_acks: st.deferred,
+            ..st.stats
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -639,22 +649,36 @@ impl Shared {
 
     /// The syncer thread of [`WalPolicy::defer_acks`]: write and sync what is appended,
     /// run owed checkpoints, tell the owner; until the policy is dropped.
-    fn sync_loop(&self) {
+    fn sync_loop(self: &Arc<Self>) {
         let mut st = self.lock();
         loop {
             if st.stop {
                 return;
             }
             let notify = st.notify.clone();
-            if st.failed.is_none() && !st.checkpointing {
+            if st.failed.is_none() {
+                // A switch owes it (and set `checkpointing`, which stays set until it ends:
+                // no other switch begins before).
                 if let Some(first) = st.owed.take() {
+                    // On a thread of its own, so records go on being synced meanwhile (the
+                    // checkpoint reads and writes a whole half of the file).
                     drop(st);
-                    if self.finish_checkpoint(None, first).is_err() {
-                        if let Some(notify) = &notify {
-                            notify();
-                        }
-                    }
+                    let shared = Arc::clone(self);
+                    let spawned = std::thread::Builder::new()
+                        .name("mnemo-wal-ckpt".into())
+                        .spawn(move || {
+                            if shared.finish_checkpoint(None, first).is_err() {
+                                if let Some(notify) = &notify {
+                                    notify();
+                                }
+                            }
+                        });
                     st = self.lock();
+                    if let Err(e) = spawned {
+                        st.checkpointing = false;
+                        st.failed = Some(format!("cannot start the checkpoint thread: {e}"));
+                        self.wake.notify_all();
+                    }
                     continue;
                 }
             }
