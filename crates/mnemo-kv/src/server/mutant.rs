@@ -34,6 +34,11 @@ pub enum Mutant {
     /// for a slow sync point, such as `msync` of a disk file). A kill in between loses
     /// writes that clients saw acknowledged.
     AckBeforeSync,
+    /// `release_unacked`: under deferred acknowledgements (`Engine::defer_acks`) a batch's
+    /// replies leave as soon as its commit returns, before the storage says it is durable.
+    /// A kill cannot see it (the write-ahead file's records are in the page cache); the
+    /// loop's own test does (`crates/mnemo-cli/tests/deferred_acks_mutant.rs`).
+    ReleaseUnacked,
 }
 
 /// How long the [`Mutant::AckBeforeSync`] server waits between releasing a batch's replies
@@ -45,6 +50,7 @@ impl Mutant {
     pub fn name(self) -> &'static str {
         match self {
             Mutant::AckBeforeSync => "ack_before_sync",
+            Mutant::ReleaseUnacked => "release_unacked",
         }
     }
 }
@@ -55,6 +61,7 @@ pub fn from_env() -> Option<Mutant> {
     {
         match std::env::var(ENV).ok()?.as_str() {
             "ack_before_sync" => Some(Mutant::AckBeforeSync),
+            "release_unacked" => Some(Mutant::ReleaseUnacked),
             _ => None,
         }
     }

@@ -292,7 +292,7 @@ impl EventLoop {
     pub fn run<E: Engine>(mut self, engine: &mut E) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         #[cfg(all(feature = "mutants", debug_assertions))]
-        let mutated = self.mutant.is_some();
+        let mutated = self.mutant.is_some_and(|m| m != Mutant::ReleaseUnacked);
         #[cfg(not(all(feature = "mutants", debug_assertions)))]
         let mutated = false;
         if self.defer_acks && !mutated {
@@ -624,8 +624,16 @@ impl EventLoop {
                 self.execute_acking_early(engine, batch);
                 continue;
             }
+            #[cfg(all(feature = "mutants", debug_assertions))]
+            let marks = if self.mutant == Some(Mutant::ReleaseUnacked) {
+                None
+            } else {
+                Some(())
+            };
+            #[cfg(not(all(feature = "mutants", debug_assertions)))]
+            let marks = Some(());
             match run_batch_hosted(engine, &batch, self) {
-                Ok(completions) => match engine.ack_marks() {
+                Ok(completions) => match marks.and_then(|()| engine.ack_marks()) {
                     Some(Ok((appended, durable)))
                         if appended > durable || !self.unacked.is_empty() =>
                     {
