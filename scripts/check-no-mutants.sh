@@ -17,7 +17,7 @@ if [ "$#" -eq 0 ]; then
 fi
 names="$(python3 - <<'PY'
 import pathlib, re
-names = {"ack_before_sync", "MNEMO_KV_MUTANT_UNSAFE"}
+names = {"ack_before_sync", "release_unacked", "MNEMO_KV_MUTANT_UNSAFE"}
 for path in pathlib.Path("crates").rglob("*.rs"):
     if "tests" in path.parts:
         continue

@@ -907,7 +907,21 @@ impl Pool {
     /// answer until [`Pool::ack_marks`] shows it durable. `false`: sync points stay durable on
     /// return.
     pub fn defer_acks(&self, notify: Arc<dyn Fn() + Send + Sync>) -> bool {
-        self.policy.defer_acks(notify)
+        self.policy.defer_acks(Some(notify))
+    }
+
+    /// [`Pool::defer_acks`] without a thread: records become durable only when the caller
+    /// calls [`Pool::pump_acks`] (runs that must be deterministic: the crash simulator's).
+    pub fn defer_acks_pumped(&self) -> bool {
+        self.policy.defer_acks(None)
+    }
+
+    /// Under [`Pool::defer_acks_pumped`]: make every sync point so far durable now, on this
+    /// thread (and run a checkpoint the write-ahead file owes).
+    pub fn pump_acks(&self) -> Result<(), Error> {
+        self.policy
+            .pump()
+            .map_err(|e| media_error(&self.name, e))
     }
 
     /// Under [`Pool::defer_acks`], `(appended, durable)`: a sync point that returned when

@@ -150,11 +150,18 @@ pub trait SyncPolicy: Send + Sync + Debug {
     }
 
     /// Acknowledge sync points once appended, durable later (see
-    /// [`crate::WalPolicy::defer_acks`]); `notify` is called whenever more became durable.
-    /// `false` if this policy cannot. Default: cannot.
-    fn defer_acks(&self, notify: std::sync::Arc<dyn Fn() + Send + Sync>) -> bool {
+    /// [`crate::WalPolicy::defer_acks`]); `notify` is called from a thread of the policy
+    /// whenever more became durable (`None`: no thread, the owner calls
+    /// [`SyncPolicy::pump`]). `false` if this policy cannot. Default: cannot.
+    fn defer_acks(&self, notify: Option<std::sync::Arc<dyn Fn() + Send + Sync>>) -> bool {
         let _ = notify;
         false
+    }
+
+    /// Under deferred acknowledgements without a thread: make everything appended durable
+    /// now. Default: nothing to do.
+    fn pump(&self) -> Result<(), MediaError> {
+        Ok(())
     }
 
     /// Under deferred acknowledgements, the marks `(appended, durable)` (see

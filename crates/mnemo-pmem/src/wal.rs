@@ -376,14 +376,20 @@ impl WalPolicy {
     /// checkpoints of durable records, so a crash finds the pool as it was after some
     /// prefix of the sync points, whatever ran after them in memory. `false` (nothing
     /// changes) elsewhere, or before the pool is open.
-    pub fn defer_acks(&self, notify: Arc<dyn Fn() + Send + Sync>) -> bool {
+    ///
+    /// `notify` `None`: no thread; the owner makes records durable with
+    /// [`Shared::pump`] when it chooses (deterministic runs: the crash simulator's).
+    pub fn defer_acks(&self, notify: Option<Arc<dyn Fn() + Send + Sync>>) -> bool {
         let mut syncer = self.syncer.lock().unwrap_or_else(|p| p.into_inner());
         let mut st = self.lock();
         if st.backing.is_none() || st.uuid.is_none() {
             return false;
         }
-        st.notify = Some(notify);
         st.deferred = true;
+        let Some(notify) = notify else {
+            return true;
+        };
+        st.notify = Some(notify);
         if syncer.is_none() {
             let shared = Arc::clone(&self.shared);
             let spawned = std::thread::Builder::new()
@@ -636,6 +642,9 @@ impl Shared {
     pub fn marks(&self) -> Result<(u64, u64), MediaError> {
         let st = self.lock();
         failed(&st)?;
+        if crate::mutant::active("wal.deferred_durable_early") {
+            return Ok((st.appended, st.appended));
+        }
         Ok((st.appended, st.durable))
     }
 
@@ -645,6 +654,17 @@ impl Shared {
         let st = self.lock();
         let mine = st.appended;
         self.wait_durable(st, mine)
+    }
+
+    /// What the syncer thread does, once, on the caller's thread: the owed checkpoint, then
+    /// every record appended so far written and synced (deferred acknowledgements without a
+    /// thread, [`WalPolicy::defer_acks`] with no notifier).
+    pub fn pump(&self) -> Result<(), MediaError> {
+        let owed = self.lock().owed.take();
+        if let Some(first) = owed {
+            self.finish_checkpoint(None, first)?;
+        }
+        self.flush_records()
     }
 
     /// The syncer thread of [`WalPolicy::defer_acks`]: write and sync what is appended,
@@ -963,8 +983,12 @@ impl SyncPolicy for WalPolicy {
         !std::env::var("MNEMO_WAL_PRIVATE").is_ok_and(|v| v.trim() == "0")
     }
 
-    fn defer_acks(&self, notify: Arc<dyn Fn() + Send + Sync>) -> bool {
+    fn defer_acks(&self, notify: Option<Arc<dyn Fn() + Send + Sync>>) -> bool {
         WalPolicy::defer_acks(self, notify)
+    }
+
+    fn pump(&self) -> Result<(), MediaError> {
+        self.shared.pump()
     }
 
     fn ack_marks(&self) -> Option<Result<(u64, u64), MediaError>> {

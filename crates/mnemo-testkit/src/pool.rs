@@ -858,3 +858,188 @@ impl Workload for TrackingWorkload {
 
     pool_checks!();
 }
+
+/// Workload "deferred acknowledgements": a write-ahead pool mapped copy-on-write
+/// ([`crate::Medium::PagePrivate`]) acknowledges its sync points before they are durable
+/// (`Pool::defer_acks_pumped`, no thread: deterministic), as `mnemo serve` does on a disk.
+/// Operation `i` stores `i + 1` into slot `i` (a word of its own) and syncs it; every one to
+/// four operations the records are made durable (`Pool::pump_acks`), and an operation is
+/// acknowledged only once the durable mark reaches the mark it was appended at. After a crash
+/// the slots must hold a *prefix* of the operations (never a later one without an earlier:
+/// the pool file changes only through checkpoints of durable records) that covers every
+/// acknowledged one and goes no further than what was appended. Ends with a clean close.
+#[derive(Clone, Copy, Debug)]
+pub struct DeferredWorkload {
+    /// Operations (slots).
+    pub ops: u32,
+}
+
+/// The model of [`DeferredWorkload`]: how many operations a state holds (a prefix) and, for
+/// an acknowledged state, how many had been appended by then (what a crash before the next
+/// acknowledgement may show at most).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefix {
+    /// Operations durable (acknowledged) or found (observed).
+    pub done: usize,
+    /// Operations appended when acknowledged (`done` when observed).
+    pub appended: usize,
+}
+
+impl DeferredWorkload {
+    fn slot(i: u64) -> u64 {
+        DATA_OFFSET + i * 64
+    }
+
+    /// Operations done in the pool, if they form a prefix (slot `i` holds `i + 1` for the
+    /// first `k`, zero after).
+    fn prefix(&self, pool: &Pool) -> Result<usize, String> {
+        let slots: Vec<u64> = (0..u64::from(self.ops))
+            .map(|i| {
+                let mut word = [0u8; 8];
+                pool.read(Self::slot(i), &mut word).map_err(fail)?;
+                Ok(u64::from_le_bytes(word))
+            })
+            .collect::<Result<_, String>>()?;
+        let k = slots
+            .iter()
+            .enumerate()
+            .take_while(|&(i, &v)| v == i as u64 + 1)
+            .count();
+        match slots[k..].iter().position(|&v| v != 0) {
+            None => Ok(k),
+            Some(j) => Err(format!(
+                "slot {} holds {} after the first {k} operations: not a prefix of the history",
+                k + j,
+                slots[k + j]
+            )),
+        }
+    }
+}
+
+impl Workload for DeferredWorkload {
+    /// `None`: no pool yet.
+    type State = Option<Prefix>;
+    type Recovered = Option<Pool>;
+
+    fn name(&self) -> String {
+        format!("pool-deferred-acks({} ops)", self.ops)
+    }
+
+    fn capacity(&self) -> u64 {
+        1 << 20
+    }
+
+    fn initial(&self) -> Option<Prefix> {
+        None
+    }
+
+    fn run(&self, run: &mut Run<Option<Prefix>>) -> Result<(), String> {
+        let pool = create(run.media(), NAME, POOL_SIZE_MIN, 1 << 20)?;
+        run.ack(Some(Prefix {
+            done: 0,
+            appended: 0,
+        }));
+        if !pool.defer_acks_pumped() {
+            return Err(
+                "deferred acknowledgements refused: the medium must be a private \
+                        page-cache file with a write-ahead file"
+                    .into(),
+            );
+        }
+        let marks = |pool: &Pool| -> Result<(u64, u64), String> {
+            pool.ack_marks()
+                .ok_or("no marks under deferred acknowledgements")?
+                .map_err(fail)
+        };
+        let mut pending: Vec<(u64, usize)> = Vec::new();
+        let mut until_pump = 1 + run.rng().below(4);
+        for i in 0..u64::from(self.ops) {
+            pool.write(Self::slot(i), &(i + 1).to_le_bytes())
+                .map_err(fail)?;
+            pool.msync(Self::slot(i), 8).map_err(fail)?;
+            let appended = i as usize + 1;
+            pending.push((marks(&pool)?.0, appended));
+            until_pump -= 1;
+            if until_pump == 0 {
+                pool.pump_acks().map_err(fail)?;
+                until_pump = 1 + run.rng().below(4);
+            }
+            let durable = marks(&pool)?.1;
+            // Acknowledge every operation whose record the durable mark covers.
+            if let Some(pos) = pending.iter().rposition(|&(mark, _)| mark <= durable) {
+                let done = pending[pos].1;
+                pending.drain(..=pos);
+                run.ack(Some(Prefix { done, appended }));
+            }
+        }
+        pool.close().map_err(fail)?;
+        let all = self.ops as usize;
+        run.ack(Some(Prefix {
+            done: all,
+            appended: all,
+        }));
+        Ok(())
+    }
+
+    fn recover(&self, media: SimMedia) -> Result<Option<Pool>, String> {
+        open(media)
+    }
+
+    fn observe(&self, recovered: &Option<Pool>) -> Result<Option<Prefix>, String> {
+        let Some(pool) = recovered else {
+            return Ok(None);
+        };
+        let done = self.prefix(pool)?;
+        Ok(Some(Prefix {
+            done,
+            appended: done,
+        }))
+    }
+
+    /// A prefix of the history, at least what was acknowledged, at most what had been
+    /// appended by the next acknowledgement (several operations may be in flight at once).
+    fn accept(
+        &self,
+        observed: &Option<Prefix>,
+        acked: &Option<Prefix>,
+        in_flight: Option<&Option<Prefix>>,
+    ) -> Result<(), String> {
+        let high = match in_flight {
+            Some(next) => next.map(|p| p.appended),
+            None => acked.map(|p| p.appended),
+        };
+        let ok = match (observed, acked) {
+            // No pool: only while its creation had not been acknowledged.
+            (None, acked) => acked.is_none(),
+            (Some(seen), acked) => {
+                seen.done >= acked.map_or(0, |p| p.done) && high.is_some_and(|h| seen.done <= h)
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "observed {observed:?}; acknowledged {acked:?}, at most {high:?} appended"
+            ))
+        }
+    }
+
+    fn same_recovery(
+        &self,
+        first: &Option<Prefix>,
+        second: &Option<Prefix>,
+        _acked: &Option<Prefix>,
+        _in_flight: Option<&Option<Prefix>>,
+    ) -> Result<(), String> {
+        if first == second {
+            return Ok(());
+        }
+        Err(format!(
+            "recovery after a crash during recovery gave {second:?}, uninterrupted recovery gave {first:?}"
+        ))
+    }
+
+    fn follow_on(&self, recovered: Option<Pool>, media: &SimMedia) -> Result<(), String> {
+        follow_on(recovered, media)
+    }
+}

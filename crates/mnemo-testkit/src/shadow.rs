@@ -163,6 +163,26 @@ impl SyncPolicy for RecordingPolicy {
     fn write_ahead(&self) -> Option<mnemo_pmem::WalStats> {
         self.inner.write_ahead()
     }
+
+    fn checkpoint_all(&self, media: &dyn Media) -> Result<(), MediaError> {
+        self.inner.checkpoint_all(media)
+    }
+
+    fn private_mapping(&self) -> bool {
+        self.inner.private_mapping()
+    }
+
+    fn defer_acks(&self, notify: Option<Arc<dyn Fn() + Send + Sync>>) -> bool {
+        self.inner.defer_acks(notify)
+    }
+
+    fn pump(&self) -> Result<(), MediaError> {
+        self.inner.pump()
+    }
+
+    fn ack_marks(&self) -> Option<Result<(u64, u64), MediaError>> {
+        self.inner.ack_marks()
+    }
 }
 
 #[cfg(test)]

@@ -223,3 +223,30 @@ fn pool_workloads_survive_power_loss_with_the_write_ahead_policy() {
     eprintln!("{}", total.summary("pool, write-ahead policy"));
     assert!(total.images_checked >= 1_000 && total.follow_ons > 0);
 }
+
+/// Deferred acknowledgements (what `mnemo serve` does on a disk): sync points return once
+/// appended, the records are made durable in groups, operations are acknowledged when the
+/// durable mark covers them. Power loss anywhere leaves a prefix of the operations that holds
+/// every acknowledged one (small files: checkpoints run between groups too).
+#[test]
+fn deferred_acknowledgements_survive_power_loss() {
+    let mut total = Report::default();
+    for seed in 0..seeds(24) {
+        let granularity = if seed % 3 == 2 {
+            Granularity::Page
+        } else {
+            Granularity::Sector
+        };
+        let wal_bytes = [12 << 10, 16 << 10, 64 << 10][seed as usize % 3];
+        let config = Config::from_env(900 + seed).write_ahead(granularity, wal_bytes);
+        let report = explore(&mnemo_testkit::pool::DeferredWorkload { ops: 40 }, &config);
+        report.assert_ok();
+        total.merge(&report);
+    }
+    eprintln!("{}", total.summary("pool, deferred acknowledgements"));
+    assert!(
+        total.images_checked >= 1_000,
+        "{}",
+        total.summary("deferred")
+    );
+}
