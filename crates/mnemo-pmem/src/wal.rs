@@ -264,6 +264,9 @@ impl Debug for State {
     }
 }
 
+/// Where [`Shared::apply_epoch`] hands each entry of a record: its pool offset and bytes.
+type EntrySink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), MediaError> + 'a;
+
 /// What the syncer thread calls after each group of records becomes durable (or fails).
 type Notify = Arc<dyn Fn() + Send + Sync>;
 
@@ -886,7 +889,7 @@ impl Shared {
         &self,
         epoch: u64,
         uuid: uuid::Uuid,
-        sink: &mut dyn FnMut(u64, &[u8]) -> Result<(), MediaError>,
+        sink: &mut EntrySink<'_>,
     ) -> Result<u64, MediaError> {
         let start = self.half_start(epoch);
         let end = start + self.half;
