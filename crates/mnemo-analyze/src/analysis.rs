@@ -912,10 +912,35 @@ fn calls_free(program: &Program) -> HashSet<&str> {
 /// The C library's functions that give memory back.
 const DEALLOCATORS: &[&str] = &["free", "cfree"];
 
+/// Words that name a function telling others about a change (`notifyKeyspaceEvent`,
+/// `signalKeyAsReady`, `pubsubPublishMessage`, `replicationFeedSlaves`), lower case.
+const NOTIFY_WORDS: &[&str] = &[
+    "notify",
+    "signal",
+    "publish",
+    "broadcast",
+    "propagate",
+    "replicat",
+];
+
+/// Whether a function's name says it tells others about a change.
+fn notifies(name: &str) -> bool {
+    let lower = name.to_lowercase();
+    NOTIFY_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// Whether a canonical function type returns nothing (`void (int, char *)`).
+fn returns_nothing(signature: &str) -> bool {
+    signature.starts_with("void (")
+}
+
 /// The findings written while loading (or, for a reached container, read) only in functions
 /// whose names say they release memory, or in functions that loading reaches only through
 /// such a function (`freeClient` -> `unlinkClient` -> `listDelNode`): clean-up that loading
-/// runs, not state it builds.
+/// runs, not state it builds (`teardown`). Then, the findings written only beneath such
+/// functions and functions that tell others about a change and return nothing
+/// (`moduleNotifyKeyspaceEvent` -> `moduleCreateContext` -> `createClient`): the state of
+/// the observers told, not what is loaded (`notification`).
 fn teardown_only<'p>(
     program: &'p Program,
     order: &[&'p str],
@@ -923,20 +948,12 @@ fn teardown_only<'p>(
     live: &HashSet<&'p str>,
     found: &BTreeMap<&'p str, Finding>,
 ) -> HashMap<&'p str, Suspicion> {
-    // Clean-up: a function named to release memory that may call `free`, itself or through
-    // its callees (a name alone, `freeze_clock`, does not make clean-up).
-    let frees = calls_free(program);
-    let cleanup = |usr: &str| {
-        frees.contains(usr)
-            && program
-                .functions
-                .get(usr)
-                .is_some_and(|f| releases(&f.name))
-    };
-    let building = building_functions(program, parent, live, &cleanup);
-    // Per record: the live functions writing it, and whether one of them builds.
+    let cuts = Cuts::new(program, parent, live);
+    // Per record: the live functions writing it, and whether one of them builds (with clean-up
+    // cut out; with notifiers cut out too).
     let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     let mut built: HashSet<&str> = HashSet::new();
+    let mut built_told: HashSet<&str> = HashSet::new();
     for &usr in order.iter().filter(|u| live.contains(*u)) {
         let Some(f) = program.functions.get(usr) else {
             continue;
@@ -944,8 +961,11 @@ fn teardown_only<'p>(
         for write in &f.writes {
             for (key, _) in &write.records {
                 writers.entry(key).or_default().insert(usr);
-                if building.contains(usr) {
+                if cuts.building.contains(usr) {
                     built.insert(key);
+                }
+                if cuts.untold.contains(usr) {
+                    built_told.insert(key);
                 }
             }
         }
@@ -955,6 +975,26 @@ fn teardown_only<'p>(
             .functions
             .get(usr)
             .map_or(usr.to_string(), |f| f.name.clone())
+    };
+    // The last function on `usr`'s chain from the load functions that `cut` picks, and the
+    // call entering it.
+    let via = |usr: &'p str, cut: &dyn Fn(&str) -> bool| {
+        let mut at = usr;
+        let mut via = None;
+        for _ in 0..=parent.len() {
+            if cut(at) {
+                via = parent
+                    .get(at)
+                    .copied()
+                    .flatten()
+                    .map(|(_, site)| (at, site));
+            }
+            match parent.get(at).copied().flatten() {
+                Some((caller, _)) => at = caller,
+                None => break,
+            }
+        }
+        via
     };
     let mut out = HashMap::new();
     for (&key, finding) in found {
@@ -967,39 +1007,28 @@ fn teardown_only<'p>(
             (None, Some(usrs)) => usrs.iter().copied().collect(),
             (None, None) => continue,
         };
-        // Written only by functions named to release memory (the rule by names alone), or only
-        // beneath such functions that do free.
-        let named = usrs.iter().all(|u| cleanup(u));
-        let beneath = !usrs.iter().any(|u| building.contains(u)) && !built.contains(key);
-        if usrs.is_empty() || !(named || beneath) {
+        if usrs.is_empty() {
             continue;
         }
-        let reason = if named {
+        // Written only by functions named to release memory (the rule by names alone), or only
+        // beneath such functions that do free.
+        let named = usrs.iter().all(|u| cuts.cleanup(u));
+        let beneath = !usrs.iter().any(|u| cuts.building.contains(u)) && !built.contains(key);
+        let told = !usrs.iter().any(|u| cuts.untold.contains(u)) && !built_told.contains(key);
+        let suspicion = if named {
             let names: BTreeSet<String> = usrs.iter().map(|u| name(u)).collect();
-            format!(
-                "written while loading only in functions that release memory (named so, and \
-                 calling `free`): {}",
-                names.into_iter().collect::<Vec<_>>().join(", ")
-            )
-        } else {
+            Suspicion {
+                kind: "teardown".into(),
+                reason: format!(
+                    "written while loading only in functions that release memory (named so, \
+                     and calling `free`): {}",
+                    names.into_iter().collect::<Vec<_>>().join(", ")
+                ),
+            }
+        } else if beneath {
             // The first writer, and the function releasing memory on its chain.
             let first = usrs[0];
-            let mut at = first;
-            let mut via = None;
-            for _ in 0..=parent.len() {
-                if cleanup(at) {
-                    via = parent
-                        .get(at)
-                        .copied()
-                        .flatten()
-                        .map(|(_, site)| (at, site));
-                }
-                match parent.get(at).copied().flatten() {
-                    Some((caller, _)) => at = caller,
-                    None => break,
-                }
-            }
-            match via {
+            let reason = match via(first, &|u| cuts.cleanup(u)) {
                 Some((usr, site)) => format!(
                     "written while loading only beneath functions that release memory (named \
                      so, and calling `free`): e.g. in `{}`, reached through `{}`, called at \
@@ -1012,17 +1041,98 @@ fn teardown_only<'p>(
                      so, and calling `free`): e.g. in `{}`",
                     name(first)
                 ),
-            }
-        };
-        out.insert(
-            key,
+            };
             Suspicion {
                 kind: "teardown".into(),
                 reason,
-            },
-        );
+            }
+        } else if told {
+            // A writer whose chain passes a notifier, and that notifier.
+            let shown = usrs
+                .iter()
+                .find_map(|&u| via(u, &|x| cuts.notifier(x)).map(|v| (u, v)));
+            let reason = match shown {
+                Some((first, (usr, site))) => format!(
+                    "written while loading only beneath functions that tell others about a \
+                     change (named to notify, signal, publish, broadcast, propagate or \
+                     replicate, and returning nothing) or release memory: e.g. in `{}`, \
+                     reached through `{}`, called at {site}; what they write is the state of \
+                     the observers told (subscribers, the clients and contexts callbacks run \
+                     with, replication buffers, queues of keys to signal), which a restart does \
+                     not keep",
+                    name(first),
+                    name(usr)
+                ),
+                None => format!(
+                    "written while loading only beneath functions that tell others about a \
+                     change (named to notify, signal, publish, broadcast, propagate or \
+                     replicate, and returning nothing) or release memory: e.g. in `{}`",
+                    name(usrs[0])
+                ),
+            };
+            Suspicion {
+                kind: "notification".into(),
+                reason,
+            }
+        } else {
+            continue;
+        };
+        out.insert(key, suspicion);
     }
     out
+}
+
+/// The parts of the live load path left when functions that do not build what is loaded are
+/// cut out: clean-up functions (named to release memory, and calling `free`), and notifiers
+/// (named to tell others about a change, and returning nothing).
+pub(crate) struct Cuts<'p> {
+    program: &'p Program,
+    /// Functions that may call `free`.
+    frees: HashSet<&'p str>,
+    /// Reached without entering a clean-up function.
+    pub(crate) building: HashSet<&'p str>,
+    /// Reached without entering a clean-up function or a notifier.
+    pub(crate) untold: HashSet<&'p str>,
+}
+
+impl<'p> Cuts<'p> {
+    pub(crate) fn new(
+        program: &'p Program,
+        parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+        live: &HashSet<&'p str>,
+    ) -> Cuts<'p> {
+        let mut cuts = Cuts {
+            program,
+            frees: calls_free(program),
+            building: HashSet::new(),
+            untold: HashSet::new(),
+        };
+        cuts.building = building_functions(program, parent, live, &|u| cuts.cleanup(u));
+        cuts.untold = building_functions(program, parent, live, &|u| {
+            cuts.cleanup(u) || cuts.notifier(u)
+        });
+        cuts
+    }
+
+    /// Clean-up: a function named to release memory that may call `free`, itself or through
+    /// its callees (a name alone, `freeze_clock`, does not make clean-up).
+    pub(crate) fn cleanup(&self, usr: &str) -> bool {
+        self.frees.contains(usr)
+            && self
+                .program
+                .functions
+                .get(usr)
+                .is_some_and(|f| releases(&f.name))
+    }
+
+    /// A notifier: a function named to tell others about a change that returns nothing, so
+    /// the load cannot use anything it makes.
+    pub(crate) fn notifier(&self, usr: &str) -> bool {
+        self.program
+            .functions
+            .get(usr)
+            .is_some_and(|f| notifies(&f.name) && returns_nothing(&f.signature))
+    }
 }
 
 /// Why the function `usr` is only on paths that end the process: the first function on its

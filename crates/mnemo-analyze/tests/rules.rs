@@ -698,6 +698,61 @@ fn types_written_only_beneath_functions_that_release_memory_are_flagged() {
 }
 
 #[test]
+fn types_written_only_beneath_notifications_are_flagged() {
+    let report = run("notify.c", &["load_items"]);
+    let notification = || Some("notification".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            // Made for the subscribers' callback (and released by `context_free`).
+            ("struct client".to_string(), notification()),
+            ("struct context".to_string(), Some("stack-only".to_string())),
+            // `signal_gate` returns what the load uses: not a notifier.
+            ("struct gate".to_string(), None),
+            ("struct item".to_string(), None),
+            // Written beneath `notify_loaded` and by the load itself.
+            ("struct queue".to_string(), None),
+            ("struct repl_block".to_string(), notification()),
+            ("struct reply_block".to_string(), notification()),
+            ("struct subscriber".to_string(), notification()),
+            ("struct table".to_string(), None),
+        ]
+    );
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    let told = "written while loading only beneath functions that tell others about a change \
+                (named to notify, signal, publish, broadcast, propagate or replicate, and \
+                returning nothing) or release memory: e.g. in ";
+    let observers = "; what they write is the state of the observers told (subscribers, the \
+                     clients and contexts callbacks run with, replication buffers, queues of \
+                     keys to signal), which a restart does not keep";
+    assert_eq!(
+        reason("struct subscriber"),
+        format!(
+            "{told}`notify_loaded`, reached through `notify_loaded`, called at notify.c:133\
+             {observers}"
+        )
+    );
+    assert_eq!(
+        reason("struct repl_block"),
+        format!(
+            "{told}`replicate_change`, reached through `replicate_change`, called at \
+             notify.c:134{observers}"
+        )
+    );
+    assert!(
+        reason("struct client").contains("reached through `notify_loaded`"),
+        "{}",
+        reason("struct client")
+    );
+}
+
+#[test]
 fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     let report = run(
         "released.c",
