@@ -565,9 +565,24 @@ fn load_strategy(
     let live = live_functions(program, &exits, &order, &parent);
     let dead = exit_only(program, &exits, &order, &parent, &live, &found);
     let stack = stack_only(program, &order, &parent, &live, &found);
-    let teardown = teardown_only(program, &order, &parent, &live, &found);
+    // Clean-up and notifiers cut out of the live path: what is left builds what is loaded.
+    let cuts = Cuts::new(program, &parent, &live);
+    let teardown = teardown_only(program, &order, &parent, &live, &cuts, &found);
     let private = private_static_only(program, &order, &live, &found);
-    let released = crate::released::released_only(program, &order, &parent, &live, &found);
+    // Objects are followed on the building part only: what clean-up and notifiers write is
+    // theirs (a client that a notifier's context keeps in a pool does not make the load's own
+    // client, released before loading ends, last).
+    let mut released =
+        crate::released::released_only(program, &order, &parent, &cuts.untold, &found);
+    let cut_writes = cuts.written_beneath(program, &order, &live);
+    for (key, flag) in released.flags.iter_mut() {
+        if cut_writes.contains(key) {
+            flag.reason.push_str(
+                "; its other writes while loading are beneath functions that release memory \
+                 or tell others about a change",
+            );
+        }
+    }
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
             .or_else(|| stack.get(key).cloned())
@@ -946,9 +961,9 @@ fn teardown_only<'p>(
     order: &[&'p str],
     parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
     live: &HashSet<&'p str>,
+    cuts: &Cuts<'p>,
     found: &BTreeMap<&'p str, Finding>,
 ) -> HashMap<&'p str, Suspicion> {
-    let cuts = Cuts::new(program, parent, live);
     // Per record: the live functions writing it, and whether one of them builds (with clean-up
     // cut out; with notifiers cut out too).
     let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
@@ -1123,6 +1138,29 @@ impl<'p> Cuts<'p> {
                 .functions
                 .get(usr)
                 .is_some_and(|f| releases(&f.name))
+    }
+
+    /// The records written by live functions that only clean-up or notifiers lead to.
+    pub(crate) fn written_beneath(
+        &self,
+        program: &'p Program,
+        order: &[&'p str],
+        live: &HashSet<&'p str>,
+    ) -> HashSet<&'p str> {
+        let mut out = HashSet::new();
+        for &usr in order {
+            if !live.contains(usr) || self.untold.contains(usr) {
+                continue;
+            }
+            if let Some(f) = program.functions.get(usr) {
+                out.extend(
+                    f.writes
+                        .iter()
+                        .flat_map(|w| w.records.iter().map(|(k, _)| k.as_str())),
+                );
+            }
+        }
+        out
     }
 
     /// A notifier: a function named to tell others about a change that returns nothing, so
