@@ -698,6 +698,44 @@ fn types_written_only_beneath_functions_that_release_memory_are_flagged() {
 }
 
 #[test]
+fn memory_held_only_by_a_released_objects_own_field_ends_with_it() {
+    let report = run("owned.c", &["replay"]);
+    let released = || Some("released".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct client".to_string(), released()),
+            // Only the client's own field `st.commands` points to the commands.
+            ("struct cmd".to_string(), released()),
+            // `note` also gets the address of a global: what it points to may be shared.
+            ("struct note".to_string(), None),
+            ("struct state".to_string(), released()),
+        ]
+    );
+    assert_eq!(
+        finding(&report, "struct cmd")
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.as_str()),
+        Some(
+            "written while loading only in objects that end before loading does (on the stack, \
+             released before their function returns, or none: a null pointer), e.g. at \
+             owned.c:52 in `queue`: the object held by `c` in `replay` (assigned at owned.c:78), \
+             released at owned.c:82 by `free_client` (which gives it to `free`) before that \
+             function returns, through its field `commands` of `struct state`, which only ever \
+             holds memory allocated for it (or a null pointer)"
+        )
+    );
+    assert_eq!(
+        finding(&report, "struct note").kept.as_deref(),
+        Some(
+            "owned.c:63 in `mark`, through the pointer field `note` of `struct client` (what a \
+             field points to may be shared)"
+        )
+    );
+}
+
+#[test]
 fn types_written_only_beneath_notifications_are_flagged() {
     let report = run("notify.c", &["load_items"]);
     let notification = || Some("notification".to_string());
