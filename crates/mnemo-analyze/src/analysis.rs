@@ -578,8 +578,8 @@ fn load_strategy(
     for (key, flag) in released.flags.iter_mut() {
         if cut_writes.contains(key) {
             flag.reason.push_str(
-                "; its other writes while loading are beneath functions that release memory \
-                 or tell others about a change",
+                "; its other writes while loading are beneath functions that release memory, \
+                 tell others about a change or record measurements",
             );
         }
     }
@@ -938,6 +938,10 @@ const NOTIFY_WORDS: &[&str] = &[
     "replicat",
 ];
 
+/// Words that name a function recording measurements of the program's own running
+/// (`latencyAddSample`), lower case.
+const MEASURE_WORDS: &[&str] = &["latency", "metric", "histogram"];
+
 /// Whether a function's name says it tells others about a change.
 fn notifies(name: &str) -> bool {
     let lower = name.to_lowercase();
@@ -1062,32 +1066,41 @@ fn teardown_only<'p>(
                 reason,
             }
         } else if told {
-            // A writer whose chain passes a notifier, and that notifier.
-            let shown = usrs
-                .iter()
-                .find_map(|&u| via(u, &|x| cuts.notifier(x)).map(|v| (u, v)));
-            let reason = match shown {
-                Some((first, (usr, site))) => format!(
-                    "written while loading only beneath functions that tell others about a \
-                     change (named to notify, signal, publish, broadcast, propagate or \
-                     replicate, and returning nothing) or release memory: e.g. in `{}`, \
-                     reached through `{}`, called at {site}; what they write is the state of \
-                     the observers told (subscribers, the clients and contexts callbacks run \
-                     with, replication buffers, queues of keys to signal), which a restart does \
-                     not keep",
-                    name(first),
-                    name(usr)
-                ),
-                None => format!(
-                    "written while loading only beneath functions that tell others about a \
-                     change (named to notify, signal, publish, broadcast, propagate or \
-                     replicate, and returning nothing) or release memory: e.g. in `{}`",
-                    name(usrs[0])
-                ),
+            // A writer whose chain passes a notifier (else a measurer), and that function.
+            let shown = |cut: &dyn Fn(&str) -> bool| {
+                usrs.iter()
+                    .find_map(|&u| via(u, cut).map(|(usr, site)| (u, usr, site)))
             };
-            Suspicion {
-                kind: "notification".into(),
-                reason,
+            let beneath = "written while loading only beneath functions that tell others about \
+                           a change (named to notify, signal, publish, broadcast, propagate or \
+                           replicate), record measurements (named for latency, metrics or \
+                           histograms), both returning nothing, or release memory: e.g. in";
+            match (shown(&|x| cuts.notifier(x)), shown(&|x| cuts.measurer(x))) {
+                (Some((first, usr, site)), _) => Suspicion {
+                    kind: "notification".into(),
+                    reason: format!(
+                        "{beneath} `{}`, reached through `{}`, called at {site}; what they \
+                         write is the state of the observers told (subscribers, the clients \
+                         and contexts callbacks run with, replication buffers, queues of keys \
+                         to signal), which a restart does not keep",
+                        name(first),
+                        name(usr)
+                    ),
+                },
+                (None, Some((first, usr, site))) => Suspicion {
+                    kind: "measurement".into(),
+                    reason: format!(
+                        "{beneath} `{}`, reached through `{}`, called at {site}; what they \
+                         write are samples of how the program ran, which a restart starts \
+                         afresh",
+                        name(first),
+                        name(usr)
+                    ),
+                },
+                (None, None) => Suspicion {
+                    kind: "notification".into(),
+                    reason: format!("{beneath} `{}`", name(usrs[0])),
+                },
             }
         } else {
             continue;
@@ -1098,15 +1111,16 @@ fn teardown_only<'p>(
 }
 
 /// The parts of the live load path left when functions that do not build what is loaded are
-/// cut out: clean-up functions (named to release memory, and calling `free`), and notifiers
-/// (named to tell others about a change, and returning nothing).
+/// cut out: clean-up functions (named to release memory, and calling `free`), notifiers
+/// (named to tell others about a change) and measurers (named to record measurements), both
+/// returning nothing.
 pub(crate) struct Cuts<'p> {
     program: &'p Program,
     /// Functions that may call `free`.
     frees: HashSet<&'p str>,
     /// Reached without entering a clean-up function.
     pub(crate) building: HashSet<&'p str>,
-    /// Reached without entering a clean-up function or a notifier.
+    /// Reached without entering a clean-up function, a notifier or a measurer.
     pub(crate) untold: HashSet<&'p str>,
 }
 
@@ -1124,7 +1138,7 @@ impl<'p> Cuts<'p> {
         };
         cuts.building = building_functions(program, parent, live, &|u| cuts.cleanup(u));
         cuts.untold = building_functions(program, parent, live, &|u| {
-            cuts.cleanup(u) || cuts.notifier(u)
+            cuts.cleanup(u) || cuts.notifier(u) || cuts.measurer(u)
         });
         cuts
     }
@@ -1140,7 +1154,8 @@ impl<'p> Cuts<'p> {
                 .is_some_and(|f| releases(&f.name))
     }
 
-    /// The records written by live functions that only clean-up or notifiers lead to.
+    /// The records written by live functions that only clean-up, notifiers or measurers lead
+    /// to.
     pub(crate) fn written_beneath(
         &self,
         program: &'p Program,
@@ -1161,6 +1176,15 @@ impl<'p> Cuts<'p> {
             }
         }
         out
+    }
+
+    /// A measurer: a function named to record measurements of the program's own running
+    /// (`latencyAddSample`) that returns nothing.
+    pub(crate) fn measurer(&self, usr: &str) -> bool {
+        self.program.functions.get(usr).is_some_and(|f| {
+            let lower = f.name.to_lowercase();
+            MEASURE_WORDS.iter().any(|w| lower.contains(w)) && returns_nothing(&f.signature)
+        })
     }
 
     /// A notifier: a function named to tell others about a change that returns nothing, so

@@ -748,6 +748,10 @@ fn types_written_only_beneath_notifications_are_flagged() {
             // `signal_gate` returns what the load uses: not a notifier.
             ("struct gate".to_string(), None),
             ("struct item".to_string(), None),
+            (
+                "struct latency_series".to_string(),
+                Some("measurement".to_string())
+            ),
             // Written beneath `notify_loaded` and by the load itself.
             ("struct queue".to_string(), None),
             ("struct repl_block".to_string(), notification()),
@@ -766,15 +770,16 @@ fn types_written_only_beneath_notifications_are_flagged() {
             .unwrap_or_default()
     };
     let told = "written while loading only beneath functions that tell others about a change \
-                (named to notify, signal, publish, broadcast, propagate or replicate, and \
-                returning nothing) or release memory: e.g. in ";
+                (named to notify, signal, publish, broadcast, propagate or replicate), record \
+                measurements (named for latency, metrics or histograms), both returning \
+                nothing, or release memory: e.g. in ";
     let observers = "; what they write is the state of the observers told (subscribers, the \
                      clients and contexts callbacks run with, replication buffers, queues of \
                      keys to signal), which a restart does not keep";
     assert_eq!(
         reason("struct subscriber"),
         format!(
-            "{told}`notify_loaded`, reached through `notify_loaded`, called at notify.c:166\
+            "{told}`notify_loaded`, reached through `notify_loaded`, called at notify.c:183\
              {observers}"
         )
     );
@@ -782,7 +787,15 @@ fn types_written_only_beneath_notifications_are_flagged() {
         reason("struct repl_block"),
         format!(
             "{told}`replicate_change`, reached through `replicate_change`, called at \
-             notify.c:167{observers}"
+             notify.c:184{observers}"
+        )
+    );
+    assert_eq!(
+        reason("struct latency_series"),
+        format!(
+            "{told}`latency_add_sample`, reached through `latency_add_sample`, called at \
+             notify.c:186; what they write are samples of how the program ran, which a \
+             restart starts afresh"
         )
     );
     assert!(
@@ -793,11 +806,11 @@ fn types_written_only_beneath_notifications_are_flagged() {
     assert_eq!(
         reason("struct replay"),
         "written while loading only in objects that end before loading does (on the stack, \
-         released before their function returns, or none: a null pointer), e.g. at notify.c:93 \
-         in `replay_one`: the object held by `r` in `replay_one` (assigned at notify.c:92), \
-         released at notify.c:94 by `free_replay` (which gives it to `free`) before that \
+         released before their function returns, or none: a null pointer), e.g. at notify.c:94 \
+         in `replay_one`: the object held by `r` in `replay_one` (assigned at notify.c:93), \
+         released at notify.c:95 by `free_replay` (which gives it to `free`) before that \
          function returns; its other writes while loading are beneath functions that release \
-         memory or tell others about a change"
+         memory, tell others about a change or record measurements"
     );
 }
 

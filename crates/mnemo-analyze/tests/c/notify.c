@@ -3,7 +3,8 @@
  * `moduleNotifyKeyspaceEvent`), and the change is queued for replicas
  * (`replicationFeedSlaves`). What those calls write is the observers' state, not what is
  * loaded: `subscriber`, `client`, `repl_block` and `reply_block` are flagged `notification`
- * (the context is a local variable: `stack-only`). The record type and the table holding the records stay persistent, and so
+ * (the context is a local variable: `stack-only`), and the load's timing, recorded by
+ * `latency_add_sample`, is flagged `measurement`. The record type and the table holding the records stay persistent, and so
  * do the look-alikes below. */
 #include <stddef.h>
 
@@ -94,6 +95,22 @@ void replay_one(const struct item *it)
     free_replay(r);
 }
 
+/* The load times itself: a measurement of how the program ran, flagged `measurement`. */
+struct latency_series {
+    long max;
+    int idx;
+    long samples[16];
+};
+
+struct latency_series load_latency;
+
+void latency_add_sample(const char *event, long took)
+{
+    if (event != NULL && took > load_latency.max)
+        load_latency.max = took;
+    load_latency.samples[load_latency.idx++ & 15] = took;
+}
+
 struct client *create_client(void)
 {
     struct client *c = malloc(sizeof(*c));
@@ -166,5 +183,6 @@ int load_items(const int *keys, int n)
         notify_loaded(it);
         replicate_change(it);
     }
+    latency_add_sample("load", n);
     return signal_gate(&gate);
 }
