@@ -26,10 +26,18 @@
 //!   or returned by a transient constructor in turn (`createClient` -> `createAOFClient` ->
 //!   `fakeClient`).
 //!
-//! A type is flagged when every write of it on the live load path writes such an object
-//! (through the pointer itself or embedded members, never through a pointer field: what a
-//! field points to may be shared) and one at least is not on the stack (those are the stack
-//! flag's). Each flag names a write and the local whose release ends the object.
+//! - A pointer field is *owned* when every store into it in the whole program is fresh memory
+//!   or a null pointer (or, in a local object, the address of a local of the same function)
+//!   and its address is never taken (`c->mstate.commands = zrealloc(...)`): what it points to
+//!   belongs to the object holding it, and ends with it (freed with it, or unreachable).
+//!
+//! A type is flagged when every write of it on the building part of the live load path (the
+//! functions loading reaches without entering clean-up, notifiers or measurers, whose writes
+//! the `teardown`, `notification` and `measurement` flags explain) writes such an object
+//! (through the pointer itself, embedded members, or an owned field; never through another
+//! pointer field: what it points to may be shared) and one at least is not on the stack
+//! (those are the stack flag's). Each flag names a write and the local whose release ends the
+//! object.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
