@@ -1833,3 +1833,39 @@ fn record_backtrack(
         *logging_only = false;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{notifies, releases, returns_nothing};
+
+    #[test]
+    fn notifiers_are_named_so_and_return_nothing() {
+        for name in [
+            "moduleNotifyKeyspaceEvent",
+            "signalKeyAsReady",
+            "pubsubPublishMessage",
+            "trackingRememberKeyToBroadcast",
+            "propagateDeletion",
+            "replicationFeedSlaves",
+        ] {
+            assert!(notifies(name), "{name}");
+        }
+        for name in [
+            "rdbLoadObject",
+            "dictAdd",
+            "createClient",
+            "lease_set_hwaddr",
+        ] {
+            assert!(!notifies(name), "{name}");
+        }
+        assert!(returns_nothing("void (int, char *)"));
+        assert!(returns_nothing("void (void)"));
+        // A pointer to `void` is a result.
+        assert!(!returns_nothing("void *(unsigned long)"));
+        assert!(!returns_nothing(
+            "int (struct redisObject *, struct redisObject *, int)"
+        ));
+        // The clean-up words are another list.
+        assert!(releases("freeClient") && !notifies("freeClient"));
+    }
+}

@@ -3,7 +3,8 @@
  * into the field, anywhere in the program, is an allocator's result or a null pointer, or, in a
  * local object, the address of a local of the same function): `struct cmd` is flagged
  * `released` with the client. Its field `note` also gets the address of a global, so what it
- * points to may be shared: `struct note` stays. */
+ * points to may be shared: `struct note` stays. So does `struct tag`: its field `tag` gets only
+ * fresh memory, but its address is taken (`&c->tag`), through which it may get anything. */
 #include <stddef.h>
 
 void *malloc(size_t n);
@@ -25,10 +26,26 @@ struct note {
 
 struct note board;
 
+struct tag {
+    int id;
+};
+
 struct client {
     struct state st;
     struct note *note;
+    struct tag *tag;
 };
+
+/* Not on the load path: hands out the field's address. */
+void swap_tag(struct tag **slot, struct tag *other)
+{
+    *slot = other;
+}
+
+void retag(struct client *c, struct tag *other)
+{
+    swap_tag(&c->tag, other);
+}
 
 struct client *create_client(void)
 {
@@ -36,6 +53,7 @@ struct client *create_client(void)
     c->st.commands = NULL;
     c->st.count = 0;
     c->note = NULL;
+    c->tag = malloc(sizeof(struct tag));
     return c;
 }
 
@@ -61,6 +79,7 @@ void remember(struct client *c)
 void mark(struct client *c)
 {
     c->note->seen = 1;
+    c->tag->id = 7;
 }
 
 /* Not on the load path: a state on the stack pointing at a command on the same stack. */
