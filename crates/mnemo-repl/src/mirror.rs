@@ -436,17 +436,7 @@ impl MirrorStore {
         ranges: &[proto::Range],
         frame: Option<&[u8]>,
     ) -> Result<()> {
-        if !self.state.complete {
-            return Err(Error::Storage(
-                "this mirror holds no complete copy yet; a full copy must come first".into(),
-            ));
-        }
-        if id <= self.last_logged {
-            return Err(Error::Storage(format!(
-                "record {id} is not after the last one held ({})",
-                self.last_logged
-            )));
-        }
+        admit_record(self.state.complete, self.last_logged, id)?;
         let entry: &[u8] = match frame {
             Some(bytes) => bytes,
             None => {
@@ -722,11 +712,8 @@ pub fn serve_link(
                     }
                 } else {
                     let mut s = lock_for_record(store, &mut link, epoch, id)?;
-                    if s.state().epoch > epoch {
-                        Err(Error::Refused(format!(
-                            "stale epoch {epoch}: this mirror has seen epoch {}",
-                            s.state().epoch
-                        )))
+                    if let Err(e) = admit_epoch(epoch, s.state().epoch) {
+                        Err(e)
                     } else {
                         let frame = link.last_frame();
                         let logged = s.log_record(epoch, id, &ranges, Some(frame));
@@ -838,18 +825,42 @@ fn mirror_handshake(link: &mut Link, store: &Mutex<MirrorStore>, secret: &Secret
         ));
     }
     let mut s = lock(store);
-    if epoch < s.state().epoch {
-        return Err(Error::Refused(format!(
-            "stale epoch {epoch}: this mirror has seen epoch {} (was it promoted?)",
-            s.state().epoch
-        )));
-    }
+    admit_epoch(epoch, s.state().epoch)?;
     s.observe_epoch(epoch)?;
     link.send(&Frame::Welcome {
         epoch: s.state().epoch,
         last_id: s.last_id(),
     })?;
     Ok(epoch)
+}
+
+/// The mirror's fence (sans I/O: the TCP server and the deterministic simulation both use
+/// it): a primary, or a record, of `epoch` is admitted only if no newer epoch was seen here
+/// (`seen`, persisted before it was acted on). A deposed primary can therefore never have a
+/// record acknowledged by a mirror that knows of its successor.
+pub fn admit_epoch(epoch: u64, seen: u64) -> Result<()> {
+    if epoch < seen && !mnemo_pmem::mutant::active("repl.accept_stale_epoch") {
+        return Err(Error::Refused(format!(
+            "stale epoch {epoch}: this mirror has seen epoch {seen} (was it promoted?)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a sync-point record `id` may be logged by a mirror whose image is `complete` and
+/// which holds records up to `last` (sans I/O, as [`admit_epoch`]).
+pub fn admit_record(complete: bool, last: u64, id: u64) -> Result<()> {
+    if !complete {
+        return Err(Error::Storage(
+            "this mirror holds no complete copy yet; a full copy must come first".into(),
+        ));
+    }
+    if id <= last {
+        return Err(Error::Storage(format!(
+            "record {id} is not after the last one held ({last})"
+        )));
+    }
+    Ok(())
 }
 
 /// Bind `addr` and serve (a convenience for the CLI and tests).
