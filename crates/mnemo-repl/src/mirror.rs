@@ -172,6 +172,8 @@ pub struct MirrorStore {
     options: MirrorOptions,
     stats: MirrorStats,
     entry: Vec<u8>,
+    /// Number of the newest link accepted (in memory: after a restart every link is new).
+    newest_link: u64,
 }
 
 fn image_capacity(len: u64) -> u64 {
@@ -237,6 +239,7 @@ impl MirrorStore {
             options,
             stats: MirrorStats::default(),
             entry: Vec::new(),
+            newest_link: 0,
         };
         store.replay()?;
         Ok(store)
@@ -312,6 +315,18 @@ impl MirrorStore {
             .map_err(|e| Error::io("syncing the mirror directory", e))?;
         self.state = state;
         Ok(())
+    }
+
+    /// A link passed the handshake: its number. From now on only it may change the image
+    /// ([`admit_link`]).
+    pub fn open_link(&mut self) -> u64 {
+        self.newest_link += 1;
+        self.newest_link
+    }
+
+    /// Number of the newest link accepted.
+    pub fn newest_link(&self) -> u64 {
+        self.newest_link
     }
 
     /// Record a higher epoch (durably) before acting on it.
@@ -674,8 +689,8 @@ pub fn serve_link(
 ) -> Result<()> {
     let mut link = Link::new(stream)?;
     link.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let epoch = match mirror_handshake(&mut link, store, secret) {
-        Ok(epoch) => epoch,
+    let (epoch, number) = match mirror_handshake(&mut link, store, secret) {
+        Ok(accepted) => accepted,
         Err(e) => {
             let _ = link.send(&Frame::Refused {
                 reason: e.to_string(),
@@ -706,13 +721,18 @@ pub fn serve_link(
                     )))
                 } else if copy {
                     if copying {
-                        lock(store).copy_ranges(&ranges).map(|()| None)
+                        let mut s = lock(store);
+                        admit_link(number, s.newest_link())
+                            .and_then(|()| s.copy_ranges(&ranges))
+                            .map(|()| None)
                     } else {
                         Err(Error::Unexpected("copy record outside a copy".into()))
                     }
                 } else {
                     let mut s = lock_for_record(store, &mut link, epoch, id)?;
-                    if let Err(e) = admit_epoch(epoch, s.state().epoch) {
+                    if let Err(e) = admit_epoch(epoch, s.state().epoch)
+                        .and_then(|()| admit_link(number, s.newest_link()))
+                    {
                         Err(e)
                     } else {
                         let frame = link.last_frame();
@@ -759,7 +779,8 @@ pub fn serve_link(
             } if e == epoch && !copying => {
                 copying = true;
                 let mut s = lock(store);
-                let begun = s.begin_copy(epoch, pool_size);
+                let begun = admit_link(number, s.newest_link())
+                    .and_then(|()| s.begin_copy(epoch, pool_size));
                 // The primary sends a full copy after a lost link: it may hold sync points
                 // made while the link was down, which no record will bring to the backups.
                 // Each catches up with a full copy of this image once it is complete.
@@ -774,8 +795,9 @@ pub fn serve_link(
                 pool_size,
             } if e == epoch && copying => {
                 copying = false;
-                lock(store)
-                    .finish_copy(id, pool_size)
+                let mut s = lock(store);
+                admit_link(number, s.newest_link())
+                    .and_then(|()| s.finish_copy(id, pool_size))
                     .map(|()| Some(Frame::Ack { epoch, id }))
             }
             other => Err(Error::Unexpected(format!("{other:?}"))),
@@ -793,8 +815,12 @@ pub fn serve_link(
     }
 }
 
-/// The mirror's half of the handshake; returns the link's epoch.
-fn mirror_handshake(link: &mut Link, store: &Mutex<MirrorStore>, secret: &Secret) -> Result<u64> {
+/// The mirror's half of the handshake; returns the link's epoch and number.
+fn mirror_handshake(
+    link: &mut Link,
+    store: &Mutex<MirrorStore>,
+    secret: &Secret,
+) -> Result<(u64, u64)> {
     let Frame::Hello {
         version,
         role,
@@ -827,11 +853,12 @@ fn mirror_handshake(link: &mut Link, store: &Mutex<MirrorStore>, secret: &Secret
     let mut s = lock(store);
     admit_epoch(epoch, s.state().epoch)?;
     s.observe_epoch(epoch)?;
+    let number = s.open_link();
     link.send(&Frame::Welcome {
         epoch: s.state().epoch,
         last_id: s.last_id(),
     })?;
-    Ok(epoch)
+    Ok((epoch, number))
 }
 
 /// The mirror's fence (sans I/O: the TCP server and the deterministic simulation both use
@@ -842,6 +869,22 @@ pub fn admit_epoch(epoch: u64, seen: u64) -> Result<()> {
     if epoch < seen && !mnemo_pmem::mutant::active("repl.accept_stale_epoch") {
         return Err(Error::Refused(format!(
             "stale epoch {epoch}: this mirror has seen epoch {seen} (was it promoted?)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether link `number` may still change the image, the newest accepted being `newest`
+/// (sans I/O, as [`admit_epoch`]). Only the newest link of a mirror may: bytes of an older
+/// one (a primary's process that died, or dropped that link, with a full copy or records
+/// still in flight) must not land on top of the newer link's copy. Found by the
+/// deterministic simulation: a dead primary's copy, delayed in the network, arrived after its
+/// restarted process had sent its own, and the new process's records were then applied to
+/// the old image.
+pub fn admit_link(number: u64, newest: u64) -> Result<()> {
+    if number != newest && !mnemo_pmem::mutant::active("repl.any_link") {
+        return Err(Error::Refused(format!(
+            "link {number} superseded: a newer link ({newest}) was accepted since"
         )));
     }
     Ok(())

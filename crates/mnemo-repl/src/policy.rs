@@ -51,6 +51,9 @@ pub const MUTANTS_SIM: &[&str] = &[
     // The mirror admits a primary, or a record, of an epoch older than the highest it has
     // seen ([`crate::mirror::admit_epoch`]).
     "repl.accept_stale_epoch",
+    // The mirror lets any link change its image, not only the newest one
+    // ([`crate::mirror::admit_link`]): a dead process's copy lands after its successor's.
+    "repl.any_link",
 ];
 
 /// How the primary replicates (see the module documentation).
