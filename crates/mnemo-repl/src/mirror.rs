@@ -722,7 +722,7 @@ pub fn serve_link(
                 } else if copy {
                     if copying {
                         let mut s = lock(store);
-                        admit_link(number, s.newest_link())
+                        admit(&s, epoch, number)
                             .and_then(|()| s.copy_ranges(&ranges))
                             .map(|()| None)
                     } else {
@@ -730,9 +730,7 @@ pub fn serve_link(
                     }
                 } else {
                     let mut s = lock_for_record(store, &mut link, epoch, id)?;
-                    if let Err(e) = admit_epoch(epoch, s.state().epoch)
-                        .and_then(|()| admit_link(number, s.newest_link()))
-                    {
+                    if let Err(e) = admit(&s, epoch, number) {
                         Err(e)
                     } else {
                         let frame = link.last_frame();
@@ -779,8 +777,7 @@ pub fn serve_link(
             } if e == epoch && !copying => {
                 copying = true;
                 let mut s = lock(store);
-                let begun = admit_link(number, s.newest_link())
-                    .and_then(|()| s.begin_copy(epoch, pool_size));
+                let begun = admit(&s, epoch, number).and_then(|()| s.begin_copy(epoch, pool_size));
                 // The primary sends a full copy after a lost link: it may hold sync points
                 // made while the link was down, which no record will bring to the backups.
                 // Each catches up with a full copy of this image once it is complete.
@@ -796,7 +793,7 @@ pub fn serve_link(
             } if e == epoch && copying => {
                 copying = false;
                 let mut s = lock(store);
-                admit_link(number, s.newest_link())
+                admit(&s, epoch, number)
                     .and_then(|()| s.finish_copy(id, pool_size))
                     .map(|()| Some(Frame::Ack { epoch, id }))
             }
@@ -813,6 +810,16 @@ pub fn serve_link(
             }
         }
     }
+}
+
+/// Whether link `number` of `epoch` may change the image now: no newer epoch seen since its
+/// handshake (a promotion, a newer primary), and no newer link. Checked under the store's lock
+/// for every record and every step of a full copy. (The copy steps were fenced by the link
+/// only until the simulation found a deposed primary's full copy, begun before the mirror's
+/// takeover, replacing the image between the takeover and the exec.)
+fn admit(s: &MirrorStore, epoch: u64, number: u64) -> Result<()> {
+    admit_epoch(epoch, s.state().epoch)?;
+    admit_link(number, s.newest_link())
 }
 
 /// The mirror's half of the handshake; returns the link's epoch and number.

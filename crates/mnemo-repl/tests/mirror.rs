@@ -472,3 +472,26 @@ fn an_older_link_cannot_change_the_image() {
     .unwrap();
     assert_eq!(new.recv().unwrap(), Frame::Ack { epoch: 1, id: 2 });
 }
+
+/// A full copy is fenced by the epoch as records are: a primary whose link was accepted
+/// before the mirror saw a newer epoch (its takeover, between the swap and the exec) cannot
+/// replace the image with a copy of its own. Found by the deterministic simulation: a
+/// deposed primary blocking for its mirror (`WithoutMirror::Block`) completed a copy there.
+#[test]
+fn a_full_copy_of_an_older_epoch_is_refused() {
+    use mnemo_repl::proto::Frame;
+    let dir = scratch();
+    let (addr, store) = start_mirror(dir.path());
+    let (mut link, _) = open_link(addr, 1);
+    send_copy(&mut link, 1, 1, 0xbb);
+    assert_eq!(link.recv().unwrap(), Frame::Ack { epoch: 1, id: 1 });
+    // The mirror takes over (epoch 2) while the old primary's link is still open.
+    store.lock().unwrap().observe_epoch(2).unwrap();
+    send_copy(&mut link, 1, 2, 0xaa);
+    match link.recv().unwrap() {
+        Frame::Refused { reason } => assert!(reason.contains("stale epoch"), "{reason}"),
+        other => panic!("a copy of epoch 1 was taken after epoch 2: {other:?}"),
+    }
+    let image = std::fs::read(store.lock().unwrap().image_path()).unwrap();
+    assert_eq!(&image[..8], &[0xbb; 8], "the image stays");
+}

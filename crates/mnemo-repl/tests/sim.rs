@@ -194,6 +194,8 @@ enum Stage {
 struct Op {
     serial: u32,
     stage: Stage,
+    /// Waiting for the mirror to come back (`WithoutMirror::Block`).
+    blocked: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -387,6 +389,7 @@ struct Stats {
     backup_copies: u64,
     forwarded: u64,
     backup_checks: u64,
+    blocked: u64,
     checks: u64,
     faults: u64,
 }
@@ -411,6 +414,7 @@ impl Stats {
         self.backup_copies += o.backup_copies;
         self.forwarded += o.forwarded;
         self.backup_checks += o.backup_checks;
+        self.blocked += o.blocked;
         self.checks += o.checks;
         self.faults += o.faults;
     }
@@ -434,6 +438,8 @@ struct Sim {
     acks: Vec<AckRec>,
     mode: Mode,
     checkpoint_every: u64,
+    /// `WithoutMirror::Block` rather than `Record`.
+    block: bool,
     fwd_events: Vec<FwdEv>,
     stats: Stats,
     trace: bool,
@@ -442,8 +448,9 @@ struct Sim {
 impl Sim {
     fn new(seed: u64, trace: bool) -> Sim {
         let mut rng = Rng(seed);
-        let mode = [Mode::Sync, Mode::SyncFlush, Mode::Async][rng.below(3) as usize];
+        let mode = [Mode::Sync, Mode::SyncFlush, Mode::SyncSec, Mode::Async][rng.below(4) as usize];
         let checkpoint_every = rng.range(1, 6);
+        let block = rng.chance(4);
         let mut sim = Sim {
             rng,
             now: 0,
@@ -466,6 +473,7 @@ impl Sim {
             acks: Vec::new(),
             mode,
             checkpoint_every,
+            block,
             fwd_events: Vec::new(),
             stats: Stats {
                 schedules: 1,
@@ -850,9 +858,30 @@ impl Sim {
                 if sim.now >= d {
                     p.hb_deadline = None;
                     sim.lose_link(p, n, "heartbeat unanswered");
-                    // The heartbeat thread records the loss at once.
-                    if sim.mirror_lost(p, n).is_err() {
+                    // The heartbeat thread records the loss at once (unless it blocks).
+                    if !sim.block && sim.mirror_lost(p, n).is_err() {
                         p.loss_recorded = false;
+                    }
+                }
+            }
+            // A blocked sync point gets its mirror back: every 50 ms the backoff is reset and
+            // an attempt made when due; a finished handshake is completed with the copy.
+            if let Some(op) = p.op {
+                if op.blocked && op.stage == Stage::Local {
+                    p.backoff = RETRY;
+                    match (p.link, p.mirror) {
+                        (LinkSt::None, Some(mirror)) if sim.now >= p.next_attempt.unwrap_or(0) => {
+                            sim.connect(p, n, mirror);
+                            p.next_attempt = Some(sim.now + RETRY);
+                        }
+                        (LinkSt::Welcomed { conn, last }, _) => {
+                            sim.send_copy(p, conn, last);
+                            p.op = Some(Op {
+                                stage: Stage::Copy,
+                                ..op
+                            });
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -894,6 +923,7 @@ impl Sim {
         p.op = Some(Op {
             serial,
             stage: Stage::Local,
+            blocked: false,
         });
         let Some(mirror) = p.mirror else {
             // No mirror configured: mode local.
@@ -909,6 +939,7 @@ impl Sim {
                     p.op = Some(Op {
                         serial,
                         stage: Stage::Connect,
+                        blocked: false,
                     });
                     self.connect(p, n, mirror);
                     return Ok(true);
@@ -1056,6 +1087,7 @@ impl Sim {
                     id,
                     deadline: self.now + TIMEOUT,
                 },
+                blocked: false,
             });
         } else {
             self.ack(p, p.epoch, self.now, false);
@@ -1064,7 +1096,7 @@ impl Sim {
 
     fn ack(&mut self, p: &mut Prim, epoch: u64, auth: u64, via_mirror: bool) {
         let Some(op) = p.op.take() else { return };
-        let sync = matches!(self.mode, Mode::Sync | Mode::SyncFlush) && p.mirror.is_some();
+        let sync = self.mode != Mode::Async && p.mirror.is_some();
         self.log(|| {
             format!(
                 "ack sync point {} epoch {epoch} (mirror: {via_mirror})",
@@ -1129,6 +1161,15 @@ impl Sim {
         if p.unflushed {
             self.nodes[n].local = Some((p.pool, p.lineage));
             p.unflushed = false;
+        }
+        if self.block {
+            // Nothing is acknowledged until the mirror is back in sync.
+            p.op = Some(Op {
+                serial: op.serial,
+                stage: Stage::Local,
+                blocked: true,
+            });
+            return Ok(true);
         }
         if !p.loss_recorded {
             match self.mirror_lost(p, n) {
@@ -1222,9 +1263,6 @@ impl Sim {
                     Ok(true)
                 }
                 other => {
-                    if matches!(other, Frame::Refused { .. }) {
-                        self.stats.stale_refused += 1;
-                    }
                     self.link_failed(p, n, &format!("handshake: {other:?}"))?;
                     self.after_loss(p, n)
                 }
@@ -1243,8 +1281,16 @@ impl Sim {
                         }
                         self.coord.in_sync = true;
                     }
-                    if p.op.is_some() {
-                        self.ship(p);
+                    match p.op {
+                        Some(op) if op.blocked => {
+                            // The copy holds the waiting sync point: acknowledged by the
+                            // mirror's ack of the copy, and flushed here.
+                            self.nodes[n].local = Some((p.pool, p.lineage));
+                            self.stats.blocked += 1;
+                            self.ack(p, p.epoch, sent, true);
+                        }
+                        Some(_) => self.ship(p),
+                        None => {}
                     }
                     Ok(true)
                 }
@@ -1384,20 +1430,18 @@ impl Sim {
                 if epoch != le {
                     return Err(format!("record of epoch {epoch} on a link of epoch {le}"));
                 }
-                let newest = admit_link(link.number, store.newest_link).map_err(|e| e.to_string());
+                if let Err(e) = admit_epoch(epoch, store.epoch) {
+                    self.stats.stale_refused += 1;
+                    return Err(e.to_string());
+                }
+                admit_link(link.number, store.newest_link).map_err(|e| e.to_string())?;
                 if copy {
-                    newest?;
                     if !link.copying || store.complete {
                         return Err("copy record outside a copy".into());
                     }
                     write(&mut store.image, &ranges);
                     return Ok(());
                 }
-                if let Err(e) = admit_epoch(epoch, store.epoch) {
-                    self.stats.stale_refused += 1;
-                    return Err(e.to_string());
-                }
-                newest?;
                 admit_record(store.complete, store.last_logged, id).map_err(|e| e.to_string())?;
                 // Logged (durable), acknowledged, applied.
                 let mut entry = Vec::new();
@@ -1428,6 +1472,10 @@ impl Sim {
                 Ok(())
             }
             (Some(le), Frame::CopyBegin { epoch, .. }) if epoch == le && !link.copying => {
+                if let Err(e) = admit_epoch(epoch, store.epoch) {
+                    self.stats.stale_refused += 1;
+                    return Err(e.to_string());
+                }
                 admit_link(link.number, store.newest_link).map_err(|e| e.to_string())?;
                 link.copying = true;
                 self.fwd_events.push(FwdEv::Recopy);
@@ -1440,6 +1488,10 @@ impl Sim {
                 Ok(())
             }
             (Some(le), Frame::CopyDone { epoch, id, .. }) if epoch == le && link.copying => {
+                if let Err(e) = admit_epoch(epoch, store.epoch) {
+                    self.stats.stale_refused += 1;
+                    return Err(e.to_string());
+                }
                 admit_link(link.number, store.newest_link).map_err(|e| e.to_string())?;
                 link.copying = false;
                 store.durable = store.image;
@@ -1934,10 +1986,15 @@ impl Sim {
 /// Run one schedule: its figures, or what the checker found.
 fn run_seed(seed: u64, trace: bool) -> Result<Stats, String> {
     let mut sim = Sim::new(seed, trace);
-    let mode = sim.mode;
+    let (mode, block) = (sim.mode, sim.block);
+    let without = if block {
+        " (blocking without its mirror)"
+    } else {
+        ""
+    };
     sim.run()
         .map(|()| sim.stats)
-        .map_err(|e| format!("mode {} at {} us: {e}", mode.name(), sim.now))
+        .map_err(|e| format!("mode {}{without} at {} us: {e}", mode.name(), sim.now))
 }
 
 fn seeds() -> u64 {
@@ -1965,7 +2022,7 @@ fn report(what: &str, s: &Stats) {
     eprintln!(
         "{what}: {} schedules, {} faults, {} failovers, {} primary restarts, {} mirror recoveries, \
          {} checks; {} sync points, {} acknowledged ({} in sync modes, {} local-only), {} fenced, \
-         {} full copies, {} link losses, {} frames cut short, {} stale-epoch refusals; backup: {} full copies, {} records forwarded, {} checks; \
+         {} full copies, {} link losses, {} acknowledged after blocking for the mirror, {} frames cut short, {} stale-epoch refusals; backup: {} full copies, {} records forwarded, {} checks; \
          async: {} acknowledged sync points lost in {} failovers",
         s.schedules,
         s.faults,
@@ -1980,6 +2037,7 @@ fn report(what: &str, s: &Stats) {
         s.fenced,
         s.copies,
         s.link_losses,
+        s.blocked,
         s.torn,
         s.stale_refused,
         s.backup_copies,
