@@ -1,19 +1,21 @@
-//! The deterministic simulation of replication (issue 14): a primary, a mirror, a spare node
-//! and the configuration store (etcd's role) on a simulated network and clock, run from a
-//! seed through faults (delays, connection resets, partitions both ways and one way, crashes
-//! and restarts, pauses), with a checker run after every failover and recovery and at the
-//! end. What is simulated and what is not: `docs/design/replication.md`, "The deterministic
-//! simulation".
+//! The deterministic simulation of replication (issue 14): a primary, a mirror, a spare node,
+//! a backup and the configuration store (etcd's role) on a simulated network and clock, run
+//! from a seed through faults (delays, connection resets, partitions both ways and one way,
+//! crashes and restarts, pauses), with a checker run after every failover and recovery and
+//! at the end. What is simulated and what is not: `docs/design/replication.md`, "The
+//! deterministic simulation".
 //!
 //! The frames are the real ones (`proto::encode`, `proto::decode`, `decode_at_eof`), and
 //! so are the decisions the sans-I/O core exports: the primary's ack rule (`ack_step`), which
 //! modes wait for the mirror (`Mode::waits_for_ack`), the mirror's epoch fence
-//! (`admit_epoch`) and its record rule (`admit_record`). The sequencing around them (the
-//! policy's `sync_inner`, the mirror's `serve_link` and `MirrorStore`, the etcd membership
-//! and takeover) is a model of that code, kept in step by hand.
+//! (`admit_epoch`), its record rule (`admit_record`) and its link rule (`admit_link`). The
+//! sequencing around them (the policy's `sync_inner`, the mirror's `serve_link` and
+//! `MirrorStore`, the backup forwarder, the etcd membership and takeover) is a model of that
+//! code, kept in step by hand.
 //!
-//! `MNEMO_REPL_SIM_SEED=N` runs seed N alone with a trace of its events;
-//! `MNEMO_REPL_SIM_SEEDS=N` sets how many seeds a run explores; `MNEMO_SOAK=1` ten times more.
+//! `MNEMO_REPL_SIM_SEED=N` runs seed N alone with a trace of its events (with
+//! `MNEMO_REPL_SIM_MUTANT=NAME`, under that mutant); `MNEMO_REPL_SIM_SEEDS=N` sets how many
+//! seeds a run explores (6000); `MNEMO_SOAK=1` ten times more.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
