@@ -24,7 +24,7 @@ use crate::limits::{
     BUDGET_PAGES_MAX, BUDGET_PAGES_MIN, CAPACITY_PAGES_MAX, DATA_OFFSET, OWNER_NAME_MAX, PAGE_SIZE,
     PM_BYTES_MAX, TOC_ENTRIES, TOC_ENTRY_SIZE,
 };
-use crate::region::Region;
+use crate::region::{Region, RegionOptions};
 
 /// What the fault handler and the regions share: the files and the window onto the
 /// persistent-memory file.
@@ -38,6 +38,8 @@ pub(crate) struct SpaceInner {
     pub(crate) window: Box<dyn Media>,
     /// Makes the swap file's writes durable ([`Hooks::sync_swap`]; `fdatasync`).
     pub(crate) sync_swap: fn(i32) -> bool,
+    /// Runs each region's evictor thread ([`Hooks::run_evictor`]).
+    pub(crate) run_evictor: fn(&dyn Fn()),
     /// Descriptor of the persistent-memory file (mapped into regions by the handler).
     pub(crate) pm_file: File,
     pub(crate) swap_file: File,
@@ -58,6 +60,14 @@ pub struct Hooks {
     pub wrap_window: fn(FileMedia) -> Box<dyn Media>,
     /// Makes every write to the swap file durable; false on failure. Default: `fdatasync`.
     pub sync_swap: fn(i32) -> bool,
+    /// Runs the loop of a region's evictor thread (`RegionOptions::evict_ahead`), on that
+    /// thread: a crash test sets up the thread's own state around it (the mutant switched
+    /// on, the twin's lane). Default: calls it.
+    pub run_evictor: fn(&dyn Fn()),
+}
+
+fn run_plainly(evictor: &dyn Fn()) {
+    evictor()
 }
 
 fn plain_window(window: FileMedia) -> Box<dyn Media> {
@@ -76,6 +86,7 @@ impl Default for Hooks {
         Hooks {
             wrap_window: plain_window,
             sync_swap: fdatasync,
+            run_evictor: run_plainly,
         }
     }
 }
@@ -272,6 +283,7 @@ impl Space {
                 swap_path: swap_path.to_path_buf(),
                 window,
                 sync_swap: hooks.sync_swap,
+                run_evictor: hooks.run_evictor,
                 pm_file,
                 swap_file,
                 config,
@@ -382,6 +394,17 @@ impl Space {
     /// Open (and recover) region `seq` of `owner`: every page is reconnected to its slot or
     /// its swap page, at whatever address the region is reserved this time.
     pub fn open_region(&self, owner: &str, seq: u64) -> Result<Region> {
+        self.open_region_with(owner, seq, RegionOptions::default())
+    }
+
+    /// [`Space::open_region`] with options other than the defaults (the eviction thread and
+    /// fault-around, both on by default).
+    pub fn open_region_with(
+        &self,
+        owner: &str,
+        seq: u64,
+        options: RegionOptions,
+    ) -> Result<Region> {
         let entry = self
             .inner
             .toc()?
@@ -392,7 +415,7 @@ impl Space {
                 owner: owner.to_string(),
                 seq,
             })?;
-        Region::open(Arc::clone(&self.inner), entry)
+        Region::open(Arc::clone(&self.inner), entry, options)
     }
 
     /// Free region `seq` of `owner` (not open): its entry is marked freed, its swap area
