@@ -137,7 +137,8 @@ pub enum State {
     Empty,
     /// A region.
     Live,
-    /// A freed region; its space stays taken (not reused by this version).
+    /// A freed region: its persistent memory and swap area are free for a later allocation;
+    /// the entry stays so that the owner's sequence numbers go on.
     Freed,
 }
 

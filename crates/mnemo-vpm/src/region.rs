@@ -147,7 +147,7 @@ pub struct Region {
 
 impl Region {
     /// Takes the region's lock file, or says who holds it.
-    fn lock(space: &SpaceInner, entry: &TocEntry) -> Result<std::fs::File> {
+    pub(crate) fn lock(space: &SpaceInner, entry: &TocEntry) -> Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut name = space.pm_path.as_os_str().to_os_string();
         name.push(format!(".region-{:016x}.lock", entry.id));

@@ -490,3 +490,60 @@ fn a_hot_page_stays_resident_under_clock_and_not_under_fifo() {
     assert!(clock.swap_ins <= 1, "the hot page was evicted: {clock:?}");
     assert!(fifo.swap_ins > 5, "FIFO kept the hot page: {fifo:?}");
 }
+
+/// A freed region's page table, slots and swap area go to the next allocation: in a
+/// persistent-memory file with room for one region, a second fits only once the first is
+/// freed, and it starts empty although its slots and swap area still hold the first's bytes.
+#[test]
+fn a_freed_region_s_memory_is_reused() {
+    let dirs = Dirs::new();
+    let (pages, budget) = (64usize, 16usize);
+    let one = mnemo_vpm::limits::DATA_OFFSET
+        + mnemo_vpm::format::table_bytes(pages as u64)
+        + (budget * PAGE) as u64;
+    let space = dirs.create(one + 8 * PAGE as u64);
+    let (capacity, budget_bytes) = ((pages * PAGE) as u64, (budget * PAGE) as u64);
+    assert_eq!(space.allocate("first", capacity, budget_bytes).unwrap(), 0);
+    let full = space.allocate("second", capacity, budget_bytes);
+    assert!(matches!(full, Err(Error::Full(_))), "{full:?}");
+    let region = space.open_region("first", 0).unwrap();
+    for page in 0..pages {
+        // SAFETY: `pages` pages; this thread alone.
+        unsafe { fill(base(&region), 1, page) };
+    }
+    drop(region);
+    // Open in another process (another Space on the same files): not freed.
+    let other = dirs.open();
+    let held = other.open_region("first", 0).unwrap();
+    let refused = space.free("first", 0);
+    assert!(matches!(refused, Err(Error::InUse { .. })), "{refused:?}");
+    drop(held);
+    drop(other);
+    space.free("first", 0).unwrap();
+    assert_eq!(space.allocate("second", capacity, budget_bytes).unwrap(), 0);
+    let region = space.open_region("second", 0).unwrap();
+    for page in 0..pages {
+        // SAFETY: as above.
+        let got = unsafe { check(base(&region), 2, page) };
+        assert_eq!(got, Ok(false), "page {page} of the new region is not zero");
+    }
+    for page in 0..pages {
+        // SAFETY: as above.
+        unsafe { fill(base(&region), 2, page) };
+    }
+    drop(region);
+    drop(space);
+    let space = dirs.open();
+    let region = space.open_region("second", 0).unwrap();
+    for page in (0..pages).rev() {
+        // SAFETY: as above.
+        let got = unsafe { check(base(&region), 2, page) };
+        assert_eq!(got, Ok(true), "page {page} after reopening");
+    }
+    let listed = space.regions().unwrap();
+    assert!(listed.iter().any(|r| r.owner == "first" && r.freed));
+    assert!(listed.iter().any(|r| r.owner == "second" && !r.freed));
+    // The first owner's numbering goes on after its freed region; no room for it now.
+    let again = space.allocate("first", capacity, budget_bytes);
+    assert!(matches!(again, Err(Error::Full(_))), "{again:?}");
+}
