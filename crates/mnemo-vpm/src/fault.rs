@@ -851,7 +851,12 @@ impl Shared {
                 return;
             }
             self.wake_pending.store(false, Ordering::SeqCst);
-            while !self.stop.load(Ordering::SeqCst) && self.evict_ahead() {}
+            // Each turn is a whole eviction (copies, a swap sync), not a spin.
+            while !self.stop.load(Ordering::SeqCst) {
+                if !self.evict_ahead() {
+                    break;
+                }
+            }
             futex_wait(&self.wake, seen);
         }
     }

@@ -335,11 +335,8 @@ fn the_evictor_thread_evicts_ahead_of_need() {
     }
     for page in 0..pages {
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { check(base(&region), 4, page) },
-            Ok(true),
-            "page {page}"
-        );
+        let got = unsafe { check(base(&region), 4, page) };
+        assert_eq!(got, Ok(true), "page {page}");
     }
     let stats = region.stats();
     assert!(stats.evictions > stats.sync_evictions, "{stats:?}");
