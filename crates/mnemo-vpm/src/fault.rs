@@ -139,6 +139,7 @@ pub struct Counters {
     pub(crate) clean_evictions: AtomicU64,
     pub(crate) evictions: AtomicU64,
     pub(crate) sync_evictions: AtomicU64,
+    pub(crate) fault_waits: AtomicU64,
     pub(crate) swap_ins: AtomicU64,
     pub(crate) zero_fills: AtomicU64,
     pub(crate) resident: AtomicU64,
@@ -222,6 +223,9 @@ pub(crate) struct Shared {
     fault_around: usize,
     /// The evictor's futex word: bumped to wake it.
     wake: AtomicU32,
+    /// Bumped (under the lock) each time the evictor thread ends an eviction: faults that
+    /// wait for it sleep on this futex word.
+    evicted: AtomicU32,
     /// A fault asked the evictor to run and it has not started on it yet.
     wake_pending: AtomicBool,
     /// The region is being dropped: the evictor returns.
@@ -251,16 +255,29 @@ pub fn evict_batch(budget: u64) -> usize {
     (budget / 4).clamp(1, EVICT_BATCH_PAGES) as usize
 }
 
-/// The spin lock of one region; async-signal-safe (atomics only).
+/// Spins on a region's lock before sleeping on it.
+const LOCK_SPINS: u32 = 200;
+
+/// The lock of one region: 0 free, 1 held, 2 held with sleepers. It spins a little, then
+/// sleeps on the word (futex), since its holder may be preempted on the very CPU the waiter
+/// runs on (a server pinned to one CPU shares it with its evictor thread: a pure spin lock
+/// there burnt whole time slices). Async-signal-safe: atomics and system calls only.
 struct SpinGuard<'a>(&'a AtomicU32);
 
 impl<'a> SpinGuard<'a> {
     fn lock(word: &'a AtomicU32) -> SpinGuard<'a> {
-        while word
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        for _ in 0..LOCK_SPINS {
+            if word
+                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return SpinGuard(word);
+            }
             std::hint::spin_loop();
+        }
+        // Contended: say so (2), and sleep until the holder's unlock wakes us.
+        while word.swap(2, Ordering::Acquire) != 0 {
+            futex_wait(word, 2, 1_000_000_000);
         }
         SpinGuard(word)
     }
@@ -268,7 +285,9 @@ impl<'a> SpinGuard<'a> {
 
 impl Drop for SpinGuard<'_> {
     fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
+        if self.0.swap(0, Ordering::Release) == 2 {
+            futex_wake(self.0);
+        }
     }
 }
 
@@ -361,6 +380,7 @@ impl Shared {
             },
             fault_around: options.fault_around_pages.clamp(1, budget) as usize,
             wake: AtomicU32::new(0),
+            evicted: AtomicU32::new(0),
             wake_pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             ahead: UnsafeCell::new(Ahead {
@@ -507,19 +527,26 @@ impl Shared {
     fn fault(&self, addr: usize) {
         let page = ((addr - self.start) / PAGE) as u64;
         self.counters.faults.fetch_add(1, Ordering::Relaxed);
+        let mut waited = false;
         loop {
-            {
+            let done = {
                 let _guard = SpinGuard::lock(&self.lock);
                 // SAFETY: the lock is held; nothing else touches the book meanwhile.
                 let book = unsafe { &mut *self.book.get() };
                 if self.resolve(book, page) {
                     return;
                 }
-            }
+                // Read under the lock: the evictor bumps it under the lock when it ends.
+                self.evicted.load(Ordering::SeqCst)
+            };
             // The page, or the slot it needs, waits for the evictor thread's eviction in
-            // progress (a copy to swap and its sync), which takes the lock again to finish.
-            // SAFETY: sched_yield takes no argument; async-signal-safe.
-            unsafe { libc::sched_yield() };
+            // progress (a copy to swap and its sync): asleep, since the evictor may need
+            // this very CPU (a server pinned to one shares it with its evictor).
+            if !waited {
+                waited = true;
+                self.counters.fault_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            futex_wait(&self.evicted, done, WAIT_FOR_EVICTION_NS);
         }
     }
 
@@ -831,6 +858,9 @@ impl Shared {
         self.release(book, chosen.iter().map(|&(slot, _, _)| slot), written);
         book.inflight = false;
         self.last_recorded.store(eviction + 1, Ordering::Relaxed);
+        self.evicted.fetch_add(1, Ordering::SeqCst);
+        drop(_guard);
+        futex_wake_all(&self.evicted);
         true
     }
 
@@ -857,7 +887,7 @@ impl Shared {
                     break;
                 }
             }
-            futex_wait(&self.wake, seen);
+            futex_wait(&self.wake, seen, 1_000_000_000);
         }
     }
 
@@ -945,11 +975,16 @@ impl Shared {
     }
 }
 
-/// Sleep until `word` is no longer `seen` (or a wake-up, or a second).
-fn futex_wait(word: &AtomicU32, seen: u32) {
+/// How long a fault sleeps at most before it looks again for the evictor thread's eviction
+/// to end (it is woken when it does; this bounds a lost wake-up).
+const WAIT_FOR_EVICTION_NS: u64 = 10_000_000;
+
+/// Sleep until `word` is no longer `seen` (or a wake-up, or `ns` nanoseconds);
+/// async-signal-safe (a system call).
+fn futex_wait(word: &AtomicU32, seen: u32, ns: u64) {
     let timeout = libc::timespec {
-        tv_sec: 1,
-        tv_nsec: 0,
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     };
     // SAFETY: FUTEX_WAIT on a live, aligned u32, with a timeout read from a local.
     unsafe {
@@ -965,13 +1000,22 @@ fn futex_wait(word: &AtomicU32, seen: u32) {
 
 /// Wake the thread sleeping on `word`; async-signal-safe (a system call).
 fn futex_wake(word: &AtomicU32) {
+    futex_wake_n(word, 1);
+}
+
+/// Wake every thread sleeping on `word`.
+fn futex_wake_all(word: &AtomicU32) {
+    futex_wake_n(word, i32::MAX);
+}
+
+fn futex_wake_n(word: &AtomicU32, n: i32) {
     // SAFETY: FUTEX_WAKE on a live, aligned u32.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
+            n,
         )
     };
 }

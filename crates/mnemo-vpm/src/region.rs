@@ -42,6 +42,9 @@ pub struct Stats {
     /// Evictions made on the fault path, because no slot was free (the others were made
     /// ahead of need by the region's evictor thread).
     pub sync_evictions: u64,
+    /// Faults that waited for the evictor thread's eviction in progress (their page was
+    /// among its victims, or no slot was free).
+    pub fault_waits: u64,
     /// Pages evicted clean (not stored to since their swap-in): nothing written to swap.
     pub clean_evictions: u64,
     /// Pages brought back from swap since open.
@@ -88,6 +91,7 @@ fn stats_of(c: &Counters) -> Stats {
         swap_outs: c.swap_outs.load(Ordering::Relaxed),
         evictions: c.evictions.load(Ordering::Relaxed),
         sync_evictions: c.sync_evictions.load(Ordering::Relaxed),
+        fault_waits: c.fault_waits.load(Ordering::Relaxed),
         clean_evictions: c.clean_evictions.load(Ordering::Relaxed),
         swap_ins: c.swap_ins.load(Ordering::Relaxed),
         zero_fills: c.zero_fills.load(Ordering::Relaxed),
