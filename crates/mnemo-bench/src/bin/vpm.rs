@@ -239,6 +239,8 @@ struct Point {
     lin_budget_pages: u64,
     lin_plain: f64,
     lin_vpm: f64,
+    lin_mrr_end: f64,
+    lin_swap_ins: f64,
     mrr_end: f64,
     swap_outs: f64,
     swap_ins: f64,
@@ -261,18 +263,26 @@ fn run_server(
 /// allocates (Temporality's SET).
 const LINEAR_RANGE: u64 = 1_000_000_000;
 
-/// Linear SET on a fresh server: (requests/s, pages resident at the end).
-fn run_linear(config: &Config, budget: Option<u64>) -> Result<(f64, Option<f64>), String> {
+/// Linear SET on a fresh server: requests/s, and from INFO at the end (VPM only): pages
+/// resident, the MRR, swap-ins.
+fn run_linear(config: &Config, budget: Option<u64>) -> Result<(f64, [Option<f64>; 3]), String> {
     let shm = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
     let disk = tempfile::tempdir_in(&config.swap_dir).map_err(|e| e.to_string())?;
     let server = Server::start(config, shm.path(), disk.path(), budget)?;
     let rps = server.benchmark(config, "set", LINEAR_RANGE)?;
-    Ok((rps, server.info("mnemo_vpm_resident_pages")))
+    Ok((
+        rps,
+        [
+            server.info("mnemo_vpm_resident_pages"),
+            server.info("mnemo_vpm_mrr"),
+            server.info("mnemo_vpm_swap_ins"),
+        ],
+    ))
 }
 
 fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
     let (_, lin_touched) = run_linear(config, Some(mnemo_vpm::limits::BUDGET_PAGES_MAX))?;
-    let lin_touched = lin_touched.ok_or("no mnemo_vpm_resident_pages in INFO")? as u64;
+    let lin_touched = lin_touched[0].ok_or("no mnemo_vpm_resident_pages in INFO")? as u64;
     eprintln!("vpm bench: the linear SET touches {lin_touched} pages");
     // The pages the workload touches, on a region with room for all of them.
     let (_, _, server, _shm, _disk) =
@@ -306,12 +316,14 @@ fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
                 lin_touched * mrr / 100
             };
             let (lin_plain, _) = run_linear(config, None)?;
-            let (lin_vpm, _) = run_linear(config, Some(lin_budget))?;
+            let (lin_vpm, lin_info) = run_linear(config, Some(lin_budget))?;
             let (set_vpm, get_vpm, server, _c, _d) = run_server(config, Some(budget))?;
             let point = Point {
                 lin_budget_pages: lin_budget,
                 lin_plain,
                 lin_vpm,
+                lin_mrr_end: lin_info[1].unwrap_or(f64::NAN),
+                lin_swap_ins: lin_info[2].unwrap_or(f64::NAN),
                 round,
                 mrr_target: mrr,
                 budget_pages: budget,
@@ -457,7 +469,7 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|p| {
             format!(
-                "{commit},{command:?},{},{},{},{:.0},{:.0},{:.4},{},{:.0},{:.0},{:.4},{:.0},{:.0},{:.4},{:.4},{},{}",
+                "{commit},{command:?},{},{},{},{:.0},{:.0},{:.4},{},{:.0},{:.0},{:.4},{:.0},{:.0},{:.4},{:.4},{},{},{:.4},{}",
                 p.round,
                 p.mrr_target,
                 p.lin_budget_pages,
@@ -473,13 +485,15 @@ fn run() -> Result<(), String> {
                 p.get_vpm / p.get_plain,
                 p.mrr_end,
                 p.swap_outs,
-                p.swap_ins
+                p.swap_ins,
+                p.lin_mrr_end,
+                p.lin_swap_ins
             )
         })
         .collect();
     write_csv(
         "vpm-fig4.csv",
-        "commit,command,round,mrr_target,linear_budget_pages,linear_set_plain_rps,linear_set_vpm_rps,linear_set_ratio,budget_pages,set_plain_rps,set_vpm_rps,set_ratio,get_plain_rps,get_vpm_rps,get_ratio,mrr_end,swap_outs,swap_ins",
+        "commit,command,round,mrr_target,linear_budget_pages,linear_set_plain_rps,linear_set_vpm_rps,linear_set_ratio,budget_pages,set_plain_rps,set_vpm_rps,set_ratio,get_plain_rps,get_vpm_rps,get_ratio,mrr_end,swap_outs,swap_ins,linear_mrr_end,linear_swap_ins",
         &rows,
     )
     .map_err(|e| e.to_string())?;
