@@ -524,7 +524,9 @@ impl Shared {
     }
 
     /// Resolve a fault at `addr` (inside the region). Called by the signal handler.
-    fn fault(&self, addr: usize) {
+    /// `write`: the access is known to be a store (the CPU says so), so a page brought in
+    /// for it is dirty at once and mapped writable (no second fault for the store).
+    fn fault(&self, addr: usize, write: bool) {
         let page = ((addr - self.start) / PAGE) as u64;
         self.counters.faults.fetch_add(1, Ordering::Relaxed);
         let mut waited = false;
@@ -533,7 +535,7 @@ impl Shared {
                 let _guard = SpinGuard::lock(&self.lock);
                 // SAFETY: the lock is held; nothing else touches the book meanwhile.
                 let book = unsafe { &mut *self.book.get() };
-                if self.resolve(book, page) {
+                if self.resolve(book, page, write) {
                     return;
                 }
                 // Read under the lock: the evictor bumps it under the lock when it ends.
@@ -552,7 +554,7 @@ impl Shared {
 
     /// Resolve a fault on `page`, the lock held: false if it must wait for the evictor
     /// thread's eviction in progress.
-    fn resolve(&self, book: &mut Book, page: u64) -> bool {
+    fn resolve(&self, book: &mut Book, page: u64, write: bool) -> bool {
         let place = match Place::decode(self.entry(page).load(Ordering::Acquire)) {
             Some(place) => place,
             None => die("invalid page-table word"),
@@ -564,7 +566,10 @@ impl Shared {
             }
             if *flags & ARMED != 0 {
                 // An access to a page the clock hand armed: referenced. Its protection comes
-                // back (read-only if clean: a store then faults once more, below).
+                // back (read-only if clean and read: a store then faults once more, below).
+                if write {
+                    *flags |= DIRTY;
+                }
                 let prot = if *flags & DIRTY != 0 {
                     libc::PROT_READ | libc::PROT_WRITE
                 } else {
@@ -624,7 +629,7 @@ impl Shared {
         // A page from swap stays clean (read-only) until its first store; a new page has
         // no swap copy.
         let writable_anyway = mutant::active("vpm.swap_in_writable");
-        let clean = matches!(place, Place::Swapped(_));
+        let clean = matches!(place, Place::Swapped(_)) && !write;
         self.map_run(page, slot, run, !clean || writable_anyway);
         for i in 0..run {
             let s = (slot + i) as usize;
@@ -1102,10 +1107,31 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
         }
         // SAFETY: a registered `Shared` lives until its region unregisters it, which it
         // does only when no thread may touch the region any more (the region is dropped).
-        unsafe { (*shared).fault(addr) };
+        unsafe { (*shared).fault(addr, is_write(ctx)) };
         return;
     }
     chain(sig, info, ctx);
+}
+
+/// Whether the faulting access was a store: bit 1 of the page-fault error code the kernel
+/// saves in the signal context (x86-64). Elsewhere unknown: false (a page from swap is then
+/// mapped read-only and a store faults once more).
+fn is_write(ctx: *mut c_void) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+    {
+        if ctx.is_null() {
+            return false;
+        }
+        // SAFETY: for an SA_SIGINFO handler the third argument is the thread's ucontext_t.
+        let err =
+            unsafe { (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_ERR as usize] };
+        err & 2 != 0
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = ctx;
+        false
+    }
 }
 
 /// Hand a fault that is not ours to the handler that was there before.

@@ -260,6 +260,11 @@ fn one_case(mutant: Option<&str>, case: Case) -> Result<(), String> {
     )
     .unwrap();
     let status = run_child(&dir, (ahead, helper, round, eviction, step_index), mutant);
+    // A mutant may skip a step (one that records first never reaches "words stored" after
+    // the copy): nothing to check in that case.
+    if mutant.is_some() && status.code() == Some(0) {
+        return Ok(());
+    }
     // A workload that fails on its own proves nothing: the child must reach its crash point.
     assert_eq!(
         status.code(),

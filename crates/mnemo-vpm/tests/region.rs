@@ -544,3 +544,48 @@ fn a_freed_region_s_memory_is_reused() {
     let again = space.allocate("first", capacity, budget_bytes);
     assert!(matches!(again, Err(Error::Full(_))), "{again:?}");
 }
+
+/// A store that brings a page back from swap maps it writable and dirty at once (the CPU
+/// says the access is a store); a load maps it read-only and clean, and a store after it
+/// faults once more to mark it dirty.
+#[test]
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+fn a_store_that_swaps_a_page_in_takes_one_fault() {
+    let dirs = Dirs::new();
+    let space = dirs.create(4 * MIB);
+    let pages = 32;
+    space
+        .allocate("w", (pages * PAGE) as u64, 8 * PAGE as u64)
+        .unwrap();
+    let options = RegionOptions {
+        evict_ahead: false,
+        fault_around_pages: 1,
+    };
+    let region = space.open_region_with("w", 0, options).unwrap();
+    for page in 0..pages {
+        // SAFETY: `pages` pages; this thread alone.
+        unsafe { fill(base(&region), 1, page) };
+    }
+    let before = region.stats();
+    // SAFETY: as above. Page 0 is in swap: a store brings it back.
+    unsafe { fill(base(&region), 2, 0) };
+    let stored = region.stats();
+    assert_eq!(stored.faults, before.faults + 1, "{stored:?}");
+    assert_eq!(stored.swap_ins, before.swap_ins + 1, "{stored:?}");
+    // Page 1, in swap too: a load brings it back clean, the store after it faults again.
+    // SAFETY: as above.
+    assert_eq!(unsafe { check(base(&region), 1, 1) }, Ok(true));
+    let loaded = region.stats();
+    assert_eq!(loaded.faults, stored.faults + 1, "{loaded:?}");
+    // SAFETY: as above.
+    unsafe { fill(base(&region), 2, 1) };
+    assert_eq!(region.stats().faults, loaded.faults + 1);
+    drop(region);
+    let region = dirs.open().open_region_with("w", 0, options).unwrap();
+    for page in 0..pages {
+        let seed = if page < 2 { 2 } else { 1 };
+        // SAFETY: as above.
+        let got = unsafe { check(base(&region), seed, page) };
+        assert_eq!(got, Ok(true), "page {page}");
+    }
+}
