@@ -378,7 +378,7 @@ impl Shared {
             } else {
                 0
             },
-            fault_around: options.fault_around_pages.clamp(1, budget) as usize,
+            fault_around: options.fault_around_pages.min(budget).max(1) as usize,
             wake: AtomicU32::new(0),
             evicted: AtomicU32::new(0),
             wake_pending: AtomicBool::new(false),
