@@ -378,7 +378,10 @@ impl Shared {
             } else {
                 0
             },
-            fault_around: options.fault_around_pages.min(budget).max(1) as usize,
+            // At most a quarter of the budget: the pages one fault maps stay out of the next
+            // eviction's victims (the oldest batch, another quarter at most), so a writer is
+            // never evicted from under the page it is filling.
+            fault_around: options.fault_around_pages.min(budget / 4).max(1) as usize,
             wake: AtomicU32::new(0),
             evicted: AtomicU32::new(0),
             wake_pending: AtomicBool::new(false),

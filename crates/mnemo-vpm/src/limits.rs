@@ -55,5 +55,6 @@ pub const EVICT_BATCH_PAGES: u64 = 64;
 /// it are untouched and the free slots on top of the free stack are contiguous, up to this
 /// many are zero-filled, recorded and mapped with one fence each and one `mmap`, so a linear
 /// workload takes a fault per 64 KiB instead of per page, and neighbouring pages in
-/// neighbouring slots make one mapping (the kernel merges them).
+/// neighbouring slots make one mapping (the kernel merges them). At most a quarter of a
+/// region's budget, so that the pages one fault maps are never the next eviction's victims.
 pub const FAULT_AROUND_PAGES: u64 = 16;

@@ -106,7 +106,8 @@ pub struct RegionOptions {
     /// free slot without writing or syncing swap. Off: every eviction is made by the fault
     /// that finds no free slot.
     pub evict_ahead: bool,
-    /// Most pages a first touch maps at once (fault-around; 1 for none).
+    /// Most pages a first touch maps at once (fault-around; 1 for none; at most a quarter of
+    /// the budget is used).
     pub fault_around_pages: u64,
 }
 
