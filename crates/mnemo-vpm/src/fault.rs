@@ -378,9 +378,10 @@ impl Shared {
             } else {
                 0
             },
-            // At most a quarter of the budget: the pages one fault maps stay out of the next
-            // eviction's victims (the oldest batch, another quarter at most), so a writer is
-            // never evicted from under the page it is filling.
+            // At most a quarter of the budget: the next eviction's victims are the oldest
+            // pages (a quarter at most), so the pages one fault maps are not among them
+            // unless every older page was touched again (a writer in a small region saw the
+            // page it was filling evicted from under it).
             fault_around: options.fault_around_pages.min(budget / 4).max(1) as usize,
             wake: AtomicU32::new(0),
             evicted: AtomicU32::new(0),

@@ -56,5 +56,6 @@ pub const EVICT_BATCH_PAGES: u64 = 64;
 /// many are zero-filled, recorded and mapped with one fence each and one `mmap`, so a linear
 /// workload takes a fault per 64 KiB instead of per page, and neighbouring pages in
 /// neighbouring slots make one mapping (the kernel merges them). At most a quarter of a
-/// region's budget, so that the pages one fault maps are never the next eviction's victims.
+/// region's budget, so that the pages one fault maps are not the next eviction's victims
+/// (the oldest quarter at most) unless every older page was touched again.
 pub const FAULT_AROUND_PAGES: u64 = 16;
