@@ -565,9 +565,24 @@ fn load_strategy(
     let live = live_functions(program, &exits, &order, &parent);
     let dead = exit_only(program, &exits, &order, &parent, &live, &found);
     let stack = stack_only(program, &order, &parent, &live, &found);
-    let teardown = teardown_only(program, &order, &parent, &live, &found);
+    // Clean-up and notifiers cut out of the live path: what is left builds what is loaded.
+    let cuts = Cuts::new(program, &parent, &live);
+    let teardown = teardown_only(program, &order, &parent, &live, &cuts, &found);
     let private = private_static_only(program, &order, &live, &found);
-    let released = crate::released::released_only(program, &order, &parent, &live, &found);
+    // Objects are followed on the building part only: what clean-up and notifiers write is
+    // theirs (a client that a notifier's context keeps in a pool does not make the load's own
+    // client, released before loading ends, last).
+    let mut released =
+        crate::released::released_only(program, &order, &parent, &cuts.untold, &found);
+    let cut_writes = cuts.written_beneath(program, &order, &live);
+    for (key, flag) in released.flags.iter_mut() {
+        if cut_writes.contains(key) {
+            flag.reason.push_str(
+                "; its other writes while loading are beneath functions that release memory, \
+                 tell others about a change or record measurements",
+            );
+        }
+    }
     for (key, mut finding) in found {
         finding.suspicion = suspicion(program, key, writes_loop_only(program, key))
             .or_else(|| stack.get(key).cloned())
@@ -912,31 +927,52 @@ fn calls_free(program: &Program) -> HashSet<&str> {
 /// The C library's functions that give memory back.
 const DEALLOCATORS: &[&str] = &["free", "cfree"];
 
+/// Words that name a function telling others about a change (`notifyKeyspaceEvent`,
+/// `signalKeyAsReady`, `pubsubPublishMessage`, `replicationFeedSlaves`), lower case.
+const NOTIFY_WORDS: &[&str] = &[
+    "notify",
+    "signal",
+    "publish",
+    "broadcast",
+    "propagate",
+    "replicat",
+];
+
+/// Words that name a function recording measurements of the program's own running
+/// (`latencyAddSample`), lower case.
+const MEASURE_WORDS: &[&str] = &["latency", "metric", "histogram"];
+
+/// Whether a function's name says it tells others about a change.
+fn notifies(name: &str) -> bool {
+    let lower = name.to_lowercase();
+    NOTIFY_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// Whether a canonical function type returns nothing (`void (int, char *)`).
+fn returns_nothing(signature: &str) -> bool {
+    signature.starts_with("void (")
+}
+
 /// The findings written while loading (or, for a reached container, read) only in functions
 /// whose names say they release memory, or in functions that loading reaches only through
 /// such a function (`freeClient` -> `unlinkClient` -> `listDelNode`): clean-up that loading
-/// runs, not state it builds.
+/// runs, not state it builds (`teardown`). Then, the findings written only beneath such
+/// functions and functions that tell others about a change and return nothing
+/// (`moduleNotifyKeyspaceEvent` -> `moduleCreateContext` -> `createClient`): the state of
+/// the observers told, not what is loaded (`notification`).
 fn teardown_only<'p>(
     program: &'p Program,
     order: &[&'p str],
     parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
     live: &HashSet<&'p str>,
+    cuts: &Cuts<'p>,
     found: &BTreeMap<&'p str, Finding>,
 ) -> HashMap<&'p str, Suspicion> {
-    // Clean-up: a function named to release memory that may call `free`, itself or through
-    // its callees (a name alone, `freeze_clock`, does not make clean-up).
-    let frees = calls_free(program);
-    let cleanup = |usr: &str| {
-        frees.contains(usr)
-            && program
-                .functions
-                .get(usr)
-                .is_some_and(|f| releases(&f.name))
-    };
-    let building = building_functions(program, parent, live, &cleanup);
-    // Per record: the live functions writing it, and whether one of them builds.
+    // Per record: the live functions writing it, and whether one of them builds (with clean-up
+    // cut out; with notifiers cut out too).
     let mut writers: HashMap<&str, BTreeSet<&str>> = HashMap::new();
     let mut built: HashSet<&str> = HashSet::new();
+    let mut built_told: HashSet<&str> = HashSet::new();
     for &usr in order.iter().filter(|u| live.contains(*u)) {
         let Some(f) = program.functions.get(usr) else {
             continue;
@@ -944,8 +980,11 @@ fn teardown_only<'p>(
         for write in &f.writes {
             for (key, _) in &write.records {
                 writers.entry(key).or_default().insert(usr);
-                if building.contains(usr) {
+                if cuts.building.contains(usr) {
                     built.insert(key);
+                }
+                if cuts.untold.contains(usr) {
+                    built_told.insert(key);
                 }
             }
         }
@@ -955,6 +994,26 @@ fn teardown_only<'p>(
             .functions
             .get(usr)
             .map_or(usr.to_string(), |f| f.name.clone())
+    };
+    // The last function on `usr`'s chain from the load functions that `cut` picks, and the
+    // call entering it.
+    let via = |usr: &'p str, cut: &dyn Fn(&str) -> bool| {
+        let mut at = usr;
+        let mut via = None;
+        for _ in 0..=parent.len() {
+            if cut(at) {
+                via = parent
+                    .get(at)
+                    .copied()
+                    .flatten()
+                    .map(|(_, site)| (at, site));
+            }
+            match parent.get(at).copied().flatten() {
+                Some((caller, _)) => at = caller,
+                None => break,
+            }
+        }
+        via
     };
     let mut out = HashMap::new();
     for (&key, finding) in found {
@@ -967,39 +1026,28 @@ fn teardown_only<'p>(
             (None, Some(usrs)) => usrs.iter().copied().collect(),
             (None, None) => continue,
         };
-        // Written only by functions named to release memory (the rule by names alone), or only
-        // beneath such functions that do free.
-        let named = usrs.iter().all(|u| cleanup(u));
-        let beneath = !usrs.iter().any(|u| building.contains(u)) && !built.contains(key);
-        if usrs.is_empty() || !(named || beneath) {
+        if usrs.is_empty() {
             continue;
         }
-        let reason = if named {
+        // Written only by functions named to release memory (the rule by names alone), or only
+        // beneath such functions that do free.
+        let named = usrs.iter().all(|u| cuts.cleanup(u));
+        let beneath = !usrs.iter().any(|u| cuts.building.contains(u)) && !built.contains(key);
+        let told = !usrs.iter().any(|u| cuts.untold.contains(u)) && !built_told.contains(key);
+        let suspicion = if named {
             let names: BTreeSet<String> = usrs.iter().map(|u| name(u)).collect();
-            format!(
-                "written while loading only in functions that release memory (named so, and \
-                 calling `free`): {}",
-                names.into_iter().collect::<Vec<_>>().join(", ")
-            )
-        } else {
+            Suspicion {
+                kind: "teardown".into(),
+                reason: format!(
+                    "written while loading only in functions that release memory (named so, \
+                     and calling `free`): {}",
+                    names.into_iter().collect::<Vec<_>>().join(", ")
+                ),
+            }
+        } else if beneath {
             // The first writer, and the function releasing memory on its chain.
             let first = usrs[0];
-            let mut at = first;
-            let mut via = None;
-            for _ in 0..=parent.len() {
-                if cleanup(at) {
-                    via = parent
-                        .get(at)
-                        .copied()
-                        .flatten()
-                        .map(|(_, site)| (at, site));
-                }
-                match parent.get(at).copied().flatten() {
-                    Some((caller, _)) => at = caller,
-                    None => break,
-                }
-            }
-            match via {
+            let reason = match via(first, &|u| cuts.cleanup(u)) {
                 Some((usr, site)) => format!(
                     "written while loading only beneath functions that release memory (named \
                      so, and calling `free`): e.g. in `{}`, reached through `{}`, called at \
@@ -1012,17 +1060,141 @@ fn teardown_only<'p>(
                      so, and calling `free`): e.g. in `{}`",
                     name(first)
                 ),
-            }
-        };
-        out.insert(
-            key,
+            };
             Suspicion {
                 kind: "teardown".into(),
                 reason,
-            },
-        );
+            }
+        } else if told {
+            // A writer whose chain passes a notifier (else a measurer), and that function.
+            let shown = |cut: &dyn Fn(&str) -> bool| {
+                usrs.iter()
+                    .find_map(|&u| via(u, cut).map(|(usr, site)| (u, usr, site)))
+            };
+            let beneath = "written while loading only beneath functions that tell others about \
+                           a change (named to notify, signal, publish, broadcast, propagate or \
+                           replicate), record measurements (named for latency, metrics or \
+                           histograms), both returning nothing, or release memory: e.g. in";
+            match (shown(&|x| cuts.notifier(x)), shown(&|x| cuts.measurer(x))) {
+                (Some((first, usr, site)), _) => Suspicion {
+                    kind: "notification".into(),
+                    reason: format!(
+                        "{beneath} `{}`, reached through `{}`, called at {site}; what they \
+                         write is the state of the observers told (subscribers, the clients \
+                         and contexts callbacks run with, replication buffers, queues of keys \
+                         to signal), which a restart does not keep",
+                        name(first),
+                        name(usr)
+                    ),
+                },
+                (None, Some((first, usr, site))) => Suspicion {
+                    kind: "measurement".into(),
+                    reason: format!(
+                        "{beneath} `{}`, reached through `{}`, called at {site}; what they \
+                         write are samples of how the program ran, which a restart starts \
+                         afresh",
+                        name(first),
+                        name(usr)
+                    ),
+                },
+                (None, None) => Suspicion {
+                    kind: "notification".into(),
+                    reason: format!("{beneath} `{}`", name(usrs[0])),
+                },
+            }
+        } else {
+            continue;
+        };
+        out.insert(key, suspicion);
     }
     out
+}
+
+/// The parts of the live load path left when functions that do not build what is loaded are
+/// cut out: clean-up functions (named to release memory, and calling `free`), notifiers
+/// (named to tell others about a change) and measurers (named to record measurements), both
+/// returning nothing.
+pub(crate) struct Cuts<'p> {
+    program: &'p Program,
+    /// Functions that may call `free`.
+    frees: HashSet<&'p str>,
+    /// Reached without entering a clean-up function.
+    pub(crate) building: HashSet<&'p str>,
+    /// Reached without entering a clean-up function, a notifier or a measurer.
+    pub(crate) untold: HashSet<&'p str>,
+}
+
+impl<'p> Cuts<'p> {
+    pub(crate) fn new(
+        program: &'p Program,
+        parent: &HashMap<&'p str, Option<(&'p str, &'p Site)>>,
+        live: &HashSet<&'p str>,
+    ) -> Cuts<'p> {
+        let mut cuts = Cuts {
+            program,
+            frees: calls_free(program),
+            building: HashSet::new(),
+            untold: HashSet::new(),
+        };
+        cuts.building = building_functions(program, parent, live, &|u| cuts.cleanup(u));
+        cuts.untold = building_functions(program, parent, live, &|u| {
+            cuts.cleanup(u) || cuts.notifier(u) || cuts.measurer(u)
+        });
+        cuts
+    }
+
+    /// Clean-up: a function named to release memory that may call `free`, itself or through
+    /// its callees (a name alone, `freeze_clock`, does not make clean-up).
+    pub(crate) fn cleanup(&self, usr: &str) -> bool {
+        self.frees.contains(usr)
+            && self
+                .program
+                .functions
+                .get(usr)
+                .is_some_and(|f| releases(&f.name))
+    }
+
+    /// The records written by live functions that only clean-up, notifiers or measurers lead
+    /// to.
+    pub(crate) fn written_beneath(
+        &self,
+        program: &'p Program,
+        order: &[&'p str],
+        live: &HashSet<&'p str>,
+    ) -> HashSet<&'p str> {
+        let mut out = HashSet::new();
+        for &usr in order {
+            if !live.contains(usr) || self.untold.contains(usr) {
+                continue;
+            }
+            if let Some(f) = program.functions.get(usr) {
+                out.extend(
+                    f.writes
+                        .iter()
+                        .flat_map(|w| w.records.iter().map(|(k, _)| k.as_str())),
+                );
+            }
+        }
+        out
+    }
+
+    /// A measurer: a function named to record measurements of the program's own running
+    /// (`latencyAddSample`) that returns nothing.
+    pub(crate) fn measurer(&self, usr: &str) -> bool {
+        self.program.functions.get(usr).is_some_and(|f| {
+            let lower = f.name.to_lowercase();
+            MEASURE_WORDS.iter().any(|w| lower.contains(w)) && returns_nothing(&f.signature)
+        })
+    }
+
+    /// A notifier: a function named to tell others about a change that returns nothing, so
+    /// the load cannot use anything it makes.
+    pub(crate) fn notifier(&self, usr: &str) -> bool {
+        self.program
+            .functions
+            .get(usr)
+            .is_some_and(|f| notifies(&f.name) && returns_nothing(&f.signature))
+    }
 }
 
 /// Why the function `usr` is only on paths that end the process: the first function on its
@@ -1659,5 +1831,41 @@ fn record_backtrack(
         finding.sink = sink.clone();
         finding.path = path.to_vec();
         *logging_only = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{notifies, releases, returns_nothing};
+
+    #[test]
+    fn notifiers_are_named_so_and_return_nothing() {
+        for name in [
+            "moduleNotifyKeyspaceEvent",
+            "signalKeyAsReady",
+            "pubsubPublishMessage",
+            "trackingRememberKeyToBroadcast",
+            "propagateDeletion",
+            "replicationFeedSlaves",
+        ] {
+            assert!(notifies(name), "{name}");
+        }
+        for name in [
+            "rdbLoadObject",
+            "dictAdd",
+            "createClient",
+            "lease_set_hwaddr",
+        ] {
+            assert!(!notifies(name), "{name}");
+        }
+        assert!(returns_nothing("void (int, char *)"));
+        assert!(returns_nothing("void (void)"));
+        // A pointer to `void` is a result.
+        assert!(!returns_nothing("void *(unsigned long)"));
+        assert!(!returns_nothing(
+            "int (struct redisObject *, struct redisObject *, int)"
+        ));
+        // The clean-up words are another list.
+        assert!(releases("freeClient") && !notifies("freeClient"));
     }
 }

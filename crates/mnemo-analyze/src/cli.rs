@@ -16,8 +16,9 @@ use crate::{analyze, render, Options, Strategy};
 /// the containers whose pointer fields lead to those writes. Functions taking no pointers are
 /// skipped, the C library is not entered, and calls through function pointers are listed as
 /// unresolved. Iterators, alignment variants, and types written only on the stack, only on
-/// paths that end the process, only in a function's own `static` variables, or only by (or
-/// beneath) functions that release memory are flagged as likely false positives. A port checklist lists, per type, where its objects are allocated and
+/// paths that end the process, only in a function's own `static` variables, only in objects
+/// released before loading ends, or only by (or beneath) functions that release memory, tell
+/// others about a change or record measurements are flagged as likely false positives. A port checklist lists, per type, where its objects are allocated and
 /// changed (text, JSON or SARIF 2.1.0).
 ///
 /// Sources are parsed with libclang (install `libclang-14-dev`). A directory with a
@@ -39,7 +40,10 @@ How it works:
   through function pointers are listed as unresolved. Flagged as likely false
   positives: iterators, alignment variants, types written only on the stack, only
   where the process ends next (exit, abort, noreturn), only in a function's own
-  static variables (a cache), or only by or beneath functions that release memory. The port checklist lists, per type, the allocation sites to change
+  static variables (a cache), only in objects released before loading ends, or only
+  by or beneath functions that release memory, notify others of a change (notify,
+  signal, publish, broadcast, propagate, replicate) or record measurements (latency,
+  metric, histogram). The port checklist lists, per type, the allocation sites to change
   to mnemo_pmalloc and the stores that need a transaction once it is persistent. Sources are parsed with libclang (apt-get install libclang-14-dev):
   a directory's compile_commands.json when present, else every .c file under it with
   -I for its header directories and the flags after --.

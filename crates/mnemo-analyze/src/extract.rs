@@ -12,8 +12,8 @@ use clang::token::TokenKind;
 use clang::{Clang, Entity, EntityKind, Index, Type, TypeKind};
 
 use crate::facts::{
-    Alloc, Block, Call, External, Flow, Function, LocalAssign, LocalFrom, Problem, Program, Record,
-    Root, Shape, Site, Val, Write,
+    Alloc, Block, Call, External, FieldStore, Flow, Function, LocalAssign, LocalFrom, Problem,
+    Program, Record, Root, Shape, Site, Val, Write,
 };
 use crate::sources::Unit;
 use crate::Error;
@@ -1081,6 +1081,7 @@ impl BodyWalker<'_> {
                     (operator.as_deref(), children.first(), children.get(1))
                 {
                     self.write_lvalue(*lhs, &e, "=", loop_header);
+                    self.field_store(*lhs, Some(*rhs));
                     self.flow_into(*lhs, *rhs, &e);
                     self.note_alloc_target(lhs.get_type(), *rhs);
                     let target = strip_parens(*lhs);
@@ -1099,11 +1100,15 @@ impl BodyWalker<'_> {
                 }
             }
             EntityKind::UnaryOperator => {
-                if let Some(op) = unary_operator(&mut self.builder.texts, &e)
-                    .filter(|op| op == "++" || op == "--")
-                {
+                let op = unary_operator(&mut self.builder.texts, &e);
+                if let Some(op) = op.as_deref().filter(|op| *op == "++" || *op == "--") {
                     if let Some(operand) = e.get_children().into_iter().next() {
-                        self.write_lvalue(operand, &e, &op, loop_header);
+                        self.write_lvalue(operand, &e, op, loop_header);
+                    }
+                } else if op.as_deref() == Some("&") {
+                    // `&c->reply`: the field may get any value through the address.
+                    if let Some(operand) = e.get_children().into_iter().next() {
+                        self.field_store(operand, None);
                     }
                 }
             }
@@ -1330,6 +1335,54 @@ impl BodyWalker<'_> {
                 private_static: private_static(lv),
             });
         }
+    }
+
+    /// `lv = value` (or `&lv` without a value): when `lv` is a pointer field of a record,
+    /// remember what it gets.
+    fn field_store(&mut self, lv: Entity, value: Option<Entity>) {
+        let lv = strip_parens(lv);
+        if lv.get_kind() != EntityKind::MemberRefExpr {
+            return;
+        }
+        let Some(field) = lv.get_reference() else {
+            return;
+        };
+        let is_pointer_field = field
+            .get_type()
+            .is_some_and(|t| t.get_canonical_type().get_kind() == TypeKind::Pointer);
+        if !is_pointer_field {
+            return;
+        }
+        let Some(owner) = field
+            .get_semantic_parent()
+            .and_then(|p| self.builder.record_key(p))
+        else {
+            return;
+        };
+        // `_ms.commands = &mc;` with both local: the pointee ends with the same frame.
+        let same_frame =
+            on_stack(lv) && value.is_some_and(|v| address_on_stack(&mut self.builder.texts, v));
+        let from = match value {
+            None => LocalFrom::Other,
+            Some(value) => {
+                let value = strip_casts(self.assigned_value(value));
+                match value.get_kind() {
+                    EntityKind::CallExpr => direct_callee(&value)
+                        .map(|(usr, _)| LocalFrom::Call(usr))
+                        .unwrap_or(LocalFrom::Other),
+                    EntityKind::IntegerLiteral | EntityKind::GNUNullExpr => LocalFrom::Null,
+                    _ => LocalFrom::Other,
+                }
+            }
+        };
+        let site = self.builder.site(&lv);
+        self.function.field_stores.push(FieldStore {
+            owner,
+            field: field.get_name().unwrap_or_default(),
+            from,
+            same_frame,
+            site,
+        });
     }
 
     /// A local pointer variable gets a value: remember where what it points to lives.

@@ -262,6 +262,24 @@ pub struct LocalAssign {
     pub at: Option<(usize, usize)>,
 }
 
+/// A store into a pointer field of a record (`c->reply = listCreate();`), or a use of the
+/// field's address (`&c->reply`), after which it may get any value.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FieldStore {
+    /// The record holding the field (key into [`Program::records`]).
+    pub owner: String,
+    /// The field's name.
+    pub field: String,
+    /// What it gets ([`LocalFrom::Other`] for an address taken).
+    pub from: LocalFrom,
+    /// The field belongs to a local variable and gets the address of a local of the same
+    /// function (`_ms.commands = &mc;`): what it points to ends with the object holding it.
+    #[serde(default)]
+    pub same_frame: bool,
+    /// Where.
+    pub site: Site,
+}
+
 /// A call that allocates memory for objects of program records: the call to change when
 /// those records move to persistent memory.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -320,6 +338,9 @@ pub struct Function {
     /// Where its labels (`cleanup:`) are: (block, index) in [`Function::blocks`].
     #[serde(default)]
     pub labels_at: Vec<Option<(usize, usize)>>,
+    /// Stores into pointer fields of records, and uses of their addresses.
+    #[serde(default)]
+    pub field_stores: Vec<FieldStore>,
 }
 
 impl Function {

@@ -53,13 +53,18 @@
 //!   loading only in local variables or in objects every caller passes as `&local`),
 //!   *exit-path* types (written only where the process ends next, or only in functions reached
 //!   through functions that cannot return: `noreturn`, or every path ending in `exit`/`abort`),
-//!   *released* types (written while loading only in objects that end before loading does:
-//!   held by a local that its function frees before it returns, with no `return` before the
-//!   free and no label after it, and passed down or built by constructors for such locals
-//!   only; or no object, a null pointer), *private-static* types (written only in `static`
+//!   *released* types (written while loading, on its building part, only in objects that end
+//!   before loading does: held by a local that its function frees before it returns, with no
+//!   `return` before the free and no label after it, and passed down or built by constructors
+//!   for such locals only, or in memory that only such an object's own pointer field holds;
+//!   or no object, a null pointer), *private-static* types (written only in `static`
 //!   variables declared inside the writing function: a cache), *teardown* types (written only
 //!   by functions named to release memory that call `free`, or only in functions that loading
-//!   reaches through one) and, for backtracking, types that reach only `stderr`/`stdout`. A written
+//!   reaches through one), *notification* and *measurement* types (written only beneath such
+//!   functions and functions named to tell others about a change, `notify`, `signal`,
+//!   `publish`, `broadcast`, `propagate`, `replicate`, or to record measurements, `latency`,
+//!   `metric`, `histogram`, that return nothing: the observers' state and samples of how the
+//!   program ran) and, for backtracking, types that reach only `stderr`/`stdout`. A written
 //!   type left unflagged says why it outlasts loading (`kept`: its first write into an object
 //!   that is not freed, comes from a global or a pointer field, or from a caller that keeps
 //!   it).

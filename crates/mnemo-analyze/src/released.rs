@@ -26,10 +26,18 @@
 //!   or returned by a transient constructor in turn (`createClient` -> `createAOFClient` ->
 //!   `fakeClient`).
 //!
-//! A type is flagged when every write of it on the live load path writes such an object
-//! (through the pointer itself or embedded members, never through a pointer field: what a
-//! field points to may be shared) and one at least is not on the stack (those are the stack
-//! flag's). Each flag names a write and the local whose release ends the object.
+//! - A pointer field is *owned* when every store into it in the whole program is fresh memory
+//!   or a null pointer (or, in a local object, the address of a local of the same function)
+//!   and its address is never taken (`c->mstate.commands = zrealloc(...)`): what it points to
+//!   belongs to the object holding it, and ends with it (freed with it, or unreachable).
+//!
+//! A type is flagged when every write of it on the building part of the live load path (the
+//! functions loading reaches without entering clean-up, notifiers or measurers, whose writes
+//! the `teardown`, `notification` and `measurement` flags explain) writes such an object
+//! (through the pointer itself, embedded members, or an owned field; never through another
+//! pointer field: what it points to may be shared) and one at least is not on the stack
+//! (those are the stack flag's). Each flag names a write and the local whose release ends the
+//! object.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -450,16 +458,30 @@ pub(crate) fn released_only<'p>(
         }
     }
     // Per record: written into a lasting object somewhere; else the first released write.
+    let owned = owned_fields(program, &state.fresh);
     let mut lasting: HashSet<&str> = HashSet::new();
     let mut kept: HashMap<&str, String> = HashMap::new();
-    let mut first: HashMap<&str, (&Function, &Site, Origin)> = HashMap::new();
+    let mut first: HashMap<&str, FirstWrite> = HashMap::new();
     for &(usr, f) in &path {
         for write in &f.writes {
+            let mut through = None;
             let origin = if write.stack {
                 None
             } else {
                 match &write.root {
                     Some(Root::Param(i)) if state.params.contains(&(usr, *i)) => {
+                        param_origin.get(&(usr, *i)).copied()
+                    }
+                    // Memory that only the transient object's own field holds ends with it.
+                    Some(Root::Field {
+                        owner,
+                        field,
+                        base: Some(i),
+                        ..
+                    }) if state.params.contains(&(usr, *i))
+                        && owned.contains(&(owner.as_str(), field.as_str())) =>
+                    {
+                        through = Some((owner.as_str(), field.as_str()));
                         param_origin.get(&(usr, *i)).copied()
                     }
                     Some(Root::Local(v)) if state.local(usr, f, v) => {
@@ -487,10 +509,10 @@ pub(crate) fn released_only<'p>(
                 if let Some(origin) = origin {
                     // A released object explains more than a null pointer: it is preferred.
                     match first.get(key.as_str()) {
-                        Some((_, _, Origin::Released { .. })) => {}
+                        Some((_, _, Origin::Released { .. }, _)) => {}
                         Some(_) if matches!(origin, Origin::Null { .. }) => {}
                         _ => {
-                            first.insert(key, (f, &write.site, origin));
+                            first.insert(key, (f, &write.site, origin, through));
                         }
                     }
                 }
@@ -502,8 +524,20 @@ pub(crate) fn released_only<'p>(
         if finding.reach.is_some() || lasting.contains(key) {
             continue;
         }
-        let Some((f, site, origin)) = first.get(key) else {
+        let Some((f, site, origin, through)) = first.get(key) else {
             continue;
+        };
+        let through = match through {
+            Some((owner, field)) => format!(
+                ", through its field `{field}` of `{}`, which only ever holds memory allocated \
+                 for it (or a null pointer)",
+                program
+                    .records
+                    .get(*owner)
+                    .map(|r| r.name.as_str())
+                    .unwrap_or("?")
+            ),
+            None => String::new(),
         };
         out.insert(
             key,
@@ -512,7 +546,7 @@ pub(crate) fn released_only<'p>(
                 reason: format!(
                     "written while loading only in objects that end before loading does (on \
                      the stack, released before their function returns, or none: a null \
-                     pointer), e.g. at {site} in `{}`: {origin}",
+                     pointer), e.g. at {site} in `{}`: {origin}{through}",
                     f.name
                 ),
             },
@@ -520,6 +554,42 @@ pub(crate) fn released_only<'p>(
     }
     Released { flags: out, kept }
 }
+
+/// The pointer fields that only ever hold memory allocated for them: every store into them in
+/// the whole program is fresh memory or a null pointer (`c->mstate.commands = zrealloc(...)`),
+/// or, in a local object, the address of a local of the same function (Redis's
+/// `_ms.commands = &mc`), and their address is never taken. What such a field points to belongs to the object holding
+/// it: once that object is released, the memory is freed with it or unreachable (a copy of the
+/// pointer kept elsewhere would dangle, as for the released locals), as (owner, field).
+fn owned_fields<'p>(program: &'p Program, fresh: &HashSet<&str>) -> HashSet<(&'p str, &'p str)> {
+    let mut stored: HashSet<(&str, &str)> = HashSet::new();
+    let mut other: HashSet<(&str, &str)> = HashSet::new();
+    for f in program.functions.values() {
+        for store in f.field_stores.iter().filter(|s| !s.same_frame) {
+            let key = (store.owner.as_str(), store.field.as_str());
+            match &store.from {
+                LocalFrom::Call(callee) if fresh.contains(callee.as_str()) => {
+                    stored.insert(key);
+                }
+                LocalFrom::Null => {}
+                _ => {
+                    other.insert(key);
+                }
+            }
+        }
+    }
+    stored.retain(|key| !other.contains(key));
+    stored
+}
+
+/// A type's first write into a transient object: the function, the write, where the object
+/// comes from, and the owned field (record key, field) it is reached through, if any.
+type FirstWrite<'p> = (
+    &'p Function,
+    &'p Site,
+    Origin<'p>,
+    Option<(&'p str, &'p str)>,
+);
 
 /// Steps followed back from a parameter to what its caller passed, at most.
 const LASTING_STEPS_MAX: usize = 6;

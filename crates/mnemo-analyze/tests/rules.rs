@@ -698,6 +698,125 @@ fn types_written_only_beneath_functions_that_release_memory_are_flagged() {
 }
 
 #[test]
+fn memory_held_only_by_a_released_objects_own_field_ends_with_it() {
+    let report = run("owned.c", &["replay"]);
+    let released = || Some("released".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            ("struct client".to_string(), released()),
+            // Only the client's own field `st.commands` points to the commands.
+            ("struct cmd".to_string(), released()),
+            // `note` also gets the address of a global: what it points to may be shared.
+            ("struct note".to_string(), None),
+            ("struct state".to_string(), released()),
+            // `tag` gets only fresh memory, but its address is taken.
+            ("struct tag".to_string(), None),
+        ]
+    );
+    assert_eq!(
+        finding(&report, "struct cmd")
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.as_str()),
+        Some(
+            "written while loading only in objects that end before loading does (on the stack, \
+             released before their function returns, or none: a null pointer), e.g. at \
+             owned.c:70 in `queue`: the object held by `c` in `replay` (assigned at owned.c:97), \
+             released at owned.c:101 by `free_client` (which gives it to `free`) before that \
+             function returns, through its field `commands` of `struct state`, which only ever \
+             holds memory allocated for it (or a null pointer)"
+        )
+    );
+    assert_eq!(
+        finding(&report, "struct note").kept.as_deref(),
+        Some(
+            "owned.c:81 in `mark`, through the pointer field `note` of `struct client` (what a \
+             field points to may be shared)"
+        )
+    );
+}
+
+#[test]
+fn types_written_only_beneath_notifications_are_flagged() {
+    let report = run("notify.c", &["load_items"]);
+    let notification = || Some("notification".to_string());
+    assert_eq!(
+        names(&report),
+        vec![
+            // Made for the subscribers' callback (and released by `context_free`).
+            ("struct client".to_string(), notification()),
+            ("struct context".to_string(), Some("stack-only".to_string())),
+            // `signal_gate` returns what the load uses: not a notifier.
+            ("struct gate".to_string(), None),
+            ("struct item".to_string(), None),
+            (
+                "struct latency_series".to_string(),
+                Some("measurement".to_string())
+            ),
+            // Written beneath `notify_loaded` and by the load itself.
+            ("struct queue".to_string(), None),
+            ("struct repl_block".to_string(), notification()),
+            // The load's own objects are released; the notifier's pool is its own.
+            ("struct replay".to_string(), Some("released".to_string())),
+            ("struct reply_block".to_string(), notification()),
+            ("struct subscriber".to_string(), notification()),
+            ("struct table".to_string(), None),
+        ]
+    );
+    let reason = |name: &str| {
+        finding(&report, name)
+            .suspicion
+            .as_ref()
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    let told = "written while loading only beneath functions that tell others about a change \
+                (named to notify, signal, publish, broadcast, propagate or replicate), record \
+                measurements (named for latency, metrics or histograms), both returning \
+                nothing, or release memory: e.g. in ";
+    let observers = "; what they write is the state of the observers told (subscribers, the \
+                     clients and contexts callbacks run with, replication buffers, queues of \
+                     keys to signal), which a restart does not keep";
+    assert_eq!(
+        reason("struct subscriber"),
+        format!(
+            "{told}`notify_loaded`, reached through `notify_loaded`, called at notify.c:183\
+             {observers}"
+        )
+    );
+    assert_eq!(
+        reason("struct repl_block"),
+        format!(
+            "{told}`replicate_change`, reached through `replicate_change`, called at \
+             notify.c:184{observers}"
+        )
+    );
+    assert_eq!(
+        reason("struct latency_series"),
+        format!(
+            "{told}`latency_add_sample`, reached through `latency_add_sample`, called at \
+             notify.c:186; what they write are samples of how the program ran, which a \
+             restart starts afresh"
+        )
+    );
+    assert!(
+        reason("struct client").contains("reached through `notify_loaded`"),
+        "{}",
+        reason("struct client")
+    );
+    assert_eq!(
+        reason("struct replay"),
+        "written while loading only in objects that end before loading does (on the stack, \
+         released before their function returns, or none: a null pointer), e.g. at notify.c:94 \
+         in `replay_one`: the object held by `r` in `replay_one` (assigned at notify.c:93), \
+         released at notify.c:95 by `free_replay` (which gives it to `free`) before that \
+         function returns; its other writes while loading are beneath functions that release \
+         memory, tell others about a change or record measurements"
+    );
+}
+
+#[test]
 fn types_written_only_in_objects_released_before_loading_ends_are_flagged() {
     let report = run(
         "released.c",

@@ -129,7 +129,7 @@ pub(crate) fn info(s: &Stats, out: &mut String) {
     use std::fmt::Write as _;
     let _ = write!(
         out,
-        "mnemo_vpm:1\r\nmnemo_vpm_capacity_pages:{}\r\nmnemo_vpm_budget_pages:{}\r\nmnemo_vpm_resident_pages:{}\r\nmnemo_vpm_swapped_pages:{}\r\nmnemo_vpm_mrr:{:.4}\r\nmnemo_vpm_faults:{}\r\nmnemo_vpm_zero_fills:{}\r\nmnemo_vpm_swap_outs:{}\r\nmnemo_vpm_evictions:{}\r\nmnemo_vpm_clean_evictions:{}\r\nmnemo_vpm_swap_ins:{}\r\n",
+        "mnemo_vpm:1\r\nmnemo_vpm_capacity_pages:{}\r\nmnemo_vpm_budget_pages:{}\r\nmnemo_vpm_resident_pages:{}\r\nmnemo_vpm_swapped_pages:{}\r\nmnemo_vpm_mrr:{:.4}\r\nmnemo_vpm_faults:{}\r\nmnemo_vpm_zero_fills:{}\r\nmnemo_vpm_swap_outs:{}\r\nmnemo_vpm_evictions:{}\r\nmnemo_vpm_clean_evictions:{}\r\nmnemo_vpm_swap_ins:{}\r\nmnemo_vpm_sync_evictions:{}\r\nmnemo_vpm_fault_waits:{}\r\n",
         s.capacity_pages,
         s.budget_pages,
         s.resident_pages,
@@ -141,5 +141,7 @@ pub(crate) fn info(s: &Stats, out: &mut String) {
         s.evictions,
         s.clean_evictions,
         s.swap_ins,
+        s.sync_evictions,
+        s.fault_waits,
     );
 }

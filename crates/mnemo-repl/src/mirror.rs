@@ -172,6 +172,8 @@ pub struct MirrorStore {
     options: MirrorOptions,
     stats: MirrorStats,
     entry: Vec<u8>,
+    /// Number of the newest link accepted (in memory: after a restart every link is new).
+    newest_link: u64,
 }
 
 fn image_capacity(len: u64) -> u64 {
@@ -237,6 +239,7 @@ impl MirrorStore {
             options,
             stats: MirrorStats::default(),
             entry: Vec::new(),
+            newest_link: 0,
         };
         store.replay()?;
         Ok(store)
@@ -312,6 +315,18 @@ impl MirrorStore {
             .map_err(|e| Error::io("syncing the mirror directory", e))?;
         self.state = state;
         Ok(())
+    }
+
+    /// A link passed the handshake: its number. From now on only it may change the image
+    /// ([`admit_link`]).
+    pub fn open_link(&mut self) -> u64 {
+        self.newest_link += 1;
+        self.newest_link
+    }
+
+    /// Number of the newest link accepted.
+    pub fn newest_link(&self) -> u64 {
+        self.newest_link
     }
 
     /// Record a higher epoch (durably) before acting on it.
@@ -436,17 +451,7 @@ impl MirrorStore {
         ranges: &[proto::Range],
         frame: Option<&[u8]>,
     ) -> Result<()> {
-        if !self.state.complete {
-            return Err(Error::Storage(
-                "this mirror holds no complete copy yet; a full copy must come first".into(),
-            ));
-        }
-        if id <= self.last_logged {
-            return Err(Error::Storage(format!(
-                "record {id} is not after the last one held ({})",
-                self.last_logged
-            )));
-        }
+        admit_record(self.state.complete, self.last_logged, id)?;
         let entry: &[u8] = match frame {
             Some(bytes) => bytes,
             None => {
@@ -684,8 +689,8 @@ pub fn serve_link(
 ) -> Result<()> {
     let mut link = Link::new(stream)?;
     link.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let epoch = match mirror_handshake(&mut link, store, secret) {
-        Ok(epoch) => epoch,
+    let (epoch, number) = match mirror_handshake(&mut link, store, secret) {
+        Ok(accepted) => accepted,
         Err(e) => {
             let _ = link.send(&Frame::Refused {
                 reason: e.to_string(),
@@ -716,17 +721,17 @@ pub fn serve_link(
                     )))
                 } else if copy {
                     if copying {
-                        lock(store).copy_ranges(&ranges).map(|()| None)
+                        let mut s = lock(store);
+                        admit(&s, epoch, number)
+                            .and_then(|()| s.copy_ranges(&ranges))
+                            .map(|()| None)
                     } else {
                         Err(Error::Unexpected("copy record outside a copy".into()))
                     }
                 } else {
                     let mut s = lock_for_record(store, &mut link, epoch, id)?;
-                    if s.state().epoch > epoch {
-                        Err(Error::Refused(format!(
-                            "stale epoch {epoch}: this mirror has seen epoch {}",
-                            s.state().epoch
-                        )))
+                    if let Err(e) = admit(&s, epoch, number) {
+                        Err(e)
                     } else {
                         let frame = link.last_frame();
                         let logged = s.log_record(epoch, id, &ranges, Some(frame));
@@ -772,7 +777,7 @@ pub fn serve_link(
             } if e == epoch && !copying => {
                 copying = true;
                 let mut s = lock(store);
-                let begun = s.begin_copy(epoch, pool_size);
+                let begun = admit(&s, epoch, number).and_then(|()| s.begin_copy(epoch, pool_size));
                 // The primary sends a full copy after a lost link: it may hold sync points
                 // made while the link was down, which no record will bring to the backups.
                 // Each catches up with a full copy of this image once it is complete.
@@ -787,8 +792,9 @@ pub fn serve_link(
                 pool_size,
             } if e == epoch && copying => {
                 copying = false;
-                lock(store)
-                    .finish_copy(id, pool_size)
+                let mut s = lock(store);
+                admit(&s, epoch, number)
+                    .and_then(|()| s.finish_copy(id, pool_size))
                     .map(|()| Some(Frame::Ack { epoch, id }))
             }
             other => Err(Error::Unexpected(format!("{other:?}"))),
@@ -806,8 +812,22 @@ pub fn serve_link(
     }
 }
 
-/// The mirror's half of the handshake; returns the link's epoch.
-fn mirror_handshake(link: &mut Link, store: &Mutex<MirrorStore>, secret: &Secret) -> Result<u64> {
+/// Whether link `number` of `epoch` may change the image now: no newer epoch seen since its
+/// handshake (a promotion, a newer primary), and no newer link. Checked under the store's lock
+/// for every record and every step of a full copy. (The copy steps were fenced by the link
+/// only until the simulation found a deposed primary's full copy, begun before the mirror's
+/// takeover, replacing the image between the takeover and the exec.)
+fn admit(s: &MirrorStore, epoch: u64, number: u64) -> Result<()> {
+    admit_epoch(epoch, s.state().epoch)?;
+    admit_link(number, s.newest_link())
+}
+
+/// The mirror's half of the handshake; returns the link's epoch and number.
+fn mirror_handshake(
+    link: &mut Link,
+    store: &Mutex<MirrorStore>,
+    secret: &Secret,
+) -> Result<(u64, u64)> {
     let Frame::Hello {
         version,
         role,
@@ -838,18 +858,59 @@ fn mirror_handshake(link: &mut Link, store: &Mutex<MirrorStore>, secret: &Secret
         ));
     }
     let mut s = lock(store);
-    if epoch < s.state().epoch {
-        return Err(Error::Refused(format!(
-            "stale epoch {epoch}: this mirror has seen epoch {} (was it promoted?)",
-            s.state().epoch
-        )));
-    }
+    admit_epoch(epoch, s.state().epoch)?;
     s.observe_epoch(epoch)?;
+    let number = s.open_link();
     link.send(&Frame::Welcome {
         epoch: s.state().epoch,
         last_id: s.last_id(),
     })?;
-    Ok(epoch)
+    Ok((epoch, number))
+}
+
+/// The mirror's fence (sans I/O: the TCP server and the deterministic simulation both use
+/// it): a primary, or a record, of `epoch` is admitted only if no newer epoch was seen here
+/// (`seen`, persisted before it was acted on). A deposed primary can therefore never have a
+/// record acknowledged by a mirror that knows of its successor.
+pub fn admit_epoch(epoch: u64, seen: u64) -> Result<()> {
+    if epoch < seen && !mnemo_pmem::mutant::active("repl.accept_stale_epoch") {
+        return Err(Error::Refused(format!(
+            "stale epoch {epoch}: this mirror has seen epoch {seen} (was it promoted?)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether link `number` may still change the image, the newest accepted being `newest`
+/// (sans I/O, as [`admit_epoch`]). Only the newest link of a mirror may: bytes of an older
+/// one (a primary's process that died, or dropped that link, with a full copy or records
+/// still in flight) must not land on top of the newer link's copy. Found by the
+/// deterministic simulation: a dead primary's copy, delayed in the network, arrived after its
+/// restarted process had sent its own, and the new process's records were then applied to
+/// the old image.
+pub fn admit_link(number: u64, newest: u64) -> Result<()> {
+    if number != newest && !mnemo_pmem::mutant::active("repl.any_link") {
+        return Err(Error::Refused(format!(
+            "link {number} superseded: a newer link ({newest}) was accepted since"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a sync-point record `id` may be logged by a mirror whose image is `complete` and
+/// which holds records up to `last` (sans I/O, as [`admit_epoch`]).
+pub fn admit_record(complete: bool, last: u64, id: u64) -> Result<()> {
+    if !complete {
+        return Err(Error::Storage(
+            "this mirror holds no complete copy yet; a full copy must come first".into(),
+        ));
+    }
+    if id <= last {
+        return Err(Error::Storage(format!(
+            "record {id} is not after the last one held ({last})"
+        )));
+    }
+    Ok(())
 }
 
 /// Bind `addr` and serve (a convenience for the CLI and tests).

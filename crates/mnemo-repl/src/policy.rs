@@ -40,6 +40,22 @@ pub const MUTANTS: &[&str] = &[
     "repl.skip_copy",
 ];
 
+/// Deliberately broken variants caught by the deterministic simulation (`tests/sim.rs`),
+/// not by the loopback tests: each needs a schedule of faults to show.
+pub const MUTANTS_SIM: &[&str] = &[
+    // A sync mode acknowledges a sync point before the mirror's ack ([`Mode::waits_for_ack`]).
+    "repl.ack_before_mirror",
+    // The mirror takes a record cut short by the end of its link, without its end mark and
+    // checksum ([`crate::proto::decode_at_eof`]).
+    "repl.apply_torn",
+    // The mirror admits a primary, or a record, of an epoch older than the highest it has
+    // seen ([`crate::mirror::admit_epoch`]).
+    "repl.accept_stale_epoch",
+    // The mirror lets any link change its image, not only the newest one
+    // ([`crate::mirror::admit_link`]): a dead process's copy lands after its successor's.
+    "repl.any_link",
+];
+
 /// How the primary replicates (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -80,6 +96,16 @@ impl Mode {
         ]
         .into_iter()
         .find(|m| m.name() == name)
+    }
+
+    /// Whether a sync point waits for the mirror's acknowledgement before it is acknowledged
+    /// here (every mode that ships but `async`).
+    pub fn waits_for_ack(self) -> bool {
+        if mnemo_pmem::mutant::active("repl.ack_before_mirror") {
+            // Broken on purpose (tests only): acknowledged before the mirror's ack.
+            return false;
+        }
+        !matches!(self, Mode::Local | Mode::Async)
     }
 
     /// Whether sync points are made durable here too (all but `sync` and `syncsec`, which
@@ -666,7 +692,7 @@ impl MirrorPolicy {
                 .link
                 .as_mut()
                 .ok_or_else(|| Error::Unexpected("no link".into()))?;
-            if mode == Mode::Async {
+            if !mode.waits_for_ack() {
                 while let Some(frame) = link.try_recv()? {
                     self.note_ack(frame)?;
                 }
@@ -780,28 +806,47 @@ const BUSY_WAIT_MAX: Duration = Duration::from_secs(60);
 fn expect_ack(link: &mut Link, epoch: u64, id: u64) -> Result<u64> {
     let start = Instant::now();
     loop {
-        match link.recv()? {
-            Frame::Ack { epoch: e, id: got } if e == epoch && got >= id => return Ok(got),
-            Frame::Ack { epoch: e, .. } if e == epoch => continue,
-            Frame::Heartbeat { epoch: e, .. } if e > epoch => {
-                return Err(Error::Refused(format!(
-                    "stale epoch {epoch}: the mirror has seen epoch {e}"
-                )))
-            }
-            Frame::Heartbeat { .. } if start.elapsed() < BUSY_WAIT_MAX => continue,
-            Frame::Heartbeat { .. } => {
+        match ack_step(epoch, id, link.recv()?)? {
+            AckStep::Acked(got) => return Ok(got),
+            AckStep::Earlier => continue,
+            AckStep::Busy if start.elapsed() < BUSY_WAIT_MAX => continue,
+            AckStep::Busy => {
                 return Err(Error::Unexpected(format!(
                     "the mirror stayed busy for {BUSY_WAIT_MAX:?} without acknowledging record {id}"
                 )))
             }
-            Frame::Ack { epoch: e, .. } => {
-                return Err(Error::Refused(format!(
-                    "acknowledged under epoch {e}, this primary's is {epoch}"
-                )))
-            }
-            Frame::Refused { reason } => return Err(Error::Refused(reason)),
-            other => return Err(Error::Unexpected(format!("{other:?}"))),
         }
+    }
+}
+
+/// What a frame received while a primary of `epoch` waits for the acknowledgement of record
+/// `id` means ([`ack_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckStep {
+    /// Every record up to this id (at least `id`) is durable at the mirror.
+    Acked(u64),
+    /// The acknowledgement of an earlier record: keep waiting.
+    Earlier,
+    /// The mirror says it is alive but busy (its heartbeat): keep waiting, within bounds.
+    Busy,
+}
+
+/// The primary's rule for one frame received while it waits for the acknowledgement of
+/// record `id` (sans I/O: the TCP link and the deterministic simulation both use it). An
+/// error loses the link: a refusal, a mirror of a newer epoch, an ack under another epoch.
+pub fn ack_step(epoch: u64, id: u64, frame: Frame) -> Result<AckStep> {
+    match frame {
+        Frame::Ack { epoch: e, id: got } if e == epoch && got >= id => Ok(AckStep::Acked(got)),
+        Frame::Ack { epoch: e, .. } if e == epoch => Ok(AckStep::Earlier),
+        Frame::Heartbeat { epoch: e, .. } if e > epoch => Err(Error::Refused(format!(
+            "stale epoch {epoch}: the mirror has seen epoch {e}"
+        ))),
+        Frame::Heartbeat { .. } => Ok(AckStep::Busy),
+        Frame::Ack { epoch: e, .. } => Err(Error::Refused(format!(
+            "acknowledged under epoch {e}, this primary's is {epoch}"
+        ))),
+        Frame::Refused { reason } => Err(Error::Refused(reason)),
+        other => Err(Error::Unexpected(format!("{other:?}"))),
     }
 }
 

@@ -433,6 +433,50 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
     Ok(Some((frame, total)))
 }
 
+/// What the bytes left undecoded when a stream ended (`buf`: less than one whole frame) are
+/// worth: nothing. A frame cut short by a lost connection or a crashed peer has no end mark
+/// and no checksum to check and is never used; the caller reports the end of the stream.
+/// (The deterministic simulation cuts frames this way; the mutant `repl.apply_torn` takes
+/// the whole ranges of a cut record instead, as a receiver without these checks would.)
+pub fn decode_at_eof(buf: &[u8]) -> Option<Frame> {
+    if !mnemo_pmem::mutant::active("repl.apply_torn") {
+        return None;
+    }
+    // Broken on purpose (tests only): the whole ranges of a record cut short.
+    let mut r = Reader::new(buf);
+    if r.u32().ok()? != MAGIC || r.u8().ok()? != K_RECORD {
+        return None;
+    }
+    r.skip(7).ok()?;
+    let (epoch, id) = (r.u64().ok()?, r.u64().ok()?);
+    let copy = r.u8().ok()? == 1;
+    let count = r.u32().ok()? as usize;
+    let mut ranges = Vec::new();
+    for _ in 0..count.min(RECORD_RANGES_MAX) {
+        let parsed = (|| -> Result<Range, ProtoError> {
+            let offset = r.u64()?;
+            let n = usize::try_from(r.u64()?).map_err(|_| ProtoError::Malformed("length"))?;
+            Ok(Range {
+                offset,
+                data: r.take(n)?.to_vec(),
+            })
+        })();
+        match parsed {
+            Ok(range) => ranges.push(range),
+            Err(_) => break,
+        }
+    }
+    if ranges.is_empty() {
+        return None;
+    }
+    Some(Frame::Record {
+        epoch,
+        id,
+        copy,
+        ranges,
+    })
+}
+
 /// Bounds-checked little-endian reads.
 struct Reader<'a> {
     buf: &'a [u8],

@@ -383,3 +383,115 @@ fn a_pool_that_grew_is_promoted_whole() {
     promoted.read(at, &mut got).unwrap();
     assert_eq!(&got, b"after growth!");
 }
+
+/// A primary's side of the handshake, by hand: the link and the mirror's last id.
+fn open_link(addr: SocketAddr, epoch: u64) -> (mnemo_repl::link::Link, u64) {
+    use mnemo_repl::proto::{Frame, Role, VERSION};
+    let secret = Secret::new(SECRET).unwrap();
+    let mut link = mnemo_repl::link::Link::connect(addr, Duration::from_secs(2)).unwrap();
+    link.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let ours = mnemo_repl::auth::nonce().unwrap();
+    link.send(&Frame::Hello {
+        version: VERSION,
+        role: Role::Primary,
+        nonce: ours,
+    })
+    .unwrap();
+    let Frame::Challenge { nonce: theirs, .. } = link.recv().unwrap() else {
+        panic!("no challenge")
+    };
+    link.send(&Frame::Auth {
+        proof: secret.primary_proof(&theirs, &ours),
+        epoch,
+        pool_size: 4096,
+    })
+    .unwrap();
+    match link.recv().unwrap() {
+        Frame::Welcome { last_id, .. } => (link, last_id),
+        other => panic!("expected Welcome, got {other:?}"),
+    }
+}
+
+/// A full copy of one page whose first 8 bytes are `byte`, completed at record `id`.
+fn send_copy(link: &mut mnemo_repl::link::Link, epoch: u64, id: u64, byte: u8) {
+    use mnemo_repl::proto::Frame;
+    link.send(&Frame::CopyBegin {
+        epoch,
+        pool_size: 4096,
+    })
+    .unwrap();
+    link.send(&Frame::Record {
+        epoch,
+        id,
+        copy: true,
+        ranges: vec![Range {
+            offset: 0,
+            data: vec![byte; 8],
+        }],
+    })
+    .unwrap();
+    link.send(&Frame::CopyDone {
+        epoch,
+        id,
+        pool_size: 4096,
+    })
+    .unwrap();
+}
+
+/// Only the newest link may change the image: a full copy (or a record) still arriving on an
+/// older link (a primary's process that died with it in flight, while its restarted process
+/// linked again and sent its own copy) is refused instead of replacing the newer copy. Found
+/// by the deterministic simulation (`tests/sim.rs`, mutant `repl.any_link`).
+#[test]
+fn an_older_link_cannot_change_the_image() {
+    use mnemo_repl::proto::Frame;
+    let dir = scratch();
+    let (addr, store) = start_mirror(dir.path());
+    let (mut old, _) = open_link(addr, 1);
+    let (mut new, _) = open_link(addr, 1);
+    send_copy(&mut new, 1, 1, 0xbb);
+    assert_eq!(new.recv().unwrap(), Frame::Ack { epoch: 1, id: 1 });
+    // The old link's copy, then a record of it: refused, the link closed.
+    send_copy(&mut old, 1, 1, 0xaa);
+    match old.recv().unwrap() {
+        Frame::Refused { reason } => assert!(reason.contains("superseded"), "{reason}"),
+        other => panic!("the older link's copy was taken: {other:?}"),
+    }
+    let image = std::fs::read(store.lock().unwrap().image_path()).unwrap();
+    assert_eq!(&image[..8], &[0xbb; 8], "the newer copy stays");
+    // The newest link goes on.
+    new.send(&Frame::Record {
+        epoch: 1,
+        id: 2,
+        copy: false,
+        ranges: vec![Range {
+            offset: 8,
+            data: vec![0xcc; 8],
+        }],
+    })
+    .unwrap();
+    assert_eq!(new.recv().unwrap(), Frame::Ack { epoch: 1, id: 2 });
+}
+
+/// A full copy is fenced by the epoch as records are: a primary whose link was accepted
+/// before the mirror saw a newer epoch (its takeover, between the swap and the exec) cannot
+/// replace the image with a copy of its own. Found by the deterministic simulation: a
+/// deposed primary blocking for its mirror (`WithoutMirror::Block`) completed a copy there.
+#[test]
+fn a_full_copy_of_an_older_epoch_is_refused() {
+    use mnemo_repl::proto::Frame;
+    let dir = scratch();
+    let (addr, store) = start_mirror(dir.path());
+    let (mut link, _) = open_link(addr, 1);
+    send_copy(&mut link, 1, 1, 0xbb);
+    assert_eq!(link.recv().unwrap(), Frame::Ack { epoch: 1, id: 1 });
+    // The mirror takes over (epoch 2) while the old primary's link is still open.
+    store.lock().unwrap().observe_epoch(2).unwrap();
+    send_copy(&mut link, 1, 2, 0xaa);
+    match link.recv().unwrap() {
+        Frame::Refused { reason } => assert!(reason.contains("stale epoch"), "{reason}"),
+        other => panic!("a copy of epoch 1 was taken after epoch 2: {other:?}"),
+    }
+    let image = std::fs::read(store.lock().unwrap().image_path()).unwrap();
+    assert_eq!(&image[..8], &[0xbb; 8], "the image stays");
+}

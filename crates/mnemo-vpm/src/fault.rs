@@ -55,13 +55,14 @@ use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::os::fd::RawFd;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mnemo_pmem::{durable_site, mutant};
 
 use crate::format::Place;
 use crate::limits::{CRASH_EXIT_CODE, EVICT_BATCH_PAGES, OPEN_REGIONS_MAX, PAGE_SIZE};
+use crate::region::RegionOptions;
 use crate::space::SpaceInner;
 
 const PAGE: usize = PAGE_SIZE as usize;
@@ -137,6 +138,8 @@ pub struct Counters {
     pub(crate) swap_outs: AtomicU64,
     pub(crate) clean_evictions: AtomicU64,
     pub(crate) evictions: AtomicU64,
+    pub(crate) sync_evictions: AtomicU64,
+    pub(crate) fault_waits: AtomicU64,
     pub(crate) swap_ins: AtomicU64,
     pub(crate) zero_fills: AtomicU64,
     pub(crate) resident: AtomicU64,
@@ -161,6 +164,17 @@ struct Book {
     /// Per slot: `MAPPED` (at its page's address) and `DIRTY` (stored to since its bytes
     /// last matched its swap copy; a clean page is mapped read-only).
     flags: Box<[u8]>,
+    /// An eviction by the evictor thread is between its choice and its record: its victims
+    /// are `EVICTING`, out of the ring, and their slots not free yet.
+    inflight: bool,
+}
+
+/// The victims of the evictor thread's eviction in progress: (slot, page, dirty). Touched
+/// by the evictor thread only (its copies and sync run without the region's lock).
+#[derive(Debug)]
+struct Ahead {
+    victims: Box<[(u32, u32, bool)]>,
+    n: usize,
 }
 
 const MAPPED: u8 = 1;
@@ -170,6 +184,9 @@ const REFERENCED: u8 = 4;
 /// Made inaccessible by the front hand (its slot stays mapped): the next access faults and
 /// sets `REFERENCED`.
 const ARMED: u8 = 8;
+/// Chosen by the evictor thread, whose copy to swap is in progress (its page is
+/// inaccessible): a fault on it waits until the eviction is recorded, then swaps it in.
+const EVICTING: u8 = 16;
 
 /// Everything the fault path of one region needs, allocated before the region is
 /// registered with the handler.
@@ -195,10 +212,31 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// Crash point: `(eviction number + 1) << 8 | step`, 0 for none.
     pub(crate) crash_at: AtomicU64,
+    /// Number + 1 of the last eviction recorded whose freed slots no fault has taken from
+    /// yet (0: none): the fill steps of a crash point belong to the next fault that takes a
+    /// slot after it.
+    last_recorded: AtomicU64,
+    /// The reserve: the evictor thread evicts while fewer slots than this are free (0: no
+    /// evictor thread).
+    low_water: usize,
+    /// Most pages a first touch maps at once.
+    fault_around: usize,
+    /// The evictor's futex word: bumped to wake it.
+    wake: AtomicU32,
+    /// Bumped (under the lock) each time the evictor thread ends an eviction: faults that
+    /// wait for it sleep on this futex word.
+    evicted: AtomicU32,
+    /// A fault asked the evictor to run and it has not started on it yet.
+    wake_pending: AtomicBool,
+    /// The region is being dropped: the evictor returns.
+    stop: AtomicBool,
+    /// The evictor thread's eviction in progress.
+    ahead: UnsafeCell<Ahead>,
 }
 
-// SAFETY: `book` is touched only under `lock` (the handler) or with `&mut` before the
-// region is registered; every other field is immutable or atomic.
+// SAFETY: `book` is touched only under `lock` (the handler and the evictor thread) or with
+// `&mut` before the region is registered; `ahead` only by the evictor thread (one per
+// region); every other field is immutable or atomic.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw descriptors are owned by `space`, which outlives `Shared`.
 unsafe impl Send for Shared {}
@@ -217,16 +255,29 @@ pub fn evict_batch(budget: u64) -> usize {
     (budget / 4).clamp(1, EVICT_BATCH_PAGES) as usize
 }
 
-/// The spin lock of one region; async-signal-safe (atomics only).
+/// Spins on a region's lock before sleeping on it.
+const LOCK_SPINS: u32 = 200;
+
+/// The lock of one region: 0 free, 1 held, 2 held with sleepers. It spins a little, then
+/// sleeps on the word (futex), since its holder may be preempted on the very CPU the waiter
+/// runs on (a server pinned to one CPU shares it with its evictor thread: a pure spin lock
+/// there burnt whole time slices). Async-signal-safe: atomics and system calls only.
 struct SpinGuard<'a>(&'a AtomicU32);
 
 impl<'a> SpinGuard<'a> {
     fn lock(word: &'a AtomicU32) -> SpinGuard<'a> {
-        while word
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        for _ in 0..LOCK_SPINS {
+            if word
+                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return SpinGuard(word);
+            }
             std::hint::spin_loop();
+        }
+        // Contended: say so (2), and sleep until the holder's unlock wakes us.
+        while word.swap(2, Ordering::Acquire) != 0 {
+            futex_wait(word, 2, 1_000_000_000);
         }
         SpinGuard(word)
     }
@@ -234,7 +285,9 @@ impl<'a> SpinGuard<'a> {
 
 impl Drop for SpinGuard<'_> {
     fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
+        if self.0.swap(0, Ordering::Release) == 2 {
+            futex_wake(self.0);
+        }
     }
 }
 
@@ -265,6 +318,7 @@ impl Shared {
         space: Arc<SpaceInner>,
         resident: &[(u32, u32)],
         swapped: u64,
+        options: RegionOptions,
     ) -> Shared {
         let budget_usize = budget as usize;
         let mut owner = vec![FREE; budget_usize].into_boxed_slice();
@@ -314,9 +368,29 @@ impl Shared {
                 free_len,
                 batch: vec![0u32; evict_batch(budget)].into_boxed_slice(),
                 flags,
+                inflight: false,
             }),
             counters,
             crash_at: AtomicU64::new(0),
+            last_recorded: AtomicU64::new(0),
+            low_water: if options.evict_ahead {
+                evict_batch(budget)
+            } else {
+                0
+            },
+            // At most a quarter of the budget: the next eviction's victims are the oldest
+            // pages (a quarter at most), so the pages one fault maps are not among them
+            // unless every older page was touched again (a writer in a small region saw the
+            // page it was filling evicted from under it).
+            fault_around: options.fault_around_pages.min(budget / 4).max(1) as usize,
+            wake: AtomicU32::new(0),
+            evicted: AtomicU32::new(0),
+            wake_pending: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            ahead: UnsafeCell::new(Ahead {
+                victims: vec![(0, 0, false); evict_batch(budget)].into_boxed_slice(),
+                n: 0,
+            }),
         }
     }
 
@@ -371,16 +445,20 @@ impl Shared {
         }
     }
 
-    /// Store `place` into `page`'s table word and make it durable; `stored`: the crash
-    /// point between the store and its flush.
-    fn record(&self, page: u64, place: Place, stored: Option<(u64, Step)>) {
-        self.entry(page).store(place.word(), Ordering::Release);
+    /// Record pages `page..page + run` in slots `slot..slot + run`: the 8-byte words stored,
+    /// flushed (they are neighbours), one fence; `stored`: the crash point between the
+    /// stores and their flush.
+    fn record_run(&self, page: u64, slot: u64, run: u64, stored: Option<(u64, Step)>) {
+        for i in 0..run {
+            self.entry(page + i)
+                .store(Place::Resident(slot + i).word(), Ordering::Release);
+        }
         if let Some((eviction, step)) = stored {
             self.crash_point(eviction, step);
         }
         let window = &self.space.window;
         durable_site!("vpm.table_flush", {
-            window.flush(self.entry_offset(page), 8);
+            window.flush(self.entry_offset(page), 8 * run);
             Ok::<(), ()>(())
         })
         .ok();
@@ -389,22 +467,23 @@ impl Shared {
         }
     }
 
-    /// Map `slot` of the persistent-memory file at `page`.
+    /// Map slots `slot..slot + run` of the persistent-memory file at pages
+    /// `page..page + run` (one mapping).
     /// `writable`: read-write, else read-only (a page whose swap copy is still its bytes:
     /// the first store faults again and marks it dirty).
-    fn map_slot(&self, page: u64, slot: u64, writable: bool) {
+    fn map_run(&self, page: u64, slot: u64, run: u64, writable: bool) {
         let prot = if writable {
             libc::PROT_READ | libc::PROT_WRITE
         } else {
             libc::PROT_READ
         };
-        // SAFETY: the page lies inside this region's reservation, which only this module
-        // maps; MAP_FIXED replaces the reservation's page (or the same slot mapped by a
-        // racing fault) with the slot, a page of the file inside its length.
+        // SAFETY: the pages lie inside this region's reservation, which only this module
+        // maps; MAP_FIXED replaces the reservation's pages (or the same slots mapped by a
+        // racing fault) with the slots, pages of the file inside its length.
         let p = unsafe {
             libc::mmap(
                 self.page_addr(page),
-                PAGE,
+                PAGE * run as usize,
                 prot,
                 libc::MAP_SHARED | libc::MAP_FIXED,
                 self.pm_fd,
@@ -414,6 +493,11 @@ impl Shared {
         if p == libc::MAP_FAILED {
             die("mmap of a persistent-memory slot");
         }
+    }
+
+    /// Map `slot` at `page` (see [`Shared::map_run`]).
+    fn map_slot(&self, page: u64, slot: u64, writable: bool) {
+        self.map_run(page, slot, 1, writable);
     }
 
     /// Change the protection of a mapped page (clean and dirty pages, the clock's arming).
@@ -444,21 +528,52 @@ impl Shared {
     }
 
     /// Resolve a fault at `addr` (inside the region). Called by the signal handler.
-    fn fault(&self, addr: usize) {
+    /// `write`: the access is known to be a store (the CPU says so), so a page brought in
+    /// for it is dirty at once and mapped writable (no second fault for the store).
+    fn fault(&self, addr: usize, write: bool) {
         let page = ((addr - self.start) / PAGE) as u64;
-        let _guard = SpinGuard::lock(&self.lock);
-        // SAFETY: the lock is held; nothing else touches the book meanwhile.
-        let book = unsafe { &mut *self.book.get() };
         self.counters.faults.fetch_add(1, Ordering::Relaxed);
+        let mut waited = false;
+        loop {
+            let done = {
+                let _guard = SpinGuard::lock(&self.lock);
+                // SAFETY: the lock is held; nothing else touches the book meanwhile.
+                let book = unsafe { &mut *self.book.get() };
+                if self.resolve(book, page, write) {
+                    return;
+                }
+                // Read under the lock: the evictor bumps it under the lock when it ends.
+                self.evicted.load(Ordering::SeqCst)
+            };
+            // The page, or the slot it needs, waits for the evictor thread's eviction in
+            // progress (a copy to swap and its sync): asleep, since the evictor may need
+            // this very CPU (a server pinned to one shares it with its evictor).
+            if !waited {
+                waited = true;
+                self.counters.fault_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            futex_wait(&self.evicted, done, WAIT_FOR_EVICTION_NS);
+        }
+    }
+
+    /// Resolve a fault on `page`, the lock held: false if it must wait for the evictor
+    /// thread's eviction in progress.
+    fn resolve(&self, book: &mut Book, page: u64, write: bool) -> bool {
         let place = match Place::decode(self.entry(page).load(Ordering::Acquire)) {
             Some(place) => place,
             None => die("invalid page-table word"),
         };
         if let Place::Resident(slot) = place {
             let flags = &mut book.flags[slot as usize];
+            if *flags & EVICTING != 0 {
+                return false;
+            }
             if *flags & ARMED != 0 {
                 // An access to a page the clock hand armed: referenced. Its protection comes
-                // back (read-only if clean: a store then faults once more, below).
+                // back (read-only if clean and read: a store then faults once more, below).
+                if write {
+                    *flags |= DIRTY;
+                }
                 let prot = if *flags & DIRTY != 0 {
                     libc::PROT_READ | libc::PROT_WRITE
                 } else {
@@ -466,7 +581,7 @@ impl Shared {
                 };
                 self.protect(page, prot);
                 *flags = (*flags & !ARMED) | REFERENCED;
-                return;
+                return true;
             }
             if *flags & MAPPED != 0 && *flags & DIRTY == 0 {
                 // A store to a clean page (mapped read-only at its swap-in): from now on
@@ -474,36 +589,43 @@ impl Shared {
                 // then marked dirty for nothing.)
                 self.protect(page, libc::PROT_READ | libc::PROT_WRITE);
                 *flags |= DIRTY;
-                return;
+                return true;
             }
             // Mapped by a racing fault meanwhile, or resident since the region was opened
             // (its swap copy, if any, unknown: dirty).
             self.map_slot(page, slot, true);
             *flags = MAPPED | DIRTY;
-            return;
+            return true;
         }
-        let eviction = if book.free_len == 0 {
+        if book.free_len == 0 {
+            if book.inflight {
+                // The evictor's eviction in progress frees slots soon: no second eviction
+                // (and swap sync) on the fault path.
+                return false;
+            }
             let eviction = self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            self.counters.sync_evictions.fetch_add(1, Ordering::Relaxed);
             self.evict_batch(book, eviction);
-            Some(eviction)
-        } else {
-            None
-        };
-        book.free_len -= 1;
-        let slot = u64::from(book.free[book.free_len]);
+        }
+        let slot = u64::from(book.free[book.free_len - 1]);
+        let run = self.run_length(book, page, place, slot);
+        book.free_len -= run as usize;
+        // The fill steps of a crash point: those of the first fault to take a slot after
+        // the eviction that freed it.
+        let eviction = self.last_recorded.swap(0, Ordering::Relaxed).checked_sub(1);
         let stored = eviction.map(|e| (e, Step::SlotWordStored));
         if mutant::active("vpm.record_before_fill") {
-            self.record(page, Place::Resident(slot), stored);
+            self.record_run(page, slot, run, stored);
             if let Some(e) = eviction {
                 self.crash_point(e, Step::Filled);
             }
-            self.fill(slot, place, eviction);
+            self.fill(slot, run, place, eviction);
         } else {
-            self.fill(slot, place, eviction);
+            self.fill(slot, run, place, eviction);
             if let Some(e) = eviction {
                 self.crash_point(e, Step::Filled);
             }
-            self.record(page, Place::Resident(slot), stored);
+            self.record_run(page, slot, run, stored);
         }
         if let Some(e) = eviction {
             self.crash_point(e, Step::Remapped);
@@ -511,32 +633,70 @@ impl Shared {
         // A page from swap stays clean (read-only) until its first store; a new page has
         // no swap copy.
         let writable_anyway = mutant::active("vpm.swap_in_writable");
-        let clean = matches!(place, Place::Swapped(_));
-        self.map_slot(page, slot, !clean || writable_anyway);
-        book.flags[slot as usize] = if clean { MAPPED } else { MAPPED | DIRTY };
-        book.owner[slot as usize] = page as u32;
-        let tail = (book.head + book.len) % book.fifo.len();
-        book.fifo[tail] = slot as u32;
-        book.len += 1;
-        self.counters.resident.fetch_add(1, Ordering::Relaxed);
+        let clean = matches!(place, Place::Swapped(_)) && !write;
+        self.map_run(page, slot, run, !clean || writable_anyway);
+        for i in 0..run {
+            let s = (slot + i) as usize;
+            book.flags[s] = if clean { MAPPED } else { MAPPED | DIRTY };
+            book.owner[s] = (page + i) as u32;
+            let tail = (book.head + book.len) % book.fifo.len();
+            book.fifo[tail] = s as u32;
+            book.len += 1;
+        }
+        self.counters.resident.fetch_add(run, Ordering::Relaxed);
         if let Place::Swapped(_) = place {
             self.counters.swapped.fetch_sub(1, Ordering::Relaxed);
         }
+        self.request_eviction(book);
+        true
     }
 
-    /// Put a page's bytes into `slot` (from swap, or zeros) and make them durable there.
-    fn fill(&self, slot: u64, place: Place, eviction: Option<u64>) {
+    /// Pages a fault on `page` maps into slots from `slot` (the top of the free stack): 1,
+    /// or for a first touch (fault-around) also the untouched pages after it, as long as the
+    /// free slots below the top continue `slot` contiguously (one mapping of the file).
+    fn run_length(&self, book: &Book, page: u64, place: Place, slot: u64) -> u64 {
+        if place != Place::Untouched {
+            return 1;
+        }
+        let most = self.fault_around.min(book.free_len) as u64;
+        let mut run = 1;
+        while run < most
+            && page + run < self.pages
+            && u64::from(book.free[book.free_len - 1 - run as usize]) == slot + run
+            && Place::decode(self.entry(page + run).load(Ordering::Acquire))
+                == Some(Place::Untouched)
+        {
+            run += 1;
+        }
+        run
+    }
+
+    /// Wake the evictor thread if the reserve of free slots ran low (once per request).
+    fn request_eviction(&self, book: &Book) {
+        if book.free_len < self.low_water
+            && !book.inflight
+            && !self.wake_pending.swap(true, Ordering::SeqCst)
+        {
+            self.wake.fetch_add(1, Ordering::SeqCst);
+            futex_wake(&self.wake);
+        }
+    }
+
+    /// Put pages' bytes into slots `slot..slot + run` (from swap for one page, or zeros)
+    /// and make them durable there (one fence).
+    fn fill(&self, slot: u64, run: u64, place: Place, eviction: Option<u64>) {
         let dst = self.window_ptr(self.slot_offset(slot));
         match place {
             Place::Swapped(at) => {
+                debug_assert_eq!(run, 1);
                 let offset = self.swap_offset + at * PAGE_SIZE;
                 read_full(self.swap_fd, dst, offset);
                 self.counters.swap_ins.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
-                // SAFETY: the slot lies inside the window's mapping.
-                unsafe { std::ptr::write_bytes(dst, 0, PAGE) };
-                self.counters.zero_fills.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the slots lie inside the window's mapping.
+                unsafe { std::ptr::write_bytes(dst, 0, PAGE * run as usize) };
+                self.counters.zero_fills.fetch_add(run, Ordering::Relaxed);
             }
         }
         if let Some(e) = eviction {
@@ -544,7 +704,7 @@ impl Shared {
         }
         let window = &self.space.window;
         durable_site!("vpm.slot_flush", {
-            window.flush(self.slot_offset(slot), PAGE_SIZE);
+            window.flush(self.slot_offset(slot), PAGE_SIZE * run);
             Ok::<(), ()>(())
         })
         .ok();
@@ -553,8 +713,48 @@ impl Shared {
         }
     }
 
-    /// Evict a batch of resident pages (chosen by CLOCK) to swap; their slots go to the
-    /// free stack, the first chosen on top. One swap sync and one fence for the batch.
+    /// Make the swap file's writes durable (`fdatasync`).
+    fn sync_swap(&self) {
+        if durable_site!("vpm.swap_sync", {
+            if (self.space.sync_swap)(self.swap_fd) {
+                Ok(())
+            } else {
+                Err(())
+            }
+        })
+        .is_err()
+        {
+            die("fdatasync of the swap file");
+        }
+    }
+
+    /// The victims' slots are free (recorded in swap): to the free stack, the first victim's
+    /// slot on top; `written` of the `victims` were written to swap (the others were clean).
+    fn release(
+        &self,
+        book: &mut Book,
+        victims: impl DoubleEndedIterator<Item = u32>,
+        written: u64,
+    ) {
+        let mut n = 0;
+        for slot in victims.rev() {
+            book.owner[slot as usize] = FREE;
+            book.flags[slot as usize] = 0;
+            book.free[book.free_len] = slot;
+            book.free_len += 1;
+            n += 1;
+        }
+        self.counters.swap_outs.fetch_add(n, Ordering::Relaxed);
+        self.counters
+            .clean_evictions
+            .fetch_add(n - written, Ordering::Relaxed);
+        self.counters.resident.fetch_sub(n, Ordering::Relaxed);
+        self.counters.swapped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Evict a batch of resident pages (chosen by CLOCK) to swap, on the fault path; their
+    /// slots go to the free stack, the first chosen on top. One swap sync and one fence for
+    /// the batch.
     fn evict_batch(&self, book: &mut Book, eviction: u64) {
         if book.len == 0 {
             die("no resident page to evict (budget of zero pages)");
@@ -586,41 +786,125 @@ impl Shared {
         if !record_first {
             self.crash_point(eviction, Step::Written);
         }
-        if written > 0
-            && durable_site!("vpm.swap_sync", {
-                if (self.space.sync_swap)(self.swap_fd) {
-                    Ok(())
-                } else {
-                    Err(())
-                }
-            })
-            .is_err()
-        {
-            die("fdatasync of the swap file");
+        if written > 0 {
+            self.sync_swap();
         }
         self.crash_point(eviction, Step::Synced);
         if !record_first {
             self.record_swapped(victims(book, n), Some(eviction));
         }
         self.crash_point(eviction, Step::Recorded);
-        // Pushed last chosen first, so the first chosen victim's slot is taken first.
-        for i in (0..n).rev() {
-            let slot = book.batch[i];
-            book.owner[slot as usize] = FREE;
-            book.flags[slot as usize] = 0;
-            book.free[book.free_len] = slot;
-            book.free_len += 1;
+        let batch = std::mem::take(&mut book.batch);
+        self.release(book, batch[..n].iter().copied(), written);
+        book.batch = batch;
+        self.last_recorded.store(eviction + 1, Ordering::Relaxed);
+    }
+
+    /// One eviction ahead of need, on the evictor thread: the same steps as
+    /// [`Shared::evict_batch`], but the copies to swap and the sync run without the lock
+    /// (faults go on meanwhile; one on a victim waits, see `EVICTING`). False if the
+    /// reserve is full, or there is nothing to evict.
+    fn evict_ahead(&self) -> bool {
+        // SAFETY: only the evictor thread, this one, touches `ahead`.
+        let ahead = unsafe { &mut *self.ahead.get() };
+        let eviction = {
+            let _guard = SpinGuard::lock(&self.lock);
+            // SAFETY: the lock is held.
+            let book = unsafe { &mut *self.book.get() };
+            if book.free_len >= self.low_water || book.len == 0 || book.inflight {
+                return false;
+            }
+            let eviction = self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            let n = self.choose_victims(book);
+            self.crash_point(eviction, Step::Chosen);
+            for i in 0..n {
+                let slot = book.batch[i];
+                let page = book.owner[slot as usize];
+                let flags = &mut book.flags[slot as usize];
+                ahead.victims[i] = (slot, page, *flags & DIRTY != 0);
+                *flags |= EVICTING;
+                self.unmap(u64::from(page));
+            }
+            ahead.n = n;
+            book.inflight = true;
+            self.crash_point(eviction, Step::Protected);
+            eviction
+        };
+        // The victims are inaccessible (a store to one waits): their slots' bytes are
+        // final, and no fault takes their slots until they are released below.
+        let chosen = &ahead.victims[..ahead.n];
+        let victims = chosen
+            .iter()
+            .map(|&(slot, page, _)| (u64::from(slot), u64::from(page)));
+        let record_first = mutant::active("vpm.record_before_swap");
+        if record_first {
+            self.record_swapped(victims.clone(), None);
+            self.crash_point(eviction, Step::Written);
         }
-        self.counters
-            .swap_outs
-            .fetch_add(n as u64, Ordering::Relaxed);
-        self.counters
-            .clean_evictions
-            .fetch_add(n as u64 - written, Ordering::Relaxed);
-        self.counters
-            .resident
-            .fetch_sub(n as u64, Ordering::Relaxed);
-        self.counters.swapped.fetch_add(n as u64, Ordering::Relaxed);
+        let mut written = 0;
+        for &(slot, page, dirty) in chosen {
+            if dirty {
+                let src = self.window_ptr(self.slot_offset(u64::from(slot)));
+                let at = self.swap_offset + u64::from(page) * PAGE_SIZE;
+                write_full(self.swap_fd, src, at);
+                written += 1;
+            }
+        }
+        if !record_first {
+            self.crash_point(eviction, Step::Written);
+        }
+        if written > 0 {
+            self.sync_swap();
+        }
+        self.crash_point(eviction, Step::Synced);
+        let _guard = SpinGuard::lock(&self.lock);
+        // SAFETY: the lock is held.
+        let book = unsafe { &mut *self.book.get() };
+        if !record_first {
+            self.record_swapped(victims, Some(eviction));
+        }
+        self.crash_point(eviction, Step::Recorded);
+        self.release(book, chosen.iter().map(|&(slot, _, _)| slot), written);
+        book.inflight = false;
+        self.last_recorded.store(eviction + 1, Ordering::Relaxed);
+        self.evicted.fetch_add(1, Ordering::SeqCst);
+        drop(_guard);
+        futex_wake_all(&self.evicted);
+        true
+    }
+
+    /// The evictor thread's loop: evict while the reserve is short, sleep until a fault asks
+    /// again (or a second passes), return when the region is dropped. Every signal is
+    /// blocked on this thread, so the fault handler never runs on it while it holds the
+    /// region's lock (it touches the region's pages only through the window, never faults).
+    pub(crate) fn evictor_loop(&self) {
+        // SAFETY: a full signal set, blocked on this thread only.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, null_mut());
+        }
+        loop {
+            let seen = self.wake.load(Ordering::SeqCst);
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            self.wake_pending.store(false, Ordering::SeqCst);
+            // Each turn is a whole eviction (copies, a swap sync), not a spin.
+            while !self.stop.load(Ordering::SeqCst) {
+                if !self.evict_ahead() {
+                    break;
+                }
+            }
+            futex_wait(&self.wake, seen, 1_000_000_000);
+        }
+    }
+
+    /// Tell the evictor thread to return (the region is being dropped).
+    pub(crate) fn stop_evictor(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake.fetch_add(1, Ordering::SeqCst);
+        futex_wake(&self.wake);
     }
 
     /// Choose the batch's victims by a two-handed CLOCK over the FIFO ring. The front hand,
@@ -698,6 +982,51 @@ impl Shared {
             die("fence after recording evicted pages");
         }
     }
+}
+
+/// How long a fault sleeps at most before it looks again for the evictor thread's eviction
+/// to end (it is woken when it does; this bounds a lost wake-up).
+const WAIT_FOR_EVICTION_NS: u64 = 10_000_000;
+
+/// Sleep until `word` is no longer `seen` (or a wake-up, or `ns` nanoseconds);
+/// async-signal-safe (a system call).
+fn futex_wait(word: &AtomicU32, seen: u32, ns: u64) {
+    let timeout = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a live, aligned u32, with a timeout read from a local.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            &timeout as *const libc::timespec,
+        )
+    };
+}
+
+/// Wake the thread sleeping on `word`; async-signal-safe (a system call).
+fn futex_wake(word: &AtomicU32) {
+    futex_wake_n(word, 1);
+}
+
+/// Wake every thread sleeping on `word`.
+fn futex_wake_all(word: &AtomicU32) {
+    futex_wake_n(word, i32::MAX);
+}
+
+fn futex_wake_n(word: &AtomicU32, n: i32) {
+    // SAFETY: FUTEX_WAKE on a live, aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        )
+    };
 }
 
 fn read_full(fd: RawFd, dst: *mut u8, offset: u64) {
@@ -782,10 +1111,31 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_
         }
         // SAFETY: a registered `Shared` lives until its region unregisters it, which it
         // does only when no thread may touch the region any more (the region is dropped).
-        unsafe { (*shared).fault(addr) };
+        unsafe { (*shared).fault(addr, is_write(ctx)) };
         return;
     }
     chain(sig, info, ctx);
+}
+
+/// Whether the faulting access was a store: bit 1 of the page-fault error code the kernel
+/// saves in the signal context (x86-64). Elsewhere unknown: false (a page from swap is then
+/// mapped read-only and a store faults once more).
+fn is_write(ctx: *mut c_void) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+    {
+        if ctx.is_null() {
+            return false;
+        }
+        // SAFETY: for an SA_SIGINFO handler the third argument is the thread's ucontext_t.
+        let err =
+            unsafe { (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_ERR as usize] };
+        err & 2 != 0
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = ctx;
+        false
+    }
 }
 
 /// Hand a fault that is not ours to the handler that was there before.

@@ -137,7 +137,8 @@ pub enum State {
     Empty,
     /// A region.
     Live,
-    /// A freed region; its space stays taken (not reused by this version).
+    /// A freed region: its persistent memory and swap area are free for a later allocation;
+    /// the entry stays so that the owner's sequence numbers go on.
     Freed,
 }
 
@@ -268,7 +269,8 @@ impl TocEntry {
     fn check(&self, pm_bytes: u64) -> Result<(), String> {
         let fits = self.capacity_pages > 0
             && self.capacity_pages <= crate::limits::CAPACITY_PAGES_MAX
-            && self.budget_pages <= crate::limits::BUDGET_PAGES_MAX
+            && (1..=crate::limits::BUDGET_PAGES_MAX.min(self.capacity_pages))
+                .contains(&self.budget_pages)
             && self.table_offset >= DATA_OFFSET
             && self.table_offset % PAGE_SIZE == 0
             && self
@@ -380,6 +382,18 @@ mod tests {
         assert_eq!(TocEntry::decode(&empty, 1 << 20), Ok(None));
         e[70] ^= 0x40;
         assert!(TocEntry::decode(&e, 1 << 20).is_err());
+        // A budget of no page, or of more pages than the region has, is refused (with a
+        // valid CRC: the fault path must never see one).
+        for budget_pages in [0, 101] {
+            let bad = TocEntry {
+                budget_pages,
+                ..entry.clone()
+            };
+            let mut b = [0u8; 128];
+            b[0..8].copy_from_slice(&State::Live.word().to_le_bytes());
+            b[8..].copy_from_slice(&bad.encode_body());
+            assert!(TocEntry::decode(&b, 1 << 20).is_err(), "{budget_pages}");
+        }
     }
 
     #[test]

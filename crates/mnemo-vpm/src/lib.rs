@@ -39,5 +39,5 @@ pub mod space;
 
 pub use error::{Error, Result};
 pub use fault::Step;
-pub use region::{Region, Stats, StatsHandle};
+pub use region::{Region, RegionOptions, Stats, StatsHandle};
 pub use space::{Hooks, RegionInfo, Space};

@@ -50,3 +50,12 @@ pub const CRASH_EXIT_CODE: i32 = 86;
 /// 0.2-2.5 ms on this machine's shared virtio disk) and the page table fenced once, so a
 /// batch divides both by its size; 64 pages (256 KiB) per sync.
 pub const EVICT_BATCH_PAGES: u64 = 64;
+
+/// Most pages one first touch maps (fault-around): when the faulting page and the pages after
+/// it are untouched and the free slots on top of the free stack are contiguous, up to this
+/// many are zero-filled, recorded and mapped with one fence each and one `mmap`, so a linear
+/// workload takes a fault per 64 KiB instead of per page, and neighbouring pages in
+/// neighbouring slots make one mapping (the kernel merges them). At most a quarter of a
+/// region's budget, so that the pages one fault maps are not the next eviction's victims
+/// (the oldest quarter at most) unless every older page was touched again.
+pub const FAULT_AROUND_PAGES: u64 = 16;

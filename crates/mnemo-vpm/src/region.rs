@@ -39,6 +39,12 @@ pub struct Stats {
     pub swap_outs: u64,
     /// Evictions since open (each takes up to `limits::EVICT_BATCH_PAGES` pages).
     pub evictions: u64,
+    /// Evictions made on the fault path, because no slot was free (the others were made
+    /// ahead of need by the region's evictor thread).
+    pub sync_evictions: u64,
+    /// Faults that waited for the evictor thread's eviction in progress (their page was
+    /// among its victims, or no slot was free).
+    pub fault_waits: u64,
     /// Pages evicted clean (not stored to since their swap-in): nothing written to swap.
     pub clean_evictions: u64,
     /// Pages brought back from swap since open.
@@ -84,11 +90,46 @@ fn stats_of(c: &Counters) -> Stats {
         faults: c.faults.load(Ordering::Relaxed),
         swap_outs: c.swap_outs.load(Ordering::Relaxed),
         evictions: c.evictions.load(Ordering::Relaxed),
+        sync_evictions: c.sync_evictions.load(Ordering::Relaxed),
+        fault_waits: c.fault_waits.load(Ordering::Relaxed),
         clean_evictions: c.clean_evictions.load(Ordering::Relaxed),
         swap_ins: c.swap_ins.load(Ordering::Relaxed),
         zero_fills: c.zero_fills.load(Ordering::Relaxed),
     }
 }
+
+/// How a region is opened ([`crate::Space::open_region_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionOptions {
+    /// Evict ahead of need on a thread of the region's own: it keeps a reserve of free slots
+    /// (an eviction batch, [`crate::fault::evict_batch`]) so that a fault normally takes a
+    /// free slot without writing or syncing swap. Off: every eviction is made by the fault
+    /// that finds no free slot.
+    pub evict_ahead: bool,
+    /// Most pages a first touch maps at once (fault-around; 1 for none; at most a quarter of
+    /// the budget is used).
+    pub fault_around_pages: u64,
+}
+
+impl Default for RegionOptions {
+    fn default() -> RegionOptions {
+        RegionOptions {
+            evict_ahead: true,
+            fault_around_pages: crate::limits::FAULT_AROUND_PAGES,
+        }
+    }
+}
+
+/// The region's evictor thread, stopped and joined when the region is dropped.
+#[derive(Debug)]
+struct Evictor(Option<std::thread::JoinHandle<()>>);
+
+/// The address of a registered `Shared`, sent to the evictor thread.
+struct SharedPtr(*const Shared);
+
+// SAFETY: `Shared` is `Sync`; the pointee outlives the thread (joined before the
+// registration that owns it is dropped, in `Region::drop`).
+unsafe impl Send for SharedPtr {}
 
 /// An open virtual region. Dropping it unregisters it from the fault handler, then
 /// releases its address space.
@@ -98,6 +139,7 @@ pub struct Region {
     /// afterwards is an ordinary crash, never a slot mapped into freed address space.
     registration: Registration,
     reservation: Reservation,
+    evictor: Evictor,
     owner: String,
     seq: u64,
     id: u64,
@@ -110,7 +152,7 @@ pub struct Region {
 
 impl Region {
     /// Takes the region's lock file, or says who holds it.
-    fn lock(space: &SpaceInner, entry: &TocEntry) -> Result<std::fs::File> {
+    pub(crate) fn lock(space: &SpaceInner, entry: &TocEntry) -> Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut name = space.pm_path.as_os_str().to_os_string();
         name.push(format!(".region-{:016x}.lock", entry.id));
@@ -134,7 +176,11 @@ impl Region {
         }
     }
 
-    pub(crate) fn open(space: Arc<SpaceInner>, entry: TocEntry) -> Result<Region> {
+    pub(crate) fn open(
+        space: Arc<SpaceInner>,
+        entry: TocEntry,
+        options: RegionOptions,
+    ) -> Result<Region> {
         {
             let mut open = space.open.lock().unwrap_or_else(|p| p.into_inner());
             if !open.insert(entry.id) {
@@ -145,7 +191,7 @@ impl Region {
             }
         }
         let result = Region::lock(&space, &entry)
-            .and_then(|lock| Region::open_unregistered(Arc::clone(&space), &entry, lock));
+            .and_then(|lock| Region::open_unregistered(Arc::clone(&space), &entry, lock, options));
         if result.is_err() {
             space
                 .open
@@ -160,6 +206,7 @@ impl Region {
         space: Arc<SpaceInner>,
         entry: &TocEntry,
         lock: std::fs::File,
+        options: RegionOptions,
     ) -> Result<Region> {
         let capacity = entry.capacity_pages * PAGE_SIZE;
         let (resident, swapped) = space.scan_table(entry)?;
@@ -172,14 +219,32 @@ impl Region {
             entry.budget_pages,
             (entry.table_offset, entry.slots_offset, entry.swap_offset),
             (pm_fd, swap_fd),
-            space,
+            Arc::clone(&space),
             &resident,
             swapped,
+            options,
         );
         let registration = Registration::new(Box::new(shared)).map_err(Error::Full)?;
+        let evictor = if options.evict_ahead {
+            let ptr = SharedPtr(registration.shared());
+            let run = space.run_evictor;
+            let handle = std::thread::Builder::new()
+                .name("mnemo-vpm-evict".into())
+                .spawn(move || {
+                    let ptr = ptr;
+                    // SAFETY: see `SharedPtr`.
+                    let shared = unsafe { &*ptr.0 };
+                    run(&|| shared.evictor_loop());
+                })
+                .map_err(|e| Error::io(&space.pm_path, "starting the evictor thread", e))?;
+            Evictor(Some(handle))
+        } else {
+            Evictor(None)
+        };
         Ok(Region {
             registration,
             reservation,
+            evictor,
             owner: entry.owner.clone(),
             seq: entry.seq,
             id: entry.id,
@@ -263,6 +328,11 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        if let Some(handle) = self.evictor.0.take() {
+            self.shared().stop_evictor();
+            // A panic there was already reported on stderr; the region goes away anyway.
+            let _ = handle.join();
+        }
         self.shared()
             .space
             .open

@@ -24,7 +24,7 @@ use crate::limits::{
     BUDGET_PAGES_MAX, BUDGET_PAGES_MIN, CAPACITY_PAGES_MAX, DATA_OFFSET, OWNER_NAME_MAX, PAGE_SIZE,
     PM_BYTES_MAX, TOC_ENTRIES, TOC_ENTRY_SIZE,
 };
-use crate::region::Region;
+use crate::region::{Region, RegionOptions};
 
 /// What the fault handler and the regions share: the files and the window onto the
 /// persistent-memory file.
@@ -38,6 +38,8 @@ pub(crate) struct SpaceInner {
     pub(crate) window: Box<dyn Media>,
     /// Makes the swap file's writes durable ([`Hooks::sync_swap`]; `fdatasync`).
     pub(crate) sync_swap: fn(i32) -> bool,
+    /// Runs each region's evictor thread ([`Hooks::run_evictor`]).
+    pub(crate) run_evictor: fn(&dyn Fn()),
     /// Descriptor of the persistent-memory file (mapped into regions by the handler).
     pub(crate) pm_file: File,
     pub(crate) swap_file: File,
@@ -58,6 +60,14 @@ pub struct Hooks {
     pub wrap_window: fn(FileMedia) -> Box<dyn Media>,
     /// Makes every write to the swap file durable; false on failure. Default: `fdatasync`.
     pub sync_swap: fn(i32) -> bool,
+    /// Runs the loop of a region's evictor thread (`RegionOptions::evict_ahead`), on that
+    /// thread: a crash test sets up the thread's own state around it (the mutant switched
+    /// on, the twin's lane). Default: calls it.
+    pub run_evictor: fn(&dyn Fn()),
+}
+
+fn run_plainly(evictor: &dyn Fn()) {
+    evictor()
 }
 
 fn plain_window(window: FileMedia) -> Box<dyn Media> {
@@ -76,6 +86,7 @@ impl Default for Hooks {
         Hooks {
             wrap_window: plain_window,
             sync_swap: fdatasync,
+            run_evictor: run_plainly,
         }
     }
 }
@@ -99,7 +110,7 @@ pub struct RegionInfo {
     pub capacity: u64,
     /// Bytes of persistent memory it may occupy.
     pub budget: u64,
-    /// Freed (its space not reused).
+    /// Freed (its persistent memory and swap area are reused by later allocations).
     pub freed: bool,
 }
 
@@ -272,6 +283,7 @@ impl Space {
                 swap_path: swap_path.to_path_buf(),
                 window,
                 sync_swap: hooks.sync_swap,
+                run_evictor: hooks.run_evictor,
                 pm_file,
                 swap_file,
                 config,
@@ -341,18 +353,19 @@ impl Space {
                 "all {TOC_ENTRIES} regions of the table of contents are taken"
             ))
         })?;
-        let pm_next = toc
+        // Space is taken by live regions only: a freed region's page table, slots and swap
+        // area are reused (first fit). Its entry stays, so that its owner's sequence
+        // numbers go on.
+        let live: Vec<&TocEntry> = toc
             .iter()
             .flatten()
-            .map(TocEntry::pm_end)
-            .max()
-            .unwrap_or(DATA_OFFSET);
-        let swap_next = toc
-            .iter()
-            .flatten()
-            .map(TocEntry::swap_end)
-            .max()
-            .unwrap_or(PAGE_SIZE);
+            .filter(|e| e.state == State::Live)
+            .collect();
+        let pm_len = format::table_bytes(capacity_pages) + budget_pages * PAGE_SIZE;
+        let pm_taken = live.iter().map(|e| (e.table_offset, e.pm_end())).collect();
+        let pm_next = first_fit(pm_taken, DATA_OFFSET, pm_len);
+        let swap_taken = live.iter().map(|e| (e.swap_offset, e.swap_end())).collect();
+        let swap_next = first_fit(swap_taken, PAGE_SIZE, capacity_pages * PAGE_SIZE);
         let table_offset = pm_next;
         let slots_offset = table_offset + format::table_bytes(capacity_pages);
         let entry = TocEntry {
@@ -366,11 +379,13 @@ impl Space {
             slots_offset,
             swap_offset: swap_next,
         };
+        debug_assert_eq!(entry.pm_end(), pm_next + pm_len);
         if entry.pm_end() > inner.config.pm_bytes {
             return Err(Error::Full(format!(
-                "the persistent-memory file has {} bytes free; the region needs {}",
-                inner.config.pm_bytes - pm_next,
-                entry.pm_end() - pm_next
+                "the persistent-memory file has no free range of {pm_len} bytes for the region \
+                 (the first large enough would end at {} of {} bytes)",
+                entry.pm_end(),
+                inner.config.pm_bytes
             )));
         }
         inner.reserve_swap(&entry)?;
@@ -382,6 +397,17 @@ impl Space {
     /// Open (and recover) region `seq` of `owner`: every page is reconnected to its slot or
     /// its swap page, at whatever address the region is reserved this time.
     pub fn open_region(&self, owner: &str, seq: u64) -> Result<Region> {
+        self.open_region_with(owner, seq, RegionOptions::default())
+    }
+
+    /// [`Space::open_region`] with options other than the defaults (the eviction thread and
+    /// fault-around, both on by default).
+    pub fn open_region_with(
+        &self,
+        owner: &str,
+        seq: u64,
+        options: RegionOptions,
+    ) -> Result<Region> {
         let entry = self
             .inner
             .toc()?
@@ -392,11 +418,12 @@ impl Space {
                 owner: owner.to_string(),
                 seq,
             })?;
-        Region::open(Arc::clone(&self.inner), entry)
+        Region::open(Arc::clone(&self.inner), entry, options)
     }
 
-    /// Free region `seq` of `owner` (not open): its entry is marked freed, its swap area
-    /// released. Its persistent memory is not reused by this version.
+    /// Free region `seq` of `owner` (open in no process): its entry is marked freed, its
+    /// swap area's blocks released; a later allocation reuses its persistent memory and its
+    /// swap area. Its entry stays (the owner's sequence numbers go on after it).
     pub fn free(&self, owner: &str, seq: u64) -> Result<()> {
         let inner = &self.inner;
         let _lock = inner.lock_global()?;
@@ -427,6 +454,9 @@ impl Space {
                 owner: owner.to_string(),
                 seq,
             })?;
+        // Open in another process: refused (its slots are about to be reused). The region's
+        // lock is held until the entry says freed.
+        let _region_lock = Region::lock(inner, entry)?;
         inner.set_state(index as u64, State::Freed)?;
         // Give the swap area's blocks back (the region's bytes are gone now).
         let _ = rustix::fs::fallocate(
@@ -437,6 +467,20 @@ impl Space {
         );
         Ok(())
     }
+}
+
+/// The first offset from `start` where `len` bytes overlap none of the `taken` ranges
+/// (`[from, to)`).
+fn first_fit(mut taken: Vec<(u64, u64)>, start: u64, len: u64) -> u64 {
+    taken.sort_unstable();
+    let mut at = start;
+    for (from, to) in taken {
+        if from >= at.saturating_add(len) {
+            break;
+        }
+        at = at.max(to);
+    }
+    at
 }
 
 fn map_window(path: &Path, file: &File, pm_bytes: u64) -> Result<FileMedia> {

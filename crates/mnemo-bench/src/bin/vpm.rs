@@ -19,7 +19,8 @@
 //! the servers; ratios are medians over rounds.
 //!
 //! Writes `bench/results/vpm-faults.csv`, `vpm-fig4.csv`, `vpm.json` and
-//! `bench/plots/vpm-fig4.svg`. Run it with `scripts/bench-vpm.sh`.
+//! `bench/plots/vpm-fig4.svg`. Run it with `scripts/bench-vpm.sh`; `VPM_BENCH_PLOT_ONLY=1`
+//! redraws the plot from `vpm.json` and measures nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,6 +31,11 @@ use mnemo_pmem::{FileMedia, Media};
 use plotters::prelude::*;
 
 const PAGE: u64 = 4096;
+/// Slots beyond the pages a workload touches for the MRR 100% point: 64 for the run's own
+/// variation, plus the evictor thread's reserve of free slots (an eviction batch), which it
+/// keeps free by evicting; with fewer, "MRR 100%" would page.
+const MRR_100_SPARE: u64 = 64 + mnemo_vpm::limits::EVICT_BATCH_PAGES;
+
 /// MRR points of the figure, in percent.
 const MRR_POINTS: [u64; 7] = [100, 90, 80, 70, 60, 50, 40];
 
@@ -234,6 +240,8 @@ struct Point {
     lin_budget_pages: u64,
     lin_plain: f64,
     lin_vpm: f64,
+    lin_mrr_end: f64,
+    lin_swap_ins: f64,
     mrr_end: f64,
     swap_outs: f64,
     swap_ins: f64,
@@ -256,18 +264,26 @@ fn run_server(
 /// allocates (Temporality's SET).
 const LINEAR_RANGE: u64 = 1_000_000_000;
 
-/// Linear SET on a fresh server: (requests/s, pages resident at the end).
-fn run_linear(config: &Config, budget: Option<u64>) -> Result<(f64, Option<f64>), String> {
+/// Linear SET on a fresh server: requests/s, and from INFO at the end (VPM only): pages
+/// resident, the MRR, swap-ins.
+fn run_linear(config: &Config, budget: Option<u64>) -> Result<(f64, [Option<f64>; 3]), String> {
     let shm = tempfile::tempdir_in("/dev/shm").map_err(|e| e.to_string())?;
     let disk = tempfile::tempdir_in(&config.swap_dir).map_err(|e| e.to_string())?;
     let server = Server::start(config, shm.path(), disk.path(), budget)?;
     let rps = server.benchmark(config, "set", LINEAR_RANGE)?;
-    Ok((rps, server.info("mnemo_vpm_resident_pages")))
+    Ok((
+        rps,
+        [
+            server.info("mnemo_vpm_resident_pages"),
+            server.info("mnemo_vpm_mrr"),
+            server.info("mnemo_vpm_swap_ins"),
+        ],
+    ))
 }
 
 fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
     let (_, lin_touched) = run_linear(config, Some(mnemo_vpm::limits::BUDGET_PAGES_MAX))?;
-    let lin_touched = lin_touched.ok_or("no mnemo_vpm_resident_pages in INFO")? as u64;
+    let lin_touched = lin_touched[0].ok_or("no mnemo_vpm_resident_pages in INFO")? as u64;
     eprintln!("vpm bench: the linear SET touches {lin_touched} pages");
     // The pages the workload touches, on a region with room for all of them.
     let (_, _, server, _shm, _disk) =
@@ -288,7 +304,7 @@ fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
     for round in 1..=config.rounds {
         for &mrr in &MRR_POINTS {
             let budget = if mrr == 100 {
-                touched + 64
+                touched + MRR_100_SPARE
             } else {
                 touched * mrr / 100
             };
@@ -296,17 +312,19 @@ fn figure4(config: &Config) -> Result<(u64, Vec<Point>), String> {
             drop(plain);
             drop((shm, disk));
             let lin_budget = if mrr == 100 {
-                lin_touched + 64
+                lin_touched + MRR_100_SPARE
             } else {
                 lin_touched * mrr / 100
             };
             let (lin_plain, _) = run_linear(config, None)?;
-            let (lin_vpm, _) = run_linear(config, Some(lin_budget))?;
+            let (lin_vpm, lin_info) = run_linear(config, Some(lin_budget))?;
             let (set_vpm, get_vpm, server, _c, _d) = run_server(config, Some(budget))?;
             let point = Point {
                 lin_budget_pages: lin_budget,
                 lin_plain,
                 lin_vpm,
+                lin_mrr_end: lin_info[1].unwrap_or(f64::NAN),
+                lin_swap_ins: lin_info[2].unwrap_or(f64::NAN),
                 round,
                 mrr_target: mrr,
                 budget_pages: budget,
@@ -344,6 +362,12 @@ fn ratio(points: &[Point], mrr: u64, f: impl Fn(&Point) -> f64) -> f64 {
 }
 
 fn plot(path: &Path, series: &[(&str, Vec<(f64, f64)>)]) -> Result<(), String> {
+    // Room for every point (a ratio above 100% is the plain server's noise, and is shown).
+    let highest = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().map(|&(_, y)| y))
+        .fold(100.0, f64::max);
+    let top = (highest / 10.0).ceil() * 10.0 + 10.0;
     mnemo_bench::plot::init_font()?;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -355,7 +379,7 @@ fn plot(path: &Path, series: &[(&str, Vec<(f64, f64)>)]) -> Result<(), String> {
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(60)
-        .build_cartesian_2d(105.0..35.0, 0.0..110.0)
+        .build_cartesian_2d(105.0..35.0, 0.0..top)
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
@@ -452,7 +476,7 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|p| {
             format!(
-                "{commit},{command:?},{},{},{},{:.0},{:.0},{:.4},{},{:.0},{:.0},{:.4},{:.0},{:.0},{:.4},{:.4},{},{}",
+                "{commit},{command:?},{},{},{},{:.0},{:.0},{:.4},{},{:.0},{:.0},{:.4},{:.0},{:.0},{:.4},{:.4},{},{},{:.4},{}",
                 p.round,
                 p.mrr_target,
                 p.lin_budget_pages,
@@ -468,13 +492,15 @@ fn run() -> Result<(), String> {
                 p.get_vpm / p.get_plain,
                 p.mrr_end,
                 p.swap_outs,
-                p.swap_ins
+                p.swap_ins,
+                p.lin_mrr_end,
+                p.lin_swap_ins
             )
         })
         .collect();
     write_csv(
         "vpm-fig4.csv",
-        "commit,command,round,mrr_target,linear_budget_pages,linear_set_plain_rps,linear_set_vpm_rps,linear_set_ratio,budget_pages,set_plain_rps,set_vpm_rps,set_ratio,get_plain_rps,get_vpm_rps,get_ratio,mrr_end,swap_outs,swap_ins",
+        "commit,command,round,mrr_target,linear_budget_pages,linear_set_plain_rps,linear_set_vpm_rps,linear_set_ratio,budget_pages,set_plain_rps,set_vpm_rps,set_ratio,get_plain_rps,get_vpm_rps,get_ratio,mrr_end,swap_outs,swap_ins,linear_mrr_end,linear_swap_ins",
         &rows,
     )
     .map_err(|e| e.to_string())?;
@@ -509,9 +535,9 @@ fn run() -> Result<(), String> {
     plot(
         &svg,
         &[
-            ("SET, new keys (linear allocation)", linear.clone()),
-            ("SET, keys of a range of n (random updates)", set.clone()),
-            ("GET, random keys", get.clone()),
+            (SERIES[0].0, linear.clone()),
+            (SERIES[1].0, set.clone()),
+            (SERIES[2].0, get.clone()),
         ],
     )?;
     let json = serde_json::json!({
@@ -544,8 +570,54 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// The series of the figure, in its order: the names and the keys of `vpm.json`.
+const SERIES: [(&str, &str); 3] = [
+    (
+        "SET, new keys (linear allocation)",
+        "linear_set_percent_of_plain",
+    ),
+    (
+        "SET, keys of a range of n (random updates)",
+        "set_percent_of_plain",
+    ),
+    ("GET, random keys", "get_percent_of_plain"),
+];
+
+/// `VPM_BENCH_PLOT_ONLY=1`: redraw `bench/plots/vpm-fig4.svg` from the medians in
+/// `bench/results/vpm.json`, measuring nothing.
+fn plot_only() -> Result<(), String> {
+    let path = bench_dir().join("results").join("vpm.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut series = Vec::new();
+    for (name, key) in SERIES {
+        let points = json[key]
+            .as_array()
+            .ok_or_else(|| format!("{}: no {key}", path.display()))?
+            .iter()
+            .map(|p| Some((p["mrr"].as_f64()?, p["percent"].as_f64()?)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| format!("{}: a point of {key} is not numbers", path.display()))?;
+        series.push((name, points));
+    }
+    let svg = bench_dir().join("plots").join("vpm-fig4.svg");
+    plot(&svg, &series)?;
+    eprintln!(
+        "vpm bench: {} redrawn from {}",
+        svg.display(),
+        path.display()
+    );
+    Ok(())
+}
+
 fn main() {
-    if let Err(e) = run() {
+    let result = if std::env::var("VPM_BENCH_PLOT_ONLY").is_ok() {
+        plot_only()
+    } else {
+        run()
+    };
+    if let Err(e) = result {
         eprintln!("vpm bench: {e}");
         std::process::exit(1);
     }
