@@ -2,13 +2,18 @@
 # Durable on an ordinary disk (issue 20): SET with redis-benchmark against, side by side in
 # one run, all on the same disk directory (KV_DISK_DIR, default /tmp):
 #   redis-server --appendonly yes --appendfsync always
-#   mnemo serve, pool on the disk, MNEMO_WAL=0: the local policy (msync of the mapping per
-#     group commit)
-#   mnemo serve, pool on the disk, the default: the write-ahead file (fdatasync per group
-#     commit)
-# for c=1, c=50 and -P 16 -c 50; rounds alternate the servers. Server and client pinned to
-# different CPUs. Output: bench/results/kv-disk.csv (appended rows: commit, round, server,
-# workload, requests/s, p50 ms).
+#   mnemo-local: mnemo serve, pool on the disk, MNEMO_WAL=0: the local policy (msync of the
+#     mapping per group commit)
+#   mnemo-wal-shared: the write-ahead file with the pool mapped shared (MNEMO_WAL_PRIVATE=0:
+#     fdatasync per group commit, replies after it)
+#   mnemo-wal: the default: the write-ahead file, the pool mapped copy-on-write, replies held
+#     in the loop until durable while the next batches run (deferred acknowledgements)
+# for c=1, c=50 and -P 16 -c 50 (KV_DISK_SERVERS picks the servers, default all but
+# mnemo-local); rounds alternate the servers. Server and client pinned to different CPUs.
+# SETs of 100 bytes over KV_BENCH_KEYS random keys (redis-benchmark -r; default 100000).
+# Output: bench/results/kv-disk.csv (appended rows: commit, round, server, workload,
+# requests/s, p50 ms) and bench/results/kv-disk-runs.csv (the same with the command, the
+# machine, the load average and the key range of each row).
 #
 #   scripts/bench-kv-disk.sh                       # -n 100000, 3 rounds
 #   KV_BENCH_N=20000 KV_BENCH_ROUNDS=1 scripts/bench-kv-disk.sh   # a quick look
@@ -24,6 +29,12 @@ disk="${KV_DISK_DIR:-/tmp}"
 server_cpu="${KV_SERVER_CPU:-0}"
 client_cpu="${KV_CLIENT_CPU:-1}"
 port="${KV_PORT:-16399}"
+keys="${KV_BENCH_KEYS:-100000}"
+servers="${KV_DISK_SERVERS:-redis-aof-always mnemo-wal-shared mnemo-wal}"
+command_line="KV_BENCH_N=$n KV_BENCH_N_C1=$n_c1 KV_BENCH_ROUNDS=$rounds KV_DISK_DIR=$disk KV_BENCH_KEYS=$keys KV_DISK_SERVERS='$servers' scripts/bench-kv-disk.sh"
+machine="$(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(df -T "$disk" | awk 'NR==2 {print $2}') on $(df "$disk" | awk 'NR==2 {print $1}')"
+runs="$repo/bench/results/kv-disk-runs.csv"
+[ -s "$runs" ] || echo "commit,command,machine,load1,round,server,workload,keys,rps,p50_ms" >"$runs"
 cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p mnemo-cli --bin mnemo
 mnemo="${CARGO_TARGET_DIR:-$repo/target}/release/mnemo"
 commit="$(git -C "$repo" rev-parse --short HEAD)"
@@ -50,6 +61,10 @@ start() { # server dir
         MNEMO_WAL=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
+    mnemo-wal-shared)
+        MNEMO_WAL_PRIVATE=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+            --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
+        ;;
     mnemo-wal)
         MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
@@ -68,10 +83,12 @@ measure() { # server round
         c50) args=(-c 50 -n "$n") ;;
         p16) args=(-c 50 -P 16 -n "$n") ;;
         esac
-        line="$(taskset -c "$client_cpu" redis-benchmark -p "$port" -t set -d 100 "${args[@]}" --csv | tail -1)"
+        load1="$(cut -d' ' -f1 /proc/loadavg)"
+        line="$(taskset -c "$client_cpu" redis-benchmark -p "$port" -t set -d 100 -r "$keys" "${args[@]}" --csv | tail -1)"
         rps="$(echo "$line" | cut -d, -f2 | tr -d '"')"
         p50="$(echo "$line" | cut -d, -f5 | tr -d '"')"
         echo "$commit,$2,$1,$workload,$rps,$p50" | tee -a "$out"
+        echo "$commit,\"$command_line\",\"$machine\",$load1,$2,$1,$workload,$keys,$rps,$p50" >>"$runs"
         kill "$pid"
         wait "$pid" 2>/dev/null || true
         rm -rf "$dir"
@@ -79,7 +96,7 @@ measure() { # server round
 }
 
 for round in $(seq 1 "$rounds"); do
-    for server in redis-aof-always mnemo-local mnemo-wal; do
+    for server in $servers; do
         measure "$server" "$round"
     done
 done
