@@ -919,9 +919,7 @@ impl Pool {
     /// Under [`Pool::defer_acks_pumped`]: make every sync point so far durable now, on this
     /// thread (and run a checkpoint the write-ahead file owes).
     pub fn pump_acks(&self) -> Result<(), Error> {
-        self.policy
-            .pump()
-            .map_err(|e| media_error(&self.name, e))
+        self.policy.pump().map_err(|e| media_error(&self.name, e))
     }
 
     /// Under [`Pool::defer_acks`], `(appended, durable)`: a sync point that returned when

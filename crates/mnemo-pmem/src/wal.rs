@@ -204,6 +204,8 @@ pub struct WalStats {
     pub last_fdatasync_ns: u64,
     /// Duration of the last checkpoint, in nanoseconds.
     pub last_checkpoint_ns: u64,
+    /// Sync points too large for a record, made durable in place (each with a checkpoint).
+    pub in_place: u64,
     /// The pool is mapped copy-on-write: its file changes only at checkpoints.
     pub private_mapping: bool,
     /// Sync points are acknowledged once appended, durable later
@@ -597,7 +599,16 @@ impl Shared {
                 // Too large for a record: in place, with a checkpoint begun after the
                 // stores, so that no older record can put older bytes back over these.
                 let private = st.backing.is_some();
+                st.stats.in_place += 1;
                 drop(st);
+                tracing::debug!(
+                    bytes = len,
+                    record_max = self.record_max,
+                    ranges = point.all().count(),
+                    largest = ?point.all().max_by_key(|r| r.len),
+                    kind = ?point.kind,
+                    "sync point too large for a record: in place, with a checkpoint"
+                );
                 self.checkpoint(media)?;
                 if private {
                     // The checkpoint wrote records, not memory: these ranges go through
