@@ -4,10 +4,10 @@
 #   redis-server --appendonly yes --appendfsync always
 #   mnemo-local: mnemo serve, pool on the disk, MNEMO_WAL=0: the local policy (msync of the
 #     mapping per group commit)
-#   mnemo-wal-shared: the write-ahead file with the pool mapped shared (MNEMO_WAL_PRIVATE=0:
-#     fdatasync per group commit, replies after it)
-#   mnemo-wal: the default: the write-ahead file, the pool mapped copy-on-write (its file
-#     changes only at checkpoints)
+#   mnemo-wal: the default: the write-ahead file (fdatasync per group commit, replies after
+#     it), the pool mapped shared
+#   mnemo-wal-private: MNEMO_WAL_PRIVATE=1: the pool mapped copy-on-write (its file changes
+#     only at checkpoints)
 #   mnemo-wal-deferred: the same with MNEMO_DEFER_ACKS=1: replies held in the loop until
 #     durable while the next batches run (deferred acknowledgements)
 # for c=1, c=50 and -P 16 -c 50 (KV_DISK_SERVERS picks the servers, default all but
@@ -32,7 +32,7 @@ server_cpu="${KV_SERVER_CPU:-0}"
 client_cpu="${KV_CLIENT_CPU:-1}"
 port="${KV_PORT:-16399}"
 keys="${KV_BENCH_KEYS:-100000}"
-servers="${KV_DISK_SERVERS:-redis-aof-always mnemo-wal-shared mnemo-wal mnemo-wal-deferred}"
+servers="${KV_DISK_SERVERS:-redis-aof-always mnemo-wal mnemo-wal-private mnemo-wal-deferred}"
 command_line="KV_BENCH_N=$n KV_BENCH_N_C1=$n_c1 KV_BENCH_ROUNDS=$rounds KV_DISK_DIR=$disk KV_BENCH_KEYS=$keys KV_DISK_SERVERS='$servers' scripts/bench-kv-disk.sh"
 machine="$(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(df -T "$disk" | awk 'NR==2 {print $2}') on $(df "$disk" | awk 'NR==2 {print $1}')"
 runs="$repo/bench/results/kv-disk-runs.csv"
@@ -63,12 +63,12 @@ start() { # server dir
         MNEMO_WAL=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
-    mnemo-wal-shared)
-        MNEMO_WAL_PRIVATE=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+    mnemo-wal-private)
+        MNEMO_WAL_PRIVATE=1 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
     mnemo-wal-deferred)
-        MNEMO_DEFER_ACKS=1 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+        MNEMO_WAL_PRIVATE=1 MNEMO_DEFER_ACKS=1 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
     mnemo-wal)

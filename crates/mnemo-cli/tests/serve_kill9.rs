@@ -412,7 +412,14 @@ fn acknowledged_writes_survive_sigkill_with_the_write_ahead_file() {
         .tempdir_in(&target)
         .expect("tempdir on the disk");
     let pool = dir.path().join("kv.pool");
-    let outcome = kill_cycles(&pool, 4, seed, &[], false);
+    // Half the runs with the pool mapped copy-on-write and replies held until durable
+    // (MNEMO_WAL_PRIVATE=1 MNEMO_DEFER_ACKS=1), by the seed.
+    let env: &[(&str, &str)] = if seed % 2 == 1 {
+        &[("MNEMO_WAL_PRIVATE", "1"), ("MNEMO_DEFER_ACKS", "1")]
+    } else {
+        &[]
+    };
+    let outcome = kill_cycles(&pool, 4, seed, env, false);
     assert!(
         outcome.violations.is_empty(),
         "{} violations (MNEMO_SEED={seed}):\n{}",
@@ -430,7 +437,13 @@ fn acknowledged_writes_survive_sigkill_with_the_write_ahead_file() {
     wal.push(".wal");
     assert!(std::path::Path::new(&wal).exists());
     eprintln!(
-        "kill -9 with the write-ahead file: {} cycles, {} writes acknowledged, 0 lost",
-        outcome.cycles, outcome.acked
+        "kill -9 with the write-ahead file ({}): {} cycles, {} writes acknowledged, 0 lost",
+        if env.is_empty() {
+            "shared mapping"
+        } else {
+            "copy-on-write, deferred acks"
+        },
+        outcome.cycles,
+        outcome.acked
     );
 }

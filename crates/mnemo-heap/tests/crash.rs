@@ -715,7 +715,12 @@ fn crash_with_the_write_ahead_policy() {
             _ => 8,
         };
         let wal_bytes = [16 << 10, 64 << 10][k % 2];
-        let mut config = config(8001 + k as u64).write_ahead(Granularity::Sector, wal_bytes);
+        // Every other mix with the pool mapped copy-on-write (`MNEMO_WAL_PRIVATE=1`).
+        let mut config = if k % 2 == 1 {
+            config(8001 + k as u64).write_ahead_private(Granularity::Sector, wal_bytes)
+        } else {
+            config(8001 + k as u64).write_ahead(Granularity::Sector, wal_bytes)
+        };
         if !mnemo_testkit::soak() {
             // The file's sectors add units to every point: sample fewer cuts per point.
             config.sampling.random = 12;

@@ -587,7 +587,12 @@ fn crash_keyspace_batches_on_a_page_cache_file() {
 #[test]
 fn crash_keyspace_batches_with_the_write_ahead_policy() {
     for (seed, wal_bytes) in [(111, 16 << 10), (112, 64 << 10)] {
-        let config = config(seed).write_ahead(mnemo_testkit::Granularity::Sector, wal_bytes);
+        // The second seed with the pool mapped copy-on-write (`MNEMO_WAL_PRIVATE=1`).
+        let config = if seed == 112 {
+            config(seed).write_ahead_private(mnemo_testkit::Granularity::Sector, wal_bytes)
+        } else {
+            config(seed).write_ahead(mnemo_testkit::Granularity::Sector, wal_bytes)
+        };
         let report = explore(&KeyspaceWorkload { batches: 10 }, &config);
         eprintln!(
             "{}",

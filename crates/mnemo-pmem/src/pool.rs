@@ -1362,7 +1362,8 @@ fn default_policy(
 }
 
 /// Map the pool copy-on-write if its policy asks for it ([`SyncPolicy::private_mapping`]:
-/// the write-ahead policy, unless `MNEMO_WAL_PRIVATE=0`), before anything uses the mapping.
+/// the write-ahead policy with `MNEMO_WAL_PRIVATE=1` or [`crate::WalPolicy::private`]),
+/// before anything uses the mapping.
 fn map_for(path: &Path, media: &FileMedia, policy: Option<&dyn SyncPolicy>) -> Result<(), Error> {
     if policy.is_some_and(|p| p.private_mapping()) {
         media.make_private().map_err(|e| media_error(path, e))?;

@@ -277,6 +277,9 @@ pub struct WalPolicy {
     shared: Arc<Shared>,
     /// The syncer thread of deferred acknowledgements, once started.
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Ask for the pool mapped copy-on-write ([`WalPolicy::private`]); `None`: as
+    /// `MNEMO_WAL_PRIVATE` says (default no).
+    private: Option<bool>,
 }
 
 impl Debug for WalPolicy {
@@ -360,6 +363,7 @@ impl WalPolicy {
         WalPolicy {
             shared: Arc::new(shared),
             syncer: Mutex::new(None),
+            private: None,
         }
     }
 
@@ -370,6 +374,16 @@ impl WalPolicy {
         name.push(".wal");
         let file = FileLog::open_or_create(Path::new(&name), len)?;
         Ok(WalPolicy::new(Arc::new(file)))
+    }
+
+    /// This policy, asking for the pool mapped copy-on-write (`true`) or shared (`false`)
+    /// whatever `MNEMO_WAL_PRIVATE` says (see `docs/design/disk-durability.md`: the shared
+    /// mapping is the default, measured faster here; copy-on-write makes
+    /// [`WalPolicy::defer_acks`] possible).
+    #[must_use]
+    pub fn private(mut self, on: bool) -> WalPolicy {
+        self.private = Some(on);
+        self
     }
 
     /// Acknowledge sync points before they are durable: from now on a sync point returns
@@ -994,7 +1008,8 @@ impl SyncPolicy for WalPolicy {
     }
 
     fn private_mapping(&self) -> bool {
-        !std::env::var("MNEMO_WAL_PRIVATE").is_ok_and(|v| v.trim() == "0")
+        self.private
+            .unwrap_or_else(|| std::env::var("MNEMO_WAL_PRIVATE").is_ok_and(|v| v.trim() == "1"))
     }
 
     fn defer_acks(&self, notify: Option<Arc<dyn Fn() + Send + Sync>>) -> bool {

@@ -31,6 +31,15 @@ fn policy(pool: &Path, bytes: u64) -> Arc<WalPolicy> {
     Arc::new(WalPolicy::beside(pool, bytes).expect("write-ahead file"))
 }
 
+/// The policy with the pool mapped copy-on-write.
+fn private_policy(pool: &Path, bytes: u64) -> Arc<WalPolicy> {
+    Arc::new(
+        WalPolicy::beside(pool, bytes)
+            .expect("write-ahead file")
+            .private(true),
+    )
+}
+
 fn create(path: &Path, policy: Arc<WalPolicy>) -> Pool {
     let mut options = CreateOptions::new(1 << 20, "wal");
     options.policy = Some(policy);
@@ -249,7 +258,7 @@ fn file_bytes(path: &Path, offset: u64, len: usize) -> Vec<u8> {
 fn the_pool_file_changes_only_at_checkpoints_and_close() {
     let dir = disk_dir();
     let path = dir.path().join("p.pool");
-    let wal = policy(&path, 256 << 10);
+    let wal = private_policy(&path, 256 << 10);
     let pool = create(&path, Arc::clone(&wal));
     assert!(pool.is_private(), "{:?}", pool.media_info());
     let named = b"named by a sync point";
@@ -286,7 +295,7 @@ fn the_pool_file_changes_only_at_checkpoints_and_close() {
 fn a_pool_grown_under_a_private_mapping_keeps_every_byte() {
     let dir = disk_dir();
     let path = dir.path().join("g.pool");
-    let wal = policy(&path, 256 << 10);
+    let wal = private_policy(&path, 256 << 10);
     let pool = create(&path, Arc::clone(&wal));
     let end = pool.size();
     pool.grow(end * 2).unwrap();
@@ -311,7 +320,7 @@ fn a_pool_grown_under_a_private_mapping_keeps_every_byte() {
 fn deferred_acks_become_durable_in_order() {
     let dir = disk_dir();
     let path = dir.path().join("d.pool");
-    let wal = policy(&path, 1 << 20);
+    let wal = private_policy(&path, 1 << 20);
     let pool = create(&path, Arc::clone(&wal));
     let woken = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = Arc::clone(&woken);
@@ -351,8 +360,13 @@ fn deferred_acks_become_durable_in_order() {
 fn deferred_acks_need_a_private_write_ahead_pool() {
     let dir = disk_dir();
     let path = dir.path().join("s.pool");
-    let pool = create(&path, policy(&path, 256 << 10));
+    let pool = create(&path, private_policy(&path, 256 << 10));
     assert!(pool.defer_acks(Arc::new(|| {})));
+    // The default, shared mapping cannot defer.
+    let shared_path = dir.path().join("s2.pool");
+    let shared = create(&shared_path, policy(&shared_path, 256 << 10));
+    assert!(!shared.is_private());
+    assert!(!shared.defer_acks(Arc::new(|| {})));
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let local = Pool::create(
         &shm.path().join("t.pool"),

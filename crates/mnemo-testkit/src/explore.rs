@@ -118,24 +118,23 @@ impl Config {
         self
     }
 
-    /// This configuration on a page-cache file at `granularity` mapped copy-on-write
-    /// ([`Medium::PagePrivate`], as `FileMedia` maps a write-ahead pool), its pools syncing
-    /// through the write-ahead policy (`mnemo_pmem::WalPolicy`) on a simulated write-ahead
-    /// file of `wal_bytes` (small files make checkpoints frequent).
+    /// This configuration on a page-cache file at `granularity` ([`Config::page_cache`]),
+    /// its pools syncing through the write-ahead policy (`mnemo_pmem::WalPolicy`) on a
+    /// simulated write-ahead file of `wal_bytes` (small files make checkpoints frequent).
     #[must_use]
     pub fn write_ahead(self, granularity: Granularity, wal_bytes: u64) -> Config {
         let mut config = self.page_cache(granularity);
-        config.medium = Medium::PagePrivate;
         config.wal_bytes = wal_bytes;
         config
     }
 
-    /// [`Config::write_ahead`] on a shared mapping ([`Medium::PageCache`]: the kernel may
-    /// write any dirty page back), as with `MNEMO_WAL_PRIVATE=0`.
+    /// [`Config::write_ahead`] with the pool mapped copy-on-write ([`Medium::PagePrivate`],
+    /// as `FileMedia` maps a write-ahead pool with `MNEMO_WAL_PRIVATE=1`): the pool file
+    /// changes only through writes (checkpoints, write-through).
     #[must_use]
-    pub fn write_ahead_shared(self, granularity: Granularity, wal_bytes: u64) -> Config {
-        let mut config = self.page_cache(granularity);
-        config.wal_bytes = wal_bytes;
+    pub fn write_ahead_private(self, granularity: Granularity, wal_bytes: u64) -> Config {
+        let mut config = self.write_ahead(granularity, wal_bytes);
+        config.medium = Medium::PagePrivate;
         config
     }
 

@@ -189,9 +189,9 @@ fn pool_workloads_survive_power_loss_with_the_write_ahead_policy() {
         } else {
             Granularity::Sector
         };
-        // Odd seeds on a shared mapping (`MNEMO_WAL_PRIVATE=0`), even ones copy-on-write.
+        // Odd seeds copy-on-write (`MNEMO_WAL_PRIVATE=1`), even ones on the shared mapping.
         let mut config = if seed % 2 == 1 {
-            Config::from_env(seed).write_ahead_shared(granularity, wal_bytes)
+            Config::from_env(seed).write_ahead_private(granularity, wal_bytes)
         } else {
             Config::from_env(seed).write_ahead(granularity, wal_bytes)
         };
@@ -238,7 +238,7 @@ fn deferred_acknowledgements_survive_power_loss() {
             Granularity::Sector
         };
         let wal_bytes = [12 << 10, 16 << 10, 64 << 10][seed as usize % 3];
-        let config = Config::from_env(900 + seed).write_ahead(granularity, wal_bytes);
+        let config = Config::from_env(900 + seed).write_ahead_private(granularity, wal_bytes);
         let report = explore(&mnemo_testkit::pool::DeferredWorkload { ops: 40 }, &config);
         report.assert_ok();
         total.merge(&report);
