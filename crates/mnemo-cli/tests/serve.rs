@@ -618,3 +618,26 @@ fn copy_on_write_and_deferred_acks_serve_and_restart() {
     drop(client);
     assert!(server.terminate().success());
 }
+
+/// A script run by `mnemo serve` reaches the server around it (its host): a PUBLISH inside
+/// EVAL is delivered to the subscribers, and its count says so. (`mnemo serve` wraps the
+/// engine; the wrapper once dropped the host, so a script's PUBLISH reached nobody and
+/// BUSY / SCRIPT KILL never saw the loop.)
+#[test]
+fn a_script_publishes_through_the_server() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let server = Server::start_with(&dir.path().join("kv.pool"), &["--size", "8M"], &[]);
+    let mut subscriber = server.client();
+    subscriber.call(&["SUBSCRIBE", "news"]).unwrap();
+    let mut client = server.client();
+    let delivered = client
+        .call(&["EVAL", "return redis.call('PUBLISH', 'news', 'hello')", "0"])
+        .unwrap();
+    assert_eq!(
+        delivered,
+        mnemo_resp::Reply::Integer(1),
+        "the subscriber was not reached"
+    );
+    drop((client, subscriber));
+    assert!(server.terminate().success());
+}
