@@ -607,19 +607,19 @@ fn crash_keyspace_batches_with_the_write_ahead_policy() {
 /// when it ran alone after the commands before it in its batch were committed early.
 #[test]
 fn crash_exec_is_all_or_nothing() {
-    let mut config = config(1);
+    exec_all_or_nothing(1, false);
+}
+
+/// [`ExecWorkload`] of 4 batches from `seed`, fewer sampled cuts per point unless soaking.
+fn exec_all_or_nothing(seed: u64, script: bool) {
+    let mut config = config(seed);
     if !mnemo_testkit::soak() {
         config.sampling.random = 12;
         config.sampling.pairs_sampled = 12;
     }
-    let report = explore(
-        &ExecWorkload {
-            batches: 4,
-            script: false,
-        },
-        &config,
-    );
-    eprintln!("{}", report.summary("exec seed 1"));
+    let report = explore(&ExecWorkload { batches: 4, script }, &config);
+    let what = if script { "script" } else { "exec" };
+    eprintln!("{}", report.summary(&format!("{what} seed {seed}")));
     report.assert_ok();
 }
 
@@ -628,20 +628,7 @@ fn crash_exec_is_all_or_nothing() {
 /// alone after an early commit of the commands before it.
 #[test]
 fn crash_script_is_all_or_nothing() {
-    let mut config = config(2);
-    if !mnemo_testkit::soak() {
-        config.sampling.random = 12;
-        config.sampling.pairs_sampled = 12;
-    }
-    let report = explore(
-        &ExecWorkload {
-            batches: 4,
-            script: true,
-        },
-        &config,
-    );
-    eprintln!("{}", report.summary("script seed 2"));
-    report.assert_ok();
+    exec_all_or_nothing(2, true);
 }
 
 /// The EXEC workload's checker can fail: with the heap's commit broken it finds a bad image.

@@ -412,45 +412,11 @@ fn open_link(addr: SocketAddr, epoch: u64) -> (mnemo_repl::link::Link, u64) {
     }
 }
 
-/// A full copy of one page whose first 8 bytes are `byte`, completed at record `id`.
-fn send_copy(link: &mut mnemo_repl::link::Link, epoch: u64, id: u64, byte: u8) {
+/// The frames of a full copy of one page whose first 8 bytes are `byte`, completed at
+/// record `id`.
+fn copy_frames(epoch: u64, id: u64, byte: u8) -> [mnemo_repl::proto::Frame; 3] {
     use mnemo_repl::proto::Frame;
-    link.send(&Frame::CopyBegin {
-        epoch,
-        pool_size: 4096,
-    })
-    .unwrap();
-    link.send(&Frame::Record {
-        epoch,
-        id,
-        copy: true,
-        ranges: vec![Range {
-            offset: 0,
-            data: vec![byte; 8],
-        }],
-    })
-    .unwrap();
-    link.send(&Frame::CopyDone {
-        epoch,
-        id,
-        pool_size: 4096,
-    })
-    .unwrap();
-}
-
-/// Send a full copy the mirror is expected to refuse, and its answer: the refusal's reason,
-/// or `None` if the link was gone first. The mirror closes a link after refusing it, so the
-/// frames after the first may meet a closed socket (broken pipe, reset) and its refusal may
-/// be lost to the reset: both are expected; what matters is the image (checked by the
-/// callers).
-fn send_refused_copy(
-    link: &mut mnemo_repl::link::Link,
-    epoch: u64,
-    id: u64,
-    byte: u8,
-) -> Option<String> {
-    use mnemo_repl::proto::Frame;
-    let frames = [
+    [
         Frame::CopyBegin {
             epoch,
             pool_size: 4096,
@@ -469,8 +435,29 @@ fn send_refused_copy(
             id,
             pool_size: 4096,
         },
-    ];
-    for frame in &frames {
+    ]
+}
+
+/// Send a full copy ([`copy_frames`]).
+fn send_copy(link: &mut mnemo_repl::link::Link, epoch: u64, id: u64, byte: u8) {
+    for frame in &copy_frames(epoch, id, byte) {
+        link.send(frame).unwrap();
+    }
+}
+
+/// Send a full copy the mirror is expected to refuse, and its answer: the refusal's reason,
+/// or `None` if the link was gone first. The mirror closes a link after refusing it, so the
+/// frames after the first may meet a closed socket (broken pipe, reset) and its refusal may
+/// be lost to the reset: both are expected; what matters is the image (checked by the
+/// callers).
+fn send_refused_copy(
+    link: &mut mnemo_repl::link::Link,
+    epoch: u64,
+    id: u64,
+    byte: u8,
+) -> Option<String> {
+    use mnemo_repl::proto::Frame;
+    for frame in &copy_frames(epoch, id, byte) {
         if link.send(frame).is_err() {
             break;
         }

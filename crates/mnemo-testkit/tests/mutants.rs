@@ -101,27 +101,22 @@ fn write_ahead_private_caught(name: &'static str) -> Option<String> {
 #[test]
 fn write_ahead_mutants_are_caught_on_a_private_mapping() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../mnemo-pmem/src");
-    let mut names: Vec<String> = [
-        "wal.ack_before_sync",
-        "wal.checkpoint_skip_pool",
-        "wal.skip_replay",
-        "wal.replay_one_epoch",
-    ]
-    .iter()
-    .map(ToString::to_string)
-    .collect();
+    // The write-ahead mutants of the registry, and every site of wal.rs.
+    let mut names: Vec<&'static str> = NAMED
+        .iter()
+        .copied()
+        .filter(|n| n.starts_with("wal."))
+        .collect();
     names.extend(
-        mnemo_pmem::mutant::sites_in(&src)
+        mnemo_testkit::site_mutants(&src, 14)
             .into_iter()
             // `wal.checkpoint_pool` is the shared mapping's checkpoint (an msync of the
             // pool), which a private mapping never runs (it has `wal.checkpoint_pool_file`).
-            .filter(|s| s.starts_with("wal.") && s != "wal.checkpoint_pool")
-            .map(|s| format!("site:{s}")),
+            .filter(|s| s.starts_with("site:wal.") && *s != "site:wal.checkpoint_pool"),
     );
     let mut missed = Vec::new();
     for name in names {
-        let leaked: &'static str = Box::leak(name.clone().into_boxed_str());
-        match write_ahead_private_caught(leaked) {
+        match write_ahead_private_caught(name) {
             Some(why) => eprintln!(
                 "{name}: caught ({})",
                 why.lines().next().unwrap_or_default()

@@ -718,6 +718,19 @@ impl<'h> PersistentEngine<'h> {
     }
 
     /// Commits the open transaction (one sync point).
+    /// A command too large for what was left of its batch's redo record (an EXEC, a
+    /// script): commit the batch so far and open a new transaction, where it runs alone. A
+    /// failed commit poisons the batch.
+    fn commit_early(&mut self) {
+        if let Err(e) = self.commit_open() {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+        } else {
+            self.stats.split_commits += 1;
+        }
+        self.begin_txn();
+        self.stats.exec_alone += 1;
+    }
+
     fn commit_open(&mut self) -> Result<(), EngineError> {
         let Some(txn) = self.txn.take() else {
             return Ok(());

@@ -1022,13 +1022,7 @@ impl PersistentEngine<'_> {
                 Effect::default(),
             );
             if batch_wrote && self.poisoned.is_none() {
-                if let Err(e) = self.commit_open() {
-                    self.poisoned.get_or_insert_with(|| e.to_string());
-                } else {
-                    self.stats.split_commits += 1;
-                }
-                self.begin_txn();
-                self.stats.exec_alone += 1;
+                self.commit_early();
                 let retry = self.run_script(&function, &call, session, db, host);
                 if self.exec_overflow {
                     self.exec_overflow = false;

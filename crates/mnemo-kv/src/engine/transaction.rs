@@ -272,13 +272,7 @@ impl PersistentEngine<'_> {
                 *db = start_db;
                 let batch_wrote = self.txn.as_ref().is_some_and(|t| !t.is_empty());
                 if batch_wrote {
-                    if let Err(e) = self.commit_open() {
-                        self.poisoned.get_or_insert_with(|| e.to_string());
-                    } else {
-                        self.stats.split_commits += 1;
-                    }
-                    self.begin_txn();
-                    self.stats.exec_alone += 1;
+                    self.commit_early();
                     if let Some(done) = self.exec_once(session, db, transaction, protocol) {
                         return done;
                     }

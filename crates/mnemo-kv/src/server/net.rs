@@ -121,6 +121,9 @@ pub struct EventLoop {
     waker: Arc<Waker>,
     /// Ask the engine for deferred acknowledgements at start ([`EventLoop::set_defer_acks`]).
     defer_acks: bool,
+    /// The engine granted them: batches' replies wait for [`Engine::ack_marks`]. Otherwise
+    /// the marks are never asked for (a commit is durable when it returns).
+    holding: bool,
     /// Batches whose commit returned before it was durable ([`Engine::defer_acks`]), oldest
     /// first, each with the append mark it waits for: their replies are released, in this
     /// order, once the storage says the mark is durable.
@@ -252,6 +255,7 @@ impl EventLoop {
             held_sessions: HashSet::new(),
             waker,
             defer_acks: true,
+            holding: false,
             unacked: VecDeque::new(),
         };
         event_loop
@@ -262,8 +266,9 @@ impl EventLoop {
     }
 
     /// Whether to let the engine acknowledge commits before they are durable and hold the
-    /// replies here until they are (default: yes, where the engine can: a write-ahead pool on
-    /// a disk, whose next batch then runs while the previous one's `fdatasync` is in flight).
+    /// replies here until they are (default: yes, where the engine can: a write-ahead pool
+    /// mapped copy-on-write, whose next batch then runs while the previous one's `fdatasync`
+    /// is in flight; `mnemo serve` asks only with `MNEMO_DEFER_ACKS=1`).
     pub fn set_defer_acks(&mut self, on: bool) {
         self.defer_acks = on;
     }
@@ -297,10 +302,18 @@ impl EventLoop {
         let mutated = false;
         if self.defer_acks && !mutated {
             let waker = Arc::clone(&self.waker);
-            let deferred = engine.defer_acks(Arc::new(move || {
+            self.holding = engine.defer_acks(Arc::new(move || {
                 let _ = waker.wake();
             }));
-            tracing::debug!(deferred, "acknowledgements held until durable in the loop");
+            tracing::debug!(
+                deferred = self.holding,
+                "acknowledgements held until durable in the loop"
+            );
+            // The broken loop: granted, but replies leave as the commit returns.
+            #[cfg(all(feature = "mutants", debug_assertions))]
+            if self.mutant == Some(Mutant::ReleaseUnacked) {
+                self.holding = false;
+            }
         }
         while !self.stop.load(Ordering::SeqCst) {
             // Connections with work left from the last wake-up: look for events, do not wait.
@@ -366,7 +379,7 @@ impl EventLoop {
     /// if the storage failed, closes their connections instead (the client cannot know
     /// whether its write landed).
     fn release<E: Engine>(&mut self, engine: &E) {
-        if self.unacked.is_empty() {
+        if !self.holding || self.unacked.is_empty() {
             return;
         }
         match engine.ack_marks() {
@@ -624,16 +637,8 @@ impl EventLoop {
                 self.execute_acking_early(engine, batch);
                 continue;
             }
-            #[cfg(all(feature = "mutants", debug_assertions))]
-            let marks = if self.mutant == Some(Mutant::ReleaseUnacked) {
-                None
-            } else {
-                Some(())
-            };
-            #[cfg(not(all(feature = "mutants", debug_assertions)))]
-            let marks = Some(());
             match run_batch_hosted(engine, &batch, self) {
-                Ok(completions) => match marks.and_then(|()| engine.ack_marks()) {
+                Ok(completions) => match self.holding.then(|| engine.ack_marks()).flatten() {
                     Some(Ok((appended, durable)))
                         if appended > durable || !self.unacked.is_empty() =>
                     {
