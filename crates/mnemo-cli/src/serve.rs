@@ -94,6 +94,12 @@ pub struct ServeArgs {
     /// [default: the pool's path with .swap appended]
     #[arg(long)]
     pub swap: Option<PathBuf>,
+    /// Commit each batch at once, never waiting for the clients just answered. By default
+    /// a batch that writes waits a moment for them when its commits are slow (a pool on a
+    /// disk: an fdatasync each) and they are quick, so that one sync point covers them too;
+    /// INFO clients shows the waits (mnemo_commit_gathers) and the estimates behind them.
+    #[arg(long)]
+    pub no_commit_gathering: bool,
     #[command(flatten)]
     pub repl: crate::mirror::ReplArgs,
 }
@@ -191,6 +197,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     // measured no faster on this 2-CPU machine (docs/design/disk-durability.md).
     let mut event_loop = event_loop;
     event_loop.set_defer_acks(std::env::var("MNEMO_DEFER_ACKS").is_ok_and(|v| v.trim() == "1"));
+    event_loop.set_commit_gathering(!args.no_commit_gathering);
     engine.set_info_hook(info_hook(
         &heap,
         address,
@@ -423,6 +430,14 @@ fn info_hook<'h>(
                     get(&clients.output_buffer_peak),
                     get(&clients.output_buffer_limit),
                     get(&clients.output_limit_pauses),
+                );
+                let _ = write!(
+                    out,
+                    "mnemo_commit_gathers:{}\r\nmnemo_commit_gather_timeouts:{}\r\nmnemo_commit_us:{}\r\nmnemo_client_turnaround_us:{}\r\n",
+                    get(&clients.commit_gathers),
+                    get(&clients.commit_gather_timeouts),
+                    get(&clients.commit_estimate_ns) / 1000,
+                    get(&clients.turnaround_estimate_ns) / 1000,
                 );
             }
             "pool" => {

@@ -47,6 +47,10 @@ pub trait Host {
     /// a moment (they get BUSY; SCRIPT KILL is answered OK if `killable`, UNKILLABLE if
     /// not; SHUTDOWN NOSAVE stops the server). Returns what the script must do.
     fn busy(&mut self, killable: bool) -> Busy;
+
+    /// The batch's commit took `took` (the loop gathers writers behind slow commits:
+    /// `gather.rs`). The default ignores it.
+    fn committed(&mut self, _took: std::time::Duration) {}
 }
 
 /// What a script running past `busy-reply-threshold` must do ([`Host::busy`]).
@@ -176,7 +180,9 @@ pub fn run_batch_hosted<E: Engine>(
 ) -> Result<Vec<Completion>, E::Error> {
     let (completions, wrote) = execute_batch(engine, requests, host);
     if wrote {
+        let start = std::time::Instant::now();
         engine.commit()?;
+        host.committed(start.elapsed());
     } else {
         engine.finish_read_only();
     }

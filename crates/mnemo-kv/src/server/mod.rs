@@ -3,6 +3,7 @@
 //! describes the design.
 
 mod batch;
+mod gather;
 pub mod limits;
 pub mod mutant;
 mod net;

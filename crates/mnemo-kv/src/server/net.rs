@@ -26,17 +26,20 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, ErrorKind, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::Reply;
 
 use super::batch::{run_batch_hosted, Busy, Completion, Engine, Host};
+use super::gather::{Gather, Pace};
 use super::limits::{
     BATCH_REQUESTS_MAX, IDLE_POLL_MAX, OUTPUT_BUFFER_BYTES_MAX, READ_CHUNK_BYTES,
     REQUESTS_PER_CONNECTION_WAKEUP,
@@ -49,6 +52,8 @@ const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 /// Connection tokens start here; a connection's token is also its session (CLIENT) id.
 const FIRST_CONNECTION: usize = 2;
+/// The commit gathering's timer (out of the connections' range).
+const GATHER_TIMER: Token = Token(usize::MAX);
 
 /// Stops an [`EventLoop`] from any thread (a signal handler's thread, a test).
 #[derive(Clone, Debug)]
@@ -79,6 +84,15 @@ pub struct LoopStats {
     pub output_limit_pauses: AtomicU64,
     /// The output limit in force ([`EventLoop::set_output_buffer_limit`]).
     pub output_buffer_limit: AtomicU64,
+    /// Writing batches that waited for the clients just answered before their commit
+    /// (`gather.rs`).
+    pub commit_gathers: AtomicU64,
+    /// Those waits that ran out before every such client had sent.
+    pub commit_gather_timeouts: AtomicU64,
+    /// The loop's estimate of a commit's duration, in nanoseconds (0: none yet).
+    pub commit_estimate_ns: AtomicU64,
+    /// Its estimate of an answered client's time to its next request (0: none yet).
+    pub turnaround_estimate_ns: AtomicU64,
 }
 
 /// The server loop, run on the caller's thread by [`EventLoop::run`]: the engine is only
@@ -128,6 +142,13 @@ pub struct EventLoop {
     /// first, each with the append mark it waits for: their replies are released, in this
     /// order, once the storage says the mark is durable.
     unacked: VecDeque<Unacked>,
+    /// Commit gathering ([`super::gather`]): its measurements, the connections the last
+    /// delivery answered that have not sent since, and the timer that ends a wait.
+    gather: Gather,
+    awaiting: HashSet<Token>,
+    /// In a wait (arrivals then are timed: the loop was polling for them).
+    gathering: bool,
+    gather_timer: rustix::fd::OwnedFd,
 }
 
 /// A batch run and committed, its replies held until its commit is durable.
@@ -205,6 +226,8 @@ struct Connection {
     touched: bool,
     /// Not read because its replies reached the output limit.
     paused: bool,
+    /// How quickly it sends its next request after an answer (commit gathering).
+    pace: Pace,
 }
 
 impl Connection {
@@ -227,6 +250,15 @@ impl EventLoop {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let gather_timer = rustix::time::timerfd_create(
+            rustix::time::TimerfdClockId::Monotonic,
+            rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
+        )?;
+        poll.registry().register(
+            &mut SourceFd(&gather_timer.as_raw_fd()),
+            GATHER_TIMER,
+            Interest::READABLE,
+        )?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopper = Stopper {
             stop: Arc::clone(&stop),
@@ -257,12 +289,22 @@ impl EventLoop {
             defer_acks: true,
             holding: false,
             unacked: VecDeque::new(),
+            gather: Gather::default(),
+            awaiting: HashSet::new(),
+            gathering: false,
+            gather_timer,
         };
         event_loop
             .stats
             .output_buffer_limit
             .store(OUTPUT_BUFFER_BYTES_MAX as u64, Ordering::Relaxed);
         Ok((event_loop, stopper))
+    }
+
+    /// Whether a writing batch may wait for the clients just answered before its commit
+    /// (default: yes; it waits only where commits are slow and clients quick: `gather.rs`).
+    pub fn set_commit_gathering(&mut self, on: bool) {
+        self.gather.set_enabled(on);
     }
 
     /// Whether to let the engine acknowledge commits before they are durable and hold the
@@ -354,7 +396,7 @@ impl EventLoop {
             for event in &events {
                 match event.token() {
                     LISTENER => self.accept()?,
-                    WAKER => {}
+                    WAKER | GATHER_TIMER => {}
                     token => ready.push(token),
                 }
             }
@@ -364,6 +406,7 @@ impl EventLoop {
             for token in ready {
                 self.service(token);
             }
+            self.gather_writers(&mut events)?;
             self.deliver_messages();
             self.execute(engine);
             // What scripts of this batch published.
@@ -372,6 +415,61 @@ impl EventLoop {
             self.publish_stats();
         }
         self.release_before_exit(engine);
+        Ok(())
+    }
+
+    /// Before a writing batch's commit: waits for the connections the last delivery answered
+    /// (until they have all sent, or until [`Gather::deadline`]), reading what they send
+    /// into the batch. Nothing to wait for, a read-only batch, replies held for a deferred
+    /// commit, or quick commits: no wait.
+    fn gather_writers(&mut self, events: &mut Events) -> io::Result<()> {
+        if self.awaiting.is_empty() || self.holding || !self.batch.iter().any(writes) {
+            return Ok(());
+        }
+        let Some(until) = self.gather.deadline(Instant::now()) else {
+            return Ok(());
+        };
+        self.stats.commit_gathers.fetch_add(1, Ordering::Relaxed);
+        arm(
+            &self.gather_timer,
+            until.saturating_duration_since(Instant::now()),
+        )?;
+        let mut ran_out = false;
+        self.gathering = true;
+        while !self.awaiting.is_empty() && !ran_out {
+            if let Err(error) = self.poll.poll(events, Some(IDLE_POLL_MAX)) {
+                if error.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+            let mut ready = Vec::new();
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept()?,
+                    WAKER => {}
+                    GATHER_TIMER => ran_out = true,
+                    token => ready.push(token),
+                }
+            }
+            for token in ready {
+                self.service(token);
+            }
+            ran_out |= Instant::now() >= until;
+        }
+        self.gathering = false;
+        arm(&self.gather_timer, Duration::ZERO)?;
+        if ran_out && !self.awaiting.is_empty() {
+            // Those still silent are slow until they are quick again.
+            for token in &self.awaiting {
+                if let Some(connection) = self.connections.get_mut(token) {
+                    Gather::missed(&mut connection.pace);
+                }
+            }
+            self.stats
+                .commit_gather_timeouts
+                .fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -462,6 +560,7 @@ impl EventLoop {
                     counted: 0,
                     touched: false,
                     paused: false,
+                    pace: Pace::default(),
                 },
             );
         }
@@ -493,6 +592,11 @@ impl EventLoop {
             if let Some(request) = connection.session.poll_request() {
                 self.batch.push(request);
                 taken += 1;
+                if taken == 1 {
+                    let waiting = self.awaiting.remove(&token) && self.gathering;
+                    self.gather
+                        .arrived(&mut connection.pace, Instant::now(), waiting);
+                }
                 continue;
             }
             match connection.stream.read(&mut chunk) {
@@ -692,6 +796,8 @@ impl EventLoop {
                 touched.push(token);
             }
         }
+        self.awaiting.clear();
+        let now = Instant::now();
         for token in touched.drain(..) {
             let Some(connection) = self.connections.get_mut(&token) else {
                 continue;
@@ -706,8 +812,15 @@ impl EventLoop {
                 // blocking command; or paused, and the socket took the backlog below the
                 // limit: read it again at the next wake-up (no event will say so).
                 self.again.insert(token);
+            } else if !self.again.contains(&token) {
+                // Answered, nothing of it left unread: if it was quick last time, its next
+                // request is waited for.
+                if self.gather.answered(&mut connection.pace, now) {
+                    self.awaiting.insert(token);
+                }
             }
         }
+        self.gather.delivered(now, !self.awaiting.is_empty());
         self.touched = touched;
     }
 
@@ -766,6 +879,15 @@ impl EventLoop {
         self.stats
             .output_buffer_bytes
             .store(self.output_total as u64, Ordering::Relaxed);
+        let (commit, turnaround) = self.gather.estimates();
+        let ns =
+            |d: Option<Duration>| d.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.stats
+            .commit_estimate_ns
+            .store(ns(commit), Ordering::Relaxed);
+        self.stats
+            .turnaround_estimate_ns
+            .store(ns(turnaround), Ordering::Relaxed);
     }
 }
 
@@ -960,6 +1082,10 @@ impl EventLoop {
 }
 
 impl Host for EventLoop {
+    fn committed(&mut self, took: Duration) {
+        self.gather.committed(took);
+    }
+
     fn connection_command(&mut self, request: &Request) -> Option<(Reply, bool)> {
         let args = request.command.args();
         match request.spec.id {
@@ -1107,6 +1233,45 @@ fn flush(connection: &mut Connection, total: &mut usize, stats: &LoopStats) -> b
 }
 
 /// Wall-clock time in Unix milliseconds (blocking deadlines).
+/// Whether `request` writes (a batch holding one ends in a commit).
+fn writes(request: &Request) -> bool {
+    request
+        .spec
+        .flags
+        .contains(mnemo_resp::command::Flags::WRITE)
+}
+
+/// Arms the gathering timer to fire once, `after` from now (zero: disarms it, and drops an
+/// expiry not yet read).
+fn arm(timer: &rustix::fd::OwnedFd, after: Duration) -> io::Result<()> {
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // A zero value disarms; a due deadline still fires (one nanosecond).
+    let value = if after.is_zero() {
+        zero
+    } else {
+        rustix::time::Timespec {
+            tv_sec: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(after.subsec_nanos()),
+        }
+    };
+    rustix::time::timerfd_settime(
+        timer.as_fd(),
+        rustix::time::TimerfdTimerFlags::empty(),
+        &rustix::time::Itimerspec {
+            it_interval: zero,
+            it_value: value,
+        },
+    )?;
+    if after.is_zero() {
+        let mut expiries = [0u8; 8];
+        let _ = rustix::io::read(timer, &mut expiries);
+    }
+    Ok(())
+}
+
 fn unix_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
