@@ -433,7 +433,7 @@ fn info_hook<'h>(
                 );
                 let _ = write!(
                     out,
-                    "mnemo_commit_gathers:{}\r\nmnemo_commit_gather_timeouts:{}\r\nmnemo_commit_us:{}\r\nmnemo_client_turnaround_us:{}\r\n",
+                    "mnemo_commit_gathers:{}\r\nmnemo_commit_gather_timeouts:{}\r\nmnemo_commit_wait_us:{}\r\nmnemo_client_turnaround_us:{}\r\n",
                     get(&clients.commit_gathers),
                     get(&clients.commit_gather_timeouts),
                     get(&clients.commit_estimate_ns) / 1000,

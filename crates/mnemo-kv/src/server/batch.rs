@@ -48,9 +48,10 @@ pub trait Host {
     /// not; SHUTDOWN NOSAVE stops the server). Returns what the script must do.
     fn busy(&mut self, killable: bool) -> Busy;
 
-    /// The batch's commit took `took` (the loop gathers writers behind slow commits:
-    /// `gather.rs`). The default ignores it.
-    fn committed(&mut self, _took: std::time::Duration) {}
+    /// The batch's commit waited `waited` for its storage (its time less the thread's CPU
+    /// time in it: an `fdatasync`, a mirror's acknowledgement). The loop gathers writers
+    /// behind such commits (`gather.rs`). The default ignores it.
+    fn committed(&mut self, _waited: std::time::Duration) {}
 }
 
 /// What a script running past `busy-reply-threshold` must do ([`Host::busy`]).
@@ -180,13 +181,25 @@ pub fn run_batch_hosted<E: Engine>(
 ) -> Result<Vec<Completion>, E::Error> {
     let (completions, wrote) = execute_batch(engine, requests, host);
     if wrote {
-        let start = std::time::Instant::now();
+        let (wall, cpu) = (std::time::Instant::now(), thread_cpu());
         engine.commit()?;
-        host.committed(start.elapsed());
+        host.committed(
+            wall.elapsed()
+                .saturating_sub(thread_cpu().saturating_sub(cpu)),
+        );
     } else {
         engine.finish_read_only();
     }
     Ok(completions)
+}
+
+/// This thread's CPU time so far.
+fn thread_cpu() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Begins the transaction and executes `requests` in it, leaving it open; returns the replies

@@ -8,23 +8,21 @@
 //! first cohort's next requests arrive a few microseconds later and wait for the second's
 //! sync. Each sync point then covers half the clients, and each client waits for two syncs
 //! per request. PostgreSQL's `commit_delay` answers this with a fixed wait; here the wait
-//! follows what the loop measures:
-//!
-//! * how long its commits take (`commit`), and
-//! * how long an answered client takes to send its next request (`turnaround`, from the
-//!   moment its reply was written to the moment its request is read).
+//! follows what the loop measures of its commits: how long each waited for its storage
+//! (its time less the loop thread's CPU time in it: an `fdatasync`, a mirror's
+//! acknowledgement), and of its clients: which come back quickly.
 //!
 //! A writing batch waits only for connections answered by the last delivery that have not
 //! sent since, and of those only for quick ones: a connection is quick when its last
 //! request came back before the next commit after its answer, or after that one commit if
 //! it was not being waited for (a client that came back while the loop sat in a commit).
-//! The wait ends when they have all sent, and never later than half a commit after they
-//! were answered (nor [`GATHER_WAIT_MAX`](super::limits::GATHER_WAIT_MAX)): a straggler
-//! costs at most half the sync point the others save. A connection still silent when a
-//! wait runs out is slow until it is quick again. So a client that thinks between
-//! requests is waited for at most once; a single client is itself in the batch and waits
-//! for nobody; on persistent memory, where a commit takes microseconds, clients come back
-//! after many commits and nobody waits.
+//! The wait ends when they have all sent, and never later than half a commit's storage wait
+//! after they were answered (nor [`GATHER_WAIT_MAX`](super::limits::GATHER_WAIT_MAX)): a
+//! straggler costs at most half the wait the others save. A connection still silent when a
+//! wait runs out is slow until it is quick again. So a client that thinks between requests
+//! is waited for at most once; a single client is itself in the batch and waits for
+//! nobody; on persistent memory a commit is the loop's own work (flushes, no wait), there
+//! is nothing to save, and nobody waits.
 
 use std::time::{Duration, Instant};
 
@@ -92,9 +90,9 @@ impl Gather {
         self.enabled = on;
     }
 
-    /// A commit took `took`.
-    pub(crate) fn committed(&mut self, took: Duration) {
-        self.commit.add(took, 3);
+    /// A commit waited `waited` for its storage.
+    pub(crate) fn committed(&mut self, waited: Duration) {
+        self.commit.add(waited, 3);
         self.commits += 1;
     }
 
@@ -139,7 +137,7 @@ impl Gather {
         self.until.filter(|&until| self.enabled && until > now)
     }
 
-    /// The current estimates (for INFO): a commit's duration, and the time a waited-for
+    /// The current estimates (for INFO): a commit's storage wait, and the time a waited-for
     /// client took to send its next request.
     pub(crate) fn estimates(&self) -> (Option<Duration>, Option<Duration>) {
         (self.commit.get(), self.turnaround.get())
@@ -154,7 +152,7 @@ mod tests {
         Duration::from_micros(n)
     }
 
-    /// A gather that has seen commits of `commit`.
+    /// A gather that has seen commits wait `commit` for their storage.
     fn settled(commit: Duration) -> Gather {
         let mut g = Gather::default();
         for _ in 0..64 {

@@ -89,7 +89,7 @@ pub struct LoopStats {
     pub commit_gathers: AtomicU64,
     /// Those waits that ran out before every such client had sent.
     pub commit_gather_timeouts: AtomicU64,
-    /// The loop's estimate of a commit's duration, in nanoseconds (0: none yet).
+    /// The loop's estimate of a commit's wait for its storage, in nanoseconds (0: none yet).
     pub commit_estimate_ns: AtomicU64,
     /// Its estimate of an answered client's time to its next request (0: none yet).
     pub turnaround_estimate_ns: AtomicU64,
@@ -1082,8 +1082,8 @@ impl EventLoop {
 }
 
 impl Host for EventLoop {
-    fn committed(&mut self, took: Duration) {
-        self.gather.committed(took);
+    fn committed(&mut self, waited: Duration) {
+        self.gather.committed(waited);
     }
 
     fn connection_command(&mut self, request: &Request) -> Option<(Reply, bool)> {
