@@ -10,10 +10,13 @@
 #     only at checkpoints)
 #   mnemo-wal-deferred: the same with MNEMO_DEFER_ACKS=1: replies held in the loop until
 #     durable while the next batches run (deferred acknowledgements)
+#   mnemo-wal-nogather: the default with --no-commit-gathering (each batch commits at once,
+#     never waiting for the clients just answered: docs/design/kv-server.md)
 # for c=1, c=50 and -P 16 -c 50 (KV_DISK_SERVERS picks the servers, default all but
 # mnemo-local); rounds alternate the servers. Server and client pinned to different CPUs.
 # SETs of 100 bytes over KV_BENCH_KEYS random keys (redis-benchmark -r; default 100000).
-# Output: bench/results/kv-disk.csv (appended rows: commit, round, server, workload,
+# Output: bench/plots/kv-disk.svg (medians of the run) and bench/results/kv-disk.csv
+# (appended rows: commit, round, server, workload,
 # requests/s, p50 ms) and bench/results/kv-disk-runs.csv (the same with the command, the
 # machine, the load average and the key range of each row).
 #
@@ -71,6 +74,10 @@ start() { # server dir
         MNEMO_WAL_PRIVATE=1 MNEMO_DEFER_ACKS=1 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
+    mnemo-wal-nogather)
+        MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+            --size 1G --pool "$2/kv.pool" --no-commit-gathering >/dev/null 2>&1 &
+        ;;
     mnemo-wal)
         MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
@@ -106,3 +113,9 @@ for round in $(seq 1 "$rounds"); do
         measure "$server" "$round"
     done
 done
+
+# The plot: medians of this run's rounds (bench/plots/kv-disk.svg).
+cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p mnemo-bench --bin plot_csv
+"${CARGO_TARGET_DIR:-$repo/target}/release/plot_csv" --csv "$out" --svg "$repo/bench/plots/kv-disk.svg" \
+    --series server --group workload --value rps --commit "$commit" \
+    --title "SET on an ordinary disk, 100-byte values, $keys random keys" --y-label "requests/s"
