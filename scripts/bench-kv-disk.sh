@@ -10,8 +10,8 @@
 #     only at checkpoints)
 #   mnemo-wal-deferred: the same with MNEMO_DEFER_ACKS=1: replies held in the loop until
 #     durable while the next batches run (deferred acknowledgements)
-#   mnemo-wal-nogather: the default with --no-commit-gathering (each batch commits at once,
-#     never waiting for the clients just answered: docs/design/kv-server.md)
+#   mnemo-wal-gather: the default with --commit-gathering (a writing batch waits for the
+#     clients just answered when its commits wait for the disk: docs/design/kv-server.md)
 # for c=1, c=50 and -P 16 -c 50 (KV_DISK_SERVERS picks the servers, default all but
 # mnemo-local); rounds alternate the servers. Server and client pinned to different CPUs.
 # SETs of 100 bytes over KV_BENCH_KEYS random keys (redis-benchmark -r; default 100000).
@@ -74,9 +74,9 @@ start() { # server dir
         MNEMO_WAL_PRIVATE=1 MNEMO_DEFER_ACKS=1 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
-    mnemo-wal-nogather)
+    mnemo-wal-gather)
         MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
-            --size 1G --pool "$2/kv.pool" --no-commit-gathering >/dev/null 2>&1 &
+            --size 1G --pool "$2/kv.pool" --commit-gathering >/dev/null 2>&1 &
         ;;
     mnemo-wal)
         MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \

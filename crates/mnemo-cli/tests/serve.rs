@@ -524,6 +524,45 @@ fn info_persistence_shows_the_write_ahead_file() {
     assert!(server.terminate().success());
 }
 
+/// `--commit-gathering` reaches the loop: its figures show in INFO clients, with the
+/// commits' measured storage wait (an `fdatasync` on the disk pool).
+#[test]
+fn commit_gathering_shows_in_info_clients() {
+    let dir = tempfile::Builder::new()
+        .prefix("mnemo-serve-gather")
+        .tempdir_in(std::env::temp_dir())
+        .unwrap();
+    let pool = dir.path().join("kv.pool");
+    let server = Server::start_with(&pool, &["--size", "8M", "--commit-gathering"], &[]);
+    let mut client = server.client();
+    for i in 0..20 {
+        let key = format!("k{i}");
+        client.call(&["SET", key.as_str(), "value"]).unwrap();
+    }
+    let info = match client.call(&["INFO", "clients"]).unwrap() {
+        mnemo_resp::Reply::Verbatim { text, .. } | mnemo_resp::Reply::Bulk(text) => {
+            String::from_utf8_lossy(&text).into_owned()
+        }
+        other => panic!("{other:?}"),
+    };
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("INFO clients lacks {name}:\n{info}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // Twenty fdatasyncs measured: a wait of at least a microsecond.
+    assert!(field("mnemo_commit_wait_us") > 0, "{info}");
+    // One client is in its own batch: nobody to wait for.
+    assert_eq!(field("mnemo_commit_gathers"), 0, "{info}");
+    field("mnemo_commit_gather_timeouts");
+    field("mnemo_client_turnaround_us");
+    drop(client);
+    assert!(server.terminate().success());
+}
+
 /// With its log collector gone (stderr a pipe whose reader closed, as in `mnemo serve 2>&1 |
 /// head -3`) the server keeps serving, logs nothing more, and still stops on SIGTERM.
 #[test]

@@ -63,7 +63,7 @@ pub(crate) struct Gather {
 impl Default for Gather {
     fn default() -> Self {
         Gather {
-            enabled: true,
+            enabled: false,
             commit: Average::default(),
             turnaround: Average::default(),
             commits: 0,
@@ -155,6 +155,7 @@ mod tests {
     /// A gather that has seen commits wait `commit` for their storage.
     fn settled(commit: Duration) -> Gather {
         let mut g = Gather::default();
+        g.set_enabled(true);
         for _ in 0..64 {
             g.committed(commit);
         }
@@ -177,6 +178,7 @@ mod tests {
         g.delivered(at, false);
         assert_eq!(g.deadline(at), None);
         let mut fresh = Gather::default();
+        fresh.set_enabled(true);
         fresh.delivered(at, true);
         assert_eq!(fresh.deadline(at), None);
         let mut off = settled(us(300));

@@ -302,7 +302,8 @@ impl EventLoop {
     }
 
     /// Whether a writing batch may wait for the clients just answered before its commit
-    /// (default: yes; it waits only where commits are slow and clients quick: `gather.rs`).
+    /// (default: no; when on, it waits only where commits wait for storage longer than the
+    /// clients take to come back: `gather.rs`).
     pub fn set_commit_gathering(&mut self, on: bool) {
         self.gather.set_enabled(on);
     }
