@@ -48,8 +48,8 @@ impl Average {
     }
 }
 
-/// The measurements behind the wait, and whether waiting is on at all.
-#[derive(Clone, Debug)]
+/// The measurements behind the wait, and whether waiting is on at all (off by default).
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Gather {
     enabled: bool,
     commit: Average,
@@ -58,18 +58,6 @@ pub(crate) struct Gather {
     commits: u64,
     /// Until when the connections the last delivery answered are waited for.
     until: Option<Instant>,
-}
-
-impl Default for Gather {
-    fn default() -> Self {
-        Gather {
-            enabled: false,
-            commit: Average::default(),
-            turnaround: Average::default(),
-            commits: 0,
-            until: None,
-        }
-    }
 }
 
 /// What the loop knows of one connection's pace.
