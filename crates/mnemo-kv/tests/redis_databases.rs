@@ -269,7 +269,11 @@ fn an_older_layout_version_is_refused_clearly() {
             }
             other => panic!("version {old}: expected a refusal, got {other:?}"),
         }
-        assert_eq!(heap.get(root).expect("root"), changed, "the refusal writes nothing");
+        assert_eq!(
+            heap.get(root).expect("root"),
+            changed,
+            "the refusal writes nothing"
+        );
     }
     heap.tx(|tx| tx.write(PPtr::<[u64; 8]>::from_offset(root.offset()), &words))
         .expect("restore the root");

@@ -900,7 +900,9 @@ pub fn check(tx: &Mem<'_, '_>, d: u64, seed: u64) -> Result<u64> {
             }
             let home = t.home(hash);
             if k == 0 && h.rehashing() && home < h.rehash {
-                return corrupt(format!("{d:#x}: moved home slot {home} still holds {at:#x}"));
+                return corrupt(format!(
+                    "{d:#x}: moved home slot {home} still holds {at:#x}"
+                ));
             }
             let mut j = home;
             while j != i {
@@ -1049,7 +1051,8 @@ mod tests {
                         (None, false) => {}
                         (Some(f), true) if grow => {
                             let hash = store::hash(SEED, &key(k));
-                            let e = new_entry(tx, tag::STRING, &key(k), hash, 0, Value::Word(value))?;
+                            let e =
+                                new_entry(tx, tag::STRING, &key(k), hash, 0, Value::Word(value))?;
                             replace(tx, &f, e)?;
                             store::free(tx, f.entry.off)?;
                             model.insert(k, value);
@@ -1093,10 +1096,17 @@ mod tests {
                         break;
                     }
                 }
-                assert_eq!(scanned.len(), model.len(), "round {round}: SCAN saw every key");
+                assert_eq!(
+                    scanned.len(),
+                    model.len(),
+                    "round {round}: SCAN saw every key"
+                );
                 Ok(())
             });
         }
-        assert!(resizing_seen > 5, "resizes were left half done: {resizing_seen}");
+        assert!(
+            resizing_seen > 5,
+            "resizes were left half done: {resizing_seen}"
+        );
     }
 }
