@@ -140,6 +140,17 @@ impl Space {
     /// DAX file system, typically) and an empty swap file at `swap_path` (on a disk). Both
     /// must not exist.
     pub fn create(pm_path: &Path, swap_path: &Path, pm_bytes: u64) -> Result<Space> {
+        Space::create_with(pm_path, swap_path, pm_bytes, Hooks::default())
+    }
+
+    /// [`Space::create`] with the durability of both files through `hooks` (crash tests:
+    /// the configuration section is written through the hooked window).
+    pub fn create_with(
+        pm_path: &Path,
+        swap_path: &Path,
+        pm_bytes: u64,
+        hooks: Hooks,
+    ) -> Result<Space> {
         let pm_bytes = pm_bytes.next_multiple_of(PAGE_SIZE);
         if !(DATA_OFFSET + 2 * PAGE_SIZE..=PM_BYTES_MAX).contains(&pm_bytes) {
             return Err(Error::InvalidArgument(format!(
@@ -172,7 +183,7 @@ impl Space {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let temp = pm_path.with_file_name(format!(".{file_name}.creating.{}", std::process::id()));
-        let result = Space::create_at(pm_path, &temp, swap_path, swap_file, config);
+        let result = Space::create_at(pm_path, &temp, swap_path, swap_file, config, hooks);
         if result.is_err() {
             let _ = std::fs::remove_file(&temp);
         }
@@ -185,6 +196,7 @@ impl Space {
         swap_path: &Path,
         swap_file: File,
         config: Config,
+        hooks: Hooks,
     ) -> Result<Space> {
         let pm_bytes = config.pm_bytes;
         let pm_file = open_rw(temp, true)?;
@@ -197,6 +209,7 @@ impl Space {
         window
             .ensure_backed(0, pm_bytes)
             .map_err(|e| Error::corrupt(pm_path, format!("allocating the file: {e}")))?;
+        let window = (hooks.wrap_window)(window);
         window.copy_nodrain(0, &config.encode());
         durable_site!("vpm.config_fence", window.drain()).map_err(|e| {
             Error::corrupt(pm_path, format!("making the configuration durable: {e}"))
@@ -213,8 +226,8 @@ impl Space {
         }
         Ok(Space::from_parts(
             (pm_path, swap_path),
-            plain_window(window),
-            Hooks::default(),
+            window,
+            hooks,
             pm_file,
             swap_file,
             config,
