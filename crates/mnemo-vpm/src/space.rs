@@ -361,14 +361,14 @@ impl Space {
             .map(|e| e.seq + 1)
             .max()
             .unwrap_or(0);
-        let index = toc.iter().position(Option::is_none).ok_or_else(|| {
+        let index = entry_for_allocation(&toc).ok_or_else(|| {
             Error::Full(format!(
-                "all {TOC_ENTRIES} regions of the table of contents are taken"
+                "all {TOC_ENTRIES} entries of the table of contents are taken (by live regions, \
+                 and by freed ones that hold their owner's last sequence number)"
             ))
         })?;
         // Space is taken by live regions only: a freed region's page table, slots and swap
-        // area are reused (first fit). Its entry stays, so that its owner's sequence
-        // numbers go on.
+        // area are reused (first fit).
         let live: Vec<&TocEntry> = toc
             .iter()
             .flatten()
@@ -402,6 +402,11 @@ impl Space {
             )));
         }
         inner.reserve_swap(&entry)?;
+        if toc[index].is_some() {
+            // A freed entry reused: made empty (durably) before its body is overwritten, so
+            // a crash in between leaves an empty entry, never a freed one with a torn body.
+            inner.set_state(index as u64, State::Empty)?;
+        }
         inner.publish(index as u64, &entry)?;
         tracing::debug!(owner, seq, capacity, budget, "virtual region allocated");
         Ok(seq)
@@ -436,7 +441,8 @@ impl Space {
 
     /// Free region `seq` of `owner` (open in no process): its entry is marked freed, its
     /// swap area's blocks released; a later allocation reuses its persistent memory and its
-    /// swap area. Its entry stays (the owner's sequence numbers go on after it).
+    /// swap area. Its entry stays until an allocation finds no empty entry (and for good if
+    /// it holds the owner's last sequence number: the owner's numbers go on after it).
     pub fn free(&self, owner: &str, seq: u64) -> Result<()> {
         let inner = &self.inner;
         let _lock = inner.lock_global()?;
@@ -480,6 +486,24 @@ impl Space {
         );
         Ok(())
     }
+}
+
+/// The entry a new region takes: the first empty one, else the first freed one whose owner
+/// has a region (live or freed) with a higher sequence number. A freed entry holding its
+/// owner's last sequence number is kept: the owner's next allocation is numbered from it, so
+/// an owner's numbers never go back (a number names one region over the file's life).
+fn entry_for_allocation(toc: &[Option<TocEntry>]) -> Option<usize> {
+    toc.iter().position(Option::is_none).or_else(|| {
+        toc.iter().position(|e| {
+            e.as_ref().is_some_and(|e| {
+                e.state == State::Freed
+                    && toc
+                        .iter()
+                        .flatten()
+                        .any(|o| o.owner == e.owner && o.seq > e.seq)
+            })
+        })
+    })
 }
 
 /// The first offset from `start` where `len` bytes overlap none of the `taken` ranges
