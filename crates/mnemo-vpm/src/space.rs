@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mnemo_pmem::{durable_site, FileMedia, Media};
+use mnemo_pmem::{durable_site, mutant, FileMedia, Media};
 
 use crate::error::{Error, Result};
 use crate::format::{self, Config, Place, State, TocEntry};
@@ -49,6 +49,14 @@ pub(crate) struct SpaceInner {
     /// Identifiers of the regions open in this process.
     pub(crate) open: Mutex<HashSet<u64>>,
 }
+
+/// Deliberately broken variants of the allocation path (`mnemo_pmem::mutant`), each of which
+/// the crash test must catch (`tests/crash.rs`).
+pub const ALLOCATION_MUTANTS: &[&str] = &[
+    // A freed entry is rewritten for a new region without being made empty first: a crash
+    // while its new body is written leaves a freed entry with a torn body.
+    "vpm.reuse_without_empty",
+];
 
 /// Seams for crash tests: what makes the persistent-memory file and the swap file durable.
 /// Both run inside the fault handler, so they must be async-signal-safe (no allocation, no
@@ -402,7 +410,7 @@ impl Space {
             )));
         }
         inner.reserve_swap(&entry)?;
-        if toc[index].is_some() {
+        if toc[index].is_some() && !mutant::active("vpm.reuse_without_empty") {
             // A freed entry reused: made empty (durably) before its body is overwritten, so
             // a crash in between leaves an empty entry, never a freed one with a torn body.
             inner.set_state(index as u64, State::Empty)?;
