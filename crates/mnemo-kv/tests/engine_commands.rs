@@ -795,7 +795,16 @@ fn corrupt_root_is_an_error_at_open() {
     heap.tx(|tx| {
         tx.write(
             root,
-            &[u64::from_le_bytes(*b"MNEMOKV\0"), 1, 4096, 0, 0, 0, 0, 0],
+            &[
+                u64::from_le_bytes(*b"MNEMOKV\0"),
+                mnemo_kv::engine::LAYOUT_VERSION,
+                4096,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ],
         )
     })
     .expect("write");

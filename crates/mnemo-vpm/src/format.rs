@@ -138,7 +138,8 @@ pub enum State {
     /// A region.
     Live,
     /// A freed region: its persistent memory and swap area are free for a later allocation;
-    /// the entry stays so that the owner's sequence numbers go on.
+    /// the entry stays so that the owner's sequence numbers go on (reused by an allocation
+    /// that finds no empty entry, unless it holds its owner's last number).
     Freed,
 }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mnemo_pmem::{durable_site, FileMedia, Media};
+use mnemo_pmem::{durable_site, mutant, FileMedia, Media};
 
 use crate::error::{Error, Result};
 use crate::format::{self, Config, Place, State, TocEntry};
@@ -49,6 +49,14 @@ pub(crate) struct SpaceInner {
     /// Identifiers of the regions open in this process.
     pub(crate) open: Mutex<HashSet<u64>>,
 }
+
+/// Deliberately broken variants of the allocation path (`mnemo_pmem::mutant`), each of which
+/// the crash test must catch (`tests/crash.rs`).
+pub const ALLOCATION_MUTANTS: &[&str] = &[
+    // A freed entry is rewritten for a new region without being made empty first: a crash
+    // while its new body is written leaves a freed entry with a torn body.
+    "vpm.reuse_without_empty",
+];
 
 /// Seams for crash tests: what makes the persistent-memory file and the swap file durable.
 /// Both run inside the fault handler, so they must be async-signal-safe (no allocation, no
@@ -140,6 +148,17 @@ impl Space {
     /// DAX file system, typically) and an empty swap file at `swap_path` (on a disk). Both
     /// must not exist.
     pub fn create(pm_path: &Path, swap_path: &Path, pm_bytes: u64) -> Result<Space> {
+        Space::create_with(pm_path, swap_path, pm_bytes, Hooks::default())
+    }
+
+    /// [`Space::create`] with the durability of both files through `hooks` (crash tests:
+    /// the configuration section is written through the hooked window).
+    pub fn create_with(
+        pm_path: &Path,
+        swap_path: &Path,
+        pm_bytes: u64,
+        hooks: Hooks,
+    ) -> Result<Space> {
         let pm_bytes = pm_bytes.next_multiple_of(PAGE_SIZE);
         if !(DATA_OFFSET + 2 * PAGE_SIZE..=PM_BYTES_MAX).contains(&pm_bytes) {
             return Err(Error::InvalidArgument(format!(
@@ -172,7 +191,7 @@ impl Space {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let temp = pm_path.with_file_name(format!(".{file_name}.creating.{}", std::process::id()));
-        let result = Space::create_at(pm_path, &temp, swap_path, swap_file, config);
+        let result = Space::create_at(pm_path, &temp, swap_path, swap_file, config, hooks);
         if result.is_err() {
             let _ = std::fs::remove_file(&temp);
         }
@@ -185,6 +204,7 @@ impl Space {
         swap_path: &Path,
         swap_file: File,
         config: Config,
+        hooks: Hooks,
     ) -> Result<Space> {
         let pm_bytes = config.pm_bytes;
         let pm_file = open_rw(temp, true)?;
@@ -197,6 +217,7 @@ impl Space {
         window
             .ensure_backed(0, pm_bytes)
             .map_err(|e| Error::corrupt(pm_path, format!("allocating the file: {e}")))?;
+        let window = (hooks.wrap_window)(window);
         window.copy_nodrain(0, &config.encode());
         durable_site!("vpm.config_fence", window.drain()).map_err(|e| {
             Error::corrupt(pm_path, format!("making the configuration durable: {e}"))
@@ -213,8 +234,8 @@ impl Space {
         }
         Ok(Space::from_parts(
             (pm_path, swap_path),
-            plain_window(window),
-            Hooks::default(),
+            window,
+            hooks,
             pm_file,
             swap_file,
             config,
@@ -348,14 +369,14 @@ impl Space {
             .map(|e| e.seq + 1)
             .max()
             .unwrap_or(0);
-        let index = toc.iter().position(Option::is_none).ok_or_else(|| {
+        let index = entry_for_allocation(&toc).ok_or_else(|| {
             Error::Full(format!(
-                "all {TOC_ENTRIES} regions of the table of contents are taken"
+                "all {TOC_ENTRIES} entries of the table of contents are taken (by live regions, \
+                 and by freed ones that hold their owner's last sequence number)"
             ))
         })?;
         // Space is taken by live regions only: a freed region's page table, slots and swap
-        // area are reused (first fit). Its entry stays, so that its owner's sequence
-        // numbers go on.
+        // area are reused (first fit).
         let live: Vec<&TocEntry> = toc
             .iter()
             .flatten()
@@ -389,6 +410,11 @@ impl Space {
             )));
         }
         inner.reserve_swap(&entry)?;
+        if toc[index].is_some() && !mutant::active("vpm.reuse_without_empty") {
+            // A freed entry reused: made empty (durably) before its body is overwritten, so
+            // a crash in between leaves an empty entry, never a freed one with a torn body.
+            inner.set_state(index as u64, State::Empty)?;
+        }
         inner.publish(index as u64, &entry)?;
         tracing::debug!(owner, seq, capacity, budget, "virtual region allocated");
         Ok(seq)
@@ -423,7 +449,8 @@ impl Space {
 
     /// Free region `seq` of `owner` (open in no process): its entry is marked freed, its
     /// swap area's blocks released; a later allocation reuses its persistent memory and its
-    /// swap area. Its entry stays (the owner's sequence numbers go on after it).
+    /// swap area. Its entry stays until an allocation finds no empty entry (and for good if
+    /// it holds the owner's last sequence number: the owner's numbers go on after it).
     pub fn free(&self, owner: &str, seq: u64) -> Result<()> {
         let inner = &self.inner;
         let _lock = inner.lock_global()?;
@@ -467,6 +494,24 @@ impl Space {
         );
         Ok(())
     }
+}
+
+/// The entry a new region takes: the first empty one, else the first freed one whose owner
+/// has a region (live or freed) with a higher sequence number. A freed entry holding its
+/// owner's last sequence number is kept: the owner's next allocation is numbered from it, so
+/// an owner's numbers never go back (a number names one region over the file's life).
+fn entry_for_allocation(toc: &[Option<TocEntry>]) -> Option<usize> {
+    toc.iter().position(Option::is_none).or_else(|| {
+        toc.iter().position(|e| {
+            e.as_ref().is_some_and(|e| {
+                e.state == State::Freed
+                    && toc
+                        .iter()
+                        .flatten()
+                        .any(|o| o.owner == e.owner && o.seq > e.seq)
+            })
+        })
+    })
 }
 
 /// The first offset from `start` where `len` bytes overlap none of the `taken` ranges

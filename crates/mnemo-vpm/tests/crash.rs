@@ -372,16 +372,21 @@ fn crash_at_every_step_of_an_eviction_loses_nothing() {
     }
 }
 
-/// Durability sites of the allocation path (`space.rs`) that no crash test reaches: the
-/// eviction child opens a space and a region the parent made, and the allocation child dies
-/// only once `free` and `allocate` have returned (an unfenced line is then only a missing
-/// flush or fence, which the fenced image shows). Their argument is in
-/// `docs/design/durability-sites.md` ("mnemo-vpm").
-const NOT_REACHED: &[&str] = &["vpm.config_fence", "vpm.entry_fence"];
-
 /// Sites of the allocation path the allocation child catches
-/// (`a_region_allocated_over_a_freed_one_survives_a_crash`).
-const ALLOCATION: &[&str] = &["vpm.table_zero_flush", "vpm.state_flush", "vpm.state_fence"];
+/// (`a_region_allocated_over_a_freed_one_survives_a_crash`). `vpm.entry_fence` only in the
+/// images between fences (one line of a fence written back alone): without it the state
+/// word's fence is the first to make the entry's body and the table's zeros durable, and a
+/// cache that wrote the state word's line back before that fence leaves a live entry over a
+/// torn body or a stale table.
+const ALLOCATION: &[&str] = &[
+    "vpm.table_zero_flush",
+    "vpm.state_flush",
+    "vpm.state_fence",
+    "vpm.entry_fence",
+];
+
+/// Sites of space creation the creation child catches (`a_space_created_then_a_crash_opens`).
+const CREATION: &[&str] = &["vpm.config_fence"];
 
 #[test]
 #[ignore = "the child of a_region_allocated_over_a_freed_one_survives_a_crash"]
@@ -416,20 +421,31 @@ fn child_frees_and_allocates_then_dies() {
     unsafe { libc::_exit(CRASH_EXIT_CODE) };
 }
 
-/// A region allocated over a freed one (its page table and slots reused) and a crash right
-/// after: the freed region stays freed, the new one exists and every page of it reads as
-/// zeros, not as the freed region's pages (whose words were in the reused page table).
+/// A region allocated over a freed one (its page table and slots reused, and, the table of
+/// contents being full, the entry of another freed region) and a crash right after: the
+/// freed region stays freed, the new one exists and every page of it reads as zeros, not as
+/// the freed region's pages (whose words were in the reused page table). Then images
+/// between the child's fences (see below): every one is a state the child passed through.
 fn allocation_case(mutant: Option<&str>) -> Result<(), String> {
     let dirs = Dirs::new();
     let dir = dirs.pm().parent().unwrap().to_path_buf();
-    // Room for one region only: the new one must reuse the freed one's space.
+    // Room for one large region only, beside the fillers: the new one must reuse the freed
+    // one's space. Every entry of the table of contents is taken (the large region and 63
+    // one-page fillers), and filler 0 is freed: the new region must reuse its entry.
+    let small = mnemo_vpm::format::table_bytes(1) + PAGE as u64;
+    let fillers = mnemo_vpm::limits::TOC_ENTRIES - 1;
     let one = mnemo_vpm::limits::DATA_OFFSET
         + mnemo_vpm::format::table_bytes(PAGES as u64)
-        + (BUDGET * PAGE) as u64;
+        + (BUDGET * PAGE) as u64
+        + fillers * small;
     let space = Space::create(&dir.join("pm"), &dir.join("swap"), one).unwrap();
     space
         .allocate("crash", (PAGES * PAGE) as u64, (BUDGET * PAGE) as u64)
         .unwrap();
+    for _ in 0..fillers {
+        space.allocate("filler", PAGE as u64, PAGE as u64).unwrap();
+    }
+    space.free("filler", 0).unwrap();
     let region = space.open_region("crash", 0).unwrap();
     for page in 0..PAGES {
         // SAFETY: PAGES pages; this thread alone.
@@ -438,6 +454,7 @@ fn allocation_case(mutant: Option<&str>) -> Result<(), String> {
     drop(region);
     drop(space);
     std::fs::copy(dir.join("pm"), dir.join("pm.durable")).unwrap();
+    std::fs::copy(dir.join("pm"), dir.join("pm.durable.start")).unwrap();
     std::fs::copy(dir.join("swap"), dir.join("swap.durable")).unwrap();
     let lines = std::fs::metadata(dir.join("pm")).unwrap().len() as usize / twin::LINE;
     std::fs::write(
@@ -445,6 +462,8 @@ fn allocation_case(mutant: Option<&str>) -> Result<(), String> {
         vec![0u8; twin::LANES * lines.div_ceil(8)],
     )
     .unwrap();
+    // Log each fence's lines (`twin::FENCE_LOG`).
+    std::fs::write(dir.join("pm.fence-log"), []).unwrap();
     let mut command = Command::new(std::env::current_exe().unwrap());
     if let Some(m) = mutant {
         command.env("VPM_MUTANT", m);
@@ -466,28 +485,195 @@ fn allocation_case(mutant: Option<&str>) -> Result<(), String> {
         Some(CRASH_EXIT_CODE),
         "the allocation child failed"
     );
-    for image in [Image::Live, Image::Fenced, Image::UnfencedLost] {
-        let at = dir.join(format!("{image:?}"));
-        image.build(&dir, &at);
+    let check_allocated = |at: &Path, image: &str| -> Result<(), String> {
         let space = Space::open(&at.join("pm"), &at.join("swap"))
-            .map_err(|e| format!("{image:?} image: {e}"))?;
+            .map_err(|e| format!("{image} image: {e}"))?;
         if space.open_region("crash", 0).is_ok() {
-            return Err(format!("{image:?} image: the freed region is back"));
+            return Err(format!("{image} image: the freed region is back"));
         }
         let region = space
             .open_region("fresh", 0)
-            .map_err(|e| format!("{image:?} image: the new region: {e}"))?;
+            .map_err(|e| format!("{image} image: the new region: {e}"))?;
         for page in 0..PAGES {
             // SAFETY: PAGES pages; this thread alone.
             let got = unsafe { check(region.base().as_ptr(), 0, page) };
             if got != Ok(false) {
                 return Err(format!(
-                    "{image:?} image: page {page} of the new region is not zero: {got:?}"
+                    "{image} image: page {page} of the new region is not zero: {got:?}"
                 ));
+            }
+        }
+        Ok(())
+    };
+    for image in [Image::Live, Image::Fenced, Image::UnfencedLost] {
+        let at = dir.join(format!("{image:?}"));
+        image.build(&dir, &at);
+        check_allocated(&at, &format!("{image:?}"))?;
+    }
+    // Between its fences the child's durable file is the one after the previous fence, plus
+    // any of the lines flushed since that the cache wrote back on its own. For every fence,
+    // each image of the file before it with one of its lines written back must open to a
+    // state the child passed through: the large region live and the new one absent, or the
+    // large one freed and the new one absent, or the new one live with every page zero.
+    let log = std::fs::read(dir.join("pm.fence-log")).unwrap();
+    let mut durable = std::fs::read(dir.join("pm.durable.start")).unwrap();
+    let mut fence: Vec<(usize, &[u8])> = Vec::new();
+    let mut fences = 0;
+    for record in log.chunks_exact(twin::LOG_RECORD) {
+        let line = u64::from_le_bytes(record[..8].try_into().unwrap());
+        if line != u64::MAX {
+            fence.push((line as usize, &record[8..]));
+            continue;
+        }
+        for &(line, bytes) in &fence {
+            let at = dir.join(format!("fence-{fences}-line-{line}"));
+            std::fs::create_dir_all(&at).unwrap();
+            let mut pm = durable.clone();
+            pm[line * twin::LINE..(line + 1) * twin::LINE].copy_from_slice(bytes);
+            std::fs::write(at.join("pm"), pm).unwrap();
+            std::fs::copy(dir.join("swap.durable"), at.join("swap")).unwrap();
+            check_between(&at).map_err(|e| format!("fence {fences}, line {line} alone: {e}"))?;
+        }
+        for &(line, bytes) in &fence {
+            durable[line * twin::LINE..(line + 1) * twin::LINE].copy_from_slice(bytes);
+        }
+        fence.clear();
+        fences += 1;
+    }
+    assert!(fences >= 3, "the child fenced ({fences} fences)");
+    Ok(())
+}
+
+/// A state the allocation child passes through (see `allocation_case`).
+fn check_between(at: &Path) -> Result<(), String> {
+    let space = Space::open(&at.join("pm"), &at.join("swap")).map_err(|e| e.to_string())?;
+    let live = |owner: &str| -> Result<bool, String> {
+        Ok(space
+            .regions()
+            .map_err(|e| e.to_string())?
+            .iter()
+            .any(|r| r.owner == owner && !r.freed))
+    };
+    if !live("fresh")? {
+        return Ok(());
+    }
+    if live("crash")? {
+        return Err("the new region and the freed one both live".into());
+    }
+    let region = space
+        .open_region("fresh", 0)
+        .map_err(|e| format!("the new region: {e}"))?;
+    for page in 0..PAGES {
+        // SAFETY: PAGES pages; this thread alone.
+        let got = unsafe { check(region.base().as_ptr(), 0, page) };
+        if got != Ok(false) {
+            return Err(format!(
+                "page {page} of the new region is not zero: {got:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "the child of a_space_created_then_a_crash_opens"]
+fn child_creates_then_dies() {
+    let Ok(dir) = std::env::var("VPM_CRASH_DIR") else {
+        panic!("run by a_space_created_then_a_crash_opens only");
+    };
+    let dir = PathBuf::from(dir);
+    twin::install(&dir);
+    let hooks = mnemo_vpm::Hooks {
+        wrap_window: twin::wrap,
+        sync_swap: twin::sync_swap,
+        run_evictor,
+    };
+    let bytes = std::fs::metadata(dir.join("pm.durable")).unwrap().len();
+    let work = || {
+        Space::create_with(&dir.join("pm"), &dir.join("swap"), bytes, hooks).unwrap();
+    };
+    match std::env::var("VPM_MUTANT") {
+        Ok(name) => mnemo_pmem::mutant::with(Box::leak(name.into_boxed_str()), work),
+        Err(_) => work(),
+    }
+    // Created: a file under its name is a whole space.
+    // SAFETY: _exit ends the process at once, as a crash would.
+    unsafe { libc::_exit(CRASH_EXIT_CODE) };
+}
+
+/// A space created and a crash right after: every image of its persistent-memory file (the
+/// file is under its name once `create` returns) opens, and a region can be allocated,
+/// written and read back in it.
+fn creation_case(mutant: Option<&str>) -> Result<(), String> {
+    let dirs = Dirs::new();
+    let dir = dirs.pm().parent().unwrap().to_path_buf();
+    let bytes = mnemo_vpm::limits::DATA_OFFSET
+        + mnemo_vpm::format::table_bytes(PAGES as u64)
+        + (BUDGET * PAGE) as u64;
+    let bytes = bytes.next_multiple_of(PAGE as u64);
+    std::fs::write(dir.join("pm.durable"), vec![0u8; bytes as usize]).unwrap();
+    std::fs::write(dir.join("swap.durable"), []).unwrap();
+    let lines = bytes as usize / twin::LINE;
+    std::fs::write(
+        dir.join("pm.pending"),
+        vec![0u8; twin::LANES * lines.div_ceil(8)],
+    )
+    .unwrap();
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(m) = mutant {
+        command.env("VPM_MUTANT", m);
+    }
+    let status = command
+        .args([
+            "--ignored",
+            "--exact",
+            "child_creates_then_dies",
+            "--test-threads=1",
+            "--quiet",
+        ])
+        .env("VPM_CRASH_DIR", &dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(CRASH_EXIT_CODE),
+        "the creation child failed"
+    );
+    // The swap file's header was written and fsync'ed by `create` (a disk file: fsync is
+    // its durability point), so every image takes the live swap file.
+    for image in [Image::Live, Image::Fenced, Image::UnfencedLost] {
+        let at = dir.join(format!("{image:?}"));
+        image.build(&dir, &at);
+        std::fs::copy(dir.join("swap"), at.join("swap")).unwrap();
+        let space = Space::open(&at.join("pm"), &at.join("swap"))
+            .map_err(|e| format!("{image:?} image of a new space: {e}"))?;
+        space
+            .allocate("after", (PAGES * PAGE) as u64, (BUDGET * PAGE) as u64)
+            .map_err(|e| format!("{image:?} image: allocating: {e}"))?;
+        let region = space
+            .open_region("after", 0)
+            .map_err(|e| format!("{image:?} image: opening: {e}"))?;
+        for page in 0..PAGES {
+            // SAFETY: PAGES pages; this thread alone.
+            unsafe { fill(region.base().as_ptr(), SEED_FIRST, page) };
+        }
+        for page in 0..PAGES {
+            // SAFETY: as above.
+            let got = unsafe { check(region.base().as_ptr(), SEED_FIRST, page) };
+            if got != Ok(true) {
+                return Err(format!("{image:?} image: page {page} reads {got:?}"));
             }
         }
     }
     Ok(())
+}
+
+#[test]
+fn a_space_created_then_a_crash_opens() {
+    if let Err(e) = creation_case(None) {
+        panic!("{e}");
+    }
 }
 
 #[test]
@@ -506,7 +692,7 @@ fn every_fault_path_mutant_and_site_is_caught() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let sites = mnemo_pmem::mutant::sites_in(&src);
     assert!(sites.len() >= 10, "sites found: {sites:?}");
-    for name in NOT_REACHED.iter().chain(ALLOCATION) {
+    for name in ALLOCATION.iter().chain(CREATION) {
         assert!(
             sites.iter().any(|s| s == name),
             "{name} is not a site any more"
@@ -519,7 +705,7 @@ fn every_fault_path_mutant_and_site_is_caught() {
     names.extend(
         sites
             .iter()
-            .filter(|s| !NOT_REACHED.contains(&s.as_str()) && !ALLOCATION.contains(&s.as_str()))
+            .filter(|s| !ALLOCATION.contains(&s.as_str()) && !CREATION.contains(&s.as_str()))
             .map(|s| format!("site:{s}")),
     );
     let mut missed = Vec::new();
@@ -527,6 +713,19 @@ fn every_fault_path_mutant_and_site_is_caught() {
         let name = format!("site:{name}");
         match allocation_case(Some(&name)) {
             Ok(()) => missed.push(format!("{name} (allocation over a freed region)")),
+            Err(failure) => eprintln!("{name} caught: {failure}"),
+        }
+    }
+    for name in mnemo_vpm::space::ALLOCATION_MUTANTS {
+        match allocation_case(Some(name)) {
+            Ok(()) => missed.push(format!("{name} (allocation over a freed region)")),
+            Err(failure) => eprintln!("{name} caught: {failure}"),
+        }
+    }
+    for name in CREATION {
+        let name = format!("site:{name}");
+        match creation_case(Some(&name)) {
+            Ok(()) => missed.push(format!("{name} (creation)")),
             Err(failure) => eprintln!("{name} caught: {failure}"),
         }
     }
@@ -574,6 +773,33 @@ mod twin {
 
     static DURABLE_PM: AtomicI32 = AtomicI32::new(-1);
     static DURABLE_SWAP: AtomicI32 = AtomicI32::new(-1);
+    /// When the parent made `pm.fence-log` (the allocation child): each fence appends a
+    /// record per line it makes durable (the line's number, then its 64 bytes), then an end
+    /// record (number `u64::MAX`). So after the crash the parent can rebuild the durable
+    /// image as it was before each fence, and which lines that fence wrote.
+    static FENCE_LOG: AtomicI32 = AtomicI32::new(-1);
+    /// Bytes of a fence-log record.
+    pub const LOG_RECORD: usize = 8 + LINE;
+
+    /// Appends one record to the fence log (`line` u64::MAX: the end of a fence).
+    fn log_line(base: *const u8, line: u64) {
+        let mut record = [0u8; LOG_RECORD];
+        record[..8].copy_from_slice(&line.to_le_bytes());
+        if line != u64::MAX {
+            // SAFETY: the line lies inside the window's mapping (flushed ranges do).
+            let bytes = unsafe { std::slice::from_raw_parts(base.add(line as usize * LINE), LINE) };
+            record[8..].copy_from_slice(bytes);
+        }
+        // SAFETY: write of a local buffer to a descriptor kept open (O_APPEND).
+        let n = unsafe {
+            libc::write(
+                FENCE_LOG.load(Ordering::Acquire),
+                record.as_ptr().cast(),
+                LOG_RECORD,
+            )
+        };
+        assert_eq!(n, LOG_RECORD as isize);
+    }
     /// One bit per line of the persistent-memory file: flushed, not yet fenced. In a shared
     /// mapping of `pm.pending`, so the parent reads it after the child's death.
     static PENDING: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
@@ -592,6 +818,13 @@ mod twin {
     pub fn install(dir: &Path) {
         DURABLE_PM.store(open(&dir.join("pm.durable")), Ordering::Release);
         DURABLE_SWAP.store(open(&dir.join("swap.durable")), Ordering::Release);
+        if dir.join("pm.fence-log").exists() {
+            let log = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("pm.fence-log"))
+                .unwrap();
+            FENCE_LOG.store(log.into_raw_fd(), Ordering::Release);
+        }
         let fd = open(&dir.join("pm.pending"));
         let len = std::fs::metadata(dir.join("pm.pending")).unwrap().len();
         // SAFETY: a new shared mapping of a file of `len` bytes at an address the kernel
@@ -666,6 +899,7 @@ mod twin {
         fn drain(&self) -> Result<(), MediaError> {
             self.0.drain()?;
             let fd = DURABLE_PM.load(Ordering::Acquire);
+            let logging = FENCE_LOG.load(Ordering::Acquire) >= 0;
             for byte in 0..lane_bytes() {
                 let bits = pending(lane(), byte).swap(0, Ordering::SeqCst);
                 for bit in 0..8 {
@@ -673,6 +907,9 @@ mod twin {
                         continue;
                     }
                     let line = byte * 8 + bit;
+                    if logging {
+                        log_line(self.base().as_ptr(), line as u64);
+                    }
                     // SAFETY: the line lies inside the window's mapping (flushed ranges do);
                     // pwrite of it to the durable image at the same offset.
                     let n = unsafe {
@@ -686,6 +923,9 @@ mod twin {
                     assert_eq!(n, LINE as isize);
                 }
             }
+            if logging {
+                log_line(self.base().as_ptr(), u64::MAX);
+            }
             Ok(())
         }
     }
@@ -693,13 +933,18 @@ mod twin {
     /// fdatasync, then the whole swap file copied into its durable image (by the kernel:
     /// the handler runs on the thread's small alternate signal stack, no room for a buffer).
     pub fn sync_swap(fd: i32) -> bool {
+        // SAFETY: fdatasync of a descriptor kept open.
+        if unsafe { libc::fdatasync(fd) } != 0 {
+            return false;
+        }
+        copy_whole(fd, DURABLE_SWAP.load(Ordering::Acquire))
+    }
+
+    /// The whole file `from` copied over the start of `to` (by the kernel: no buffer).
+    fn copy_whole(fd: i32, to: i32) -> bool {
         // SAFETY: system calls on descriptors kept open, with offsets passed by pointer to
         // locals.
         unsafe {
-            if libc::fdatasync(fd) != 0 {
-                return false;
-            }
-            let to = DURABLE_SWAP.load(Ordering::Acquire);
             let len = libc::lseek(fd, 0, libc::SEEK_END);
             let (mut from_at, mut to_at): (libc::loff_t, libc::loff_t) = (0, 0);
             while from_at < len {

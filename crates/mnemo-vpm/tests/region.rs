@@ -589,3 +589,56 @@ fn a_store_that_swaps_a_page_in_takes_one_fault() {
         assert_eq!(got, Ok(true), "page {page}");
     }
 }
+
+/// Table-of-contents entries of freed regions are reused, but never the one holding its
+/// owner's last sequence number: an owner's numbers go on after a free, whatever the other
+/// owners allocated meanwhile, and a file takes any number of allocations over its life.
+#[test]
+fn freed_entries_are_reused_and_sequence_numbers_never_go_back() {
+    let dirs = Dirs::new();
+    let entries = mnemo_vpm::limits::TOC_ENTRIES;
+    let one = mnemo_vpm::format::table_bytes(1) + PAGE as u64;
+    let space = dirs.create(mnemo_vpm::limits::DATA_OFFSET + entries * one + PAGE as u64);
+    let page = PAGE as u64;
+    for seq in 0..entries {
+        assert_eq!(space.allocate("a", page, page).unwrap(), seq);
+    }
+    let full = space.allocate("b", page, page);
+    assert!(matches!(full, Err(Error::Full(_))), "{full:?}");
+    for seq in 0..entries {
+        space.free("a", seq).unwrap();
+    }
+    // Every entry of "a" but its last is taken by "b".
+    for seq in 0..entries - 1 {
+        assert_eq!(space.allocate("b", page, page).unwrap(), seq);
+    }
+    let full = space.allocate("c", page, page);
+    assert!(matches!(full, Err(Error::Full(_))), "{full:?}");
+    // "a" allocates again: numbered after its last, not from 0.
+    space.free("b", 0).unwrap();
+    assert_eq!(space.allocate("a", page, page).unwrap(), entries);
+    // Its freed last entry is no longer its last: reused now.
+    space.free("b", 1).unwrap();
+    assert_eq!(space.allocate("c", page, page).unwrap(), 0);
+    assert_eq!(space.allocate("c", page, page).unwrap(), 1);
+    let full = space.allocate("c", page, page);
+    assert!(matches!(full, Err(Error::Full(_))), "{full:?}");
+    let region = space.open_region("a", entries).unwrap();
+    // SAFETY: one page; this thread alone.
+    unsafe { fill(base(&region), 7, 0) };
+    drop(region);
+    drop(space);
+    let space = dirs.open();
+    let listed = space.regions().unwrap();
+    assert_eq!(listed.len() as u64, entries);
+    assert!(listed.iter().all(|r| !r.freed), "{listed:?}");
+    assert!(
+        space.open_region("a", 0).is_err(),
+        "a freed number stays freed"
+    );
+    let region = space.open_region("a", entries).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { check(base(&region), 7, 0) }, Ok(true));
+    drop(region);
+    assert_eq!(space.open_region("b", 2).unwrap().stats().capacity_pages, 1);
+}

@@ -424,7 +424,7 @@ pub fn memory_usage(ctx: &mut Ctx<'_, '_>, args: &[Bytes]) -> Result<Reply> {
                 }
                 Ok(sampled.0 < samples)
             })?;
-            bytes += CONTAINER_HEADER_BYTES + 8 * (header.size0 + header.size1);
+            bytes += CONTAINER_HEADER_BYTES + dict::SLOT_BYTES * (header.size0 + header.size1);
             bytes += scaled(sampled, header.count);
         }
         _ => {}

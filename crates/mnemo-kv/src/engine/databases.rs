@@ -1,9 +1,9 @@
 //! The numbered databases (SELECT, MOVE, SWAPDB): where each database's keyspace table is
 //! found, and how open creates, upgrades and checks them.
 //!
-//! Database 0's table stays where layout version 1 kept the only keyspace (root word 2), so a
-//! pool made before databases existed opens as database 0. The others are found through the
-//! **database array** that root word 4 points at (layout version 2):
+//! Database 0's table is the one root word 2 points at (where layout version 1 kept the only
+//! keyspace). The others are found through the **database array** that root word 4 points
+//! at (since layout version 2; version 3 changed the tables' index, `dict.rs`):
 //!
 //! ```text
 //! array: magic "MNEMODBS" | count (databases, 0 included) | table of db 1 | ... | db count-1
@@ -34,7 +34,7 @@ fn array_bytes(count: u64) -> u64 {
     slot_offset(count.max(1))
 }
 
-/// Creates, upgrades or checks the keyspace found through the root at `root` (whose words
+/// Creates or checks the keyspace found through the root at `root` (whose words
 /// are `words`) for `databases` databases; returns the database array's offset.
 pub fn open(tx: &Mem<'_, '_>, root: u64, words: &[u64; 8], databases: usize) -> Result<u64> {
     let wanted = databases as u64;
@@ -53,18 +53,19 @@ pub fn open(tx: &Mem<'_, '_>, root: u64, words: &[u64; 8], databases: usize) -> 
             words[0]
         ));
     }
-    check_table(tx, words[2], 0)?;
     match words[1] {
-        // One database, no array yet: it becomes database 0.
-        1 => {
-            let array = create_array(tx, wanted, &[])?;
-            store::set_word(tx, root + 8, LAYOUT_VERSION)?;
-            store::set_word(tx, root + root::DATABASES, array)?;
-            Ok(array)
+        LAYOUT_VERSION => {
+            check_table(tx, words[2], 0)?;
+            open_array(tx, root, words[4], wanted)
         }
-        LAYOUT_VERSION => open_array(tx, root, words[4], wanted),
+        old @ (1 | 2) => Err(EngineError::Layout(format!(
+            "the pool's keyspace has layout version {old} (chained hash tables), this build \
+             reads version {LAYOUT_VERSION} only (open-addressed tables): open it with the \
+             mnemo that made it and move the data over (redis-cli --rdb, or MIGRATE), or \
+             start from an empty pool"
+        ))),
         other => corrupt(format!(
-            "keyspace layout version {other} (this build reads 1 and {LAYOUT_VERSION})"
+            "keyspace layout version {other} (this build reads {LAYOUT_VERSION})"
         )),
     }
 }

@@ -5,25 +5,36 @@
 //! ```text
 //! header (80 B): kind | count | table0 | buckets0 | table1 | buckets1 | rehash_index
 //!                | reclaim_next | reclaim_cursor | extra (keyspace: keys with an expiry)
-//! table:         buckets * u64, each the offset of the first entry of its chain (0: empty)
-//! entry:         next | hash | meta (tag, flags, key length) | expire_ms | value | vlen,vcap
+//! slot array:    slots * (entry offset (0: empty) | hash of its key)
+//! entry:         0 | hash | meta (tag, flags, key length) | expire_ms | value | vlen,vcap
 //!                | key bytes | inline value bytes (capacity vcap)
 //! ```
 //!
-//! Resizing is incremental, like Redis's dict: a second table is allocated and every table
-//! operation moves a bucket to it; lookups search both while it lasts. The load factor is 1
-//! (grow past it, shrink below 1/8), so chains are short and every operation is O(1).
+//! The index is open-addressed with linear probing, and each slot holds its entry's hash:
+//! a lookup reads an entry only when its slot's hash is the key's, so inserting a new key
+//! reads slots only, and moving slots (resizing, deleting) never reads or writes an entry.
+//! The entries, scattered among the values, are thus touched only by the commands that use
+//! them: a region of virtual persistent memory (`mnemo-vpm`) keeps the slot arrays resident
+//! and pages old entries out without an insert bringing them back (issue 15).
+//!
+//! Resizing is incremental, like Redis's dict: a second slot array is allocated and every
+//! table operation moves the elements of one home slot to it; lookups search both while it
+//! lasts. The load stays between 1/8 and 3/4 (grow past 3/4 to twice the slots, shrink below
+//! 1/8 to half), so probe runs are short and every operation is O(1). Deletion shifts the
+//! following slots of the run back (no tombstones).
 
 use super::store::Mem;
 
 use super::limits::{BUCKETS_MAX, BUCKETS_MIN, RANDOM_BUCKET_TRIES, REHASH_EMPTY_VISITS};
-use super::store::{self, corrupt, Result};
+use super::store::{self, corrupt, EngineError, Result};
 pub use crate::server::Prefetch;
 
 /// Bytes of a table header.
 pub const HEADER_BYTES: u64 = 80;
 /// Bytes of an entry before its key.
 pub const ENTRY_BYTES: u64 = 48;
+/// Bytes of an index slot: the entry's offset (0: an empty slot), then its key's hash.
+pub const SLOT_BYTES: u64 = 16;
 /// High bits of the first word of every container header: catches stray pointers.
 pub const OBJECT_MAGIC: u64 = 0x4d4b_564f_424a_0000; // "MKVOBJ" + kind byte
 
@@ -93,15 +104,15 @@ pub struct Header {
     pub kind: Kind,
     /// Entries.
     pub count: u64,
-    /// Bucket array of the main table.
+    /// Slot array of the main table.
     pub t0: u64,
-    /// Its bucket count (a power of two).
+    /// Its slot count (a power of two).
     pub size0: u64,
-    /// Bucket array being filled while resizing (0 when not).
+    /// Slot array being filled while resizing (0 when not).
     pub t1: u64,
-    /// Its bucket count.
+    /// Its slot count.
     pub size1: u64,
-    /// Next bucket of `t0` to move while resizing.
+    /// Next home slot of `t0` to move while resizing.
     pub rehash: u64,
     /// Link in the reclaim queue.
     pub reclaim_next: u64,
@@ -183,7 +194,7 @@ impl Header {
 
 /// Creates an empty table of `kind`.
 pub fn create(tx: &Mem<'_, '_>, kind: Kind) -> Result<u64> {
-    let table = store::zalloc(tx, BUCKETS_MIN * 8)?;
+    let table = store::zalloc(tx, BUCKETS_MIN * SLOT_BYTES)?;
     let d = store::alloc(tx, HEADER_BYTES)?;
     let h = Header {
         kind,
@@ -206,8 +217,6 @@ pub fn create(tx: &Mem<'_, '_>, kind: Kind) -> Result<u64> {
 pub struct Entry {
     /// Its offset.
     pub off: u64,
-    /// Next entry of the chain.
-    pub next: u64,
     /// Hash of the key.
     pub hash: u64,
     /// What it holds ([`tag`]).
@@ -236,9 +245,6 @@ pub mod entry_field {
     pub const VLEN: u64 = 40;
 }
 
-/// Key bytes a lookup reads together with each entry of the chain.
-const KEY_READ_AHEAD: usize = 64;
-
 impl Entry {
     /// Reads and validates the entry at `off`.
     pub fn read(tx: &Mem<'_, '_>, off: u64) -> Result<Entry> {
@@ -259,7 +265,6 @@ impl Entry {
     fn from_words(off: u64, w: [u64; 6]) -> Result<Entry> {
         let e = Entry {
             off,
-            next: w[0],
             hash: w[1],
             tag: (w[2] & 0xff) as u8,
             flags: ((w[2] >> 8) & 0xff) as u8,
@@ -347,22 +352,134 @@ pub fn new_entry(
     Ok(off)
 }
 
-/// A found entry and the word that points at it (a bucket or the previous entry's next).
+/// A found entry and the index slot that holds it.
 #[derive(Clone, Copy, Debug)]
 pub struct Found {
     /// The entry.
     pub entry: Entry,
-    /// Offset of the word pointing at it.
+    /// Offset of its slot (whose first word is the entry's offset). Valid until the next
+    /// unlink or resize step on the table (either may move slots).
     pub link: u64,
+}
+
+/// One of a header's two slot arrays.
+#[derive(Clone, Copy, Debug)]
+struct Table {
+    /// Offset of slot 0.
+    at: u64,
+    /// Slots (a power of two).
+    size: u64,
+}
+
+impl Table {
+    fn mask(&self) -> u64 {
+        self.size - 1
+    }
+
+    /// Offset of slot `i`.
+    fn slot(&self, i: u64) -> u64 {
+        self.at + i * SLOT_BYTES
+    }
+
+    /// The slot a hash probes first.
+    fn home(&self, hash: u64) -> u64 {
+        hash & self.mask()
+    }
+
+    /// The slot index of the slot at offset `link`, if it is one of this table's.
+    fn index_of(&self, link: u64) -> Option<u64> {
+        let rel = link.checked_sub(self.at)?;
+        (rel % SLOT_BYTES == 0 && rel / SLOT_BYTES < self.size).then_some(rel / SLOT_BYTES)
+    }
+}
+
+impl Header {
+    fn t0(&self) -> Table {
+        Table {
+            at: self.t0,
+            size: self.size0,
+        }
+    }
+
+    fn t1(&self) -> Table {
+        Table {
+            at: self.t1,
+            size: self.size1,
+        }
+    }
+
+    /// The tables a lookup searches: the main one, and the new one while resizing.
+    fn tables(&self) -> ([Table; 2], usize) {
+        ([self.t0(), self.t1()], if self.rehashing() { 2 } else { 1 })
+    }
+
+    /// Slots over both tables (t0's, then t1's while resizing).
+    pub fn slots(&self) -> u64 {
+        self.size0 + if self.rehashing() { self.size1 } else { 0 }
+    }
+
+    /// Offset of slot `i` counted over both tables ([`Header::slots`]).
+    pub fn slot_at(&self, i: u64) -> u64 {
+        if i < self.size0 {
+            self.t0().slot(i)
+        } else {
+            self.t1().slot(i - self.size0)
+        }
+    }
+}
+
+/// Slots read at once by a probe (a cache line).
+const PROBE_READ_SLOTS: u64 = 4;
+
+/// Walks the probe sequence of `t` from slot `from` up to (not including) the first empty
+/// slot, calling `f(index, entry, hash)` for each occupied slot until it returns false.
+/// Reads a few slots at a time. An array with no empty slot is corruption (inserts always
+/// leave one).
+fn probe(
+    tx: &Mem<'_, '_>,
+    t: Table,
+    from: u64,
+    mut f: impl FnMut(u64, u64, u64) -> Result<bool>,
+) -> Result<()> {
+    let mut i = from & t.mask();
+    let mut seen = 0u64;
+    let mut raw = [0u8; (PROBE_READ_SLOTS * SLOT_BYTES) as usize];
+    loop {
+        let n = PROBE_READ_SLOTS.min(t.size - i);
+        let bytes = &mut raw[..(n * SLOT_BYTES) as usize];
+        store::read_into(tx, t.slot(i), bytes)?;
+        for (k, slot) in bytes.chunks_exact(SLOT_BYTES as usize).enumerate() {
+            let word = |at: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&slot[at..at + 8]);
+                u64::from_le_bytes(w)
+            };
+            let (entry, hash) = (word(0), word(8));
+            if entry == 0 {
+                return Ok(());
+            }
+            if !f(i + k as u64, entry, hash)? {
+                return Ok(());
+            }
+            seen += 1;
+            if seen >= t.size {
+                return corrupt(format!(
+                    "slot array at {:#x} ({} slots) has no empty slot",
+                    t.at, t.size
+                ));
+            }
+        }
+        i = (i + n) & t.mask();
+    }
 }
 
 /// Finds `key` in the table at `d`.
 pub fn find(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8]) -> Result<Option<Found>> {
     let h = Header::read(tx, d)?;
-    find_in(tx, d, &h, store::hash(seed, key), key)
+    find_in(tx, &h, store::hash(seed, key), key)
 }
 
-/// Moves up to `buckets` buckets of a resizing table, then finds `key` in it: [`step`] and
+/// Moves up to `buckets` home slots of a resizing table, then finds `key` in it: [`step`] and
 /// [`find`] with one read of the header.
 pub fn step_find(
     tx: &Mem<'_, '_>,
@@ -372,45 +489,52 @@ pub fn step_find(
     key: &[u8],
 ) -> Result<Option<Found>> {
     let h = step_header(tx, d, buckets)?;
-    find_in(tx, d, &h, store::hash(seed, key), key)
+    find_in(tx, &h, store::hash(seed, key), key)
 }
 
 /// Brings into the caches what a lookup of `key` in the table at `d` will read first: a batch
 /// of the server prefetches for the requests a few places ahead of the one it runs, so their
-/// two cache misses (bucket, then entry) overlap with other work instead of stalling it.
+/// two cache misses (home slot, then entry) overlap with other work instead of stalling it.
 /// Errors are ignored: the lookup itself will meet and report them.
 pub fn prefetch(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8], stage: Prefetch) {
     let Ok(h) = Header::read(tx, d) else {
         return;
     };
     let hash = store::hash(seed, key);
-    let tables = [(h.t0, h.size0), (h.t1, h.size1)];
-    let used = if h.rehashing() { 2 } else { 1 };
-    for &(table, size) in &tables[..used] {
-        let link = table + (hash & (size - 1)) * 8;
+    let (tables, used) = h.tables();
+    for t in &tables[..used] {
+        let home = t.home(hash);
         match stage {
-            Prefetch::Bucket => tx.prefetch(link),
+            Prefetch::Bucket => tx.prefetch(t.slot(home)),
             Prefetch::Entry => {
-                if let Ok(at) = store::word(tx, link) {
-                    if at != 0 {
-                        tx.prefetch(at);
-                        tx.prefetch(at + 64);
+                // The entry whose hash is the key's among the first slots of the probe (the
+                // key's own, nearly always): only its line is brought in, no other entry's.
+                let _ = probe(tx, *t, home, |_, entry, slot_hash| {
+                    if slot_hash == hash {
+                        tx.prefetch(entry);
+                        tx.prefetch(entry + 64);
+                        return Ok(false);
                     }
-                }
+                    Ok(true)
+                });
             }
         }
     }
 }
 
-/// Finds `key` (whose hash is `hash`) in the table at `d`, whose header is `h`.
-fn find_in(tx: &Mem<'_, '_>, d: u64, h: &Header, hash: u64, key: &[u8]) -> Result<Option<Found>> {
-    let tables = [(h.t0, h.size0), (h.t1, h.size1)];
-    let used = if h.rehashing() { 2 } else { 1 };
-    for &(table, size) in &tables[..used] {
-        let mut link = table + (hash & (size - 1)) * 8;
-        let mut at = store::word(tx, link)?;
-        let mut steps = 0u64;
-        while at != 0 {
+/// Key bytes a lookup reads together with the entry whose hash matched.
+const KEY_READ_AHEAD: usize = 64;
+
+/// Finds `key` (whose hash is `hash`) in the tables of header `h`. Only entries whose slot
+/// holds the same hash are read: a lookup of a missing key reads slots only.
+fn find_in(tx: &Mem<'_, '_>, h: &Header, hash: u64, key: &[u8]) -> Result<Option<Found>> {
+    let (tables, used) = h.tables();
+    for &t in &tables[..used] {
+        let mut found = None;
+        probe(tx, t, t.home(hash), |i, at, slot_hash| {
+            if slot_hash != hash {
+                return Ok(true);
+            }
             // The entry and, in the same read, as many bytes as the key has (they are the
             // entry's key if its length matches; past a short entry's end the read may fail:
             // then the key is read apart).
@@ -425,38 +549,93 @@ fn find_in(tx: &Mem<'_, '_>, d: u64, h: &Header, hash: u64, key: &[u8]) -> Resul
             } else {
                 (Entry::read(tx, at)?, None)
             };
-            if entry.hash == hash
-                && entry.key_len == key.len() as u64
+            if entry.hash != hash {
+                return corrupt(format!(
+                    "entry at {at:#x} has hash {:#x}, its slot says {hash:#x}",
+                    entry.hash
+                ));
+            }
+            if entry.key_len == key.len() as u64
                 && match key_here {
                     Some(bytes) => bytes == key,
                     None => store::bytes_equal(tx, at + ENTRY_BYTES, key)?,
                 }
             {
-                return Ok(Some(Found { entry, link }));
+                found = Some(Found {
+                    entry,
+                    link: t.slot(i),
+                });
+                return Ok(false);
             }
-            steps += 1;
-            if steps > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
-                return corrupt(format!("{d:#x}: a chain longer than the table's count"));
-            }
-            link = at;
-            at = entry.next;
+            Ok(true)
+        })?;
+        if found.is_some() {
+            return Ok(found);
         }
     }
     Ok(None)
 }
 
-/// Links the fresh entry `e` (with `hash`) into the table and counts it.
+/// Writes `(entry, hash)` into the first empty slot of `hash`'s probe sequence in `t`.
+fn place(tx: &Mem<'_, '_>, t: Table, entry: u64, hash: u64) -> Result<()> {
+    let mut last = None;
+    probe(tx, t, t.home(hash), |i, _, _| {
+        last = Some(i);
+        Ok(true)
+    })?;
+    let free = match last {
+        Some(i) => (i + 1) & t.mask(),
+        None => t.home(hash),
+    };
+    store::set_words(tx, t.slot(free), &[entry, hash])
+}
+
+/// Empties slot `i` of `t` and moves the slots after it back into the hole where their probe
+/// sequence allows (backward-shift deletion: no tombstones, every probe sequence stays
+/// unbroken).
+fn delete_at(tx: &Mem<'_, '_>, t: Table, i: u64) -> Result<()> {
+    let mut hole = i & t.mask();
+    let mut moves = Vec::new();
+    probe(tx, t, hole + 1, |j, entry, hash| {
+        // The slot at j may move into the hole unless its home lies after the hole (up to
+        // j itself): its probe sequence would then no longer pass through the hole.
+        let from_hole = |x: u64| x.wrapping_sub(hole) & t.mask();
+        let home = from_hole(t.home(hash));
+        if home == 0 || home > from_hole(j) {
+            moves.push((hole, entry, hash));
+            hole = j;
+        }
+        Ok(true)
+    })?;
+    for (to, entry, hash) in moves {
+        store::set_words(tx, t.slot(to), &[entry, hash])?;
+    }
+    store::set_words(tx, t.slot(hole), &[0, 0])
+}
+
+/// Links the fresh entry `e` (with `hash`) into the table and counts it. While the table is
+/// resizing it first moves one home slot, so the new array never fills before the old one is
+/// emptied.
 pub fn insert(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
     let mut h = Header::read(tx, d)?;
-    let (table, size) = if h.rehashing() {
-        (h.t1, h.size1)
-    } else {
-        (h.t0, h.size0)
-    };
-    let slot = table + (hash & (size - 1)) * 8;
-    let head = store::word(tx, slot)?;
-    store::set_word(tx, e, head)?;
-    store::set_word(tx, slot, e)?;
+    if h.rehashing() {
+        h = step_header(tx, d, 1)?;
+    }
+    let t = if h.rehashing() { h.t1() } else { h.t0() };
+    // One slot always stays empty (probes end there): a table at the largest size and full
+    // takes no more. (While resizing, `count` counts the old array's elements too; the new
+    // one, twice or half the old, is emptied before it could fill: see `maybe_resize`.)
+    if h.count + 1 >= t.size {
+        return Err(EngineError::Heap(mnemo_heap::Error::OutOfSpace {
+            needed: SLOT_BYTES,
+            detail: format!(
+                "a table holds at most {} elements ({} slots)",
+                BUCKETS_MAX - 1,
+                BUCKETS_MAX
+            ),
+        }));
+    }
+    place(tx, t, e, hash)?;
     h.count += 1;
     store::set_word(tx, d + field::COUNT, h.count)?;
     maybe_resize(tx, d, &mut h)
@@ -464,77 +643,94 @@ pub fn insert(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
 
 /// Unlinks a found entry and uncounts it (the caller frees it).
 pub fn unlink(tx: &Mem<'_, '_>, d: u64, found: &Found) -> Result<()> {
-    store::set_word(tx, found.link, found.entry.next)?;
     let mut h = Header::read(tx, d)?;
+    let (tables, used) = h.tables();
+    let Some((t, i)) = tables[..used]
+        .iter()
+        .find_map(|t| t.index_of(found.link).map(|i| (*t, i)))
+    else {
+        return corrupt(format!("{d:#x}: slot {:#x} is not the table's", found.link));
+    };
+    delete_at(tx, t, i)?;
     h.count = h.count.saturating_sub(1);
     store::set_word(tx, d + field::COUNT, h.count)?;
     maybe_resize(tx, d, &mut h)
 }
 
-/// Puts the fresh entry `new` where `found` was (same chain position); the caller frees the
+/// Puts the fresh entry `new` (with the same key) where `found` was; the caller frees the
 /// old one.
 pub fn replace(tx: &Mem<'_, '_>, found: &Found, new: u64) -> Result<()> {
-    store::set_word(tx, new, found.entry.next)?;
     store::set_word(tx, found.link, new)
 }
 
-/// Starts a resize when the load leaves 1/8..=1.
+/// Starts a resize when the load leaves 1/8..=3/4: twice the slots, or half.
 fn maybe_resize(tx: &Mem<'_, '_>, d: u64, h: &mut Header) -> Result<()> {
     if h.rehashing() {
         return Ok(());
     }
-    let target = if h.count > h.size0 && h.size0 < BUCKETS_MAX {
+    let target = if h.count * 4 > h.size0 * 3 && h.size0 < BUCKETS_MAX {
         h.size0 * 2
     } else if h.size0 > BUCKETS_MIN && h.count * 8 < h.size0 {
-        (h.count * 2).next_power_of_two().max(BUCKETS_MIN)
+        // Half, not down to the count at once: the new array must take the inserts made
+        // while the old one is emptied (each moves at least one home slot holding elements,
+        // or 10 empty ones), and at most 1/8 of the old home slots hold any.
+        h.size0 / 2
     } else {
         return Ok(());
     };
-    h.t1 = store::zalloc(tx, target * 8)?;
+    h.t1 = store::zalloc(tx, target * SLOT_BYTES)?;
     h.size1 = target;
     h.rehash = 0;
     h.write(tx, d)
 }
 
-/// Moves up to `buckets` buckets of a resizing table (a no-op otherwise).
+/// Moves up to `buckets` home slots of a resizing table (a no-op otherwise).
 pub fn step(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<()> {
     step_header(tx, d, buckets).map(|_| ())
 }
 
-/// [`step`], returning the header as it is after the step.
+/// [`step`], returning the header as it is after the step. Moving home slot `r` moves every
+/// element of the old array whose probe starts at `r` (found on the run of occupied slots
+/// from `r`) into the new array and deletes it from the old one: both stay valid arrays,
+/// and no entry is read or written (the hash is in the slot).
 fn step_header(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<Header> {
     let mut h = Header::read(tx, d)?;
     if !h.rehashing() {
         return Ok(h);
     }
+    let (t0, t1) = (h.t0(), h.t1());
     let mut moved = 0;
     let mut empty = 0;
     while moved < buckets && h.rehash < h.size0 {
-        let slot = h.t0 + h.rehash * 8;
-        let mut at = store::word(tx, slot)?;
+        let r = h.rehash;
         h.rehash += 1;
-        if at == 0 {
+        let mut any = false;
+        loop {
+            // The first element of r's run whose home is r (deleting it may shift the next
+            // one into its slot: the run is searched again from r).
+            let mut hit = None;
+            probe(tx, t0, r, |i, entry, hash| {
+                if t0.home(hash) == r {
+                    hit = Some((i, entry, hash));
+                    return Ok(false);
+                }
+                Ok(true)
+            })?;
+            let Some((i, entry, hash)) = hit else {
+                break;
+            };
+            place(tx, t1, entry, hash)?;
+            delete_at(tx, t0, i)?;
+            any = true;
+        }
+        if any {
+            moved += 1;
+        } else {
             empty += 1;
             if empty >= buckets * REHASH_EMPTY_VISITS {
                 break;
             }
-            continue;
         }
-        let mut steps = 0;
-        while at != 0 {
-            let [next, hash] = store::words::<2>(tx, at)?;
-            let target = h.t1 + (hash & (h.size1 - 1)) * 8;
-            let head = store::word(tx, target)?;
-            store::set_word(tx, at, head)?;
-            store::set_word(tx, target, at)?;
-            at = next;
-            steps += 1;
-            if steps > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
-                return corrupt(format!("{d:#x}: a cycle in a chain"));
-            }
-        }
-        store::set_word(tx, slot, 0)?;
-        moved += 1;
     }
     if h.rehash >= h.size0 {
         store::free(tx, h.t0)?;
@@ -548,54 +744,29 @@ fn step_header(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<Header> {
     Ok(h)
 }
 
-/// Reads a whole bucket array.
-fn buckets(tx: &Mem<'_, '_>, table: u64, size: u64) -> Result<Vec<u64>> {
-    let raw = store::bytes(tx, table, size * 8)?;
+/// Reads a whole slot array: (entry, hash) per slot.
+fn slots(tx: &Mem<'_, '_>, t: Table) -> Result<Vec<(u64, u64)>> {
+    let raw = store::bytes(tx, t.at, t.size * SLOT_BYTES)?;
     Ok(raw
-        .chunks_exact(8)
+        .chunks_exact(SLOT_BYTES as usize)
         .map(|c| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            u64::from_le_bytes(w)
+            let word = |at: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&c[at..at + 8]);
+                u64::from_le_bytes(w)
+            };
+            (word(0), word(8))
         })
         .collect())
-}
-
-/// Calls `f` on each entry of the chain starting at `at`; stops when `f` returns false.
-fn walk(
-    tx: &Mem<'_, '_>,
-    h: &Header,
-    mut at: u64,
-    f: &mut impl FnMut(&Entry) -> Result<bool>,
-) -> Result<bool> {
-    let mut steps = 0;
-    while at != 0 {
-        let entry = Entry::read(tx, at)?;
-        if !f(&entry)? {
-            return Ok(false);
-        }
-        at = entry.next;
-        steps += 1;
-        if steps > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
-            return corrupt(format!(
-                "a chain longer than its table's count ({})",
-                h.count
-            ));
-        }
-    }
-    Ok(true)
 }
 
 /// Calls `f` on every entry (both tables while resizing); stops when `f` returns false.
 pub fn for_each(tx: &Mem<'_, '_>, d: u64, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<()> {
     let h = Header::read(tx, d)?;
-    let mut tables = vec![(h.t0, h.size0)];
-    if h.rehashing() {
-        tables.push((h.t1, h.size1));
-    }
-    for (table, size) in tables {
-        for head in buckets(tx, table, size)? {
-            if !walk(tx, &h, head, &mut f)? {
+    let (tables, used) = h.tables();
+    for &t in &tables[..used] {
+        for (at, _) in slots(tx, t)? {
+            if at != 0 && !f(&Entry::read(tx, at)?)? {
                 return Ok(());
             }
         }
@@ -603,10 +774,33 @@ pub fn for_each(tx: &Mem<'_, '_>, d: u64, mut f: impl FnMut(&Entry) -> Result<bo
     Ok(())
 }
 
-/// One SCAN step from `cursor`: visits one bucket of the smaller table and every bucket of
-/// the larger one it expands to, and returns the next cursor (0 when done). Cursors count
-/// in reversed-bit order, so a cursor stays valid across a resize: no element present
-/// during the whole scan is missed (some may be returned twice).
+/// Calls `f` on every entry of `t` whose home slot is `home` (they are on the run of
+/// occupied slots from `home`).
+fn visit_home(
+    tx: &Mem<'_, '_>,
+    t: Table,
+    home: u64,
+    f: &mut impl FnMut(&Entry) -> Result<()>,
+) -> Result<()> {
+    let mut mine = Vec::new();
+    probe(tx, t, home, |_, entry, hash| {
+        if t.home(hash) == home {
+            mine.push(entry);
+        }
+        Ok(true)
+    })?;
+    for at in mine {
+        f(&Entry::read(tx, at)?)?;
+    }
+    Ok(())
+}
+
+/// One SCAN step from `cursor`: visits one home slot of the smaller table and every home
+/// slot of the larger one it expands to, and returns the next cursor (0 when done). Cursors
+/// count in reversed-bit order, so a cursor stays valid across a resize: no element present
+/// during the whole scan is missed (some may be returned twice). An element belongs to its
+/// home slot (its hash's low bits), wherever probing placed it, as it belonged to its bucket
+/// in a chained table.
 pub fn scan(
     tx: &Mem<'_, '_>,
     d: u64,
@@ -614,26 +808,22 @@ pub fn scan(
     mut f: impl FnMut(&Entry) -> Result<()>,
 ) -> Result<u64> {
     let h = Header::read(tx, d)?;
-    let mut visit = |table: u64, index: u64| -> Result<()> {
-        let head = store::word(tx, table + index * 8)?;
-        walk(tx, &h, head, &mut |e| f(e).map(|()| true)).map(|_| ())
-    };
     let next = |v: u64, mask: u64| ((v | !mask).reverse_bits().wrapping_add(1)).reverse_bits();
     let mut v = cursor;
     if !h.rehashing() {
-        let m0 = h.size0 - 1;
-        visit(h.t0, v & m0)?;
-        return Ok(next(v, m0));
+        let t = h.t0();
+        visit_home(tx, t, v & t.mask(), &mut f)?;
+        return Ok(next(v, t.mask()));
     }
-    let ((small, s_size), (large, l_size)) = if h.size0 <= h.size1 {
-        ((h.t0, h.size0), (h.t1, h.size1))
+    let (small, large) = if h.size0 <= h.size1 {
+        (h.t0(), h.t1())
     } else {
-        ((h.t1, h.size1), (h.t0, h.size0))
+        (h.t1(), h.t0())
     };
-    let (m0, m1) = (s_size - 1, l_size - 1);
-    visit(small, v & m0)?;
+    let (m0, m1) = (small.mask(), large.mask());
+    visit_home(tx, small, v & m0, &mut f)?;
     loop {
-        visit(large, v & m1)?;
+        visit_home(tx, large, v & m1, &mut f)?;
         v = next(v, m1);
         if v & (m0 ^ m1) == 0 {
             break;
@@ -642,36 +832,29 @@ pub fn scan(
     Ok(v)
 }
 
-/// A random entry (SPOP): a random non-empty bucket, then a random entry of its chain.
+/// A random entry (SPOP): a random occupied slot.
 pub fn random(tx: &Mem<'_, '_>, d: u64, rng: &mut impl FnMut() -> u64) -> Result<Option<Found>> {
     let h = Header::read(tx, d)?;
     if h.count == 0 {
         return Ok(None);
     }
-    let total = h.size0 + if h.rehashing() { h.size1 } else { 0 };
-    let slot_of = |i: u64| {
-        if i < h.size0 {
-            h.t0 + i * 8
-        } else {
-            h.t1 + (i - h.size0) * 8
-        }
-    };
+    let total = h.slots();
     let mut chosen = None;
     for _ in 0..RANDOM_BUCKET_TRIES {
         let i = rng() % total;
-        if store::word(tx, slot_of(i))? != 0 {
+        if store::word(tx, h.slot_at(i))? != 0 {
             chosen = Some(i);
             break;
         }
     }
-    let start = match chosen {
+    let i = match chosen {
         Some(i) => i,
         None => {
             let from = rng() % total;
             let mut found = None;
             for k in 0..total {
                 let i = (from + k) % total;
-                if store::word(tx, slot_of(i))? != 0 {
+                if store::word(tx, h.slot_at(i))? != 0 {
                     found = Some(i);
                     break;
                 }
@@ -682,23 +865,12 @@ pub fn random(tx: &Mem<'_, '_>, d: u64, rng: &mut impl FnMut() -> u64) -> Result
             }
         }
     };
-    let mut chain = Vec::new();
-    let mut link = slot_of(start);
-    let mut at = store::word(tx, link)?;
-    while at != 0 {
-        let entry = Entry::read(tx, at)?;
-        chain.push(Found { entry, link });
-        if chain.len() as u64 > h.count.saturating_add(1).min(tx.objects_max(ENTRY_BYTES)) {
-            return corrupt(format!("{d:#x}: a cycle in a chain"));
-        }
-        link = at;
-        at = entry.next;
-    }
-    let pick = (rng() % chain.len() as u64) as usize;
-    Ok(chain.get(pick).copied())
+    let link = h.slot_at(i);
+    let entry = Entry::read(tx, store::word(tx, link)?)?;
+    Ok(Some(Found { entry, link }))
 }
 
-/// Frees every allocation of the table's structure (headers and bucket arrays, not the
+/// Frees every allocation of the table's structure (headers and slot arrays, not the
 /// entries).
 pub fn free_structure(tx: &Mem<'_, '_>, d: u64, h: &Header) -> Result<()> {
     store::free(tx, h.t0)?;
@@ -708,32 +880,233 @@ pub fn free_structure(tx: &Mem<'_, '_>, d: u64, h: &Header) -> Result<()> {
     store::free(tx, d)
 }
 
-/// Checks the table's structure: every entry in the right bucket, the count right.
-/// Returns the entry count (tests and crash checks).
+/// Checks the table's structure: every entry's hash in its slot and the key's, every entry
+/// reachable from its home slot (no empty slot between), none left in the old array's moved
+/// home slots, the count right. Returns the entry count (tests and crash checks).
 pub fn check(tx: &Mem<'_, '_>, d: u64, seed: u64) -> Result<u64> {
     let h = Header::read(tx, d)?;
     let mut n = 0;
-    let mut tables = vec![(h.t0, h.size0, true)];
-    if h.rehashing() {
-        tables.push((h.t1, h.size1, false));
-    }
-    for (table, size, first) in tables {
-        for (i, head) in buckets(tx, table, size)?.into_iter().enumerate() {
-            if first && h.rehashing() && (i as u64) < h.rehash && head != 0 {
-                return corrupt(format!("{d:#x}: moved bucket {i} not empty"));
+    let (tables, used) = h.tables();
+    for (k, &t) in tables[..used].iter().enumerate() {
+        let all = slots(tx, t)?;
+        for (i, &(at, hash)) in all.iter().enumerate() {
+            if at == 0 {
+                continue;
             }
-            walk(tx, &h, head, &mut |e| {
-                let key = e.key(tx)?;
-                if store::hash(seed, &key) != e.hash || e.hash & (size - 1) != i as u64 {
-                    return corrupt(format!("{d:#x}: entry {:#x} in the wrong bucket", e.off));
+            let i = i as u64;
+            let e = Entry::read(tx, at)?;
+            if store::hash(seed, &e.key(tx)?) != hash || e.hash != hash {
+                return corrupt(format!("{d:#x}: entry {at:#x} under a wrong hash"));
+            }
+            let home = t.home(hash);
+            if k == 0 && h.rehashing() && home < h.rehash {
+                return corrupt(format!(
+                    "{d:#x}: moved home slot {home} still holds {at:#x}"
+                ));
+            }
+            let mut j = home;
+            while j != i {
+                if all[j as usize].0 == 0 {
+                    return corrupt(format!("{d:#x}: entry {at:#x} past an empty slot"));
                 }
-                n += 1;
-                Ok(true)
-            })?;
+                j = (j + 1) & t.mask();
+            }
+            n += 1;
         }
     }
     if n != h.count {
         return corrupt(format!("{d:#x}: count {} but {n} entries", h.count));
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use mnemo_heap::{Heap, HeapOptions};
+
+    use super::*;
+
+    const SEED: u64 = 0x5eed;
+
+    fn heap(dir: &std::path::Path) -> Heap {
+        let options = HeapOptions {
+            lane_count: 2,
+            lane_log_size: 4 << 20,
+            ..HeapOptions::default()
+        };
+        Heap::create_file(&dir.join("pool"), 32 << 20, 256 << 20, &options).expect("create")
+    }
+
+    /// Runs `f` in one committed transaction of `heap`.
+    fn with<R>(heap: &Heap, f: impl FnOnce(&Mem<'_, '_>) -> Result<R>) -> R {
+        heap.tx(|txn| Ok(f(&Mem::new(txn, heap))))
+            .expect("transaction")
+            .expect("table operation")
+    }
+
+    fn key(i: u64) -> Vec<u8> {
+        format!("key:{i:012}").into_bytes()
+    }
+
+    /// SET of a new key as the keyspace does it: a lookup (moving a home slot if resizing),
+    /// then a new entry linked in.
+    fn add(tx: &Mem<'_, '_>, d: u64, k: &[u8], value: u64) -> Result<()> {
+        if step_find(tx, d, 1, SEED, k)?.is_some() {
+            return corrupt("the key is there already");
+        }
+        let hash = store::hash(SEED, k);
+        let e = new_entry(tx, tag::STRING, k, hash, 0, Value::Word(value))?;
+        insert(tx, d, e, hash)
+    }
+
+    /// What inserting new keys touches: slots only. Every old entry is overwritten with
+    /// bytes no entry can have (a lookup that read one would fail as corrupt, a resize that
+    /// read one's hash would misplace it), then thousands of new keys go in, through several
+    /// resizes, and are all found. With entries chained through their own `next` words and
+    /// hashed from them, the first insert into a non-empty bucket or the first rehash step
+    /// read a poisoned entry.
+    #[test]
+    fn inserting_new_keys_reads_no_old_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let heap = heap(dir.path());
+        let d = with(&heap, |tx| create(tx, Kind::Keyspace));
+        for batch in 0..4 {
+            with(&heap, |tx| {
+                (batch * 500..(batch + 1) * 500).try_for_each(|i| add(tx, d, &key(i), i))
+            });
+        }
+        let old = with(&heap, |tx| {
+            let mut offsets = Vec::new();
+            for_each(tx, d, |e| {
+                offsets.push(e.off);
+                Ok(true)
+            })?;
+            Ok(offsets)
+        });
+        assert_eq!(old.len(), 2000);
+        with(&heap, |tx| {
+            old.iter()
+                .try_for_each(|&at| store::set_bytes(tx, at, &[0xff; ENTRY_BYTES as usize]))
+        });
+        for batch in 4..40 {
+            with(&heap, |tx| {
+                (batch * 500..(batch + 1) * 500).try_for_each(|i| add(tx, d, &key(i), i))
+            });
+        }
+        with(&heap, |tx| {
+            let h = Header::read(tx, d)?;
+            assert_eq!(h.count, 20_000);
+            assert!(h.size0 >= 16_384, "the table grew: {h:?}");
+            for i in 2000..20_000 {
+                let found = find(tx, d, SEED, &key(i))?.expect("a new key is found");
+                assert_eq!(found.entry.val, i);
+            }
+            Ok(())
+        });
+    }
+
+    /// A small deterministic generator (xorshift).
+    fn rng(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    /// Random inserts, replacements and deletions against a `HashMap`, through growth and
+    /// shrinking (the key count swings between a handful and thousands), small tables whose
+    /// probe runs wrap around the end, and resizes left half done between transactions:
+    /// after each transaction the structure checks (every entry reachable from its home
+    /// slot, none left in moved home slots, the count right), every key of the model is found
+    /// with its value and no other, and a whole SCAN returns every key.
+    #[test]
+    fn the_index_matches_a_model_through_resizes_and_deletions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let heap = heap(dir.path());
+        let d = with(&heap, |tx| create(tx, Kind::Hash));
+        let mut model: HashMap<u64, u64> = HashMap::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut resizing_seen = 0;
+        for round in 0..120u64 {
+            // Phases: grow to a few thousand, shrink to a few, grow again.
+            let target = match (round / 20) % 3 {
+                0 => 3000,
+                1 => 4,
+                _ => 600,
+            };
+            let ops = 1 + rng(&mut state) % 300;
+            with(&heap, |tx| {
+                for _ in 0..ops {
+                    let k = rng(&mut state) % 6000;
+                    let value = rng(&mut state);
+                    let grow = (model.len() as u64) < target;
+                    let found = step_find(tx, d, 1, SEED, &key(k))?;
+                    match (found, model.contains_key(&k)) {
+                        (None, false) if grow => {
+                            add(tx, d, &key(k), value)?;
+                            model.insert(k, value);
+                        }
+                        (None, false) => {}
+                        (Some(f), true) if grow => {
+                            let hash = store::hash(SEED, &key(k));
+                            let e =
+                                new_entry(tx, tag::STRING, &key(k), hash, 0, Value::Word(value))?;
+                            replace(tx, &f, e)?;
+                            store::free(tx, f.entry.off)?;
+                            model.insert(k, value);
+                        }
+                        (Some(f), true) => {
+                            unlink(tx, d, &f)?;
+                            store::free(tx, f.entry.off)?;
+                            model.remove(&k);
+                        }
+                        (f, there) => panic!("key {k}: table has {f:?}, model has it: {there}"),
+                    }
+                    // Deletions of random keys rarely meet one: delete a known one too.
+                    if !grow {
+                        if let Some(&k) = model.keys().next() {
+                            let f = find(tx, d, SEED, &key(k))?.expect("a model key is found");
+                            unlink(tx, d, &f)?;
+                            store::free(tx, f.entry.off)?;
+                            model.remove(&k);
+                        }
+                    }
+                }
+                Ok(())
+            });
+            with(&heap, |tx| {
+                if Header::read(tx, d)?.rehashing() {
+                    resizing_seen += 1;
+                }
+                assert_eq!(check(tx, d, SEED)?, model.len() as u64, "round {round}");
+                for (&k, &v) in &model {
+                    let f = find(tx, d, SEED, &key(k))?.expect("a model key is found");
+                    assert_eq!(f.entry.val, v, "round {round} key {k}");
+                }
+                let mut scanned = std::collections::HashSet::new();
+                let mut cursor = 0;
+                loop {
+                    cursor = scan(tx, d, cursor, |e| {
+                        scanned.insert(e.key(tx)?);
+                        Ok(())
+                    })?;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
+                assert_eq!(
+                    scanned.len(),
+                    model.len(),
+                    "round {round}: SCAN saw every key"
+                );
+                Ok(())
+            });
+        }
+        assert!(
+            resizing_seen > 5,
+            "resizes were left half done: {resizing_seen}"
+        );
+    }
 }

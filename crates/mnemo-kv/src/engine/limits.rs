@@ -12,12 +12,13 @@ pub const INLINE_VALUE_BYTES_MAX: u64 = 256;
 /// An APPEND of at most this many bytes into spare capacity is logged in place; a larger
 /// one copies the value into a fresh allocation (which needs no redo logging).
 pub const APPEND_IN_PLACE_BYTES_MAX: u64 = 4096;
-/// Buckets of a new table (keyspace and nested): tiny, tables grow by doubling.
+/// Slots of a new table's index (keyspace and nested): tiny, tables grow by doubling.
 pub const BUCKETS_MIN: u64 = 8;
-/// Largest bucket array: 2^27 * 8 B = 1 GiB, the heap's largest allocation.
-pub const BUCKETS_MAX: u64 = 1 << 27;
-/// Buckets moved per table operation while a table is resizing (Redis moves one as well);
-/// with the load factor of 1 this keeps every operation O(1).
+/// Largest slot array: 2^26 * 16 B = 1 GiB, the heap's largest allocation. A table holds at
+/// most one element less (one slot stays empty); past 3/4 of it, probes grow longer.
+pub const BUCKETS_MAX: u64 = 1 << 26;
+/// Home slots whose elements are moved per table operation while a table is resizing (Redis
+/// moves one bucket as well); with the load at most 3/4 this keeps every operation O(1).
 pub const REHASH_BUCKETS_PER_OP: u64 = 1;
 /// Extra keyspace buckets moved per committed batch, so a resize finishes under writes.
 pub const REHASH_BUCKETS_PER_BATCH: u64 = 16;

@@ -68,9 +68,10 @@ use transaction::Watches;
 pub const ROOT_NAME: &str = "kv.keyspace";
 /// First word of the root: "MNEMOKV" and a NUL.
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MNEMOKV\0");
-/// Layout version of the keyspace (root word 1): 2 since the numbered databases (version 1
-/// had database 0 only; it opens as database 0 and is upgraded in place).
-pub const LAYOUT_VERSION: u64 = 2;
+/// Layout version of the keyspace (root word 1): 3 since the tables' open-addressed index
+/// with each entry's hash in its slot (`dict.rs`). Versions 1 (database 0 only) and 2
+/// (numbered databases, chained tables) are refused with an error that says so.
+pub const LAYOUT_VERSION: u64 = 3;
 
 /// Heap options suited to the engine when creating a pool: one executor commits, so few
 /// lanes, and rings of the fewest slots (more slots only spare scans of other lanes' commits);
@@ -194,8 +195,8 @@ impl<'h> PersistentEngine<'h> {
 
     /// Opens the keyspace in `heap` with `databases` databases (`--databases`), creating it
     /// on first use. Reads the root, the database array and each database's table header:
-    /// no scan, no replay. A keyspace of layout version 1 (one database) is upgraded in
-    /// place: it becomes database 0. A pool that holds keys in a database at or past
+    /// no scan, no replay. A keyspace of an older layout version is refused
+    /// ([`EngineError::Layout`]). A pool that holds keys in a database at or past
     /// `databases` is refused ([`EngineError::Databases`]). Corrupt root or header: an error.
     pub fn open_with_databases(
         heap: &'h Heap,

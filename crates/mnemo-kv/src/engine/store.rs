@@ -137,6 +137,9 @@ pub enum EngineError {
     /// The pool's databases do not fit the number asked for (`--databases`).
     #[error("databases: {0}")]
     Databases(String),
+    /// The pool's keyspace has a layout version this build does not read.
+    #[error("keyspace layout: {0}")]
+    Layout(String),
 }
 
 impl EngineError {
