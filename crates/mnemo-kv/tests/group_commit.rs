@@ -590,7 +590,9 @@ fn group_commit_under_random_and_pct_schedules() {
     );
     // Batches gather several clients' operations (fewer batches than operations), and the
     // write-ahead file switches epochs: the paths under test ran.
-    assert!(totals.batches < totals.schedules * (CLIENTS * OPS) as u64);
+    if conc::replay_target().is_none() {
+        assert!(totals.batches < totals.schedules * (CLIENTS * OPS) as u64);
+    }
     assert!(totals.checkpoints > 0 && totals.images > 0);
 }
 
