@@ -60,7 +60,7 @@ const OPS: usize = 3;
 /// syncer's checkpoint threads run within a schedule.
 const WAL_BYTES: u64 = 32 << 10;
 /// Pool capacity.
-const CAPACITY: u64 = 4 << 20;
+const CAPACITY: u64 = 2 << 20;
 
 fn options() -> SimOptions {
     SimOptions {
@@ -553,7 +553,7 @@ fn explore(base: u64, count: u64, mutant: Option<Mutant>, stop: bool, cuts: usiz
 }
 
 /// Random and PCT schedules per run (`MNEMO_CONC_SCHEDULES` changes it).
-const SCHEDULES: u64 = 300;
+const SCHEDULES: u64 = 200;
 
 #[test]
 fn group_commit_under_random_and_pct_schedules() {
