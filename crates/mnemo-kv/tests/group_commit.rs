@@ -14,12 +14,15 @@
 //! batch runner ([`mnemo_kv::server::run_batch`]: one transaction, one commit) on the real
 //! engine, and hands the replies over only when [`AckQueue`] (the event loop's own rule)
 //! releases them, after the storage's durable mark covers the batch. A client acknowledges an
-//! operation when its replies arrive.
+//! operation when its replies arrive. A second mode runs `mnemo serve`'s default instead: the
+//! pool mapped shared, deferred acknowledgements refused, each commit durable when it returns
+//! (the server thread leads the write-ahead file's group commit and runs the checkpoints it
+//! owes), the replies released after it.
 //!
 //! Each operation of client `c` is `SET k<c> <j>`, `INCR total`, `RPUSH log <c>:<j>`, in one
 //! message: all three land in the same batch, with other clients' operations. Crash points
-//! are every sync of the write-ahead file (the fences of this medium), every sync of the pool
-//! file (checkpoints) and the end; every crash image (sampled cuts of the pending sectors) is
+//! are every sync of the write-ahead file, every sync or fence of the pool file (checkpoints,
+//! header writes), every acknowledgement and the end; every crash image (sampled cuts of the pending sectors) is
 //! recovered (pool open with write-ahead replay, heap recovery, engine open and its
 //! structural check) and must hold the state after some *prefix* of the batches in commit
 //! order, whole (no batch half-applied: `total`, every `k<c>` and the `log` list all agree
@@ -28,7 +31,8 @@
 //! `every_group_commit_mutant_is_caught`: the write-ahead policy's concurrency mutant
 //! (`wal.durable_before_sync`, the syncer raising the durable mark before its `fdatasync`),
 //! `wal.deferred_durable_early`, and the event loop's `release_unacked` (replies released as
-//! the commit returns, before it is durable) each fail an image of some schedule.
+//! the commit returns, before it is durable) each fail an image of some schedule; in the
+//! synchronous mode, `wal.ack_before_sync`.
 //!
 //! A failure prints its schedule; `MNEMO_CONC_REPLAY=pct3:SEED scripts/test-shuttle.sh
 //! group_commit` runs it alone; `MNEMO_CONC_SCHEDULES=N` and `MNEMO_CONC_CUTS=N` change the
@@ -62,9 +66,15 @@ const WAL_BYTES: u64 = 32 << 10;
 /// Pool capacity.
 const CAPACITY: u64 = 2 << 20;
 
-fn options() -> SimOptions {
+/// The medium: the pool mapped copy-on-write (`deferred`: acknowledgements deferred, the
+/// syncer thread) or shared (every commit durable when it returns, `mnemo serve`'s default).
+fn options(deferred: bool) -> SimOptions {
     SimOptions {
-        medium: Medium::PagePrivate,
+        medium: if deferred {
+            Medium::PagePrivate
+        } else {
+            Medium::PageCache
+        },
         granularity: Granularity::Sector,
         wal_bytes: WAL_BYTES,
         ..SimOptions::default()
@@ -262,6 +272,7 @@ fn cuts_per_point(default: usize) -> usize {
 fn run_once(
     schedule: &str,
     seed: u64,
+    deferred: bool,
     mutant: Option<Mutant>,
     real: bool,
     cuts: usize,
@@ -275,7 +286,7 @@ fn run_once(
              MNEMO_CONC_REPLAY={schedule} scripts/test-shuttle.sh group_commit)"
         ));
     };
-    let media = SimMedia::with_options(CAPACITY, options());
+    let media = SimMedia::with_options(CAPACITY, options(deferred));
     let heap = match pool::create(media.clone(), "kv", testing::pool_size(3), CAPACITY)
         .and_then(testing::create)
     {
@@ -306,10 +317,14 @@ fn run_once(
             wire.woken = true;
             notified.server.notify_all();
         }));
-        if !granted {
-            return fail("deferred acknowledgements refused on a private write-ahead pool".into());
+        if granted != deferred {
+            return fail(format!(
+                "deferred acknowledgements {} on a {} write-ahead pool",
+                if granted { "granted" } else { "refused" },
+                if deferred { "private" } else { "shared" }
+            ));
         }
-        let mut queue = AckQueue::new(mutant != Some(Mutant::ReleaseUnacked));
+        let mut queue = AckQueue::new(granted && mutant != Some(Mutant::ReleaseUnacked));
         media.set_recording(true);
         let clients: Vec<_> = (0..CLIENTS)
             .map(|c| {
@@ -482,7 +497,8 @@ fn run_once(
         for (index, point) in points.iter().enumerate() {
             if !matches!(
                 point.kind,
-                PointKind::FileSync(_)
+                PointKind::Fence(_)
+                    | PointKind::FileSync(_)
                     | PointKind::PoolSync(_)
                     | PointKind::Ack(_)
                     | PointKind::End
@@ -494,7 +510,8 @@ fn run_once(
             for cut in conc::sample_cuts(point.unit_count(), cuts, &mut rng) {
                 nimages += 1;
                 let (image, file) = conc::images_with_file(point, &cut);
-                let media = SimMedia::from_images(&image, file.as_deref(), CAPACITY, options());
+                let media =
+                    SimMedia::from_images(&image, file.as_deref(), CAPACITY, options(deferred));
                 observe(media)
                     .and_then(|found| check(&found, &batches, acked))
                     .map_err(|e| {
@@ -519,7 +536,14 @@ fn run_once(
 
 /// Run `count` schedules (or only `MNEMO_CONC_REPLAY`'s) from `base`, `mutant` on; stop at the
 /// first failure if `stop`.
-fn explore(base: u64, count: u64, mutant: Option<Mutant>, stop: bool, cuts: usize) -> Totals {
+fn explore(
+    base: u64,
+    count: u64,
+    deferred: bool,
+    mutant: Option<Mutant>,
+    stop: bool,
+    cuts: usize,
+) -> Totals {
     let totals = Arc::new(StdMutex::new(Totals::default()));
     let schedules = match conc::replay_target() {
         Some(one) => vec![one],
@@ -530,7 +554,7 @@ fn explore(base: u64, count: u64, mutant: Option<Mutant>, stop: bool, cuts: usiz
         let seed = schedule.seed;
         let label = schedule.to_string();
         let body = move |real: bool| {
-            let run = || run_once(&label, seed, mutant, real, cuts, &out);
+            let run = || run_once(&label, seed, deferred, mutant, real, cuts, &out);
             match mutant {
                 Some(Mutant::Pmem(name)) => mnemo_pmem::mutant::with(name, run),
                 _ => run(),
@@ -552,26 +576,32 @@ fn explore(base: u64, count: u64, mutant: Option<Mutant>, stop: bool, cuts: usiz
     totals
 }
 
-/// Random and PCT schedules per run (`MNEMO_CONC_SCHEDULES` changes it).
-const SCHEDULES: u64 = 200;
+/// Random and PCT schedules per run of each mode (`MNEMO_CONC_SCHEDULES` changes both).
+const SCHEDULES_DEFERRED: u64 = 150;
+const SCHEDULES_SYNCHRONOUS: u64 = 100;
 
-#[test]
-fn group_commit_under_random_and_pct_schedules() {
+fn explore_and_report(deferred: bool, base: u64, count: u64) {
     if std::env::var("MNEMO_CONC_REPLAY").is_ok_and(|v| v.trim().starts_with("bounded")) {
         return;
     }
     let started = Instant::now();
     let totals = explore(
-        0x9c0_3317,
-        conc::schedule_count(SCHEDULES),
+        base,
+        conc::schedule_count(count),
+        deferred,
         None,
         false,
         cuts_per_point(3),
     );
+    let mode = if deferred {
+        "deferred acknowledgements"
+    } else {
+        "synchronous commits"
+    };
     println!(
-        "concurrency group commit: {} schedules (random, PCT depth 2 and 3), {} batches, \
-         {} checkpoints, {} crash points (write-ahead and pool file syncs, acknowledgements), {} crash images \
-         recovered and checked, {} failures, {:.1} s",
+        "concurrency group commit ({mode}): {} schedules (random, PCT depth 2 and 3), {} \
+         batches, {} checkpoints, {} crash points (fences, file syncs, acknowledgements), {} \
+         crash images recovered and checked, {} failures, {:.1} s",
         totals.schedules,
         totals.batches,
         totals.checkpoints,
@@ -596,6 +626,20 @@ fn group_commit_under_random_and_pct_schedules() {
     assert!(totals.checkpoints > 0 && totals.images > 0);
 }
 
+/// `MNEMO_WAL_PRIVATE=1 MNEMO_DEFER_ACKS=1`: the syncer thread, replies held until durable.
+#[test]
+fn group_commit_under_random_and_pct_schedules() {
+    explore_and_report(true, 0x9c0_3317, SCHEDULES_DEFERRED);
+}
+
+/// `mnemo serve`'s default on a disk: the pool mapped shared, each batch's commit durable
+/// when it returns (the server thread leads the write-ahead file's group commit and runs the
+/// checkpoints it owes), replies released after it.
+#[test]
+fn group_commit_with_synchronous_commits_under_random_and_pct_schedules() {
+    explore_and_report(false, 0x5c0_3317, SCHEDULES_SYNCHRONOUS);
+}
+
 /// Schedules each mutant gets to be caught in.
 const MUTANT_SCHEDULES: u64 = 150;
 
@@ -605,15 +649,24 @@ fn every_group_commit_mutant_is_caught() {
         return;
     }
     let started = Instant::now();
-    let mut mutants: Vec<Mutant> = mnemo_pmem::mutant::CONCURRENCY_MUTANTS
+    // Each with the mode it breaks: deferred acknowledgements, or synchronous commits.
+    let mut mutants: Vec<(Mutant, bool)> = mnemo_pmem::mutant::CONCURRENCY_MUTANTS
         .iter()
-        .map(|&m| Mutant::Pmem(m))
+        .map(|&m| (Mutant::Pmem(m), true))
         .collect();
-    mutants.push(Mutant::Pmem("wal.deferred_durable_early"));
-    mutants.push(Mutant::ReleaseUnacked);
+    mutants.push((Mutant::Pmem("wal.deferred_durable_early"), true));
+    mutants.push((Mutant::ReleaseUnacked, true));
+    mutants.push((Mutant::Pmem("wal.ack_before_sync"), false));
     let mut missed = Vec::new();
-    for mutant in mutants {
-        let totals = explore(0x3c0_3317, MUTANT_SCHEDULES, Some(mutant), true, 4);
+    for (mutant, deferred) in mutants {
+        let totals = explore(
+            0x3c0_3317,
+            MUTANT_SCHEDULES,
+            deferred,
+            Some(mutant),
+            true,
+            4,
+        );
         match totals.failures.first() {
             Some(f) => println!(
                 "group commit mutant {mutant}: caught after {} schedules: {f}",
@@ -636,7 +689,14 @@ fn a_group_commit_schedule_replays_exactly() {
     if std::env::var("MNEMO_CONC_REPLAY").is_ok() {
         return;
     }
-    let run = || explore(0x5eed, 6, None, false, 1);
+    // Three schedules of each mode.
+    let run = || {
+        let mut totals = explore(0x5eed, 3, true, None, false, 1);
+        let other = explore(0x5eed, 3, false, None, false, 1);
+        totals.failures.extend(other.failures);
+        totals.digests.extend(other.digests);
+        totals
+    };
     let (first, second) = (run(), run());
     assert!(
         first.failures.is_empty() && second.failures.is_empty(),
