@@ -7,10 +7,11 @@
 //! block the whole test, and a std thread would run outside the schedule. The cfg is set
 //! only by `scripts/test-shuttle.sh` (its own target directory); every other build, product
 //! or test, compiles the std types and does not compile shuttle at all (a
-//! `cfg(mnemo_shuttle)` target dependency). The rest of this crate keeps std's locks: they
-//! are never held across a call into the write-ahead policy's (the pool's header lock
-//! excepted, which no thread of the policy takes). `docs/design/durability-sites.md`,
-//! "Concurrency".
+//! `cfg(mnemo_shuttle)` target dependency). The rest of this crate keeps std's locks: a
+//! task may wait in the policy while it holds one (the pool's header lock over a header sync
+//! point, the gmsync journal's over its sync point), but no thread of the policy takes them,
+//! so that wait never blocks the scheduler's one OS thread. `docs/design/durability-sites.md`,
+//! "Concurrency: the kv server's group commit".
 
 #[cfg(not(mnemo_shuttle))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
