@@ -46,7 +46,17 @@ pub const KNOWN: &[&str] = &[
     // Under deferred acknowledgements the durable mark reads as the appended one: what was
     // acknowledged on it may be lost.
     "wal.deferred_durable_early",
+    // The group commit's leader (under deferred acknowledgements, the syncer thread) raises
+    // the durable mark before it writes and syncs the group's records: a reader of the marks
+    // in between acknowledges what a crash can lose. Only another thread can read them in
+    // between: caught by the kv server's group commit under shuttle (`CONCURRENCY_MUTANTS`).
+    "wal.durable_before_sync",
 ];
+
+/// The mutants of [`KNOWN`] that only a concurrent schedule can catch (the window they open
+/// is seen only by another thread): caught by `crates/mnemo-kv/tests/group_commit.rs` under
+/// `--cfg mnemo_shuttle` (`scripts/test-shuttle.sh`), not by the single-threaded workloads.
+pub const CONCURRENCY_MUTANTS: &[&str] = &["wal.durable_before_sync"];
 
 #[cfg(feature = "mutants")]
 mod imp {

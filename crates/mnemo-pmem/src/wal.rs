@@ -47,9 +47,10 @@ use std::fmt::Debug;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
+use crate::conc::{Builder, Condvar, JoinHandle, Mutex, MutexGuard};
 use crate::error::MediaError;
 use crate::media::Media;
 use crate::sync::{ByteRange, SyncKind, SyncPoint, SyncPolicy};
@@ -276,7 +277,7 @@ type Notify = Arc<dyn Fn() + Send + Sync>;
 pub struct WalPolicy {
     shared: Arc<Shared>,
     /// The syncer thread of deferred acknowledgements, once started.
-    syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    syncer: Mutex<Option<JoinHandle<()>>>,
     /// Ask for the pool mapped copy-on-write ([`WalPolicy::private`]); `None`: as
     /// `MNEMO_WAL_PRIVATE` says (default no).
     private: Option<bool>,
@@ -411,7 +412,7 @@ impl WalPolicy {
         st.notify = Some(notify);
         if syncer.is_none() {
             let shared = Arc::clone(&self.shared);
-            let spawned = std::thread::Builder::new()
+            let spawned = Builder::new()
                 .name("mnemo-wal-sync".into())
                 .spawn(move || shared.sync_loop());
             match spawned {
@@ -557,6 +558,7 @@ impl Shared {
                             backing.write_at(offset, bytes)
                         })?;
                     }
+                    crate::conc::blocking_io();
                     crate::durable_site!("wal.checkpoint_pool_file", backing.sync())?;
                 }
                 (None, Some(media)) => {
@@ -581,6 +583,7 @@ impl Shared {
     /// the half it frees is written again only after it.
     fn write_header(&self, first: u64, uuid: uuid::Uuid) -> Result<(), MediaError> {
         let bytes = encode_header(first, uuid, self.file.len());
+        crate::conc::blocking_io();
         self.file
             .write_at((first % 2) * WAL_HEADER_COPY_SIZE, &bytes)?;
         crate::durable_site!("wal.header", self.file.sync())
@@ -712,15 +715,13 @@ impl Shared {
                     // checkpoint reads and writes a whole half of the file).
                     drop(st);
                     let shared = Arc::clone(self);
-                    let spawned = std::thread::Builder::new()
-                        .name("mnemo-wal-ckpt".into())
-                        .spawn(move || {
-                            if shared.finish_checkpoint(None, first).is_err() {
-                                if let Some(notify) = &notify {
-                                    notify();
-                                }
+                    let spawned = Builder::new().name("mnemo-wal-ckpt".into()).spawn(move || {
+                        if shared.finish_checkpoint(None, first).is_err() {
+                            if let Some(notify) = &notify {
+                                notify();
                             }
-                        });
+                        }
+                    });
                     st = self.lock();
                     if let Err(e) = spawned {
                         st.checkpointing = false;
@@ -771,12 +772,19 @@ impl Shared {
         let buf = std::mem::take(&mut st.buf);
         let (at, end) = (st.buf_pos, st.appended);
         st.buf_pos = st.pos;
+        if crate::mutant::active("wal.durable_before_sync") {
+            // Broken: the group's records count as durable before they are written and
+            // synced; whoever reads the marks meanwhile (the server holding replies under
+            // deferred acknowledgements) releases what a crash can still lose.
+            st.durable = st.durable.max(end);
+        }
         drop(st);
         let started = Instant::now();
-        let result = self
-            .file
-            .write_at(at, &buf)
-            .and_then(|()| crate::durable_site!("wal.append", self.file.sync()));
+        crate::conc::blocking_io();
+        let result = self.file.write_at(at, &buf).and_then(|()| {
+            crate::conc::blocking_io();
+            crate::durable_site!("wal.append", self.file.sync())
+        });
         let ns = started.elapsed().as_nanos() as u64;
         let mut st = self.lock();
         st.writing = false;

@@ -206,6 +206,19 @@ pub fn image(point: &CrashPoint, cut: &Cut) -> Vec<u8> {
     image
 }
 
+/// The image of `point` that `cut` gives on a page-cache medium with a write-ahead file
+/// ([`crate::SimOptions::wal_bytes`]): the pool file (as short as the cut leaves its
+/// length) and the write-ahead file, each its durable image with the kept units' words
+/// (cuts count the pool's units, then the file's, then the pool's length:
+/// [`CrashPoint::unit_count`]).
+pub fn images_with_file(point: &CrashPoint, cut: &Cut) -> (Vec<u8>, Option<Vec<u8>>) {
+    let mut image = point.durable.to_vec();
+    let mut file = point.file.as_ref().map(|f| f.durable.to_vec());
+    crate::explore::set_cut(&mut image, file.as_deref_mut(), point, cut, true);
+    image.truncate(crate::explore::cut_len(point, cut));
+    (image, file)
+}
+
 /// The crash images of `point` under `sampling` (every subset of its pending units when
 /// there are few, else the explorer's bundle: none, all, all but one, only one, pairs,
 /// seeded random subsets), each with its cut.

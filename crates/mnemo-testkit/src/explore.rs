@@ -504,7 +504,13 @@ fn image_hash(bytes: &[u8]) -> u64 {
 
 /// Overwrite the cut's words in `image` (and the write-ahead file's in `file`) with `new`
 /// values (`apply`) or restore `old` ones.
-fn set_cut(image: &mut [u8], file: Option<&mut [u8]>, point: &CrashPoint, cut: &Cut, apply: bool) {
+pub(crate) fn set_cut(
+    image: &mut [u8],
+    file: Option<&mut [u8]>,
+    point: &CrashPoint,
+    cut: &Cut,
+    apply: bool,
+) {
     let set = |bytes: &mut [u8],
                words: &[crate::sim::Word],
                units: &[std::ops::Range<u32>],
@@ -528,7 +534,7 @@ fn set_cut(image: &mut [u8], file: Option<&mut [u8]>, point: &CrashPoint, cut: &
 
 /// Bytes of the image a cut keeps: all of it, unless the file may be found short
 /// ([`CrashPoint::short_len`]) and the cut drops its length unit.
-fn cut_len(point: &CrashPoint, cut: &Cut) -> usize {
+pub(crate) fn cut_len(point: &CrashPoint, cut: &Cut) -> usize {
     match point.short_len {
         Some(short) if !cut.keeps(point.short_unit()) => short as usize,
         _ => point.durable.len(),

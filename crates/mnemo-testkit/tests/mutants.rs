@@ -176,6 +176,10 @@ const TESTED_ELSEWHERE: &[(&str, &str)] = &[
         "sync.staged_unnamed",
         "crates/mnemo-log/tests/crash.rs, crates/mnemo-heap/tests/crash.rs (the pool workloads stage nothing)",
     ),
+    (
+        "wal.durable_before_sync",
+        "crates/mnemo-kv/tests/group_commit.rs under shuttle, scripts/test-shuttle.sh (only another thread reads the marks in the window)",
+    ),
 ];
 
 /// mnemo-pmem mutants the pool workloads must catch.

@@ -2,6 +2,7 @@
 //! batch runner, and the threads that drive them over TCP. `docs/design/kv-server.md`
 //! describes the design.
 
+pub mod acks;
 mod batch;
 mod gather;
 pub mod limits;
@@ -10,6 +11,7 @@ mod net;
 pub mod pubsub;
 mod session;
 
+pub use acks::{Ack, AckQueue};
 pub use batch::{
     run_batch, run_batch_hosted, Busy, Completion, Effect, Engine, Host, NoHost, Prefetch,
     PREFETCH_DISTANCE,

@@ -24,7 +24,7 @@
 //! A failed commit closes the batch's connections without a reply (the client cannot know
 //! whether its write landed, which is the truth).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,6 +38,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::Reply;
 
+use super::acks::{Ack, AckQueue};
 use super::batch::{run_batch_hosted, Busy, Completion, Engine, Host};
 use super::gather::{Gather, Pace};
 use super::limits::{
@@ -135,13 +136,11 @@ pub struct EventLoop {
     waker: Arc<Waker>,
     /// Ask the engine for deferred acknowledgements at start ([`EventLoop::set_defer_acks`]).
     defer_acks: bool,
-    /// The engine granted them: batches' replies wait for [`Engine::ack_marks`]. Otherwise
-    /// the marks are never asked for (a commit is durable when it returns).
-    holding: bool,
     /// Batches whose commit returned before it was durable ([`Engine::defer_acks`]), oldest
     /// first, each with the append mark it waits for: their replies are released, in this
-    /// order, once the storage says the mark is durable.
-    unacked: VecDeque<Unacked>,
+    /// order, once the storage says the mark is durable. Not holding (the engine did not
+    /// grant deferred acknowledgements): the marks are never asked for.
+    unacked: AckQueue<(Vec<Request>, Vec<Completion>)>,
     /// Commit gathering ([`super::gather`]): its measurements, the connections the last
     /// delivery answered that have not sent since, and the timer that ends a wait.
     gather: Gather,
@@ -149,14 +148,6 @@ pub struct EventLoop {
     /// In a wait (arrivals then are timed: the loop was polling for them).
     gathering: bool,
     gather_timer: rustix::fd::OwnedFd,
-}
-
-/// A batch run and committed, its replies held until its commit is durable.
-#[derive(Debug)]
-struct Unacked {
-    mark: u64,
-    batch: Vec<Request>,
-    completions: Vec<Completion>,
 }
 
 /// A CLIENT PAUSE: until when (Unix ms), and whether every command waits (ALL) or only
@@ -287,8 +278,7 @@ impl EventLoop {
             held_sessions: HashSet::new(),
             waker,
             defer_acks: true,
-            holding: false,
-            unacked: VecDeque::new(),
+            unacked: AckQueue::new(false),
             gather: Gather::default(),
             awaiting: HashSet::new(),
             gathering: false,
@@ -345,18 +335,17 @@ impl EventLoop {
         let mutated = false;
         if self.defer_acks && !mutated {
             let waker = Arc::clone(&self.waker);
-            self.holding = engine.defer_acks(Arc::new(move || {
+            let holding = engine.defer_acks(Arc::new(move || {
                 let _ = waker.wake();
             }));
             tracing::debug!(
-                deferred = self.holding,
+                deferred = holding,
                 "acknowledgements held until durable in the loop"
             );
             // The broken loop: granted, but replies leave as the commit returns.
             #[cfg(all(feature = "mutants", debug_assertions))]
-            if self.mutant == Some(Mutant::ReleaseUnacked) {
-                self.holding = false;
-            }
+            let holding = holding && self.mutant != Some(Mutant::ReleaseUnacked);
+            self.unacked = AckQueue::new(holding);
         }
         while !self.stop.load(Ordering::SeqCst) {
             // Connections with work left from the last wake-up: look for events, do not wait.
@@ -424,7 +413,7 @@ impl EventLoop {
     /// into the batch. Nothing to wait for, a read-only batch, replies held for a deferred
     /// commit, or quick commits: no wait.
     fn gather_writers(&mut self, events: &mut Events) -> io::Result<()> {
-        if self.awaiting.is_empty() || self.holding || !self.batch.iter().any(writes) {
+        if self.awaiting.is_empty() || self.unacked.holding() || !self.batch.iter().any(writes) {
             return Ok(());
         }
         let Some(until) = self.gather.deadline(Instant::now()) else {
@@ -478,26 +467,29 @@ impl EventLoop {
     /// if the storage failed, closes their connections instead (the client cannot know
     /// whether its write landed).
     fn release<E: Engine>(&mut self, engine: &E) {
-        if !self.holding || self.unacked.is_empty() {
+        if !self.unacked.holding() || self.unacked.is_empty() {
             return;
         }
-        match engine.ack_marks() {
-            None => {}
-            Some(Ok((_, durable))) => {
-                while self.unacked.front().is_some_and(|u| u.mark <= durable) {
-                    if let Some(u) = self.unacked.pop_front() {
-                        self.deliver(u.batch, u.completions);
-                    }
-                }
-            }
-            Some(Err(why)) => {
-                tracing::error!(
-                    "the write-ahead file failed, closing the connections waiting for it: {why}"
-                );
-                for u in std::mem::take(&mut self.unacked) {
-                    for request in &u.batch {
-                        self.close(session_token(request.session));
-                    }
+        let marks = engine.ack_marks();
+        if let Some(Err(why)) = &marks {
+            tracing::error!(
+                "the write-ahead file failed, closing the connections waiting for it: {why}"
+            );
+        }
+        let mut acks = Vec::new();
+        self.unacked.release(marks, &mut acks);
+        for ack in acks {
+            self.acknowledge(ack);
+        }
+    }
+
+    /// Hands a released batch's replies over, or closes the connections of a lost one.
+    fn acknowledge(&mut self, ack: Ack<(Vec<Request>, Vec<Completion>)>) {
+        match ack {
+            Ack::Release((batch, completions)) => self.deliver(batch, completions),
+            Ack::Lost((batch, _)) => {
+                for request in &batch {
+                    self.close(session_token(request.session));
                 }
             }
         }
@@ -743,24 +735,12 @@ impl EventLoop {
                 continue;
             }
             match run_batch_hosted(engine, &batch, self) {
-                Ok(completions) => match self.holding.then(|| engine.ack_marks()).flatten() {
-                    Some(Ok((appended, durable)))
-                        if appended > durable || !self.unacked.is_empty() =>
-                    {
-                        // Not durable yet (or an earlier batch is not): held, in order.
-                        self.unacked.push_back(Unacked {
-                            mark: appended,
-                            batch,
-                            completions,
-                        });
+                Ok(completions) => {
+                    let marks = self.unacked.holding().then(|| engine.ack_marks()).flatten();
+                    if let Some(ack) = self.unacked.committed(marks, (batch, completions)) {
+                        self.acknowledge(ack);
                     }
-                    Some(Err(_)) => {
-                        for request in &batch {
-                            self.close(session_token(request.session));
-                        }
-                    }
-                    _ => self.deliver(batch, completions),
-                },
+                }
                 Err(_) => {
                     for request in &batch {
                         self.close(session_token(request.session));
