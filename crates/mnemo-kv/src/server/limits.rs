@@ -37,6 +37,6 @@ pub const READ_CHUNK_BYTES: usize = 16 * 1024;
 pub const IDLE_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Longest a writing batch waits for the clients its loop has just answered before its
-/// commit ([`super::gather`]), whatever the commits' measured duration (half of which
+/// commit (`gather.rs`), whatever the commits' measured duration (half of which
 /// bounds it first: 50-150 us on an SSD's `fdatasync`, a few ms on a disk with heads).
 pub const GATHER_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(4);
