@@ -12,6 +12,20 @@ pub mod ycsb;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// With `--help` or `-h` among the arguments: prints the module doc (`//!` lines) at the
+/// top of `source`, a benchmark's own text (`include_str!` of its file), and exits; a
+/// benchmark asked for help must not start measuring.
+pub fn exit_on_help(source: &str) {
+    if !std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        return;
+    }
+    for line in source.lines().take_while(|l| l.starts_with("//!")) {
+        let text = line.trim_start_matches("//!");
+        println!("{}", text.strip_prefix(' ').unwrap_or(text));
+    }
+    std::process::exit(0);
+}
+
 /// The repository's `bench/` folder.
 pub fn bench_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench")

@@ -88,6 +88,7 @@ fn measure(dir: &Path, size: u64, wal: bool, ops: u64, seed: u64) -> Result<Figu
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("disk.rs"));
     let dir = std::env::var("DISK_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/disk-bench"));

@@ -245,6 +245,7 @@ fn round(mnemo: &Path, etcd: &EtcdServer, n: usize) -> Round {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("failover.rs"));
     let args: Vec<String> = std::env::args().collect();
     let Some(mnemo) = args.get(1).map(PathBuf::from) else {
         eprintln!("usage: failover <mnemo binary> [rounds]");

@@ -591,6 +591,7 @@ fn profile_thread(heap: &Heap, op: &str, n: u64, word: PPtr<u64>) {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("heap.rs"));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, default: u64| -> u64 {
         args.get(i)

@@ -277,6 +277,7 @@ fn rps(rows: &[Row], target: Target, clients: u32, test: &str) -> Option<f64> {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("kv.rs"));
     if let Err(e) = run() {
         eprintln!("kv bench: {e}");
         std::process::exit(1);

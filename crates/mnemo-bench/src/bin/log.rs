@@ -152,6 +152,7 @@ fn report(name: &str, len: usize, n: u64, mut results: Vec<Run>) {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("log.rs"));
     let n = env_or("LOG_BENCH_N", 2_000_000);
     let runs = env_or("LOG_BENCH_RUNS", 5).max(1);
     let len = env_or("LOG_BENCH_LEN", 64) as usize;

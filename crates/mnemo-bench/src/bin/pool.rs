@@ -46,6 +46,7 @@ fn bare_clwb_64(buf: *mut u8, ops: u64) {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("pool.rs"));
     let features = cpu::detect();
     let dir = tempfile::Builder::new()
         .prefix("mnemo-bench")

@@ -115,6 +115,7 @@ fn sync_points(pool: &Pool, size: usize, n: usize) -> Vec<f64> {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("repl.rs"));
     let n: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())

@@ -203,6 +203,7 @@ fn mnemo_pair(mnemo: &Path, dir: &Path, mode: &str) -> (Proc, Proc, u16) {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("repl_kv.rs"));
     let args: Vec<String> = std::env::args().collect();
     let Some(mnemo) = args.get(1).map(PathBuf::from) else {
         eprintln!("usage: repl_kv <mnemo binary> [clients] [secs] [rounds]");

@@ -668,6 +668,7 @@ fn mark_cost(summary: &mut serde_json::Value) {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("spf.rs"));
     for var in ["MNEMO_EMULATE", "MNEMO_SPF", "MNEMO_SPF_FALLBACK"] {
         if std::env::var_os(var).is_some() {
             eprintln!("note: {var} is set; the benchmark sets its own modes");

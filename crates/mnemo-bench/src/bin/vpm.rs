@@ -612,6 +612,7 @@ fn plot_only() -> Result<(), String> {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("vpm.rs"));
     let result = if std::env::var("VPM_BENCH_PLOT_ONLY").is_ok() {
         plot_only()
     } else {

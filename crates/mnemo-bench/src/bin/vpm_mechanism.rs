@@ -335,6 +335,7 @@ fn run() -> Result<(), String> {
 }
 
 fn main() {
+    mnemo_bench::exit_on_help(include_str!("vpm_mechanism.rs"));
     if let Err(e) = run() {
         eprintln!("vpm_mechanism: {e}");
         std::process::exit(1);

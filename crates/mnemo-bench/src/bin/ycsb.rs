@@ -32,8 +32,31 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest one phase may run before its threads stop (YCSB's `maxexecutiontime`).
 const PHASE_TIME_MAX: Duration = Duration::from_secs(240);
 
+/// What `--help` prints (the modes and options of the doc comment above).
+const USAGE: &str = "\
+ycsb: the YCSB core workloads A-F against servers that speak the Redis protocol
+
+usage:
+  ycsb phase --addr HOST:PORT --workload load|a|b|c|d|e|f [--records N] [--ops N]
+             [--threads T] [--commands ycsb|compat] [--read-fields one|all] [--validate]
+  ycsb check --addr HOST:PORT [--records 2000] [--ops 20000] [--threads 4] [--commands ..]
+  ycsb bench --mnemo PATH [--records 100000] [--ops 100000] [--e-ops 5000] [--threads 8]
+             [--server-cpu 0] [--disk-dir /var/tmp] [--targets redis,redis-aof-disk,mnemo]
+             [--check-records 2000]
+
+phase runs one load or workload against a running server; check verifies the driver's
+reads against a server; bench starts Redis and mnemo itself and runs the whole sequence,
+writing bench/results/ycsb.{csv,json} and bench/plots/ycsb.svg (scripts/bench-ycsb.sh).";
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args
+        .iter()
+        .any(|a| a == "--help" || a == "-h" || a == "help")
+    {
+        println!("{USAGE}");
+        return;
+    }
     if let Err(e) = run(&args) {
         eprintln!("ycsb: {e}");
         std::process::exit(1);
