@@ -677,12 +677,18 @@ fn a_long_script_answers_busy_and_dies_by_script_kill() {
             "{name}: {killed:?}"
         );
 
-        // A script that wrote cannot be killed; it ends by itself (a bounded loop, long
-        // enough on either server to still run when SCRIPT KILL comes).
-        let writer = format!(
-            "redis.call('set', 'w', '1') for i = 1, {} do end return 'done'",
-            if name == "redis" { "3e8" } else { "5e7" }
+        // A script that wrote cannot be killed; it ends by itself, after a loop sized on
+        // this server to run about 1.5 s (a fixed count ended before SCRIPT KILL came on a
+        // fast, quiet machine).
+        let timed = Instant::now();
+        assert_eq!(
+            call(&mut other, &["EVAL", "for i = 1, 1e7 do end return 1", "0"]),
+            Reply::Integer(1),
+            "{name}"
         );
+        let per_1e7 = timed.elapsed().as_secs_f64().max(1e-3);
+        let count = (1e7 * 1.5 / per_1e7).ceil();
+        let writer = format!("redis.call('set', 'w', '1') for i = 1, {count} do end return 'done'");
         let args: Vec<Bytes> = ["EVAL", writer.as_str(), "0"]
             .iter()
             .map(|a| Bytes::copy_from_slice(a.as_bytes()))
