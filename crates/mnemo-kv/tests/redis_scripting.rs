@@ -593,6 +593,25 @@ fn resp3_scripts_like_redis() {
 
 /// A script that loops for ever: past busy-reply-threshold the others get BUSY; SCRIPT KILL
 /// stops it; a script that wrote is UNKILLABLE. The same on both servers.
+/// TIME inside a script is the clock now, to the microsecond, on both: it moves while the
+/// script runs (mnemo once answered the batch's millisecond clock, which stands still).
+#[test]
+fn time_moves_inside_a_script_like_redis() {
+    let Some(pair) = Pair::start("scripting differential test") else {
+        return;
+    };
+    let mut c = pair.connect();
+    eval(
+        &mut c,
+        "local function now() local t = redis.call('time') \
+            return tonumber(t[1]) * 1000000 + tonumber(t[2]) end \
+         local a = now() local b = now() local calls = 0 \
+         while b == a and calls < 1000000 do b = now() calls = calls + 1 end \
+         return b > a and 1 or 0",
+    );
+    c.assert_same();
+}
+
 #[test]
 fn a_long_script_answers_busy_and_dies_by_script_kill() {
     let Some(pair) = Pair::start("scripting differential test") else {

@@ -180,6 +180,13 @@ impl std::fmt::Debug for PersistentEngine<'_> {
     }
 }
 
+/// Microseconds since the Unix epoch (TIME).
+fn unix_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
 fn unix_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -508,10 +515,19 @@ impl<'h> PersistentEngine<'h> {
             CommandId::Lastsave => Ok(Reply::Integer(
                 i64::try_from(self.stats.last_commit_unix).unwrap_or(i64::MAX),
             )),
-            CommandId::Time => Ok(Reply::Array(vec![
-                Reply::Bulk(Bytes::from((self.now / 1000).to_string())),
-                Reply::Bulk(Bytes::from(((self.now % 1000) * 1000).to_string())),
-            ])),
+            CommandId::Time => {
+                // The clock now, to the microsecond, as Redis answers (inside a script too:
+                // the batch's clock, which expiry reads, stands still); a clock fixed by a
+                // test answers its own time.
+                let micros = match self.clock {
+                    Some(ms) => ms.saturating_mul(1000),
+                    None => unix_micros(),
+                };
+                Ok(Reply::Array(vec![
+                    Reply::Bulk(Bytes::from(micros.div_euclid(1_000_000).to_string())),
+                    Reply::Bulk(Bytes::from(micros.rem_euclid(1_000_000).to_string())),
+                ]))
+            }
             CommandId::Watch => {
                 let stale = self.under_savepoint(*db, false, |ctx| {
                     let mut stale = Vec::with_capacity(args.len() - 1);
