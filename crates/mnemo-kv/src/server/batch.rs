@@ -48,9 +48,15 @@ pub trait Host {
     /// not; SHUTDOWN NOSAVE stops the server). Returns what the script must do.
     fn busy(&mut self, killable: bool) -> Busy;
 
+    /// Whether to time each commit for [`Host::committed`] (two clock reads of the thread's
+    /// CPU time, system calls: only for a loop that gathers writers). Default: no.
+    fn times_commits(&self) -> bool {
+        false
+    }
+
     /// The batch's commit waited `waited` for its storage (its time less the thread's CPU
     /// time in it: an `fdatasync`, a mirror's acknowledgement). The loop gathers writers
-    /// behind such commits (`gather.rs`). The default ignores it.
+    /// behind such commits (`gather.rs`). Called only when [`Host::times_commits`].
     fn committed(&mut self, _waited: std::time::Duration) {}
 }
 
@@ -180,13 +186,15 @@ pub fn run_batch_hosted<E: Engine>(
     host: &mut dyn Host,
 ) -> Result<Vec<Completion>, E::Error> {
     let (completions, wrote) = execute_batch(engine, requests, host);
-    if wrote {
+    if wrote && host.times_commits() {
         let (wall, cpu) = (std::time::Instant::now(), thread_cpu());
         engine.commit()?;
         host.committed(
             wall.elapsed()
                 .saturating_sub(thread_cpu().saturating_sub(cpu)),
         );
+    } else if wrote {
+        engine.commit()?;
     } else {
         engine.finish_read_only();
     }

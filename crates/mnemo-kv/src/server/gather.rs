@@ -78,6 +78,11 @@ impl Gather {
         self.enabled = on;
     }
 
+    /// Whether waiting is on (off: the loop measures nothing for it).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// A commit waited `waited` for its storage.
     pub(crate) fn committed(&mut self, waited: Duration) {
         self.commit.add(waited, 3);

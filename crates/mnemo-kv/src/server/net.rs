@@ -585,7 +585,7 @@ impl EventLoop {
             if let Some(request) = connection.session.poll_request() {
                 self.batch.push(request);
                 taken += 1;
-                if taken == 1 {
+                if taken == 1 && self.gather.enabled() {
                     let waiting = self.awaiting.remove(&token) && self.gathering;
                     self.gather
                         .arrived(&mut connection.pace, Instant::now(), waiting);
@@ -778,7 +778,8 @@ impl EventLoop {
             }
         }
         self.awaiting.clear();
-        let now = Instant::now();
+        // Gathering off: no clock read, nobody awaited.
+        let now = self.gather.enabled().then(Instant::now);
         for token in touched.drain(..) {
             let Some(connection) = self.connections.get_mut(&token) else {
                 continue;
@@ -793,7 +794,7 @@ impl EventLoop {
                 // blocking command; or paused, and the socket took the backlog below the
                 // limit: read it again at the next wake-up (no event will say so).
                 self.again.insert(token);
-            } else if !self.again.contains(&token) {
+            } else if let Some(now) = now.filter(|_| !self.again.contains(&token)) {
                 // Answered, nothing of it left unread: if it was quick last time, its next
                 // request is waited for.
                 if self.gather.answered(&mut connection.pace, now) {
@@ -801,7 +802,9 @@ impl EventLoop {
                 }
             }
         }
-        self.gather.delivered(now, !self.awaiting.is_empty());
+        if let Some(now) = now {
+            self.gather.delivered(now, !self.awaiting.is_empty());
+        }
         self.touched = touched;
     }
 
@@ -1063,6 +1066,10 @@ impl EventLoop {
 }
 
 impl Host for EventLoop {
+    fn times_commits(&self) -> bool {
+        self.gather.enabled()
+    }
+
     fn committed(&mut self, waited: Duration) {
         self.gather.committed(waited);
     }
