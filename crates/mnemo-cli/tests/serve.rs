@@ -6,7 +6,16 @@ mod support;
 
 use std::process::Command;
 
+use support::repl::{field, info as read_info};
 use support::{redis_cli, shm_dir, tool, was_clean, Server};
+
+/// The number after `name:` in INFO's text.
+fn number(info: &str, name: &str) -> u64 {
+    field(info, name)
+        .unwrap_or_else(|| panic!("INFO lacks {name}:\n{info}"))
+        .parse()
+        .unwrap()
+}
 
 /// Every command of issue 6's list at least once, through redis-cli, with Redis's replies
 /// (redis-cli prints errors without "(error)" when its output is not a terminal).
@@ -481,12 +490,7 @@ fn info_persistence_shows_the_write_ahead_file() {
     let server = Server::start_with(&local, &["--size", "8M"], &[("MNEMO_WAL", "0")]);
     let mut client = server.client();
     client.call(&["SET", "k", "v"]).unwrap();
-    let info = match client.call(&["INFO", "persistence"]).unwrap() {
-        mnemo_resp::Reply::Verbatim { text, .. } | mnemo_resp::Reply::Bulk(text) => {
-            String::from_utf8_lossy(&text).into_owned()
-        }
-        other => panic!("{other:?}"),
-    };
+    let info = read_info(&mut client, "persistence");
     assert!(info.contains("mnemo_sync_policy:local"), "{info}");
     drop(client);
     assert!(server.terminate().success());
@@ -497,20 +501,8 @@ fn info_persistence_shows_the_write_ahead_file() {
         let key = format!("k{i}");
         client.call(&["SET", key.as_str(), "value"]).unwrap();
     }
-    let info = match client.call(&["INFO", "persistence"]).unwrap() {
-        mnemo_resp::Reply::Verbatim { text, .. } | mnemo_resp::Reply::Bulk(text) => {
-            String::from_utf8_lossy(&text).into_owned()
-        }
-        other => panic!("{other:?}"),
-    };
-    let field = |name: &str| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .unwrap_or_else(|| panic!("INFO persistence lacks {name}:\n{info}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let info = read_info(&mut client, "persistence");
+    let field = |name: &str| number(&info, name);
     assert!(info.contains("mnemo_sync_policy:write-ahead"), "{info}");
     assert!(field("mnemo_wal_records") >= 20, "{info}");
     assert!(field("mnemo_wal_fdatasyncs") >= 1, "{info}");
@@ -539,20 +531,8 @@ fn commit_gathering_shows_in_info_clients() {
         let key = format!("k{i}");
         client.call(&["SET", key.as_str(), "value"]).unwrap();
     }
-    let info = match client.call(&["INFO", "clients"]).unwrap() {
-        mnemo_resp::Reply::Verbatim { text, .. } | mnemo_resp::Reply::Bulk(text) => {
-            String::from_utf8_lossy(&text).into_owned()
-        }
-        other => panic!("{other:?}"),
-    };
-    let field = |name: &str| -> u64 {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .unwrap_or_else(|| panic!("INFO clients lacks {name}:\n{info}"))
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let info = read_info(&mut client, "clients");
+    let field = |name: &str| number(&info, name);
     // Twenty fdatasyncs measured: a wait of at least a microsecond.
     assert!(field("mnemo_commit_wait_us") > 0, "{info}");
     // One client is in its own batch: nobody to wait for.
@@ -635,12 +615,7 @@ fn copy_on_write_and_deferred_acks_serve_and_restart() {
         let value = format!("v{i}");
         client.call(&["SET", key.as_str(), value.as_str()]).unwrap();
     }
-    let info = match client.call(&["INFO", "persistence"]).unwrap() {
-        mnemo_resp::Reply::Verbatim { text, .. } | mnemo_resp::Reply::Bulk(text) => {
-            String::from_utf8_lossy(&text).into_owned()
-        }
-        other => panic!("{other:?}"),
-    };
+    let info = read_info(&mut client, "persistence");
     assert!(info.contains("mnemo_wal_private_mapping:1"), "{info}");
     assert!(info.contains("mnemo_wal_deferred_acks:1"), "{info}");
     drop(client);
