@@ -174,32 +174,33 @@ fn persist(region: &mnemo_vpm::Region, page: usize) {
     region.drain().expect("fence");
 }
 
+/// This test binary running only the ignored child test `name` on `dir` (with `mutant`).
+fn child_command(name: &str, dir: &Path, mutant: Option<&str>) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(m) = mutant {
+        command.env("VPM_MUTANT", m);
+    }
+    command
+        .args(["--ignored", "--exact", name, "--test-threads=1", "--quiet"])
+        .env("VPM_CRASH_DIR", dir)
+        .stdout(std::process::Stdio::null());
+    command
+}
+
 fn run_child(
     dir: &Path,
     (ahead, helper, round, eviction, step): Case,
     mutant: Option<&str>,
 ) -> std::process::ExitStatus {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+    let mut command = child_command("child_writes_until_its_crash_point", dir, mutant);
     if helper {
         command.env("VPM_HELPER", "1");
     }
     if ahead {
         command.env("VPM_AHEAD", "1");
     }
-    if let Some(m) = mutant {
-        command.env("VPM_MUTANT", m);
-    }
     command
-        .args([
-            "--ignored",
-            "--exact",
-            "child_writes_until_its_crash_point",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env("VPM_CRASH_DIR", dir)
         .env("VPM_CRASH_AT", format!("{round},{eviction},{step}"))
-        .stdout(std::process::Stdio::null())
         .status()
         .unwrap()
 }
@@ -464,20 +465,7 @@ fn allocation_case(mutant: Option<&str>) -> Result<(), String> {
     .unwrap();
     // Log each fence's lines (`twin::FENCE_LOG`).
     std::fs::write(dir.join("pm.fence-log"), []).unwrap();
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    if let Some(m) = mutant {
-        command.env("VPM_MUTANT", m);
-    }
-    let status = command
-        .args([
-            "--ignored",
-            "--exact",
-            "child_frees_and_allocates_then_dies",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env("VPM_CRASH_DIR", &dir)
-        .stdout(std::process::Stdio::null())
+    let status = child_command("child_frees_and_allocates_then_dies", &dir, mutant)
         .status()
         .unwrap();
     assert_eq!(
@@ -619,20 +607,7 @@ fn creation_case(mutant: Option<&str>) -> Result<(), String> {
         vec![0u8; twin::LANES * lines.div_ceil(8)],
     )
     .unwrap();
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    if let Some(m) = mutant {
-        command.env("VPM_MUTANT", m);
-    }
-    let status = command
-        .args([
-            "--ignored",
-            "--exact",
-            "child_creates_then_dies",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env("VPM_CRASH_DIR", &dir)
-        .stdout(std::process::Stdio::null())
+    let status = child_command("child_creates_then_dies", &dir, mutant)
         .status()
         .unwrap();
     assert_eq!(
