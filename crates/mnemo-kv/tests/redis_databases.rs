@@ -243,9 +243,11 @@ fn run(engine: &mut PersistentEngine<'_>, line: &str) -> Reply {
 /// A keyspace of an older layout (version 1: one database, chained tables; version 2:
 /// numbered databases, chained tables) is refused with an error that names its version and
 /// what to do, and the pool is left as it was: this build's tables are open-addressed
-/// (layout version 3), and reading chained bucket arrays as slot arrays would misread every
-/// key. The old roots are made here by writing the old version over a fresh root (the code
-/// that wrote them is gone; only the version word tells them apart at open).
+/// (layout versions 3 and 4), and reading chained bucket arrays as slot arrays would misread
+/// every key. The old roots are made here by writing the old version over a fresh root (the
+/// code that wrote them is gone; only the version word tells them apart at open). A version-3
+/// root (open-addressed, no stale slots) opens and is marked 4; a newer version than this
+/// build's is refused as corrupt.
 #[test]
 fn an_older_layout_version_is_refused_clearly() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -256,7 +258,7 @@ fn an_older_layout_version_is_refused_clearly() {
     }
     let root = heap.root::<[u64; 8]>(ROOT_NAME).expect("root");
     let words = heap.get(root).expect("root words");
-    assert_eq!(words[1], 3, "a new keyspace has layout version 3");
+    assert_eq!(words[1], 4, "a new keyspace has layout version 4");
     for old in [1u64, 2] {
         let mut changed = words;
         changed[1] = old;
@@ -265,7 +267,7 @@ fn an_older_layout_version_is_refused_clearly() {
         match PersistentEngine::open(&heap) {
             Err(EngineError::Layout(why)) => {
                 assert!(why.contains(&format!("layout version {old}")), "{why}");
-                assert!(why.contains("reads version 3 only"), "{why}");
+                assert!(why.contains("reads versions 3 and 4 only"), "{why}");
             }
             other => panic!("version {old}: expected a refusal, got {other:?}"),
         }
@@ -275,12 +277,28 @@ fn an_older_layout_version_is_refused_clearly() {
             "the refusal writes nothing"
         );
     }
-    heap.tx(|tx| tx.write(PPtr::<[u64; 8]>::from_offset(root.offset()), &words))
-        .expect("restore the root");
-    let mut engine = PersistentEngine::open(&heap).expect("open version 3 again");
+    let mut newer = words;
+    newer[1] = 5;
+    heap.tx(|tx| tx.write(PPtr::<[u64; 8]>::from_offset(root.offset()), &newer))
+        .expect("write a newer root");
+    match PersistentEngine::open(&heap) {
+        Err(EngineError::Corrupt(why)) => assert!(why.contains("layout version 5"), "{why}"),
+        other => panic!("version 5: expected a refusal, got {other:?}"),
+    }
+    let mut v3 = words;
+    v3[1] = 3;
+    heap.tx(|tx| tx.write(PPtr::<[u64; 8]>::from_offset(root.offset()), &v3))
+        .expect("write a version-3 root");
+    let mut engine = PersistentEngine::open(&heap).expect("open version 3");
     assert_eq!(
         run(&mut engine, "GET old"),
         Reply::Bulk(Bytes::from("value"))
+    );
+    drop(engine);
+    assert_eq!(
+        heap.get(root).expect("root")[1],
+        4,
+        "a version-3 keyspace is marked 4 when opened"
     );
 }
 

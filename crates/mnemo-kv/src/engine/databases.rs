@@ -3,7 +3,7 @@
 //!
 //! Database 0's table is the one root word 2 points at (where layout version 1 kept the only
 //! keyspace). The others are found through the **database array** that root word 4 points
-//! at (since layout version 2; version 3 changed the tables' index, `dict.rs`):
+//! at (since layout version 2; versions 3 and 4 changed the tables' index, `dict.rs`):
 //!
 //! ```text
 //! array: magic "MNEMODBS" | count (databases, 0 included) | table of db 1 | ... | db count-1
@@ -58,9 +58,15 @@ pub fn open(tx: &Mem<'_, '_>, root: u64, words: &[u64; 8], databases: usize) -> 
             check_table(tx, words[2], 0)?;
             open_array(tx, root, words[4], wanted)
         }
+        3 => {
+            // Version 3's arrays hold no stale slot: valid as they are, marked 4.
+            check_table(tx, words[2], 0)?;
+            store::set_word(tx, root + 8, LAYOUT_VERSION)?;
+            open_array(tx, root, words[4], wanted)
+        }
         old @ (1 | 2) => Err(EngineError::Layout(format!(
             "the pool's keyspace has layout version {old} (chained hash tables), this build \
-             reads version {LAYOUT_VERSION} only (open-addressed tables): open it with the \
+             reads versions 3 and {LAYOUT_VERSION} only (open-addressed tables): open it with the \
              mnemo that made it and move the data over (redis-cli --rdb, or MIGRATE), or \
              start from an empty pool"
         ))),

@@ -291,7 +291,9 @@ impl Ctx<'_, '_> {
                 store::set_word(self.tx, d + field::CURSOR, cursor)?;
                 return Ok(false);
             }
-            let at = store::word(self.tx, h.slot_at(cursor))?;
+            // (A stale slot of a half-resized table reads as empty: its entry is freed
+            // through the new array's copy.)
+            let at = h.entry_at(self.tx, cursor)?;
             if at != 0 {
                 let e = Entry::read(self.tx, at)?;
                 self.drop_value(&e)?;

@@ -69,9 +69,12 @@ pub const ROOT_NAME: &str = "kv.keyspace";
 /// First word of the root: "MNEMOKV" and a NUL.
 pub const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"MNEMOKV\0");
 /// Layout version of the keyspace (root word 1): 3 since the tables' open-addressed index
-/// with each entry's hash in its slot (`dict.rs`). Versions 1 (database 0 only) and 2
-/// (numbered databases, chained tables) are refused with an error that says so.
-pub const LAYOUT_VERSION: u64 = 3;
+/// with each entry's hash in its slot (`dict.rs`), 4 since a resize leaves stale copies in
+/// the old array instead of deleting them. A version-3 keyspace is a valid version-4 one and
+/// is marked 4 when opened (a version-3 build then refuses it: it would read the stale
+/// copies as elements). Versions 1 (database 0 only) and 2 (numbered databases, chained
+/// tables) are refused with an error that says so.
+pub const LAYOUT_VERSION: u64 = 4;
 
 /// Heap options suited to the engine when creating a pool: one executor commits, so few
 /// lanes, and rings of the fewest slots (more slots only spare scans of other lanes' commits);
