@@ -7,8 +7,7 @@ use mnemo_resp::command::CommandSpec;
 use mnemo_resp::{errors, parse_i64, CommandId as Id, Reply};
 
 use super::commands::{
-    bulk, container, ctx_random, drop_if_empty, eq, err, err_owned, int, members, remove_members,
-    wrongtype,
+    bulk, ctx_random, drop_if_empty, eq, err, err_owned, int, members, remove_members, wrongtype,
 };
 use super::dict::{self, tag, Value};
 use super::glob;

@@ -917,6 +917,18 @@ pub(super) fn container(
     t: u8,
     create: bool,
 ) -> Result<Typed<Option<u64>>> {
+    container_for(ctx, key, t, create, 0)
+}
+
+/// [`container`] for a command about to add up to `expected` elements (a new table is sized
+/// for them).
+pub(super) fn container_for(
+    ctx: &mut Ctx<'_, '_>,
+    key: &[u8],
+    t: u8,
+    create: bool,
+    expected: u64,
+) -> Result<Typed<Option<u64>>> {
     let found = if create {
         ctx.lookup_write(key)?
     } else {
@@ -928,14 +940,17 @@ pub(super) fn container(
     };
     Ok(Ok(match found {
         Some(f) => Some(f.entry.val),
-        None if create => Some(ctx.create_container(key, t)?),
+        None if create => Some(ctx.create_container_for(key, t, expected)?),
         None => None,
     }))
 }
 
 macro_rules! container {
     ($ctx:expr, $key:expr, $tag:expr, $create:expr) => {
-        match container($ctx, $key, $tag, $create)? {
+        container!($ctx, $key, $tag, $create, 0)
+    };
+    ($ctx:expr, $key:expr, $tag:expr, $create:expr, $expected:expr) => {
+        match $crate::engine::commands::container_for($ctx, $key, $tag, $create, $expected)? {
             Ok(c) => c,
             Err(WrongType) => return Ok(wrongtype()),
         }
@@ -953,7 +968,13 @@ pub(super) fn drop_if_empty(ctx: &mut Ctx<'_, '_>, key: &[u8], d: u64) -> Result
 }
 
 fn sadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
-    let Some(d) = container!(ctx, &a[1], tag::SET, true) else {
+    let Some(d) = container!(
+        ctx,
+        &a[1],
+        tag::SET,
+        true,
+        (a.len() as u64).saturating_sub(2)
+    ) else {
         return Ok(Reply::Integer(0));
     };
     let mut added = 0;
@@ -1090,7 +1111,13 @@ fn hset(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resul
     if a.len() % 2 != 0 {
         return Ok(wrong_arity(spec));
     }
-    let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
+    let Some(d) = container!(
+        ctx,
+        &a[1],
+        tag::HASH,
+        true,
+        (a.len() as u64 / 2).saturating_sub(1)
+    ) else {
         return Ok(Reply::Integer(0));
     };
     let mut added = 0;
@@ -1311,7 +1338,7 @@ fn zadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes], incr: bool) -> Result<Reply> {
             Reply::Integer(0)
         });
     }
-    let Some(d) = container!(ctx, &a[1], tag::ZSET, true) else {
+    let Some(d) = container!(ctx, &a[1], tag::ZSET, true, pairs.len() as u64 / 2) else {
         return Ok(Reply::Integer(0));
     };
     let (mut added, mut changed) = (0, 0);

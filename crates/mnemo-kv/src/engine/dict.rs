@@ -202,13 +202,33 @@ impl Header {
 
 /// Creates an empty table of `kind`.
 pub fn create(tx: &Mem<'_, '_>, kind: Kind) -> Result<u64> {
-    let table = store::zalloc(tx, BUCKETS_MIN * SLOT_BYTES)?;
+    create_for(tx, kind, 0)
+}
+
+/// Slots of a new table that takes `expected` elements without a resize (at most 3/4
+/// full), from [`BUCKETS_MIN`] up to [`BUCKETS_MAX`].
+pub fn slots_for(expected: u64) -> u64 {
+    expected
+        .saturating_mul(4)
+        .div_ceil(3)
+        .checked_next_power_of_two()
+        .unwrap_or(BUCKETS_MAX)
+        .clamp(BUCKETS_MIN, BUCKETS_MAX)
+}
+
+/// Creates an empty table of `kind` sized for `expected` elements about to be inserted (an
+/// HSET of ten new fields makes a table of 16 slots at once, instead of growing from 8 and
+/// moving the first elements while the last go in). A table that gets fewer shrinks as
+/// usual.
+pub fn create_for(tx: &Mem<'_, '_>, kind: Kind, expected: u64) -> Result<u64> {
+    let size = slots_for(expected);
+    let table = store::zalloc(tx, size * SLOT_BYTES)?;
     let d = store::alloc(tx, HEADER_BYTES)?;
     let h = Header {
         kind,
         count: 0,
         t0: table,
-        size0: BUCKETS_MIN,
+        size0: size,
         t1: 0,
         size1: 0,
         rehash: 0,
@@ -671,7 +691,7 @@ pub fn insert(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
     place(tx, t, e, hash)?;
     h.count += 1;
     store::set_word(tx, d + field::COUNT, h.count)?;
-    maybe_resize(tx, d, &mut h)
+    maybe_resize(tx, d, &mut h, true)
 }
 
 /// Unlinks a found entry and uncounts it (the caller frees it).
@@ -687,7 +707,7 @@ pub fn unlink(tx: &Mem<'_, '_>, d: u64, found: &Found) -> Result<()> {
     delete_at(tx, t, i)?;
     h.count = h.count.saturating_sub(1);
     store::set_word(tx, d + field::COUNT, h.count)?;
-    maybe_resize(tx, d, &mut h)
+    maybe_resize(tx, d, &mut h, false)
 }
 
 /// Puts the fresh entry `new` (with the same key) where `found` was; the caller frees the
@@ -696,14 +716,16 @@ pub fn replace(tx: &Mem<'_, '_>, found: &Found, new: u64) -> Result<()> {
     store::set_word(tx, found.link, new)
 }
 
-/// Starts a resize when the load leaves 1/8..=3/4: twice the slots, or half.
-fn maybe_resize(tx: &Mem<'_, '_>, d: u64, h: &mut Header) -> Result<()> {
+/// Starts a resize when the load leaves 1/8..=3/4: twice the slots after an insert, or half
+/// after a deletion (`grown`: an insert; a table sized for elements about to come, by
+/// [`create_for`], is not shrunk by the first of them).
+fn maybe_resize(tx: &Mem<'_, '_>, d: u64, h: &mut Header, grown: bool) -> Result<()> {
     if h.rehashing() {
         return Ok(());
     }
-    let target = if h.count * 4 > h.size0 * 3 && h.size0 < BUCKETS_MAX {
+    let target = if grown && h.count * 4 > h.size0 * 3 && h.size0 < BUCKETS_MAX {
         h.size0 * 2
-    } else if h.size0 > BUCKETS_MIN && h.count * 8 < h.size0 {
+    } else if !grown && h.size0 > BUCKETS_MIN && h.count * 8 < h.size0 {
         // Half, not down to the count at once: the new array must take the inserts made
         // while the old one is emptied (each moves at least one home slot holding elements,
         // or 10 empty ones), and at most 1/8 of the old home slots hold any.
@@ -1034,6 +1056,33 @@ mod tests {
             }
             Ok(())
         });
+    }
+
+    /// A table made for the elements a command is about to add takes them all without a
+    /// resize (HSET of ten new fields: 16 slots at once), and the size follows the load rule.
+    #[test]
+    fn a_table_sized_for_its_elements_takes_them_without_resizing() {
+        assert_eq!(slots_for(0), BUCKETS_MIN);
+        assert_eq!(slots_for(6), 8, "6 of 8 is the 3/4 limit");
+        assert_eq!(slots_for(7), 16);
+        assert_eq!(slots_for(10), 16);
+        assert_eq!(slots_for(u64::MAX), BUCKETS_MAX);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let heap = heap(dir.path());
+        for n in [1u64, 6, 7, 10, 100, 1000] {
+            let d = with(&heap, |tx| {
+                let d = create_for(tx, Kind::Hash, n)?;
+                (0..n).try_for_each(|i| add(tx, d, &key(i), i))?;
+                Ok(d)
+            });
+            with(&heap, |tx| {
+                let h = Header::read(tx, d)?;
+                assert!(!h.rehashing(), "{n} elements: no resize started: {h:?}");
+                assert_eq!(h.size0, slots_for(n));
+                assert_eq!(check(tx, d, SEED)?, n);
+                Ok(())
+            });
+        }
     }
 
     /// A small deterministic generator (xorshift).

@@ -510,12 +510,18 @@ impl Ctx<'_, '_> {
     /// Creates `key` holding a new empty container of type `t` (LIST, HASH, SET, ZSET);
     /// returns the container's offset.
     pub fn create_container(&mut self, key: &[u8], t: u8) -> Result<u64> {
+        self.create_container_for(key, t, 0)
+    }
+
+    /// [`Ctx::create_container`] for a command about to add `expected` elements: a table is
+    /// sized for them at once ([`dict::create_for`]).
+    pub fn create_container_for(&mut self, key: &[u8], t: u8, expected: u64) -> Result<u64> {
         let object = match t {
             tag::LIST => list::create(self.tx)?,
-            tag::HASH => dict::create(self.tx, Kind::Hash)?,
-            tag::SET => dict::create(self.tx, Kind::Set)?,
+            tag::HASH => dict::create_for(self.tx, Kind::Hash, expected)?,
+            tag::SET => dict::create_for(self.tx, Kind::Set, expected)?,
             tag::ZSET => {
-                let d = dict::create(self.tx, Kind::Zset)?;
+                let d = dict::create_for(self.tx, Kind::Zset, expected)?;
                 self.zcache.map.insert(d, ZIndex::new());
                 self.zcache.dirty.insert(d);
                 d
