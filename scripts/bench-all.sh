@@ -31,6 +31,7 @@ benches=(
     "repl|scripts/bench-repl.sh 20000"
     "repl-kv|scripts/bench-repl-kv.sh 50 5 5"
     "failover|scripts/bench-failover.sh 5"
+    "async-loss|scripts/bench-async-loss.sh 5"
     "vm|scripts/bench-vm.sh"
 )
 [ -x scripts/bench-vpm.sh ] && benches+=("vpm|scripts/bench-vpm.sh")

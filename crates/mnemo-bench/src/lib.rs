@@ -6,6 +6,7 @@
 
 pub mod plot;
 pub mod plot_groups;
+pub mod resp_conn;
 pub mod servers;
 pub mod ycsb;
 

@@ -141,6 +141,22 @@ impl Drop for Proc {
     }
 }
 
+impl Proc {
+    /// Starts `cmd` with stdin and stdout closed, stderr into the file `log`, and
+    /// `MNEMO_LOG=warn` (panics if it cannot start: a benchmark has nothing to measure then).
+    pub fn spawn_logged(cmd: &mut std::process::Command, log: &std::path::Path) -> Proc {
+        use std::process::Stdio;
+        Proc(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(log).expect("log file"))
+                .env("MNEMO_LOG", "warn")
+                .spawn()
+                .unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
+        )
+    }
+}
+
 /// A loopback port free at the time of the call.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -13,77 +13,21 @@
 //!
 //! usage: `failover <mnemo binary> [rounds]` (`scripts/bench-failover.sh`)
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mnemo_bench::resp_conn::Conn;
 use mnemo_bench::servers::{free_port, wait_port, Proc};
 use mnemo_bench::{machine, median, write_csv, write_json};
 use mnemo_repl_etcd::testing::EtcdServer;
 use mnemo_repl_etcd::Control;
-use mnemo_resp::bytes::BytesMut;
-use mnemo_resp::{encode_command, Reply, ReplyDecoder};
+use mnemo_resp::Reply;
 
 /// The lease asked for (etcd grants at least its minimum, 1 s with a 400 ms election timeout).
 const TTL_S: u64 = 1;
-
-fn spawn(cmd: &mut Command, log: &Path) -> Proc {
-    Proc(
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).expect("log file"))
-            .env("MNEMO_LOG", "warn")
-            .spawn()
-            .unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
-    )
-}
-
-/// A RESP connection whose errors are results (the primary dies under it).
-struct Conn {
-    s: TcpStream,
-    d: ReplyDecoder,
-    out: BytesMut,
-}
-
-impl Conn {
-    fn new(port: u16) -> std::io::Result<Conn> {
-        let s = TcpStream::connect(("127.0.0.1", port))?;
-        s.set_nodelay(true)?;
-        Ok(Conn {
-            s,
-            d: ReplyDecoder::new(),
-            out: BytesMut::new(),
-        })
-    }
-
-    fn call(&mut self, commands: &[Vec<&[u8]>]) -> std::io::Result<Vec<Reply>> {
-        self.out.clear();
-        for c in commands {
-            encode_command(c, &mut self.out);
-        }
-        self.s.write_all(&self.out)?;
-        let mut replies = Vec::with_capacity(commands.len());
-        let mut buf = [0u8; 16 << 10];
-        while replies.len() < commands.len() {
-            match self.d.next_reply() {
-                Ok(Some(r)) => replies.push(r),
-                Ok(None) => {
-                    let n = self.s.read(&mut buf)?;
-                    if n == 0 {
-                        return Err(std::io::ErrorKind::UnexpectedEof.into());
-                    }
-                    self.d.feed(&buf[..n]);
-                }
-                Err(e) => return Err(std::io::Error::other(format!("bad reply: {e:?}"))),
-            }
-        }
-        Ok(replies)
-    }
-}
 
 struct Round {
     detect: Duration,
@@ -127,7 +71,7 @@ fn round(mnemo: &Path, etcd: &EtcdServer, n: usize) -> Round {
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let (m, p, pp) = (free_port(), free_port(), free_port());
     let ttl = TTL_S.to_string();
-    let _mirror = spawn(
+    let _mirror = Proc::spawn_logged(
         Command::new(mnemo)
             .args(["mirror", "serve", "--port", &m.to_string(), "--dir"])
             .arg(d.join("mirror"))
@@ -138,7 +82,7 @@ fn round(mnemo: &Path, etcd: &EtcdServer, n: usize) -> Round {
         &d.join("mirror.log"),
     );
     wait_port(m);
-    let mut primary = spawn(
+    let mut primary = Proc::spawn_logged(
         Command::new(mnemo)
             .args(["serve", "--port", &p.to_string(), "--size", "64M", "--pool"])
             .arg(d.join("kv.pool"))
