@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemo_repl_etcd::testing::EtcdServer;
-use mnemo_repl_etcd::Control;
+use mnemo_repl_etcd::testing::{EtcdCluster, EtcdServer};
+use mnemo_repl_etcd::{ClusterConfig, Control};
 use mnemo_resp::Reply;
 use support::repl::{field, free_port, info, signal, value, write_secret, MirrorProc};
 use support::{serve_command, shm_dir, Client, Server};
@@ -33,37 +33,56 @@ struct Cluster {
 
 impl Cluster {
     fn start(etcd: &EtcdServer, dir: &Path, name: &str) -> Cluster {
+        Cluster::start_with(&etcd.url, dir, name, &[], &[])
+    }
+
+    /// A mirror and a primary under the etcd at `urls` (one `--etcd` of comma-separated
+    /// URLs), each with its extra flags.
+    fn start_with(
+        urls: &str,
+        dir: &Path,
+        name: &str,
+        mirror_extra: &[&str],
+        primary_extra: &[&str],
+    ) -> Cluster {
         let secret = write_secret(dir, "repl.secret", "a shared secret for this test\n");
         let promote_port = free_port();
+        let promote = promote_port.to_string();
+        let mut mirror_args = vec![
+            "--etcd",
+            urls,
+            "--cluster",
+            name,
+            "--promote-port",
+            &promote,
+            "--repl-mode",
+            "sync",
+        ];
+        mirror_args.extend_from_slice(mirror_extra);
         let mirror = MirrorProc::start_as(
             "mirror",
             &dir.join("mirror"),
             &secret,
             dir.join("mirror.log"),
-            &[
-                "--etcd",
-                &etcd.url,
-                "--cluster",
-                name,
-                "--promote-port",
-                &promote_port.to_string(),
-            ],
+            &mirror_args,
         );
-        let primary_args: Vec<String> = [
+        let mut primary_args: Vec<String> = [
             "--mirror",
             &format!("127.0.0.1:{}", mirror.port),
             "--repl-mode",
             "sync",
             "--repl-secret-file",
             secret.to_str().unwrap(),
-            "--etcd",
-            &etcd.url,
             "--cluster",
             name,
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if !primary_extra.contains(&"--etcd") {
+            primary_args.extend(["--etcd".to_string(), urls.to_string()]);
+        }
+        primary_args.extend(primary_extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = primary_args.iter().map(String::as_str).collect();
         let primary = Server::start(&dir.join("primary").join("kv.pool"), &args);
         Cluster {
@@ -77,26 +96,41 @@ impl Cluster {
     }
 
     fn control(&self, etcd: &EtcdServer) -> Control {
-        Control::connect(
-            std::slice::from_ref(&etcd.url),
-            &self.name,
-            Duration::from_secs(2),
-        )
-        .unwrap()
+        connect(&etcd.url, &self.name)
     }
+}
+
+/// A control-plane client of cluster `name` at `urls` (comma-separated).
+fn connect(urls: &str, name: &str) -> Control {
+    let urls: Vec<String> = urls.split(',').map(str::to_string).collect();
+    Control::connect(&urls, name, Duration::from_secs(2)).unwrap()
 }
 
 /// Wait until etcd records the mirror in sync (the primary's full copy acknowledged).
 fn until_in_sync(control: &Control) {
+    let config = until_config(control, "the mirror in sync", |c| c.mirror_in_sync);
+    assert_eq!(config.epoch, 1, "{config:?}");
+}
+
+/// Wait (at most 20 s) until the configuration satisfies `ok`; returns it.
+fn until_config(
+    control: &Control,
+    what: &str,
+    ok: impl Fn(&ClusterConfig) -> bool,
+) -> ClusterConfig {
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
     loop {
-        if let Some((config, _)) = control.load().unwrap() {
-            if config.mirror_in_sync {
-                assert_eq!(config.epoch, 1, "{config:?}");
-                return;
+        if let Ok(Some((config, _))) = control.load() {
+            if ok(&config) {
+                return config;
             }
+            last = Some(config);
         }
-        assert!(Instant::now() < deadline, "the mirror never got in sync");
+        assert!(
+            Instant::now() < deadline,
+            "never got {what}; the configuration: {last:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -109,9 +143,15 @@ struct Writers {
 
 impl Writers {
     fn start(port: u16, count: usize) -> Writers {
+        Writers::start_named(port, count, "w")
+    }
+
+    /// Writers whose keys start with `prefix` (several rounds of writers in one test).
+    fn start_named(port: u16, count: usize, prefix: &str) -> Writers {
         let stop = Arc::new(AtomicBool::new(false));
         let threads = (0..count)
             .map(|w| {
+                let prefix = prefix.to_string();
                 let stop = Arc::clone(&stop);
                 std::thread::spawn(move || {
                     let mut client = Client::connect(port).unwrap();
@@ -120,7 +160,7 @@ impl Writers {
                         if stop.load(Ordering::Relaxed) {
                             break;
                         }
-                        let (key, v) = (format!("w{w}-k{i}"), value(i));
+                        let (key, v) = (format!("{prefix}{w}-k{i}"), value(i));
                         match client.call(&["SET", key.as_str(), v.as_str()]) {
                             Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => acked.push((key, v)),
                             Ok(Reply::Error(_)) | Err(_) => break,
@@ -132,6 +172,20 @@ impl Writers {
             })
             .collect();
         Writers { stop, threads }
+    }
+
+    /// Wait (at most `max`) until every writer stopped by itself (an error or a closed
+    /// connection: the server stopped acknowledging); what they had acknowledged.
+    fn until_refused(self, max: Duration) -> Vec<(String, String)> {
+        let deadline = Instant::now() + max;
+        while !self.threads.iter().all(|t| t.is_finished()) {
+            assert!(
+                Instant::now() < deadline,
+                "the server still acknowledges writes {max:?} later"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.finish()
     }
 
     fn finish(self) -> Vec<(String, String)> {
@@ -371,4 +425,321 @@ fn a_mirror_lost_before_the_primary_is_not_promoted_over_later_writes() {
     );
     let log = mirror.log_text();
     assert!(log.contains("not in sync"), "{log}");
+}
+
+/// A process of the test (a node restarted by hand), killed on drop.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+#[test]
+fn a_deposed_primary_rejoins_as_mirror_and_takes_over_again_with_every_write() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let rejoin_port = free_port();
+    let rejoin = rejoin_port.to_string();
+    let cluster = Cluster::start_with(
+        &etcd.url,
+        dir.path(),
+        "rejoin",
+        &[],
+        &["--rejoin-port", &rejoin],
+    );
+    let control = cluster.control(&etcd);
+    until_in_sync(&control);
+
+    // P serves, then dies: its mirror M takes over.
+    let writers = Writers::start_named(cluster.primary.port, 2, "before");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let mut acked = writers.finish();
+    let Cluster {
+        mirror,
+        primary,
+        promote_port,
+        primary_args,
+        ..
+    } = cluster;
+    let (old_port, old_pool) = (primary.port, primary.pool.clone());
+    drop(primary);
+    let failover = until_serving(promote_port, killed, &mirror.log);
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(promote_port, &acked);
+    // The new primary serves alone for a while: these writes exist only there.
+    let writers = Writers::start_named(promote_port, 1, "alone");
+    std::thread::sleep(Duration::from_millis(300));
+    acked.extend(writers.finish());
+    assert!(acked.len() > 20, "only {} writes", acked.len());
+
+    // P's node comes back with the command it had. It finds that it was deposed and rejoins
+    // as M's mirror; M takes it and sends it a full copy while no client writes (the empty
+    // sync points of an idle primary).
+    let log = dir.path().join("rejoined.log");
+    let args: Vec<&str> = primary_args.iter().map(String::as_str).collect();
+    let back = Instant::now();
+    let _rejoined = Proc(
+        serve_command(&old_pool, old_port, &log, &args)
+            .spawn()
+            .unwrap(),
+    );
+    let config = until_config(&control, "the rejoined node in sync", |c| {
+        c.mirror.as_deref() == Some(addr(rejoin_port).as_str()) && c.mirror_in_sync
+    });
+    println!("rejoined and in sync {:?} after its restart", back.elapsed());
+    assert_eq!(
+        (config.epoch, config.primary.as_str(), config.mode.as_str()),
+        (3, addr(promote_port).as_str(), "sync"),
+        "{config:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("rejoining as a mirror"), "{text}");
+    let text = mirror.log_text();
+    assert!(text.contains("a node joined"), "{text}");
+    let mut client = Client::connect(promote_port).unwrap();
+    let repl = info(&mut client, "replication");
+    assert_eq!(field(&repl, "mnemo_repl_mirror_in_sync"), Some("1"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_epoch"), Some("3"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_mode"), Some("sync"), "{repl}");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror"),
+        Some(addr(rejoin_port).as_str()),
+        "{repl}"
+    );
+    drop(client);
+
+    // Writes now go to the rejoined node too; then M dies and P's node takes over again,
+    // on its old address, with every write acknowledged by either primary.
+    let writers = Writers::start_named(promote_port, 2, "after");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(mirror.child.id(), rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    acked.extend(writers.finish());
+    let failover = until_serving(old_port, killed, &log);
+    println!(
+        "second failover, to the rejoined node: {failover:?}; {} writes acknowledged",
+        acked.len()
+    );
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(old_port, &acked);
+    let (config, _) = control.load().unwrap().unwrap();
+    assert_eq!(
+        (config.epoch, config.primary.as_str()),
+        (4, addr(old_port).as_str())
+    );
+    drop(mirror);
+}
+
+#[test]
+fn a_mirror_back_while_its_primary_is_idle_gets_its_copy_without_a_write() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let mut cluster = Cluster::start(&etcd, dir.path(), "idle");
+    let control = cluster.control(&etcd);
+    until_in_sync(&control);
+    let writers = Writers::start_named(cluster.primary.port, 1, "with");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut acked = writers.finish();
+
+    // The mirror dies; the primary records it and writes alone.
+    cluster.mirror.kill();
+    until_config(&control, "the loss recorded", |c| !c.mirror_in_sync);
+    let writers = Writers::start_named(cluster.primary.port, 1, "without");
+    std::thread::sleep(Duration::from_millis(300));
+    acked.extend(writers.finish());
+
+    // It comes back where it was, and nobody writes: it gets its copy all the same.
+    let promote = cluster.promote_port.to_string();
+    let back = Instant::now();
+    cluster.mirror = MirrorProc::start_on(
+        None,
+        cluster.mirror.port,
+        "mirror",
+        &dir.path().join("mirror"),
+        &cluster.secret,
+        dir.path().join("mirror-back.log"),
+        &[
+            "--etcd",
+            &etcd.url,
+            "--cluster",
+            "idle",
+            "--promote-port",
+            &promote,
+        ],
+    );
+    until_config(&control, "the mirror in sync again", |c| c.mirror_in_sync);
+    println!("idle primary: its mirror in sync {:?} after it came back", back.elapsed());
+    let mut client = cluster.primary.client();
+    let repl = info(&mut client, "replication");
+    assert_eq!(field(&repl, "mnemo_repl_mirror_in_sync"), Some("1"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_full_copies"), Some("2"), "{repl}");
+    drop(client);
+
+    // The copy holds the writes made while it was away: the primary dies, and the mirror
+    // takes over with every one of them.
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log);
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(cluster.promote_port, &acked);
+}
+
+#[test]
+fn a_backup_moves_up_to_mirror_when_the_mirror_takes_over() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let backup_promote = free_port();
+    let promote = backup_promote.to_string();
+    let backup = MirrorProc::start_as(
+        "backup",
+        &dir.path().join("backup"),
+        &secret,
+        dir.path().join("backup.log"),
+        &[
+            "--etcd",
+            &etcd.url,
+            "--cluster",
+            "tiers",
+            "--promote-port",
+            &promote,
+        ],
+    );
+    let backup_addr = addr(backup.port);
+    let cluster = Cluster::start_with(
+        &etcd.url,
+        dir.path(),
+        "tiers",
+        &["--backup", &backup_addr],
+        &[],
+    );
+    let control = cluster.control(&etcd);
+    until_config(&control, "the mirror in sync, its backup recorded", |c| {
+        c.mirror_in_sync && c.backups == [backup_addr.clone()]
+    });
+
+    let writers = Writers::start_named(cluster.primary.port, 2, "first");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let mut acked = writers.finish();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log);
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(cluster.promote_port, &acked);
+    // The same swap made the backup the new primary's mirror; it gets a full copy (no
+    // write needed) and the primary tier is whole again.
+    let config = until_config(&control, "the backup in sync as mirror", |c| {
+        c.epoch == 2 && c.mirror_in_sync
+    });
+    assert_eq!(
+        (
+            config.primary.as_str(),
+            config.mirror.as_deref(),
+            config.mode.as_str()
+        ),
+        (
+            addr(cluster.promote_port).as_str(),
+            Some(backup_addr.as_str()),
+            "sync"
+        ),
+        "{config:?}"
+    );
+
+    // Writes go to both; then the promoted mirror dies too, and the backup serves them all.
+    let writers = Writers::start_named(cluster.promote_port, 2, "second");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(cluster.mirror.child.id(), rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    acked.extend(writers.finish());
+    let failover = until_serving(backup_promote, killed, &backup.log);
+    println!(
+        "second-tier failover: the backup serves {failover:?} after the second primary died; {} writes",
+        acked.len()
+    );
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(backup_promote, &acked);
+    let (config, _) = control.load().unwrap().unwrap();
+    assert_eq!(
+        (config.epoch, config.primary.as_str()),
+        (3, addr(backup_promote).as_str())
+    );
+}
+
+#[test]
+fn a_three_member_etcd_loses_its_leader_without_harm_and_without_a_majority_fences_the_primary(
+) {
+    let Some(mut etcd) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = shm_dir();
+    let urls = etcd.urls();
+    // The mirror has the members as one comma-separated list, the primary as repeated flags.
+    let mut primary_extra: Vec<&str> = Vec::new();
+    for m in &etcd.members {
+        primary_extra.extend(["--etcd", m.url.as_str()]);
+    }
+    let mut cluster = Cluster::start_with(&urls, dir.path(), "three", &[], &primary_extra);
+    let control = connect(&urls, "three");
+    until_in_sync(&control);
+
+    // The leader dies while clients write: the primary keeps its lease and its role.
+    let writers = Writers::start_named(cluster.primary.port, 2, "a");
+    std::thread::sleep(Duration::from_millis(400));
+    let leader = etcd.leader().expect("the cluster has a leader");
+    etcd.members[leader].kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut acked = writers.finish();
+    let writers = Writers::start_named(cluster.primary.port, 1, "b");
+    std::thread::sleep(Duration::from_millis(300));
+    let later = writers.finish();
+    assert!(
+        !later.is_empty(),
+        "no write acknowledged after the leader's loss:\n{}",
+        cluster.primary.log_text()
+    );
+    acked.extend(later);
+    let (config, _) = control.load().unwrap().unwrap();
+    assert_eq!((config.epoch, config.mirror_in_sync), (1, true), "{config:?}");
+
+    // The primary dies: the mirror takes over through the two members left.
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log);
+    println!("failover with one etcd member of three dead: {failover:?}");
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(cluster.promote_port, &acked);
+
+    // One more member dies: no majority, no configuration store. The new primary stops
+    // acknowledging once its lease's last renewal ran out, rather than acking on.
+    let other = etcd
+        .members
+        .iter()
+        .position(|m| m.running())
+        .expect("a member left");
+    let writers = Writers::start_named(cluster.promote_port, 1, "c");
+    std::thread::sleep(Duration::from_millis(200));
+    etcd.members[other].kill();
+    let lost = Instant::now();
+    let _ = writers.until_refused(Duration::from_secs(5));
+    let refused = lost.elapsed();
+    println!("without a majority, the primary stopped acknowledging {refused:?} later");
+    let status = cluster.mirror.child.wait().unwrap();
+    assert!(!status.success(), "the fenced primary exited cleanly");
+    let log = cluster.mirror.log_text();
+    assert!(log.contains("fenced"), "{log}");
 }
