@@ -301,9 +301,12 @@ impl ReplArgs {
                 fixed: policy,
                 switch: None,
             },
-            Some(_) => Replication {
+            Some(m) => Replication {
                 fixed: None,
-                switch: Some(Arc::new(mnemo_repl_etcd::SwitchPolicy::new(policy))),
+                switch: Some(Arc::new(
+                    mnemo_repl_etcd::SwitchPolicy::new(policy)
+                        .with_fence(Arc::clone(m) as Arc<dyn mnemo_repl::Membership>),
+                )),
             },
         })
     }

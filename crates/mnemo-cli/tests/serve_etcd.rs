@@ -22,6 +22,14 @@ use support::{serve_command, shm_dir, Client, Server};
 /// The target: the mirror serves within this long after the primary is gone.
 const FAILOVER_MAX: Duration = Duration::from_secs(3);
 
+/// The tests run one at a time: each times a failover against a 3 s target, and several
+/// clusters of processes at once on a small machine would measure each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 struct Cluster {
     name: String,
     secret: PathBuf,
@@ -139,6 +147,8 @@ fn until_config(
 struct Writers {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<Vec<(String, String)>>>,
+    /// When the last write was acknowledged.
+    last_ack: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Writers {
@@ -149,9 +159,11 @@ impl Writers {
     /// Writers whose keys start with `prefix` (several rounds of writers in one test).
     fn start_named(port: u16, count: usize, prefix: &str) -> Writers {
         let stop = Arc::new(AtomicBool::new(false));
+        let last_ack = Arc::new(std::sync::Mutex::new(None));
         let threads = (0..count)
             .map(|w| {
                 let prefix = prefix.to_string();
+                let last = Arc::clone(&last_ack);
                 let stop = Arc::clone(&stop);
                 std::thread::spawn(move || {
                     let mut client = Client::connect(port).unwrap();
@@ -162,7 +174,10 @@ impl Writers {
                         }
                         let (key, v) = (format!("{prefix}{w}-k{i}"), value(i));
                         match client.call(&["SET", key.as_str(), v.as_str()]) {
-                            Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => acked.push((key, v)),
+                            Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => {
+                                *last.lock().unwrap() = Some(Instant::now());
+                                acked.push((key, v));
+                            }
                             Ok(Reply::Error(_)) | Err(_) => break,
                             Ok(other) => panic!("SET: {other:?}"),
                         }
@@ -171,7 +186,16 @@ impl Writers {
                 })
             })
             .collect();
-        Writers { stop, threads }
+        Writers {
+            stop,
+            threads,
+            last_ack,
+        }
+    }
+
+    /// When the last write was acknowledged.
+    fn last_ack(&self) -> Option<Instant> {
+        *self.last_ack.lock().unwrap()
     }
 
     /// Wait (at most `max`) until every writer stopped by itself (an error or a closed
@@ -239,6 +263,7 @@ fn wait_exit(server: &mut Server) -> ExitStatus {
 
 #[test]
 fn a_killed_primary_is_replaced_by_its_mirror_without_losing_a_write() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -330,6 +355,7 @@ fn a_killed_primary_is_replaced_by_its_mirror_without_losing_a_write() {
 
 #[test]
 fn a_stopped_primary_loses_its_lease_and_is_deposed_when_it_wakes() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -370,6 +396,7 @@ fn a_stopped_primary_loses_its_lease_and_is_deposed_when_it_wakes() {
 
 #[test]
 fn a_mirror_lost_before_the_primary_is_not_promoted_over_later_writes() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -443,6 +470,7 @@ fn addr(port: u16) -> String {
 
 #[test]
 fn a_deposed_primary_rejoins_as_mirror_and_takes_over_again_with_every_write() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -543,6 +571,7 @@ fn a_deposed_primary_rejoins_as_mirror_and_takes_over_again_with_every_write() {
 
 #[test]
 fn a_mirror_back_while_its_primary_is_idle_gets_its_copy_without_a_write() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -599,6 +628,7 @@ fn a_mirror_back_while_its_primary_is_idle_gets_its_copy_without_a_write() {
 
 #[test]
 fn a_backup_moves_up_to_mirror_when_the_mirror_takes_over() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -683,6 +713,7 @@ fn a_backup_moves_up_to_mirror_when_the_mirror_takes_over() {
 #[test]
 fn a_three_member_etcd_loses_its_leader_without_harm_and_without_a_majority_fences_the_primary(
 ) {
+    let _serial = one_at_a_time();
     let Some(mut etcd) = EtcdCluster::start(3) else {
         return;
     };
@@ -742,4 +773,50 @@ fn a_three_member_etcd_loses_its_leader_without_harm_and_without_a_majority_fenc
     assert!(!status.success(), "the fenced primary exited cleanly");
     let log = cluster.mirror.log_text();
     assert!(log.contains("fenced"), "{log}");
+}
+
+#[test]
+fn a_primary_cut_off_from_etcd_stops_acknowledging_before_its_lease_can_expire() {
+    let _serial = one_at_a_time();
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let mut cluster = Cluster::start(&etcd, dir.path(), "fence");
+    let control = cluster.control(&etcd);
+    until_in_sync(&control);
+
+    // etcd stops (SIGSTOP) while clients write: the primary can no longer renew its lease.
+    // It must stop acknowledging before the lease may have expired at the store (at most a
+    // TTL, 1 s, after its last renewal), though etcd has not said anything.
+    let writers = Writers::start(cluster.primary.port, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(etcd.pid(), rustix::process::Signal::STOP);
+    let stopped = Instant::now();
+    let last = {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !writers.threads.iter().all(|t| t.is_finished()) {
+            assert!(Instant::now() < deadline, "still acknowledging 5 s later");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        writers.last_ack().expect("writes were acknowledged")
+    };
+    let acked = writers.finish();
+    let after = last.saturating_duration_since(stopped);
+    println!("etcd stopped: the last write was acknowledged {after:?} later");
+    assert!(
+        after < Duration::from_secs(1),
+        "a write was acknowledged {after:?} after etcd stopped, when the lease may have expired"
+    );
+    let status = cluster.primary.wait_exit();
+    assert!(!status.success(), "the fenced primary exited cleanly");
+    let log = cluster.primary.log_text();
+    assert!(log.contains("fenced"), "{log}");
+
+    // etcd resumes: the lease expires there, the mirror takes over with every write.
+    signal(etcd.pid(), rustix::process::Signal::CONT);
+    let resumed = Instant::now();
+    let failover = until_serving(cluster.promote_port, resumed, &cluster.mirror.log);
+    println!("the mirror serves {failover:?} after etcd resumed");
+    check_all(cluster.promote_port, &acked);
 }

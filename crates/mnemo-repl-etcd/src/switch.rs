@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use mnemo_pmem::error::MediaError;
 use mnemo_pmem::{LocalPolicy, Media, SyncPoint, SyncPolicy};
-use mnemo_repl::MirrorPolicy;
+use mnemo_repl::{Membership, MirrorPolicy};
 
 #[derive(Debug, Default)]
 struct Slots {
@@ -20,6 +20,9 @@ struct Slots {
 #[derive(Debug, Default)]
 pub struct SwitchPolicy {
     slots: Mutex<Slots>,
+    /// Asked before a sync point is acknowledged without a mirror (a mirror's policy asks
+    /// its own): a primary deposed, or whose lease ran out, acknowledges nothing.
+    fence: Option<Arc<dyn Membership>>,
 }
 
 impl SwitchPolicy {
@@ -30,7 +33,14 @@ impl SwitchPolicy {
                 current: initial,
                 pending: None,
             }),
+            fence: None,
         }
+    }
+
+    /// Ask `membership` before acknowledging a sync point without a mirror.
+    pub fn with_fence(mut self, membership: Arc<dyn Membership>) -> SwitchPolicy {
+        self.fence = Some(membership);
+        self
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
@@ -83,7 +93,15 @@ impl SyncPolicy for SwitchPolicy {
         }
         match policy {
             Some(p) => p.sync(media, point),
-            None => LocalPolicy.sync(media, point),
+            None => {
+                if let Some(fence) = &self.fence {
+                    fence.may_acknowledge().map_err(|reason| MediaError::Io {
+                        op: "replication (this primary may not acknowledge)",
+                        source: std::io::Error::other(reason),
+                    })?;
+                }
+                LocalPolicy.sync(media, point)
+            }
         }
     }
 
