@@ -310,8 +310,7 @@ fn join_one(
     let mut config = MirrorConfig::new(addr, secret.clone(), mode);
     config.epoch = epoch;
     config.without_mirror = without_mirror;
-    let policy =
-        Arc::new(MirrorPolicy::new(config).with_membership(membership.at_epoch(epoch)));
+    let policy = Arc::new(MirrorPolicy::new(config).with_membership(membership.at_epoch(epoch)));
     policy
         .start_heartbeats()
         .map_err(|e| format!("starting the heartbeat thread: {e}"))?;

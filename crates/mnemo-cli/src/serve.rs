@@ -275,7 +275,11 @@ const KICK_EVERY: Duration = Duration::from_millis(50);
 
 /// Until `stop`: an empty sync point whenever the replication wants one (a mirror to bring
 /// up to date with a full copy, a new mirror's policy to install) while no write makes one.
-fn kick_sync_points(pool: &Pool, repl: &crate::mirror::Replication, stop: &std::sync::atomic::AtomicBool) {
+fn kick_sync_points(
+    pool: &Pool,
+    repl: &crate::mirror::Replication,
+    stop: &std::sync::atomic::AtomicBool,
+) {
     use mnemo_pmem::{SyncKind, SyncPoint};
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(KICK_EVERY);

@@ -525,7 +525,10 @@ fn a_deposed_primary_rejoins_as_mirror_and_takes_over_again_with_every_write() {
     let config = until_config(&control, "the rejoined node in sync", |c| {
         c.mirror.as_deref() == Some(addr(rejoin_port).as_str()) && c.mirror_in_sync
     });
-    println!("rejoined and in sync {:?} after its restart", back.elapsed());
+    println!(
+        "rejoined and in sync {:?} after its restart",
+        back.elapsed()
+    );
     assert_eq!(
         (config.epoch, config.primary.as_str(), config.mode.as_str()),
         (3, addr(promote_port).as_str(), "sync"),
@@ -537,7 +540,11 @@ fn a_deposed_primary_rejoins_as_mirror_and_takes_over_again_with_every_write() {
     assert!(text.contains("a node joined"), "{text}");
     let mut client = Client::connect(promote_port).unwrap();
     let repl = info(&mut client, "replication");
-    assert_eq!(field(&repl, "mnemo_repl_mirror_in_sync"), Some("1"), "{repl}");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{repl}"
+    );
     assert_eq!(field(&repl, "mnemo_repl_epoch"), Some("3"), "{repl}");
     assert_eq!(field(&repl, "mnemo_repl_mode"), Some("sync"), "{repl}");
     assert_eq!(
@@ -610,10 +617,17 @@ fn a_mirror_back_while_its_primary_is_idle_gets_its_copy_without_a_write() {
         ],
     );
     until_config(&control, "the mirror in sync again", |c| c.mirror_in_sync);
-    println!("idle primary: its mirror in sync {:?} after it came back", back.elapsed());
+    println!(
+        "idle primary: its mirror in sync {:?} after it came back",
+        back.elapsed()
+    );
     let mut client = cluster.primary.client();
     let repl = info(&mut client, "replication");
-    assert_eq!(field(&repl, "mnemo_repl_mirror_in_sync"), Some("1"), "{repl}");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{repl}"
+    );
     assert_eq!(field(&repl, "mnemo_repl_full_copies"), Some("2"), "{repl}");
     drop(client);
 
@@ -711,8 +725,7 @@ fn a_backup_moves_up_to_mirror_when_the_mirror_takes_over() {
 }
 
 #[test]
-fn a_three_member_etcd_loses_its_leader_without_harm_and_without_a_majority_fences_the_primary(
-) {
+fn a_three_member_etcd_loses_its_leader_without_harm_and_without_a_majority_fences_the_primary() {
     let _serial = one_at_a_time();
     let Some(mut etcd) = EtcdCluster::start(3) else {
         return;
@@ -745,7 +758,11 @@ fn a_three_member_etcd_loses_its_leader_without_harm_and_without_a_majority_fenc
     );
     acked.extend(later);
     let (config, _) = control.load().unwrap().unwrap();
-    assert_eq!((config.epoch, config.mirror_in_sync), (1, true), "{config:?}");
+    assert_eq!(
+        (config.epoch, config.mirror_in_sync),
+        (1, true),
+        "{config:?}"
+    );
 
     // The primary dies: the mirror takes over through the two members left.
     signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);

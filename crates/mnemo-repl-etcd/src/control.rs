@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp,
-};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
 
 use crate::config::{ClusterConfig, Keys};
 use crate::error::{Error, Result};
@@ -216,15 +214,15 @@ impl Control {
         self.call(move |mut c| {
             let key = key.clone();
             async move {
-            let response = c.get(key.clone(), None).await?;
-            match response.kvs().first() {
-                None => Ok(None),
-                Some(kv) => {
-                    let config = ClusterConfig::decode(kv.value())
-                        .map_err(|e| Error::Config(format!("{key}: {e}")))?;
-                    Ok(Some((config, kv.mod_revision())))
+                let response = c.get(key.clone(), None).await?;
+                match response.kvs().first() {
+                    None => Ok(None),
+                    Some(kv) => {
+                        let config = ClusterConfig::decode(kv.value())
+                            .map_err(|e| Error::Config(format!("{key}: {e}")))?;
+                        Ok(Some((config, kv.mod_revision())))
+                    }
                 }
-            }
             }
         })
     }
@@ -274,11 +272,11 @@ impl Control {
         self.call(move |mut c| {
             let key = key.clone();
             async move {
-            let response = c.get(key, None).await?;
-            Ok(response
-                .kvs()
-                .first()
-                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+                let response = c.get(key, None).await?;
+                Ok(response
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
             }
         })
     }
@@ -294,7 +292,11 @@ impl Control {
     /// a primary may take as its mirror: `/mnemo/<cluster>/nodes/<addr>` = `role`, under a
     /// lease of its own (the key goes when the node does).
     pub fn register_node(&self, addr: &str, role: &str, ttl_s: i64) -> Result<Arc<Lease>> {
-        self.hold(format!("{}{addr}", self.keys.nodes), role.to_string(), ttl_s)
+        self.hold(
+            format!("{}{addr}", self.keys.nodes),
+            role.to_string(),
+            ttl_s,
+        )
     }
 
     /// Withdraw this node's registration (a mirror about to become primary: it is no longer
@@ -318,20 +320,20 @@ impl Control {
         self.call(move |mut c| {
             let prefix = prefix.clone();
             async move {
-            let response = c
-                .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-                .await?;
-            let mut nodes: Vec<(String, String)> = response
-                .kvs()
-                .iter()
-                .filter_map(|kv| {
-                    let key = std::str::from_utf8(kv.key()).ok()?;
-                    let addr = key.strip_prefix(prefix.as_str())?.to_string();
-                    Some((addr, String::from_utf8_lossy(kv.value()).into_owned()))
-                })
-                .collect();
-            nodes.sort();
-            Ok(nodes)
+                let response = c
+                    .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+                    .await?;
+                let mut nodes: Vec<(String, String)> = response
+                    .kvs()
+                    .iter()
+                    .filter_map(|kv| {
+                        let key = std::str::from_utf8(kv.key()).ok()?;
+                        let addr = key.strip_prefix(prefix.as_str())?.to_string();
+                        Some((addr, String::from_utf8_lossy(kv.value()).into_owned()))
+                    })
+                    .collect();
+                nodes.sort();
+                Ok(nodes)
             }
         })
     }

@@ -124,14 +124,24 @@ impl PrimaryMembership {
                 epoch: config.epoch + 1,
                 mirror: Some(mirror.to_string()),
                 mirror_in_sync: false,
-                backups: config.backups.iter().filter(|b| *b != mirror).cloned().collect(),
+                backups: config
+                    .backups
+                    .iter()
+                    .filter(|b| *b != mirror)
+                    .cloned()
+                    .collect(),
                 mode: mode.to_string(),
                 ..config
             };
             match self.control.swap(revision, &next) {
                 Ok(true) => {
                     self.epoch.store(next.epoch, Ordering::SeqCst);
-                    tracing::info!(epoch = next.epoch, mirror, mode, "recorded in etcd: a new mirror (out of sync until its full copy)");
+                    tracing::info!(
+                        epoch = next.epoch,
+                        mirror,
+                        mode,
+                        "recorded in etcd: a new mirror (out of sync until its full copy)"
+                    );
                     return Ok(Some(next.epoch));
                 }
                 Ok(false) => continue,

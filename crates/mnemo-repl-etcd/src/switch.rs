@@ -66,11 +66,7 @@ impl SwitchPolicy {
     /// that a mirror is brought up to date without waiting for the next write.
     pub fn wants_sync_point(&self) -> bool {
         let slots = self.slots();
-        slots.pending.is_some()
-            || slots
-                .current
-                .as_ref()
-                .is_some_and(|p| p.wants_sync_point())
+        slots.pending.is_some() || slots.current.as_ref().is_some_and(|p| p.wants_sync_point())
     }
 }
 

@@ -136,7 +136,9 @@ pub fn await_takeover_with(
     loop {
         if !backups.is_empty() {
             match publish_backups(control, mirror, backups) {
-                Ok(true) => tracing::info!(mirror, ?backups, "recorded this mirror's backups in etcd"),
+                Ok(true) => {
+                    tracing::info!(mirror, ?backups, "recorded this mirror's backups in etcd")
+                }
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot record this mirror's backups in etcd"),
             }

@@ -275,7 +275,12 @@ fn a_primary_takes_a_registered_node_at_a_new_epoch_and_an_older_policy_records_
     assert_eq!(primary.epoch(), 2);
     let (config, _) = admin.load().unwrap().unwrap();
     assert_eq!(
-        (config.epoch, config.mirror.as_deref(), config.mirror_in_sync, config.mode.as_str()),
+        (
+            config.epoch,
+            config.mirror.as_deref(),
+            config.mirror_in_sync,
+            config.mode.as_str()
+        ),
         (2, Some("127.0.0.1:7302"), false, "sync")
     );
     // The policy of epoch 1 (replaced) cannot mark the new mirror in sync; epoch 2's can.
@@ -303,7 +308,10 @@ fn a_primary_takes_a_registered_node_at_a_new_epoch_and_an_older_policy_records_
         primary.adopt_mirror("127.0.0.1:7303", "sync", Some("127.0.0.1:7302")),
         Ok(Some(3))
     );
-    assert_eq!(admin.load().unwrap().unwrap().0.mirror.as_deref(), Some("127.0.0.1:7303"));
+    assert_eq!(
+        admin.load().unwrap().unwrap().0.mirror.as_deref(),
+        Some("127.0.0.1:7303")
+    );
 }
 
 #[test]
@@ -377,7 +385,11 @@ fn a_control_of_three_members_goes_on_when_one_dies() {
             ..now
         };
         assert!(c.swap(revision, &next).unwrap(), "round {round}");
-        assert!(started.elapsed() < TIMEOUT, "round {round}: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "round {round}: {:?}",
+            started.elapsed()
+        );
     }
 }
 
@@ -386,9 +398,14 @@ fn a_primary_whose_lease_is_not_renewed_fences_itself() {
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
-    let primary = PrimaryMembership::start(control(&etcd, "fence"), &alone("127.0.0.1:7601")).unwrap();
+    let primary =
+        PrimaryMembership::start(control(&etcd, "fence"), &alone("127.0.0.1:7601")).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(primary.may_acknowledge(), Ok(()), "renewed, it may acknowledge");
+    assert_eq!(
+        primary.may_acknowledge(),
+        Ok(()),
+        "renewed, it may acknowledge"
+    );
     let stop = |sig: &str| {
         let status = std::process::Command::new("kill")
             .args([sig, &etcd.pid().to_string()])
