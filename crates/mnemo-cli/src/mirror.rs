@@ -367,7 +367,7 @@ fn serve(args: &MirrorServeArgs) -> Result<(), String> {
     serve_role(args, "mirror")
 }
 
-fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
+fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> {
     let secret = Secret::from_file(&args.secret_file).map_err(|e| e.to_string())?;
     make_dir(&args.dir)?;
     let options = MirrorOptions {
@@ -404,6 +404,7 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
         backups = args.backup.len(),
         "mnemo {role} ready"
     );
+    watch_copies(mirror.store(), args.dir.join("image"), role)?;
     if !args.etcd.enabled() {
         return mirror.serve(listener).map_err(|e| e.to_string());
     }
@@ -432,6 +433,66 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
         mode: args.repl_mode,
     };
     crate::etcd::mirror_failover(&args.etcd, &successor, &args.dir, store)
+}
+
+/// How often a mirror looks at its store to report a full copy's progress.
+const COPY_WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A full copy's progress seconds apart at most.
+const COPY_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Report, from a thread of its own, each full copy this node receives: its progress while
+/// it lasts (the bytes of the image written so far: the image is reset to a sparse file of the
+/// pool's size and the copy writes only its non-zero chunks) and its end. A node that
+/// rejoins or moves up is brought up to date this way. The store is only tried, never
+/// waited for.
+fn watch_copies(
+    store: Arc<std::sync::Mutex<MirrorStore>>,
+    image: PathBuf,
+    role: &'static str,
+) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::thread::Builder::new()
+        .name("mnemo-copy-watch".into())
+        .spawn(move || {
+            let (mut copies, mut copying, mut said) = (0, None, std::time::Instant::now());
+            loop {
+                std::thread::sleep(COPY_WATCH_EVERY);
+                let Ok(guard) = store.try_lock() else {
+                    continue;
+                };
+                let (state, stats) = (guard.state(), guard.stats());
+                drop(guard);
+                let started = *copying.get_or_insert_with(std::time::Instant::now);
+                if !state.complete {
+                    if said.elapsed() >= COPY_PROGRESS_EVERY {
+                        said = std::time::Instant::now();
+                        if let Ok(meta) = std::fs::metadata(&image) {
+                            tracing::info!(
+                                written_mib = (meta.blocks() * 512) >> 20,
+                                pool_mib = meta.len() >> 20,
+                                "{role}: receiving a full copy from the primary"
+                            );
+                        }
+                    }
+                    continue;
+                }
+                copying = None;
+                if stats.copies > copies {
+                    tracing::info!(
+                        epoch = state.epoch,
+                        last_id = state.last_id,
+                        pool_size = state.pool_size,
+                        copies = stats.copies,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "{role}: full copy received: up to date with the primary"
+                    );
+                }
+                copies = stats.copies;
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| format!("spawning the copy watch: {e}"))
 }
 
 fn status(dir: &Path) -> Result<(), String> {

@@ -536,6 +536,19 @@ fn a_deposed_primary_rejoins_as_mirror_and_takes_over_again_with_every_write() {
     );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("rejoining as a mirror"), "{text}");
+    // The node says when its copy is whole (it looks every 200 ms).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("full copy received")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let text = mirror.log_text();
     assert!(text.contains("a node joined"), "{text}");
     let mut client = Client::connect(promote_port).unwrap();
