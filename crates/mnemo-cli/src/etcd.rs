@@ -412,7 +412,8 @@ pub fn mirror_failover(
 #[derive(Debug, Subcommand)]
 pub enum ReplCommand {
     /// Print a cluster's configuration in etcd (epoch, primary, mirror, whether it is in
-    /// sync, backups, mode) and whether the primary's lease is alive.
+    /// sync, backups, mode), whether the primary's lease is alive, and the mirrors and
+    /// backups registered (a primary without a mirror takes one of them).
     ///
     /// Example: mnemo repl status --etcd http://127.0.0.1:2379 --cluster kv
     Status(EtcdArgs),
@@ -453,6 +454,12 @@ fn status(args: &EtcdArgs) -> Result<(), String> {
     println!("mirror_in_sync: {}", config.mirror_in_sync);
     println!("backups: {}", config.backups.join(", "));
     println!("mode: {}", config.mode);
+    let nodes = control.nodes().map_err(|e| e.to_string())?;
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|(addr, role)| format!("{addr} ({role})"))
+        .collect();
+    println!("registered_nodes: {}", nodes.join(", "));
     println!("revision: {revision}");
     Ok(())
 }

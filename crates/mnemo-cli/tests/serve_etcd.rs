@@ -703,6 +703,17 @@ fn a_backup_moves_up_to_mirror_when_the_mirror_takes_over() {
     let config = until_config(&control, "the backup in sync as mirror", |c| {
         c.epoch == 2 && c.mirror_in_sync
     });
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["repl", "status", "--etcd", &etcd.url, "--cluster", "tiers"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("mirror: {backup_addr}"))
+            && text.contains("mirror_in_sync: true")
+            && text.contains(&format!("registered_nodes: {backup_addr} (backup)")),
+        "{text}"
+    );
     assert_eq!(
         (
             config.primary.as_str(),
