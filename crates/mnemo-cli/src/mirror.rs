@@ -225,6 +225,9 @@ fn parse_mode(text: &str) -> Result<Mode, String> {
 pub struct Replication {
     fixed: Option<Arc<MirrorPolicy>>,
     switch: Option<Arc<mnemo_repl_etcd::SwitchPolicy>>,
+    /// Under etcd, the `--mirror`'s policy, handed to the switch once the server listens
+    /// ([`Replication::serving`]).
+    deferred: Option<Arc<MirrorPolicy>>,
 }
 
 impl Replication {
@@ -241,7 +244,7 @@ impl Replication {
     pub fn mirror(&self) -> Option<Arc<MirrorPolicy>> {
         match (&self.fixed, &self.switch) {
             (Some(p), _) => Some(Arc::clone(p)),
-            (None, Some(s)) => s.current(),
+            (None, Some(s)) => s.current().or_else(|| self.deferred.clone()),
             (None, None) => None,
         }
     }
@@ -249,6 +252,16 @@ impl Replication {
     /// The switch, under etcd.
     pub fn switch(&self) -> Option<&Arc<mnemo_repl_etcd::SwitchPolicy>> {
         self.switch.as_ref()
+    }
+
+    /// The server listens: under etcd, the mirror's link (its full copy first) is made from
+    /// the next sync point on, by the first write or the idle pool's empty sync point, not
+    /// while the pool opens: a promoted mirror whose backup moved up serves at once, and
+    /// brings that backup up to date while it does.
+    pub fn serving(&self) {
+        if let (Some(switch), Some(policy)) = (&self.switch, &self.deferred) {
+            switch.replace(Arc::clone(policy));
+        }
     }
 
     /// Whether an empty sync point would do something now (a mirror to bring up to date while
@@ -300,14 +313,24 @@ impl ReplArgs {
             None => Replication {
                 fixed: policy,
                 switch: None,
+                deferred: None,
             },
-            Some(m) => Replication {
-                fixed: None,
-                switch: Some(Arc::new(
-                    mnemo_repl_etcd::SwitchPolicy::new(policy)
-                        .with_fence(Arc::clone(m) as Arc<dyn mnemo_repl::Membership>),
-                )),
-            },
+            Some(m) => {
+                // A blocking primary waits for its mirror from the first sync point on (the
+                // pool's own at open included), as without etcd.
+                let (initial, deferred) = match self.repl_without_mirror {
+                    WithoutMirror::Block => (policy, None),
+                    WithoutMirror::Record => (None, policy),
+                };
+                Replication {
+                    fixed: None,
+                    switch: Some(Arc::new(
+                        mnemo_repl_etcd::SwitchPolicy::new(initial)
+                            .with_fence(Arc::clone(m) as Arc<dyn mnemo_repl::Membership>),
+                    )),
+                    deferred,
+                }
+            }
         })
     }
 }

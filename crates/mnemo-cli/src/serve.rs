@@ -245,6 +245,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     };
     // An idle pool makes no sync point, yet a mirror that comes back (or joins) needs one to
     // get its full copy: a thread makes an empty one whenever the replication wants it.
+    repl.serving();
     let kick_stop = std::sync::atomic::AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
         if repl.policy().is_some() {
