@@ -391,6 +391,9 @@ fn a_control_of_three_members_goes_on_when_one_dies() {
             started.elapsed()
         );
     }
+    // A node that starts now, given every member (one of them dead), connects and reads.
+    let late = Control::connect(&urls, "three", TIMEOUT).unwrap();
+    assert_eq!(late.load().unwrap().unwrap().0.epoch, 21);
 }
 
 #[test]
