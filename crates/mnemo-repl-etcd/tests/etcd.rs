@@ -409,14 +409,9 @@ fn a_primary_whose_lease_is_not_renewed_fences_itself() {
         Ok(()),
         "renewed, it may acknowledge"
     );
-    let stop = |sig: &str| {
-        let status = std::process::Command::new("kill")
-            .args([sig, &etcd.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
-    stop("-STOP");
+    let pid = rustix::process::Pid::from_raw(etcd.pid() as i32).unwrap();
+    let stop = |sig: rustix::process::Signal| rustix::process::kill_process(pid, sig).unwrap();
+    stop(rustix::process::Signal::STOP);
     let stopped = Instant::now();
     // From the last renewal's send on, 0.9 TTL; then a TTL's wait for a renewal: refused.
     let refused = loop {
@@ -426,7 +421,7 @@ fn a_primary_whose_lease_is_not_renewed_fences_itself() {
         assert!(stopped.elapsed() < Duration::from_secs(4), "never fenced");
     };
     let after = stopped.elapsed();
-    stop("-CONT");
+    stop(rustix::process::Signal::CONT);
     println!("fenced {after:?} after etcd stopped: {refused}");
     assert!(refused.contains("fenced"), "{refused}");
     assert!(primary.deposed().is_some());
