@@ -132,18 +132,15 @@ pub struct PrimaryStart<'a> {
     pub repl: &'a crate::mirror::ReplArgs,
 }
 
-/// With `--etcd`: take the primary's role for `me`, hold the lease, and exit the process as
-/// soon as this primary learns it was deposed (its sync points fail from that moment on).
-///
-/// A node the configuration no longer names as primary (a mirror was promoted while it was
-/// away) is refused, or, with `--rejoin-port`, becomes a mirror of the current primary (this
-/// process execs `mnemo mirror serve`; it does not return then). A pool older than a
-/// configuration that names this address as primary is refused: another node's image was
-/// promoted here since.
-pub fn start_primary(start: &PrimaryStart<'_>) -> Result<Option<Arc<PrimaryMembership>>, String> {
+/// With `--etcd`, before anything else: a node the configuration no longer names as primary
+/// (a mirror was promoted while it was away) is refused, or, with `--rejoin-port`, becomes a
+/// mirror of the current primary (this process execs `mnemo mirror serve`; it does not
+/// return then). A pool older than a configuration that names this address as primary is
+/// refused: another node's image was promoted here since. Returns the connection to etcd
+/// for [`start_primary`].
+pub fn check_role(start: &PrimaryStart<'_>) -> Result<Option<Control>, String> {
     let repl = start.repl;
-    let etcd = &repl.etcd;
-    let Some(control) = etcd.connect()? else {
+    let Some(control) = repl.etcd.connect()? else {
         return Ok(None);
     };
     let me = start.me.to_string();
@@ -162,6 +159,22 @@ pub fn start_primary(start: &PrimaryStart<'_>) -> Result<Option<Arc<PrimaryMembe
             }
         }
     }
+    Ok(Some(control))
+}
+
+/// With `--etcd` (`control` from [`check_role`]): take the primary's role for `me` (refused
+/// if the configuration names another primary), hold the lease, and exit the process as soon
+/// as this primary learns it was deposed (its sync points fail from that moment on).
+pub fn start_primary(
+    start: &PrimaryStart<'_>,
+    control: Option<Control>,
+) -> Result<Option<Arc<PrimaryMembership>>, String> {
+    let repl = start.repl;
+    let etcd = &repl.etcd;
+    let Some(control) = control else {
+        return Ok(None);
+    };
+    let me = start.me.to_string();
     let mirror = repl.mirror.as_deref();
     let role = PrimaryRole {
         me,

@@ -187,24 +187,42 @@ pub fn sync_marker(pool: &Path) -> PathBuf {
 impl ReplArgs {
     /// Before the pool opens: refuse a pool that ran in sync mode and did not close cleanly
     /// (unless trusted), and mark the pool if this run is in sync mode.
-    pub fn guard(&self, pool: &Path) -> Result<(), String> {
-        let marker = sync_marker(pool);
-        if marker.exists() && pool.exists() && !self.repl_trust_local {
-            let clean = mnemo_pmem::inspect::inspect(pool)
+    ///
+    /// A pool with a write-ahead file (`POOL.wal`: it was served on a disk without
+    /// replication) that did not close cleanly is refused when `replicated`: a replicating
+    /// policy does not replay that file, and the writes its records hold would be lost.
+    pub fn guard(&self, pool: &Path, replicated: bool) -> Result<(), String> {
+        let clean = || {
+            mnemo_pmem::inspect::inspect(pool)
                 .ok()
                 .and_then(|i| i.header)
-                .is_some_and(|h| h.clean_shutdown);
-            if !clean {
-                return Err(format!(
-                    "{} ran with --repl-mode sync and stopped without a clean close: its own image may lack writes only the mirror received (sync mode does not flush locally). The mirror holds every acknowledged write: stop it, run `mnemo mirror promote --dir DIR` and serve DIR/image. If only this process was killed and the machine stayed up, start again with --repl-trust-local.",
-                    pool.display()
-                ));
-            }
+                .is_some_and(|h| h.clean_shutdown)
+        };
+        let mut wal = pool.as_os_str().to_owned();
+        wal.push(".wal");
+        if replicated && Path::new(&wal).exists() && pool.exists() && !clean() {
+            return Err(format!(
+                "{} did not close cleanly and has a write-ahead file ({}) that replication would not replay: start it once without --mirror and --etcd and stop it cleanly (its records are then in the pool), then with them",
+                pool.display(),
+                Path::new(&wal).display()
+            ));
+        }
+        let marker = sync_marker(pool);
+        if marker.exists() && pool.exists() && !self.repl_trust_local && !clean() {
+            return Err(format!(
+                "{} ran with --repl-mode sync and stopped without a clean close: its own image may lack writes only the mirror received (sync mode does not flush locally). The mirror holds every acknowledged write: stop it, run `mnemo mirror promote --dir DIR` and serve DIR/image. If only this process was killed and the machine stayed up, start again with --repl-trust-local.",
+                pool.display()
+            ));
         }
         if self.mirror.is_some() && !self.repl_mode.flushes_locally() {
             mark_sync_mode(pool)?;
         }
         Ok(())
+    }
+
+    /// Whether the pool's policy will be a replicating one (a mirror, or etcd's switch).
+    pub fn replicates(&self) -> bool {
+        self.etcd.enabled() || (self.mirror.is_some() && self.repl_mode != Mode::Local)
     }
 
     /// After a clean close (the policy flushed the whole pool): the mark goes.

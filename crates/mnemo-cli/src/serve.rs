@@ -136,11 +136,16 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 }
 
 fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
-    let membership = crate::etcd::start_primary(&crate::etcd::PrimaryStart {
+    let start = crate::etcd::PrimaryStart {
         me: SocketAddr::new(args.bind, args.port),
         pool: &args.pool,
         repl: &args.repl,
-    })?;
+    };
+    // Under etcd a deposed node rejoins as a mirror here (its pool is not opened); the pool's
+    // checks come before this node claims anything in the configuration.
+    let control = crate::etcd::check_role(&start)?;
+    args.repl.guard(&args.pool, args.repl.replicates())?;
+    let membership = crate::etcd::start_primary(&start, control)?;
     let repl = args.repl.policy(membership.as_ref())?;
     if let (Some(m), Some(switch)) = (&membership, repl.switch()) {
         crate::etcd::take_joining_mirrors(
@@ -150,7 +155,6 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
             &args.pool,
         )?;
     }
-    args.repl.guard(&args.pool)?;
     let (heap, start, vpm) = match args.pm_budget {
         Some(budget) => {
             let (heap, start, stats) = crate::vpm::open_heap(args, budget, repl.policy())?;
