@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use mnemo_repl::MirrorStore;
-use mnemo_repl_etcd::{Control, PrimaryMembership, PrimaryRole};
+use mnemo_repl::{MirrorConfig, MirrorPolicy, MirrorStore, Secret};
+use mnemo_repl_etcd::{Control, PrimaryMembership, PrimaryRole, SwitchPolicy};
 
 /// How long one etcd request may take before it counts as failed.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -21,14 +21,19 @@ const DEPOSED_CHECK: Duration = Duration::from_millis(100);
 /// Exit status of a primary that learned it was deposed.
 const EXIT_DEPOSED: i32 = 3;
 
+/// How often a primary without a mirror looks for a registered node to take as one.
+const JOIN_CHECK: Duration = Duration::from_millis(100);
+
 /// The flags that put a node under etcd's configuration.
 #[derive(Debug, Args, Clone)]
 pub struct EtcdArgs {
     /// etcd's client URL (e.g. http://127.0.0.1:2379): the cluster's configuration lives
-    /// there, and a mirror takes over when the primary's lease expires. Without it, roles
-    /// are static (promotion is `mnemo mirror promote`).
-    #[arg(long, value_name = "URL", env = "MNEMO_ETCD")]
-    pub etcd: Option<String>,
+    /// there, and a mirror takes over when the primary's lease expires. Give every member of
+    /// an etcd cluster (repeat the flag, or separate URLs with commas): requests go to any
+    /// member that answers. Without it, roles are static (promotion is `mnemo mirror
+    /// promote`).
+    #[arg(long, value_name = "URL", env = "MNEMO_ETCD", value_delimiter = ',')]
+    pub etcd: Vec<String>,
     /// The cluster's name: its keys are /mnemo/NAME/config and /mnemo/NAME/alive.
     #[arg(long, value_name = "NAME", default_value = "mnemo")]
     pub cluster: String,
@@ -39,13 +44,42 @@ pub struct EtcdArgs {
 }
 
 impl EtcdArgs {
+    /// Whether a configuration store was given.
+    pub fn enabled(&self) -> bool {
+        !self.etcd.is_empty()
+    }
+
     fn connect(&self) -> Result<Option<Control>, String> {
-        let Some(url) = &self.etcd else {
+        if !self.enabled() {
             return Ok(None);
-        };
-        Control::connect(std::slice::from_ref(url), &self.cluster, ETCD_TIMEOUT)
+        }
+        Control::connect(&self.etcd, &self.cluster, ETCD_TIMEOUT)
             .map(Some)
-            .map_err(|e| format!("--etcd {url}: {e}"))
+            .map_err(|e| format!("--etcd {}: {e}", self.etcd.join(",")))
+    }
+
+    /// The flags, for a command this process execs into.
+    fn pass_on(&self, command: &mut std::process::Command) {
+        command
+            .args(["--cluster", &self.cluster])
+            .args(["--etcd-ttl", &self.etcd_ttl.to_string()]);
+        if self.enabled() {
+            command.args(["--etcd", &self.etcd.join(",")]);
+        }
+    }
+}
+
+/// The epoch a pool was last served at, from its epoch file (None: never under etcd).
+fn served_epoch(pool: &Path) -> Result<Option<u64>, String> {
+    let path = epoch_file(pool);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+            format!(
+                "{}: not an epoch; remove it if the cluster's configuration is right",
+                path.display()
+            )
+        }),
+        Err(_) => Ok(None),
     }
 }
 
@@ -61,13 +95,7 @@ fn epoch_file(pool: &Path) -> PathBuf {
 fn persist_epoch(pool: &Path, epoch: u64) -> Result<(), String> {
     use std::io::Write as _;
     let path = epoch_file(pool);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let seen: u64 = text.trim().parse().map_err(|_| {
-            format!(
-                "{}: not an epoch; remove it if the cluster's configuration is right",
-                path.display()
-            )
-        })?;
+    if let Some(seen) = served_epoch(pool)? {
         if epoch < seen {
             return Err(format!(
                 "etcd's configuration is at epoch {epoch}, but this pool was served at epoch {seen}: was etcd's data lost? Refusing to serve an older configuration"
@@ -94,28 +122,74 @@ fn persist_epoch(pool: &Path, epoch: u64) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// With `--etcd`: take the primary's role for `me` (refused if the configuration names
-/// another primary), hold the lease, and exit the process as soon as this primary learns it
-/// was deposed (its sync points fail from that moment on).
-pub fn start_primary(
-    etcd: &EtcdArgs,
-    me: SocketAddr,
-    mirror: Option<&str>,
-    mode: &str,
-    pool: &Path,
-) -> Result<Option<Arc<PrimaryMembership>>, String> {
-    let Some(control) = etcd.connect()? else {
+/// What `mnemo serve` needs to replicate under etcd.
+pub struct PrimaryStart<'a> {
+    /// Its client address (its name in the configuration).
+    pub me: SocketAddr,
+    /// Its pool.
+    pub pool: &'a Path,
+    /// Its replication flags.
+    pub repl: &'a crate::mirror::ReplArgs,
+}
+
+/// With `--etcd`, before anything else: a node the configuration no longer names as primary
+/// (a mirror was promoted while it was away) is refused, or, with `--rejoin-port`, becomes a
+/// mirror of the current primary (this process execs `mnemo mirror serve`; it does not
+/// return then). A pool older than a configuration that names this address as primary is
+/// refused: another node's image was promoted here since. Returns the connection to etcd
+/// for [`start_primary`].
+pub fn check_role(start: &PrimaryStart<'_>) -> Result<Option<Control>, String> {
+    let repl = start.repl;
+    let Some(control) = repl.etcd.connect()? else {
         return Ok(None);
     };
+    let me = start.me.to_string();
+    if let Some((config, _)) = control.load().map_err(|e| e.to_string())? {
+        if config.primary != me {
+            if let Some(port) = repl.rejoin_port {
+                return Err(rejoin(start, &config, port));
+            }
+        } else if let Some(seen) = served_epoch(start.pool)? {
+            if seen < config.epoch {
+                return Err(format!(
+                    "the cluster's configuration (epoch {}) names this address ({me}) as primary, but {} was last served at epoch {seen}: another node's image was promoted at this address since (a mirror that rejoined from here serves POOL.mirror/image). Refusing to serve an older pool",
+                    config.epoch,
+                    start.pool.display()
+                ));
+            }
+        }
+    }
+    Ok(Some(control))
+}
+
+/// With `--etcd` (`control` from [`check_role`]): take the primary's role for `me` (refused
+/// if the configuration names another primary), hold the lease, and exit the process as soon
+/// as this primary learns it was deposed (its sync points fail from that moment on).
+pub fn start_primary(
+    start: &PrimaryStart<'_>,
+    control: Option<Control>,
+) -> Result<Option<Arc<PrimaryMembership>>, String> {
+    let repl = start.repl;
+    let etcd = &repl.etcd;
+    let Some(control) = control else {
+        return Ok(None);
+    };
+    let me = start.me.to_string();
+    let mirror = repl.mirror.as_deref();
     let role = PrimaryRole {
-        me: me.to_string(),
+        me,
         mirror: mirror.map(str::to_string),
-        mode: if mirror.is_some() { mode } else { "local" }.to_string(),
+        mode: if mirror.is_some() {
+            repl.repl_mode.name()
+        } else {
+            "local"
+        }
+        .to_string(),
         ttl_s: etcd.etcd_ttl,
     };
     let membership =
         PrimaryMembership::start(Arc::new(control), &role).map_err(|e| e.to_string())?;
-    persist_epoch(pool, membership.epoch())?;
+    persist_epoch(start.pool, membership.epoch())?;
     let watched = Arc::clone(&membership);
     std::thread::Builder::new()
         .name("mnemo-deposed".into())
@@ -130,6 +204,133 @@ pub fn start_primary(
     Ok(Some(membership))
 }
 
+/// This node was deposed while it was away: become a mirror of the current primary, in
+/// `POOL.mirror` (a directory beside the pool), listening on `port`; the exec returns only on
+/// an error (returned). The old pool stays as it was (it may hold writes nobody
+/// acknowledged); the new primary sends a full copy.
+fn rejoin(start: &PrimaryStart<'_>, config: &mnemo_repl_etcd::ClusterConfig, port: u16) -> String {
+    use std::os::unix::process::CommandExt as _;
+    let repl = start.repl;
+    let Some(secret) = &repl.repl_secret_file else {
+        return "--rejoin-port needs --repl-secret-file FILE (the secret shared with the primary)"
+            .into();
+    };
+    let mut dir = start.pool.as_os_str().to_owned();
+    dir.push(".mirror");
+    let dir = PathBuf::from(dir);
+    tracing::warn!(
+        epoch = config.epoch,
+        primary = %config.primary,
+        pool = %start.pool.display(),
+        mirror_dir = %dir.display(),
+        port,
+        "this node was deposed while it was away: rejoining as a mirror of the current primary (its pool is left as it was)"
+    );
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return format!("this program's path: {e}"),
+    };
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["mirror", "serve", "--dir"])
+        .arg(&dir)
+        .args(["--bind", &start.me.ip().to_string()])
+        .args(["--port", &port.to_string()])
+        .arg("--secret-file")
+        .arg(secret)
+        .args(["--promote-port", &start.me.port().to_string()])
+        .args(["--repl-mode", repl.repl_mode.name()]);
+    repl.etcd.pass_on(&mut command);
+    let error = command.exec();
+    format!("rejoining as a mirror (mnemo mirror serve): {error}")
+}
+
+/// A primary under etcd without a mirror takes one: the first registered node (a mirror
+/// that rejoined, a restarted mirror, a backup) becomes its mirror at the next epoch, and
+/// `switch` replicates to it from the next sync point on (a full copy first). Runs on a
+/// thread of its own while this primary serves.
+pub fn take_joining_mirrors(
+    membership: Arc<PrimaryMembership>,
+    switch: Arc<SwitchPolicy>,
+    repl: &crate::mirror::ReplArgs,
+    pool: &Path,
+) -> Result<(), String> {
+    let mode = repl.repl_mode;
+    if mode == mnemo_repl::Mode::Local {
+        return Ok(());
+    }
+    let Some(secret_file) = repl.repl_secret_file.clone() else {
+        tracing::info!("no --repl-secret-file: this primary takes no mirror that joins");
+        return Ok(());
+    };
+    let secret = Secret::from_file(&secret_file).map_err(|e| e.to_string())?;
+    let without_mirror = repl.repl_without_mirror;
+    let pool = pool.to_path_buf();
+    std::thread::Builder::new()
+        .name("mnemo-repl-join".into())
+        .spawn(move || loop {
+            std::thread::sleep(JOIN_CHECK);
+            if membership.deposed().is_some() {
+                return;
+            }
+            let joined = join_one(&membership, &secret, mode, without_mirror, &pool);
+            match joined {
+                Ok(Some(policy)) => switch.replace(policy),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "taking a joining node as mirror failed"),
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| format!("spawning the join watch: {e}"))
+}
+
+/// One look for a node to take as mirror; the policy replicating to it, if one was taken.
+fn join_one(
+    membership: &Arc<PrimaryMembership>,
+    secret: &Secret,
+    mode: mnemo_repl::Mode,
+    without_mirror: mnemo_repl::WithoutMirror,
+    pool: &Path,
+) -> Result<Option<Arc<MirrorPolicy>>, String> {
+    let control = membership.control();
+    let Some((config, _)) = control.load().map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let nodes = control.nodes().map_err(|e| e.to_string())?;
+    let registered = |addr: &str| nodes.iter().any(|(a, _)| a == addr);
+    // A mirror named but out of sync and no longer registered (gone for good, its lease
+    // expired) gives way to a registered node.
+    let replacing = match config.mirror.as_deref() {
+        None => None,
+        Some(named) if !config.mirror_in_sync && !registered(named) => Some(named),
+        Some(_) => return Ok(None),
+    };
+    let Some((node, _)) = nodes
+        .iter()
+        .find(|(addr, _)| addr != membership.me() && Some(addr.as_str()) != replacing)
+    else {
+        return Ok(None);
+    };
+    let addr = crate::mirror::resolve_flag("a joining node's address", node)?;
+    // In sync mode this pool is not flushed at sync points from now on: mark it first.
+    if !mode.flushes_locally() {
+        crate::mirror::mark_sync_mode(pool)?;
+    }
+    let Some(epoch) = membership.adopt_mirror(node, mode.name(), replacing)? else {
+        return Ok(None);
+    };
+    persist_epoch(pool, epoch)?;
+    let mut config = MirrorConfig::new(addr, secret.clone(), mode);
+    config.epoch = epoch;
+    config.without_mirror = without_mirror;
+    let policy = Arc::new(MirrorPolicy::new(config).with_membership(membership.at_epoch(epoch)));
+    policy
+        .start_heartbeats()
+        .map_err(|e| format!("starting the heartbeat thread: {e}"))?;
+    tracing::info!(mirror = %node, epoch, mode = mode.name(), "a node joined: replicating to it from the next sync point (a full copy first)");
+    Ok(Some(policy))
+}
+
 fn lock(store: &Mutex<MirrorStore>) -> std::sync::MutexGuard<'_, MirrorStore> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -141,10 +342,19 @@ pub struct Successor {
     pub mirror: String,
     /// Where the promoted node serves clients.
     pub serve: SocketAddr,
+    /// `registered` as a mirror or a backup ([`Control::register_node`]).
+    pub role: &'static str,
+    /// The backups this node feeds (recorded in the configuration while it is the mirror).
+    pub backups: Vec<String>,
+    /// The secret file, passed on to the promoted `mnemo serve` (for the mirror that joins).
+    pub secret_file: PathBuf,
+    /// The mode the promoted primary replicates in once a mirror joins.
+    pub mode: mnemo_repl::Mode,
 }
 
-/// With `--etcd`: wait (for ever) until this mirror takes over, then promote its image and
-/// become `mnemo serve` on it (the same process, by exec). Returns only on an error.
+/// With `--etcd`: register this node (a primary without a mirror takes it as one), wait (for
+/// ever) until it takes over, then promote its image and become `mnemo serve` on it (the
+/// same process, by exec). Returns only on an error.
 pub fn mirror_failover(
     etcd: &EtcdArgs,
     successor: &Successor,
@@ -154,23 +364,38 @@ pub fn mirror_failover(
     let Some(control) = etcd.connect()? else {
         return Ok(());
     };
-    tracing::info!(cluster = %etcd.cluster, mirror = %successor.mirror, serve = %successor.serve, "watching the primary's lease in etcd");
+    let registered = control
+        .register_node(&successor.mirror, successor.role, etcd.etcd_ttl)
+        .map_err(|e| format!("registering in etcd: {e}"))?;
+    tracing::info!(cluster = %etcd.cluster, mirror = %successor.mirror, serve = %successor.serve, role = successor.role, "registered in etcd; watching the primary's lease");
     let eligible = || lock(&store).state().complete;
-    let config = mnemo_repl_etcd::await_takeover(
+    let config = mnemo_repl_etcd::await_takeover_with(
         &control,
         &successor.mirror,
         &successor.serve.to_string(),
+        &successor.backups,
         &eligible,
     )
     .map_err(|e| e.to_string())?;
+    // No longer a node a primary may take as mirror (the new primary would take its own old
+    // self); its lease would expire by itself a TTL after the exec.
+    if let Err(e) = control.unregister_node(&successor.mirror, &registered) {
+        tracing::warn!(error = %e, "cannot withdraw this node's registration in etcd");
+    }
     // From here the store's lock is held: no record of the old primary is logged any more,
     // and the image is checkpointed at the new epoch.
     let mut store = lock(&store);
     let image = store
         .promote_to(config.epoch)
         .map_err(|e| format!("promoting {}: {e}", dir.display()))?;
-    tracing::warn!(epoch = config.epoch, image = %image.display(), serve = %successor.serve, "the primary's lease expired and this mirror was in sync: promoted, now serving as primary");
+    // The image is now served at this epoch (a later restart of it is checked against it).
+    persist_epoch(&image, config.epoch)?;
+    tracing::warn!(epoch = config.epoch, image = %image.display(), serve = %successor.serve, mirror = ?config.mirror, "the primary's lease expired and this mirror was in sync: promoted, now serving as primary");
     let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let mode = match &config.mirror {
+        Some(_) => config.mode.clone(),
+        None => successor.mode.name().to_string(),
+    };
     let error = {
         use std::os::unix::process::CommandExt as _;
         let mut command = std::process::Command::new(exe);
@@ -180,11 +405,15 @@ pub fn mirror_failover(
             .arg(&image)
             .args(["--bind", &successor.serve.ip().to_string()])
             .args(["--port", &successor.serve.port().to_string()])
-            .args(["--cluster", &etcd.cluster])
-            .args(["--etcd-ttl", &etcd.etcd_ttl.to_string()]);
-        if let Some(url) = &etcd.etcd {
-            command.args(["--etcd", url]);
+            .args(["--repl-mode", &mode])
+            .arg("--repl-secret-file")
+            .arg(&successor.secret_file)
+            // The image was checkpointed and fenced by the promotion.
+            .arg("--repl-trust-local");
+        if let Some(mirror) = &config.mirror {
+            command.args(["--mirror", mirror]);
         }
+        etcd.pass_on(&mut command);
         command.exec()
     };
     Err(format!(
@@ -196,7 +425,8 @@ pub fn mirror_failover(
 #[derive(Debug, Subcommand)]
 pub enum ReplCommand {
     /// Print a cluster's configuration in etcd (epoch, primary, mirror, whether it is in
-    /// sync, backups, mode) and whether the primary's lease is alive.
+    /// sync, backups, mode), whether the primary's lease is alive, and the mirrors and
+    /// backups registered (a primary without a mirror takes one of them).
     ///
     /// Example: mnemo repl status --etcd http://127.0.0.1:2379 --cluster kv
     Status(EtcdArgs),
@@ -237,6 +467,12 @@ fn status(args: &EtcdArgs) -> Result<(), String> {
     println!("mirror_in_sync: {}", config.mirror_in_sync);
     println!("backups: {}", config.backups.join(", "));
     println!("mode: {}", config.mode);
+    let nodes = control.nodes().map_err(|e| e.to_string())?;
+    let nodes: Vec<String> = nodes
+        .iter()
+        .map(|(addr, role)| format!("{addr} ({role})"))
+        .collect();
+    println!("registered_nodes: {}", nodes.join(", "));
     println!("revision: {revision}");
     Ok(())
 }

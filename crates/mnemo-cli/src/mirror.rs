@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use mnemo_repl::{
-    Membership, Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret,
-    WithoutMirror,
+    Mirror, MirrorConfig, MirrorOptions, MirrorPolicy, MirrorStore, Mode, Secret, WithoutMirror,
 };
 
 use crate::size;
@@ -84,6 +83,10 @@ pub struct MirrorServeArgs {
     /// With --etcd: the port `mnemo serve` listens on (at --bind) once this mirror takes over.
     #[arg(long, default_value_t = crate::serve::PORT_DEFAULT)]
     pub promote_port: u16,
+    /// With --etcd: the mode the promoted primary replicates in once a mirror joins it (a
+    /// backup moving up keeps the cluster's mode).
+    #[arg(long, default_value = "syncflush", value_parser = parse_mode)]
+    pub repl_mode: Mode,
     #[command(flatten)]
     pub etcd: crate::etcd::EtcdArgs,
 }
@@ -130,6 +133,12 @@ pub struct ReplArgs {
     /// own image may lack what only the mirror received; serve the promoted mirror instead.
     #[arg(long)]
     pub repl_trust_local: bool,
+    /// With --etcd: if another node was made primary while this one was away, rejoin as its
+    /// mirror instead of refusing to start: this process becomes `mnemo mirror serve --dir
+    /// POOL.mirror --port PORT` (the current primary takes it as mirror and sends a full
+    /// copy), and it takes over again when that primary fails.
+    #[arg(long, value_name = "PORT")]
+    pub rejoin_port: Option<u16>,
     /// When the mirror is lost: record (go on durably here, after recording in etcd that the
     /// mirror is out of sync, so that it is not promoted), or block (acknowledge nothing
     /// until the mirror is back).
@@ -147,6 +156,27 @@ fn parse_without_mirror(text: &str) -> Result<WithoutMirror, String> {
     }
 }
 
+/// Mark `pool` as running in sync mode (its own image is not flushed at sync points), before
+/// any sync point skips the local flush.
+pub fn mark_sync_mode(pool: &Path) -> Result<(), String> {
+    use std::io::Write as _;
+    let marker = sync_marker(pool);
+    if let Some(parent) = pool.parent().filter(|d| !d.as_os_str().is_empty()) {
+        make_dir(parent)?;
+    }
+    let mut f = std::fs::File::create(&marker).map_err(|e| format!("{}: {e}", marker.display()))?;
+    // The mark must survive a power cut (that is when it matters): its bytes, then its
+    // directory entry (a new name is durable once its directory is synced).
+    let dir = pool
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    f.write_all(b"mnemo: this pool runs with --repl-mode sync\n")
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::File::open(dir)?.sync_all())
+        .map_err(|e| format!("{}: {e}", marker.display()))
+}
+
 /// The file beside a pool that says it runs (or ran) in sync mode, until a clean close.
 pub fn sync_marker(pool: &Path) -> PathBuf {
     let mut name = pool.as_os_str().to_owned();
@@ -157,39 +187,42 @@ pub fn sync_marker(pool: &Path) -> PathBuf {
 impl ReplArgs {
     /// Before the pool opens: refuse a pool that ran in sync mode and did not close cleanly
     /// (unless trusted), and mark the pool if this run is in sync mode.
-    pub fn guard(&self, pool: &Path) -> Result<(), String> {
-        let marker = sync_marker(pool);
-        if marker.exists() && pool.exists() && !self.repl_trust_local {
-            let clean = mnemo_pmem::inspect::inspect(pool)
+    ///
+    /// A pool with a write-ahead file (`POOL.wal`: it was served on a disk without
+    /// replication) that did not close cleanly is refused when `replicated`: a replicating
+    /// policy does not replay that file, and the writes its records hold would be lost.
+    pub fn guard(&self, pool: &Path, replicated: bool) -> Result<(), String> {
+        let clean = || {
+            mnemo_pmem::inspect::inspect(pool)
                 .ok()
                 .and_then(|i| i.header)
-                .is_some_and(|h| h.clean_shutdown);
-            if !clean {
-                return Err(format!(
-                    "{} ran with --repl-mode sync and stopped without a clean close: its own image may lack writes only the mirror received (sync mode does not flush locally). The mirror holds every acknowledged write: stop it, run `mnemo mirror promote --dir DIR` and serve DIR/image. If only this process was killed and the machine stayed up, start again with --repl-trust-local.",
-                    pool.display()
-                ));
-            }
+                .is_some_and(|h| h.clean_shutdown)
+        };
+        let mut wal = pool.as_os_str().to_owned();
+        wal.push(".wal");
+        if replicated && Path::new(&wal).exists() && pool.exists() && !clean() {
+            return Err(format!(
+                "{} did not close cleanly and has a write-ahead file ({}) that replication would not replay: start it once without --mirror and --etcd and stop it cleanly (its records are then in the pool), then with them",
+                pool.display(),
+                Path::new(&wal).display()
+            ));
+        }
+        let marker = sync_marker(pool);
+        if marker.exists() && pool.exists() && !self.repl_trust_local && !clean() {
+            return Err(format!(
+                "{} ran with --repl-mode sync and stopped without a clean close: its own image may lack writes only the mirror received (sync mode does not flush locally). The mirror holds every acknowledged write: stop it, run `mnemo mirror promote --dir DIR` and serve DIR/image. If only this process was killed and the machine stayed up, start again with --repl-trust-local.",
+                pool.display()
+            ));
         }
         if self.mirror.is_some() && !self.repl_mode.flushes_locally() {
-            use std::io::Write as _;
-            if let Some(parent) = pool.parent().filter(|d| !d.as_os_str().is_empty()) {
-                make_dir(parent)?;
-            }
-            let mut f =
-                std::fs::File::create(&marker).map_err(|e| format!("{}: {e}", marker.display()))?;
-            // The mark must survive a power cut (that is when it matters): its bytes, then
-            // its directory entry (a new name is durable once its directory is synced).
-            let dir = pool
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            f.write_all(b"mnemo: this pool runs with --repl-mode sync\n")
-                .and_then(|()| f.sync_all())
-                .and_then(|()| std::fs::File::open(dir)?.sync_all())
-                .map_err(|e| format!("{}: {e}", marker.display()))?;
+            mark_sync_mode(pool)?;
         }
         Ok(())
+    }
+
+    /// Whether the pool's policy will be a replicating one (a mirror, or etcd's switch).
+    pub fn replicates(&self) -> bool {
+        self.etcd.enabled() || (self.mirror.is_some() && self.repl_mode != Mode::Local)
     }
 
     /// After a clean close (the policy flushed the whole pool): the mark goes.
@@ -204,38 +237,119 @@ fn parse_mode(text: &str) -> Result<Mode, String> {
     })
 }
 
+/// How `mnemo serve` replicates: a fixed mirror (`--mirror` without etcd), a switch whose
+/// mirror can change (under etcd), or nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Replication {
+    fixed: Option<Arc<MirrorPolicy>>,
+    switch: Option<Arc<mnemo_repl_etcd::SwitchPolicy>>,
+    /// Under etcd, the `--mirror`'s policy, handed to the switch once the server listens
+    /// ([`Replication::serving`]).
+    deferred: Option<Arc<MirrorPolicy>>,
+}
+
+impl Replication {
+    /// The pool's policy (None: the pool's default).
+    pub fn policy(&self) -> Option<Arc<dyn mnemo_pmem::SyncPolicy>> {
+        match (&self.fixed, &self.switch) {
+            (Some(p), _) => Some(Arc::clone(p) as Arc<dyn mnemo_pmem::SyncPolicy>),
+            (None, Some(s)) => Some(Arc::clone(s) as Arc<dyn mnemo_pmem::SyncPolicy>),
+            (None, None) => None,
+        }
+    }
+
+    /// The mirror's policy now, if there is a mirror (for INFO and the log).
+    pub fn mirror(&self) -> Option<Arc<MirrorPolicy>> {
+        match (&self.fixed, &self.switch) {
+            (Some(p), _) => Some(Arc::clone(p)),
+            (None, Some(s)) => s.current().or_else(|| self.deferred.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// The switch, under etcd.
+    pub fn switch(&self) -> Option<&Arc<mnemo_repl_etcd::SwitchPolicy>> {
+        self.switch.as_ref()
+    }
+
+    /// The server listens: under etcd, the mirror's link (its full copy first) is made from
+    /// the next sync point on, by the first write or the idle pool's empty sync point, not
+    /// while the pool opens: a promoted mirror whose backup moved up serves at once, and
+    /// brings that backup up to date while it does.
+    pub fn serving(&self) {
+        if let (Some(switch), Some(policy)) = (&self.switch, &self.deferred) {
+            switch.replace(Arc::clone(policy));
+        }
+    }
+
+    /// Whether an empty sync point would do something now (a mirror to bring up to date while
+    /// the pool is idle).
+    pub fn wants_sync_point(&self) -> bool {
+        match (&self.fixed, &self.switch) {
+            (Some(p), _) => p.wants_sync_point(),
+            (None, Some(s)) => s.wants_sync_point(),
+            (None, None) => false,
+        }
+    }
+}
+
 impl ReplArgs {
-    /// The policy these flags ask for, if any; under etcd, at the membership's epoch and
-    /// recording the mirror's state there.
+    /// The replication these flags ask for; under etcd, at the membership's epoch, recording
+    /// the mirror's state there, and ready to take a mirror that joins later.
     pub fn policy(
         &self,
-        membership: Option<Arc<mnemo_repl_etcd::PrimaryMembership>>,
-    ) -> Result<Option<Arc<MirrorPolicy>>, String> {
-        let Some(mirror) = &self.mirror else {
-            return Ok(None);
+        membership: Option<&Arc<mnemo_repl_etcd::PrimaryMembership>>,
+    ) -> Result<Replication, String> {
+        let mirror = match (&self.mirror, self.repl_mode) {
+            (Some(mirror), mode) if mode != Mode::Local => Some(mirror),
+            _ => None,
         };
-        if self.repl_mode == Mode::Local {
-            return Ok(None);
-        }
-        let addr = resolve(mirror)?;
-        let path = self
-            .repl_secret_file
-            .as_ref()
-            .ok_or("--mirror needs --repl-secret-file FILE (the secret shared with the mirror)")?;
-        let secret = Secret::from_file(path).map_err(|e| e.to_string())?;
-        let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
-        config.epoch = self.repl_epoch;
-        config.without_mirror = self.repl_without_mirror;
-        let mut policy = MirrorPolicy::new(config.clone());
-        if let Some(m) = membership {
-            config.epoch = m.epoch();
-            policy = MirrorPolicy::new(config).with_membership(m as Arc<dyn Membership>);
-        }
-        let policy = Arc::new(policy);
-        policy
-            .start_heartbeats()
-            .map_err(|e| format!("starting the heartbeat thread: {e}"))?;
-        Ok(Some(policy))
+        let policy = match mirror {
+            None => None,
+            Some(mirror) => {
+                let addr = resolve(mirror)?;
+                let path = self.repl_secret_file.as_ref().ok_or(
+                    "--mirror needs --repl-secret-file FILE (the secret shared with the mirror)",
+                )?;
+                let secret = Secret::from_file(path).map_err(|e| e.to_string())?;
+                let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
+                config.epoch = self.repl_epoch;
+                config.without_mirror = self.repl_without_mirror;
+                let mut policy = MirrorPolicy::new(config.clone());
+                if let Some(m) = membership {
+                    config.epoch = m.epoch();
+                    policy = MirrorPolicy::new(config).with_membership(m.at_epoch(m.epoch()));
+                }
+                let policy = Arc::new(policy);
+                policy
+                    .start_heartbeats()
+                    .map_err(|e| format!("starting the heartbeat thread: {e}"))?;
+                Some(policy)
+            }
+        };
+        Ok(match membership {
+            None => Replication {
+                fixed: policy,
+                switch: None,
+                deferred: None,
+            },
+            Some(m) => {
+                // A blocking primary waits for its mirror from the first sync point on (the
+                // pool's own at open included), as without etcd.
+                let (initial, deferred) = match self.repl_without_mirror {
+                    WithoutMirror::Block => (policy, None),
+                    WithoutMirror::Record => (None, policy),
+                };
+                Replication {
+                    fixed: None,
+                    switch: Some(Arc::new(
+                        mnemo_repl_etcd::SwitchPolicy::new(initial)
+                            .with_fence(Arc::clone(m) as Arc<dyn mnemo_repl::Membership>),
+                    )),
+                    deferred,
+                }
+            }
+        })
     }
 }
 
@@ -243,7 +357,7 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
     resolve_flag("--mirror", text)
 }
 
-fn resolve_flag(flag: &str, text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn resolve_flag(flag: &str, text: &str) -> Result<SocketAddr, String> {
     text.to_socket_addrs()
         .map_err(|e| format!("{flag} {text}: {e} (give HOST:PORT)"))?
         .next()
@@ -294,10 +408,7 @@ fn serve(args: &MirrorServeArgs) -> Result<(), String> {
     serve_role(args, "mirror")
 }
 
-fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
-    if args.etcd.etcd.is_some() && role != "mirror" {
-        return Err("--etcd is for mirrors (a backup does not take over)".into());
-    }
+fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> {
     let secret = Secret::from_file(&args.secret_file).map_err(|e| e.to_string())?;
     make_dir(&args.dir)?;
     let options = MirrorOptions {
@@ -334,11 +445,14 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
         backups = args.backup.len(),
         "mnemo {role} ready"
     );
-    if args.etcd.etcd.is_none() {
+    watch_copies(mirror.store(), args.dir.join("image"), role)?;
+    if !args.etcd.enabled() {
         return mirror.serve(listener).map_err(|e| e.to_string());
     }
-    // Under etcd: serve primaries on a thread, and take over when the primary's lease
-    // expires (this process then becomes `mnemo serve` on the promoted image).
+    // Under etcd: serve primaries on a thread, register (a primary without a mirror takes
+    // this node as one), and take over when the primary's lease expires while the
+    // configuration names this node as its mirror in sync (a backup once it moved up): this
+    // process then becomes `mnemo serve` on the promoted image.
     let store = mirror.store();
     std::thread::Builder::new()
         .name("mnemo-mirror-accept".into())
@@ -354,8 +468,72 @@ fn serve_role(args: &MirrorServeArgs, role: &str) -> Result<(), String> {
             .clone()
             .unwrap_or_else(|| address.to_string()),
         serve: SocketAddr::new(args.bind, args.promote_port),
+        role: if role == "mirror" { "mirror" } else { "backup" },
+        backups: args.backup.clone(),
+        secret_file: args.secret_file.clone(),
+        mode: args.repl_mode,
     };
     crate::etcd::mirror_failover(&args.etcd, &successor, &args.dir, store)
+}
+
+/// How often a mirror looks at its store to report a full copy's progress.
+const COPY_WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A full copy's progress seconds apart at most.
+const COPY_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Report, from a thread of its own, each full copy this node receives: its progress while
+/// it lasts (the bytes of the image written so far: the image is reset to a sparse file of the
+/// pool's size and the copy writes only its non-zero chunks) and its end. A node that
+/// rejoins or moves up is brought up to date this way. The store is only tried, never
+/// waited for.
+fn watch_copies(
+    store: Arc<std::sync::Mutex<MirrorStore>>,
+    image: PathBuf,
+    role: &'static str,
+) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::thread::Builder::new()
+        .name("mnemo-copy-watch".into())
+        .spawn(move || {
+            let (mut copies, mut copying, mut said) = (0, None, std::time::Instant::now());
+            loop {
+                std::thread::sleep(COPY_WATCH_EVERY);
+                let Ok(guard) = store.try_lock() else {
+                    continue;
+                };
+                let (state, stats) = (guard.state(), guard.stats());
+                drop(guard);
+                let started = *copying.get_or_insert_with(std::time::Instant::now);
+                if !state.complete {
+                    if said.elapsed() >= COPY_PROGRESS_EVERY {
+                        said = std::time::Instant::now();
+                        if let Ok(meta) = std::fs::metadata(&image) {
+                            tracing::info!(
+                                written_mib = (meta.blocks() * 512) >> 20,
+                                pool_mib = meta.len() >> 20,
+                                "{role}: receiving a full copy from the primary"
+                            );
+                        }
+                    }
+                    continue;
+                }
+                copying = None;
+                if stats.copies > copies {
+                    tracing::info!(
+                        epoch = state.epoch,
+                        last_id = state.last_id,
+                        pool_size = state.pool_size,
+                        copies = stats.copies,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "{role}: full copy received: up to date with the primary"
+                    );
+                }
+                copies = stats.copies;
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| format!("spawning the copy watch: {e}"))
 }
 
 fn status(dir: &Path) -> Result<(), String> {

@@ -136,22 +136,32 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 }
 
 fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
-    let membership = crate::etcd::start_primary(
-        &args.repl.etcd,
-        SocketAddr::new(args.bind, args.port),
-        args.repl.mirror.as_deref(),
-        args.repl.repl_mode.name(),
-        &args.pool,
-    )?;
-    let repl = args.repl.policy(membership)?;
-    args.repl.guard(&args.pool)?;
+    let start = crate::etcd::PrimaryStart {
+        me: SocketAddr::new(args.bind, args.port),
+        pool: &args.pool,
+        repl: &args.repl,
+    };
+    // Under etcd a deposed node rejoins as a mirror here (its pool is not opened); the pool's
+    // checks come before this node claims anything in the configuration.
+    let control = crate::etcd::check_role(&start)?;
+    args.repl.guard(&args.pool, args.repl.replicates())?;
+    let membership = crate::etcd::start_primary(&start, control)?;
+    let repl = args.repl.policy(membership.as_ref())?;
+    if let (Some(m), Some(switch)) = (&membership, repl.switch()) {
+        crate::etcd::take_joining_mirrors(
+            Arc::clone(m),
+            Arc::clone(switch),
+            &args.repl,
+            &args.pool,
+        )?;
+    }
     let (heap, start, vpm) = match args.pm_budget {
         Some(budget) => {
-            let (heap, start, stats) = crate::vpm::open_heap(args, budget, repl.clone())?;
+            let (heap, start, stats) = crate::vpm::open_heap(args, budget, repl.policy())?;
             (heap, start, Some(stats))
         }
         None => {
-            let (heap, start) = open_heap(args, repl.clone())?;
+            let (heap, start) = open_heap(args, repl.policy())?;
             (heap, start, None)
         }
     };
@@ -223,7 +233,7 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         dirty_tracking = %tracking_name(pool),
         keys,
         auth = if password.is_some() { "requirepass" } else { "none" },
-        replication = %repl.as_ref().map_or_else(
+        replication = %repl.mirror().map_or_else(
             || "local".to_string(),
             |p| format!("{} to {} (epoch {})", p.config().mode.name(), p.config().addr, p.config().epoch),
         ),
@@ -237,7 +247,19 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
         full_warned: None,
         rollbacks: 0,
     };
-    let result = event_loop.run(&mut serving);
+    // An idle pool makes no sync point, yet a mirror that comes back (or joins) needs one to
+    // get its full copy: a thread makes an empty one whenever the replication wants it.
+    repl.serving();
+    let kick_stop = std::sync::atomic::AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        if repl.policy().is_some() {
+            let (pool, repl, stop) = (heap.pool(), &repl, &kick_stop);
+            scope.spawn(move || kick_sync_points(pool, repl, stop));
+        }
+        let result = event_loop.run(&mut serving);
+        kick_stop.store(true, Ordering::Relaxed);
+        result
+    });
     signals.close();
     let stats = serving.engine.stats().clone();
     drop(serving);
@@ -253,13 +275,33 @@ fn serve(args: &ServeArgs, started: Instant) -> Result<(), String> {
     Ok(())
 }
 
+/// How often an idle primary checks whether its replication wants a sync point.
+const KICK_EVERY: Duration = Duration::from_millis(50);
+
+/// Until `stop`: an empty sync point whenever the replication wants one (a mirror to bring
+/// up to date with a full copy, a new mirror's policy to install) while no write makes one.
+fn kick_sync_points(
+    pool: &Pool,
+    repl: &crate::mirror::Replication,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use mnemo_pmem::{SyncKind, SyncPoint};
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(KICK_EVERY);
+        if repl.wants_sync_point() {
+            if let Err(e) = pool.sync(&SyncPoint::new(SyncKind::Data, &[])) {
+                tracing::debug!(error = %e, "an empty sync point for the mirror failed");
+            }
+        }
+    }
+}
+
 /// Creates the pool and its heap on first start, else opens (and if needed recovers) them.
 fn open_heap(
     args: &ServeArgs,
-    repl: Option<Arc<mnemo_repl::MirrorPolicy>>,
+    policy: Option<Arc<dyn mnemo_pmem::SyncPolicy>>,
 ) -> Result<(Heap, Start), String> {
     let path = &args.pool;
-    let policy = repl.map(|p| p as Arc<dyn mnemo_pmem::SyncPolicy>);
     if !path.exists() {
         if let Some(created) = create_heap(args, policy.clone())? {
             return Ok((created, Start::Created));
@@ -352,7 +394,7 @@ fn info_hook<'h>(
     address: SocketAddr,
     start: Start,
     clients: Arc<LoopStats>,
-    repl: Option<Arc<mnemo_repl::MirrorPolicy>>,
+    repl: crate::mirror::Replication,
     vpm: Option<mnemo_vpm::StatsHandle>,
 ) -> mnemo_kv::engine::InfoHook<'h> {
     Box::new(move |section: &str, out: &mut String| {
@@ -362,7 +404,7 @@ fn info_hook<'h>(
             "replication" => {
                 // The engine prints Redis's fields (role, connected_slaves: 0, no Redis
                 // replicas); the mirror's are mnemo's own.
-                match &repl {
+                match &repl.mirror() {
                     None => {
                         let _ = write!(out, "mnemo_repl_mode:local\r\n");
                     }

@@ -29,11 +29,10 @@ fn swap_path(args: &ServeArgs) -> PathBuf {
 pub(crate) fn open_heap(
     args: &ServeArgs,
     budget: u64,
-    repl: Option<Arc<mnemo_repl::MirrorPolicy>>,
+    policy: Option<Arc<dyn mnemo_pmem::SyncPolicy>>,
 ) -> Result<(Heap, Start, StatsHandle), String> {
     let pm = &args.pool;
     let swap = swap_path(args);
-    let policy = repl.map(|p| p as Arc<dyn mnemo_pmem::SyncPolicy>);
     let capacity = args
         .size_max
         .unwrap_or(args.size)

@@ -13,14 +13,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemo_repl_etcd::testing::EtcdServer;
-use mnemo_repl_etcd::Control;
+use mnemo_repl_etcd::testing::{EtcdCluster, EtcdServer};
+use mnemo_repl_etcd::{ClusterConfig, Control};
 use mnemo_resp::Reply;
 use support::repl::{field, free_port, info, signal, value, write_secret, MirrorProc};
 use support::{serve_command, shm_dir, Client, Server};
 
 /// The target: the mirror serves within this long after the primary is gone.
 const FAILOVER_MAX: Duration = Duration::from_secs(3);
+
+/// The tests run one at a time: each times a failover against a 3 s target, and several
+/// clusters of processes at once on a small machine would measure each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 struct Cluster {
     name: String,
@@ -33,37 +41,56 @@ struct Cluster {
 
 impl Cluster {
     fn start(etcd: &EtcdServer, dir: &Path, name: &str) -> Cluster {
+        Cluster::start_with(&etcd.url, dir, name, &[], &[])
+    }
+
+    /// A mirror and a primary under the etcd at `urls` (one `--etcd` of comma-separated
+    /// URLs), each with its extra flags.
+    fn start_with(
+        urls: &str,
+        dir: &Path,
+        name: &str,
+        mirror_extra: &[&str],
+        primary_extra: &[&str],
+    ) -> Cluster {
         let secret = write_secret(dir, "repl.secret", "a shared secret for this test\n");
         let promote_port = free_port();
+        let promote = promote_port.to_string();
+        let mut mirror_args = vec![
+            "--etcd",
+            urls,
+            "--cluster",
+            name,
+            "--promote-port",
+            &promote,
+            "--repl-mode",
+            "sync",
+        ];
+        mirror_args.extend_from_slice(mirror_extra);
         let mirror = MirrorProc::start_as(
             "mirror",
             &dir.join("mirror"),
             &secret,
             dir.join("mirror.log"),
-            &[
-                "--etcd",
-                &etcd.url,
-                "--cluster",
-                name,
-                "--promote-port",
-                &promote_port.to_string(),
-            ],
+            &mirror_args,
         );
-        let primary_args: Vec<String> = [
+        let mut primary_args: Vec<String> = [
             "--mirror",
             &format!("127.0.0.1:{}", mirror.port),
             "--repl-mode",
             "sync",
             "--repl-secret-file",
             secret.to_str().unwrap(),
-            "--etcd",
-            &etcd.url,
             "--cluster",
             name,
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if !primary_extra.contains(&"--etcd") {
+            primary_args.extend(["--etcd".to_string(), urls.to_string()]);
+        }
+        primary_args.extend(primary_extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = primary_args.iter().map(String::as_str).collect();
         let primary = Server::start(&dir.join("primary").join("kv.pool"), &args);
         Cluster {
@@ -77,26 +104,41 @@ impl Cluster {
     }
 
     fn control(&self, etcd: &EtcdServer) -> Control {
-        Control::connect(
-            std::slice::from_ref(&etcd.url),
-            &self.name,
-            Duration::from_secs(2),
-        )
-        .unwrap()
+        connect(&etcd.url, &self.name)
     }
+}
+
+/// A control-plane client of cluster `name` at `urls` (comma-separated).
+fn connect(urls: &str, name: &str) -> Control {
+    let urls: Vec<String> = urls.split(',').map(str::to_string).collect();
+    Control::connect(&urls, name, Duration::from_secs(2)).unwrap()
 }
 
 /// Wait until etcd records the mirror in sync (the primary's full copy acknowledged).
 fn until_in_sync(control: &Control) {
+    let config = until_config(control, "the mirror in sync", |c| c.mirror_in_sync);
+    assert_eq!(config.epoch, 1, "{config:?}");
+}
+
+/// Wait (at most 20 s) until the configuration satisfies `ok`; returns it.
+fn until_config(
+    control: &Control,
+    what: &str,
+    ok: impl Fn(&ClusterConfig) -> bool,
+) -> ClusterConfig {
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
     loop {
-        if let Some((config, _)) = control.load().unwrap() {
-            if config.mirror_in_sync {
-                assert_eq!(config.epoch, 1, "{config:?}");
-                return;
+        if let Ok(Some((config, _))) = control.load() {
+            if ok(&config) {
+                return config;
             }
+            last = Some(config);
         }
-        assert!(Instant::now() < deadline, "the mirror never got in sync");
+        assert!(
+            Instant::now() < deadline,
+            "never got {what}; the configuration: {last:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -105,13 +147,23 @@ fn until_in_sync(control: &Control) {
 struct Writers {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<Vec<(String, String)>>>,
+    /// When the last write was acknowledged.
+    last_ack: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 impl Writers {
     fn start(port: u16, count: usize) -> Writers {
+        Writers::start_named(port, count, "w")
+    }
+
+    /// Writers whose keys start with `prefix` (several rounds of writers in one test).
+    fn start_named(port: u16, count: usize, prefix: &str) -> Writers {
         let stop = Arc::new(AtomicBool::new(false));
+        let last_ack = Arc::new(std::sync::Mutex::new(None));
         let threads = (0..count)
             .map(|w| {
+                let prefix = prefix.to_string();
+                let last = Arc::clone(&last_ack);
                 let stop = Arc::clone(&stop);
                 std::thread::spawn(move || {
                     let mut client = Client::connect(port).unwrap();
@@ -120,9 +172,12 @@ impl Writers {
                         if stop.load(Ordering::Relaxed) {
                             break;
                         }
-                        let (key, v) = (format!("w{w}-k{i}"), value(i));
+                        let (key, v) = (format!("{prefix}{w}-k{i}"), value(i));
                         match client.call(&["SET", key.as_str(), v.as_str()]) {
-                            Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => acked.push((key, v)),
+                            Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => {
+                                *last.lock().unwrap() = Some(Instant::now());
+                                acked.push((key, v));
+                            }
                             Ok(Reply::Error(_)) | Err(_) => break,
                             Ok(other) => panic!("SET: {other:?}"),
                         }
@@ -131,7 +186,30 @@ impl Writers {
                 })
             })
             .collect();
-        Writers { stop, threads }
+        Writers {
+            stop,
+            threads,
+            last_ack,
+        }
+    }
+
+    /// When the last write was acknowledged.
+    fn last_ack(&self) -> Option<Instant> {
+        *self.last_ack.lock().unwrap()
+    }
+
+    /// Wait (at most `max`) until every writer stopped by itself (an error or a closed
+    /// connection: the server stopped acknowledging); what they had acknowledged.
+    fn until_refused(self, max: Duration) -> Vec<(String, String)> {
+        let deadline = Instant::now() + max;
+        while !self.threads.iter().all(|t| t.is_finished()) {
+            assert!(
+                Instant::now() < deadline,
+                "the server still acknowledges writes {max:?} later"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.finish()
     }
 
     fn finish(self) -> Vec<(String, String)> {
@@ -185,6 +263,7 @@ fn wait_exit(server: &mut Server) -> ExitStatus {
 
 #[test]
 fn a_killed_primary_is_replaced_by_its_mirror_without_losing_a_write() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -276,6 +355,7 @@ fn a_killed_primary_is_replaced_by_its_mirror_without_losing_a_write() {
 
 #[test]
 fn a_stopped_primary_loses_its_lease_and_is_deposed_when_it_wakes() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -316,6 +396,7 @@ fn a_stopped_primary_loses_its_lease_and_is_deposed_when_it_wakes() {
 
 #[test]
 fn a_mirror_lost_before_the_primary_is_not_promoted_over_later_writes() {
+    let _serial = one_at_a_time();
     let Some(etcd) = EtcdServer::start() else {
         return;
     };
@@ -371,4 +452,482 @@ fn a_mirror_lost_before_the_primary_is_not_promoted_over_later_writes() {
     );
     let log = mirror.log_text();
     assert!(log.contains("not in sync"), "{log}");
+}
+
+/// Wait (at most 20 s) until the log at `path` says `needle`.
+fn until_log(path: &Path, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never said {needle:?}:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A process of the test (a node restarted by hand), killed on drop.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+#[test]
+fn a_deposed_primary_rejoins_as_mirror_and_takes_over_again_with_every_write() {
+    let _serial = one_at_a_time();
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let rejoin_port = free_port();
+    let rejoin = rejoin_port.to_string();
+    let cluster = Cluster::start_with(
+        &etcd.url,
+        dir.path(),
+        "rejoin",
+        &[],
+        &["--rejoin-port", &rejoin],
+    );
+    let control = cluster.control(&etcd);
+    until_in_sync(&control);
+
+    // P serves, then dies: its mirror M takes over.
+    let writers = Writers::start_named(cluster.primary.port, 2, "before");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let mut acked = writers.finish();
+    let Cluster {
+        mirror,
+        primary,
+        promote_port,
+        primary_args,
+        ..
+    } = cluster;
+    let (old_port, old_pool) = (primary.port, primary.pool.clone());
+    drop(primary);
+    let failover = until_serving(promote_port, killed, &mirror.log);
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(promote_port, &acked);
+    // The new primary serves alone for a while: these writes exist only there.
+    let writers = Writers::start_named(promote_port, 1, "alone");
+    std::thread::sleep(Duration::from_millis(300));
+    acked.extend(writers.finish());
+    assert!(acked.len() > 20, "only {} writes", acked.len());
+
+    // P's node comes back with the command it had. It finds that it was deposed and rejoins
+    // as M's mirror; M takes it and sends it a full copy while no client writes (the empty
+    // sync points of an idle primary).
+    let log = dir.path().join("rejoined.log");
+    let args: Vec<&str> = primary_args.iter().map(String::as_str).collect();
+    let back = Instant::now();
+    let _rejoined = Proc(
+        serve_command(&old_pool, old_port, &log, &args)
+            .spawn()
+            .unwrap(),
+    );
+    let config = until_config(&control, "the rejoined node in sync", |c| {
+        c.mirror.as_deref() == Some(addr(rejoin_port).as_str()) && c.mirror_in_sync
+    });
+    println!(
+        "rejoined and in sync {:?} after its restart",
+        back.elapsed()
+    );
+    assert_eq!(
+        (config.epoch, config.primary.as_str(), config.mode.as_str()),
+        (3, addr(promote_port).as_str(), "sync"),
+        "{config:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("rejoining as a mirror"), "{text}");
+    // The node says when its copy is whole (it looks every 200 ms).
+    until_log(&log, "full copy received");
+    let text = mirror.log_text();
+    assert!(text.contains("a node joined"), "{text}");
+    let mut client = Client::connect(promote_port).unwrap();
+    let repl = info(&mut client, "replication");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{repl}"
+    );
+    assert_eq!(field(&repl, "mnemo_repl_epoch"), Some("3"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_mode"), Some("sync"), "{repl}");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror"),
+        Some(addr(rejoin_port).as_str()),
+        "{repl}"
+    );
+    drop(client);
+
+    // Writes now go to the rejoined node too; then M dies and P's node takes over again,
+    // on its old address, with every write acknowledged by either primary.
+    let writers = Writers::start_named(promote_port, 2, "after");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(mirror.child.id(), rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    acked.extend(writers.finish());
+    let failover = until_serving(old_port, killed, &log);
+    println!(
+        "second failover, to the rejoined node: {failover:?}; {} writes acknowledged",
+        acked.len()
+    );
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(old_port, &acked);
+    let (config, _) = control.load().unwrap().unwrap();
+    assert_eq!(
+        (config.epoch, config.primary.as_str()),
+        (4, addr(old_port).as_str())
+    );
+    drop(mirror);
+}
+
+#[test]
+fn a_mirror_back_while_its_primary_is_idle_gets_its_copy_without_a_write() {
+    let _serial = one_at_a_time();
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let mut cluster = Cluster::start(&etcd, dir.path(), "idle");
+    let control = cluster.control(&etcd);
+    until_in_sync(&control);
+    let writers = Writers::start_named(cluster.primary.port, 1, "with");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut acked = writers.finish();
+
+    // The mirror dies; the primary records it and writes alone.
+    cluster.mirror.kill();
+    until_config(&control, "the loss recorded", |c| !c.mirror_in_sync);
+    let writers = Writers::start_named(cluster.primary.port, 1, "without");
+    std::thread::sleep(Duration::from_millis(300));
+    acked.extend(writers.finish());
+
+    // It comes back where it was, and nobody writes: it gets its copy all the same.
+    let promote = cluster.promote_port.to_string();
+    let back = Instant::now();
+    cluster.mirror = MirrorProc::start_on(
+        None,
+        cluster.mirror.port,
+        "mirror",
+        &dir.path().join("mirror"),
+        &cluster.secret,
+        dir.path().join("mirror-back.log"),
+        &[
+            "--etcd",
+            &etcd.url,
+            "--cluster",
+            "idle",
+            "--promote-port",
+            &promote,
+        ],
+    );
+    until_config(&control, "the mirror in sync again", |c| c.mirror_in_sync);
+    println!(
+        "idle primary: its mirror in sync {:?} after it came back",
+        back.elapsed()
+    );
+    let mut client = cluster.primary.client();
+    let repl = info(&mut client, "replication");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{repl}"
+    );
+    assert_eq!(field(&repl, "mnemo_repl_full_copies"), Some("2"), "{repl}");
+    drop(client);
+
+    // The copy holds the writes made while it was away: the primary dies, and the mirror
+    // takes over with every one of them.
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log);
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(cluster.promote_port, &acked);
+}
+
+#[test]
+fn a_backup_moves_up_to_mirror_when_the_mirror_takes_over() {
+    let _serial = one_at_a_time();
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let backup_promote = free_port();
+    let promote = backup_promote.to_string();
+    let backup = MirrorProc::start_as(
+        "backup",
+        &dir.path().join("backup"),
+        &secret,
+        dir.path().join("backup.log"),
+        &[
+            "--etcd",
+            &etcd.url,
+            "--cluster",
+            "tiers",
+            "--promote-port",
+            &promote,
+        ],
+    );
+    let backup_addr = addr(backup.port);
+    let cluster = Cluster::start_with(
+        &etcd.url,
+        dir.path(),
+        "tiers",
+        &["--backup", &backup_addr],
+        &[],
+    );
+    let control = cluster.control(&etcd);
+    until_config(&control, "the mirror in sync, its backup recorded", |c| {
+        c.mirror_in_sync && c.backups == [backup_addr.clone()]
+    });
+    // The backup's copy of the mirror's image holds the mirror's store while it is sent (and
+    // with it the primary's records: the mirror's known stall); the failover is timed once it
+    // is over.
+    until_log(&backup.log, "full copy received");
+
+    let writers = Writers::start_named(cluster.primary.port, 2, "first");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let mut acked = writers.finish();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log);
+    println!("first-tier failover, with a backup behind the mirror: {failover:?}");
+    assert!(
+        failover < FAILOVER_MAX,
+        "failover took {failover:?}:\n{}",
+        cluster.mirror.log_text()
+    );
+    check_all(cluster.promote_port, &acked);
+    // The same swap made the backup the new primary's mirror; it gets a full copy (no
+    // write needed) and the primary tier is whole again.
+    let config = until_config(&control, "the backup in sync as mirror", |c| {
+        c.epoch == 2 && c.mirror_in_sync
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["repl", "status", "--etcd", &etcd.url, "--cluster", "tiers"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("mirror: {backup_addr}"))
+            && text.contains("mirror_in_sync: true")
+            && text.contains(&format!("registered_nodes: {backup_addr} (backup)")),
+        "{text}"
+    );
+    assert_eq!(
+        (
+            config.primary.as_str(),
+            config.mirror.as_deref(),
+            config.mode.as_str()
+        ),
+        (
+            addr(cluster.promote_port).as_str(),
+            Some(backup_addr.as_str()),
+            "sync"
+        ),
+        "{config:?}"
+    );
+
+    // Writes go to both; then the promoted mirror dies too, and the backup serves them all.
+    let writers = Writers::start_named(cluster.promote_port, 2, "second");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(cluster.mirror.child.id(), rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    acked.extend(writers.finish());
+    let failover = until_serving(backup_promote, killed, &backup.log);
+    println!(
+        "second-tier failover: the backup serves {failover:?} after the second primary died; {} writes",
+        acked.len()
+    );
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(backup_promote, &acked);
+    let (config, _) = control.load().unwrap().unwrap();
+    assert_eq!(
+        (config.epoch, config.primary.as_str()),
+        (3, addr(backup_promote).as_str())
+    );
+}
+
+#[test]
+fn a_three_member_etcd_loses_its_leader_without_harm_and_without_a_majority_fences_the_primary() {
+    let _serial = one_at_a_time();
+    let Some(mut etcd) = EtcdCluster::start(3) else {
+        return;
+    };
+    let dir = shm_dir();
+    let urls = etcd.urls();
+    // The mirror has the members as one comma-separated list, the primary as repeated flags.
+    let mut primary_extra: Vec<&str> = Vec::new();
+    for m in &etcd.members {
+        primary_extra.extend(["--etcd", m.url.as_str()]);
+    }
+    let mut cluster = Cluster::start_with(&urls, dir.path(), "three", &[], &primary_extra);
+    let control = connect(&urls, "three");
+    until_in_sync(&control);
+
+    // The leader dies while clients write: the primary keeps its lease and its role.
+    let writers = Writers::start_named(cluster.primary.port, 2, "a");
+    std::thread::sleep(Duration::from_millis(400));
+    let leader = etcd.leader().expect("the cluster has a leader");
+    etcd.members[leader].kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut acked = writers.finish();
+    let writers = Writers::start_named(cluster.primary.port, 1, "b");
+    std::thread::sleep(Duration::from_millis(300));
+    let later = writers.finish();
+    assert!(
+        !later.is_empty(),
+        "no write acknowledged after the leader's loss:\n{}",
+        cluster.primary.log_text()
+    );
+    acked.extend(later);
+    let (config, _) = control.load().unwrap().unwrap();
+    assert_eq!(
+        (config.epoch, config.mirror_in_sync),
+        (1, true),
+        "{config:?}"
+    );
+
+    // The primary dies: the mirror takes over through the two members left.
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log);
+    println!("failover with one etcd member of three dead: {failover:?}");
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(cluster.promote_port, &acked);
+
+    // One more member dies: no majority, no configuration store. The new primary stops
+    // acknowledging once its lease's last renewal ran out, rather than acking on.
+    let other = etcd
+        .members
+        .iter()
+        .position(|m| m.running())
+        .expect("a member left");
+    let writers = Writers::start_named(cluster.promote_port, 1, "c");
+    std::thread::sleep(Duration::from_millis(200));
+    etcd.members[other].kill();
+    let lost = Instant::now();
+    let _ = writers.until_refused(Duration::from_secs(5));
+    let refused = lost.elapsed();
+    println!("without a majority, the primary stopped acknowledging {refused:?} later");
+    let status = cluster.mirror.child.wait().unwrap();
+    assert!(!status.success(), "the fenced primary exited cleanly");
+    let log = cluster.mirror.log_text();
+    assert!(log.contains("fenced"), "{log}");
+}
+
+#[test]
+fn a_primary_cut_off_from_etcd_stops_acknowledging_before_its_lease_can_expire() {
+    let _serial = one_at_a_time();
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let mut cluster = Cluster::start(&etcd, dir.path(), "fence");
+    let control = cluster.control(&etcd);
+    until_in_sync(&control);
+
+    // etcd stops (SIGSTOP) while clients write: the primary can no longer renew its lease.
+    // It must stop acknowledging before the lease may have expired at the store (at most a
+    // TTL, 1 s, after its last renewal), though etcd has not said anything.
+    let writers = Writers::start(cluster.primary.port, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(etcd.pid(), rustix::process::Signal::STOP);
+    let stopped = Instant::now();
+    let last = {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !writers.threads.iter().all(|t| t.is_finished()) {
+            assert!(Instant::now() < deadline, "still acknowledging 5 s later");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        writers.last_ack().expect("writes were acknowledged")
+    };
+    let acked = writers.finish();
+    let after = last.saturating_duration_since(stopped);
+    println!("etcd stopped: the last write was acknowledged {after:?} later");
+    assert!(
+        after < Duration::from_secs(1),
+        "a write was acknowledged {after:?} after etcd stopped, when the lease may have expired"
+    );
+    let status = cluster.primary.wait_exit();
+    assert!(!status.success(), "the fenced primary exited cleanly");
+    let log = cluster.primary.log_text();
+    assert!(log.contains("fenced"), "{log}");
+
+    // etcd resumes: the lease expires there, the mirror takes over with every write.
+    signal(etcd.pid(), rustix::process::Signal::CONT);
+    let resumed = Instant::now();
+    let failover = until_serving(cluster.promote_port, resumed, &cluster.mirror.log);
+    println!("the mirror serves {failover:?} after etcd resumed");
+    check_all(cluster.promote_port, &acked);
+}
+
+/// A pool on a disk keeps its writes in a write-ahead file (`POOL.wal`) until checkpointed;
+/// under etcd the pool's policy is the replication switch, which does not replay that file.
+/// A pool that did not close cleanly with such a file is refused under etcd (its writes
+/// would be lost), and served once it was closed cleanly without etcd.
+#[test]
+fn a_disk_pool_with_a_write_ahead_file_to_replay_is_refused_under_etcd() {
+    let _serial = one_at_a_time();
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("mnemo-etcd-wal")
+        .tempdir_in(std::env::temp_dir())
+        .unwrap();
+    let pool = dir.path().join("kv.pool");
+    let server = Server::start(&pool, &["--size", "8M"]);
+    let mut client = server.client();
+    assert!(matches!(
+        client.call(&["SET", "k", "v"]).unwrap(),
+        Reply::Simple(_)
+    ));
+    drop(client);
+    server.kill();
+    let mut wal = pool.as_os_str().to_owned();
+    wal.push(".wal");
+    if !Path::new(&wal).exists() {
+        eprintln!(
+            "SKIPPED: {} is not on a page-cache file system (no write-ahead file)",
+            dir.path().display()
+        );
+        return;
+    }
+    let etcd_args = [
+        "--etcd",
+        etcd.url.as_str(),
+        "--cluster",
+        "wal",
+        "--size",
+        "8M",
+    ];
+    let log = dir.path().join("refused.log");
+    let status = serve_command(&pool, free_port(), &log, &etcd_args)
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "served:\n{text}");
+    assert!(text.contains("write-ahead file"), "{text}");
+
+    // Served once without etcd (the file replayed) and stopped cleanly, it is accepted.
+    let server = Server::start(&pool, &["--size", "8M"]);
+    assert!(server.terminate().success());
+    let server = Server::start(&pool, &etcd_args);
+    let mut client = server.client();
+    match client.call(&["GET", "k"]).unwrap() {
+        Reply::Bulk(v) => assert_eq!(&v[..], b"v"),
+        other => panic!("the write is gone: {other:?}"),
+    }
 }

@@ -68,6 +68,9 @@ pub struct Keys {
     pub config: String,
     /// `/mnemo/<cluster>/alive`: the primary's liveness key, attached to its lease.
     pub alive: String,
+    /// `/mnemo/<cluster>/nodes/`: the prefix of the keys mirrors and backups register under
+    /// (one per node, by its replication address, each under the node's own lease).
+    pub nodes: String,
 }
 
 impl Keys {
@@ -86,6 +89,7 @@ impl Keys {
         Ok(Keys {
             config: format!("/mnemo/{name}/config"),
             alive: format!("/mnemo/{name}/alive"),
+            nodes: format!("/mnemo/{name}/nodes/"),
         })
     }
 }

@@ -4,14 +4,21 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
 
 use crate::config::{ClusterConfig, Keys};
 use crate::error::{Error, Result};
+
+/// How soon a keep-alive that failed is tried again (a leader election lasts a few hundred
+/// milliseconds; the lease's TTL is a second or more).
+const RENEW_RETRY: Duration = Duration::from_millis(50);
+
+/// How soon a request that found its member unavailable is made again.
+const RETRY_UNAVAILABLE: Duration = Duration::from_millis(20);
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 type Job = Box<dyn FnOnce(Client) -> Task + Send>;
@@ -24,16 +31,40 @@ pub struct Control {
     timeout: Duration,
 }
 
-/// A lease kept alive in the background; `lost` once a renewal failed or etcd said it expired
-/// (from then on its holder must act as if another node took over).
-#[derive(Debug, Default)]
+/// A lease kept alive in the background. `lost` once etcd said it expired (from then on its
+/// holder must act as if another node took over); between renewals it knows until when the
+/// last renewal holds ([`Lease::valid`]): a holder that could not renew in time fences itself
+/// before the store lets another node take over.
+#[derive(Debug)]
 pub struct Lease {
     lost: AtomicBool,
-    id: std::sync::atomic::AtomicI64,
+    id: AtomicI64,
+    /// Microseconds after `base` until which the last renewal holds (its request's send time
+    /// plus the TTL granted, less [`LEASE_MARGIN_PERCENT`]).
+    valid_until_us: AtomicU64,
+    /// Renewals answered.
+    renewals: AtomicU64,
+    base: Instant,
+}
+
+/// Part of the TTL a lease holder does not count on: its timer may run slower than the
+/// store's, and the store may revoke an expired lease a little early or late.
+pub const LEASE_MARGIN_PERCENT: u32 = 10;
+
+impl Default for Lease {
+    fn default() -> Lease {
+        Lease {
+            lost: AtomicBool::new(false),
+            id: AtomicI64::new(0),
+            valid_until_us: AtomicU64::new(0),
+            renewals: AtomicU64::new(0),
+            base: Instant::now(),
+        }
+    }
 }
 
 impl Lease {
-    /// Whether the lease is lost.
+    /// Whether etcd said the lease is gone (or it could not be kept at all).
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::SeqCst)
     }
@@ -41,6 +72,31 @@ impl Lease {
     /// The lease's id in etcd.
     pub fn id(&self) -> i64 {
         self.id.load(Ordering::SeqCst)
+    }
+
+    /// Whether the last renewal still holds now: false once the holder could not renew it
+    /// within its TTL (etcd away, a partition, a leader election), when the store may
+    /// already have let it expire.
+    pub fn valid(&self) -> bool {
+        !self.is_lost() && self.micros_now() < self.valid_until_us.load(Ordering::SeqCst)
+    }
+
+    /// Renewals answered so far (a holder waiting for one watches it move).
+    pub fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::SeqCst)
+    }
+
+    fn micros_now(&self) -> u64 {
+        self.base.elapsed().as_micros() as u64
+    }
+
+    /// A renewal sent at `sent` was answered with `ttl` seconds.
+    fn renewed(&self, sent: Instant, ttl_s: i64) {
+        let ttl_us = (ttl_s.max(0) as u64) * 1_000_000;
+        let until = sent.saturating_duration_since(self.base).as_micros() as u64
+            + ttl_us * u64::from(100 - LEASE_MARGIN_PERCENT) / 100;
+        self.valid_until_us.fetch_max(until, Ordering::SeqCst);
+        self.renewals.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -109,17 +165,30 @@ impl Control {
         &self.keys
     }
 
-    /// Run `f` on the client thread and wait for its answer (at most the timeout).
+    /// Run `f` on the client thread and wait for its answer (at most the timeout). A request
+    /// that finds its member down or without a leader is made again (the client spreads
+    /// requests over every endpoint), until the timeout.
     fn call<T, F, Fut>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(Client) -> Fut + Send + 'static,
+        F: Fn(Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let timeout = self.timeout;
         self.spawn(move |client| async move {
-            let result = match tokio::time::timeout(timeout, f(client)).await {
+            let attempts = async {
+                loop {
+                    match f(client.clone()).await {
+                        Err(Error::Unavailable(why)) => {
+                            tracing::debug!(error = %why, "etcd member unavailable; trying again");
+                            tokio::time::sleep(RETRY_UNAVAILABLE).await;
+                        }
+                        done => return done,
+                    }
+                }
+            };
+            let result = match tokio::time::timeout(timeout, attempts).await {
                 Ok(r) => r,
                 Err(_) => Err(Error::Etcd(format!("no answer within {timeout:?}"))),
             };
@@ -142,14 +211,17 @@ impl Control {
     /// The configuration and its `mod_revision` (what a compare-and-swap compares), if any.
     pub fn load(&self) -> Result<Option<(ClusterConfig, i64)>> {
         let key = self.keys.config.clone();
-        self.call(move |mut c| async move {
-            let response = c.get(key.clone(), None).await?;
-            match response.kvs().first() {
-                None => Ok(None),
-                Some(kv) => {
-                    let config = ClusterConfig::decode(kv.value())
-                        .map_err(|e| Error::Config(format!("{key}: {e}")))?;
-                    Ok(Some((config, kv.mod_revision())))
+        self.call(move |mut c| {
+            let key = key.clone();
+            async move {
+                let response = c.get(key.clone(), None).await?;
+                match response.kvs().first() {
+                    None => Ok(None),
+                    Some(kv) => {
+                        let config = ClusterConfig::decode(kv.value())
+                            .map_err(|e| Error::Config(format!("{key}: {e}")))?;
+                        Ok(Some((config, kv.mod_revision())))
+                    }
                 }
             }
         })
@@ -159,11 +231,11 @@ impl Control {
     pub fn create(&self, config: &ClusterConfig) -> Result<bool> {
         let key = self.keys.config.clone();
         let value = config.encode();
-        self.call(move |mut c| async move {
+        self.call(move |mut c| {
             let txn = Txn::new()
                 .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key, value, None)]);
-            Ok(c.txn(txn).await?.succeeded())
+                .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+            async move { Ok(c.txn(txn).await?.succeeded()) }
         })
     }
 
@@ -172,27 +244,40 @@ impl Control {
     pub fn swap(&self, revision: i64, config: &ClusterConfig) -> Result<bool> {
         let key = self.keys.config.clone();
         let value = config.encode();
-        self.call(move |mut c| async move {
+        self.call(move |mut c| {
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     key.clone(),
                     CompareOp::Equal,
                     revision,
                 )])
-                .and_then([TxnOp::put(key, value, None)]);
-            Ok(c.txn(txn).await?.succeeded())
+                .and_then([TxnOp::put(key.clone(), value.clone(), None)]);
+            async move { Ok(c.txn(txn).await?.succeeded()) }
+        })
+    }
+
+    /// The member that answers (the first endpoint of a Control connected to one) and its
+    /// cluster's leader, by member id (tests: which member to kill).
+    pub fn member_status(&self) -> Result<(u64, u64)> {
+        self.call(move |mut c| async move {
+            let status = c.status().await?;
+            let member = status.header().map_or(0, |h| h.member_id());
+            Ok((member, status.leader()))
         })
     }
 
     /// The primary's liveness key's value, if its lease holds it.
     pub fn alive(&self) -> Result<Option<String>> {
         let key = self.keys.alive.clone();
-        self.call(move |mut c| async move {
-            let response = c.get(key, None).await?;
-            Ok(response
-                .kvs()
-                .first()
-                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+        self.call(move |mut c| {
+            let key = key.clone();
+            async move {
+                let response = c.get(key, None).await?;
+                Ok(response
+                    .kvs()
+                    .first()
+                    .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+            }
         })
     }
 
@@ -200,40 +285,115 @@ impl Control {
     /// third of it in the background until the Control is dropped. etcd may grant a longer
     /// TTL than asked (its minimum is 1.5 election timeouts, rounded up to a second).
     pub fn hold_alive(&self, value: String, ttl_s: i64) -> Result<Arc<Lease>> {
-        let key = self.keys.alive.clone();
+        self.hold(self.keys.alive.clone(), value, ttl_s)
+    }
+
+    /// Register this node (a mirror or a backup, by its replication address `addr`) as one
+    /// a primary may take as its mirror: `/mnemo/<cluster>/nodes/<addr>` = `role`, under a
+    /// lease of its own (the key goes when the node does).
+    pub fn register_node(&self, addr: &str, role: &str, ttl_s: i64) -> Result<Arc<Lease>> {
+        self.hold(
+            format!("{}{addr}", self.keys.nodes),
+            role.to_string(),
+            ttl_s,
+        )
+    }
+
+    /// Withdraw this node's registration (a mirror about to become primary: it is no longer
+    /// one a primary may take as mirror). Its lease is revoked with it.
+    pub fn unregister_node(&self, addr: &str, lease: &Lease) -> Result<()> {
+        let key = format!("{}{addr}", self.keys.nodes);
+        let id = lease.id();
+        self.call(move |mut c| {
+            let key = key.clone();
+            async move {
+                c.delete(key, None).await?;
+                c.lease_revoke(id).await?;
+                Ok(())
+            }
+        })
+    }
+
+    /// The registered nodes: (replication address, role), sorted by address.
+    pub fn nodes(&self) -> Result<Vec<(String, String)>> {
+        let prefix = self.keys.nodes.clone();
+        self.call(move |mut c| {
+            let prefix = prefix.clone();
+            async move {
+                let response = c
+                    .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
+                    .await?;
+                let mut nodes: Vec<(String, String)> = response
+                    .kvs()
+                    .iter()
+                    .filter_map(|kv| {
+                        let key = std::str::from_utf8(kv.key()).ok()?;
+                        let addr = key.strip_prefix(prefix.as_str())?.to_string();
+                        Some((addr, String::from_utf8_lossy(kv.value()).into_owned()))
+                    })
+                    .collect();
+                nodes.sort();
+                Ok(nodes)
+            }
+        })
+    }
+
+    /// Hold `key` with `value` under a lease of `ttl_s` seconds (see [`Control::hold_alive`]).
+    ///
+    /// The keep-alive survives what a cluster of several members does: a stream that breaks
+    /// (its member killed, a leader election) is opened again at once, on any member that
+    /// answers, and the lease is lost only when etcd says it expired. Until then [`Lease::valid`]
+    /// says whether the last renewal still holds.
+    fn hold(&self, key: String, value: String, ttl_s: i64) -> Result<Arc<Lease>> {
         let lease = Arc::new(Lease::default());
-        let (id, granted) = self.call(move |mut c| async move {
-            let grant = c.lease_grant(ttl_s.max(1), None).await?;
-            let id = grant.id();
-            c.put(key, value, Some(PutOptions::new().with_lease(id)))
-                .await?;
-            Ok((id, grant.ttl()))
+        let sent = Instant::now();
+        // Granted once: a grant retried after an unanswered one could leave a lease behind,
+        // which expires by itself.
+        let (id, granted) = self.call(move |mut c| {
+            let (key, value) = (key.clone(), value.clone());
+            async move {
+                let grant = c.lease_grant(ttl_s.max(1), None).await?;
+                let id = grant.id();
+                c.put(key, value, Some(PutOptions::new().with_lease(id)))
+                    .await?;
+                Ok((id, grant.ttl()))
+            }
         })?;
         lease.id.store(id, Ordering::SeqCst);
-        let every = Duration::from_millis((granted.max(1) as u64) * 1000 / 3);
+        lease.renewed(sent, granted);
+        let ttl = Duration::from_secs(granted.max(1) as u64);
+        let every = ttl / 3;
         let held = Arc::clone(&lease);
         self.spawn(move |mut c| async move {
             let lost = |why: String| {
-                tracing::error!(lease = id, "{why}: this primary may have been replaced");
+                tracing::error!(lease = id, "{why}: this node may have been replaced");
                 held.lost.store(true, Ordering::SeqCst);
             };
-            let (mut keeper, mut answers) = match c.lease_keep_alive(id).await {
-                Ok(pair) => pair,
-                Err(e) => return lost(format!("lease keep-alive failed: {e}")),
-            };
             loop {
-                if let Err(e) = keeper.keep_alive().await {
-                    return lost(format!("lease keep-alive failed: {e}"));
+                let broke = match c.lease_keep_alive(id).await {
+                    Err(e) => e.to_string(),
+                    Ok((mut keeper, mut answers)) => loop {
+                        let sent = Instant::now();
+                        if let Err(e) = keeper.keep_alive().await {
+                            break e.to_string();
+                        }
+                        match tokio::time::timeout(ttl, answers.message()).await {
+                            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                                held.renewed(sent, answer.ttl());
+                            }
+                            Ok(Ok(Some(_))) => return lost("the lease expired".into()),
+                            Ok(Ok(None)) => break "etcd closed the keep-alive stream".into(),
+                            Ok(Err(e)) => break e.to_string(),
+                            Err(_) => break "no keep-alive answer within the TTL".into(),
+                        }
+                        tokio::time::sleep(every).await;
+                    },
+                };
+                if broke.contains("not found") || broke.contains("expired") {
+                    return lost(format!("lease keep-alive failed: {broke}"));
                 }
-                // No answer within the TTL: the lease may have expired meanwhile.
-                match tokio::time::timeout(every * 3, answers.message()).await {
-                    Ok(Ok(Some(answer))) if answer.ttl() > 0 => {}
-                    Ok(Ok(Some(_))) => return lost("the lease expired".into()),
-                    Ok(Ok(None)) => return lost("etcd closed the keep-alive stream".into()),
-                    Ok(Err(e)) => return lost(format!("lease keep-alive failed: {e}")),
-                    Err(_) => return lost("no keep-alive answer within the lease's TTL".into()),
-                }
-                tokio::time::sleep(every).await;
+                tracing::warn!(lease = id, error = %broke, valid = held.valid(), "lease keep-alive failed; trying again");
+                tokio::time::sleep(RENEW_RETRY).await;
             }
         })?;
         Ok(lease)

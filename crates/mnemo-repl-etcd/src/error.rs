@@ -7,6 +7,9 @@ pub enum Error {
     /// etcd did not answer, or answered with an error.
     #[error("etcd: {0}")]
     Etcd(String),
+    /// The member asked is down or has no leader: another member may answer.
+    #[error("etcd unavailable: {0}")]
+    Unavailable(String),
     /// A configuration value (or a cluster name) that is not valid.
     #[error("cluster configuration: {0}")]
     Config(String),
@@ -23,6 +26,18 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl From<etcd_client::Error> for Error {
     fn from(e: etcd_client::Error) -> Error {
-        Error::Etcd(e.to_string())
+        let unavailable = match &e {
+            etcd_client::Error::TransportError(_) => true,
+            etcd_client::Error::GRpcStatus(status) => matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+            ),
+            _ => false,
+        };
+        if unavailable {
+            Error::Unavailable(e.to_string())
+        } else {
+            Error::Etcd(e.to_string())
+        }
     }
 }

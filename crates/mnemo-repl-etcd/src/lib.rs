@@ -11,6 +11,9 @@
 //!   acknowledges anything without it), and learns when it was deposed;
 //! * [`takeover`]: the mirror's watch: when the primary's lease expires and the mirror was in
 //!   sync, it swaps itself in as primary at the next epoch;
+//! * [`switch`]: the primary's sync policy under etcd, whose mirror can change while it
+//!   serves (a node joins, a backup moves up): each a [`mnemo_repl::MirrorPolicy`] at its
+//!   epoch;
 //! * [`testing`]: a throwaway etcd on free loopback ports, for tests and benchmarks.
 //!
 //! The design: `docs/design/replication.md`, "Failover with etcd".
@@ -19,6 +22,7 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod primary;
+pub mod switch;
 pub mod takeover;
 pub mod testing;
 
@@ -26,4 +30,5 @@ pub use config::{ClusterConfig, Keys};
 pub use control::{Control, Lease};
 pub use error::{Error, Result};
 pub use primary::{PrimaryMembership, PrimaryRole};
-pub use takeover::{await_takeover, try_take_over, Verdict};
+pub use switch::SwitchPolicy;
+pub use takeover::{await_takeover, await_takeover_with, publish_backups, try_take_over, Verdict};

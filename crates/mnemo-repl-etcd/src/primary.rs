@@ -2,8 +2,9 @@
 //! liveness lease, and record whether the mirror is in sync, as the replicating policy's
 //! [`Membership`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use mnemo_repl::Membership;
 
@@ -28,13 +29,22 @@ pub struct PrimaryRole {
     pub ttl_s: i64,
 }
 
+/// How often a primary whose lease's last renewal ran out checks for the next one.
+const FENCE_POLL: Duration = Duration::from_millis(5);
+
 /// A primary's membership of its cluster.
 #[derive(Debug)]
 pub struct PrimaryMembership {
     control: Arc<Control>,
     me: String,
-    epoch: u64,
+    /// The epoch this primary serves now: it rises when the primary takes a new mirror.
+    epoch: AtomicU64,
+    /// Held across every change of the configuration, so that a change of the epoch made
+    /// here is never mistaken for another node's.
+    changing: Mutex<()>,
     lease: Arc<Lease>,
+    /// How long a sync point waits for a renewal once the last one ran out (the TTL).
+    renewal_wait: Duration,
     deposed: AtomicBool,
     reason: Mutex<String>,
 }
@@ -51,8 +61,10 @@ impl PrimaryMembership {
         Ok(Arc::new(PrimaryMembership {
             control,
             me: role.me.clone(),
-            epoch,
+            epoch: AtomicU64::new(epoch),
+            changing: Mutex::new(()),
             lease,
+            renewal_wait: Duration::from_secs(role.ttl_s.max(1) as u64),
             deposed: AtomicBool::new(false),
             reason: Mutex::new(String::new()),
         }))
@@ -60,7 +72,135 @@ impl PrimaryMembership {
 
     /// The epoch this primary serves (its records carry it).
     pub fn epoch(&self) -> u64 {
-        self.epoch
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// The control plane's connection.
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
+
+    /// This primary's name in the configuration.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// A [`Membership`] for a policy replicating at `epoch`: what it records counts only
+    /// while `epoch` is this primary's (a policy replaced by one for a newer mirror can no
+    /// longer mark anything in sync).
+    pub fn at_epoch(self: &Arc<Self>, epoch: u64) -> Arc<dyn Membership> {
+        Arc::new(EpochMembership {
+            primary: Arc::clone(self),
+            epoch,
+        })
+    }
+
+    /// Take `mirror` as this primary's mirror, if the configuration has none, or names
+    /// `replacing` out of sync (a mirror gone for good cannot be promoted, and keeps no other
+    /// from joining): a new configuration (epoch + 1, the mirror out of sync until its full
+    /// copy, `mode`), by compare-and-swap. Returns the new epoch, or None if the
+    /// configuration names another mirror. A policy replicating to `mirror` must carry the
+    /// new epoch.
+    pub fn adopt_mirror(
+        &self,
+        mirror: &str,
+        mode: &str,
+        replacing: Option<&str>,
+    ) -> std::result::Result<Option<u64>, String> {
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(reason) = self.deposed() {
+            return Err(reason);
+        }
+        for _ in 0..SWAP_ATTEMPTS {
+            let (config, revision) = self.current()?;
+            let replaceable = match config.mirror.as_deref() {
+                None => true,
+                Some(named) => Some(named) == replacing && !config.mirror_in_sync,
+            };
+            if !replaceable {
+                return Ok(None);
+            }
+            let next = ClusterConfig {
+                epoch: config.epoch + 1,
+                mirror: Some(mirror.to_string()),
+                mirror_in_sync: false,
+                backups: config
+                    .backups
+                    .iter()
+                    .filter(|b| *b != mirror)
+                    .cloned()
+                    .collect(),
+                mode: mode.to_string(),
+                ..config
+            };
+            match self.control.swap(revision, &next) {
+                Ok(true) => {
+                    self.epoch.store(next.epoch, Ordering::SeqCst);
+                    tracing::info!(
+                        epoch = next.epoch,
+                        mirror,
+                        mode,
+                        "recorded in etcd: a new mirror (out of sync until its full copy)"
+                    );
+                    return Ok(Some(next.epoch));
+                }
+                Ok(false) => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("the configuration kept changing under this primary".into())
+    }
+
+    /// The configuration, provided it still names this primary at its epoch (else this
+    /// primary is deposed).
+    fn current(&self) -> std::result::Result<(ClusterConfig, i64), String> {
+        let (config, revision) = match self.control.load() {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                return Err(self.depose(format!(
+                    "the cluster's configuration ({}) is gone",
+                    self.control.keys().config
+                )))
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let epoch = self.epoch();
+        if config.primary != self.me || config.epoch != epoch {
+            return Err(self.depose(format!(
+                "deposed: epoch {} has {} as primary; this node ({}) served epoch {epoch}",
+                config.epoch, config.primary, self.me
+            )));
+        }
+        Ok((config, revision))
+    }
+
+    /// Whether this primary may acknowledge now: not deposed, and its lease's last renewal
+    /// still holds. A renewal that is late (etcd away, a leader election) is waited for, at
+    /// most a TTL; without one this primary fences itself for good: the store may let its
+    /// lease expire and a mirror take over at any moment from then on.
+    fn fence(&self) -> std::result::Result<(), String> {
+        if let Some(reason) = self.deposed() {
+            return Err(reason);
+        }
+        if self.lease.valid() {
+            return Ok(());
+        }
+        let waiting = Instant::now();
+        let renewals = self.lease.renewals();
+        while waiting.elapsed() < self.renewal_wait {
+            std::thread::sleep(FENCE_POLL);
+            if self.lease.renewals() != renewals && self.lease.valid() {
+                return Ok(());
+            }
+            if let Some(reason) = self.deposed() {
+                return Err(reason);
+            }
+        }
+        Err(self.depose(format!(
+            "fenced: the liveness lease of {} (epoch {}) was not renewed within its TTL; etcd may have let it expire",
+            self.me,
+            self.epoch()
+        )))
     }
 
     /// Why this primary may no longer acknowledge anything, if so: its lease was lost, or
@@ -77,7 +217,8 @@ impl PrimaryMembership {
         if self.lease.is_lost() {
             return Some(format!(
                 "the liveness lease of {} (epoch {}) was lost: a mirror may have been promoted",
-                self.me, self.epoch
+                self.me,
+                self.epoch()
             ));
         }
         None
@@ -91,31 +232,22 @@ impl PrimaryMembership {
     }
 
     /// Change the configuration with `change` (false: nothing to change) by compare-and-swap,
-    /// provided it still names this primary at its epoch.
+    /// provided it still names this primary at `epoch` (a policy of an older epoch changes
+    /// nothing: Ok).
     fn update(
         &self,
+        epoch: u64,
         change: impl Fn(&mut ClusterConfig) -> bool,
     ) -> std::result::Result<(), String> {
+        let _changing = self.changing.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(reason) = self.deposed() {
             return Err(reason);
         }
+        if epoch != self.epoch() {
+            return Ok(());
+        }
         for _ in 0..SWAP_ATTEMPTS {
-            let (config, revision) = match self.control.load() {
-                Ok(Some(found)) => found,
-                Ok(None) => {
-                    return Err(self.depose(format!(
-                        "the cluster's configuration ({}) is gone",
-                        self.control.keys().config
-                    )))
-                }
-                Err(e) => return Err(e.to_string()),
-            };
-            if config.primary != self.me || config.epoch != self.epoch {
-                return Err(self.depose(format!(
-                    "deposed: epoch {} has {} as primary; this node ({}) served epoch {}",
-                    config.epoch, config.primary, self.me, self.epoch
-                )));
-            }
+            let (config, revision) = self.current()?;
             let mut next = config.clone();
             if !change(&mut next) {
                 return Ok(());
@@ -128,45 +260,68 @@ impl PrimaryMembership {
         }
         Err("the configuration kept changing under this primary".into())
     }
-}
 
-impl Membership for PrimaryMembership {
-    fn mirror_in_sync(&self) {
+    fn record_in_sync(&self, epoch: u64) {
         let set = |c: &mut ClusterConfig| {
             let changed = !c.mirror_in_sync;
             c.mirror_in_sync = true;
             changed
         };
-        match self.update(set) {
-            Ok(()) => tracing::info!(
-                epoch = self.epoch,
-                "recorded in etcd: the mirror is in sync"
-            ),
+        match self.update(epoch, set) {
+            Ok(()) => tracing::info!(epoch, "recorded in etcd: the mirror is in sync"),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot record in etcd that the mirror is in sync (it will not be promoted)")
             }
         }
     }
 
-    fn mirror_lost(&self) -> std::result::Result<(), String> {
+    fn record_lost(&self, epoch: u64) -> std::result::Result<(), String> {
         let clear = |c: &mut ClusterConfig| {
             let changed = c.mirror_in_sync;
             c.mirror_in_sync = false;
             changed
         };
-        self.update(clear)?;
+        self.update(epoch, clear)?;
         tracing::warn!(
-            epoch = self.epoch,
+            epoch,
             "recorded in etcd: the mirror is not in sync; going on without it"
         );
         Ok(())
     }
+}
+
+/// [`PrimaryMembership`] as seen by the policy of one epoch ([`PrimaryMembership::at_epoch`]).
+#[derive(Debug)]
+struct EpochMembership {
+    primary: Arc<PrimaryMembership>,
+    epoch: u64,
+}
+
+impl Membership for EpochMembership {
+    fn mirror_in_sync(&self) {
+        self.primary.record_in_sync(self.epoch);
+    }
+
+    fn mirror_lost(&self) -> std::result::Result<(), String> {
+        self.primary.record_lost(self.epoch)
+    }
 
     fn may_acknowledge(&self) -> std::result::Result<(), String> {
-        match self.deposed() {
-            Some(reason) => Err(reason),
-            None => Ok(()),
-        }
+        self.primary.fence()
+    }
+}
+
+impl Membership for PrimaryMembership {
+    fn mirror_in_sync(&self) {
+        self.record_in_sync(self.epoch());
+    }
+
+    fn mirror_lost(&self) -> std::result::Result<(), String> {
+        self.record_lost(self.epoch())
+    }
+
+    fn may_acknowledge(&self) -> std::result::Result<(), String> {
+        self.fence()
     }
 }
 

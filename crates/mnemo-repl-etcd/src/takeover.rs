@@ -25,7 +25,12 @@ pub enum Verdict {
 
 /// One check: if the primary's liveness key is gone and the configuration names `mirror` as
 /// a mirror in sync, swap in a configuration with `new_primary` as the primary at the next
-/// epoch (no mirror). `eligible` says whether this node holds a complete image.
+/// epoch. `eligible` says whether this node holds a complete image.
+///
+/// The second tier moves up in the same swap: the first of the configuration's backups that
+/// is registered (alive, [`Control::register_node`]) becomes the new primary's mirror, out of
+/// sync until the new primary's full copy, in the mode the cluster had; without one the new
+/// primary runs alone (mode `local`) until a node joins.
 pub fn try_take_over(
     control: &Control,
     mirror: &str,
@@ -55,14 +60,29 @@ pub fn try_take_over(
             "the primary is gone, but this mirror holds no complete image".into(),
         ));
     }
+    let registered = control.nodes()?;
+    let next_mirror = config
+        .backups
+        .iter()
+        .find(|b| b.as_str() != mirror && registered.iter().any(|(addr, _)| addr == *b))
+        .cloned();
     let next = ClusterConfig {
         epoch: config.epoch + 1,
         primary: new_primary.to_string(),
-        mirror: None,
+        backups: config
+            .backups
+            .iter()
+            .filter(|b| Some(*b) != next_mirror.as_ref() && b.as_str() != mirror)
+            .cloned()
+            .collect(),
+        // No mirror: the new primary runs alone until a node joins (a new epoch then).
+        mode: if next_mirror.is_some() {
+            config.mode.clone()
+        } else {
+            "local".into()
+        },
+        mirror: next_mirror,
         mirror_in_sync: false,
-        backups: config.backups.clone(),
-        // No mirror yet: the new primary runs alone until one joins (a new epoch then).
-        mode: "local".into(),
     };
     if control.swap(revision, &next)? {
         Ok(Verdict::Promoted(next))
@@ -73,6 +93,23 @@ pub fn try_take_over(
     }
 }
 
+/// Record `backups` (the backups this mirror feeds) in the configuration, if it names
+/// `mirror` as its mirror and lists others; a compare-and-swap that keeps the epoch (no
+/// node's right to write changes). Ok(true) if it changed anything.
+pub fn publish_backups(control: &Control, mirror: &str, backups: &[String]) -> Result<bool> {
+    let Some((config, revision)) = control.load()? else {
+        return Ok(false);
+    };
+    if config.mirror.as_deref() != Some(mirror) || config.backups == backups {
+        return Ok(false);
+    }
+    let next = ClusterConfig {
+        backups: backups.to_vec(),
+        ..config
+    };
+    control.swap(revision, &next)
+}
+
 /// Check at every change of the liveness key and every [`CHECK_EVERY`] until this mirror is
 /// promoted; returns the new configuration. etcd errors are logged and retried.
 pub fn await_takeover(
@@ -81,10 +118,31 @@ pub fn await_takeover(
     new_primary: &str,
     eligible: &dyn Fn() -> bool,
 ) -> Result<ClusterConfig> {
+    await_takeover_with(control, mirror, new_primary, &[], eligible)
+}
+
+/// [`await_takeover`] for a mirror that feeds `backups`: while it waits it keeps them in the
+/// configuration ([`publish_backups`]), so that one of them moves up when it takes over.
+pub fn await_takeover_with(
+    control: &Control,
+    mirror: &str,
+    new_primary: &str,
+    backups: &[String],
+    eligible: &dyn Fn() -> bool,
+) -> Result<ClusterConfig> {
     let (wake, woken) = std::sync::mpsc::channel();
     control.watch_alive(wake)?;
     let mut said = String::new();
     loop {
+        if !backups.is_empty() {
+            match publish_backups(control, mirror, backups) {
+                Ok(true) => {
+                    tracing::info!(mirror, ?backups, "recorded this mirror's backups in etcd")
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot record this mirror's backups in etcd"),
+            }
+        }
         let note = match try_take_over(control, mirror, new_primary, eligible) {
             Ok(Verdict::Promoted(config)) => return Ok(config),
             Ok(Verdict::Wait(why)) => why,

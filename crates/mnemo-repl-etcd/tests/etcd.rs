@@ -5,7 +5,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use mnemo_repl::Membership;
-use mnemo_repl_etcd::testing::EtcdServer;
+use mnemo_repl_etcd::testing::{EtcdCluster, EtcdServer};
 use mnemo_repl_etcd::{
     await_takeover, try_take_over, ClusterConfig, Control, PrimaryMembership, PrimaryRole, Verdict,
 };
@@ -238,5 +238,191 @@ fn a_primary_whose_configuration_changed_is_deposed() {
     let err = primary.mirror_lost().unwrap_err();
     assert!(err.contains("deposed"), "{err}");
     assert!(primary.may_acknowledge().is_err());
+    assert!(primary.deposed().is_some());
+}
+
+fn alone(me: &str) -> PrimaryRole {
+    PrimaryRole {
+        me: me.into(),
+        mirror: None,
+        mode: "local".into(),
+        ttl_s: 1,
+    }
+}
+
+#[test]
+fn a_primary_takes_a_registered_node_at_a_new_epoch_and_an_older_policy_records_nothing() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let p = "127.0.0.1:7301";
+    let admin = control(&etcd, "join");
+    let primary = PrimaryMembership::start(control(&etcd, "join"), &alone(p)).unwrap();
+    assert_eq!(primary.epoch(), 1);
+    let first = primary.at_epoch(1);
+
+    // A node registers under its own lease; the primary takes it at epoch 2.
+    let node = control(&etcd, "join");
+    let lease = node.register_node("127.0.0.1:7302", "mirror", 1).unwrap();
+    assert_eq!(
+        admin.nodes().unwrap(),
+        vec![("127.0.0.1:7302".to_string(), "mirror".to_string())]
+    );
+    assert_eq!(
+        primary.adopt_mirror("127.0.0.1:7302", "sync", None),
+        Ok(Some(2))
+    );
+    assert_eq!(primary.epoch(), 2);
+    let (config, _) = admin.load().unwrap().unwrap();
+    assert_eq!(
+        (
+            config.epoch,
+            config.mirror.as_deref(),
+            config.mirror_in_sync,
+            config.mode.as_str()
+        ),
+        (2, Some("127.0.0.1:7302"), false, "sync")
+    );
+    // The policy of epoch 1 (replaced) cannot mark the new mirror in sync; epoch 2's can.
+    first.mirror_in_sync();
+    assert!(!admin.load().unwrap().unwrap().0.mirror_in_sync);
+    assert_eq!(first.mirror_lost(), Ok(()));
+    assert_eq!(primary.deposed(), None, "its own epoch change deposed it");
+    primary.at_epoch(2).mirror_in_sync();
+    assert!(admin.load().unwrap().unwrap().0.mirror_in_sync);
+    // Named, another node cannot take its place, in sync or not while registered.
+    let other = control(&etcd, "join");
+    let _other = other.register_node("127.0.0.1:7303", "mirror", 1).unwrap();
+    assert_eq!(
+        primary.adopt_mirror("127.0.0.1:7303", "sync", Some("127.0.0.1:7302")),
+        Ok(None)
+    );
+    // Out of sync and gone (its registration withdrawn), it gives way.
+    primary.at_epoch(2).mirror_lost().unwrap();
+    node.unregister_node("127.0.0.1:7302", &lease).unwrap();
+    assert_eq!(
+        admin.nodes().unwrap(),
+        vec![("127.0.0.1:7303".to_string(), "mirror".to_string())]
+    );
+    assert_eq!(
+        primary.adopt_mirror("127.0.0.1:7303", "sync", Some("127.0.0.1:7302")),
+        Ok(Some(3))
+    );
+    assert_eq!(
+        admin.load().unwrap().unwrap().0.mirror.as_deref(),
+        Some("127.0.0.1:7303")
+    );
+}
+
+#[test]
+fn the_takeover_moves_a_registered_backup_up_to_mirror_in_the_same_swap() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let (m, dead, live) = ("127.0.0.1:7402", "127.0.0.1:7403", "127.0.0.1:7404");
+    let admin = control(&etcd, "tiers");
+    let config = ClusterConfig {
+        epoch: 4,
+        primary: "127.0.0.1:7401".into(),
+        mirror: Some(m.into()),
+        mirror_in_sync: true,
+        backups: vec![],
+        mode: "syncflush".into(),
+    };
+    assert!(admin.create(&config).unwrap());
+    // The mirror records its backups (the epoch stays).
+    let backups = vec![dead.to_string(), live.to_string()];
+    assert!(mnemo_repl_etcd::publish_backups(&admin, m, &backups).unwrap());
+    assert!(!mnemo_repl_etcd::publish_backups(&admin, m, &backups).unwrap());
+    assert!(!mnemo_repl_etcd::publish_backups(&admin, dead, &[]).unwrap());
+    assert_eq!(admin.load().unwrap().unwrap().0.epoch, 4);
+    // Only the second backup runs (is registered): it moves up.
+    let backup = control(&etcd, "tiers");
+    let _lease = backup.register_node(live, "backup", 1).unwrap();
+    match try_take_over(&admin, m, "127.0.0.1:7405", &|| true).unwrap() {
+        Verdict::Promoted(next) => {
+            assert_eq!(
+                (
+                    next.epoch,
+                    next.primary.as_str(),
+                    next.mirror.as_deref(),
+                    next.mirror_in_sync,
+                    next.mode.as_str()
+                ),
+                (5, "127.0.0.1:7405", Some(live), false, "syncflush")
+            );
+            assert_eq!(next.backups, vec![dead.to_string()]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_control_of_three_members_goes_on_when_one_dies() {
+    let Some(mut etcd) = EtcdCluster::start(3) else {
+        return;
+    };
+    let urls: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
+    let c = Control::connect(&urls, "three", TIMEOUT).unwrap();
+    let config = ClusterConfig {
+        epoch: 1,
+        primary: "127.0.0.1:7501".into(),
+        mirror: None,
+        mirror_in_sync: false,
+        backups: vec![],
+        mode: "local".into(),
+    };
+    assert!(c.create(&config).unwrap());
+    let leader = etcd.leader().expect("a leader");
+    etcd.members[leader].kill();
+    // Every request is answered, by the members left (a new leader elected meanwhile).
+    for round in 0..20u64 {
+        let started = Instant::now();
+        let (now, revision) = c.load().unwrap().unwrap();
+        assert_eq!(now.epoch, round + 1);
+        let next = ClusterConfig {
+            epoch: now.epoch + 1,
+            ..now
+        };
+        assert!(c.swap(revision, &next).unwrap(), "round {round}");
+        assert!(
+            started.elapsed() < TIMEOUT,
+            "round {round}: {:?}",
+            started.elapsed()
+        );
+    }
+    // A node that starts now, given every member (one of them dead), connects and reads.
+    let late = Control::connect(&urls, "three", TIMEOUT).unwrap();
+    assert_eq!(late.load().unwrap().unwrap().0.epoch, 21);
+}
+
+#[test]
+fn a_primary_whose_lease_is_not_renewed_fences_itself() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let primary =
+        PrimaryMembership::start(control(&etcd, "fence"), &alone("127.0.0.1:7601")).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        primary.may_acknowledge(),
+        Ok(()),
+        "renewed, it may acknowledge"
+    );
+    let pid = rustix::process::Pid::from_raw(etcd.pid() as i32).unwrap();
+    let stop = |sig: rustix::process::Signal| rustix::process::kill_process(pid, sig).unwrap();
+    stop(rustix::process::Signal::STOP);
+    let stopped = Instant::now();
+    // From the last renewal's send on, 0.9 TTL; then a TTL's wait for a renewal: refused.
+    let refused = loop {
+        if let Err(why) = primary.may_acknowledge() {
+            break why;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(4), "never fenced");
+    };
+    let after = stopped.elapsed();
+    stop(rustix::process::Signal::CONT);
+    println!("fenced {after:?} after etcd stopped: {refused}");
+    assert!(refused.contains("fenced"), "{refused}");
     assert!(primary.deposed().is_some());
 }

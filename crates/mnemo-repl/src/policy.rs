@@ -334,6 +334,33 @@ impl MirrorPolicy {
             .map(|_| ())
     }
 
+    /// Whether a sync point would do something for the link now: it is down and an attempt
+    /// to get it back is due, or a handshake made in the background waits to be finished
+    /// with a full copy (which needs the pool). The owner of an idle pool makes an empty sync
+    /// point then, so that a mirror that came back gets its copy without waiting for the
+    /// next write. False in `local` mode and when sync points block for the mirror anyway.
+    pub fn wants_sync_point(&self) -> bool {
+        if self.config.mode == Mode::Local || self.config.without_mirror == WithoutMirror::Block {
+            return false;
+        }
+        let Ok(inner) = self.inner.try_lock() else {
+            return false;
+        };
+        if inner.link.is_some() {
+            return false;
+        }
+        let finished = self
+            .connector
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        finished
+            || inner.next_attempt.is_none_or(|due| {
+                Instant::now() >= due && !self.connector.busy.load(Ordering::Acquire)
+            })
+    }
+
     /// One heartbeat, if the link is idle (no sync point under way, nothing heard lately).
     fn heartbeat(&self) {
         let mut inner = match self.inner.try_lock() {

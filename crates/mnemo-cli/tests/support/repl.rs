@@ -56,7 +56,19 @@ impl MirrorProc {
         log: PathBuf,
         extra: &[&str],
     ) -> MirrorProc {
-        let port = free_port();
+        MirrorProc::start_on(netns, free_port(), role, dir, secret, log, extra)
+    }
+
+    /// [`MirrorProc::start_in`] on a given port (a mirror coming back where it was).
+    pub fn start_on(
+        netns: Option<(&str, &str)>,
+        port: u16,
+        role: &str,
+        dir: &Path,
+        secret: &Path,
+        log: PathBuf,
+        extra: &[&str],
+    ) -> MirrorProc {
         let mut command = match netns {
             Some((ns, _)) => {
                 let mut c = Command::new("ip");
