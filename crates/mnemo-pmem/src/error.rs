@@ -117,6 +117,17 @@ pub enum Error {
         /// What is wrong with each copy.
         detail: String,
     },
+    /// The pool did not close cleanly and has a write-ahead file whose records only the
+    /// write-ahead policy replays, but another policy was given.
+    #[error("{path}: did not close cleanly, and its write-ahead file {wal} may hold writes a crash left that a {policy} policy would not replay; open the pool once without a policy (that replays them), close it, then open it with this one", path = .path.display(), wal = .wal.display())]
+    WriteAheadLeft {
+        /// The pool file.
+        path: PathBuf,
+        /// Its write-ahead file.
+        wal: PathBuf,
+        /// The policy given.
+        policy: String,
+    },
     /// The pool was written by a newer mnemo.
     #[error("{path}: pool format version {found} is newer than this mnemo supports ({supported}); upgrade mnemo to open it", path = .path.display())]
     NewerVersion {

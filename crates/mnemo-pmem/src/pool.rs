@@ -523,12 +523,18 @@ impl Pool {
             Some(policy) => {
                 let mut wal = path.as_os_str().to_os_string();
                 wal.push(".wal");
-                if policy.name() != "write-ahead" && Path::new(&wal).exists() {
-                    tracing::warn!(
-                        pool = %path.display(),
-                        "the pool has a write-ahead file, but a {} policy was given: its                          records are not replayed (open without a policy to replay them)",
-                        policy.name()
-                    );
+                // A crash may have left records there that only the write-ahead policy
+                // replays: another policy would serve the pool without them (acknowledged
+                // writes lost). After a clean close every record is in the pool file.
+                if policy.name() != "write-ahead"
+                    && Path::new(&wal).exists()
+                    && !header.clean_shutdown
+                {
+                    return Err(Error::WriteAheadLeft {
+                        path: path.to_path_buf(),
+                        wal: PathBuf::from(wal),
+                        policy: policy.name().to_string(),
+                    });
                 }
                 Some(Arc::clone(policy))
             }

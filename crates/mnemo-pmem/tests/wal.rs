@@ -94,6 +94,45 @@ fn a_synced_range_lost_from_the_pool_file_is_replayed_at_open() {
     );
 }
 
+/// A pool left by a crash with a write-ahead file is refused when opened with another
+/// policy (a replicating one, the local one), which would not replay its records: the
+/// acknowledged write would be gone. The refusal changes nothing; opening without a policy
+/// replays, and after that clean close any policy may open it.
+#[test]
+fn a_crashed_pool_is_refused_by_a_policy_that_would_not_replay_its_write_ahead_file() {
+    let dir = disk_dir();
+    let path = dir.path().join("r.pool");
+    let pool = create(&path, policy(&path, WAL_BYTES_MIN));
+    let text = b"acknowledged before the crash";
+    pool.write(DATA_OFFSET + 100, text).unwrap();
+    pool.msync(DATA_OFFSET + 100, text.len() as u64).unwrap();
+    let copy = dir.path().join("r-copy.pool");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(wal_of(&path), wal_of(&copy)).unwrap();
+    drop(pool);
+    let file = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
+    file.write_all_at(&[0u8; 4096], DATA_OFFSET).unwrap();
+    drop(file);
+    let before = std::fs::read(&copy).unwrap();
+    let local = OpenOptions {
+        policy: Some(Arc::new(mnemo_pmem::LocalPolicy) as Arc<dyn SyncPolicy>),
+        ..OpenOptions::default()
+    };
+    match Pool::open(&copy, &local) {
+        Err(Error::WriteAheadLeft { policy, .. }) => assert_eq!(policy, "local"),
+        Err(other) => panic!("expected WriteAheadLeft, got {other}"),
+        Ok(_) => panic!("a local policy opened a pool whose write-ahead records it skips"),
+    }
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        before,
+        "the refusal writes nothing"
+    );
+    drop(open(&copy, None).expect("open without a policy replays"));
+    let reopened = Pool::open(&copy, &local).expect("after a clean close, any policy");
+    assert_eq!(read(&reopened, DATA_OFFSET + 100, text.len()), text);
+}
+
 /// Sync points from several threads share fdatasyncs (group commit), and a small file fills
 /// and is checkpointed many times; every byte is there after a reopen.
 #[test]
