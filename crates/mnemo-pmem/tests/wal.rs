@@ -60,24 +60,31 @@ fn read(pool: &Pool, offset: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// A power cut after a sync point of `text` at `DATA_OFFSET + 100` whose pool page was never
+/// written back: the pool `NAME.pool` in `dir` and its write-ahead file are copied while the
+/// pool is open, and the copy's page is zeroed. Returns the copy's path.
+fn synced_then_lost(dir: &Path, name: &str, text: &[u8]) -> PathBuf {
+    let path = dir.join(format!("{name}.pool"));
+    let pool = create(&path, policy(&path, WAL_BYTES_MIN));
+    pool.write(DATA_OFFSET + 100, text).unwrap();
+    pool.msync(DATA_OFFSET + 100, text.len() as u64).unwrap();
+    let copy = dir.join(format!("{name}-copy.pool"));
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(wal_of(&path), wal_of(&copy)).unwrap();
+    drop(pool);
+    let file = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
+    file.write_all_at(&[0u8; 4096], DATA_OFFSET).unwrap();
+    copy
+}
+
 /// A crash after a sync point whose pool pages were never written back: the bytes come back
 /// from the write-ahead file. (The pool and its file are copied while the pool is open, as a
 /// power cut would leave them, and the copy's pool bytes are zeroed: "not written back".)
 #[test]
 fn a_synced_range_lost_from_the_pool_file_is_replayed_at_open() {
     let dir = disk_dir();
-    let path = dir.path().join("a.pool");
-    let pool = create(&path, policy(&path, WAL_BYTES_MIN));
     let text = b"acknowledged, then the power went";
-    pool.write(DATA_OFFSET + 100, text).unwrap();
-    pool.msync(DATA_OFFSET + 100, text.len() as u64).unwrap();
-    let copy = dir.path().join("copy.pool");
-    std::fs::copy(&path, &copy).unwrap();
-    std::fs::copy(wal_of(&path), wal_of(&copy)).unwrap();
-    drop(pool);
-    let file = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
-    file.write_all_at(&[0u8; 4096], DATA_OFFSET).unwrap();
-    drop(file);
+    let copy = synced_then_lost(dir.path(), "a", text);
     // No policy given: the pool's .wal exists, so open replays it whatever MNEMO_WAL says.
     let reopened = open(&copy, None).expect("open replays");
     assert_eq!(read(&reopened, DATA_OFFSET + 100, text.len()), text);
@@ -101,18 +108,8 @@ fn a_synced_range_lost_from_the_pool_file_is_replayed_at_open() {
 #[test]
 fn a_crashed_pool_is_refused_by_a_policy_that_would_not_replay_its_write_ahead_file() {
     let dir = disk_dir();
-    let path = dir.path().join("r.pool");
-    let pool = create(&path, policy(&path, WAL_BYTES_MIN));
     let text = b"acknowledged before the crash";
-    pool.write(DATA_OFFSET + 100, text).unwrap();
-    pool.msync(DATA_OFFSET + 100, text.len() as u64).unwrap();
-    let copy = dir.path().join("r-copy.pool");
-    std::fs::copy(&path, &copy).unwrap();
-    std::fs::copy(wal_of(&path), wal_of(&copy)).unwrap();
-    drop(pool);
-    let file = std::fs::OpenOptions::new().write(true).open(&copy).unwrap();
-    file.write_all_at(&[0u8; 4096], DATA_OFFSET).unwrap();
-    drop(file);
+    let copy = synced_then_lost(dir.path(), "r", text);
     let before = std::fs::read(&copy).unwrap();
     let local = OpenOptions {
         policy: Some(Arc::new(mnemo_pmem::LocalPolicy) as Arc<dyn SyncPolicy>),

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemo_bench::resp_conn::Conn;
+use mnemo_bench::resp_conn::{sequential_writer, written_keys_present, Conn};
 use mnemo_bench::servers::{free_port, wait_port, Proc};
 use mnemo_bench::{machine, median, write_csv, write_json};
 use mnemo_resp::Reply;
@@ -71,25 +71,6 @@ fn sample_lag(port: u16, stop: &AtomicBool) -> Vec<f64> {
     samples
 }
 
-/// Reads `keys` back from the server on `port`: which of them hold their value.
-fn present(port: u16, acked: &[u64]) -> Vec<bool> {
-    let mut c = Conn::new(port).expect("the promoted mirror");
-    let mut out = Vec::with_capacity(acked.len());
-    for chunk in acked.chunks(512) {
-        let keys: Vec<String> = chunk.iter().map(|i| format!("k{i}")).collect();
-        let gets: Vec<Vec<&[u8]>> = keys
-            .iter()
-            .map(|k| vec![&b"GET"[..], k.as_bytes()])
-            .collect();
-        let replies = c.call(&gets).expect("GET");
-        for (i, r) in chunk.iter().zip(replies) {
-            let want = format!("v{i}");
-            out.push(matches!(&r, Reply::Bulk(b) if b.as_ref() == want.as_bytes()));
-        }
-    }
-    out
-}
-
 fn round(mnemo: &Path, mode: &'static str, n: usize) -> Round {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::Builder::new()
@@ -122,29 +103,7 @@ fn round(mnemo: &Path, mode: &'static str, n: usize) -> Round {
     wait_port(p);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut acked = Vec::new();
-            let Ok(mut c) = Conn::new(p) else {
-                return acked;
-            };
-            for i in 0u64.. {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let key = format!("k{i}");
-                let value = format!("v{i}");
-                match c.call(&[vec![b"SET", key.as_bytes(), value.as_bytes()]]) {
-                    Ok(r) if matches!(&r[0], Reply::Simple(s) if s.as_ref() == b"OK") => {
-                        acked.push((i, Instant::now()))
-                    }
-                    _ => break,
-                }
-            }
-            acked
-        })
-    };
+    let writer = sequential_writer(p, Arc::clone(&stop));
     let sampler = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || sample_lag(p, &stop))
@@ -152,8 +111,7 @@ fn round(mnemo: &Path, mode: &'static str, n: usize) -> Round {
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, Ordering::Relaxed);
-    let mut lag = sampler.join().expect("sampler");
-    lag.sort_by(f64::total_cmp);
+    let lag = sorted(sampler.join().expect("sampler"));
     let _ = primary.0.kill();
     let killed = Instant::now();
     let _ = primary.0.wait();
@@ -187,7 +145,7 @@ fn round(mnemo: &Path, mode: &'static str, n: usize) -> Round {
     );
     wait_port(q);
     let keys: Vec<u64> = acked.iter().map(|&(i, _)| i).collect();
-    let here = present(q, &keys);
+    let here = written_keys_present(q, &keys).expect("reading back from the promoted mirror");
     let lost = here.iter().filter(|&&h| !h).count();
     // Sync points are applied whole and in order: what is there is a prefix.
     let first_missing = here.iter().position(|&h| !h).unwrap_or(here.len());
@@ -207,6 +165,13 @@ fn round(mnemo: &Path, mode: &'static str, n: usize) -> Round {
         lag,
         rate,
     }
+}
+
+/// The samples in ascending order.
+fn sorted(samples: impl IntoIterator<Item = f64>) -> Vec<f64> {
+    let mut v: Vec<f64> = samples.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    v
 }
 
 /// The `q` quantile of sorted samples (0 when there are none).
@@ -273,19 +238,11 @@ fn main() {
     )
     .expect("csv");
     let summary = |mode: &str| {
-        let of = |f: fn(&Round) -> f64| {
-            let mut v: Vec<f64> = results.iter().filter(|r| r.mode == mode).map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v
-        };
+        let rounds = || results.iter().filter(|r| r.mode == mode);
+        let of = |f: fn(&Round) -> f64| sorted(rounds().map(f));
         let lost = of(|r| r.lost as f64);
         let window = of(|r| r.window.as_secs_f64() * 1e3);
-        let mut lag: Vec<f64> = results
-            .iter()
-            .filter(|r| r.mode == mode)
-            .flat_map(|r| r.lag.iter().copied())
-            .collect();
-        lag.sort_by(f64::total_cmp);
+        let lag = sorted(rounds().flat_map(|r| r.lag.iter().copied()));
         let rate = median(&of(|r| r.rate));
         serde_json::json!({
             "mode": mode,

@@ -19,12 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mnemo_bench::resp_conn::Conn;
+use mnemo_bench::resp_conn::{sequential_writer, written_keys_present, Conn};
 use mnemo_bench::servers::{free_port, wait_port, Proc};
 use mnemo_bench::{machine, median, write_csv, write_json};
 use mnemo_repl_etcd::testing::EtcdServer;
 use mnemo_repl_etcd::Control;
-use mnemo_resp::Reply;
 
 /// The lease asked for (etcd grants at least its minimum, 1 s with a 400 ms election timeout).
 const TTL_S: u64 = 1;
@@ -114,29 +113,7 @@ fn round(mnemo: &Path, etcd: &EtcdServer, n: usize) -> Round {
     );
 
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut acked = Vec::new();
-            let Ok(mut c) = Conn::new(p) else {
-                return acked;
-            };
-            for i in 0u64.. {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let key = format!("k{i}");
-                let value = format!("v{i}");
-                match c.call(&[vec![b"SET", key.as_bytes(), value.as_bytes()]]) {
-                    Ok(r) if matches!(&r[0], Reply::Simple(s) if s.as_ref() == b"OK") => {
-                        acked.push(i)
-                    }
-                    _ => break,
-                }
-            }
-            acked
-        })
-    };
+    let writer = sequential_writer(p, Arc::clone(&stop));
     std::thread::sleep(Duration::from_secs(1));
     let _ = primary.0.kill();
     let killed = Instant::now();
@@ -162,23 +139,19 @@ fn round(mnemo: &Path, etcd: &EtcdServer, n: usize) -> Round {
         },
     );
     stop.store(true, Ordering::Relaxed);
-    let acked = writer.join().expect("writer");
+    let acked: Vec<u64> = writer
+        .join()
+        .expect("writer")
+        .iter()
+        .map(|&(i, _)| i)
+        .collect();
     // Every acknowledged write is on the new primary.
-    let mut c = Conn::new(pp).expect("the new primary");
-    for chunk in acked.chunks(512) {
-        let keys: Vec<String> = chunk.iter().map(|i| format!("k{i}")).collect();
-        let gets: Vec<Vec<&[u8]>> = keys
-            .iter()
-            .map(|k| vec![&b"GET"[..], k.as_bytes()])
-            .collect();
-        let replies = c.call(&gets).expect("GET");
-        for (i, r) in chunk.iter().zip(replies) {
-            let want = format!("v{i}");
-            assert!(
-                matches!(&r, Reply::Bulk(b) if b.as_ref() == want.as_bytes()),
-                "round {n}: k{i} was acknowledged but the new primary has {r:?}"
-            );
-        }
+    let here = written_keys_present(pp, &acked).expect("the new primary");
+    if let Some(k) = here.iter().position(|&h| !h) {
+        panic!(
+            "round {n}: k{} was acknowledged but the new primary does not hold it",
+            acked[k]
+        );
     }
     Round {
         detect,
