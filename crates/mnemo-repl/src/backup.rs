@@ -16,7 +16,15 @@
 //! many bytes of records unacknowledged, at most `stall_max` (below the primary's timeout);
 //! a backup still that far behind then is dropped to a bulk catch-up, so that one slow backup
 //! cannot hold the primary tier for longer. Without a threshold the primary tier never waits
-//! for a backup.
+//! for a backup. The threshold is the primary's (told at its handshake, protocol version 2:
+//! [`crate::proto::LinkParams`]); the mirror's own `stall_bytes` serves only primaries that
+//! tell none (version 1).
+//!
+//! A full copy to a backup is taken under the mirror's lock. In `syncsec` it is sent under
+//! that lock too (on a fast link as quick as a local copy, and no space needed); in
+//! `syncseceth`, where the backup's link is slow, the lock is held only while the image's
+//! non-zero chunks are written to a snapshot file in the mirror's directory, which is then
+//! sent without it: the primary tier waits for a local copy, not for the slow link.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -31,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::mirror::MirrorStore;
 use crate::policy::{handshake, MirrorConfig, Mode};
-use crate::proto::{self, Frame};
+use crate::proto::{self, Frame, LinkParams};
 
 /// A backup's counters, as the mirror sees them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -109,7 +117,12 @@ impl Queue {
 #[derive(Debug)]
 pub struct Forwarder {
     addr: SocketAddr,
+    /// Its place among the mirror's backups (names its snapshot file).
+    index: usize,
     options: BackupOptions,
+    /// What the newest primary told (None: a version 1 primary, or none yet): its threshold
+    /// replaces `options.stall_bytes` and `options.stall_max`.
+    told: Mutex<Option<LinkParams>>,
     queue: Mutex<Queue>,
     wake: Condvar,
     /// Signalled when acknowledgements come in, or the backup is dropped or disconnected.
@@ -152,17 +165,46 @@ impl Forwarder {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The newest primary's parameters (None: it told none; the mirror's own flags apply).
+    pub(crate) fn told(&self, params: Option<LinkParams>) {
+        *self.told.lock().unwrap_or_else(|p| p.into_inner()) = params;
+        self.progress.notify_all();
+    }
+
+    /// The threshold in force, and the longest hold: the primary's if it told them, else the
+    /// mirror's own.
+    pub fn stall_threshold(&self) -> (u64, Duration) {
+        match *self.told.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(p) => (
+                p.backup_stall,
+                Duration::from_millis(u64::from(p.backup_stall_ms)),
+            ),
+            None => (self.options.stall_bytes, self.options.stall_max),
+        }
+    }
+
+    /// Whether full copies go through a snapshot file (the primary runs `syncseceth`).
+    fn snapshot_copies(&self) -> bool {
+        self.told
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|p| p.mode == Mode::SyncSecEth)
+    }
+
     /// Queue a logged record's frame (called by the mirror, in record order).
     pub(crate) fn push(&self, id: u64, frame: &[u8]) {
+        // The queue holds at least the threshold: a backup must be able to lag that far
+        // before it holds the primary, not be dropped first.
+        let limit = self.options.lag_max.max(self.stall_threshold().0);
         let mut q = self.lock();
         if q.overflowed {
             return;
         }
         let len = frame.len() as u64;
-        if q.bytes + len > self.options.lag_max {
+        if q.bytes + len > limit {
             q.overflow();
             self.overflows.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(backup = %self.addr, lag_max = self.options.lag_max, "backup lags too far: it will catch up with a full copy");
+            tracing::warn!(backup = %self.addr, lag_max = limit, "backup lags too far: it will catch up with a full copy");
         } else {
             q.bytes += len;
             q.frames.push_back(frame.to_vec());
@@ -177,7 +219,7 @@ impl Forwarder {
     /// and streaming, has more than the stall threshold unacknowledged; past `stall_max`,
     /// drop it to a bulk catch-up instead of waiting longer.
     pub(crate) fn stall(&self) {
-        let threshold = self.options.stall_bytes;
+        let (threshold, stall_max) = self.stall_threshold();
         if threshold == 0 {
             return;
         }
@@ -192,7 +234,7 @@ impl Forwarder {
             return;
         }
         self.stalls.fetch_add(1, Ordering::Relaxed);
-        let deadline = std::time::Instant::now() + self.options.stall_max;
+        let deadline = std::time::Instant::now() + stall_max;
         while lagging(&q) {
             let now = std::time::Instant::now();
             if now >= deadline {
@@ -200,7 +242,7 @@ impl Forwarder {
                 self.overflows.fetch_add(1, Ordering::Relaxed);
                 drop(q);
                 self.wake.notify_one();
-                tracing::warn!(backup = %self.addr, stall_max = ?self.options.stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up with a full copy");
+                tracing::warn!(backup = %self.addr, ?stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up with a full copy");
                 return;
             }
             q = self
@@ -236,16 +278,20 @@ impl Forwarder {
     }
 }
 
-/// Start forwarding to the backup at `addr` (a thread for ever).
+/// Start forwarding to the backup at `addr`, the mirror's backup number `index` (a thread
+/// for ever).
 pub fn start(
     addr: SocketAddr,
+    index: usize,
     options: BackupOptions,
     store: Arc<Mutex<MirrorStore>>,
     secret: Secret,
 ) -> Result<Arc<Forwarder>> {
     let forwarder = Arc::new(Forwarder {
         addr,
+        index,
         options,
+        told: Mutex::new(None),
         queue: Mutex::new(Queue::default()),
         wake: Condvar::new(),
         progress: Condvar::new(),
@@ -353,6 +399,9 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
     }
 }
 
+/// Bytes of a full copy's records (the primary's are smaller: [`crate::policy`]).
+const COPY_CHUNK: u64 = 1 << 20;
+
 /// Send the mirror's image as a full copy; returns the id it holds (the CopyDone's).
 fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) -> Result<u64> {
     // Under the mirror's lock: no record is logged meanwhile, so the copy holds exactly the
@@ -378,33 +427,111 @@ fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) 
         .ok_or_else(|| Error::Storage("no image to copy".into()))?;
     let size = image.len();
     let done = s.last_id();
-    link.send(&Frame::CopyBegin {
-        epoch,
-        pool_size: size,
-    })?;
-    let mut buf = Vec::new();
-    const CHUNK: u64 = 1 << 20;
-    let mut at = 0;
-    while at < size {
-        let len = CHUNK.min(size - at);
+    let chunks = (0..size.div_ceil(COPY_CHUNK)).map(|i| {
+        let at = i * COPY_CHUNK;
+        let len = COPY_CHUNK.min(size - at);
         // SAFETY: `at..at+len` is inside the image's mapping, which the store (locked here)
         // keeps mapped; no record is applied while the lock is held.
         let chunk = unsafe {
             std::slice::from_raw_parts(image.base().as_ptr().add(at as usize), len as usize)
         };
+        (at, chunk)
+    });
+    if f.snapshot_copies() {
+        // syncseceth: the chunks to a file while locked, then to the slow link unlocked.
+        let path = s.dir().join(format!("backup-{}.snapshot", f.index));
+        let snapshot = snapshot(&path, chunks)?;
+        drop(s);
+        let sent = send_copy(link, epoch, done, size, snapshot.iter());
+        let _ = std::fs::remove_file(&path);
+        sent?;
+    } else {
+        send_copy(link, epoch, done, size, chunks)?;
+    }
+    Ok(done)
+}
+
+/// The non-zero chunks of an image, written to `path` (removed by the caller) and read back
+/// one at a time: the file holds them while the copy travels, memory only one.
+struct Snapshot {
+    file: std::fs::File,
+    /// (offset in the image, length) of each chunk, in the file one after the other.
+    chunks: Vec<(u64, u64)>,
+}
+
+fn snapshot<'a>(
+    path: &std::path::Path,
+    chunks: impl Iterator<Item = (u64, &'a [u8])>,
+) -> Result<Snapshot> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("{}", path.display()), e))?;
+    let mut kept = Vec::new();
+    for (at, chunk) in chunks {
+        if chunk.iter().any(|&b| b != 0) {
+            file.write_all(chunk)
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            kept.push((at, chunk.len() as u64));
+        }
+    }
+    Ok(Snapshot { file, chunks: kept })
+}
+
+impl Snapshot {
+    fn iter(&self) -> impl Iterator<Item = (u64, Vec<u8>)> + '_ {
+        use std::os::unix::fs::FileExt;
+        let mut pos = 0u64;
+        self.chunks.iter().map(move |&(at, len)| {
+            let mut buf = vec![0u8; len as usize];
+            // A read that fails leaves zeros: the backup then holds a wrong chunk, so the
+            // copy is failed instead (below).
+            let ok = self.file.read_exact_at(&mut buf, pos).is_ok();
+            pos += len;
+            if ok {
+                (at, buf)
+            } else {
+                (u64::MAX, Vec::new())
+            }
+        })
+    }
+}
+
+/// CopyBegin, the non-zero chunks, CopyDone at `done`.
+fn send_copy<C: AsRef<[u8]>>(
+    link: &mut Link,
+    epoch: u64,
+    done: u64,
+    size: u64,
+    chunks: impl Iterator<Item = (u64, C)>,
+) -> Result<()> {
+    link.send(&Frame::CopyBegin {
+        epoch,
+        pool_size: size,
+    })?;
+    let mut buf = Vec::new();
+    for (at, chunk) in chunks {
+        let chunk = chunk.as_ref();
+        if at == u64::MAX {
+            return Err(Error::Storage(
+                "reading the backup's snapshot failed".into(),
+            ));
+        }
         if chunk.iter().any(|&b| b != 0) {
             buf.clear();
             proto::encode_record(&mut buf, epoch, done, true, [(at, chunk)].into_iter());
             link.send_encoded(&buf)?;
         }
-        at += len;
     }
     link.send(&Frame::CopyDone {
         epoch,
         id: done,
         pool_size: size,
-    })?;
-    Ok(done)
+    })
 }
 
 fn wait_ack(link: &mut Link, id: u64) -> Result<()> {

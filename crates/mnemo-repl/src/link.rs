@@ -45,10 +45,15 @@ impl Link {
         })
     }
 
-    /// Connect to `addr` within `timeout`.
+    /// Connect to `addr` within `timeout`. A send that makes no progress for `timeout` fails
+    /// too (a partition, a peer that stopped reading): without it a full copy bigger than the
+    /// socket's buffers blocked its sender until TCP gave up, many minutes later.
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Link> {
         let stream = TcpStream::connect_timeout(&addr, timeout)
             .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
+        stream
+            .set_write_timeout(Some(timeout))
+            .map_err(|e| Error::io("write timeout", e))?;
         Link::new(stream)
     }
 

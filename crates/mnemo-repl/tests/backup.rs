@@ -219,6 +219,8 @@ fn a_backup_catches_up_with_what_the_primary_made_without_its_mirror() {
 /// syncsec: a backup more than the threshold behind holds the mirror's acknowledgements (so
 /// the primary tier waits for it, and the backup never lags further), and a backup stuck
 /// past the longest stall is dropped to a bulk catch-up instead of holding the tier longer.
+/// The threshold is the primary's, told at its handshake: the mirror runs without one of
+/// its own (before protocol version 2 this primary behaved as `sync`).
 #[test]
 fn a_lagging_backup_holds_the_primary_tier_back_then_is_dropped() {
     const THRESHOLD: u64 = 4 << 10;
@@ -232,18 +234,19 @@ fn a_lagging_backup_holds_the_primary_tier_back_then_is_dropped() {
     let frozen = Arc::new(AtomicBool::new(false));
     let b_proxy = support::start_proxy(b_addr, Arc::clone(&frozen));
     let mut mirror = Mirror::new(store(&dir.path().join("mirror")), secret());
-    let options = mnemo_repl::BackupOptions {
-        lag_max: 64 << 20,
-        stall_bytes: THRESHOLD,
-        stall_max: Duration::from_millis(1500),
-    };
-    mirror.add_backup_with(b_proxy, options).unwrap();
+    // The mirror's own threshold: none.
+    mirror
+        .add_backup_with(b_proxy, mnemo_repl::BackupOptions::new(64 << 20))
+        .unwrap();
     let forwarder = Arc::clone(&mirror.backups()[0]);
+    assert_eq!(forwarder.stall_threshold().0, 0);
     let m_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let m_addr = m_listener.local_addr().unwrap();
     let mirror = serve(mirror, m_listener);
     let mut c = MirrorConfig::new(m_addr, secret(), Mode::SyncSec);
     c.timeout = Duration::from_secs(5);
+    c.backup_stall = THRESHOLD;
+    c.backup_stall_max = Duration::from_millis(1500);
     let policy = Arc::new(MirrorPolicy::new(c));
     let mut create = CreateOptions::new(16 << 20, "repl-test");
     create.policy = Some(Arc::clone(&policy) as _);
@@ -252,6 +255,11 @@ fn a_lagging_backup_holds_the_primary_tier_back_then_is_dropped() {
     let mut written = Vec::new();
     write(&heap, &mut written, 20);
     caught_up(&mirror, &backup, &forwarder);
+    assert_eq!(
+        forwarder.stall_threshold(),
+        (THRESHOLD, Duration::from_millis(1500)),
+        "the primary's threshold is the mirror's"
+    );
 
     // Slow but alive: the backup's link stalls for 100 ms. Writes wait for it rather than
     // let it fall more than the threshold behind.
@@ -278,6 +286,27 @@ fn a_lagging_backup_holds_the_primary_tier_back_then_is_dropped() {
     let s = forwarder.stats();
     assert_eq!((s.overflows, s.copies), (0, 1), "{s:?}");
     assert!(s.unacked_bytes <= THRESHOLD, "{s:?}");
+    // The primary sees it too: the mirror's Status frames (at most one per 100 ms, after an
+    // acknowledgement) say where the backup stands.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(Duration::from_millis(120));
+        write(&heap, &mut written, 1);
+        let view = policy.backups();
+        if let Some(b) = view
+            .backups
+            .first()
+            .filter(|b| b.stalls >= 1 && b.connected)
+        {
+            assert_eq!(view.backups.len(), 1);
+            assert_eq!(b.addr, b_proxy.to_string());
+            assert!(b.lag_bytes <= THRESHOLD, "{view:?}");
+            assert!(b.copies == 1 && b.overflows == 0, "{view:?}");
+            assert!(view.mirror_last_id >= b.acked, "{view:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no Status: {view:?}");
+    }
 
     // Stuck: past the longest stall the backup is dropped, and the primary goes on, still
     // in sync with its mirror.
