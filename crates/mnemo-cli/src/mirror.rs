@@ -81,8 +81,8 @@ pub struct MirrorServeArgs {
     /// at most --backup-stall-ms, after which that backup catches up with a full copy.
     #[arg(long, default_value = "0", value_parser = size::parse)]
     pub backup_stall: u64,
-    /// Longest a lagging backup holds the primary tier (below the primary's 2 s timeout),
-    /// for primaries that tell none.
+    /// Longest a lagging backup holds the primary tier (the waiting primary gets a heartbeat
+    /// every 500 ms meanwhile), for primaries that tell none.
     #[arg(long, default_value_t = 1000)]
     pub backup_stall_ms: u64,
     /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
@@ -134,10 +134,11 @@ pub struct ReplArgs {
     /// SECONDARY_TIER_THRESH; 0: never). [default: 4M for syncsec, 40M for syncseceth]
     #[arg(long, value_parser = size::parse)]
     pub repl_backup_stall: Option<u64>,
-    /// syncsec, syncseceth: the longest such hold (under the 2 s link timeout), after which
-    /// the lagging backup catches up in bulk.
-    #[arg(long, default_value_t = 1000)]
-    pub repl_backup_stall_ms: u64,
+    /// syncsec, syncseceth: the longest such hold (the mirror tells the waiting primary it
+    /// is alive meanwhile; at most 60000), after which the lagging backup catches up in
+    /// bulk. [default: 1000 for syncsec, 10000 for syncseceth]
+    #[arg(long)]
+    pub repl_backup_stall_ms: Option<u64>,
     /// File holding the secret shared with the mirror (mode 0600).
     #[arg(long, env = "MNEMO_REPL_SECRET_FILE")]
     pub repl_secret_file: Option<PathBuf>,
@@ -254,13 +255,14 @@ impl ReplArgs {
         if let Some(bytes) = self.repl_backup_stall {
             config.backup_stall = bytes;
         }
-        config.backup_stall_max = std::time::Duration::from_millis(self.repl_backup_stall_ms);
-        if config.backup_stall_max >= config.timeout {
-            return Err(format!(
-                "--repl-backup-stall-ms {} must be under the link's timeout ({} ms): past it the mirror would be declared lost",
-                self.repl_backup_stall_ms,
-                config.timeout.as_millis()
-            ));
+        if let Some(ms) = self.repl_backup_stall_ms {
+            config.backup_stall_max = std::time::Duration::from_millis(ms);
+            if config.backup_stall_max > mnemo_repl::policy::BUSY_WAIT_MAX {
+                return Err(format!(
+                    "--repl-backup-stall-ms {ms}: at most {} (the longest a primary waits for a busy mirror)",
+                    mnemo_repl::policy::BUSY_WAIT_MAX.as_millis()
+                ));
+            }
         }
         let mut policy = MirrorPolicy::new(config.clone());
         if let Some(m) = membership {

@@ -585,7 +585,12 @@ fn syncseceth_backup_behind_a_slow_link() {
         backup_field(&text, 0, "stalls").unwrap() > stalls,
         "never held: {text}"
     );
-    assert_eq!(backup_field(&text, 0, "overflows"), Some(0), "{text}");
+    assert_eq!(
+        backup_field(&text, 0, "overflows"),
+        Some(0),
+        "{text}\nmirror log:\n{}",
+        mirror.log_text()
+    );
     assert_eq!(
         field(&text, "mnemo_repl_mirror_in_sync"),
         Some("1"),

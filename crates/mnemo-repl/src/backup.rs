@@ -74,9 +74,14 @@ pub struct BackupOptions {
     pub stall_max: Duration,
 }
 
-/// Longest a lagging backup holds the primary tier back (the primary's link times out
-/// after 2 s by default).
+/// Longest a lagging backup holds the primary tier back by default (`syncsec`; `syncseceth`
+/// allows longer: [`crate::Mode::default_backup_stall_max`]).
 pub const STALL_MAX_DEFAULT: Duration = Duration::from_secs(1);
+
+/// While the mirror holds an acknowledgement for a lagging backup, the waiting primary is
+/// told this often that the mirror is alive (a Heartbeat), so that a hold may outlast the
+/// primary's timeout.
+const STALL_HEARTBEAT: Duration = Duration::from_millis(500);
 
 impl BackupOptions {
     /// `lag_max`, no stall.
@@ -218,7 +223,7 @@ impl Forwarder {
     /// Before the mirror acknowledges a record to the primary: wait while this backup, linked
     /// and streaming, has more than the stall threshold unacknowledged; past `stall_max`,
     /// drop it to a bulk catch-up instead of waiting longer.
-    pub(crate) fn stall(&self) {
+    pub(crate) fn stall(&self, beat: &mut dyn FnMut()) {
         let (threshold, stall_max) = self.stall_threshold();
         if threshold == 0 {
             return;
@@ -234,7 +239,9 @@ impl Forwarder {
             return;
         }
         self.stalls.fetch_add(1, Ordering::Relaxed);
-        let deadline = std::time::Instant::now() + stall_max;
+        let start = std::time::Instant::now();
+        let deadline = start + stall_max;
+        let mut beat_at = start;
         while lagging(&q) {
             let now = std::time::Instant::now();
             if now >= deadline {
@@ -245,9 +252,15 @@ impl Forwarder {
                 tracing::warn!(backup = %self.addr, ?stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up with a full copy");
                 return;
             }
+            if now >= beat_at + STALL_HEARTBEAT {
+                // The primary waits for this acknowledgement: alive, holding it on purpose.
+                beat();
+                beat_at = now;
+            }
+            let wake = deadline.min(beat_at + STALL_HEARTBEAT);
             q = self
                 .progress
-                .wait_timeout(q, deadline - now)
+                .wait_timeout(q, wake.saturating_duration_since(now))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
@@ -399,8 +412,9 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
     }
 }
 
-/// Bytes of a full copy's records (the primary's are smaller: [`crate::policy`]).
-const COPY_CHUNK: u64 = 1 << 20;
+/// Bytes of a full copy's records, as the primary's ([`crate::policy`]): all-zero ones are
+/// left out, so that a finer grain sends fewer bytes over a slow link.
+const COPY_CHUNK: u64 = 256 << 10;
 
 /// Send the mirror's image as a full copy; returns the id it holds (the CopyDone's).
 fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) -> Result<u64> {

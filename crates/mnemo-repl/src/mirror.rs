@@ -1017,9 +1017,16 @@ fn serve_frame(
                 for b in backups {
                     b.push(id, frame);
                 }
-                // syncsec: a backup too far behind holds this acknowledgement.
+                // syncsec: a backup too far behind holds this acknowledgement (the primary,
+                // waiting, gets a heartbeat every 500 ms meanwhile).
+                let mut beat = || {
+                    let _ = link.send(&Frame::Heartbeat {
+                        epoch,
+                        id: id.saturating_sub(1),
+                    });
+                };
                 for b in backups {
-                    b.stall();
+                    b.stall(&mut beat);
                 }
                 link.send(&Frame::Ack { epoch, id })?;
                 s.apply(&ranges)?;

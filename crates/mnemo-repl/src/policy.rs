@@ -160,6 +160,17 @@ impl Mode {
         matches!(self, Mode::SyncSec | Mode::SyncSecEth)
     }
 
+    /// The longest hold a primary of this mode tells its mirror unless told otherwise: 1 s
+    /// for `syncsec`; 10 s for `syncseceth`, where a slow link's queue (bufferbloat) makes a
+    /// lost packet's retransmission wait a second or more. The mirror sends the waiting
+    /// primary a heartbeat every 500 ms of a hold, so a hold may outlast the link's timeout.
+    pub fn default_backup_stall_max(self) -> Duration {
+        match self {
+            Mode::SyncSecEth => Duration::from_secs(10),
+            _ => crate::backup::STALL_MAX_DEFAULT,
+        }
+    }
+
     /// The threshold a primary of this mode tells its mirror unless told otherwise: 4 MiB
     /// for `syncsec` (a backup on a fast link drains that in milliseconds), 40 MiB for
     /// `syncseceth` (Mojim's SECONDARY_TIER_THRESH: slack for a slow link), 0 (never) for
@@ -226,8 +237,9 @@ pub struct MirrorConfig {
     /// `syncsec`/`syncseceth`: told to the mirror, which holds its acknowledgements while a
     /// backup has more than this many bytes unacknowledged (0: never).
     pub backup_stall: u64,
-    /// The longest such hold, after which the lagging backup catches up in bulk; below
-    /// `timeout`, or the primary would declare its mirror lost meanwhile.
+    /// The longest such hold, after which the lagging backup catches up in bulk (the mirror
+    /// sends heartbeats meanwhile; at most a minute, the longest a primary waits for a busy
+    /// mirror).
     pub backup_stall_max: Duration,
 }
 
@@ -247,7 +259,7 @@ impl MirrorConfig {
             heartbeat_timeout: HEARTBEAT_TIMEOUT_DEFAULT,
             without_mirror: WithoutMirror::Record,
             backup_stall: mode.default_backup_stall(),
-            backup_stall_max: crate::backup::STALL_MAX_DEFAULT,
+            backup_stall_max: mode.default_backup_stall_max(),
         }
     }
 
@@ -941,8 +953,9 @@ pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)>
 }
 
 /// Longest wait for one acknowledgement from a mirror that says it is alive but busy (its
-/// heartbeats while a backup's full copy holds its store).
-const BUSY_WAIT_MAX: Duration = Duration::from_secs(60);
+/// heartbeats while a backup's full copy holds its store, or while a lagging backup holds
+/// the acknowledgement).
+pub const BUSY_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// What a frame received while a primary of `epoch` waits for the acknowledgement of record
 /// `id` means ([`ack_step`]).
