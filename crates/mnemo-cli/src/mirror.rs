@@ -27,7 +27,7 @@ pub enum MirrorCommand {
     /// with `mnemo serve --mirror HOST:PORT --repl-secret-file FILE`.
     ///
     /// Example: mnemo mirror serve --dir /dev/shm/mirror --secret-file repl.secret
-    Serve(MirrorServeArgs),
+    Serve(Box<MirrorServeArgs>),
     /// Show what a mirror directory holds (epoch, last checkpointed record, whether its copy
     /// is whole), also while its mirror runs. A primary's side: `mnemo kv info replication`.
     Status(MirrorDirArgs),
