@@ -3,7 +3,8 @@
 //!
 //! A mirror directory holds:
 //! * `image`: a byte-for-byte image of the primary's pool (a pool file: `mnemo serve --pool
-//!   DIR/image` serves it after `mnemo mirror promote`);
+//!   DIR/image` serves it after `mnemo mirror promote`), or a symbolic link to an ordinary
+//!   disk file holding it ([`MirrorOptions::disk_image`], `syncdisk`);
 //! * `log.pool`: a pool holding a [`mnemo_log::Log`] of received records (the exact bytes of
 //!   each record frame), appended with one fence each before the acknowledgement;
 //! * `state`: epoch, last checkpointed record id, whether the image holds a complete copy
@@ -1229,4 +1230,60 @@ pub fn listen(addr: SocketAddr) -> Result<TcpListener> {
             e,
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_files_of_both_versions_are_read() {
+        for mode in [None, Some(Mode::SyncDisk), Some(Mode::SyncSecEth)] {
+            let state = MirrorState {
+                epoch: 3,
+                last_id: 99,
+                pool_size: 1 << 20,
+                complete: true,
+                mode,
+            };
+            assert_eq!(MirrorState::decode(&state.encode()), Ok(state));
+        }
+        // Version 1 (before the mode): 36 bytes, read with no mode.
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(&STATE_MAGIC.to_le_bytes());
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        for word in [7u64, 42, 4096] {
+            v1.extend_from_slice(&word.to_le_bytes());
+        }
+        v1.push(1);
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            MirrorState::decode(&v1),
+            Ok(MirrorState {
+                epoch: 7,
+                last_id: 42,
+                pool_size: 4096,
+                complete: true,
+                mode: None,
+            })
+        );
+        // A version 2 file cut to version 1's length, a bad mode, a flipped byte: refused.
+        let good = MirrorState {
+            mode: Some(Mode::Sync),
+            ..MirrorState::default()
+        }
+        .encode();
+        assert!(MirrorState::decode(&good[..STATE_LEN_V1]).is_err());
+        let mut bad_mode = good;
+        bad_mode[33] = 0x77;
+        let crc = crc32c::crc32c(&bad_mode[..STATE_LEN - 4]);
+        bad_mode[STATE_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert!(MirrorState::decode(&bad_mode).is_err());
+        for i in 0..STATE_LEN {
+            let mut flipped = good;
+            flipped[i] ^= 0x10;
+            assert!(MirrorState::decode(&flipped).is_err(), "byte {i}");
+        }
+    }
 }
