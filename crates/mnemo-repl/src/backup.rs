@@ -405,6 +405,8 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
                 Frame::Ack { id, .. } => f.note_ack(id),
                 // The backup is busy (its own store's lock is held): alive all the same.
                 Frame::Heartbeat { .. } => {}
+                // A backup with backups of its own says where they stand: not ours to show.
+                Frame::Status { .. } => {}
                 Frame::Refused { reason } => return Err(Error::Refused(reason)),
                 other => return Err(Error::Unexpected(format!("{other:?}"))),
             }
@@ -552,7 +554,7 @@ fn wait_ack(link: &mut Link, id: u64) -> Result<()> {
     loop {
         match link.recv()? {
             Frame::Ack { id: got, .. } if got >= id => return Ok(()),
-            Frame::Ack { .. } | Frame::Heartbeat { .. } => continue,
+            Frame::Ack { .. } | Frame::Heartbeat { .. } | Frame::Status { .. } => continue,
             Frame::Refused { reason } => return Err(Error::Refused(reason)),
             other => return Err(Error::Unexpected(format!("{other:?}"))),
         }

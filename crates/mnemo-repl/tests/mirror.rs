@@ -386,20 +386,34 @@ fn a_pool_that_grew_is_promoted_whole() {
 
 /// A primary's side of the handshake, by hand: the link and the mirror's last id.
 fn open_link(addr: SocketAddr, epoch: u64) -> (mnemo_repl::link::Link, u64) {
-    use mnemo_repl::proto::{Frame, Role, VERSION};
+    open_link_as(addr, epoch, mnemo_repl::proto::VERSION)
+}
+
+/// [`open_link`] as a primary of protocol `version` (telling no parameters).
+fn open_link_as(addr: SocketAddr, epoch: u64, version: u16) -> (mnemo_repl::link::Link, u64) {
+    use mnemo_repl::proto::{Frame, Role};
     let secret = Secret::new(SECRET).unwrap();
     let mut link = mnemo_repl::link::Link::connect(addr, Duration::from_secs(2)).unwrap();
     link.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let ours = mnemo_repl::auth::nonce().unwrap();
     link.send(&Frame::Hello {
-        version: VERSION,
+        version,
         role: Role::Primary,
         nonce: ours,
     })
     .unwrap();
-    let Frame::Challenge { nonce: theirs, .. } = link.recv().unwrap() else {
+    let Frame::Challenge {
+        nonce: theirs,
+        version: answered,
+        ..
+    } = link.recv().unwrap()
+    else {
         panic!("no challenge")
     };
+    assert_eq!(
+        answered, version,
+        "the mirror answers in the primary's version"
+    );
     link.send(&Frame::Auth {
         proof: secret.primary_proof(&theirs, &ours),
         epoch,
@@ -628,4 +642,48 @@ fn syncdisk_needs_the_mirror_image_on_a_disk() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("memory file system"), "{err}");
+}
+
+/// Protocol versions: a version 1 primary (no parameters in Auth) is still served, with the
+/// mirror's own settings and no mode recorded; a version 3 primary is refused, saying which
+/// versions this mirror speaks.
+#[test]
+fn a_version_1_primary_is_served_and_an_unknown_version_refused() {
+    use mnemo_repl::proto::{Frame, Role};
+    let dir = scratch();
+    let (addr, store) = start_mirror(dir.path());
+    let (mut link, _) = open_link_as(addr, 1, 1);
+    send_copy(&mut link, 1, 1, 0xbb);
+    assert_eq!(
+        recv_past_heartbeats(&mut link).unwrap(),
+        Frame::Ack { epoch: 1, id: 1 }
+    );
+    link.send(&Frame::Record {
+        epoch: 1,
+        id: 2,
+        copy: false,
+        ranges: vec![Range {
+            offset: 8,
+            data: vec![0xcc; 8],
+        }],
+    })
+    .unwrap();
+    assert_eq!(
+        recv_past_heartbeats(&mut link).unwrap(),
+        Frame::Ack { epoch: 1, id: 2 }
+    );
+    assert_eq!(store.lock().unwrap().state().mode, None);
+
+    let mut link = mnemo_repl::link::Link::connect(addr, Duration::from_secs(2)).unwrap();
+    link.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    link.send(&Frame::Hello {
+        version: 3,
+        role: Role::Primary,
+        nonce: [1; 32],
+    })
+    .unwrap();
+    match link.recv().unwrap() {
+        Frame::Refused { reason } => assert!(reason.contains("versions 1 to 2"), "{reason}"),
+        other => panic!("a version 3 primary was answered: {other:?}"),
+    }
 }
