@@ -403,7 +403,7 @@ fn info_hook<'h>(
                         for (i, b) in view.backups.iter().enumerate() {
                             let _ = write!(
                                 out,
-                                "mnemo_repl_backup{i}:addr={},connected={},acked_id={},lag_records={},lag_bytes={},copies={},stalls={},overflows={}\r\n",
+                                "mnemo_repl_backup{i}:addr={},connected={},acked_id={},lag_records={},lag_bytes={},copies={},stalls={},overflows={},bulk_catchups={}\r\n",
                                 b.addr,
                                 u8::from(b.connected),
                                 b.acked,
@@ -412,6 +412,7 @@ fn info_hook<'h>(
                                 b.copies,
                                 b.stalls,
                                 b.overflows,
+                                b.bulk_catchups,
                             );
                         }
                     }

@@ -61,6 +61,8 @@ pub struct BackupStats {
     pub unacked_bytes: u64,
     /// Acknowledgements to the primary held back because this backup lagged.
     pub stalls: u64,
+    /// Catch-ups in bulk (`syncseceth`): records dropped, their ranges sent as one record.
+    pub bulk_catchups: u64,
 }
 
 /// How a mirror feeds one backup.
@@ -94,10 +96,19 @@ impl BackupOptions {
     }
 }
 
+/// The ranges a record writes: (offset, length).
+type Spans = Vec<(u64, u64)>;
+
 #[derive(Debug, Default)]
 struct Queue {
-    frames: VecDeque<Vec<u8>>,
+    /// Records not yet sent: the frame, and the ranges it writes.
+    frames: VecDeque<(Vec<u8>, Spans)>,
     bytes: u64,
+    /// `syncseceth`, catching up in bulk: the ranges written by the records dropped since
+    /// (start -> end, disjoint), sent as one record of the image's bytes at the mirror's last
+    /// id once the link has drained (None: records are queued one by one).
+    dirty: Option<std::collections::BTreeMap<u64, u64>>,
+    dirty_bytes: u64,
     /// Records were dropped: the next thing the backup needs is a full copy.
     overflowed: bool,
     /// The mirror's image was replaced by a full copy since the backup's copy was taken.
@@ -115,8 +126,76 @@ impl Queue {
         self.unacked.clear();
         self.unacked_bytes = 0;
         self.overflowed = true;
+        self.dirty = None;
+        self.dirty_bytes = 0;
+    }
+
+    /// `syncseceth`: stop queueing; the records not yet sent are dropped and only the ranges
+    /// they write are kept, to be sent in bulk (the records already sent stay awaited).
+    fn go_dirty(&mut self) {
+        let unsent = self.frames.len();
+        for _ in 0..unsent {
+            if let Some((_, len)) = self.unacked.pop_back() {
+                self.unacked_bytes -= len;
+            }
+        }
+        let mut dirty = self.dirty.take().unwrap_or_default();
+        let mut bytes = self.dirty_bytes;
+        for (_, spans) in self.frames.drain(..) {
+            for (offset, len) in spans {
+                bytes = mark(&mut dirty, bytes, offset, len);
+            }
+        }
+        self.bytes = 0;
+        self.dirty = Some(dirty);
+        self.dirty_bytes = bytes;
+    }
+
+    /// Start afresh (a full copy is being taken).
+    fn reset(&mut self) {
+        self.frames.clear();
+        self.bytes = 0;
+        self.overflowed = false;
+        self.stale_copy = false;
+        self.unacked.clear();
+        self.unacked_bytes = 0;
+        self.dirty = None;
+        self.dirty_bytes = 0;
     }
 }
+
+/// Add `offset..offset+len` to the disjoint ranges `dirty` (start -> end) holding `bytes`;
+/// returns the bytes they hold after.
+fn mark(
+    dirty: &mut std::collections::BTreeMap<u64, u64>,
+    mut bytes: u64,
+    offset: u64,
+    len: u64,
+) -> u64 {
+    if len == 0 {
+        return bytes;
+    }
+    let (mut start, mut end) = (offset, offset.saturating_add(len));
+    // Merge with every range that overlaps or touches.
+    let touching: Vec<(u64, u64)> = dirty
+        .range(..=end)
+        .rev()
+        .take_while(|&(_, &e)| e >= start)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in touching {
+        dirty.remove(&s);
+        bytes -= e - s;
+        start = start.min(s);
+        end = end.max(e);
+    }
+    dirty.insert(start, end);
+    bytes + (end - start)
+}
+
+/// Most bytes a catch-up in bulk sends as one record (the backup's log must hold it: half of
+/// its 64 MiB default); past it, the backup catches up with a full copy.
+pub const BULK_MAX: u64 = 16 << 20;
 
 /// One backup, fed by its own thread.
 #[derive(Debug)]
@@ -138,6 +217,7 @@ pub struct Forwarder {
     acked: AtomicU64,
     copies: AtomicU64,
     overflows: AtomicU64,
+    bulk_catchups: AtomicU64,
 }
 
 impl Forwarder {
@@ -163,6 +243,7 @@ impl Forwarder {
             overflows: self.overflows.load(Ordering::Relaxed),
             unacked_bytes,
             stalls: self.stalls.load(Ordering::Relaxed),
+            bulk_catchups: self.bulk_catchups.load(Ordering::Relaxed),
         }
     }
 
@@ -188,31 +269,60 @@ impl Forwarder {
         }
     }
 
-    /// Whether full copies go through a snapshot file (the primary runs `syncseceth`).
-    fn snapshot_copies(&self) -> bool {
+    /// Whether full copies go through a snapshot file and a lagging backup catches up by
+    /// its dirty ranges (the primary runs `syncseceth`).
+    fn slow_link(&self) -> bool {
         self.told
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some_and(|p| p.mode == Mode::SyncSecEth)
     }
 
-    /// Queue a logged record's frame (called by the mirror, in record order).
-    pub(crate) fn push(&self, id: u64, frame: &[u8]) {
+    /// Queue a logged record's frame (called by the mirror, in record order, under its
+    /// store's lock); `ranges` are the ones it writes.
+    pub(crate) fn push(&self, id: u64, frame: &[u8], ranges: &[proto::Range]) {
         // The queue holds at least the threshold: a backup must be able to lag that far
         // before it holds the primary, not be dropped first.
         let limit = self.options.lag_max.max(self.stall_threshold().0);
+        let slow_link = self.slow_link();
         let mut q = self.lock();
         if q.overflowed {
             return;
         }
+        let spans = || {
+            ranges
+                .iter()
+                .map(|r| (r.offset, r.data.len() as u64))
+                .collect::<Vec<_>>()
+        };
         let len = frame.len() as u64;
-        if q.bytes + len > limit {
-            q.overflow();
-            self.overflows.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(backup = %self.addr, lag_max = limit, "backup lags too far: it will catch up with a full copy");
+        if let Some(mut dirty) = q.dirty.take() {
+            // Catching up in bulk: only the ranges are kept.
+            let mut bytes = q.dirty_bytes;
+            for (offset, n) in spans() {
+                bytes = mark(&mut dirty, bytes, offset, n);
+            }
+            q.dirty = Some(dirty);
+            q.dirty_bytes = bytes;
+            if bytes > BULK_MAX {
+                q.overflow();
+                self.overflows.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(backup = %self.addr, bulk_max = BULK_MAX, "the backup's ranges to catch up pass the bulk limit: it will catch up with a full copy");
+            }
+        } else if q.bytes + len > limit {
+            if slow_link {
+                q.frames.push_back((Vec::new(), spans()));
+                q.unacked.push_back((id, 0));
+                q.go_dirty();
+                tracing::info!(backup = %self.addr, lag_max = limit, "backup lags too far: it will catch up in bulk");
+            } else {
+                q.overflow();
+                self.overflows.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(backup = %self.addr, lag_max = limit, "backup lags too far: it will catch up with a full copy");
+            }
         } else {
             q.bytes += len;
-            q.frames.push_back(frame.to_vec());
+            q.frames.push_back((frame.to_vec(), spans()));
             q.unacked.push_back((id, len));
             q.unacked_bytes += len;
         }
@@ -233,6 +343,7 @@ impl Forwarder {
             self.connected.load(Ordering::Relaxed)
                 && !q.overflowed
                 && !q.stale_copy
+                && q.dirty.is_none()
                 && q.unacked_bytes > threshold
         };
         if !lagging(&q) {
@@ -244,6 +355,15 @@ impl Forwarder {
         let mut beat_at = start;
         while lagging(&q) {
             let now = std::time::Instant::now();
+            if now >= deadline && self.slow_link() {
+                // syncseceth: stop holding the primary; what the backup has not been sent
+                // yet goes to it in bulk once its link has drained.
+                q.go_dirty();
+                drop(q);
+                self.wake.notify_one();
+                tracing::info!(backup = %self.addr, ?stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up in bulk");
+                return;
+            }
             if now >= deadline {
                 q.overflow();
                 self.overflows.fetch_add(1, Ordering::Relaxed);
@@ -314,6 +434,7 @@ pub fn start(
         acked: AtomicU64::new(0),
         copies: AtomicU64::new(0),
         overflows: AtomicU64::new(0),
+        bulk_catchups: AtomicU64::new(0),
     });
     let f = Arc::clone(&forwarder);
     std::thread::Builder::new()
@@ -367,7 +488,11 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
     f.copies.fetch_add(1, Ordering::Relaxed);
     f.connected.store(true, Ordering::Relaxed);
     tracing::info!(backup = %f.addr, id = done, "backup in sync (full copy sent)");
+    let mut buf = Vec::new();
     loop {
+        if bulk_due(f) {
+            bulk(f, store, &mut link, epoch, &mut buf)?;
+        }
         let frame = {
             let mut q = f.lock();
             if q.frames.is_empty() && !q.overflowed && !q.stale_copy {
@@ -388,7 +513,7 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
                 // Catch up in bulk: a new link and a new copy.
                 return Ok(());
             }
-            let frame = q.frames.pop_front();
+            let frame = q.frames.pop_front().map(|(frame, _)| frame);
             if let Some(fr) = &frame {
                 q.bytes -= fr.len() as u64;
             }
@@ -414,6 +539,61 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
     }
 }
 
+/// Whether a catch-up in bulk is due: ranges are waiting and the records already sent have
+/// been acknowledged (the link has drained: the ranges gathered meanwhile coalesce).
+fn bulk_due(f: &Forwarder) -> bool {
+    let q = f.lock();
+    q.dirty.is_some() && q.unacked_bytes == 0 && !q.overflowed && !q.stale_copy
+}
+
+/// Send the dirty ranges as one record: the image's bytes at the mirror's last id, taken
+/// under its lock (no record applied meanwhile), so that the backup, which holds every
+/// record sent before, holds exactly the mirror's state at that id once it applies it.
+fn bulk(
+    f: &Forwarder,
+    store: &Mutex<MirrorStore>,
+    link: &mut Link,
+    epoch: u64,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    let s = lock_store(store);
+    let mut q = f.lock();
+    let Some(dirty) = q.dirty.take() else {
+        return Ok(());
+    };
+    let id = s.last_id();
+    let image = s
+        .image()
+        .ok_or_else(|| Error::Storage("no image to catch up from".into()))?;
+    let len = image.len();
+    let ranges = dirty.iter().filter_map(|(&start, &end)| {
+        let end = end.min(len);
+        (start < end).then(|| {
+            // SAFETY: `start..end` is inside the image's mapping, which the store (locked
+            // here) keeps mapped; no record is applied while the lock is held.
+            (start, unsafe {
+                std::slice::from_raw_parts(
+                    image.base().as_ptr().add(start as usize),
+                    (end - start) as usize,
+                )
+            })
+        })
+    });
+    let ranges: Vec<(u64, &[u8])> = ranges.collect();
+    buf.clear();
+    proto::encode_record(buf, epoch, id, false, ranges.into_iter());
+    let size = buf.len() as u64;
+    q.dirty_bytes = 0;
+    q.unacked.push_back((id, size));
+    q.unacked_bytes += size;
+    drop(q);
+    drop(s);
+    f.bulk_catchups.fetch_add(1, Ordering::Relaxed);
+    f.forwarded.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(backup = %f.addr, id, bytes = size, "backup catching up in bulk");
+    link.send_encoded(buf)
+}
+
 /// Bytes of a full copy's records, as the primary's ([`crate::policy`]): all-zero ones are
 /// left out, so that a finer grain sends fewer bytes over a slow link.
 const COPY_CHUNK: u64 = 256 << 10;
@@ -429,15 +609,7 @@ fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) 
             "the mirror holds no complete copy yet".into(),
         ));
     }
-    {
-        let mut q = f.lock();
-        q.frames.clear();
-        q.bytes = 0;
-        q.overflowed = false;
-        q.stale_copy = false;
-        q.unacked.clear();
-        q.unacked_bytes = 0;
-    }
+    f.lock().reset();
     let image = s
         .image()
         .ok_or_else(|| Error::Storage("no image to copy".into()))?;
@@ -453,7 +625,7 @@ fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) 
         };
         (at, chunk)
     });
-    if f.snapshot_copies() {
+    if f.slow_link() {
         // syncseceth: the chunks to a file while locked, then to the slow link unlocked.
         let path = s.dir().join(format!("backup-{}.snapshot", f.index));
         let snapshot = snapshot(&path, chunks)?;

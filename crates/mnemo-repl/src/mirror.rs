@@ -852,6 +852,7 @@ fn status_frame(s: &MirrorStore, epoch: u64, backups: &[Arc<Forwarder>]) -> Fram
                     copies: st.copies,
                     stalls: st.stalls,
                     overflows: st.overflows,
+                    bulk_catchups: st.bulk_catchups,
                 }
             })
             .collect(),
@@ -1016,7 +1017,7 @@ fn serve_frame(
                 s.log_record(epoch, id, &ranges, Some(frame))?;
                 // In log order (the store's lock is held), before the ack.
                 for b in backups {
-                    b.push(id, frame);
+                    b.push(id, frame, &ranges);
                 }
                 // syncsec: a backup too far behind holds this acknowledgement (the primary,
                 // waiting, gets a heartbeat every 500 ms meanwhile).

@@ -317,6 +317,10 @@ struct Connector {
     done: Mutex<Option<Result<(Link, u64)>>>,
 }
 
+/// Longest silence of a mirror receiving a full copy (it sends a heartbeat every 250 ms)
+/// before the copy is declared failed.
+const COPY_SILENCE_MAX: Duration = Duration::from_secs(3);
+
 /// A full copy logs its progress every this many bytes.
 const COPY_PROGRESS_EVERY: u64 = 256 << 20;
 
@@ -606,9 +610,12 @@ impl MirrorPolicy {
         })?;
         // The copy may take long (a large pool, a slow link): the mirror sends a heartbeat
         // every 250 ms while its chunks arrive and while it makes the image durable, each one
-        // restarting the timeout, so a copy in progress is waited for, and a partition or a
-        // dead mirror is seen within one timeout.
+        // restarting the wait, so a copy in progress is waited for, and a partition or a
+        // dead mirror is seen within COPY_SILENCE_MAX (at least the link's timeout: a loaded
+        // mirror's heartbeats may come late, and a failed copy costs a whole new one).
+        link.set_read_timeout(Some(c.timeout.max(COPY_SILENCE_MAX)))?;
         self.expect_ack(&mut link, done, None)?;
+        link.set_read_timeout(Some(c.timeout))?;
         self.acked.store(done, Ordering::Relaxed);
         self.last_id.store(done, Ordering::Relaxed);
         self.copies.fetch_add(1, Ordering::Relaxed);

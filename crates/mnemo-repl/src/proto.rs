@@ -65,8 +65,10 @@ pub struct BackupStatus {
     pub copies: u64,
     /// Acknowledgements to the primary held back because it lagged past the threshold.
     pub stalls: u64,
-    /// Times it was dropped to a catch-up in bulk.
+    /// Times it was dropped to a catch-up with a full copy.
     pub overflows: u64,
+    /// Catch-ups in bulk by dirty ranges (`syncseceth`).
+    pub bulk_catchups: u64,
 }
 
 /// Which side of a link a node speaks for.
@@ -275,6 +277,7 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
                     b.copies,
                     b.stalls,
                     b.overflows,
+                    b.bulk_catchups,
                 ] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
@@ -498,6 +501,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
                     copies: b.u64()?,
                     stalls: b.u64()?,
                     overflows: b.u64()?,
+                    bulk_catchups: b.u64()?,
                 });
             }
             Frame::Status {
@@ -725,6 +729,7 @@ mod tests {
                         copies: 2,
                         stalls: 7,
                         overflows: 1,
+                        bulk_catchups: 3,
                     },
                     BackupStatus::default(),
                 ],
