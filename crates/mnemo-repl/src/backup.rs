@@ -732,3 +732,42 @@ fn wait_ack(link: &mut Link, id: u64) -> Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The dirty ranges are the union of what was marked: disjoint, not touching, and
+        /// their byte count is right (checked against a bitmap).
+        #[test]
+        fn marked_ranges_are_their_union(
+            marks in proptest::collection::vec((0u64..512, 0u64..64), 0..40),
+        ) {
+            let mut dirty = std::collections::BTreeMap::new();
+            let mut bytes = 0;
+            let mut bitmap = [false; 576];
+            for &(offset, len) in &marks {
+                bytes = mark(&mut dirty, bytes, offset, len);
+                for b in &mut bitmap[offset as usize..(offset + len) as usize] {
+                    *b = true;
+                }
+            }
+            let mut covered = [false; 576];
+            let mut last_end = None;
+            for (&start, &end) in &dirty {
+                prop_assert!(start < end);
+                if let Some(e) = last_end {
+                    prop_assert!(start > e, "ranges touch or overlap: {dirty:?}");
+                }
+                last_end = Some(end);
+                for b in &mut covered[start as usize..end as usize] {
+                    *b = true;
+                }
+            }
+            prop_assert_eq!(covered, bitmap);
+            prop_assert_eq!(bytes, bitmap.iter().filter(|&&b| b).count() as u64);
+        }
+    }
+}
