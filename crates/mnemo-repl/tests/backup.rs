@@ -50,13 +50,14 @@ fn caught_up(mirror: &Mutex<MirrorStore>, backup: &Mutex<MirrorStore>, forwarder
 }
 
 fn check_image(store: &Mutex<MirrorStore>, dir: &Path, written: &[(u64, u64)]) {
-    let image = {
+    let copy = dir.join("copy.pool");
+    {
+        // Copied under the store's lock: a full copy beginning meanwhile (a relink on a
+        // loaded machine) would otherwise be read half way, its image zeroed.
         let mut s = store.lock().unwrap();
         s.checkpoint().unwrap();
-        s.image_path()
-    };
-    let copy = dir.join("copy.pool");
-    std::fs::copy(&image, &copy).unwrap();
+        std::fs::copy(s.image_path(), &copy).unwrap();
+    }
     let pool = Pool::open(&copy, &OpenOptions::default()).expect("the backup's image is a pool");
     let heap = Heap::open(pool).expect("its heap recovers");
     for &(obj, value) in written {
