@@ -14,6 +14,9 @@
 //!   shows the lag, the backup catches up; past the threshold the mirror holds the primary's
 //!   acknowledgements (the primary slows to the link's rate) and the backup never lags
 //!   further; at the end the backup holds every write and the mirror too.
+//! * syncseceth's catch-up in bulk: the backup's link slowed to 48 kbit/s for a while; the
+//!   primary is held once, then goes on; the backup catches up in bulk by its dirty ranges
+//!   (no full copy) once the link is fast again, and holds every write.
 //!
 //! Needs root, `ip` and `tc` (iproute2) and `iptables`: skipped without them, a failure
 //! under `MNEMO_REQUIRE_TOOLS=1` (scripts/test.sh installs iproute2 and iptables). The tests
@@ -624,4 +627,150 @@ fn syncseceth_backup_behind_a_slow_link() {
             other => panic!("acknowledged {key} lost: {other:?}"),
         }
     }
+}
+
+/// syncseceth's catch-up in bulk over a real link: the backup behind 4 Mbit/s, a 64 KiB
+/// threshold and a 300 ms hold. The link then drops to 48 kbit/s for 3 s while the client
+/// keeps writing: after one hold the primary is no longer held (its writes go on at the
+/// mirror's speed) and the backup is neither held for nor dropped to a full copy; once the
+/// link is back to 4 Mbit/s and drained, the backup catches up in bulk (one record of the
+/// ranges written meanwhile), and at the end holds every write, as the promoted mirror does.
+#[test]
+fn syncseceth_backup_catches_up_in_bulk_after_a_slow_spell() {
+    if !available() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let ns = Netns::create(3).expect("network namespace");
+    ns.rate_limit("4mbit");
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let backup_dir = dir.path().join("backup");
+    let mut backup_proc = MirrorProc::start_in(
+        Some((&ns.name, &ns.ns_addr)),
+        "backup",
+        &backup_dir,
+        &secret,
+        dir.path().join("backup.log"),
+        &["--bind", &ns.ns_addr],
+    );
+    let mirror_dir = dir.path().join("mirror");
+    let mut mirror = MirrorProc::start_as(
+        "mirror",
+        &mirror_dir,
+        &secret,
+        dir.path().join("mirror.log"),
+        &["--backup", &format!("{}:{}", ns.ns_addr, backup_proc.port)],
+    );
+    let primary = Server::start(
+        &dir.path().join("primary").join("kv.pool"),
+        &[
+            "--mirror",
+            &format!("127.0.0.1:{}", mirror.port),
+            "--repl-mode",
+            "syncseceth",
+            "--repl-backup-stall",
+            "64K",
+            "--repl-backup-stall-ms",
+            "300",
+            "--repl-secret-file",
+            secret.to_str().unwrap(),
+        ],
+    );
+    let mut client = primary.client();
+    let mut next = 0u64;
+    let mut small = |client: &mut Client, n: u64| {
+        for _ in 0..n {
+            set(client, &format!("k{next}"), &value(next));
+            next += 1;
+        }
+    };
+    let caught_up = |client: &mut Client| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let text = info(client, "replication");
+            let acked = field(&text, "mnemo_repl_acked_id").and_then(|v| v.parse().ok());
+            if backup_field(&text, 0, "connected") == Some(1)
+                && backup_field(&text, 0, "lag_records") == Some(0)
+                && backup_field(&text, 0, "acked_id") == acked
+            {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the backup did not catch up: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    small(&mut client, 50);
+    caught_up(&mut client);
+
+    // The slow spell.
+    run(&[
+        "tc",
+        "qdisc",
+        "change",
+        "dev",
+        &ns.host_if,
+        "root",
+        "tbf",
+        "rate",
+        "48kbit",
+        "burst",
+        "32kb",
+        "latency",
+        "1s",
+    ])
+    .expect("tc qdisc change");
+    let t = Instant::now();
+    let mut during = 0u64;
+    while t.elapsed() < Duration::from_secs(3) {
+        small(&mut client, 10);
+        during += 10;
+    }
+    let text = info(&mut client, "replication");
+    eprintln!("{during} writes during the slow spell: {text}");
+    assert!(
+        during >= 300,
+        "the primary was held by the slow backup: {during} writes in 3 s"
+    );
+    run(&[
+        "tc",
+        "qdisc",
+        "change",
+        "dev",
+        &ns.host_if,
+        "root",
+        "tbf",
+        "rate",
+        "4mbit",
+        "burst",
+        "32kb",
+        "latency",
+        "1s",
+    ])
+    .expect("tc qdisc change");
+    small(&mut client, 20);
+    let text = caught_up(&mut client);
+    assert!(
+        backup_field(&text, 0, "bulk_catchups").unwrap() >= 1,
+        "no catch-up in bulk: {text}"
+    );
+    assert_eq!(backup_field(&text, 0, "copies"), Some(1), "{text}");
+    assert_eq!(backup_field(&text, 0, "overflows"), Some(0), "{text}");
+    assert_eq!(
+        field(&text, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{text}"
+    );
+
+    let acked = next;
+    drop(client);
+    primary.kill();
+    mirror.kill();
+    backup_proc.kill();
+    let held = promoted_prefix(&backup_dir, acked);
+    assert_eq!(held as u64, acked, "the backup holds every write");
+    let _promoted = promote_and_check(&mirror_dir, acked);
 }
