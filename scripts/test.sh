@@ -14,8 +14,8 @@ packages=(
     fonts-dejavu-core # benchmark plots measure text with this font
     redis-tools       # redis-cli and redis-benchmark: real clients of mnemo serve
     redis-server      # differential tests: the same requests against real Redis
-    iproute2          # replication partition test: a network namespace and a veth pair
-    iptables          # replication partition test: cutting the link inside that namespace
+    iproute2          # replication netns tests: namespaces, veth pairs (ip), the slow link (tc tbf)
+    iptables          # replication netns tests: partitions inside those namespaces
     qemu-system-x86   # persistent VM tests: the guest runs under QEMU (TCG)
     busybox-static    # persistent VM tests: the guest's initramfs (scripts/vm-guest.sh)
     cpio              # persistent VM tests: packing that initramfs

@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     if data.len() >= 2 {
         let mut framed = Vec::new();
         framed.extend_from_slice(&proto::MAGIC.to_le_bytes());
-        framed.push(data[0] % 11); // kinds 0..=10: every kind and one unknown
+        framed.push(data[0] % 12); // kinds 0..=11: every kind and one unknown
         framed.extend_from_slice(&[0; 3]);
         let body = &data[1..];
         framed.extend_from_slice(&(body.len() as u32).to_le_bytes());

@@ -314,7 +314,7 @@ fn join_one(
     let addr = crate::mirror::resolve_flag("a joining node's address", node)?;
     // In sync mode this pool is not flushed at sync points from now on: mark it first.
     if !mode.flushes_locally() {
-        crate::mirror::mark_sync_mode(pool)?;
+        crate::mirror::mark_sync_mode(pool, mode.name())?;
     }
     let Some(epoch) = membership.adopt_mirror(node, mode.name(), replacing)? else {
         return Ok(None);

@@ -26,7 +26,7 @@ pub enum MirrorCommand {
     /// with `mnemo serve --mirror HOST:PORT --repl-secret-file FILE`.
     ///
     /// Example: mnemo mirror serve --dir /dev/shm/mirror --secret-file repl.secret
-    Serve(MirrorServeArgs),
+    Serve(Box<MirrorServeArgs>),
     /// Show what a mirror directory holds (epoch, last checkpointed record, whether its copy
     /// is whole), also while its mirror runs. A primary's side: `mnemo kv info replication`.
     Status(MirrorDirArgs),
@@ -60,6 +60,12 @@ pub struct MirrorServeArgs {
     /// Checkpoint the image (make it durable, empty the log) after this many records.
     #[arg(long, default_value_t = 1024)]
     pub checkpoint_records: u64,
+    /// Keep the image (the data area) in FILE, an ordinary file on a disk, with DIR/image a
+    /// symbolic link to it, while the log stays in DIR (Mojim's syncdisk: a primary started
+    /// with --repl-mode syncdisk is refused by a mirror whose image is in memory). The image
+    /// is then made durable by msync at checkpoints.
+    #[arg(long, value_name = "FILE")]
+    pub disk_image: Option<PathBuf>,
     /// Forward every record, in the background, to the backup at HOST:PORT (`mnemo backup
     /// serve`, same secret); repeat for several backups.
     #[arg(long, value_name = "HOST:PORT")]
@@ -68,12 +74,14 @@ pub struct MirrorServeArgs {
     /// catches up later with a full copy.
     #[arg(long, default_value = "64M", value_parser = size::parse)]
     pub backup_lag_max: u64,
-    /// syncsec (Mojim's secondary threshold): hold each acknowledgement to the primary while
-    /// a connected backup has more than this many bytes of records unacknowledged (0: never),
+    /// For primaries that tell no threshold (protocol version 1; a primary of this version
+    /// tells its own, --repl-backup-stall): hold each acknowledgement to the primary while a
+    /// connected backup has more than this many bytes of records unacknowledged (0: never),
     /// at most --backup-stall-ms, after which that backup catches up with a full copy.
     #[arg(long, default_value = "0", value_parser = size::parse)]
     pub backup_stall: u64,
-    /// Longest a lagging backup holds the primary tier (below the primary's 2 s timeout).
+    /// Longest a lagging backup holds the primary tier (the waiting primary gets a heartbeat
+    /// every 500 ms meanwhile), for primaries that tell none.
     #[arg(long, default_value_t = 1000)]
     pub backup_stall_ms: u64,
     /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
@@ -116,12 +124,24 @@ pub struct ReplArgs {
     pub mirror: Option<String>,
     /// How: syncflush (wait for the mirror and flush locally meanwhile; the default),
     /// sync (wait for the mirror, no local flush: after a crash of this machine, restore the
-    /// pool from the mirror with `mnemo mirror promote`), async (flush locally, do not wait:
-    /// the mirror may lag), syncsec (sync, with backups behind the mirror: start the mirror
-    /// with --backup and --backup-stall, Mojim's threshold past which a lagging backup holds
-    /// the primary back), local (no mirror).
+    /// pool from the mirror with `mnemo mirror promote`), syncdisk (sync, the mirror keeping
+    /// its image in a disk file: start it with --disk-image), async (flush locally, do not
+    /// wait: the mirror may lag), syncsec (sync, with backups behind the mirror, started with
+    /// --backup: past --repl-backup-stall bytes a lagging backup holds the primary back),
+    /// syncseceth (syncsec for backups behind a slow link: a 40 MiB threshold, and the
+    /// backups' full copies sent from a snapshot), local (no mirror).
     #[arg(long, default_value = "syncflush", value_parser = parse_mode)]
     pub repl_mode: Mode,
+    /// syncsec, syncseceth: told to the mirror, which holds its acknowledgements while a
+    /// backup has more than this many bytes of records unacknowledged (Mojim's
+    /// SECONDARY_TIER_THRESH; 0: never). [default: 4M for syncsec, 40M for syncseceth]
+    #[arg(long, value_parser = size::parse)]
+    pub repl_backup_stall: Option<u64>,
+    /// syncsec, syncseceth: the longest such hold (the mirror tells the waiting primary it
+    /// is alive meanwhile; at most 60000), after which the lagging backup catches up in
+    /// bulk. [default: 1000 for syncsec, 10000 for syncseceth]
+    #[arg(long)]
+    pub repl_backup_stall_ms: Option<u64>,
     /// File holding the secret shared with the mirror (mode 0600).
     #[arg(long, env = "MNEMO_REPL_SECRET_FILE")]
     pub repl_secret_file: Option<PathBuf>,
@@ -158,7 +178,7 @@ fn parse_without_mirror(text: &str) -> Result<WithoutMirror, String> {
 
 /// Mark `pool` as running in sync mode (its own image is not flushed at sync points), before
 /// any sync point skips the local flush.
-pub fn mark_sync_mode(pool: &Path) -> Result<(), String> {
+pub fn mark_sync_mode(pool: &Path, mode: &str) -> Result<(), String> {
     use std::io::Write as _;
     let marker = sync_marker(pool);
     if let Some(parent) = pool.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -171,7 +191,7 @@ pub fn mark_sync_mode(pool: &Path) -> Result<(), String> {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    f.write_all(b"mnemo: this pool runs with --repl-mode sync\n")
+    f.write_all(format!("mnemo: this pool runs with --repl-mode {mode}\n").as_bytes())
         .and_then(|()| f.sync_all())
         .and_then(|()| std::fs::File::open(dir)?.sync_all())
         .map_err(|e| format!("{}: {e}", marker.display()))
@@ -210,12 +230,12 @@ impl ReplArgs {
         let marker = sync_marker(pool);
         if marker.exists() && pool.exists() && !self.repl_trust_local && !clean() {
             return Err(format!(
-                "{} ran with --repl-mode sync and stopped without a clean close: its own image may lack writes only the mirror received (sync mode does not flush locally). The mirror holds every acknowledged write: stop it, run `mnemo mirror promote --dir DIR` and serve DIR/image. If only this process was killed and the machine stayed up, start again with --repl-trust-local.",
+                "{} ran in a sync mode (--repl-mode sync, syncdisk, syncsec or syncseceth) and stopped without a clean close: its own image may lack writes only the mirror received (these modes do not flush locally). The mirror holds every acknowledged write: stop it, run `mnemo mirror promote --dir DIR` and serve DIR/image. If only this process was killed and the machine stayed up, start again with --repl-trust-local.",
                 pool.display()
             ));
         }
         if self.mirror.is_some() && !self.repl_mode.flushes_locally() {
-            mark_sync_mode(pool)?;
+            mark_sync_mode(pool, self.repl_mode.name())?;
         }
         Ok(())
     }
@@ -233,7 +253,7 @@ impl ReplArgs {
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
     Mode::parse(text).ok_or_else(|| {
-        format!("unknown replication mode {text:?}: use local, async, sync, syncflush or syncsec")
+        format!("unknown replication mode {text:?}: use local, async, sync, syncflush, syncdisk, syncsec or syncseceth")
     })
 }
 
@@ -315,6 +335,18 @@ impl ReplArgs {
                 let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
                 config.epoch = self.repl_epoch;
                 config.without_mirror = self.repl_without_mirror;
+                if let Some(bytes) = self.repl_backup_stall {
+                    config.backup_stall = bytes;
+                }
+                if let Some(ms) = self.repl_backup_stall_ms {
+                    config.backup_stall_max = std::time::Duration::from_millis(ms);
+                    if config.backup_stall_max > mnemo_repl::policy::BUSY_WAIT_MAX {
+                        return Err(format!(
+                            "--repl-backup-stall-ms {ms}: at most {} (the longest a primary waits for a busy mirror)",
+                            mnemo_repl::policy::BUSY_WAIT_MAX.as_millis()
+                        ));
+                    }
+                }
                 let mut policy = MirrorPolicy::new(config.clone());
                 if let Some(m) = membership {
                     config.epoch = m.epoch();
@@ -414,6 +446,7 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
     let options = MirrorOptions {
         log_size: args.log_size,
         checkpoint_records: args.checkpoint_records.max(1),
+        disk_image: args.disk_image.clone(),
     };
     let store = MirrorStore::open(&args.dir, options).map_err(|e| e.to_string())?;
     let state = store.state();
@@ -554,6 +587,11 @@ fn status(dir: &Path) -> Result<(), String> {
         }
     );
     println!("epoch: {}", s.epoch);
+    println!(
+        "mode: {}",
+        s.mode
+            .map_or("unknown (no primary told one yet)", Mode::name)
+    );
     println!("last_checkpointed_record: {}", s.last_id);
     println!("pool_size: {}", s.pool_size);
     println!(
@@ -565,6 +603,20 @@ fn status(dir: &Path) -> Result<(), String> {
             "incomplete: no copy finished yet"
         }
     );
+    let image = dir.join("image");
+    let target = std::fs::read_link(&image).ok();
+    let memory = mnemo_repl::mirror::on_memory_fs(target.as_deref().unwrap_or(&image))
+        .map_err(|e| e.to_string())?;
+    println!(
+        "data_area: {}{}",
+        if memory {
+            "memory (tmpfs)"
+        } else {
+            "disk (an ordinary file, made durable by msync at checkpoints)"
+        },
+        target.map_or(String::new(), |t| format!(", linked to {}", t.display()))
+    );
+    println!("log: {} (a pool)", dir.join("log.pool").display());
     Ok(())
 }
 

@@ -430,6 +430,33 @@ fn info_hook<'h>(
                             // -1: none answered yet (Redis's convention for "never").
                             s.heartbeat_age_ms.map_or(-1, |ms| ms as i64),
                         );
+                        let params = c.link_params();
+                        let view = p.backups();
+                        let _ = write!(
+                            out,
+                            "mnemo_repl_backup_stall:{}\r\nmnemo_repl_backup_stall_ms:{}\r\nmnemo_repl_backups:{}\r\nmnemo_repl_backups_status_ms:{}\r\n",
+                            params.backup_stall,
+                            params.backup_stall_ms,
+                            view.backups.len(),
+                            view.age_ms.map_or(-1, |ms| ms as i64),
+                        );
+                        // As the mirror last said (one Status every 100 ms at most, after
+                        // an acknowledgement or a heartbeat), Redis's slaveN style.
+                        for (i, b) in view.backups.iter().enumerate() {
+                            let _ = write!(
+                                out,
+                                "mnemo_repl_backup{i}:addr={},connected={},acked_id={},lag_records={},lag_bytes={},copies={},stalls={},overflows={},bulk_catchups={}\r\n",
+                                b.addr,
+                                u8::from(b.connected),
+                                b.acked,
+                                b.lag_records,
+                                b.lag_bytes,
+                                b.copies,
+                                b.stalls,
+                                b.overflows,
+                                b.bulk_catchups,
+                            );
+                        }
                     }
                 }
             }

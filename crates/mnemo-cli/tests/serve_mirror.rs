@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use mnemo_resp::Reply;
 use support::repl::{
-    field, info, promote, promote_and_check, signal, value, write_secret, MirrorProc,
+    backup_field, copy_dir, field, info, mirror_status, promote_and_check, promoted_prefix, signal,
+    value, write_secret, MirrorProc,
 };
 use support::{shm_dir, Client, Server};
 
@@ -343,32 +344,6 @@ fn a_backup_holds_a_prefix_of_history() {
     );
 }
 
-/// Promote the backup at `dir` and serve it: how many of k0.. it holds, checking that they
-/// form a prefix with the right values.
-fn promoted_prefix(dir: &std::path::Path, total: u64) -> usize {
-    promote(dir);
-    let promoted = Server::start(&dir.join("image"), &[]);
-    let mut client = promoted.client();
-    let mut present = Vec::new();
-    for i in 0..total {
-        let key = format!("k{i}");
-        match client.call(&["GET", key.as_str()]).unwrap() {
-            Reply::Bulk(v) => {
-                assert_eq!(String::from_utf8_lossy(&v), value(i), "{key}");
-                present.push(true);
-            }
-            Reply::NullBulk => present.push(false),
-            other => panic!("{other:?}"),
-        }
-    }
-    let held = present.iter().take_while(|&&p| p).count();
-    assert!(
-        present[held..].iter().all(|&p| !p),
-        "the backup holds k0..k{held} and then more: not a prefix"
-    );
-    held
-}
-
 #[test]
 fn mirror_status_reads_a_running_mirror() {
     let dir = shm_dir();
@@ -455,4 +430,233 @@ fn a_sync_mode_pool_that_did_not_close_cleanly_is_refused() {
     // Closed cleanly: starts without the override.
     let primary = Server::start(&pool, &args);
     assert!(primary.terminate().success());
+}
+
+/// SETs of k{from}..k{to}, each acknowledged.
+fn set_range(client: &mut Client, from: u64, to: u64) {
+    for i in from..to {
+        let key = format!("k{i}");
+        let reply = client
+            .call(&["SET", key.as_str(), value(i).as_str()])
+            .unwrap();
+        assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
+    }
+}
+
+/// syncdisk as a mode, end to end: a mirror whose image is in memory refuses a `syncdisk`
+/// primary (which says so in INFO and runs durably alone); a mirror started with
+/// `--disk-image` keeps its image in that ordinary disk file (DIR/image links to it) and its
+/// log in its pool on tmpfs, takes the primary, and `mnemo mirror status` shows the mode and
+/// where the data area is. The primary is killed with SIGKILL, the mirror too; the promoted
+/// mirror serves the disk image with every acknowledged write.
+#[test]
+fn syncdisk_keeps_the_mirror_image_in_a_disk_file() {
+    let dir = shm_dir();
+    let disk = tempfile::Builder::new()
+        .prefix("mnemo-syncdisk-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    assert!(
+        !mnemo_repl::mirror::on_memory_fs(disk.path()).unwrap(),
+        "the target directory is on tmpfs: this test needs a disk"
+    );
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let repl = |port: u16| {
+        vec![
+            "--mirror".to_string(),
+            format!("127.0.0.1:{port}"),
+            "--repl-mode".into(),
+            "syncdisk".into(),
+            "--repl-secret-file".into(),
+            secret.to_str().unwrap().into(),
+        ]
+    };
+
+    // A mirror with its image in memory: refused.
+    let memory = MirrorProc::start(
+        &dir.path().join("memory"),
+        &secret,
+        dir.path().join("mem.log"),
+    );
+    let args = repl(memory.port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = Server::start(&dir.path().join("refused").join("kv.pool"), &args);
+    let mut client = refused.client();
+    set_range(&mut client, 0, 20);
+    let text = info(&mut client, "replication");
+    assert_eq!(field(&text, "mnemo_repl_mode"), Some("syncdisk"), "{text}");
+    assert_eq!(
+        field(&text, "mnemo_repl_mirror_in_sync"),
+        Some("0"),
+        "{text}"
+    );
+    assert_eq!(field(&text, "mnemo_repl_full_copies"), Some("0"), "{text}");
+    let log = memory.log_text();
+    assert!(log.contains("--disk-image"), "the mirror says why: {log}");
+    drop(client);
+    refused.terminate();
+
+    // A mirror with its image on a disk.
+    let mirror_dir = dir.path().join("mirror");
+    let disk_image = disk.path().join("mirror.image");
+    let mut mirror = MirrorProc::start_as(
+        "mirror",
+        &mirror_dir,
+        &secret,
+        dir.path().join("m.log"),
+        &["--disk-image", disk_image.to_str().unwrap()],
+    );
+    let args = repl(mirror.port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let primary = Server::start(&dir.path().join("primary").join("kv.pool"), &args);
+    let mut client = primary.client();
+    let total = 400;
+    set_range(&mut client, 0, total);
+    let text = info(&mut client, "replication");
+    assert_eq!(field(&text, "mnemo_repl_mode"), Some("syncdisk"), "{text}");
+    assert_eq!(
+        field(&text, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{text}"
+    );
+    assert_eq!(
+        field(&text, "mnemo_repl_local_only_sync_points"),
+        Some("0"),
+        "{text}"
+    );
+    let status = mirror_status(&mirror_dir);
+    assert!(status.contains("mode: syncdisk"), "{status}");
+    assert!(status.contains("data_area: disk"), "{status}");
+    assert!(
+        status.contains(&format!("linked to {}", disk_image.display())),
+        "{status}"
+    );
+    assert_eq!(
+        std::fs::read_link(mirror_dir.join("image")).unwrap(),
+        disk_image
+    );
+    assert!(mnemo_repl::mirror::on_memory_fs(&mirror_dir.join("log.pool")).unwrap());
+    drop(client);
+    primary.kill();
+    mirror.kill();
+    let promoted = promote_and_check(&mirror_dir, total);
+    drop(promoted);
+    assert!(std::fs::metadata(&disk_image).unwrap().len() > 0);
+}
+
+/// A backup killed with SIGKILL while the primary writes holds a prefix of the history;
+/// restarted on its directory and port, it is brought up to date by its mirror (a full copy:
+/// its queue was dropped when its link went) while the primary goes on, as INFO replication
+/// on the primary shows (connected, lag 0); promoted at the end, it holds every write.
+#[test]
+fn a_killed_backup_comes_back_and_is_brought_up_to_date() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let backup_dir = dir.path().join("backup");
+    let extra = ["--checkpoint-records", "1"];
+    let mut backup = MirrorProc::start_as(
+        "backup",
+        &backup_dir,
+        &secret,
+        dir.path().join("b.log"),
+        &extra,
+    );
+    let backup_port = backup.port;
+    let backup_addr = format!("127.0.0.1:{backup_port}");
+    let mut mirror = MirrorProc::start_as(
+        "mirror",
+        &dir.path().join("mirror"),
+        &secret,
+        dir.path().join("m.log"),
+        &["--backup", &backup_addr],
+    );
+    let primary = Server::start(
+        &dir.path().join("primary").join("kv.pool"),
+        &[
+            "--mirror",
+            &format!("127.0.0.1:{}", mirror.port),
+            "--repl-mode",
+            "syncsec",
+            "--repl-secret-file",
+            secret.to_str().unwrap(),
+        ],
+    );
+    let mut client = primary.client();
+    // Until the primary sees its backup caught up (its Status arrives after acknowledgements
+    // and heartbeats).
+    let caught_up = |client: &mut Client, copies: u64| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = info(client, "replication");
+            let last = field(&text, "mnemo_repl_acked_id").and_then(|v| v.parse::<u64>().ok());
+            if backup_field(&text, 0, "connected") == Some(1)
+                && backup_field(&text, 0, "lag_records") == Some(0)
+                && backup_field(&text, 0, "copies") == Some(copies)
+                && backup_field(&text, 0, "acked_id") == last
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the backup did not catch up: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    set_range(&mut client, 0, 500);
+    caught_up(&mut client, 1);
+    let text = info(&mut client, "replication");
+    assert_eq!(field(&text, "mnemo_repl_backups"), Some("1"), "{text}");
+    assert_eq!(
+        field(&text, "mnemo_repl_backup_stall"),
+        Some(&*(4u64 << 20).to_string()),
+        "{text}"
+    );
+
+    // Killed while writes flow: the primary goes on (a dead backup holds nothing back).
+    let writer = {
+        let port = primary.port;
+        std::thread::spawn(move || {
+            let mut client = Client::connect(port).unwrap();
+            set_range(&mut client, 500, 1500);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(150));
+    backup.kill();
+    writer.join().unwrap();
+    let text = info(&mut client, "replication");
+    assert_eq!(
+        field(&text, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{text}"
+    );
+    // What it holds is a prefix of the history, the first 500 at least.
+    let aside = dir.path().join("backup-at-kill");
+    copy_dir(&backup_dir, &aside);
+    let held = promoted_prefix(&aside, 1500);
+    assert!(
+        held >= 500,
+        "the killed backup holds {held} of the 500 it had caught up with"
+    );
+
+    // Back on its directory and port: brought up to date while the primary writes.
+    let _backup = MirrorProc::start_on(
+        None,
+        backup_port,
+        "backup",
+        &backup_dir,
+        &secret,
+        dir.path().join("b.log"),
+        &extra,
+    );
+    set_range(&mut client, 1500, 1700);
+    caught_up(&mut client, 2);
+    set_range(&mut client, 1700, 1800);
+    caught_up(&mut client, 2);
+    drop(client);
+    primary.kill();
+    mirror.kill();
+    drop(_backup);
+    let held = promoted_prefix(&backup_dir, 1800);
+    assert_eq!(held, 1800, "the backup, caught up, holds every write");
 }

@@ -16,7 +16,15 @@
 //! many bytes of records unacknowledged, at most `stall_max` (below the primary's timeout);
 //! a backup still that far behind then is dropped to a bulk catch-up, so that one slow backup
 //! cannot hold the primary tier for longer. Without a threshold the primary tier never waits
-//! for a backup.
+//! for a backup. The threshold is the primary's (told at its handshake, protocol version 2:
+//! [`crate::proto::LinkParams`]); the mirror's own `stall_bytes` serves only primaries that
+//! tell none (version 1).
+//!
+//! A full copy to a backup is taken under the mirror's lock. In `syncsec` it is sent under
+//! that lock too (on a fast link as quick as a local copy, and no space needed); in
+//! `syncseceth`, where the backup's link is slow, the lock is held only while the image's
+//! non-zero chunks are written to a snapshot file in the mirror's directory, which is then
+//! sent without it: the primary tier waits for a local copy, not for the slow link.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -31,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::mirror::MirrorStore;
 use crate::policy::{handshake, MirrorConfig, Mode};
-use crate::proto::{self, Frame};
+use crate::proto::{self, Frame, LinkParams};
 
 /// A backup's counters, as the mirror sees them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,6 +61,8 @@ pub struct BackupStats {
     pub unacked_bytes: u64,
     /// Acknowledgements to the primary held back because this backup lagged.
     pub stalls: u64,
+    /// Catch-ups in bulk (`syncseceth`): records dropped, their ranges sent as one record.
+    pub bulk_catchups: u64,
 }
 
 /// How a mirror feeds one backup.
@@ -66,9 +76,14 @@ pub struct BackupOptions {
     pub stall_max: Duration,
 }
 
-/// Longest a lagging backup holds the primary tier back (the primary's link times out
-/// after 2 s by default).
+/// Longest a lagging backup holds the primary tier back by default (`syncsec`; `syncseceth`
+/// allows longer: [`crate::Mode::default_backup_stall_max`]).
 pub const STALL_MAX_DEFAULT: Duration = Duration::from_secs(1);
+
+/// While the mirror holds an acknowledgement for a lagging backup, the waiting primary is
+/// told this often that the mirror is alive (a Heartbeat), so that a hold may outlast the
+/// primary's timeout.
+const STALL_HEARTBEAT: Duration = Duration::from_millis(500);
 
 impl BackupOptions {
     /// `lag_max`, no stall.
@@ -81,10 +96,19 @@ impl BackupOptions {
     }
 }
 
+/// The ranges a record writes: (offset, length).
+type Spans = Vec<(u64, u64)>;
+
 #[derive(Debug, Default)]
 struct Queue {
-    frames: VecDeque<Vec<u8>>,
+    /// Records not yet sent: the frame, and the ranges it writes.
+    frames: VecDeque<(Vec<u8>, Spans)>,
     bytes: u64,
+    /// `syncseceth`, catching up in bulk: the ranges written by the records dropped since
+    /// (start -> end, disjoint), sent as one record of the image's bytes at the mirror's last
+    /// id once the link has drained (None: records are queued one by one).
+    dirty: Option<std::collections::BTreeMap<u64, u64>>,
+    dirty_bytes: u64,
     /// Records were dropped: the next thing the backup needs is a full copy.
     overflowed: bool,
     /// The mirror's image was replaced by a full copy since the backup's copy was taken.
@@ -102,14 +126,87 @@ impl Queue {
         self.unacked.clear();
         self.unacked_bytes = 0;
         self.overflowed = true;
+        self.dirty = None;
+        self.dirty_bytes = 0;
+    }
+
+    /// `syncseceth`: stop queueing; the records not yet sent are dropped and only the ranges
+    /// they write are kept, to be sent in bulk (the records already sent stay awaited).
+    fn go_dirty(&mut self) {
+        let unsent = self.frames.len();
+        for _ in 0..unsent {
+            if let Some((_, len)) = self.unacked.pop_back() {
+                self.unacked_bytes -= len;
+            }
+        }
+        let mut dirty = self.dirty.take().unwrap_or_default();
+        let mut bytes = self.dirty_bytes;
+        for (_, spans) in self.frames.drain(..) {
+            for (offset, len) in spans {
+                bytes = mark(&mut dirty, bytes, offset, len);
+            }
+        }
+        self.bytes = 0;
+        self.dirty = Some(dirty);
+        self.dirty_bytes = bytes;
+    }
+
+    /// Start afresh (a full copy is being taken).
+    fn reset(&mut self) {
+        self.frames.clear();
+        self.bytes = 0;
+        self.overflowed = false;
+        self.stale_copy = false;
+        self.unacked.clear();
+        self.unacked_bytes = 0;
+        self.dirty = None;
+        self.dirty_bytes = 0;
     }
 }
+
+/// Add `offset..offset+len` to the disjoint ranges `dirty` (start -> end) holding `bytes`;
+/// returns the bytes they hold after.
+fn mark(
+    dirty: &mut std::collections::BTreeMap<u64, u64>,
+    mut bytes: u64,
+    offset: u64,
+    len: u64,
+) -> u64 {
+    if len == 0 {
+        return bytes;
+    }
+    let (mut start, mut end) = (offset, offset.saturating_add(len));
+    // Merge with every range that overlaps or touches.
+    let touching: Vec<(u64, u64)> = dirty
+        .range(..=end)
+        .rev()
+        .take_while(|&(_, &e)| e >= start)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in touching {
+        dirty.remove(&s);
+        bytes -= e - s;
+        start = start.min(s);
+        end = end.max(e);
+    }
+    dirty.insert(start, end);
+    bytes + (end - start)
+}
+
+/// Most bytes a catch-up in bulk sends as one record (the backup's log must hold it: half of
+/// its 64 MiB default); past it, the backup catches up with a full copy.
+pub const BULK_MAX: u64 = 16 << 20;
 
 /// One backup, fed by its own thread.
 #[derive(Debug)]
 pub struct Forwarder {
     addr: SocketAddr,
+    /// Its place among the mirror's backups (names its snapshot file).
+    index: usize,
     options: BackupOptions,
+    /// What the newest primary told (None: a version 1 primary, or none yet): its threshold
+    /// replaces `options.stall_bytes` and `options.stall_max`.
+    told: Mutex<Option<LinkParams>>,
     queue: Mutex<Queue>,
     wake: Condvar,
     /// Signalled when acknowledgements come in, or the backup is dropped or disconnected.
@@ -120,6 +217,7 @@ pub struct Forwarder {
     acked: AtomicU64,
     copies: AtomicU64,
     overflows: AtomicU64,
+    bulk_catchups: AtomicU64,
 }
 
 impl Forwarder {
@@ -145,6 +243,7 @@ impl Forwarder {
             overflows: self.overflows.load(Ordering::Relaxed),
             unacked_bytes,
             stalls: self.stalls.load(Ordering::Relaxed),
+            bulk_catchups: self.bulk_catchups.load(Ordering::Relaxed),
         }
     }
 
@@ -152,20 +251,78 @@ impl Forwarder {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queue a logged record's frame (called by the mirror, in record order).
-    pub(crate) fn push(&self, id: u64, frame: &[u8]) {
+    /// The newest primary's parameters (None: it told none; the mirror's own flags apply).
+    pub(crate) fn told(&self, params: Option<LinkParams>) {
+        *self.told.lock().unwrap_or_else(|p| p.into_inner()) = params;
+        self.progress.notify_all();
+    }
+
+    /// The threshold in force, and the longest hold: the primary's if it told them, else the
+    /// mirror's own.
+    pub fn stall_threshold(&self) -> (u64, Duration) {
+        match *self.told.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(p) => (
+                p.backup_stall,
+                Duration::from_millis(u64::from(p.backup_stall_ms)),
+            ),
+            None => (self.options.stall_bytes, self.options.stall_max),
+        }
+    }
+
+    /// Whether full copies go through a snapshot file and a lagging backup catches up by
+    /// its dirty ranges (the primary runs `syncseceth`).
+    fn slow_link(&self) -> bool {
+        self.told
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|p| p.mode == Mode::SyncSecEth)
+    }
+
+    /// Queue a logged record's frame (called by the mirror, in record order, under its
+    /// store's lock); `ranges` are the ones it writes.
+    pub(crate) fn push(&self, id: u64, frame: &[u8], ranges: &[proto::Range]) {
+        // The queue holds at least the threshold: a backup must be able to lag that far
+        // before it holds the primary, not be dropped first.
+        let limit = self.options.lag_max.max(self.stall_threshold().0);
+        let slow_link = self.slow_link();
         let mut q = self.lock();
         if q.overflowed {
             return;
         }
+        let spans = || {
+            ranges
+                .iter()
+                .map(|r| (r.offset, r.data.len() as u64))
+                .collect::<Vec<_>>()
+        };
         let len = frame.len() as u64;
-        if q.bytes + len > self.options.lag_max {
-            q.overflow();
-            self.overflows.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(backup = %self.addr, lag_max = self.options.lag_max, "backup lags too far: it will catch up with a full copy");
+        if let Some(mut dirty) = q.dirty.take() {
+            // Catching up in bulk: only the ranges are kept.
+            let mut bytes = q.dirty_bytes;
+            for (offset, n) in spans() {
+                bytes = mark(&mut dirty, bytes, offset, n);
+            }
+            q.dirty = Some(dirty);
+            q.dirty_bytes = bytes;
+            if bytes > BULK_MAX {
+                q.overflow();
+                self.overflows.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(backup = %self.addr, bulk_max = BULK_MAX, "the backup's ranges to catch up pass the bulk limit: it will catch up with a full copy");
+            }
+        } else if q.bytes + len > limit {
+            if slow_link {
+                q.frames.push_back((Vec::new(), spans()));
+                q.unacked.push_back((id, 0));
+                q.go_dirty();
+                tracing::info!(backup = %self.addr, lag_max = limit, "backup lags too far: it will catch up in bulk");
+            } else {
+                q.overflow();
+                self.overflows.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(backup = %self.addr, lag_max = limit, "backup lags too far: it will catch up with a full copy");
+            }
         } else {
             q.bytes += len;
-            q.frames.push_back(frame.to_vec());
+            q.frames.push_back((frame.to_vec(), spans()));
             q.unacked.push_back((id, len));
             q.unacked_bytes += len;
         }
@@ -176,8 +333,8 @@ impl Forwarder {
     /// Before the mirror acknowledges a record to the primary: wait while this backup, linked
     /// and streaming, has more than the stall threshold unacknowledged; past `stall_max`,
     /// drop it to a bulk catch-up instead of waiting longer.
-    pub(crate) fn stall(&self) {
-        let threshold = self.options.stall_bytes;
+    pub(crate) fn stall(&self, beat: &mut dyn FnMut()) {
+        let (threshold, stall_max) = self.stall_threshold();
         if threshold == 0 {
             return;
         }
@@ -186,26 +343,44 @@ impl Forwarder {
             self.connected.load(Ordering::Relaxed)
                 && !q.overflowed
                 && !q.stale_copy
+                && q.dirty.is_none()
                 && q.unacked_bytes > threshold
         };
         if !lagging(&q) {
             return;
         }
         self.stalls.fetch_add(1, Ordering::Relaxed);
-        let deadline = std::time::Instant::now() + self.options.stall_max;
+        let start = std::time::Instant::now();
+        let deadline = start + stall_max;
+        let mut beat_at = start;
         while lagging(&q) {
             let now = std::time::Instant::now();
+            if now >= deadline && self.slow_link() {
+                // syncseceth: stop holding the primary; what the backup has not been sent
+                // yet goes to it in bulk once its link has drained.
+                q.go_dirty();
+                drop(q);
+                self.wake.notify_one();
+                tracing::info!(backup = %self.addr, ?stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up in bulk");
+                return;
+            }
             if now >= deadline {
                 q.overflow();
                 self.overflows.fetch_add(1, Ordering::Relaxed);
                 drop(q);
                 self.wake.notify_one();
-                tracing::warn!(backup = %self.addr, stall_max = ?self.options.stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up with a full copy");
+                tracing::warn!(backup = %self.addr, ?stall_max, threshold, "a backup lagging past the stall threshold held the primary tier for its longest wait: it will catch up with a full copy");
                 return;
             }
+            if now >= beat_at + STALL_HEARTBEAT {
+                // The primary waits for this acknowledgement: alive, holding it on purpose.
+                beat();
+                beat_at = now;
+            }
+            let wake = deadline.min(beat_at + STALL_HEARTBEAT);
             q = self
                 .progress
-                .wait_timeout(q, deadline - now)
+                .wait_timeout(q, wake.saturating_duration_since(now))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
@@ -236,16 +411,20 @@ impl Forwarder {
     }
 }
 
-/// Start forwarding to the backup at `addr` (a thread for ever).
+/// Start forwarding to the backup at `addr`, the mirror's backup number `index` (a thread
+/// for ever).
 pub fn start(
     addr: SocketAddr,
+    index: usize,
     options: BackupOptions,
     store: Arc<Mutex<MirrorStore>>,
     secret: Secret,
 ) -> Result<Arc<Forwarder>> {
     let forwarder = Arc::new(Forwarder {
         addr,
+        index,
         options,
+        told: Mutex::new(None),
         queue: Mutex::new(Queue::default()),
         wake: Condvar::new(),
         progress: Condvar::new(),
@@ -255,6 +434,7 @@ pub fn start(
         acked: AtomicU64::new(0),
         copies: AtomicU64::new(0),
         overflows: AtomicU64::new(0),
+        bulk_catchups: AtomicU64::new(0),
     });
     let f = Arc::clone(&forwarder);
     std::thread::Builder::new()
@@ -308,7 +488,11 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
     f.copies.fetch_add(1, Ordering::Relaxed);
     f.connected.store(true, Ordering::Relaxed);
     tracing::info!(backup = %f.addr, id = done, "backup in sync (full copy sent)");
+    let mut buf = Vec::new();
     loop {
+        if bulk_due(f) {
+            bulk(f, store, &mut link, epoch, &mut buf)?;
+        }
         let frame = {
             let mut q = f.lock();
             if q.frames.is_empty() && !q.overflowed && !q.stale_copy {
@@ -329,7 +513,7 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
                 // Catch up in bulk: a new link and a new copy.
                 return Ok(());
             }
-            let frame = q.frames.pop_front();
+            let frame = q.frames.pop_front().map(|(frame, _)| frame);
             if let Some(fr) = &frame {
                 q.bytes -= fr.len() as u64;
             }
@@ -346,12 +530,73 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
                 Frame::Ack { id, .. } => f.note_ack(id),
                 // The backup is busy (its own store's lock is held): alive all the same.
                 Frame::Heartbeat { .. } => {}
+                // A backup with backups of its own says where they stand: not ours to show.
+                Frame::Status { .. } => {}
                 Frame::Refused { reason } => return Err(Error::Refused(reason)),
                 other => return Err(Error::Unexpected(format!("{other:?}"))),
             }
         }
     }
 }
+
+/// Whether a catch-up in bulk is due: ranges are waiting and the records already sent have
+/// been acknowledged (the link has drained: the ranges gathered meanwhile coalesce).
+fn bulk_due(f: &Forwarder) -> bool {
+    let q = f.lock();
+    q.dirty.is_some() && q.unacked_bytes == 0 && !q.overflowed && !q.stale_copy
+}
+
+/// Send the dirty ranges as one record: the image's bytes at the mirror's last id, taken
+/// under its lock (no record applied meanwhile), so that the backup, which holds every
+/// record sent before, holds exactly the mirror's state at that id once it applies it.
+fn bulk(
+    f: &Forwarder,
+    store: &Mutex<MirrorStore>,
+    link: &mut Link,
+    epoch: u64,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    let s = lock_store(store);
+    let mut q = f.lock();
+    let Some(dirty) = q.dirty.take() else {
+        return Ok(());
+    };
+    let id = s.last_id();
+    let image = s
+        .image()
+        .ok_or_else(|| Error::Storage("no image to catch up from".into()))?;
+    let len = image.len();
+    let ranges = dirty.iter().filter_map(|(&start, &end)| {
+        let end = end.min(len);
+        (start < end).then(|| {
+            // SAFETY: `start..end` is inside the image's mapping, which the store (locked
+            // here) keeps mapped; no record is applied while the lock is held.
+            (start, unsafe {
+                std::slice::from_raw_parts(
+                    image.base().as_ptr().add(start as usize),
+                    (end - start) as usize,
+                )
+            })
+        })
+    });
+    let ranges: Vec<(u64, &[u8])> = ranges.collect();
+    buf.clear();
+    proto::encode_record(buf, epoch, id, false, ranges.into_iter());
+    let size = buf.len() as u64;
+    q.dirty_bytes = 0;
+    q.unacked.push_back((id, size));
+    q.unacked_bytes += size;
+    drop(q);
+    drop(s);
+    f.bulk_catchups.fetch_add(1, Ordering::Relaxed);
+    f.forwarded.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(backup = %f.addr, id, bytes = size, "backup catching up in bulk");
+    link.send_encoded(buf)
+}
+
+/// Bytes of a full copy's records, as the primary's ([`crate::policy`]): all-zero ones are
+/// left out, so that a finer grain sends fewer bytes over a slow link.
+const COPY_CHUNK: u64 = 256 << 10;
 
 /// Send the mirror's image as a full copy; returns the id it holds (the CopyDone's).
 fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) -> Result<u64> {
@@ -364,56 +609,165 @@ fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) 
             "the mirror holds no complete copy yet".into(),
         ));
     }
-    {
-        let mut q = f.lock();
-        q.frames.clear();
-        q.bytes = 0;
-        q.overflowed = false;
-        q.stale_copy = false;
-        q.unacked.clear();
-        q.unacked_bytes = 0;
-    }
+    f.lock().reset();
     let image = s
         .image()
         .ok_or_else(|| Error::Storage("no image to copy".into()))?;
     let size = image.len();
     let done = s.last_id();
-    link.send(&Frame::CopyBegin {
-        epoch,
-        pool_size: size,
-    })?;
-    let mut buf = Vec::new();
-    const CHUNK: u64 = 1 << 20;
-    let mut at = 0;
-    while at < size {
-        let len = CHUNK.min(size - at);
+    let chunks = (0..size.div_ceil(COPY_CHUNK)).map(|i| {
+        let at = i * COPY_CHUNK;
+        let len = COPY_CHUNK.min(size - at);
         // SAFETY: `at..at+len` is inside the image's mapping, which the store (locked here)
         // keeps mapped; no record is applied while the lock is held.
         let chunk = unsafe {
             std::slice::from_raw_parts(image.base().as_ptr().add(at as usize), len as usize)
         };
+        (at, chunk)
+    });
+    if f.slow_link() {
+        // syncseceth: the chunks to a file while locked, then to the slow link unlocked.
+        let path = s.dir().join(format!("backup-{}.snapshot", f.index));
+        let snapshot = snapshot(&path, chunks)?;
+        drop(s);
+        let sent = send_copy(link, epoch, done, size, snapshot.iter());
+        let _ = std::fs::remove_file(&path);
+        sent?;
+    } else {
+        send_copy(link, epoch, done, size, chunks)?;
+    }
+    Ok(done)
+}
+
+/// The non-zero chunks of an image, written to `path` (removed by the caller) and read back
+/// one at a time: the file holds them while the copy travels, memory only one.
+struct Snapshot {
+    file: std::fs::File,
+    /// (offset in the image, length) of each chunk, in the file one after the other.
+    chunks: Vec<(u64, u64)>,
+}
+
+fn snapshot<'a>(
+    path: &std::path::Path,
+    chunks: impl Iterator<Item = (u64, &'a [u8])>,
+) -> Result<Snapshot> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("{}", path.display()), e))?;
+    let mut kept = Vec::new();
+    for (at, chunk) in chunks {
+        if chunk.iter().any(|&b| b != 0) {
+            file.write_all(chunk)
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            kept.push((at, chunk.len() as u64));
+        }
+    }
+    Ok(Snapshot { file, chunks: kept })
+}
+
+impl Snapshot {
+    fn iter(&self) -> impl Iterator<Item = (u64, Vec<u8>)> + '_ {
+        use std::os::unix::fs::FileExt;
+        let mut pos = 0u64;
+        self.chunks.iter().map(move |&(at, len)| {
+            let mut buf = vec![0u8; len as usize];
+            // A read that fails leaves zeros: the backup then holds a wrong chunk, so the
+            // copy is failed instead (below).
+            let ok = self.file.read_exact_at(&mut buf, pos).is_ok();
+            pos += len;
+            if ok {
+                (at, buf)
+            } else {
+                (u64::MAX, Vec::new())
+            }
+        })
+    }
+}
+
+/// CopyBegin, the non-zero chunks, CopyDone at `done`.
+fn send_copy<C: AsRef<[u8]>>(
+    link: &mut Link,
+    epoch: u64,
+    done: u64,
+    size: u64,
+    chunks: impl Iterator<Item = (u64, C)>,
+) -> Result<()> {
+    link.send(&Frame::CopyBegin {
+        epoch,
+        pool_size: size,
+    })?;
+    let mut buf = Vec::new();
+    for (at, chunk) in chunks {
+        let chunk = chunk.as_ref();
+        if at == u64::MAX {
+            return Err(Error::Storage(
+                "reading the backup's snapshot failed".into(),
+            ));
+        }
         if chunk.iter().any(|&b| b != 0) {
             buf.clear();
             proto::encode_record(&mut buf, epoch, done, true, [(at, chunk)].into_iter());
             link.send_encoded(&buf)?;
         }
-        at += len;
     }
     link.send(&Frame::CopyDone {
         epoch,
         id: done,
         pool_size: size,
-    })?;
-    Ok(done)
+    })
 }
 
 fn wait_ack(link: &mut Link, id: u64) -> Result<()> {
     loop {
         match link.recv()? {
             Frame::Ack { id: got, .. } if got >= id => return Ok(()),
-            Frame::Ack { .. } | Frame::Heartbeat { .. } => continue,
+            Frame::Ack { .. } | Frame::Heartbeat { .. } | Frame::Status { .. } => continue,
             Frame::Refused { reason } => return Err(Error::Refused(reason)),
             other => return Err(Error::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The dirty ranges are the union of what was marked: disjoint, not touching, and
+        /// their byte count is right (checked against a bitmap).
+        #[test]
+        fn marked_ranges_are_their_union(
+            marks in proptest::collection::vec((0u64..512, 0u64..64), 0..40),
+        ) {
+            let mut dirty = std::collections::BTreeMap::new();
+            let mut bytes = 0;
+            let mut bitmap = [false; 576];
+            for &(offset, len) in &marks {
+                bytes = mark(&mut dirty, bytes, offset, len);
+                for b in &mut bitmap[offset as usize..(offset + len) as usize] {
+                    *b = true;
+                }
+            }
+            let mut covered = [false; 576];
+            let mut last_end = None;
+            for (&start, &end) in &dirty {
+                prop_assert!(start < end);
+                if let Some(e) = last_end {
+                    prop_assert!(start > e, "ranges touch or overlap: {dirty:?}");
+                }
+                last_end = Some(end);
+                for b in &mut covered[start as usize..end as usize] {
+                    *b = true;
+                }
+            }
+            prop_assert_eq!(covered, bitmap);
+            prop_assert_eq!(bytes, bitmap.iter().filter(|&&b| b).count() as u64);
         }
     }
 }

@@ -6,7 +6,7 @@
 //! * [`auth`]: the shared-secret handshake that authenticates both ends of a link;
 //! * [`link`]: frames over a blocking TCP stream;
 //! * [`policy`]: [`MirrorPolicy`], the primary's [`mnemo_pmem::SyncPolicy`] (modes `local`,
-//!   `async`, `sync`, `syncflush`);
+//!   `async`, `sync`, `syncflush`, `syncdisk`, `syncsec`, `syncseceth`);
 //! * [`backup`]: the second tier, fed by the mirror in the background;
 //! * [`mirror`]: [`MirrorStore`] (image, log, state, recovery, promotion) and [`Mirror`], the
 //!   server.
@@ -25,4 +25,6 @@ pub use auth::Secret;
 pub use backup::{BackupOptions, BackupStats};
 pub use error::{Error, ProtoError, Result};
 pub use mirror::{Mirror, MirrorOptions, MirrorState, MirrorStats, MirrorStore};
-pub use policy::{Membership, MirrorConfig, MirrorPolicy, Mode, ReplStats, WithoutMirror};
+pub use policy::{
+    BackupsView, Membership, MirrorConfig, MirrorPolicy, Mode, ReplStats, WithoutMirror,
+};

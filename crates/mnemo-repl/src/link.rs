@@ -7,6 +7,10 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::proto::{self, Frame};
 
+/// Shortest time a send may make no progress before it fails: a busy peer (a full copy being
+/// applied on a loaded machine) must not cost a whole new copy.
+pub const SEND_STALL_MIN: Duration = Duration::from_secs(3);
+
 /// Bytes read per `read(2)` at least (the receive buffer's initial size).
 const READ_CHUNK: usize = 64 << 10;
 
@@ -45,10 +49,16 @@ impl Link {
         })
     }
 
-    /// Connect to `addr` within `timeout`.
+    /// Connect to `addr` within `timeout`. A send that makes no progress for `timeout` (at
+    /// least [`SEND_STALL_MIN`]) fails too (a partition, a peer that stopped reading): without
+    /// it a full copy bigger than the socket's buffers blocked its sender until TCP gave up,
+    /// many minutes later.
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Link> {
         let stream = TcpStream::connect_timeout(&addr, timeout)
             .map_err(|e| Error::io(format!("connecting to {addr}"), e))?;
+        stream
+            .set_write_timeout(Some(timeout.max(SEND_STALL_MIN)))
+            .map_err(|e| Error::io("write timeout", e))?;
         Link::new(stream)
     }
 

@@ -3,7 +3,8 @@
 //!
 //! A mirror directory holds:
 //! * `image`: a byte-for-byte image of the primary's pool (a pool file: `mnemo serve --pool
-//!   DIR/image` serves it after `mnemo mirror promote`);
+//!   DIR/image` serves it after `mnemo mirror promote`), or a symbolic link to an ordinary
+//!   disk file holding it ([`MirrorOptions::disk_image`], `syncdisk`);
 //! * `log.pool`: a pool holding a [`mnemo_log::Log`] of received records (the exact bytes of
 //!   each record frame), appended with one fence each before the acknowledgement;
 //! * `state`: epoch, last checkpointed record id, whether the image holds a complete copy
@@ -32,11 +33,16 @@ use crate::auth::{self, Secret};
 use crate::backup::{self, Forwarder};
 use crate::error::{Error, Result};
 use crate::link::Link;
-use crate::proto::{self, Frame, Role, VERSION};
+use crate::policy::Mode;
+use crate::proto::{self, BackupStatus, Frame, LinkParams, Role, VERSION, VERSION_MIN};
 
 const STATE_MAGIC: u32 = u32::from_le_bytes(*b"MNRS");
-const STATE_VERSION: u32 = 1;
-const STATE_LEN: usize = 4 + 4 + 8 + 8 + 8 + 1 + 4;
+/// Version 2 added the mode of the primary last linked; version 1 files are still read.
+const STATE_VERSION: u32 = 2;
+const STATE_LEN_V1: usize = 4 + 4 + 8 + 8 + 8 + 1 + 4;
+const STATE_LEN: usize = STATE_LEN_V1 + 1;
+/// The mode byte of a state whose primary told none (version 1 primaries and files).
+const MODE_UNKNOWN: u8 = 0xff;
 
 /// What a mirror directory records about its image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,6 +55,8 @@ pub struct MirrorState {
     pub pool_size: u64,
     /// Whether the image holds a complete copy (false during a full copy, and before one).
     pub complete: bool,
+    /// The mode the primary last linked told (None: never told, a version 1 primary).
+    pub mode: Option<Mode>,
 }
 
 impl MirrorState {
@@ -60,27 +68,38 @@ impl MirrorState {
         b[16..24].copy_from_slice(&self.last_id.to_le_bytes());
         b[24..32].copy_from_slice(&self.pool_size.to_le_bytes());
         b[32] = u8::from(self.complete);
+        b[33] = self.mode.map_or(MODE_UNKNOWN, Mode::code);
         let crc = crc32c::crc32c(&b[..STATE_LEN - 4]);
         b[STATE_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     fn decode(b: &[u8]) -> std::result::Result<MirrorState, String> {
-        if b.len() != STATE_LEN {
-            return Err(format!("{} bytes, expected {STATE_LEN}", b.len()));
+        let len = b.len();
+        if len != STATE_LEN && len != STATE_LEN_V1 {
+            return Err(format!("{len} bytes, expected {STATE_LEN}"));
         }
         let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
         let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or([0; 4]));
         if u32_at(0) != STATE_MAGIC {
             return Err("not a mirror state file".into());
         }
-        if u32_at(STATE_LEN - 4) != crc32c::crc32c(&b[..STATE_LEN - 4]) {
+        if u32_at(len - 4) != crc32c::crc32c(&b[..len - 4]) {
             return Err("checksum mismatch".into());
         }
-        if u32_at(4) != STATE_VERSION {
+        let version = u32_at(4);
+        let expected = match version {
+            1 => STATE_LEN_V1,
+            STATE_VERSION => STATE_LEN,
+            _ => {
+                return Err(format!(
+                    "version {version}, this build reads 1 and {STATE_VERSION}"
+                ))
+            }
+        };
+        if len != expected {
             return Err(format!(
-                "version {}, this build reads {STATE_VERSION}",
-                u32_at(4)
+                "{len} bytes for version {version}, expected {expected}"
             ));
         }
         let complete = match b[32] {
@@ -88,11 +107,16 @@ impl MirrorState {
             1 => true,
             _ => return Err("bad completeness flag".into()),
         };
+        let mode = match (version, b[33]) {
+            (1, _) | (_, MODE_UNKNOWN) => None,
+            (_, code) => Some(Mode::from_code(code).ok_or("bad mode")?),
+        };
         Ok(MirrorState {
             epoch: word(8),
             last_id: word(16),
             pool_size: word(24),
             complete,
+            mode,
         })
     }
 }
@@ -130,6 +154,10 @@ pub struct MirrorOptions {
     pub log_size: u64,
     /// Checkpoint after this many records.
     pub checkpoint_records: u64,
+    /// Keep the image (the data area) in this ordinary disk file, `DIR/image` a symbolic
+    /// link to it, while the log stays in `DIR/log.pool` (Mojim's `syncdisk`). None: the
+    /// image is `DIR/image` itself.
+    pub disk_image: Option<PathBuf>,
 }
 
 impl Default for MirrorOptions {
@@ -137,7 +165,74 @@ impl Default for MirrorOptions {
         MirrorOptions {
             log_size: 64 << 20,
             checkpoint_records: 1024,
+            disk_image: None,
         }
+    }
+}
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+/// Whether `path` (or, if it does not exist, its directory) is on a memory file system
+/// (tmpfs, ramfs: the stand-in for persistent memory), not an ordinary disk.
+pub fn on_memory_fs(path: &Path) -> Result<bool> {
+    let probe = if path.exists() {
+        path
+    } else {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    };
+    let stat = rustix::fs::statfs(probe)
+        .map_err(|e| Error::io(format!("statfs {}", probe.display()), e.into()))?;
+    #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
+    let kind = stat.f_type as i64;
+    Ok(kind == TMPFS_MAGIC || kind == RAMFS_MAGIC)
+}
+
+/// Put the image in `disk` (an ordinary disk file), `DIR/image` a symbolic link to it.
+fn link_disk_image(dir: &Path, disk: &Path) -> Result<()> {
+    let disk = if disk.is_absolute() {
+        disk.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::io("current directory", e))?
+            .join(disk)
+    };
+    if on_memory_fs(&disk)? {
+        return Err(Error::Storage(format!(
+            "--disk-image {} is on a memory file system (tmpfs): give a file on a disk",
+            disk.display()
+        )));
+    }
+    let link = dir.join("image");
+    match std::fs::symlink_metadata(&link) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            let target = std::fs::read_link(&link)
+                .map_err(|e| Error::io(format!("{}", link.display()), e))?;
+            if target != disk {
+                return Err(Error::Storage(format!(
+                    "{} already links to {}, not to --disk-image {}: move the file there, or use a fresh --dir",
+                    link.display(),
+                    target.display(),
+                    disk.display()
+                )));
+            }
+            Ok(())
+        }
+        Ok(_) => Err(Error::Storage(format!(
+            "{} is a file in the mirror's directory: this mirror keeps its image there; move it to {} and link it (ln -s), or use a fresh --dir",
+            link.display(),
+            disk.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::os::unix::fs::symlink(&disk, &link)
+                .map_err(|e| Error::io(format!("linking {} to {}", link.display(), disk.display()), e))?;
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Error::io("syncing the mirror directory", e))
+        }
+        Err(e) => Err(Error::io(format!("{}", link.display()), e)),
     }
 }
 
@@ -204,6 +299,9 @@ impl MirrorStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => MirrorState::default(),
             Err(e) => return Err(Error::io(format!("{}", dir.join("state").display()), e)),
         };
+        if let Some(disk) = &options.disk_image {
+            link_disk_image(dir, disk)?;
+        }
         let log_path = dir.join("log.pool");
         let log = if log_path.exists() {
             let pool = Box::new(Pool::open(&log_path, &OpenOptions::default())?);
@@ -300,6 +398,34 @@ impl MirrorStore {
     /// Path of the image (a pool file once the copy is complete).
     pub fn image_path(&self) -> PathBuf {
         self.dir.join("image")
+    }
+
+    /// The mirror's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the image (the data area) is an ordinary disk file, not memory (tmpfs or
+    /// DAX): what a `syncdisk` primary asks of its mirror.
+    pub fn image_on_disk(&self) -> Result<bool> {
+        match &self.image {
+            Some(image) => Ok(image.info().kind == mnemo_pmem::MediaKind::PageCache),
+            None => {
+                let path = std::fs::canonicalize(self.image_path())
+                    .or_else(|_| std::fs::read_link(self.image_path()))
+                    .unwrap_or_else(|_| self.image_path());
+                Ok(!on_memory_fs(&path)?)
+            }
+        }
+    }
+
+    /// Record the mode the primary of the newest link told (durably, when it changed).
+    pub fn observe_mode(&mut self, mode: Option<Mode>) -> Result<()> {
+        if mode != self.state.mode {
+            let state = MirrorState { mode, ..self.state };
+            self.write_state(state)?;
+        }
+        Ok(())
     }
 
     fn write_state(&mut self, state: MirrorState) -> Result<()> {
@@ -596,7 +722,13 @@ impl Mirror {
         addr: SocketAddr,
         options: backup::BackupOptions,
     ) -> Result<()> {
-        let forwarder = backup::start(addr, options, Arc::clone(&self.store), self.secret.clone())?;
+        let forwarder = backup::start(
+            addr,
+            self.backups.len(),
+            options,
+            Arc::clone(&self.store),
+            self.secret.clone(),
+        )?;
         let mut backups: Vec<Arc<Forwarder>> = self.backups.iter().cloned().collect();
         backups.push(forwarder);
         self.backups = Arc::new(backups);
@@ -680,6 +812,110 @@ fn lock_for_record<'s>(
     }
 }
 
+/// A version 2 primary is told where the backups stand at most this often (after an Ack,
+/// and before the answer to a heartbeat).
+const STATUS_EVERY: Duration = Duration::from_millis(100);
+
+/// While a full copy arrives, the primary waiting for its acknowledgement is told this often
+/// (after a copy record, and while the copy is made durable) that this mirror is alive and
+/// progressing: the copy may take long over a slow link, a partition must not.
+const COPY_HEARTBEAT: Duration = Duration::from_millis(250);
+
+/// What the mirror knows of one primary's link.
+struct LinkState {
+    epoch: u64,
+    number: u64,
+    version: u16,
+    copying: bool,
+    /// When a Status was last sent (version 2 links with backups).
+    status_at: Option<std::time::Instant>,
+    /// When a heartbeat was last sent during a copy.
+    beat_at: std::time::Instant,
+}
+
+/// Where the backups stand, for the primary.
+fn status_frame(s: &MirrorStore, epoch: u64, backups: &[Arc<Forwarder>]) -> Frame {
+    let last_id = s.last_id();
+    Frame::Status {
+        epoch: s.state().epoch.max(epoch),
+        last_id,
+        backups: backups
+            .iter()
+            .map(|b| {
+                let st = b.stats();
+                BackupStatus {
+                    addr: b.addr().to_string(),
+                    connected: st.connected,
+                    acked: st.acked,
+                    lag_records: last_id.saturating_sub(st.acked),
+                    lag_bytes: st.unacked_bytes,
+                    copies: st.copies,
+                    stalls: st.stalls,
+                    overflows: st.overflows,
+                    bulk_catchups: st.bulk_catchups,
+                }
+            })
+            .collect(),
+    }
+}
+
+impl LinkState {
+    /// A Status for a version 2 primary, if one is due.
+    fn status_due(
+        &mut self,
+        s: &MirrorStore,
+        backups: &[Arc<Forwarder>],
+        force: bool,
+    ) -> Option<Frame> {
+        if self.version < 2 || backups.is_empty() {
+            return None;
+        }
+        let due = force || self.status_at.is_none_or(|at| at.elapsed() >= STATUS_EVERY);
+        if !due {
+            return None;
+        }
+        self.status_at = Some(std::time::Instant::now());
+        Some(status_frame(s, self.epoch, backups))
+    }
+
+    /// During a copy: a heartbeat to the waiting primary, if one is due.
+    fn copy_beat(&mut self, link: &mut Link, id: u64) -> Result<()> {
+        if self.beat_at.elapsed() >= COPY_HEARTBEAT {
+            link.send(&Frame::Heartbeat {
+                epoch: self.epoch,
+                id,
+            })?;
+            self.beat_at = std::time::Instant::now();
+        }
+        Ok(())
+    }
+}
+
+/// Run `work` (which does not use the link) while a thread of its own sends the waiting
+/// primary a heartbeat every [`COPY_HEARTBEAT`]: making a large image durable (an `msync`
+/// of a disk image in `syncdisk`) may outlast the primary's timeout.
+fn beating<T>(link: &mut Link, epoch: u64, id: u64, work: impl FnOnce() -> T) -> T {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let beat = scope.spawn(|| {
+            let mut last = std::time::Instant::now();
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(10));
+                if last.elapsed() >= COPY_HEARTBEAT {
+                    if link.send(&Frame::Heartbeat { epoch, id }).is_err() {
+                        return;
+                    }
+                    last = std::time::Instant::now();
+                }
+            }
+        });
+        let result = work();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        let _ = beat.join();
+        result
+    })
+}
+
 /// Serve one primary's link until it closes.
 pub fn serve_link(
     stream: TcpStream,
@@ -689,7 +925,7 @@ pub fn serve_link(
 ) -> Result<()> {
     let mut link = Link::new(stream)?;
     link.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let (epoch, number) = match mirror_handshake(&mut link, store, secret) {
+    let accepted = match mirror_handshake(&mut link, store, secret) {
         Ok(accepted) => accepted,
         Err(e) => {
             let _ = link.send(&Frame::Refused {
@@ -698,8 +934,28 @@ pub fn serve_link(
             return Err(e);
         }
     };
+    if let Some(params) = accepted.params {
+        tracing::info!(
+            mode = params.mode.name(),
+            backup_stall = params.backup_stall,
+            backup_stall_ms = params.backup_stall_ms,
+            "the primary told its mode"
+        );
+    }
+    // The newest link's primary sets the backups' threshold (a version 1 primary tells
+    // none: each backup keeps the mirror's own flags).
+    for b in backups {
+        b.told(accepted.params);
+    }
     link.set_read_timeout(None)?;
-    let mut copying = false;
+    let mut st = LinkState {
+        epoch: accepted.epoch,
+        number: accepted.number,
+        version: accepted.version,
+        copying: false,
+        status_at: None,
+        beat_at: std::time::Instant::now(),
+    };
     loop {
         let frame = match link.recv() {
             Ok(f) => f,
@@ -708,100 +964,13 @@ pub fn serve_link(
             }
             Err(e) => return Err(e),
         };
-        let result = match frame {
-            Frame::Record {
-                epoch: e,
-                id,
-                copy,
-                ranges,
-            } => {
-                if e != epoch {
-                    Err(Error::Refused(format!(
-                        "record of epoch {e} on a link of epoch {epoch}"
-                    )))
-                } else if copy {
-                    if copying {
-                        let mut s = lock(store);
-                        admit(&s, epoch, number)
-                            .and_then(|()| s.copy_ranges(&ranges))
-                            .map(|()| None)
-                    } else {
-                        Err(Error::Unexpected("copy record outside a copy".into()))
-                    }
-                } else {
-                    let mut s = lock_for_record(store, &mut link, epoch, id)?;
-                    if let Err(e) = admit(&s, epoch, number) {
-                        Err(e)
-                    } else {
-                        let frame = link.last_frame();
-                        let logged = s.log_record(epoch, id, &ranges, Some(frame));
-                        if logged.is_ok() {
-                            // In log order (the store's lock is held), before the ack.
-                            for b in backups {
-                                b.push(id, frame);
-                            }
-                            // syncsec: a backup too far behind holds this acknowledgement.
-                            for b in backups {
-                                b.stall();
-                            }
-                        }
-                        logged.and_then(|()| {
-                            link.send(&Frame::Ack { epoch, id })?;
-                            s.apply(&ranges)?;
-                            Ok(None)
-                        })
-                    }
-                }
-            }
-            Frame::Heartbeat { id, .. } => {
-                // Answered with where this mirror stands: a primary whose epoch is older
-                // learns here, on an idle link, that it was deposed. The store may be busy
-                // for a while (a backup's full copy holds its lock): the answer proves this
-                // process alive and does not wait for it; the epoch is then the link's.
-                let (epoch, id) = match store.try_lock() {
-                    Ok(mut s) => {
-                        s.stats.heartbeats += 1;
-                        (s.state().epoch, s.last_id())
-                    }
-                    Err(std::sync::TryLockError::Poisoned(p)) => {
-                        let s = p.into_inner();
-                        (s.state().epoch, s.last_id())
-                    }
-                    Err(std::sync::TryLockError::WouldBlock) => (epoch, id),
-                };
-                Ok(Some(Frame::Heartbeat { epoch, id }))
-            }
-            Frame::CopyBegin {
-                epoch: e,
-                pool_size,
-            } if e == epoch && !copying => {
-                copying = true;
-                let mut s = lock(store);
-                let begun = admit(&s, epoch, number).and_then(|()| s.begin_copy(epoch, pool_size));
-                // The primary sends a full copy after a lost link: it may hold sync points
-                // made while the link was down, which no record will bring to the backups.
-                // Each catches up with a full copy of this image once it is complete.
-                for b in backups {
-                    b.recopy();
-                }
-                begun.map(|()| None)
-            }
-            Frame::CopyDone {
-                epoch: e,
-                id,
-                pool_size,
-            } if e == epoch && copying => {
-                copying = false;
-                let mut s = lock(store);
-                admit(&s, epoch, number)
-                    .and_then(|()| s.finish_copy(id, pool_size))
-                    .map(|()| Some(Frame::Ack { epoch, id }))
-            }
-            other => Err(Error::Unexpected(format!("{other:?}"))),
-        };
+        let result = serve_frame(frame, &mut link, &mut st, store, backups);
         match result {
-            Ok(Some(reply)) => link.send(&reply)?,
-            Ok(None) => {}
+            Ok(replies) => {
+                for reply in replies.into_iter().flatten() {
+                    link.send(&reply)?;
+                }
+            }
             Err(e) => {
                 let _ = link.send(&Frame::Refused {
                     reason: e.to_string(),
@@ -809,6 +978,121 @@ pub fn serve_link(
                 return Err(e);
             }
         }
+    }
+}
+
+/// One frame of a primary's link: the frames to answer with (in order).
+fn serve_frame(
+    frame: Frame,
+    link: &mut Link,
+    st: &mut LinkState,
+    store: &Mutex<MirrorStore>,
+    backups: &[Arc<Forwarder>],
+) -> Result<[Option<Frame>; 2]> {
+    let (epoch, number) = (st.epoch, st.number);
+    match frame {
+        Frame::Record {
+            epoch: e,
+            id,
+            copy,
+            ranges,
+        } => {
+            if e != epoch {
+                Err(Error::Refused(format!(
+                    "record of epoch {e} on a link of epoch {epoch}"
+                )))
+            } else if copy {
+                if !st.copying {
+                    return Err(Error::Unexpected("copy record outside a copy".into()));
+                }
+                let mut s = lock_for_record(store, link, epoch, id)?;
+                admit(&s, epoch, number).and_then(|()| s.copy_ranges(&ranges))?;
+                drop(s);
+                st.copy_beat(link, id)?;
+                Ok([None, None])
+            } else {
+                let mut s = lock_for_record(store, link, epoch, id)?;
+                admit(&s, epoch, number)?;
+                let frame = link.last_frame();
+                s.log_record(epoch, id, &ranges, Some(frame))?;
+                // In log order (the store's lock is held), before the ack.
+                for b in backups {
+                    b.push(id, frame, &ranges);
+                }
+                // syncsec: a backup too far behind holds this acknowledgement (the primary,
+                // waiting, gets a heartbeat every 500 ms meanwhile).
+                let mut beat = || {
+                    let _ = link.send(&Frame::Heartbeat {
+                        epoch,
+                        id: id.saturating_sub(1),
+                    });
+                };
+                for b in backups {
+                    b.stall(&mut beat);
+                }
+                link.send(&Frame::Ack { epoch, id })?;
+                s.apply(&ranges)?;
+                Ok([st.status_due(&s, backups, false), None])
+            }
+        }
+        Frame::Heartbeat { id, .. } => {
+            // Answered with where this mirror stands: a primary whose epoch is older
+            // learns here, on an idle link, that it was deposed. The store may be busy
+            // for a while (a backup's full copy holds its lock): the answer proves this
+            // process alive and does not wait for it; the epoch is then the link's.
+            let (answer, status) = match store.try_lock() {
+                Ok(mut s) => {
+                    s.stats.heartbeats += 1;
+                    let status = st.status_due(&s, backups, true);
+                    ((s.state().epoch, s.last_id()), status)
+                }
+                Err(std::sync::TryLockError::Poisoned(p)) => {
+                    let s = p.into_inner();
+                    ((s.state().epoch, s.last_id()), None)
+                }
+                Err(std::sync::TryLockError::WouldBlock) => ((epoch, id), None),
+            };
+            Ok([
+                status,
+                Some(Frame::Heartbeat {
+                    epoch: answer.0,
+                    id: answer.1,
+                }),
+            ])
+        }
+        Frame::CopyBegin {
+            epoch: e,
+            pool_size,
+        } if e == epoch && !st.copying => {
+            st.copying = true;
+            let mut s = lock_for_record(store, link, epoch, 0)?;
+            let begun = admit(&s, epoch, number).and_then(|()| s.begin_copy(epoch, pool_size));
+            // The primary sends a full copy after a lost link: it may hold sync points
+            // made while the link was down, which no record will bring to the backups.
+            // Each catches up with a full copy of this image once it is complete.
+            for b in backups {
+                b.recopy();
+            }
+            begun?;
+            drop(s);
+            st.beat_at = std::time::Instant::now();
+            Ok([Some(Frame::Heartbeat { epoch, id: 0 }), None])
+        }
+        Frame::CopyDone {
+            epoch: e,
+            id,
+            pool_size,
+        } if e == epoch && st.copying => {
+            st.copying = false;
+            let mut s = lock_for_record(store, link, epoch, id)?;
+            admit(&s, epoch, number)?;
+            beating(link, epoch, id, || s.finish_copy(id, pool_size))?;
+            Ok([
+                Some(Frame::Ack { epoch, id }),
+                st.status_due(&s, backups, true),
+            ])
+        }
+        other => Err(Error::Unexpected(format!("{other:?}"))),
     }
 }
 
@@ -822,12 +1106,20 @@ fn admit(s: &MirrorStore, epoch: u64, number: u64) -> Result<()> {
     admit_link(number, s.newest_link())
 }
 
-/// The mirror's half of the handshake; returns the link's epoch and number.
+/// A link that passed the handshake.
+struct Accepted {
+    epoch: u64,
+    number: u64,
+    version: u16,
+    params: Option<LinkParams>,
+}
+
+/// The mirror's half of the handshake.
 fn mirror_handshake(
     link: &mut Link,
     store: &Mutex<MirrorStore>,
     secret: &Secret,
-) -> Result<(u64, u64)> {
+) -> Result<Accepted> {
     let Frame::Hello {
         version,
         role,
@@ -836,19 +1128,25 @@ fn mirror_handshake(
     else {
         return Err(Error::Unexpected("expected Hello".into()));
     };
-    if version != VERSION || role != Role::Primary {
+    if !(VERSION_MIN..=VERSION).contains(&version) || role != Role::Primary {
         return Err(Error::Auth(format!(
-            "peer speaks version {version} as {role:?}; this mirror speaks version {VERSION} to primaries"
+            "peer speaks version {version} as {role:?}; this mirror speaks versions {VERSION_MIN} to {VERSION} to primaries"
         )));
     }
     let ours = auth::nonce()?;
     link.send(&Frame::Challenge {
-        version: VERSION,
+        // The primary's own version: a version 1 primary checks that it is 1.
+        version,
         proof: secret.mirror_proof(&theirs, &ours),
         nonce: ours,
     })?;
-    let (proof, epoch) = match link.recv()? {
-        Frame::Auth { proof, epoch, .. } => (proof, epoch),
+    let (proof, epoch, params) = match link.recv()? {
+        Frame::Auth {
+            proof,
+            epoch,
+            params,
+            ..
+        } => (proof, epoch, params),
         Frame::Refused { reason } => return Err(Error::Refused(reason)),
         other => return Err(Error::Unexpected(format!("expected Auth, got {other:?}"))),
     };
@@ -859,13 +1157,25 @@ fn mirror_handshake(
     }
     let mut s = lock(store);
     admit_epoch(epoch, s.state().epoch)?;
+    if params.is_some_and(|p| p.mode == Mode::SyncDisk) && !s.image_on_disk()? {
+        return Err(Error::Refused(format!(
+            "the primary runs in syncdisk mode, which keeps the mirror's image on a disk, and this mirror's image ({}) is in memory (tmpfs or DAX): restart the mirror with --disk-image FILE on a disk",
+            s.image_path().display()
+        )));
+    }
     s.observe_epoch(epoch)?;
+    s.observe_mode(params.map(|p| p.mode))?;
     let number = s.open_link();
     link.send(&Frame::Welcome {
         epoch: s.state().epoch,
         last_id: s.last_id(),
     })?;
-    Ok((epoch, number))
+    Ok(Accepted {
+        epoch,
+        number,
+        version,
+        params,
+    })
 }
 
 /// The mirror's fence (sans I/O: the TCP server and the deterministic simulation both use
@@ -921,4 +1231,60 @@ pub fn listen(addr: SocketAddr) -> Result<TcpListener> {
             e,
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_files_of_both_versions_are_read() {
+        for mode in [None, Some(Mode::SyncDisk), Some(Mode::SyncSecEth)] {
+            let state = MirrorState {
+                epoch: 3,
+                last_id: 99,
+                pool_size: 1 << 20,
+                complete: true,
+                mode,
+            };
+            assert_eq!(MirrorState::decode(&state.encode()), Ok(state));
+        }
+        // Version 1 (before the mode): 36 bytes, read with no mode.
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(&STATE_MAGIC.to_le_bytes());
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        for word in [7u64, 42, 4096] {
+            v1.extend_from_slice(&word.to_le_bytes());
+        }
+        v1.push(1);
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            MirrorState::decode(&v1),
+            Ok(MirrorState {
+                epoch: 7,
+                last_id: 42,
+                pool_size: 4096,
+                complete: true,
+                mode: None,
+            })
+        );
+        // A version 2 file cut to version 1's length, a bad mode, a flipped byte: refused.
+        let good = MirrorState {
+            mode: Some(Mode::Sync),
+            ..MirrorState::default()
+        }
+        .encode();
+        assert!(MirrorState::decode(&good[..STATE_LEN_V1]).is_err());
+        let mut bad_mode = good;
+        bad_mode[33] = 0x77;
+        let crc = crc32c::crc32c(&bad_mode[..STATE_LEN - 4]);
+        bad_mode[STATE_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert!(MirrorState::decode(&bad_mode).is_err());
+        for i in 0..STATE_LEN {
+            let mut flipped = good;
+            flipped[i] ^= 0x10;
+            assert!(MirrorState::decode(&flipped).is_err(), "byte {i}");
+        }
+    }
 }

@@ -9,6 +9,8 @@
 //! | `async` | yes | yes | no |
 //! | `sync` | no | yes | yes |
 //! | `syncflush` | yes (while the record travels) | yes | yes |
+//! | `syncdisk` | no | yes | yes (the mirror's image on a disk file) |
+//! | `syncsec`, `syncseceth` | no | yes | yes (held while a backup lags past the threshold) |
 //!
 //! On first use (and after a lost link, at most once per retry interval) the policy connects,
 //! authenticates, and sends a full copy of the pool before any record, so the mirror's image
@@ -29,7 +31,7 @@ use mnemo_pmem::{Media, SyncPoint, SyncPolicy};
 use crate::auth::{self, Secret};
 use crate::error::{Error, Result};
 use crate::link::Link;
-use crate::proto::{self, Frame, Role, VERSION};
+use crate::proto::{self, BackupStatus, Frame, LinkParams, Role, VERSION};
 
 /// Deliberately broken variants of this crate (compiled in only with mnemo-pmem's `mutants`
 /// feature, in test builds), each caught by `tests/mirror.rs`.
@@ -67,13 +69,35 @@ pub enum Mode {
     Sync,
     /// Ship, flush locally meanwhile, wait for the mirror.
     SyncFlush,
+    /// Mojim's M-syncdisk: `sync` on the primary, and the mirror keeps its data area (the
+    /// image) in an ordinary disk file, its log in its pool: the mirror refuses a `syncdisk`
+    /// primary while its image is on a memory file system (`mnemo mirror serve
+    /// --disk-image`).
+    SyncDisk,
     /// `sync` with backups behind the mirror, Mojim's M-syncsec: the primary behaves as in
-    /// `sync`; its mirror (`--backup`, `--backup-stall`) forwards in the background and holds
-    /// its acknowledgements back while a backup lags past the threshold.
+    /// `sync` and tells its mirror the threshold ([`MirrorConfig::backup_stall`]); the
+    /// mirror (`--backup`) forwards in the background and holds its acknowledgements back
+    /// while a backup lags past it.
     SyncSec,
+    /// Mojim's M-syncseceth: `syncsec` for backups behind a slower, rate-limited link. The
+    /// primary tells a larger default threshold (40 MiB, Mojim's SECONDARY_TIER_THRESH,
+    /// against 4 MiB), and the mirror sends each backup's full copy (its first, and every
+    /// catch-up in bulk) from a snapshot of its image taken under its lock, instead of
+    /// holding its lock (and so the primary) for the whole transfer over the slow link.
+    SyncSecEth,
 }
 
 impl Mode {
+    const ALL: [Mode; 7] = [
+        Mode::Local,
+        Mode::Async,
+        Mode::Sync,
+        Mode::SyncFlush,
+        Mode::SyncDisk,
+        Mode::SyncSec,
+        Mode::SyncSecEth,
+    ];
+
     /// The mode's name as the CLI spells it.
     pub fn name(self) -> &'static str {
         match self {
@@ -81,21 +105,33 @@ impl Mode {
             Mode::Async => "async",
             Mode::Sync => "sync",
             Mode::SyncFlush => "syncflush",
+            Mode::SyncDisk => "syncdisk",
             Mode::SyncSec => "syncsec",
+            Mode::SyncSecEth => "syncseceth",
         }
     }
 
     /// Parse a name.
     pub fn parse(name: &str) -> Option<Mode> {
-        [
-            Mode::Local,
-            Mode::Async,
-            Mode::Sync,
-            Mode::SyncFlush,
-            Mode::SyncSec,
-        ]
-        .into_iter()
-        .find(|m| m.name() == name)
+        Mode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The mode's number on the wire (Auth, version 2) and in a mirror's state file.
+    pub fn code(self) -> u8 {
+        match self {
+            Mode::Local => 0,
+            Mode::Async => 1,
+            Mode::Sync => 2,
+            Mode::SyncFlush => 3,
+            Mode::SyncDisk => 4,
+            Mode::SyncSec => 5,
+            Mode::SyncSecEth => 6,
+        }
+    }
+
+    /// The mode of a [`Mode::code`].
+    pub fn from_code(code: u8) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.code() == code)
     }
 
     /// Whether a sync point waits for the mirror's acknowledgement before it is acknowledged
@@ -108,10 +144,43 @@ impl Mode {
         !matches!(self, Mode::Local | Mode::Async)
     }
 
-    /// Whether sync points are made durable here too (all but `sync` and `syncsec`, which
-    /// rely on the mirror alone while it is in sync).
+    /// Whether sync points are made durable here too (all but the `sync` family: `sync`,
+    /// `syncdisk`, `syncsec`, `syncseceth`, which rely on the mirror alone while it is in
+    /// sync).
     pub fn flushes_locally(self) -> bool {
-        !matches!(self, Mode::Sync | Mode::SyncSec)
+        !matches!(
+            self,
+            Mode::Sync | Mode::SyncDisk | Mode::SyncSec | Mode::SyncSecEth
+        )
+    }
+
+    /// Whether the mode has backups whose lag holds the mirror's acknowledgements
+    /// (`syncsec`, `syncseceth`).
+    pub fn has_backup_tier(self) -> bool {
+        matches!(self, Mode::SyncSec | Mode::SyncSecEth)
+    }
+
+    /// The longest hold a primary of this mode tells its mirror unless told otherwise: 1 s
+    /// for `syncsec`; 10 s for `syncseceth`, where a slow link's queue (bufferbloat) makes a
+    /// lost packet's retransmission wait a second or more. The mirror sends the waiting
+    /// primary a heartbeat every 500 ms of a hold, so a hold may outlast the link's timeout.
+    pub fn default_backup_stall_max(self) -> Duration {
+        match self {
+            Mode::SyncSecEth => Duration::from_secs(10),
+            _ => crate::backup::STALL_MAX_DEFAULT,
+        }
+    }
+
+    /// The threshold a primary of this mode tells its mirror unless told otherwise: 4 MiB
+    /// for `syncsec` (a backup on a fast link drains that in milliseconds), 40 MiB for
+    /// `syncseceth` (Mojim's SECONDARY_TIER_THRESH: slack for a slow link), 0 (never) for
+    /// the others.
+    pub fn default_backup_stall(self) -> u64 {
+        match self {
+            Mode::SyncSec => 4 << 20,
+            Mode::SyncSecEth => 40 << 20,
+            _ => 0,
+        }
     }
 }
 
@@ -165,6 +234,13 @@ pub struct MirrorConfig {
     pub heartbeat_timeout: Duration,
     /// What to do while the mirror is away.
     pub without_mirror: WithoutMirror,
+    /// `syncsec`/`syncseceth`: told to the mirror, which holds its acknowledgements while a
+    /// backup has more than this many bytes unacknowledged (0: never).
+    pub backup_stall: u64,
+    /// The longest such hold, after which the lagging backup catches up in bulk (the mirror
+    /// sends heartbeats meanwhile; at most a minute, the longest a primary waits for a busy
+    /// mirror).
+    pub backup_stall_max: Duration,
 }
 
 impl MirrorConfig {
@@ -182,6 +258,18 @@ impl MirrorConfig {
             heartbeat: HEARTBEAT_DEFAULT,
             heartbeat_timeout: HEARTBEAT_TIMEOUT_DEFAULT,
             without_mirror: WithoutMirror::Record,
+            backup_stall: mode.default_backup_stall(),
+            backup_stall_max: mode.default_backup_stall_max(),
+        }
+    }
+
+    /// What this primary tells its mirror at the handshake.
+    pub fn link_params(&self) -> LinkParams {
+        let tier = self.mode.has_backup_tier();
+        LinkParams {
+            mode: self.mode,
+            backup_stall: if tier { self.backup_stall } else { 0 },
+            backup_stall_ms: u32::try_from(self.backup_stall_max.as_millis()).unwrap_or(u32::MAX),
         }
     }
 }
@@ -211,12 +299,27 @@ pub struct ReplStats {
     pub heartbeat_age_ms: Option<u64>,
 }
 
+/// Where the mirror's backups stand, as its last Status said (protocol version 2).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackupsView {
+    /// The backups, in the mirror's order (empty: none, or no Status yet).
+    pub backups: Vec<BackupStatus>,
+    /// The mirror's last record id when it sent the Status.
+    pub mirror_last_id: u64,
+    /// Milliseconds since that Status arrived (None: none yet).
+    pub age_ms: Option<u64>,
+}
+
 /// A handshake run on a thread of its own while sync points carry on locally.
 #[derive(Debug, Default)]
 struct Connector {
     busy: AtomicBool,
     done: Mutex<Option<Result<(Link, u64)>>>,
 }
+
+/// Longest silence of a mirror receiving a full copy (it sends a heartbeat every 250 ms)
+/// before the copy is declared failed.
+const COPY_SILENCE_MAX: Duration = Duration::from_secs(3);
 
 /// A full copy logs its progress every this many bytes.
 const COPY_PROGRESS_EVERY: u64 = 256 << 20;
@@ -274,6 +377,8 @@ pub struct MirrorPolicy {
     heartbeat_at_us: AtomicU64,
     created: Instant,
     membership: Option<Arc<dyn Membership>>,
+    /// The mirror's last Status: its backups, its last id, when it came.
+    backups: Mutex<(Vec<BackupStatus>, u64, Option<Instant>)>,
 }
 
 impl MirrorPolicy {
@@ -306,7 +411,23 @@ impl MirrorPolicy {
             heartbeat_at_us: AtomicU64::new(u64::MAX),
             created: Instant::now(),
             membership: None,
+            backups: Mutex::new((Vec::new(), 0, None)),
         }
+    }
+
+    /// Where the mirror's backups stand, as the mirror last said.
+    pub fn backups(&self) -> BackupsView {
+        let b = self.backups.lock().unwrap_or_else(|p| p.into_inner());
+        BackupsView {
+            backups: b.0.clone(),
+            mirror_last_id: b.1,
+            age_ms: b.2.map(|at| at.elapsed().as_millis() as u64),
+        }
+    }
+
+    fn note_status(&self, last_id: u64, backups: Vec<BackupStatus>) {
+        *self.backups.lock().unwrap_or_else(|p| p.into_inner()) =
+            (backups, last_id, Some(Instant::now()));
     }
 
     /// Record the mirror's state in `membership` (etcd), and obey it when deposed.
@@ -473,7 +594,9 @@ impl MirrorPolicy {
             epoch: c.epoch,
             pool_size: size,
         })?;
-        const CHUNK: u64 = 1 << 20;
+        // 256 KiB records: the mirror's heartbeats come after each, within a timeout even on
+        // a 2 Mbit link.
+        const CHUNK: u64 = 256 << 10;
         let mut at = 0u64;
         if mnemo_pmem::mutant::active("repl.skip_copy") {
             // Broken on purpose (tests only): the mirror gets no copy of what came before.
@@ -512,9 +635,13 @@ impl MirrorPolicy {
             id: done,
             pool_size: size,
         })?;
-        // The copy may take a while on a large pool: wait longer for its acknowledgement.
-        link.set_read_timeout(Some(c.timeout.max(Duration::from_secs(60))))?;
-        expect_ack(&mut link, c.epoch, done)?;
+        // The copy may take long (a large pool, a slow link): the mirror sends a heartbeat
+        // every 250 ms while its chunks arrive and while it makes the image durable, each one
+        // restarting the wait, so a copy in progress is waited for, and a partition or a
+        // dead mirror is seen within COPY_SILENCE_MAX (at least the link's timeout: a loaded
+        // mirror's heartbeats may come late, and a failed copy costs a whole new one).
+        link.set_read_timeout(Some(c.timeout.max(COPY_SILENCE_MAX)))?;
+        self.expect_ack(&mut link, done, None)?;
         link.set_read_timeout(Some(c.timeout))?;
         self.acked.store(done, Ordering::Relaxed);
         self.last_id.store(done, Ordering::Relaxed);
@@ -725,7 +852,7 @@ impl MirrorPolicy {
                 }
                 Ok(())
             } else {
-                let acked = expect_ack(link, self.config.epoch, id)?;
+                let acked = self.expect_ack(link, id, Some(BUSY_WAIT_MAX))?;
                 self.acked.store(acked, Ordering::Relaxed);
                 Ok(())
             }
@@ -758,8 +885,43 @@ impl MirrorPolicy {
             }
             // The mirror is busy with a record (a backup's full copy holds its store).
             Frame::Heartbeat { .. } => Ok(()),
+            Frame::Status {
+                last_id, backups, ..
+            } => {
+                self.note_status(last_id, backups);
+                Ok(())
+            }
             Frame::Refused { reason } => Err(Error::Refused(reason)),
             other => Err(Error::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Wait for the acknowledgement of `id` (acks of earlier ids are skipped; the mirror's
+    /// heartbeats meanwhile say it is busy, not gone: each one restarts the read timeout, up
+    /// to `busy_max` if given; its Status frames are noted).
+    fn expect_ack(&self, link: &mut Link, id: u64, busy_max: Option<Duration>) -> Result<u64> {
+        let start = Instant::now();
+        loop {
+            let frame = match link.recv()? {
+                Frame::Status {
+                    last_id, backups, ..
+                } => {
+                    self.note_status(last_id, backups);
+                    continue;
+                }
+                frame => frame,
+            };
+            match ack_step(self.config.epoch, id, frame)? {
+                AckStep::Acked(got) => return Ok(got),
+                AckStep::Earlier => continue,
+                AckStep::Busy if busy_max.is_none_or(|max| start.elapsed() < max) => continue,
+                AckStep::Busy => {
+                    return Err(Error::Unexpected(format!(
+                        "the mirror stayed busy for {:?} without acknowledging record {id}",
+                        start.elapsed()
+                    )))
+                }
+            }
         }
     }
 }
@@ -810,6 +972,7 @@ pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)>
         proof: c.secret.primary_proof(&theirs, &ours),
         epoch: c.epoch,
         pool_size,
+        params: Some(c.link_params()),
     })?;
     let last = match link.recv()? {
         Frame::Welcome { last_id, .. } => last_id,
@@ -824,27 +987,9 @@ pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)>
 }
 
 /// Longest wait for one acknowledgement from a mirror that says it is alive but busy (its
-/// heartbeats while a backup's full copy holds its store).
-const BUSY_WAIT_MAX: Duration = Duration::from_secs(60);
-
-/// Wait for the acknowledgement of `id` (acks of earlier ids are skipped; the mirror's
-/// heartbeats meanwhile say it is busy, not gone: each one restarts the read timeout, up to
-/// [`BUSY_WAIT_MAX`]).
-fn expect_ack(link: &mut Link, epoch: u64, id: u64) -> Result<u64> {
-    let start = Instant::now();
-    loop {
-        match ack_step(epoch, id, link.recv()?)? {
-            AckStep::Acked(got) => return Ok(got),
-            AckStep::Earlier => continue,
-            AckStep::Busy if start.elapsed() < BUSY_WAIT_MAX => continue,
-            AckStep::Busy => {
-                return Err(Error::Unexpected(format!(
-                    "the mirror stayed busy for {BUSY_WAIT_MAX:?} without acknowledging record {id}"
-                )))
-            }
-        }
-    }
-}
+/// heartbeats while a backup's full copy holds its store, or while a lagging backup holds
+/// the acknowledgement).
+pub const BUSY_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// What a frame received while a primary of `epoch` waits for the acknowledgement of record
 /// `id` means ([`ack_step`]).
@@ -895,7 +1040,9 @@ impl SyncPolicy for MirrorPolicy {
             Mode::Local => "local",
             Mode::Async => "mirror-async",
             Mode::Sync => "mirror-sync",
+            Mode::SyncDisk => "mirror-syncdisk",
             Mode::SyncSec => "mirror-syncsec",
+            Mode::SyncSecEth => "mirror-syncseceth",
             Mode::SyncFlush => "mirror-syncflush",
         }
     }

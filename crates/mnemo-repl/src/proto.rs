@@ -7,11 +7,17 @@
 //! `docs/design/replication.md`.
 
 use crate::error::ProtoError;
+use crate::policy::Mode;
 
 /// First four bytes of every frame.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"MNRP");
-/// Protocol version spoken here; a peer with another one is refused at the handshake.
-pub const VERSION: u16 = 1;
+/// Protocol version spoken here. Version 2 added the primary's [`LinkParams`] to Auth and the
+/// mirror's Status frame; a mirror speaks to primaries of versions [`VERSION_MIN`] to
+/// [`VERSION`] (a version 1 primary tells no parameters and gets no Status), and refuses
+/// others at the handshake.
+pub const VERSION: u16 = 2;
+/// Oldest primary version a mirror accepts.
+pub const VERSION_MIN: u16 = 1;
 /// Bytes before a frame's body.
 pub const FRAME_HEADER: usize = 12;
 /// Bytes after it (the checksum).
@@ -24,6 +30,46 @@ pub const RECORD_RANGES_MAX: usize = 1 << 16;
 pub const REASON_MAX: usize = 1024;
 /// Length of a handshake nonce and of a proof.
 pub const NONCE_LEN: usize = 32;
+/// Most backups one Status frame describes.
+pub const STATUS_BACKUPS_MAX: usize = 64;
+/// Longest backup address a Status frame carries (bytes of UTF-8).
+pub const ADDR_MAX: usize = 64;
+
+/// What a primary (version 2) tells its mirror in Auth: its mode, and the threshold of
+/// `syncsec`/`syncseceth` (the mirror holds its acknowledgements while a backup has more
+/// than `backup_stall` bytes unacknowledged, at most `backup_stall_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkParams {
+    /// The primary's mode (never `local`: a local primary has no link).
+    pub mode: Mode,
+    /// Unacknowledged bytes at a backup past which the mirror holds its ack (0: never).
+    pub backup_stall: u64,
+    /// Longest such hold, in milliseconds, after which the backup catches up in bulk.
+    pub backup_stall_ms: u32,
+}
+
+/// One backup as its mirror sees it (in a Status frame).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BackupStatus {
+    /// The backup's address, as the mirror's `--backup` names it (at most [`ADDR_MAX`]).
+    pub addr: String,
+    /// A link is up and the backup holds a full copy.
+    pub connected: bool,
+    /// Highest record id the backup acknowledged.
+    pub acked: u64,
+    /// Records the mirror holds beyond that.
+    pub lag_records: u64,
+    /// Bytes of records forwarded or queued and not yet acknowledged.
+    pub lag_bytes: u64,
+    /// Full copies sent to it.
+    pub copies: u64,
+    /// Acknowledgements to the primary held back because it lagged past the threshold.
+    pub stalls: u64,
+    /// Times it was dropped to a catch-up with a full copy.
+    pub overflows: u64,
+    /// Catch-ups in bulk by dirty ranges (`syncseceth`).
+    pub bulk_catchups: u64,
+}
 
 /// Which side of a link a node speaks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +128,8 @@ pub enum Frame {
         epoch: u64,
         /// The primary's pool size in bytes.
         pool_size: u64,
+        /// Its mode and threshold (version 2; absent from a version 1 primary).
+        params: Option<LinkParams>,
     },
     /// Mirror to primary: accepted; where the mirror stands.
     Welcome {
@@ -137,6 +185,16 @@ pub enum Frame {
         /// The sender's last record id (shipped by the primary, held by the mirror).
         id: u64,
     },
+    /// Mirror to a version 2 primary, now and then after an Ack or a heartbeat: where its
+    /// backups stand, for the primary's `INFO replication`.
+    Status {
+        /// The mirror's epoch.
+        epoch: u64,
+        /// Highest record id the mirror holds.
+        last_id: u64,
+        /// Its backups, in the order of its `--backup` flags.
+        backups: Vec<BackupStatus>,
+    },
 }
 
 const K_HELLO: u8 = 1;
@@ -149,6 +207,7 @@ const K_COPY_DONE: u8 = 7;
 const K_ACK: u8 = 8;
 const K_COPY_BEGIN: u8 = 9;
 const K_HEARTBEAT: u8 = 10;
+const K_STATUS: u8 = 11;
 
 /// Mark after a record's last range: the id inverted (a record cut short cannot end well).
 fn end_mark(id: u64) -> u64 {
@@ -186,10 +245,43 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
             proof,
             epoch,
             pool_size,
+            params,
         } => {
             out.extend_from_slice(proof);
             out.extend_from_slice(&epoch.to_le_bytes());
             out.extend_from_slice(&pool_size.to_le_bytes());
+            if let Some(p) = params {
+                out.push(p.mode.code());
+                out.extend_from_slice(&p.backup_stall.to_le_bytes());
+                out.extend_from_slice(&p.backup_stall_ms.to_le_bytes());
+            }
+        }
+        Frame::Status {
+            epoch,
+            last_id,
+            backups,
+        } => {
+            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&last_id.to_le_bytes());
+            let backups = &backups[..backups.len().min(STATUS_BACKUPS_MAX)];
+            out.push(backups.len() as u8);
+            for b in backups {
+                let addr = cut_utf8(&b.addr, ADDR_MAX);
+                out.push(addr.len() as u8);
+                out.extend_from_slice(addr.as_bytes());
+                out.push(u8::from(b.connected));
+                for v in [
+                    b.acked,
+                    b.lag_records,
+                    b.lag_bytes,
+                    b.copies,
+                    b.stalls,
+                    b.overflows,
+                    b.bulk_catchups,
+                ] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
         }
         Frame::Welcome { epoch, last_id }
         | Frame::Ack { epoch, id: last_id }
@@ -203,12 +295,9 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
         }
         Frame::Refused { reason } => {
             // At most REASON_MAX bytes, cut at a character boundary.
-            let mut len = reason.len().min(REASON_MAX);
-            while !reason.is_char_boundary(len) {
-                len -= 1;
-            }
-            out.extend_from_slice(&(len as u32).to_le_bytes());
-            out.extend_from_slice(&reason.as_bytes()[..len]);
+            let reason = cut_utf8(reason, REASON_MAX);
+            out.extend_from_slice(&(reason.len() as u32).to_le_bytes());
+            out.extend_from_slice(reason.as_bytes());
         }
         Frame::Record {
             epoch,
@@ -247,7 +336,17 @@ fn kind(frame: &Frame) -> u8 {
         Frame::Ack { .. } => K_ACK,
         Frame::CopyBegin { .. } => K_COPY_BEGIN,
         Frame::Heartbeat { .. } => K_HEARTBEAT,
+        Frame::Status { .. } => K_STATUS,
     }
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends at a character boundary.
+fn cut_utf8(text: &str, max: usize) -> &str {
+    let mut len = text.len().min(max);
+    while !text.is_char_boundary(len) {
+        len -= 1;
+    }
+    &text[..len]
 }
 
 fn encode_record_head(out: &mut Vec<u8>, epoch: u64, id: u64, copy: bool, count: usize) {
@@ -348,11 +447,69 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
             proof: b.array()?,
             nonce: b.array()?,
         },
-        K_AUTH => Frame::Auth {
-            proof: b.array()?,
-            epoch: b.u64()?,
-            pool_size: b.u64()?,
-        },
+        K_AUTH => {
+            let proof = b.array()?;
+            let epoch = b.u64()?;
+            let pool_size = b.u64()?;
+            // Version 1 ends here; version 2 adds the primary's parameters.
+            let params = if b.remaining() == 0 {
+                None
+            } else {
+                let mode = Mode::from_code(b.u8()?)
+                    .filter(|m| *m != Mode::Local)
+                    .ok_or(ProtoError::Malformed("mode"))?;
+                Some(LinkParams {
+                    mode,
+                    backup_stall: b.u64()?,
+                    backup_stall_ms: b.u32()?,
+                })
+            };
+            Frame::Auth {
+                proof,
+                epoch,
+                pool_size,
+                params,
+            }
+        }
+        K_STATUS => {
+            let epoch = b.u64()?;
+            let last_id = b.u64()?;
+            let count = b.u8()? as usize;
+            if count > STATUS_BACKUPS_MAX {
+                return Err(ProtoError::Malformed("backup count"));
+            }
+            let mut backups = Vec::with_capacity(count);
+            for _ in 0..count {
+                let n = b.u8()? as usize;
+                if n > ADDR_MAX {
+                    return Err(ProtoError::Malformed("address length"));
+                }
+                let addr = std::str::from_utf8(b.take(n)?)
+                    .map_err(|_| ProtoError::Malformed("address not UTF-8"))?
+                    .to_string();
+                let connected = match b.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(ProtoError::Malformed("connected flag")),
+                };
+                backups.push(BackupStatus {
+                    addr,
+                    connected,
+                    acked: b.u64()?,
+                    lag_records: b.u64()?,
+                    lag_bytes: b.u64()?,
+                    copies: b.u64()?,
+                    stalls: b.u64()?,
+                    overflows: b.u64()?,
+                    bulk_catchups: b.u64()?,
+                });
+            }
+            Frame::Status {
+                epoch,
+                last_id,
+                backups,
+            }
+        }
         K_WELCOME => Frame::Welcome {
             epoch: b.u64()?,
             last_id: b.u64()?,
@@ -547,6 +704,40 @@ mod tests {
                 proof: [3; 32],
                 epoch: 4,
                 pool_size: 1 << 30,
+                params: None,
+            },
+            Frame::Auth {
+                proof: [3; 32],
+                epoch: 4,
+                pool_size: 1 << 30,
+                params: Some(LinkParams {
+                    mode: Mode::SyncSecEth,
+                    backup_stall: 40 << 20,
+                    backup_stall_ms: 1000,
+                }),
+            },
+            Frame::Status {
+                epoch: 3,
+                last_id: 90,
+                backups: vec![
+                    BackupStatus {
+                        addr: "10.213.40.2:7381".into(),
+                        connected: true,
+                        acked: 80,
+                        lag_records: 10,
+                        lag_bytes: 12345,
+                        copies: 2,
+                        stalls: 7,
+                        overflows: 1,
+                        bulk_catchups: 3,
+                    },
+                    BackupStatus::default(),
+                ],
+            },
+            Frame::Status {
+                epoch: 1,
+                last_id: 0,
+                backups: vec![],
             },
             Frame::Welcome {
                 epoch: 9,

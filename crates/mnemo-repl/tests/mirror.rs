@@ -386,24 +386,39 @@ fn a_pool_that_grew_is_promoted_whole() {
 
 /// A primary's side of the handshake, by hand: the link and the mirror's last id.
 fn open_link(addr: SocketAddr, epoch: u64) -> (mnemo_repl::link::Link, u64) {
-    use mnemo_repl::proto::{Frame, Role, VERSION};
+    open_link_as(addr, epoch, mnemo_repl::proto::VERSION)
+}
+
+/// [`open_link`] as a primary of protocol `version` (telling no parameters).
+fn open_link_as(addr: SocketAddr, epoch: u64, version: u16) -> (mnemo_repl::link::Link, u64) {
+    use mnemo_repl::proto::{Frame, Role};
     let secret = Secret::new(SECRET).unwrap();
     let mut link = mnemo_repl::link::Link::connect(addr, Duration::from_secs(2)).unwrap();
     link.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let ours = mnemo_repl::auth::nonce().unwrap();
     link.send(&Frame::Hello {
-        version: VERSION,
+        version,
         role: Role::Primary,
         nonce: ours,
     })
     .unwrap();
-    let Frame::Challenge { nonce: theirs, .. } = link.recv().unwrap() else {
+    let Frame::Challenge {
+        nonce: theirs,
+        version: answered,
+        ..
+    } = link.recv().unwrap()
+    else {
         panic!("no challenge")
     };
+    assert_eq!(
+        answered, version,
+        "the mirror answers in the primary's version"
+    );
     link.send(&Frame::Auth {
         proof: secret.primary_proof(&theirs, &ours),
         epoch,
         pool_size: 4096,
+        params: None,
     })
     .unwrap();
     match link.recv().unwrap() {
@@ -438,6 +453,18 @@ fn copy_frames(epoch: u64, id: u64, byte: u8) -> [mnemo_repl::proto::Frame; 3] {
     ]
 }
 
+/// The next frame that is not a heartbeat (the mirror sends them while a copy arrives).
+fn recv_past_heartbeats(
+    link: &mut mnemo_repl::link::Link,
+) -> mnemo_repl::Result<mnemo_repl::proto::Frame> {
+    loop {
+        match link.recv()? {
+            mnemo_repl::proto::Frame::Heartbeat { .. } => continue,
+            other => return Ok(other),
+        }
+    }
+}
+
 /// Send a full copy ([`copy_frames`]).
 fn send_copy(link: &mut mnemo_repl::link::Link, epoch: u64, id: u64, byte: u8) {
     for frame in &copy_frames(epoch, id, byte) {
@@ -462,7 +489,7 @@ fn send_refused_copy(
             break;
         }
     }
-    match link.recv() {
+    match recv_past_heartbeats(link) {
         Ok(Frame::Refused { reason }) => Some(reason),
         Ok(other) => panic!("the refused copy was taken: {other:?}"),
         Err(_) => None,
@@ -481,7 +508,10 @@ fn an_older_link_cannot_change_the_image() {
     let (mut old, _) = open_link(addr, 1);
     let (mut new, _) = open_link(addr, 1);
     send_copy(&mut new, 1, 1, 0xbb);
-    assert_eq!(new.recv().unwrap(), Frame::Ack { epoch: 1, id: 1 });
+    assert_eq!(
+        recv_past_heartbeats(&mut new).unwrap(),
+        Frame::Ack { epoch: 1, id: 1 }
+    );
     // The old link's copy, then a record of it: refused, the link closed.
     if let Some(reason) = send_refused_copy(&mut old, 1, 1, 0xaa) {
         assert!(reason.contains("superseded"), "{reason}");
@@ -513,7 +543,10 @@ fn a_full_copy_of_an_older_epoch_is_refused() {
     let (addr, store) = start_mirror(dir.path());
     let (mut link, _) = open_link(addr, 1);
     send_copy(&mut link, 1, 1, 0xbb);
-    assert_eq!(link.recv().unwrap(), Frame::Ack { epoch: 1, id: 1 });
+    assert_eq!(
+        recv_past_heartbeats(&mut link).unwrap(),
+        Frame::Ack { epoch: 1, id: 1 }
+    );
     // The mirror takes over (epoch 2) while the old primary's link is still open.
     store.lock().unwrap().observe_epoch(2).unwrap();
     if let Some(reason) = send_refused_copy(&mut link, 1, 2, 0xaa) {
@@ -521,4 +554,136 @@ fn a_full_copy_of_an_older_epoch_is_refused() {
     }
     let image = std::fs::read(store.lock().unwrap().image_path()).unwrap();
     assert_eq!(&image[..8], &[0xbb; 8], "the image stays");
+}
+
+/// A scratch directory on an ordinary disk (not tmpfs): the target directory's file system.
+fn disk_scratch() -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tempfile::Builder::new()
+        .prefix("mnemo-repl-disk-")
+        .tempdir_in(base)
+        .expect("scratch dir on disk");
+    assert!(
+        !mnemo_repl::mirror::on_memory_fs(dir.path()).unwrap(),
+        "{} is on tmpfs: the syncdisk test needs a disk",
+        dir.path().display()
+    );
+    dir
+}
+
+/// syncdisk: the primary tells its mode; a mirror whose image is in memory refuses it (the
+/// primary carries on durably alone), and a mirror with its image in a disk file takes it,
+/// records the mode, and its image (the disk file, `DIR/image` linking to it) holds every
+/// value while its log stays in the pool on tmpfs.
+#[test]
+fn syncdisk_needs_the_mirror_image_on_a_disk() {
+    let dir = scratch();
+    // Image in memory: refused, nothing shipped.
+    let (addr, store) = start_mirror(&dir.path().join("memory-mirror"));
+    let policy = Arc::new(MirrorPolicy::new(config(addr, Mode::SyncDisk, SECRET)));
+    let written = run_heap(&dir.path().join("refused.pool"), Arc::clone(&policy), 5);
+    let s = policy.stats();
+    assert!(!s.in_sync && s.copies == 0 && s.local_only >= 5, "{s:?}");
+    assert_eq!(store.lock().unwrap().state().mode, None);
+    read_heap(&dir.path().join("refused.pool"), &written);
+
+    // Image on a disk: in sync.
+    let disk = disk_scratch();
+    let disk_image = disk.path().join("mirror.image");
+    let mirror_dir = dir.path().join("disk-mirror");
+    let options = MirrorOptions {
+        disk_image: Some(disk_image.clone()),
+        ..MirrorOptions::default()
+    };
+    let store = MirrorStore::open(&mirror_dir, options.clone()).unwrap();
+    let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
+    let store = mirror.store();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || mirror.serve(listener));
+    let policy = Arc::new(MirrorPolicy::new(config(addr, Mode::SyncDisk, SECRET)));
+    let written = run_heap(&dir.path().join("primary.pool"), Arc::clone(&policy), 20);
+    let s = policy.stats();
+    assert!(s.copies == 1 && s.local_only == 0 && s.acked > 0, "{s:?}");
+    {
+        let mut s = store.lock().unwrap();
+        assert_eq!(s.state().mode, Some(Mode::SyncDisk));
+        assert!(s.image_on_disk().unwrap());
+        s.checkpoint().unwrap();
+    }
+    assert_eq!(
+        std::fs::read_link(mirror_dir.join("image")).unwrap(),
+        disk_image
+    );
+    assert!(mnemo_repl::mirror::on_memory_fs(&mirror_dir.join("log.pool")).unwrap());
+    let copy = dir.path().join("copy.pool");
+    std::fs::copy(&disk_image, &copy).unwrap();
+    read_heap(&copy, &written);
+    // The mode is in the state file, for `mnemo mirror status`.
+    let (state, _) = mnemo_repl::mirror::peek_state(&mirror_dir).unwrap();
+    assert_eq!(state.mode, Some(Mode::SyncDisk));
+
+    // A directory whose image is a file of its own is not silently moved to a disk.
+    let err = MirrorStore::open(&dir.path().join("memory-mirror2"), MirrorOptions::default())
+        .and_then(|s| {
+            drop(s);
+            std::fs::write(dir.path().join("memory-mirror2").join("image"), b"x").unwrap();
+            MirrorStore::open(&dir.path().join("memory-mirror2"), options)
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("is a file"), "{err}");
+    // An image asked on tmpfs is refused at open.
+    let err = MirrorStore::open(
+        &dir.path().join("memory-mirror3"),
+        MirrorOptions {
+            disk_image: Some(dir.path().join("on-tmpfs.image")),
+            ..MirrorOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("memory file system"), "{err}");
+}
+
+/// Protocol versions: a version 1 primary (no parameters in Auth) is still served, with the
+/// mirror's own settings and no mode recorded; a version 3 primary is refused, saying which
+/// versions this mirror speaks.
+#[test]
+fn a_version_1_primary_is_served_and_an_unknown_version_refused() {
+    use mnemo_repl::proto::{Frame, Role};
+    let dir = scratch();
+    let (addr, store) = start_mirror(dir.path());
+    let (mut link, _) = open_link_as(addr, 1, 1);
+    send_copy(&mut link, 1, 1, 0xbb);
+    assert_eq!(
+        recv_past_heartbeats(&mut link).unwrap(),
+        Frame::Ack { epoch: 1, id: 1 }
+    );
+    link.send(&Frame::Record {
+        epoch: 1,
+        id: 2,
+        copy: false,
+        ranges: vec![Range {
+            offset: 8,
+            data: vec![0xcc; 8],
+        }],
+    })
+    .unwrap();
+    assert_eq!(
+        recv_past_heartbeats(&mut link).unwrap(),
+        Frame::Ack { epoch: 1, id: 2 }
+    );
+    assert_eq!(store.lock().unwrap().state().mode, None);
+
+    let mut link = mnemo_repl::link::Link::connect(addr, Duration::from_secs(2)).unwrap();
+    link.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    link.send(&Frame::Hello {
+        version: 3,
+        role: Role::Primary,
+        nonce: [1; 32],
+    })
+    .unwrap();
+    match link.recv().unwrap() {
+        Frame::Refused { reason } => assert!(reason.contains("versions 1 to 2"), "{reason}"),
+        other => panic!("a version 3 primary was answered: {other:?}"),
+    }
 }

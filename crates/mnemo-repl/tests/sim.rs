@@ -1017,6 +1017,7 @@ impl Sim {
                 proof: [0; 32],
                 epoch: p.epoch,
                 pool_size: POOL as u64,
+                params: None,
             },
         );
     }
@@ -1673,6 +1674,7 @@ impl Sim {
                     proof: [0; 32],
                     epoch,
                     pool_size: POOL as u64,
+                    params: None,
                 },
             );
             Fwd::Handshake { conn: c, backoff }

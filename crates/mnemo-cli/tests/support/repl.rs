@@ -59,7 +59,7 @@ impl MirrorProc {
         MirrorProc::start_on(netns, free_port(), role, dir, secret, log, extra)
     }
 
-    /// [`MirrorProc::start_in`] on a given port (a mirror coming back where it was).
+    /// [`MirrorProc::start_in`] on a given port (a restart where its peers expect it).
     pub fn start_on(
         netns: Option<(&str, &str)>,
         port: u16,
@@ -87,7 +87,13 @@ impl MirrorProc {
             .env("MNEMO_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
             .spawn()
             .expect("spawn mnemo mirror serve");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -170,4 +176,70 @@ pub fn promote_and_check(dir: &Path, acked: u64) -> super::Server {
         }
     }
     promoted
+}
+
+/// `mnemo mirror status --dir DIR` (it must succeed): the text it printed.
+pub fn mirror_status(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["mirror", "status", "--dir"])
+        .arg(dir)
+        .output()
+        .expect("mnemo mirror status");
+    assert!(
+        out.status.success(),
+        "status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One backup's fields in `INFO replication` (`mnemo_repl_backupN:addr=...,lag_bytes=...`).
+pub fn backup_field(info: &str, n: usize, name: &str) -> Option<u64> {
+    field(info, &format!("mnemo_repl_backup{n}"))?
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?
+        .parse()
+        .ok()
+}
+
+/// Promote the mirror (or backup) at `dir` and serve it: how many of k0.. (of `total`) it
+/// holds, checking that they form a prefix of one client's ordered writes, each with its
+/// value (a backup is a consistent image of some point of history).
+pub fn promoted_prefix(dir: &Path, total: u64) -> usize {
+    promote(dir);
+    let promoted = super::Server::start(&dir.join("image"), &[]);
+    let mut client = promoted.client();
+    let mut present = Vec::new();
+    for i in 0..total {
+        let key = format!("k{i}");
+        match client.call(&["GET", key.as_str()]).unwrap() {
+            Reply::Bulk(v) => {
+                assert_eq!(String::from_utf8_lossy(&v), value(i), "{key}");
+                present.push(true);
+            }
+            Reply::NullBulk => present.push(false),
+            other => panic!("{other:?}"),
+        }
+    }
+    let held = present.iter().take_while(|&&p| p).count();
+    assert!(
+        present[held..].iter().all(|&p| !p),
+        "{} holds k0..k{held} and then more: not a prefix",
+        dir.display()
+    );
+    held
+}
+
+/// Copy a stopped node's directory (the image's bytes, through a link to a disk image too)
+/// so that it can be promoted and checked while the original is restarted.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == "lock" {
+            continue;
+        }
+        std::fs::copy(entry.path(), to.join(&name)).unwrap();
+    }
 }
