@@ -13,7 +13,7 @@
 # names) and at 6dc93b3 with cb1804f's fix undone (FileMedia::map probing MAP_SYNC with
 # MAP_FIXED over the pool's reservation), under target/mmap-window/, and runs both with pools
 # on the disk. Measured 2026-11-26: 15 of 30 runs of the undone fix failed (13 SIGSEGVs in
-# a pool access, 2 reads of another pool's header); 0 of 76 of 6dc93b3's. The script's own
+# a pool access, 2 reads of another pool's header); 0 of 236 of 6dc93b3's. The script's own
 # run (--issue19 6): 2 of 6 against 0 of 6. See docs/design/durability-sites.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
