@@ -6,6 +6,7 @@
 use std::io;
 use std::os::fd::AsFd;
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 use rustix::mm::{MapFlags, ProtFlags};
 
@@ -25,6 +26,9 @@ pub enum FileMap {
 pub struct Reservation {
     base: NonNull<u8>,
     capacity: usize,
+    /// Page runs (offset, length) that another mapping took after a mapping here failed
+    /// late (see [`Reservation::reserve_again`]): never mapped over, never unmapped here.
+    lost: Mutex<Vec<(usize, usize)>>,
 }
 
 // SAFETY: the reservation is a range of addresses; the struct holds no thread-bound state.
@@ -58,7 +62,11 @@ impl Reservation {
         }?;
         let base =
             NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Reservation { base, capacity })
+        Ok(Reservation {
+            base,
+            capacity,
+            lost: Mutex::new(Vec::new()),
+        })
     }
 
     /// First address of the reservation.
@@ -81,7 +89,14 @@ impl Reservation {
                 "range outside the reservation",
             ));
         }
-        Ok((to_usize(offset)?, to_usize(len)?))
+        let (off, len) = (to_usize(offset)?, to_usize(len)?);
+        let lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        if lost.iter().any(|&(at, n)| at < off + len && off < at + n) {
+            return Err(io::Error::other(
+                "part of the range belongs to another mapping since a mapping here failed",
+            ));
+        }
+        Ok((off, len))
     }
 
     /// Map `len` bytes of `fd` starting at file offset `offset` read-write and shared at the
@@ -136,20 +151,68 @@ impl Reservation {
         Ok(())
     }
 
-    /// Make `off..off+len` of the reservation `PROT_NONE` again after a failed mapping.
+    /// Make `off..off+len` of the reservation `PROT_NONE` again after a failed mapping,
+    /// without ever replacing another thread's mapping.
+    ///
+    /// A refusal comes either before the kernel touched the range (our `PROT_NONE` pages are
+    /// all still there) or after it unmapped the whole range (ext4 and xfs refuse `MAP_SYNC`
+    /// that late). In the second case another thread's `mmap` may have been placed in the
+    /// hole meanwhile, and re-reserving with `MAP_FIXED` would replace it under that thread.
+    /// So only free pages are taken back (`MAP_FIXED_NOREPLACE`). If any page was free, the
+    /// refusal came late, and a page that is not free belongs to someone else: it is
+    /// recorded as lost, never mapped over nor unmapped by this reservation. If none was
+    /// free the refusal came early and the range is still ours. That case cannot be told
+    /// apart from a stranger covering the whole hole.
     fn reserve_again(&self, off: usize, len: usize) {
-        // SAFETY: the range is inside our reservation; whatever is left there (our old
-        // PROT_NONE pages, or nothing) is ours to replace.
+        if self.reserve_free(off, len) {
+            return;
+        }
+        let page = crate::limits::PAGE_SIZE as usize;
+        let mut taken = Vec::new();
+        let mut any_free = false;
+        for at in (off..off + len).step_by(page) {
+            if self.reserve_free(at, page) {
+                any_free = true;
+            } else {
+                match taken.last_mut() {
+                    Some((start, n)) if *start + *n == at => *n += page,
+                    _ => taken.push((at, page)),
+                }
+            }
+        }
+        if any_free && !taken.is_empty() {
+            tracing::error!(
+                "another mapping took {} page runs of a pool reservation after a failed \
+                 mapping; they are left to it",
+                taken.len()
+            );
+            self.lost
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(taken);
+        }
+    }
+
+    /// Map `PROT_NONE` over `off..off+len` of the reservation if nothing is mapped there;
+    /// false if something is.
+    fn reserve_free(&self, off: usize, len: usize) -> bool {
+        // SAFETY: the range is inside our reservation, and MAP_FIXED_NOREPLACE maps only if
+        // nothing is there, so it replaces no mapping of anyone.
         let restored = unsafe {
             rustix::mm::mmap_anonymous(
                 self.base.as_ptr().add(off).cast(),
                 len,
                 ProtFlags::empty(),
-                MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::FIXED,
+                MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::FIXED_NOREPLACE,
             )
         };
-        if let Err(err) = restored {
-            tracing::error!("re-reserving pool address space after a failed mapping: {err}");
+        match restored {
+            Ok(_) => true,
+            Err(rustix::io::Errno::EXIST) => false,
+            Err(err) => {
+                tracing::error!("re-reserving pool address space after a failed mapping: {err}");
+                false
+            }
         }
     }
 
@@ -178,11 +241,22 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        // SAFETY: we own the whole range [base, base+capacity) since `new`; nothing may use
-        // it after the reservation is dropped (its owners hold it for their lifetime).
-        let result = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.capacity) };
-        if let Err(err) = result {
-            tracing::error!("munmap of a pool reservation failed: {err}");
+        let mut lost = std::mem::take(self.lost.get_mut().unwrap_or_else(|p| p.into_inner()));
+        lost.sort_unstable();
+        lost.push((self.capacity, 0));
+        let mut at = 0;
+        for (start, len) in lost {
+            if start > at {
+                // SAFETY: we own [base, base+capacity) since `new`, except the lost runs
+                // skipped here; nothing may use it after the reservation is dropped (its
+                // owners hold it for their lifetime).
+                let result =
+                    unsafe { rustix::mm::munmap(self.base.as_ptr().add(at).cast(), start - at) };
+                if let Err(err) = result {
+                    tracing::error!("munmap of a pool reservation failed: {err}");
+                }
+            }
+            at = at.max(start + len);
         }
     }
 }
@@ -242,5 +316,73 @@ mod tests {
         assert!(still_reserved(at, 1 << 20));
         r.map_file(&file, 0, 1 << 20, false)
             .expect("a good mapping still works");
+    }
+
+    /// The permissions /proc/self/maps gives the mapping holding `addr` ("rw-p", "---p"),
+    /// or None if nothing is mapped there.
+    fn protection_at(addr: usize) -> Option<String> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+        maps.lines().find_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (range, perms) = (fields.next()?, fields.next()?);
+            let (lo, hi) = range.split_once('-')?;
+            let lo = usize::from_str_radix(lo, 16).ok()?;
+            let hi = usize::from_str_radix(hi, 16).ok()?;
+            (lo <= addr && addr < hi).then(|| perms.to_string())
+        })
+    }
+
+    /// Issue 19, the engine_commands SIGSEGV: a mapping refused late leaves a hole in the
+    /// reservation, and another thread's mmap can be placed in it before the reservation
+    /// takes the range back. Re-reserving with MAP_FIXED replaced that thread's memory with
+    /// PROT_NONE under it, and the reservation's drop would unmap it later: that thread's
+    /// next access is a SIGSEGV. The hole and the stranger are made by hand here, as the
+    /// kernel and the other thread would make them.
+    #[test]
+    fn a_mapping_placed_in_the_hole_is_never_replaced() {
+        let page = crate::limits::PAGE_SIZE as usize;
+        let r = Reservation::new(4 << 20).unwrap();
+        let base = r.base().as_ptr();
+        // The late refusal: the kernel has unmapped the first MiB...
+        // SAFETY: the first MiB of our own reservation, not used by anything.
+        unsafe { rustix::mm::munmap(base.cast(), 1 << 20) }.unwrap();
+        // ...and another thread's mmap lands in the hole, 64 KiB in.
+        // SAFETY: FIXED_NOREPLACE maps only where nothing is mapped: inside the hole.
+        let stranger = unsafe {
+            rustix::mm::mmap_anonymous(
+                base.add(64 << 10).cast(),
+                page,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE,
+            )
+        }
+        .expect("a page in the hole")
+        .cast::<u8>();
+        // SAFETY: the stranger's page, mapped read-write just above.
+        unsafe { stranger.write(0x5a) };
+        r.reserve_again(0, 1 << 20);
+        assert_eq!(
+            protection_at(stranger as usize).as_deref(),
+            Some("rw-p"),
+            "the other thread's page was replaced by the re-reservation"
+        );
+        // SAFETY: still the stranger's read-write page (checked just above).
+        assert_eq!(unsafe { stranger.read() }, 0x5a);
+        // The rest of the hole is the reservation's again.
+        assert_eq!(protection_at(base as usize).as_deref(), Some("---p"));
+        // SAFETY: the page after the stranger's, inside our reservation.
+        let after = unsafe { stranger.add(page) };
+        assert_eq!(protection_at(after as usize).as_deref(), Some("---p"));
+        // Mapping over the stranger is refused; mapping elsewhere still works.
+        assert!(r.map_anonymous(0, 1 << 20).is_err());
+        r.map_anonymous(1 << 20, 1 << 20)
+            .expect("a mapping beside the lost page");
+        // The reservation's unmap leaves the stranger's page alone.
+        drop(r);
+        assert_eq!(protection_at(stranger as usize).as_deref(), Some("rw-p"));
+        // SAFETY: as above; the stranger's page, still mapped.
+        assert_eq!(unsafe { stranger.read() }, 0x5a);
+        // SAFETY: the stranger's page, mapped by this test and used by nothing else.
+        unsafe { rustix::mm::munmap(stranger.cast(), page) }.unwrap();
     }
 }
