@@ -179,6 +179,41 @@ fn many_clients_share_commits() {
     server.shutdown().expect("clean shutdown");
 }
 
+/// The loop stops reading a socket after a read shorter than its buffer (the socket is
+/// empty then) instead of reading again for `EAGAIN`. Nothing may be stranded by it: a
+/// request that arrives in pieces, with pauses between them, is answered once whole; a burst
+/// larger than the read buffer is read in full; and a client that sends and then closes its
+/// side is closed by the server (its end of file is read), while the others are served.
+#[test]
+fn requests_in_pieces_bursts_and_hang_ups_are_all_read() {
+    let (server, _) = start();
+    let mut stream = connect(&server);
+    for piece in [&b"*2\r\n$4\r"[..], b"\nINCR\r\n$5", b"\r\npiece", b"s\r\n"] {
+        stream.write_all(piece).expect("write");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    assert_eq!(read_exactly(&mut stream, 4), ":1\r\n");
+    // 4,000 PINGs in one write: more than one read buffer (16 KiB) of requests.
+    let burst = "PING\r\n".repeat(4000);
+    stream.write_all(burst.as_bytes()).expect("write");
+    let replies = "+PONG\r\n".repeat(4000);
+    assert_eq!(read_exactly(&mut stream, replies.len()), replies);
+    let mut leaving = connect(&server);
+    leaving.write_all(b"INCR pieces\r\n").expect("write");
+    leaving
+        .shutdown(std::net::Shutdown::Write)
+        .expect("half close");
+    let mut rest = Vec::new();
+    leaving
+        .read_to_end(&mut rest)
+        .expect("the server closes a connection whose client hung up");
+    assert!(rest.is_empty() || rest == b":2\r\n", "{rest:?}");
+    stream.write_all(b"GET pieces\r\n").expect("write");
+    let got = read_exactly(&mut stream, 4);
+    assert!(got == "$1\r\n", "{got:?}");
+    server.shutdown().expect("clean shutdown");
+}
+
 #[test]
 fn protocol_error_closes_the_connection() {
     let (server, _) = start();
