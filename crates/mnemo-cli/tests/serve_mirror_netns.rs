@@ -436,6 +436,59 @@ fn a_partition_during_a_full_copy_fails_it_within_a_timeout() {
     }
 }
 
+/// A `syncseceth` cluster for the slow-link tests: the backup in network namespace `index`
+/// behind a veth limited to 4 Mbit/s, the mirror here feeding it, and a primary in
+/// `syncseceth` mode with `stall` (its threshold flags) told to the mirror.
+struct EthCluster {
+    ns: Netns,
+    dir: tempfile::TempDir,
+    backup_dir: std::path::PathBuf,
+    backup_proc: MirrorProc,
+    mirror_dir: std::path::PathBuf,
+    mirror: MirrorProc,
+    primary: Server,
+}
+
+impl EthCluster {
+    fn start(index: u32, stall: &[&str]) -> EthCluster {
+        let ns = Netns::create(index).expect("network namespace");
+        ns.rate_limit("4mbit");
+        let dir = shm_dir();
+        let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+        let backup_dir = dir.path().join("backup");
+        let backup_proc = MirrorProc::start_in(
+            Some((&ns.name, &ns.ns_addr)),
+            "backup",
+            &backup_dir,
+            &secret,
+            dir.path().join("backup.log"),
+            &["--bind", &ns.ns_addr],
+        );
+        let mirror_dir = dir.path().join("mirror");
+        let mirror = MirrorProc::start_as(
+            "mirror",
+            &mirror_dir,
+            &secret,
+            dir.path().join("mirror.log"),
+            &["--backup", &format!("{}:{}", ns.ns_addr, backup_proc.port)],
+        );
+        let mirror_addr = format!("127.0.0.1:{}", mirror.port);
+        let mut flags = vec!["--mirror", &mirror_addr, "--repl-mode", "syncseceth"];
+        flags.extend_from_slice(stall);
+        flags.extend(["--repl-secret-file", secret.to_str().unwrap()]);
+        let primary = Server::start(&dir.path().join("primary").join("kv.pool"), &flags);
+        EthCluster {
+            ns,
+            dir,
+            backup_dir,
+            backup_proc,
+            mirror_dir,
+            mirror,
+            primary,
+        }
+    }
+}
+
 /// syncseceth: primary and mirror here on loopback, the backup in a namespace behind a link
 /// limited to 4 Mbit/s (tc tbf on the mirror's side of the veth). The primary tells its
 /// mirror a 1 MiB threshold.
@@ -454,41 +507,17 @@ fn syncseceth_backup_behind_a_slow_link() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let ns = Netns::create(2).expect("network namespace");
-    ns.rate_limit("4mbit");
     const THRESHOLD: u64 = 1 << 20;
-    let dir = shm_dir();
-    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
-    let backup_dir = dir.path().join("backup");
-    let mut backup_proc = MirrorProc::start_in(
-        Some((&ns.name, &ns.ns_addr)),
-        "backup",
-        &backup_dir,
-        &secret,
-        dir.path().join("backup.log"),
-        &["--bind", &ns.ns_addr],
-    );
-    let mirror_dir = dir.path().join("mirror");
-    let mut mirror = MirrorProc::start_as(
-        "mirror",
-        &mirror_dir,
-        &secret,
-        dir.path().join("mirror.log"),
-        &["--backup", &format!("{}:{}", ns.ns_addr, backup_proc.port)],
-    );
-    let primary = Server::start(
-        &dir.path().join("primary").join("kv.pool"),
-        &[
-            "--mirror",
-            &format!("127.0.0.1:{}", mirror.port),
-            "--repl-mode",
-            "syncseceth",
-            "--repl-backup-stall",
-            "1M",
-            "--repl-secret-file",
-            secret.to_str().unwrap(),
-        ],
-    );
+    // Every part lives to the end of the test (the namespace and directory included).
+    let EthCluster {
+        ns: _ns,
+        dir: _dir,
+        backup_dir,
+        mut backup_proc,
+        mirror_dir,
+        mut mirror,
+        primary,
+    } = EthCluster::start(2, &["--repl-backup-stall", "1M"]);
     let mut client = primary.client();
     let text = info(&mut client, "replication");
     assert_eq!(
@@ -641,40 +670,21 @@ fn syncseceth_backup_catches_up_in_bulk_after_a_slow_spell() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let ns = Netns::create(3).expect("network namespace");
-    ns.rate_limit("4mbit");
-    let dir = shm_dir();
-    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
-    let backup_dir = dir.path().join("backup");
-    let mut backup_proc = MirrorProc::start_in(
-        Some((&ns.name, &ns.ns_addr)),
-        "backup",
-        &backup_dir,
-        &secret,
-        dir.path().join("backup.log"),
-        &["--bind", &ns.ns_addr],
-    );
-    let mirror_dir = dir.path().join("mirror");
-    let mut mirror = MirrorProc::start_as(
-        "mirror",
-        &mirror_dir,
-        &secret,
-        dir.path().join("mirror.log"),
-        &["--backup", &format!("{}:{}", ns.ns_addr, backup_proc.port)],
-    );
-    let primary = Server::start(
-        &dir.path().join("primary").join("kv.pool"),
+    let EthCluster {
+        ns,
+        dir: _dir,
+        backup_dir,
+        mut backup_proc,
+        mirror_dir,
+        mut mirror,
+        primary,
+    } = EthCluster::start(
+        3,
         &[
-            "--mirror",
-            &format!("127.0.0.1:{}", mirror.port),
-            "--repl-mode",
-            "syncseceth",
             "--repl-backup-stall",
             "64K",
             "--repl-backup-stall-ms",
             "300",
-            "--repl-secret-file",
-            secret.to_str().unwrap(),
         ],
     );
     let mut client = primary.client();
