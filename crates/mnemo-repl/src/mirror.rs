@@ -228,6 +228,9 @@ fn link_disk_image(dir: &Path, disk: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::os::unix::fs::symlink(&disk, &link)
                 .map_err(|e| Error::io(format!("linking {} to {}", link.display(), disk.display()), e))?;
+            // A new name is durable only once its directory is synced: without this, a power
+            // cut could leave the mirror without its image link (not a flush of data, so no
+            // crash-simulator mutant; the same rule as the sync-mode mark's directory sync).
             File::open(dir)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| Error::io("syncing the mirror directory", e))
