@@ -174,6 +174,13 @@ fn sorted(samples: impl IntoIterator<Item = f64>) -> Vec<f64> {
     v
 }
 
+impl Round {
+    /// The lag's median, 99th percentile and maximum.
+    fn lag_quantiles(&self) -> [f64; 3] {
+        [0.5, 0.99, 1.0].map(|q| quantile(&self.lag, q))
+    }
+}
+
 /// The `q` quantile of sorted samples (0 when there are none).
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -195,15 +202,16 @@ fn main() {
     for n in 1..=rounds {
         for mode in MODES {
             let r = round(&mnemo, mode, n);
+            let [p50, p99, max] = r.lag_quantiles();
             println!(
                 "round {n}, {mode}: killed: {} acknowledged, {} lost, window {:.2} ms; at risk of a power cut ({} samples): median {} sync points, p99 {}, max {} ({:.1} writes/ms)",
                 r.acked,
                 r.lost,
                 r.window.as_secs_f64() * 1e3,
                 r.lag.len(),
-                quantile(&r.lag, 0.5),
-                quantile(&r.lag, 0.99),
-                quantile(&r.lag, 1.0),
+                p50,
+                p99,
+                max,
                 r.rate
             );
             results.push(r);
@@ -216,6 +224,7 @@ fn main() {
         .iter()
         .enumerate()
         .map(|(i, r)| {
+            let [p50, p99, max] = r.lag_quantiles();
             format!(
                 "{},{},{},{},{:.3},{},{},{},{},{:.2},{commit},\"{command}\"",
                 i / MODES.len() + 1,
@@ -224,9 +233,9 @@ fn main() {
                 r.lost,
                 r.window.as_secs_f64() * 1e3,
                 r.lag.len(),
-                quantile(&r.lag, 0.5),
-                quantile(&r.lag, 0.99),
-                quantile(&r.lag, 1.0),
+                p50,
+                p99,
+                max,
                 r.rate
             )
         })

@@ -587,7 +587,8 @@ impl EventLoop {
     /// Redis reads. Data arriving later raises a new edge. A peer's close seen in the event
     /// (`hung_up`) is still read to the end, so the connection closes in this wake-up.
     fn service(&mut self, token: Token) {
-        let to_end = self.hung_up.remove(&token);
+        // (Most wake-ups have no hang-up: no hashing then.)
+        let to_end = !self.hung_up.is_empty() && self.hung_up.remove(&token);
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
