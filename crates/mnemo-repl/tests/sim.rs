@@ -1018,6 +1018,7 @@ impl Sim {
                 epoch: p.epoch,
                 pool_size: POOL as u64,
                 params: None,
+                session: None,
             },
         );
     }
@@ -1417,6 +1418,7 @@ impl Sim {
                 let welcome = Frame::Welcome {
                     epoch: store.epoch,
                     last_id: store.last_logged,
+                    session: None,
                 };
                 self.send(c, 1, &welcome);
                 Ok(())
@@ -1675,6 +1677,7 @@ impl Sim {
                     epoch,
                     pool_size: POOL as u64,
                     params: None,
+                    session: None,
                 },
             );
             Fwd::Handshake { conn: c, backoff }
