@@ -517,20 +517,32 @@ impl MirrorPolicy {
         }
     }
 
-    /// A connection of `session` for a sync point, taken under the policy's lock: the first
-    /// free one, else wait (the policy's lock let go meanwhile, so that the sync points that
-    /// hold the connections can finish, or fail and lose the link).
-    fn pick<'s>(
-        &'s self,
-        mut inner: MutexGuard<'s, Inner>,
-        session: &'s Session,
-    ) -> (MutexGuard<'s, Inner>, MutexGuard<'s, Conn>) {
+    /// A connection of `session` (the link in use) for a sync point, taken under the
+    /// policy's lock: the first free one, else wait (the policy's lock let go meanwhile, so
+    /// that the sync points that hold the connections can finish, or fail and lose the link).
+    /// Err: the link is no longer `session` (a record encoded on it now would take an id
+    /// that the next link's records must follow without a gap).
+    #[allow(clippy::type_complexity)] // both guards, or the policy's back
+    fn pick<'p, 's>(
+        &'p self,
+        mut inner: MutexGuard<'p, Inner>,
+        session: &'s Arc<Session>,
+    ) -> std::result::Result<(MutexGuard<'p, Inner>, MutexGuard<'s, Conn>), MutexGuard<'p, Inner>>
+    {
         // Counted before looking, so that a connection let go after the look is signalled.
         self.waiting.fetch_add(1, Ordering::SeqCst);
         loop {
+            let current = inner
+                .session
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, session));
+            if !current {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                return Err(inner);
+            }
             if let Some(conn) = session.try_pick() {
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
-                return (inner, conn);
+                return Ok((inner, conn));
             }
             // The timeout only bounds a missed signal.
             inner = self
@@ -984,26 +996,45 @@ impl MirrorPolicy {
         media: &dyn Media,
         point: &SyncPoint<'_>,
     ) -> std::result::Result<bool, MediaError> {
-        let mode = self.config.mode;
         if let Some(m) = &self.membership {
             m.may_acknowledge().map_err(fenced)?;
         }
         let mut inner = self.lock_inner();
-        if inner.session.is_none() {
-            self.reconnect(&mut inner, media);
+        loop {
+            if inner.session.is_none() {
+                self.reconnect(&mut inner, media);
+            }
+            if inner.session.is_none() && !self.without_mirror(&mut inner, media)? {
+                Self::flush_local(media, point);
+                self.local_only.fetch_add(1, Ordering::Relaxed);
+                return Ok(true);
+            }
+            let Some(session) = inner.session.clone() else {
+                // Unreachable: without_mirror returned true only with the link back.
+                Self::flush_local(media, point);
+                self.local_only.fetch_add(1, Ordering::Relaxed);
+                return Ok(true);
+            };
+            match self.pick(inner, &session) {
+                Ok((inner, guard)) => return self.ship_on(inner, guard, &session, media, point),
+                // The link was lost (perhaps replaced) while this sync point waited for a
+                // connection: look again.
+                Err(again) => inner = again,
+            };
         }
-        if inner.session.is_none() && !self.without_mirror(&mut inner, media)? {
-            Self::flush_local(media, point);
-            self.local_only.fetch_add(1, Ordering::Relaxed);
-            return Ok(true);
-        }
-        let Some(session) = inner.session.clone() else {
-            // Unreachable: without_mirror returned true only with the link back.
-            Self::flush_local(media, point);
-            self.local_only.fetch_add(1, Ordering::Relaxed);
-            return Ok(true);
-        };
-        let (mut inner, mut guard) = self.pick(inner, &session);
+    }
+
+    /// Encode the sync point on `guard`'s connection (the policy's lock held, then let go),
+    /// send it, and wait for the mirror's ack if the mode does.
+    fn ship_on(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        mut guard: MutexGuard<'_, Conn>,
+        session: &Arc<Session>,
+        media: &dyn Media,
+        point: &SyncPoint<'_>,
+    ) -> std::result::Result<bool, MediaError> {
+        let mode = self.config.mode;
         let conn = &mut *guard;
         let (id, bytes) = self.encode(&mut inner, conn, media, point);
         if !mode.flushes_locally() {
@@ -1037,7 +1068,7 @@ impl MirrorPolicy {
             }
             Err(e) => {
                 self.release(guard);
-                self.connection_failed(&session, media, point, &e)
+                self.connection_failed(session, media, point, &e)
             }
         }
     }

@@ -449,21 +449,31 @@ fn every_queue_mutant_is_caught() {
 /// One connection of a link cut mid-stream: the link is lost (as any link failure: sync
 /// points go on durably here), comes back with a full copy, and the mirror then holds every
 /// sync point, those made while it was away included, as a prefix of the records by id.
+/// With more writers than connections, some wait for a connection when the link is lost.
+/// (That a waiter never takes an id on a lost link once a new one is up, which would leave
+/// a gap the new link's records wait on, is argued in `MirrorPolicy::pick`: the window, a
+/// wait that outlasts a reconnection, did not show here with the check removed.)
 #[test]
 fn one_connection_cut_loses_the_link_and_a_full_copy_brings_it_back() {
+    for (connections, threads) in [(3, 3), (2, 5)] {
+        cut_one(connections, threads);
+    }
+}
+
+fn cut_one(connections: usize, threads: usize) {
     let dir = scratch();
     let (mirror_addr, mirror) = start_mirror(&dir.path().join("mirror"), None);
     let proxy = Proxy::start(mirror_addr);
-    let threads = 3;
-    let policy = Arc::new(MirrorPolicy::new(config(proxy.addr, 3)));
+    let policy = Arc::new(MirrorPolicy::new(config(proxy.addr, connections)));
     let pool = create_pool(&dir.path().join("primary.pool"), Arc::clone(&policy));
     let stop = AtomicBool::new(false);
     let returned = std::thread::scope(|scope| {
         scope.spawn(|| {
             std::thread::sleep(Duration::from_millis(200));
             proxy.cut(1);
-            // Long enough for a background handshake and the copy at a later sync point.
-            std::thread::sleep(Duration::from_millis(600));
+            // Long enough for a background handshake and the copy at a later sync point,
+            // and for records on the new link.
+            std::thread::sleep(Duration::from_millis(800));
             stop.store(true, Ordering::Relaxed);
         });
         writers(&pool, threads, &stop)
@@ -486,7 +496,7 @@ fn one_connection_cut_loses_the_link_and_a_full_copy_brings_it_back() {
     offsets.push(shared(&pool));
     drop(pool);
     assert!(
-        proxy.connections() >= 6,
+        proxy.connections() >= 2 * connections,
         "{} connections",
         proxy.connections()
     );
@@ -502,8 +512,14 @@ fn one_connection_cut_loses_the_link_and_a_full_copy_brings_it_back() {
     let log = proxy.log.lock().unwrap();
     let (matching, _) = prefixes(&log, &offsets, &image).unwrap();
     assert!(!matching.is_empty(), "the image is no prefix: {image:x?}");
+    // Records went on the new link (no id gap stalled it).
+    let after = log
+        .records
+        .iter()
+        .filter(|r| r.session == log.copies_begun && !r.copy);
+    assert!(after.count() > 10, "few records on the new link: {stats:?}");
     eprintln!(
-        "{stats:?}; {} connections opened in all",
+        "{connections} connections, {threads} writers: {stats:?}; {} connections opened in all",
         proxy.connections()
     );
 }
