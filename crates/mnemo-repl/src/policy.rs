@@ -58,6 +58,14 @@ pub const MUTANTS_SIM: &[&str] = &[
     "repl.any_link",
 ];
 
+/// Deliberately broken variants caught by the tests of several connections per link
+/// (`tests/queues.rs`, real TCP through a proxy that freezes one connection).
+pub const MUTANTS_QUEUES: &[&str] = &[
+    // The mirror logs and acknowledges a session's records as they arrive, not in id order
+    // ([`crate::mirror::record_turn`]): an ack of k while an older id is not durable.
+    "repl.apply_unordered",
+];
+
 /// How the primary replicates (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
