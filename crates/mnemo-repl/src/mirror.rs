@@ -791,8 +791,8 @@ impl Mirror {
         Arc::clone(&self.store)
     }
 
-    /// Accept primaries for ever (one thread per link; records of all links are applied
-    /// one at a time, in the order of their ids).
+    /// Accept primaries for ever (one thread per connection; the records of a link are
+    /// logged one at a time, in the order of their ids, whatever connection each took).
     pub fn serve(&self, listener: TcpListener) -> Result<()> {
         for stream in listener.incoming() {
             let stream = match stream {

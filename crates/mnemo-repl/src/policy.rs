@@ -12,6 +12,11 @@
 //! | `syncdisk` | no | yes | yes (the mirror's image on a disk file) |
 //! | `syncsec`, `syncseceth` | no | yes | yes (held while a backup lags past the threshold) |
 //!
+//! A link is one or several connections ([`MirrorConfig::connections`], Mojim's queues):
+//! concurrent sync points go out on different connections at once, each record keeping its
+//! unique, increasing id, and the mirror logs them in id order whatever connection each
+//! took, so its ack of id k means every id up to k is durable there.
+//!
 //! On first use (and after a lost link, at most once per retry interval) the policy connects,
 //! authenticates, and sends a full copy of the pool before any record, so the mirror's image
 //! is whole before it acknowledges anything. When the link fails in a mode that skips the
