@@ -542,7 +542,12 @@ impl MirrorPolicy {
         session: &'s Arc<Session>,
     ) -> std::result::Result<(MutexGuard<'p, Inner>, MutexGuard<'s, Conn>), MutexGuard<'p, Inner>>
     {
-        // Counted before looking, so that a connection let go after the look is signalled.
+        // The link is the policy's while its lock is held: a free connection, at once.
+        if let Some(conn) = session.try_pick() {
+            return Ok((inner, conn));
+        }
+        // Counted before looking again, so that a connection let go after that look is
+        // signalled.
         self.waiting.fetch_add(1, Ordering::SeqCst);
         loop {
             let current = inner
