@@ -144,7 +144,8 @@ pub struct ReplArgs {
     pub repl_backup_stall_ms: Option<u64>,
     /// Connections to the mirror (Mojim's queues, 1 to 16): concurrent sync points go out on
     /// different connections at once, the mirror logging them in the order of their ids.
-    /// The default, 1, is what measured best on a 2-vCPU machine (bench/README.md).
+    /// This server makes one sync point at a time, so more than 1 helps it little
+    /// (measurements: bench/README.md, "Connections per link").
     #[arg(long, default_value_t = mnemo_repl::policy::CONNECTIONS_DEFAULT, value_parser = parse_connections)]
     pub repl_connections: usize,
     /// File holding the secret shared with the mirror (mode 0600).

@@ -375,11 +375,11 @@ const FREED_WAIT_MAX: Duration = Duration::from_millis(1);
 /// primary's cores more only queue (Mojim used a few IB queues per node).
 pub const CONNECTIONS_MAX: usize = 16;
 
-/// Connections per link unless told otherwise. One: measured on this project's 2-vCPU
-/// machine (`scripts/bench-repl.sh threads`, `bench/README.md`), a second connection lets two
-/// writing threads overlap their round trips but costs a single writer nothing and gains
-/// little while the mirror's threads share the same two cores; on a machine with cores to
-/// spare give `--repl-connections`.
+/// Connections per link unless told otherwise. One, measured on this project's 2-vCPU
+/// machine (`scripts/bench-repl.sh threads`, `bench/README.md`, "Connections per link"): a
+/// second connection gave two writing threads 1.3-1.7x the throughput of one, four writers
+/// no consistent gain and eight writers less, and the key-value server (one sync point at a
+/// time) nothing, while each connection costs a mirror thread and a handshake.
 pub const CONNECTIONS_DEFAULT: usize = 1;
 
 /// One connection of a link: its socket, the buffers of the record it carries (reused: no
