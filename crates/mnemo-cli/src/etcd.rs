@@ -265,6 +265,7 @@ pub fn take_joining_mirrors(
     };
     let secret = Secret::from_file(&secret_file).map_err(|e| e.to_string())?;
     let without_mirror = repl.repl_without_mirror;
+    let connections = repl.repl_connections;
     let pool = pool.to_path_buf();
     std::thread::Builder::new()
         .name("mnemo-repl-join".into())
@@ -273,7 +274,12 @@ pub fn take_joining_mirrors(
             if membership.deposed().is_some() {
                 return;
             }
-            let joined = join_one(&membership, &secret, mode, without_mirror, &pool);
+            let joined = join_one(
+                &membership,
+                &secret,
+                (mode, without_mirror, connections),
+                &pool,
+            );
             match joined {
                 Ok(Some(policy)) => switch.replace(policy),
                 Ok(None) => {}
@@ -288,8 +294,7 @@ pub fn take_joining_mirrors(
 fn join_one(
     membership: &Arc<PrimaryMembership>,
     secret: &Secret,
-    mode: mnemo_repl::Mode,
-    without_mirror: mnemo_repl::WithoutMirror,
+    (mode, without_mirror, connections): (mnemo_repl::Mode, mnemo_repl::WithoutMirror, usize),
     pool: &Path,
 ) -> Result<Option<Arc<MirrorPolicy>>, String> {
     let control = membership.control();
@@ -320,7 +325,7 @@ fn join_one(
         return Ok(None);
     };
     persist_epoch(pool, epoch)?;
-    let mut config = MirrorConfig::new(addr, secret.clone(), mode);
+    let mut config = MirrorConfig::new(addr, secret.clone(), mode).with_connections(connections);
     config.epoch = epoch;
     config.without_mirror = without_mirror;
     let policy = Arc::new(MirrorPolicy::new(config).with_membership(membership.at_epoch(epoch)));

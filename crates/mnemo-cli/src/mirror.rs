@@ -142,6 +142,12 @@ pub struct ReplArgs {
     /// bulk. [default: 1000 for syncsec, 10000 for syncseceth]
     #[arg(long)]
     pub repl_backup_stall_ms: Option<u64>,
+    /// Connections to the mirror (Mojim's queues, 1 to 16): concurrent sync points go out on
+    /// different connections at once, the mirror logging them in the order of their ids.
+    /// This server makes one sync point at a time, so more than 1 helps it little
+    /// (measurements: bench/README.md, "Connections per link").
+    #[arg(long, default_value_t = mnemo_repl::policy::CONNECTIONS_DEFAULT, value_parser = parse_connections)]
+    pub repl_connections: usize,
     /// File holding the secret shared with the mirror (mode 0600).
     #[arg(long, env = "MNEMO_REPL_SECRET_FILE")]
     pub repl_secret_file: Option<PathBuf>,
@@ -166,6 +172,14 @@ pub struct ReplArgs {
     pub repl_without_mirror: WithoutMirror,
     #[command(flatten)]
     pub etcd: crate::etcd::EtcdArgs,
+}
+
+fn parse_connections(text: &str) -> Result<usize, String> {
+    let max = mnemo_repl::policy::CONNECTIONS_MAX;
+    match text.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("{text:?}: a number of connections from 1 to {max}")),
+    }
 }
 
 fn parse_without_mirror(text: &str) -> Result<WithoutMirror, String> {
@@ -332,7 +346,8 @@ impl ReplArgs {
                     "--mirror needs --repl-secret-file FILE (the secret shared with the mirror)",
                 )?;
                 let secret = Secret::from_file(path).map_err(|e| e.to_string())?;
-                let mut config = MirrorConfig::new(addr, secret, self.repl_mode);
+                let mut config = MirrorConfig::new(addr, secret, self.repl_mode)
+                    .with_connections(self.repl_connections);
                 config.epoch = self.repl_epoch;
                 config.without_mirror = self.repl_without_mirror;
                 if let Some(bytes) = self.repl_backup_stall {

@@ -413,7 +413,7 @@ fn info_hook<'h>(
                         let c = p.config();
                         let _ = write!(
                             out,
-                            "mnemo_repl_mode:{}\r\nmnemo_repl_mirror:{}\r\nmnemo_repl_epoch:{}\r\nmnemo_repl_mirror_in_sync:{}\r\nmnemo_repl_records_shipped:{}\r\nmnemo_repl_bytes_shipped:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_acked_id:{}\r\nmnemo_repl_lag_records:{}\r\nmnemo_repl_full_copies:{}\r\nmnemo_repl_link_losses:{}\r\nmnemo_repl_local_only_sync_points:{}\r\nmnemo_repl_heartbeats:{}\r\nmnemo_repl_last_heartbeat_ms:{}\r\n",
+                            "mnemo_repl_mode:{}\r\nmnemo_repl_mirror:{}\r\nmnemo_repl_epoch:{}\r\nmnemo_repl_mirror_in_sync:{}\r\nmnemo_repl_records_shipped:{}\r\nmnemo_repl_bytes_shipped:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_acked_id:{}\r\nmnemo_repl_lag_records:{}\r\nmnemo_repl_full_copies:{}\r\nmnemo_repl_link_losses:{}\r\nmnemo_repl_local_only_sync_points:{}\r\nmnemo_repl_heartbeats:{}\r\nmnemo_repl_last_heartbeat_ms:{}\r\nmnemo_repl_connections:{}\r\n",
                             c.mode.name(),
                             c.addr,
                             c.epoch,
@@ -429,6 +429,7 @@ fn info_hook<'h>(
                             s.heartbeats,
                             // -1: none answered yet (Redis's convention for "never").
                             s.heartbeat_age_ms.map_or(-1, |ms| ms as i64),
+                            c.connections,
                         );
                         let params = c.link_params();
                         let view = p.backups();

@@ -660,3 +660,69 @@ fn a_killed_backup_comes_back_and_is_brought_up_to_date() {
     let held = promoted_prefix(&backup_dir, 1800);
     assert_eq!(held, 1800, "the backup, caught up, holds every write");
 }
+
+/// `--repl-connections 3`: the primary opens three connections to its mirror (one link,
+/// INFO says so); writes until SIGKILL of the primary, then of the mirror; the promoted
+/// mirror holds every acknowledged write. A zero count is refused with the range to use.
+#[test]
+fn several_connections_per_link_keep_every_acknowledged_write() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let mirror_dir = dir.path().join("mirror");
+    let mut mirror = MirrorProc::start(&mirror_dir, &secret, dir.path().join("mirror.log"));
+    let mirror_addr = format!("127.0.0.1:{}", mirror.port);
+    let args = [
+        "--mirror",
+        &mirror_addr,
+        "--repl-mode",
+        "sync",
+        "--repl-secret-file",
+        secret.to_str().unwrap(),
+    ];
+    let refused = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+        .args(["serve", "--pool"])
+        .arg(dir.path().join("refused.pool"))
+        .args(args)
+        .args(["--repl-connections", "0"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("from 1 to 16"), "{err}");
+
+    let pool = dir.path().join("primary").join("kv.pool");
+    let mut with_connections = args.to_vec();
+    with_connections.extend(["--repl-connections", "3"]);
+    let primary = Server::start(&pool, &with_connections);
+    let mut client = primary.client();
+    let repl = info(&mut client, "replication");
+    assert_eq!(field(&repl, "mnemo_repl_connections"), Some("3"), "{repl}");
+    assert_eq!(
+        field(&repl, "mnemo_repl_mirror_in_sync"),
+        Some("1"),
+        "{repl}"
+    );
+    let pid = primary.pid();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        signal(pid as u32, rustix::process::Signal::KILL);
+    });
+    let mut acked = 0u64;
+    for i in 0..1_000_000u64 {
+        let key = format!("k{i}");
+        match client.call(&["SET", key.as_str(), value(i).as_str()]) {
+            Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => acked = i + 1,
+            Ok(other) => panic!("SET: {other:?}"),
+            Err(_) => break,
+        }
+    }
+    killer.join().unwrap();
+    drop(primary);
+    assert!(
+        acked > 50,
+        "only {acked} writes acknowledged before the kill"
+    );
+    mirror.kill();
+    let promoted = promote_and_check(&mirror_dir, acked);
+    drop(promoted);
+}

@@ -62,6 +62,14 @@ impl Link {
         Link::new(stream)
     }
 
+    /// A second handle on the socket (to shut it down from another thread: a link of several
+    /// connections cuts them all when one fails).
+    pub fn socket(&self) -> Result<TcpStream> {
+        self.stream
+            .try_clone()
+            .map_err(|e| Error::io("cloning a socket", e))
+    }
+
     /// The peer's address.
     pub fn peer(&self) -> SocketAddr {
         self.peer

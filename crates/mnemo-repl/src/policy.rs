@@ -12,6 +12,11 @@
 //! | `syncdisk` | no | yes | yes (the mirror's image on a disk file) |
 //! | `syncsec`, `syncseceth` | no | yes | yes (held while a backup lags past the threshold) |
 //!
+//! A link is one or several connections ([`MirrorConfig::connections`], Mojim's queues):
+//! concurrent sync points go out on different connections at once, each record keeping its
+//! unique, increasing id, and the mirror logs them in id order whatever connection each
+//! took, so its ack of id k means every id up to k is durable there.
+//!
 //! On first use (and after a lost link, at most once per retry interval) the policy connects,
 //! authenticates, and sends a full copy of the pool before any record, so the mirror's image
 //! is whole before it acknowledges anything. When the link fails in a mode that skips the
@@ -20,9 +25,9 @@
 //! comes back. A sync point is therefore durable on return in every mode: at the mirror, or
 //! here, or both.
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use mnemo_pmem::error::MediaError;
@@ -56,6 +61,14 @@ pub const MUTANTS_SIM: &[&str] = &[
     // The mirror lets any link change its image, not only the newest one
     // ([`crate::mirror::admit_link`]): a dead process's copy lands after its successor's.
     "repl.any_link",
+];
+
+/// Deliberately broken variants caught by the tests of several connections per link
+/// (`tests/queues.rs`, real TCP through a proxy that freezes one connection).
+pub const MUTANTS_QUEUES: &[&str] = &[
+    // The mirror logs and acknowledges a session's records as they arrive, not in id order
+    // ([`crate::mirror::record_turn`]): an ack of k while an older id is not durable.
+    "repl.apply_unordered",
 ];
 
 /// How the primary replicates (see the module documentation).
@@ -241,6 +254,11 @@ pub struct MirrorConfig {
     /// sends heartbeats meanwhile; at most a minute, the longest a primary waits for a busy
     /// mirror).
     pub backup_stall_max: Duration,
+    /// Connections to the mirror (Mojim's queues), 1 to [`CONNECTIONS_MAX`]: concurrent sync
+    /// points go out on different connections at once; their ids keep one global order,
+    /// in which the mirror logs them. All are one link (one session at the mirror): one that
+    /// fails loses the link.
+    pub connections: usize,
 }
 
 impl MirrorConfig {
@@ -260,7 +278,14 @@ impl MirrorConfig {
             without_mirror: WithoutMirror::Record,
             backup_stall: mode.default_backup_stall(),
             backup_stall_max: mode.default_backup_stall_max(),
+            connections: CONNECTIONS_DEFAULT,
         }
+    }
+
+    /// The same with `n` connections to the mirror (clamped to 1..=[`CONNECTIONS_MAX`]).
+    pub fn with_connections(mut self, n: usize) -> MirrorConfig {
+        self.connections = n.clamp(1, CONNECTIONS_MAX);
+        self
     }
 
     /// What this primary tells its mirror at the handshake.
@@ -310,12 +335,17 @@ pub struct BackupsView {
     pub age_ms: Option<u64>,
 }
 
-/// A handshake run on a thread of its own while sync points carry on locally.
+/// A handshake run on a thread of its own while sync points carry on locally: the links of
+/// one session, and the last record id the mirror holds.
 #[derive(Debug, Default)]
 struct Connector {
     busy: AtomicBool,
-    done: Mutex<Option<Result<(Link, u64)>>>,
+    done: Mutex<Option<Result<Handshaken>>>,
 }
+
+/// The connections of a link that passed the handshake, first first, and the last record id
+/// the mirror holds.
+type Handshaken = (Vec<Link>, u64);
 
 /// Longest silence of a mirror receiving a full copy (it sends a heartbeat every 250 ms)
 /// before the copy is declared failed.
@@ -337,22 +367,102 @@ pub const HEARTBEAT_TIMEOUT_DEFAULT: Duration = Duration::from_millis(750);
 /// How often a blocked primary ([`WithoutMirror::Block`]) tries to get its mirror back.
 const BLOCK_POLL: Duration = Duration::from_millis(50);
 
+/// Longest wait of a sync point for a free connection before it looks again (a bound, not
+/// a poll: a connection let go signals the waiters).
+const FREED_WAIT_MAX: Duration = Duration::from_millis(1);
+
+/// Most connections one link may have: each is a thread on the mirror, and past the
+/// primary's cores more only queue (Mojim used a few IB queues per node).
+pub const CONNECTIONS_MAX: usize = 16;
+
+/// Connections per link unless told otherwise. One, measured on this project's 2-vCPU
+/// machine (`scripts/bench-repl.sh threads`, `bench/README.md`, "Connections per link"): a
+/// second connection gave two writing threads 1.3-1.7x the throughput of one, four writers
+/// no consistent gain and eight writers less, and the key-value server (one sync point at a
+/// time) nothing, while each connection costs a mirror thread and a handshake.
+pub const CONNECTIONS_DEFAULT: usize = 1;
+
+/// One connection of a link: its socket, the buffers of the record it carries (reused: no
+/// allocation per sync point), and when the mirror last answered on it.
+#[derive(Debug)]
+struct Conn {
+    link: Link,
+    buf: Vec<u8>,
+    /// The ranges of the record being encoded (offset, length).
+    spans: Vec<(u64, usize)>,
+    heard: Instant,
+}
+
+/// One link to the mirror: its connections (one session at the mirror, whose Welcome named
+/// it and which the others joined), all in use together or all dropped together.
+///
+/// Invariants: a record's id is taken, and its bytes read from the pool, under the policy's
+/// lock while its connection's lock is held, and that connection's lock is held until the
+/// record is sent; so each connection carries increasing ids, and the ids of a session are
+/// dense from its full copy on (the mirror's order rule relies on both). Locks are taken in
+/// that order only: the policy's, then a connection's, never the other way round (a thread
+/// whose connection failed lets go of it before it takes the policy's lock).
+#[derive(Debug)]
+struct Session {
+    conns: Vec<Mutex<Conn>>,
+    /// A second handle on each connection's socket, to cut them all at once when one fails:
+    /// a sync point waiting on another connection for an ack that the mirror will never send
+    /// (its record waits there for an older one that is lost) then fails at once instead of
+    /// after its timeout.
+    sockets: Vec<TcpStream>,
+}
+
+impl Session {
+    fn new(links: Vec<Link>) -> Result<Session> {
+        let sockets = links.iter().map(Link::socket).collect::<Result<Vec<_>>>()?;
+        let now = Instant::now();
+        Ok(Session {
+            conns: links
+                .into_iter()
+                .map(|link| {
+                    Mutex::new(Conn {
+                        link,
+                        buf: Vec::new(),
+                        spans: Vec::new(),
+                        heard: now,
+                    })
+                })
+                .collect(),
+            sockets,
+        })
+    }
+
+    /// The first free connection (a lone writer always takes the first).
+    fn try_pick(&self) -> Option<MutexGuard<'_, Conn>> {
+        self.conns.iter().find_map(|conn| match conn.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        })
+    }
+
+    /// Close every connection (both ways): the link is lost.
+    fn cut(&self) {
+        for socket in &self.sockets {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
-    link: Option<Link>,
+    /// The link, while it is up and in sync.
+    session: Option<Arc<Session>>,
     next_id: u64,
     /// When the next attempt is due (None: never tried; the first one runs inline).
     next_attempt: Option<Instant>,
     /// Wait after the next failure (doubles per failure, up to `RETRY_MAX`).
     backoff: Duration,
+    /// The full copy's records, reused.
     buf: Vec<u8>,
-    /// The ranges of the record being encoded (offset, length), reused.
-    spans: Vec<(u64, usize)>,
     /// Local flushes skipped while the link was up (sync mode): all lines must be flushed
     /// when it goes down.
     unflushed: bool,
-    /// Last time the mirror answered (an ack or a heartbeat).
-    heard: Instant,
     /// The loss of the mirror is recorded by the membership (or there is none).
     loss_recorded: bool,
 }
@@ -379,6 +489,11 @@ pub struct MirrorPolicy {
     membership: Option<Arc<dyn Membership>>,
     /// The mirror's last Status: its backups, its last id, when it came.
     backups: Mutex<(Vec<BackupStatus>, u64, Option<Instant>)>,
+    /// Signalled (with the policy's lock taken and let go first, so that no wait misses it)
+    /// when a connection is let go while a sync point waits for one.
+    freed: Condvar,
+    /// Sync points waiting for a free connection.
+    waiting: AtomicUsize,
 }
 
 impl MirrorPolicy {
@@ -388,14 +503,12 @@ impl MirrorPolicy {
         MirrorPolicy {
             config,
             inner: Mutex::new(Inner {
-                link: None,
+                session: None,
                 next_id: 1,
                 next_attempt: None,
                 backoff: retry,
                 buf: Vec::new(),
-                spans: Vec::new(),
                 unflushed: false,
-                heard: Instant::now(),
                 loss_recorded: false,
             }),
             connector: Arc::new(Connector::default()),
@@ -412,7 +525,64 @@ impl MirrorPolicy {
             created: Instant::now(),
             membership: None,
             backups: Mutex::new((Vec::new(), 0, None)),
+            freed: Condvar::new(),
+            waiting: AtomicUsize::new(0),
         }
+    }
+
+    /// A connection of `session` (the link in use) for a sync point, taken under the
+    /// policy's lock: the first free one, else wait (the policy's lock let go meanwhile, so
+    /// that the sync points that hold the connections can finish, or fail and lose the link).
+    /// Err: the link is no longer `session` (a record encoded on it now would take an id
+    /// that the next link's records must follow without a gap).
+    #[allow(clippy::type_complexity)] // both guards, or the policy's back
+    fn pick<'p, 's>(
+        &'p self,
+        mut inner: MutexGuard<'p, Inner>,
+        session: &'s Arc<Session>,
+    ) -> std::result::Result<(MutexGuard<'p, Inner>, MutexGuard<'s, Conn>), MutexGuard<'p, Inner>>
+    {
+        // The link is the policy's while its lock is held: a free connection, at once.
+        if let Some(conn) = session.try_pick() {
+            return Ok((inner, conn));
+        }
+        // Counted before looking again, so that a connection let go after that look is
+        // signalled.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let current = inner
+                .session
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, session));
+            if !current {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                return Err(inner);
+            }
+            if let Some(conn) = session.try_pick() {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                return Ok((inner, conn));
+            }
+            // The timeout only bounds a missed signal.
+            inner = self
+                .freed
+                .wait_timeout(inner, FREED_WAIT_MAX)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// A connection was let go: wake a sync point waiting for one, if any.
+    fn release(&self, conn: MutexGuard<'_, Conn>) {
+        drop(conn);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            // Taken and let go: a waiter is now either before its look or in its wait.
+            drop(self.lock_inner());
+            self.freed.notify_one();
+        }
+    }
+
+    fn lock_inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Where the mirror's backups stand, as the mirror last said.
@@ -467,7 +637,7 @@ impl MirrorPolicy {
         let Ok(inner) = self.inner.try_lock() else {
             return false;
         };
-        if inner.link.is_some() {
+        if inner.session.is_some() {
             return false;
         }
         let finished = self
@@ -482,52 +652,64 @@ impl MirrorPolicy {
             })
     }
 
-    /// One heartbeat, if the link is idle (no sync point under way, nothing heard lately).
+    /// One heartbeat on each idle connection of the link (no sync point under way on it,
+    /// nothing heard lately).
     fn heartbeat(&self) {
         let mut inner = match self.inner.try_lock() {
             Ok(guard) => guard,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            // A sync point is under way: it watches the link itself.
-            Err(std::sync::TryLockError::WouldBlock) => return,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // A sync point is choosing its connection: the link is not idle.
+            Err(TryLockError::WouldBlock) => return,
         };
         let inner = &mut *inner;
-        if inner.link.is_none() || inner.heard.elapsed() < self.config.heartbeat {
+        let Some(session) = inner.session.clone() else {
             return;
-        }
-        match self.heartbeat_round_trip(inner) {
-            Ok(()) => {
-                inner.heard = Instant::now();
-                self.heartbeats.fetch_add(1, Ordering::Relaxed);
-                let at = self.created.elapsed().as_micros() as u64;
-                self.heartbeat_at_us.store(at, Ordering::Relaxed);
+        };
+        let shipped = inner.next_id.saturating_sub(1);
+        for conn in &session.conns {
+            let mut conn = match conn.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // A sync point is under way on it: it watches the connection itself.
+                Err(TryLockError::WouldBlock) => continue,
+            };
+            if conn.heard.elapsed() < self.config.heartbeat {
+                continue;
             }
-            Err(e) => {
-                tracing::warn!(mirror = %self.config.addr, error = %e, "mirror link lost: no answer to a heartbeat; sync points are durable locally until it is back");
-                inner.link = None;
-                inner.next_attempt = Some(Instant::now() + inner.backoff);
-                self.in_sync.store(false, Ordering::Relaxed);
-                self.link_losses.fetch_add(1, Ordering::Relaxed);
-                // Record the loss now, before any sync point acknowledges without the
-                // mirror (a failure here is retried by the next sync point).
-                if self.config.without_mirror == WithoutMirror::Record {
-                    if let Some(m) = &self.membership {
-                        inner.loss_recorded = m.mirror_lost().is_ok();
+            match self.heartbeat_round_trip(&mut conn.link, shipped) {
+                Ok(()) => {
+                    conn.heard = Instant::now();
+                    self.heartbeats.fetch_add(1, Ordering::Relaxed);
+                    let at = self.created.elapsed().as_micros() as u64;
+                    self.heartbeat_at_us.store(at, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(mirror = %self.config.addr, error = %e, "mirror link lost: no answer to a heartbeat; sync points are durable locally until it is back");
+                    drop(conn);
+                    session.cut();
+                    inner.session = None;
+                    inner.next_attempt = Some(Instant::now() + inner.backoff);
+                    self.in_sync.store(false, Ordering::Relaxed);
+                    self.link_losses.fetch_add(1, Ordering::Relaxed);
+                    // Record the loss now, before any sync point acknowledges without the
+                    // mirror (a failure here is retried by the next sync point).
+                    if self.config.without_mirror == WithoutMirror::Record {
+                        if let Some(m) = &self.membership {
+                            inner.loss_recorded = m.mirror_lost().is_ok();
+                        }
                     }
+                    return;
                 }
             }
         }
     }
 
-    fn heartbeat_round_trip(&self, inner: &mut Inner) -> Result<()> {
+    fn heartbeat_round_trip(&self, link: &mut Link, shipped: u64) -> Result<()> {
         let c = &self.config;
-        let link = inner
-            .link
-            .as_mut()
-            .ok_or_else(|| Error::Unexpected("no link".into()))?;
         link.set_read_timeout(Some(c.heartbeat_timeout))?;
         link.send(&Frame::Heartbeat {
             epoch: c.epoch,
-            id: inner.next_id.saturating_sub(1),
+            id: shipped,
         })?;
         loop {
             match link.recv()? {
@@ -572,21 +754,24 @@ impl MirrorPolicy {
     /// Connect, authenticate and send a full copy of `media`; on return the mirror holds
     /// an image of the pool as of now.
     fn connect(&self, inner: &mut Inner, media: &dyn Media) -> Result<()> {
-        let (link, last) = handshake(&self.config, media.len())?;
-        self.send_copy(inner, media, link, last)
+        let (links, last) = handshake_session(&self.config, media.len())?;
+        self.send_copy(inner, media, links, last)
     }
 
-    /// Send a full copy of `media` over a link that passed the handshake (the mirror holds
-    /// records up to `last`); the link becomes the policy's.
+    /// Send a full copy of `media` over the first connection of a link that passed the
+    /// handshake (the mirror holds records up to `last`); the link becomes the policy's.
     fn send_copy(
         &self,
         inner: &mut Inner,
         media: &dyn Media,
-        mut link: Link,
+        mut links: Vec<Link>,
         last: u64,
     ) -> Result<()> {
         let c = &self.config;
         let size = media.len();
+        let link = links
+            .first_mut()
+            .ok_or_else(|| Error::Unexpected("a link without connections".into()))?;
         // Ids continue after anything the mirror holds.
         inner.next_id = inner.next_id.max(last + 1);
         // The full copy: every non-zero chunk (the mirror's image starts zeroed).
@@ -641,14 +826,14 @@ impl MirrorPolicy {
         // dead mirror is seen within COPY_SILENCE_MAX (at least the link's timeout: a loaded
         // mirror's heartbeats may come late, and a failed copy costs a whole new one).
         link.set_read_timeout(Some(c.timeout.max(COPY_SILENCE_MAX)))?;
-        self.expect_ack(&mut link, done, None)?;
+        self.expect_ack(link, done, None)?;
         link.set_read_timeout(Some(c.timeout))?;
-        self.acked.store(done, Ordering::Relaxed);
-        self.last_id.store(done, Ordering::Relaxed);
+        self.acked.fetch_max(done, Ordering::Relaxed);
+        self.last_id.fetch_max(done, Ordering::Relaxed);
         self.copies.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(mirror = %c.addr, pool_size = size, mode = c.mode.name(), "mirror in sync (full copy sent)");
-        inner.link = Some(link);
-        inner.heard = Instant::now();
+        let connections = links.len();
+        tracing::info!(mirror = %c.addr, pool_size = size, mode = c.mode.name(), connections, "mirror in sync (full copy sent)");
+        inner.session = Some(Arc::new(Session::new(links)?));
         self.in_sync.store(true, Ordering::Relaxed);
         inner.loss_recorded = false;
         if let Some(m) = &self.membership {
@@ -657,10 +842,12 @@ impl MirrorPolicy {
         Ok(())
     }
 
-    /// The link failed: drop it and make everything durable locally.
+    /// The link failed: drop it (every connection) and make everything durable locally.
     fn lose_link(&self, inner: &mut Inner, media: &dyn Media, error: &Error) {
         tracing::warn!(mirror = %self.config.addr, error = %error, "mirror link lost: sync points are durable locally until it is back");
-        inner.link = None;
+        if let Some(session) = inner.session.take() {
+            session.cut();
+        }
         inner.next_attempt = Some(Instant::now() + inner.backoff);
         self.in_sync.store(false, Ordering::Relaxed);
         self.link_losses.fetch_add(1, Ordering::Relaxed);
@@ -677,7 +864,16 @@ impl MirrorPolicy {
         }
     }
 
-    fn ship(&self, inner: &mut Inner, media: &dyn Media, point: &SyncPoint<'_>) -> Result<u64> {
+    /// Encode the sync point as the next record into `conn`'s buffer: its id, and the bytes
+    /// of its ranges read from the pool now (under the policy's lock, so a record with a
+    /// higher id was read later). Returns the id and the bytes of range data.
+    fn encode(
+        &self,
+        inner: &mut Inner,
+        conn: &mut Conn,
+        media: &dyn Media,
+        point: &SyncPoint<'_>,
+    ) -> (u64, u64) {
         let c = &self.config;
         let id = inner.next_id;
         inner.next_id += 1;
@@ -692,32 +888,25 @@ impl MirrorPolicy {
         };
         // The non-empty ranges, clamped to the mapping (the pool checked them already), in a
         // buffer reused by every sync point: no allocation per record.
-        inner.spans.clear();
+        conn.spans.clear();
         for r in point.ranges.iter().chain(staged).filter(|r| r.len > 0) {
             let end = r.offset.saturating_add(r.len).min(len);
             let start = r.offset.min(end);
             bytes += end - start;
-            inner.spans.push((start, (end - start) as usize));
+            conn.spans.push((start, (end - start) as usize));
         }
         let base = media.base().as_ptr();
-        let ranges = inner.spans.iter().map(|&(start, n)| {
+        let ranges = conn.spans.iter().map(|&(start, n)| {
             // SAFETY: `start..start+n` lies inside the mapping (clamped above), which stays
             // mapped while the pool is open.
             (start, unsafe {
                 std::slice::from_raw_parts(base.add(start as usize), n)
             })
         });
-        inner.buf.clear();
-        proto::encode_record(&mut inner.buf, c.epoch, id, false, ranges);
-        let link = inner
-            .link
-            .as_mut()
-            .ok_or_else(|| Error::Unexpected("no link".into()))?;
-        link.send_encoded(&inner.buf)?;
-        self.shipped.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.last_id.store(id, Ordering::Relaxed);
-        Ok(id)
+        conn.buf.clear();
+        proto::encode_record(&mut conn.buf, c.epoch, id, false, ranges);
+        self.last_id.fetch_max(id, Ordering::Relaxed);
+        (id, bytes)
     }
 
     /// Try to get a link back, without making this sync point wait: the first attempt runs
@@ -733,7 +922,7 @@ impl MirrorPolicy {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         let result = match done {
-            Some(Ok((link, last))) => self.send_copy(inner, media, link, last),
+            Some(Ok((links, last))) => self.send_copy(inner, media, links, last),
             Some(Err(e)) => Err(e),
             None => {
                 let now = Instant::now();
@@ -751,7 +940,7 @@ impl MirrorPolicy {
                         let spawned = std::thread::Builder::new()
                             .name("mnemo-repl-connect".into())
                             .spawn(move || {
-                                let result = handshake(&config, size);
+                                let result = handshake_session(&config, size);
                                 *connector.done.lock().unwrap_or_else(|p| p.into_inner()) =
                                     Some(result);
                                 connector.busy.store(false, Ordering::Release);
@@ -792,7 +981,7 @@ impl MirrorPolicy {
         }
         match self.config.without_mirror {
             WithoutMirror::Block => {
-                while inner.link.is_none() {
+                while inner.session.is_none() {
                     if let Some(m) = &self.membership {
                         m.may_acknowledge().map_err(fenced)?;
                     }
@@ -815,66 +1004,133 @@ impl MirrorPolicy {
 
     /// Returns whether the sync point needs the local fence (every mode but `sync` with the
     /// mirror in sync); an error if this primary may not acknowledge it.
+    ///
+    /// Under the policy's lock: get the link back if it is down, take a free connection, and
+    /// encode the record (its id, its bytes). Then, with only that connection's lock: send
+    /// it, flush locally meanwhile (`syncflush`, `async`), and wait for the mirror's ack
+    /// (sync modes). Concurrent sync points overlap here, each on its own connection.
     fn sync_inner(
         &self,
         media: &dyn Media,
         point: &SyncPoint<'_>,
     ) -> std::result::Result<bool, MediaError> {
-        let mode = self.config.mode;
         if let Some(m) = &self.membership {
             m.may_acknowledge().map_err(fenced)?;
         }
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let inner = &mut *inner;
-        if inner.link.is_none() {
-            self.reconnect(inner, media);
+        let mut inner = self.lock_inner();
+        loop {
+            if inner.session.is_none() {
+                self.reconnect(&mut inner, media);
+            }
+            if inner.session.is_none() && !self.without_mirror(&mut inner, media)? {
+                Self::flush_local(media, point);
+                self.local_only.fetch_add(1, Ordering::Relaxed);
+                return Ok(true);
+            }
+            let Some(session) = inner.session.clone() else {
+                // Unreachable: without_mirror returned true only with the link back.
+                Self::flush_local(media, point);
+                self.local_only.fetch_add(1, Ordering::Relaxed);
+                return Ok(true);
+            };
+            match self.pick(inner, &session) {
+                Ok((inner, guard)) => return self.ship_on(inner, guard, &session, media, point),
+                // The link was lost (perhaps replaced) while this sync point waited for a
+                // connection: look again.
+                Err(again) => inner = again,
+            };
         }
-        if inner.link.is_none() && !self.without_mirror(inner, media)? {
-            Self::flush_local(media, point);
-            self.local_only.fetch_add(1, Ordering::Relaxed);
-            return Ok(true);
+    }
+
+    /// Encode the sync point on `guard`'s connection (the policy's lock held, then let go),
+    /// send it, and wait for the mirror's ack if the mode does.
+    fn ship_on(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        mut guard: MutexGuard<'_, Conn>,
+        session: &Arc<Session>,
+        media: &dyn Media,
+        point: &SyncPoint<'_>,
+    ) -> std::result::Result<bool, MediaError> {
+        let mode = self.config.mode;
+        let conn = &mut *guard;
+        let (id, bytes) = self.encode(&mut inner, conn, media, point);
+        if !mode.flushes_locally() {
+            inner.unflushed = true;
         }
-        let shipped = self.ship(inner, media, point);
+        drop(inner);
+        let sent = conn.link.send_encoded(&conn.buf);
         if mode.flushes_locally() {
             // While the record travels (syncflush) or after it left (async).
             Self::flush_local(media, point);
-        } else {
-            inner.unflushed = true;
         }
-        let result = shipped.and_then(|id| {
-            let link = inner
-                .link
-                .as_mut()
-                .ok_or_else(|| Error::Unexpected("no link".into()))?;
+        let result = sent.and_then(|()| {
+            self.shipped.fetch_add(1, Ordering::Relaxed);
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
             if !mode.waits_for_ack() {
-                while let Some(frame) = link.try_recv()? {
+                while let Some(frame) = conn.link.try_recv()? {
                     self.note_ack(frame)?;
                 }
                 Ok(())
             } else {
-                let acked = self.expect_ack(link, id, Some(BUSY_WAIT_MAX))?;
-                self.acked.store(acked, Ordering::Relaxed);
+                let acked = self.expect_ack(&mut conn.link, id, Some(BUSY_WAIT_MAX))?;
+                self.acked.fetch_max(acked, Ordering::Relaxed);
                 Ok(())
             }
         });
         match result {
             Ok(()) => {
-                inner.heard = Instant::now();
+                conn.heard = Instant::now();
+                self.release(guard);
                 Ok(mode.flushes_locally())
             }
             Err(e) => {
-                // In sync mode this sync point's own ranges are flushed with the whole pool.
-                self.lose_link(inner, media, &e);
-                if self.without_mirror(inner, media)? {
-                    // Blocked until the mirror came back with a full copy, which holds this
-                    // sync point's bytes: it is durable there (and here, flushed above).
-                    Self::flush_local(media, point);
-                    return Ok(true);
-                }
-                self.local_only.fetch_add(1, Ordering::Relaxed);
-                Ok(true)
+                self.release(guard);
+                self.connection_failed(session, media, point, &e)
             }
         }
+    }
+
+    /// A connection of `session` failed while it carried this sync point: the link is lost
+    /// (unless a sibling already found so), and the sync point is made durable here. The
+    /// caller holds no connection's lock (the policy's lock comes first).
+    fn connection_failed(
+        &self,
+        session: &Arc<Session>,
+        media: &dyn Media,
+        point: &SyncPoint<'_>,
+        error: &Error,
+    ) -> std::result::Result<bool, MediaError> {
+        // The others' sync points wait for acks that may never come (the mirror holds their
+        // records back until this one's): they fail now, not after their timeout.
+        session.cut();
+        let mut inner = self.lock_inner();
+        let inner = &mut *inner;
+        match &inner.session {
+            Some(current) if Arc::ptr_eq(current, session) => {
+                // In sync mode this sync point's own ranges are flushed with the whole pool.
+                self.lose_link(inner, media, error);
+            }
+            Some(_) => {
+                // A sibling lost this link and a new one is up: its full copy, read from the
+                // pool after this record was encoded (and so after this sync point's
+                // stores), was acknowledged: the bytes are at the mirror. Here too, below.
+                Self::flush_local(media, point);
+                return Ok(true);
+            }
+            // A sibling lost it first (and flushed the whole pool in sync mode, after this
+            // record was encoded).
+            None => {}
+        }
+        // This sync point's own ranges: flushed here as well, whoever flushed the pool.
+        Self::flush_local(media, point);
+        if self.without_mirror(inner, media)? {
+            // Blocked until the mirror came back with a full copy, which holds this sync
+            // point's bytes: it is durable there (and here, flushed above).
+            return Ok(true);
+        }
+        self.local_only.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
     }
 
     fn note_ack(&self, frame: Frame) -> Result<()> {
@@ -934,9 +1190,45 @@ fn fenced(reason: String) -> MediaError {
     }
 }
 
-/// Connect to the mirror and authenticate both ways; returns the link and the last record
-/// id the mirror holds. Needs no pool, so it may run on a thread of its own.
+/// Connect to the mirror and authenticate both ways, as one connection of its own session;
+/// returns the link and the last record id the mirror holds. Needs no pool, so it may run on
+/// a thread of its own.
 pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)> {
+    handshake_one(c, pool_size, 0).map(|(link, last, _)| (link, last))
+}
+
+/// The connections of one link: the first opens a session at the mirror, the others join
+/// it (each authenticated on its own). Returns them, first first, and the last record id the
+/// mirror holds.
+fn handshake_session(c: &MirrorConfig, pool_size: u64) -> Result<Handshaken> {
+    let n = c.connections.clamp(1, CONNECTIONS_MAX);
+    let (first, last, session) = handshake_one(c, pool_size, 0)?;
+    let mut links = Vec::with_capacity(n);
+    links.push(first);
+    if n > 1 {
+        let session = session.ok_or_else(|| {
+            Error::Unexpected("the mirror named no session for the link's other connections".into())
+        })?;
+        for _ in 1..n {
+            let (link, _, joined) = handshake_one(c, pool_size, session)?;
+            if joined != Some(session) {
+                return Err(Error::Unexpected(format!(
+                    "a connection joining session {session:#x} was put in {joined:?}"
+                )));
+            }
+            links.push(link);
+        }
+    }
+    Ok((links, last))
+}
+
+/// One connection's handshake: `session` 0 opens a new session, another value joins it.
+/// Returns the link, the last record id the mirror holds and the session it named.
+fn handshake_one(
+    c: &MirrorConfig,
+    pool_size: u64,
+    session: u64,
+) -> Result<(Link, u64, Option<u64>)> {
     let mut link = Link::connect(c.addr, c.timeout)?;
     link.set_read_timeout(Some(c.timeout))?;
     let ours = auth::nonce()?;
@@ -973,17 +1265,17 @@ pub(crate) fn handshake(c: &MirrorConfig, pool_size: u64) -> Result<(Link, u64)>
         epoch: c.epoch,
         pool_size,
         params: Some(c.link_params()),
+        session: Some(session),
     })?;
-    let last = match link.recv()? {
-        Frame::Welcome { last_id, .. } => last_id,
-        Frame::Refused { reason } => return Err(Error::Refused(reason)),
-        other => {
-            return Err(Error::Unexpected(format!(
-                "expected Welcome, got {other:?}"
-            )))
-        }
-    };
-    Ok((link, last))
+    match link.recv()? {
+        Frame::Welcome {
+            last_id, session, ..
+        } => Ok((link, last_id, session)),
+        Frame::Refused { reason } => Err(Error::Refused(reason)),
+        other => Err(Error::Unexpected(format!(
+            "expected Welcome, got {other:?}"
+        ))),
+    }
 }
 
 /// Longest wait for one acknowledgement from a mirror that says it is alive but busy (its

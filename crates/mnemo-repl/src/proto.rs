@@ -12,10 +12,11 @@ use crate::policy::Mode;
 /// First four bytes of every frame.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"MNRP");
 /// Protocol version spoken here. Version 2 added the primary's [`LinkParams`] to Auth and the
-/// mirror's Status frame; a mirror speaks to primaries of versions [`VERSION_MIN`] to
-/// [`VERSION`] (a version 1 primary tells no parameters and gets no Status), and refuses
-/// others at the handshake.
-pub const VERSION: u16 = 2;
+/// mirror's Status frame; version 3 the session of Auth and Welcome (several connections per
+/// link, Mojim's queues). A mirror speaks to primaries of versions [`VERSION_MIN`] to
+/// [`VERSION`] (a version 1 primary tells no parameters and gets no Status; versions 1 and 2
+/// open one connection, each its own session), and refuses others at the handshake.
+pub const VERSION: u16 = 3;
 /// Oldest primary version a mirror accepts.
 pub const VERSION_MIN: u16 = 1;
 /// Bytes before a frame's body.
@@ -130,6 +131,11 @@ pub enum Frame {
         pool_size: u64,
         /// Its mode and threshold (version 2; absent from a version 1 primary).
         params: Option<LinkParams>,
+        /// Version 3 (encoded only with `params`): 0 opens a new session (this connection
+        /// is the first of a link, which supersedes every older one); any other value joins
+        /// the session the mirror's Welcome named so, as one more connection of the same
+        /// link. Absent from version 1 and 2 primaries (each connection its own session).
+        session: Option<u64>,
     },
     /// Mirror to primary: accepted; where the mirror stands.
     Welcome {
@@ -137,6 +143,9 @@ pub enum Frame {
         epoch: u64,
         /// Highest record id it holds.
         last_id: u64,
+        /// Version 3: the session this connection belongs to (never 0), which the primary's
+        /// further connections name in their Auth to join it. Absent for older primaries.
+        session: Option<u64>,
     },
     /// Mirror to primary (or either way): refused, with the reason; the link closes.
     Refused {
@@ -246,6 +255,7 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
             epoch,
             pool_size,
             params,
+            session,
         } => {
             out.extend_from_slice(proof);
             out.extend_from_slice(&epoch.to_le_bytes());
@@ -254,6 +264,20 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
                 out.push(p.mode.code());
                 out.extend_from_slice(&p.backup_stall.to_le_bytes());
                 out.extend_from_slice(&p.backup_stall_ms.to_le_bytes());
+                if let Some(session) = session {
+                    out.extend_from_slice(&session.to_le_bytes());
+                }
+            }
+        }
+        Frame::Welcome {
+            epoch,
+            last_id,
+            session,
+        } => {
+            out.extend_from_slice(&epoch.to_le_bytes());
+            out.extend_from_slice(&last_id.to_le_bytes());
+            if let Some(session) = session {
+                out.extend_from_slice(&session.to_le_bytes());
             }
         }
         Frame::Status {
@@ -283,8 +307,7 @@ pub fn encode(frame: &Frame, out: &mut Vec<u8>) {
                 }
             }
         }
-        Frame::Welcome { epoch, last_id }
-        | Frame::Ack { epoch, id: last_id }
+        Frame::Ack { epoch, id: last_id }
         | Frame::Heartbeat { epoch, id: last_id }
         | Frame::CopyBegin {
             epoch,
@@ -451,7 +474,8 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
             let proof = b.array()?;
             let epoch = b.u64()?;
             let pool_size = b.u64()?;
-            // Version 1 ends here; version 2 adds the primary's parameters.
+            // Version 1 ends here; version 2 adds the primary's parameters, version 3 its
+            // session.
             let params = if b.remaining() == 0 {
                 None
             } else {
@@ -464,11 +488,17 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
                     backup_stall_ms: b.u32()?,
                 })
             };
+            let session = if params.is_some() && b.remaining() > 0 {
+                Some(b.u64()?)
+            } else {
+                None
+            };
             Frame::Auth {
                 proof,
                 epoch,
                 pool_size,
                 params,
+                session,
             }
         }
         K_STATUS => {
@@ -510,10 +540,22 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, ProtoError> {
                 backups,
             }
         }
-        K_WELCOME => Frame::Welcome {
-            epoch: b.u64()?,
-            last_id: b.u64()?,
-        },
+        K_WELCOME => {
+            let (epoch, last_id) = (b.u64()?, b.u64()?);
+            // Version 3 adds the session, never 0.
+            let session = match b.remaining() {
+                0 => None,
+                _ => match b.u64()? {
+                    0 => return Err(ProtoError::Malformed("session")),
+                    s => Some(s),
+                },
+            };
+            Frame::Welcome {
+                epoch,
+                last_id,
+                session,
+            }
+        }
         K_ACK => Frame::Ack {
             epoch: b.u64()?,
             id: b.u64()?,
@@ -705,6 +747,7 @@ mod tests {
                 epoch: 4,
                 pool_size: 1 << 30,
                 params: None,
+                session: None,
             },
             Frame::Auth {
                 proof: [3; 32],
@@ -715,6 +758,29 @@ mod tests {
                     backup_stall: 40 << 20,
                     backup_stall_ms: 1000,
                 }),
+                session: None,
+            },
+            Frame::Auth {
+                proof: [3; 32],
+                epoch: 4,
+                pool_size: 1 << 30,
+                params: Some(LinkParams {
+                    mode: Mode::Sync,
+                    backup_stall: 0,
+                    backup_stall_ms: 1000,
+                }),
+                session: Some(0),
+            },
+            Frame::Auth {
+                proof: [3; 32],
+                epoch: 4,
+                pool_size: 1 << 30,
+                params: Some(LinkParams {
+                    mode: Mode::SyncFlush,
+                    backup_stall: 0,
+                    backup_stall_ms: 1000,
+                }),
+                session: Some(0x1234_5678_9abc),
             },
             Frame::Status {
                 epoch: 3,
@@ -742,6 +808,12 @@ mod tests {
             Frame::Welcome {
                 epoch: 9,
                 last_id: 77,
+                session: None,
+            },
+            Frame::Welcome {
+                epoch: 9,
+                last_id: 77,
+                session: Some(3),
             },
             Frame::Refused {
                 reason: "authentication failed".into(),

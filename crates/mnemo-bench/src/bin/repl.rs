@@ -13,12 +13,22 @@
 //! Writes `bench/results/repl-latency.csv`, `.json` (with the commit and the command) and
 //! `bench/plots/repl-latency.svg`, and prints a Markdown table.
 //!
-//! usage: `repl [n]` (default 20000; run it with `scripts/bench-repl.sh`)
+//! `repl threads [seconds]` measures throughput instead (Mojim's Figures 8 and 9, and its
+//! multiple queues): `sync` sync points of 1 KiB per second for 1, 2, 4 and 8 writing
+//! threads over 1, 2 and 4 connections per link (`MirrorConfig::connections`), beside the
+//! same number of threads each doing a raw TCP ping-pong of that payload on a connection of
+//! its own (the ceiling: round trips that share nothing), measured in the same run; each
+//! point runs `seconds` (default 2) after 0.3 s of warm-up. Writes
+//! `bench/results/repl-threads.{csv,json}` and `bench/plots/repl-threads.svg`.
+//!
+//! usage: `repl [n]` (default 20000), `repl threads [seconds]` (run them with
+//! `scripts/bench-repl.sh`)
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mnemo_bench::plot::{loglog, Series};
 use mnemo_bench::{bench_dir, machine, write_csv, write_json};
@@ -114,8 +124,182 @@ fn sync_points(pool: &Pool, size: usize, n: usize) -> Vec<f64> {
     out
 }
 
+/// Run `threads` copies of `op` (given the thread's index and its iteration) for `secs`
+/// after a warm-up: operations per second, all threads together.
+fn throughput(threads: usize, secs: f64, op: impl Fn(usize, u64) + Sync) -> f64 {
+    let counting = AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let elapsed = std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (op, counting, stop, done) = (&op, &counting, &stop, &done);
+            scope.spawn(move || {
+                let mut i = 0u64;
+                let mut counted = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    op(t, i);
+                    i += 1;
+                    if counting.load(Ordering::Relaxed) {
+                        counted += 1;
+                    }
+                }
+                done.fetch_add(counted, Ordering::Relaxed);
+            });
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        counting.store(true, Ordering::Relaxed);
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        counting.store(false, Ordering::Relaxed);
+        let elapsed = start.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        elapsed
+    });
+    // Read once every thread ended (the scope joined them) and added its count.
+    done.load(Ordering::Relaxed) as f64 / elapsed
+}
+
+const THREADS: [usize; 4] = [1, 2, 4, 8];
+const CONNECTIONS: [usize; 3] = [1, 2, 4];
+const THREADS_PAYLOAD: usize = 1024;
+
+/// Throughput vs threads, for 1, 2 and 4 connections, beside TCP ping-pongs.
+fn threads_main(secs: f64, mirror_addr: SocketAddr, echo_addr: SocketAddr, secret: &Secret) {
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let dir = tempfile::Builder::new()
+        .prefix("mnemo-bench-repl-threads-")
+        .tempdir_in("/dev/shm")
+        .expect("scratch dir on /dev/shm");
+    let size = THREADS_PAYLOAD;
+    // (series, threads, ops/s)
+    let mut rows: Vec<(String, usize, f64)> = Vec::new();
+    for threads in THREADS {
+        let streams: Vec<std::sync::Mutex<TcpStream>> = (0..threads)
+            .map(|_| {
+                let s = TcpStream::connect(echo_addr).expect("connect to the echo server");
+                s.set_nodelay(true).unwrap();
+                std::sync::Mutex::new(s)
+            })
+            .collect();
+        let mut msg = (size as u32).to_le_bytes().to_vec();
+        msg.extend(std::iter::repeat_n(0xa5u8, size));
+        let ops = throughput(threads, secs, |t, _| {
+            let mut s = streams[t].lock().unwrap();
+            let mut reply = [0u8; 32];
+            s.write_all(&msg).unwrap();
+            s.read_exact(&mut reply).unwrap();
+        });
+        eprintln!("tcp-ping-pong, {threads} threads: {ops:.0}/s");
+        rows.push(("tcp-ping-pong".into(), threads, ops));
+    }
+    for connections in CONNECTIONS {
+        for threads in THREADS {
+            let config = MirrorConfig::new(mirror_addr, secret.clone(), Mode::Sync)
+                .with_connections(connections);
+            let policy = Arc::new(MirrorPolicy::new(config));
+            let mut options = CreateOptions::new(64 << 20, "bench-repl-threads");
+            options.policy = Some(Arc::clone(&policy) as Arc<dyn SyncPolicy>);
+            let path = dir
+                .path()
+                .join(format!("primary-{connections}-{threads}.pool"));
+            let pool = Pool::create(&path, &options).expect("primary pool");
+            let base = pool.data_offset() + (1 << 20);
+            let data = vec![0x5au8; size];
+            // Each thread its own 256 KiB of the pool, a slot of `size` per iteration.
+            let ops = throughput(threads, secs, |t, i| {
+                let off = base + (t as u64) * (256 << 10) + (i % 200) * size as u64;
+                pool.write(off, &data).unwrap();
+                pool.msync(off, size as u64).unwrap();
+            });
+            let stats = policy.stats();
+            assert!(
+                stats.in_sync && stats.link_losses == 0,
+                "the link was lost during the run: {stats:?}"
+            );
+            eprintln!("sync, {connections} connections, {threads} threads: {ops:.0}/s");
+            rows.push((format!("sync-{connections}conn"), threads, ops));
+            pool.close().expect("close");
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let commit = mnemo_bench::head_commit();
+    let command = std::env::var("MNEMO_BENCH_COMMAND")
+        .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
+    let find = |series: &str, threads: usize| {
+        rows.iter()
+            .find(|r| r.0 == series && r.1 == threads)
+            .map_or(f64::NAN, |r| r.2)
+    };
+    println!(
+        "| series | threads | sync points/s | / 1 connection | / TCP ping-pong, same threads |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut csv = Vec::new();
+    for (series, threads, ops) in &rows {
+        let vs_one = ops / find("sync-1conn", *threads);
+        let vs_tcp = ops / find("tcp-ping-pong", *threads);
+        println!("| {series} | {threads} | {ops:.0} | {vs_one:.2} | {vs_tcp:.2} |");
+        csv.push(format!(
+            "{series},{threads},{size},{ops:.0},{vs_one:.3},{vs_tcp:.3},{commit},\"{command}\""
+        ));
+    }
+    write_csv(
+        "repl-threads.csv",
+        "series,threads,size_bytes,ops_per_s,vs_1_connection,vs_tcp_ping_pong,commit,command",
+        &csv,
+    )
+    .expect("csv");
+    let json = serde_json::json!({
+        "benchmark": "repl-threads",
+        "commit": commit,
+        "command": command,
+        "seconds_per_point": secs,
+        "size_bytes": size,
+        "mode": "sync",
+        "machine": machine(),
+        "load_avg_before": load_before.trim(),
+        "load_avg_after": load_after.trim(),
+        "rows": rows.iter().map(|(series, threads, ops)| serde_json::json!({
+            "series": series, "threads": threads, "ops_per_s": ops,
+            "vs_1_connection": ops / find("sync-1conn", *threads),
+            "vs_tcp_ping_pong": ops / find("tcp-ping-pong", *threads),
+        })).collect::<Vec<_>>(),
+    });
+    write_json("repl-threads.json", &json).expect("json");
+    let names = ["tcp-ping-pong", "sync-1conn", "sync-2conn", "sync-4conn"];
+    let series: Vec<Series> = names
+        .iter()
+        .map(|name| Series {
+            name: (*name).to_string(),
+            points: rows
+                .iter()
+                .filter(|r| r.0 == *name)
+                .map(|r| (r.1 as f64, r.2))
+                .collect(),
+        })
+        .collect();
+    let svg = bench_dir().join("plots").join("repl-threads.svg");
+    match loglog(
+        &svg,
+        &format!("sync sync points of 1 KiB per second over loopback (commit {commit})"),
+        "writing threads",
+        "sync points per second",
+        &series,
+    ) {
+        Ok(p) => eprintln!("plot: {}", p.display()),
+        Err(e) => eprintln!("no plot: {e}"),
+    }
+    eprintln!(
+        "load average before: {}, after: {}",
+        load_before.trim(),
+        load_after.trim()
+    );
+}
+
 fn main() {
     mnemo_bench::exit_on_help(include_str!("repl.rs"));
+    let threads_mode = std::env::args().nth(1).as_deref() == Some("threads");
     let n: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
@@ -135,6 +319,14 @@ fn main() {
     let echo_listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let echo_addr = echo_listener.local_addr().unwrap();
     std::thread::spawn(move || echo(echo_listener));
+    if threads_mode {
+        let secs = std::env::args()
+            .nth(2)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(2.0);
+        threads_main(secs, mirror_addr, echo_addr, &secret);
+        return;
+    }
 
     let mut rows = Vec::new();
     for size in SIZES {
