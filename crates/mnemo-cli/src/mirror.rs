@@ -84,6 +84,15 @@ pub struct MirrorServeArgs {
     /// every 500 ms meanwhile), for primaries that tell none.
     #[arg(long, default_value_t = 1000)]
     pub backup_stall_ms: u64,
+    /// Answer the read commands of `mnemo serve` (GET, MGET, HGETALL, SCAN, INFO, ...) on
+    /// this TCP port (at --bind) from the image; writes get Redis's replica error
+    /// (-READONLY). Each command sees the image after one whole record, and in sync modes
+    /// every write the primary acknowledged before the command was sent.
+    #[arg(long, value_name = "PORT")]
+    pub read_port: Option<u16>,
+    /// Numbered databases on the read port (as the primary's --databases).
+    #[arg(long, default_value_t = 16)]
+    pub read_databases: usize,
     /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
     /// --mirror spells it. [default: BIND:PORT]
     #[arg(long, value_name = "HOST:PORT")]
@@ -468,6 +477,23 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
             .add_backup_with(addr, options)
             .map_err(|e| e.to_string())?;
     }
+    // Kept for the process's life: the read port serves until the process ends (or execs).
+    let _reads = match args.read_port {
+        Some(port) => {
+            let at = SocketAddr::new(args.bind, port);
+            let listener = std::net::TcpListener::bind(at).map_err(|e| {
+                format!("cannot listen on {at} for reads: {e} (choose another --read-port)")
+            })?;
+            tracing::info!(address = %at, "{role}: serving reads of the image (read-only)");
+            Some(crate::readers::start(
+                listener,
+                mirror.store(),
+                role,
+                args.read_databases,
+            )?)
+        }
+        None => None,
+    };
     tracing::info!(
         address = %address,
         dir = %args.dir.display(),

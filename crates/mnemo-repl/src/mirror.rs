@@ -272,6 +272,9 @@ pub struct MirrorStore {
     entry: Vec<u8>,
     /// Number of the newest link accepted (in memory: after a restart every link is new).
     newest_link: u64,
+    /// Changes whenever the image's bytes or completeness may have changed: a reader's view
+    /// of the image taken at another generation is stale (`mnemo mirror serve --read-port`).
+    generation: u64,
 }
 
 fn image_capacity(len: u64) -> u64 {
@@ -341,6 +344,7 @@ impl MirrorStore {
             stats: MirrorStats::default(),
             entry: Vec::new(),
             newest_link: 0,
+            generation: 0,
         };
         store.replay()?;
         Ok(store)
@@ -391,6 +395,13 @@ impl MirrorStore {
     /// Counters.
     pub fn stats(&self) -> MirrorStats {
         self.stats
+    }
+
+    /// The image's generation: it changes whenever the image's bytes or its completeness
+    /// may have changed (a record applied, a copy begun, a range copied, a copy finished).
+    /// Read it under the store's lock: while the lock is held the image does not change.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The image's medium, if a copy ever began.
@@ -516,6 +527,7 @@ impl MirrorStore {
         if !data.is_empty() {
             image.copy_nodrain(offset, data);
         }
+        self.generation += 1;
         Ok(())
     }
 
@@ -528,6 +540,7 @@ impl MirrorStore {
             ..self.state
         })?;
         self.log.reset()?;
+        self.generation += 1;
         self.image = None;
         let path = self.image_path();
         let file = private_file(&path, false)?;
@@ -560,6 +573,7 @@ impl MirrorStore {
             image.drain().map_err(|e| Error::Storage(e.to_string()))?;
         }
         self.last_logged = id;
+        self.generation += 1;
         self.write_state(MirrorState {
             last_id: id,
             pool_size,
@@ -665,6 +679,7 @@ impl MirrorStore {
             .and_then(|i| i.header)
             .map_or(0, |h| h.pool_size);
         if recorded > image.len() {
+            self.generation += 1;
             image.grow(recorded.next_multiple_of(4096)).map_err(|e| {
                 Error::Storage(format!("growing the image to its pool's size: {e}"))
             })?;
