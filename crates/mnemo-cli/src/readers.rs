@@ -61,6 +61,7 @@ const LOADING: &[u8] =
 
 /// Deliberately broken variants of the read endpoint (compiled in only with mnemo-pmem's
 /// `mutants` feature, in test builds), each caught by this module's tests.
+#[cfg_attr(not(test), allow(dead_code))] // read by the tests
 pub const MUTANTS: &[&str] = &[
     // The view is built under the store's lock, but commands read it without: records
     // applied meanwhile show through the view's untouched pages.
@@ -133,6 +134,8 @@ struct Reader {
     view: Option<View>,
     /// Views built (INFO replication: `mnemo_read_views`).
     views: u64,
+    /// How long the last one took to build, in microseconds (`mnemo_read_view_us`).
+    view_us: u64,
 }
 
 /// Why a command is not run on a mirror: the error to answer, if any.
@@ -159,6 +162,13 @@ fn refusal(request: &Request) -> Option<&'static [u8]> {
     }
 }
 
+/// Run `f` without logging: opening a view recovers a crash image every time ("pool was not
+/// closed cleanly", "heap recovery replayed ..."), which is no news on a mirror; a failure
+/// comes back as an error.
+fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), f)
+}
+
 fn lock(store: &Mutex<MirrorStore>) -> MutexGuard<'_, MirrorStore> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -171,11 +181,13 @@ impl Reader {
             .as_ref()
             .is_some_and(|v| v.generation != store.generation())
         {
-            self.view = None;
+            quietly(|| self.view = None);
         }
         if self.view.is_none() {
-            self.view = Some(open_view(store)?);
+            let started = std::time::Instant::now();
+            self.view = Some(quietly(|| open_view(store))?);
             self.views += 1;
+            self.view_us = started.elapsed().as_micros() as u64;
         }
         self.view.as_ref().ok_or_else(|| "no view".to_string())
     }
@@ -191,25 +203,25 @@ impl Reader {
             return Effect::default();
         };
         if !s.state().complete {
-            self.view = None;
+            quietly(|| self.view = None);
             reply.error(LOADING);
             return Effect::default();
         }
         let (epoch, last_id, generation) = (s.state().epoch, s.last_id(), s.generation());
-        let (role, databases, views) = (self.role, self.databases, self.views);
-        let view = match self.current(s) {
-            Ok(view) => view,
-            Err(e) => {
+        let (role, databases) = (self.role, self.databases);
+        if let Err(e) = self.current(s) {
+            {
                 tracing::warn!(error = %e, "a read on the mirror failed");
                 reply.error(format!("ERR {e}").as_bytes());
                 return Effect::default();
             }
-        };
+        }
         if mnemo_pmem::mutant::active("repl.read_unlocked") {
             // Broken: the command reads the view while records are applied.
             guard = None;
         }
-        let Some(heap) = view.heap.as_ref() else {
+        let (views, view_us) = (self.views, self.view_us);
+        let Some(heap) = self.view.as_ref().and_then(|v| v.heap.as_ref()) else {
             return Effect::default();
         };
         let mut engine = match PersistentEngine::open_with_databases(heap, databases) {
@@ -225,8 +237,7 @@ impl Reader {
             if section == "replication" {
                 let _ = write!(
                     out,
-                    "mnemo_repl_epoch:{epoch}\r\nmnemo_repl_last_id:{last_id}\r\nmnemo_read_generation:{generation}\r\nmnemo_read_views:{}\r\n",
-                    views
+                    "mnemo_repl_epoch:{epoch}\r\nmnemo_repl_last_id:{last_id}\r\nmnemo_read_generation:{generation}\r\nmnemo_read_views:{views}\r\nmnemo_read_view_us:{view_us}\r\n",
                 );
             }
         }));
@@ -309,6 +320,7 @@ fn prepare(
         databases,
         view: None,
         views: 0,
+        view_us: 0,
     };
     Ok((event_loop, stopper, reader))
 }
