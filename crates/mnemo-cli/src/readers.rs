@@ -553,7 +553,7 @@ mod tests {
         twice.extend(&mget[1..]);
         twice.push(b"200000");
         let started = Instant::now();
-        while started.elapsed() < length && !(stop_early && !run.violations.is_empty()) {
+        while started.elapsed() < length && (!stop_early || run.violations.is_empty()) {
             let before = acked.load(Ordering::Acquire);
             let long = !short_reads || run.reads % 2 == 1;
             let reply = client.call(if long { &twice } else { &mget });

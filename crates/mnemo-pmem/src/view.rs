@@ -202,6 +202,7 @@ mod tests {
         drop(f);
         let (view, detach) = ViewMedia::open(&path, 3 * 4096).unwrap();
         assert_eq!(view.len(), 3 * 4096);
+        // SAFETY: every offset read is below the view's length (3 pages), all mapped.
         let byte = |at: u64| unsafe { *view.base().as_ptr().add(at as usize) };
         assert_eq!(byte(10), 7);
         assert_eq!(byte(8192), 0);
