@@ -18,7 +18,7 @@
 //! pages keep the bytes of the moment they were copied. A view is therefore one consistent
 //! state only while nobody writes the file: its owner must exclude the file's writer for
 //! as long as it reads (the mirror's readers hold the store's lock), and open a new view
-//! once the file changed. [`ViewMedia::detach`] replaces the mapping with zeros, so that a
+//! once the file changed. [`ViewDetach::detach`] replaces the mapping with zeros, so that a
 //! stale view can be dropped (its heap settles, its pool closes: stores) even after the file
 //! shrank, without touching the file's pages.
 #![allow(unsafe_code)]
