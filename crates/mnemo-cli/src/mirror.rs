@@ -459,6 +459,19 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
     };
     let store = MirrorStore::open(&args.dir, options).map_err(|e| e.to_string())?;
     let state = store.state();
+    // The read port listens before the primaries' port: once a primary can link, reads
+    // connect too.
+    let reads = match args.read_port {
+        Some(port) => {
+            let at = SocketAddr::new(args.bind, port);
+            let listener = std::net::TcpListener::bind(at).map_err(|e| {
+                format!("cannot listen on {at} for reads: {e} (choose another --read-port)")
+            })?;
+            tracing::info!(address = %at, "{role}: serving reads of the image (read-only)");
+            Some(listener)
+        }
+        None => None,
+    };
     let address = SocketAddr::new(args.bind, args.port);
     let listener = mnemo_repl::mirror::listen(address).map_err(|e| e.to_string())?;
     if !address.ip().is_loopback() {
@@ -478,20 +491,13 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
             .map_err(|e| e.to_string())?;
     }
     // Kept for the process's life: the read port serves until the process ends (or execs).
-    let _reads = match args.read_port {
-        Some(port) => {
-            let at = SocketAddr::new(args.bind, port);
-            let listener = std::net::TcpListener::bind(at).map_err(|e| {
-                format!("cannot listen on {at} for reads: {e} (choose another --read-port)")
-            })?;
-            tracing::info!(address = %at, "{role}: serving reads of the image (read-only)");
-            Some(crate::readers::start(
-                listener,
-                mirror.store(),
-                role,
-                args.read_databases,
-            )?)
-        }
+    let _reads = match reads {
+        Some(listener) => Some(crate::readers::start(
+            listener,
+            mirror.store(),
+            role,
+            args.read_databases,
+        )?),
         None => None,
     };
     tracing::info!(

@@ -709,7 +709,7 @@ fn mget_keys() -> Vec<String> {
 /// every reply is one whole round, never older than the round acknowledged before the MGET
 /// was sent; a value SET on the primary is on the mirror as soon as the SET is
 /// acknowledged; the mirror answers the read commands of every type as the primary does;
-/// writes get Redis's replica error; INFO replication says role:mirror (role:backup). The
+/// before the first full copy reads get LOADING; writes get Redis's replica error; INFO replication says role:mirror (role:backup). The
 /// backup, behind, shows whole rounds too, and catches up to the last.
 #[test]
 fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
@@ -738,6 +738,12 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
             "64",
         ],
     );
+    // No copy yet: the image is no pool, reads are answered LOADING.
+    let mut reader = Client::connect(mirror_reads).expect("the mirror's read port");
+    match reader.call(&["GET", "s"]).unwrap() {
+        Reply::Error(e) if e.starts_with(b"LOADING ") => {}
+        other => panic!("a read before the first copy: {other:?}"),
+    }
     let primary = Server::start(
         &dir.path().join("primary").join("kv.pool"),
         &[
@@ -750,7 +756,6 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
         ],
     );
     let mut writer = primary.client();
-    let mut reader = Client::connect(mirror_reads).expect("the mirror's read port");
 
     // Every type, written on the primary, read on the mirror at once: the same replies.
     let writes: &[&[&str]] = &[
