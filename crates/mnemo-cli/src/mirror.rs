@@ -495,6 +495,7 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
         Some(listener) => Some(crate::readers::start(
             listener,
             mirror.store(),
+            mirror.backups().to_vec(),
             role,
             args.read_databases,
         )?),

@@ -47,6 +47,7 @@ use mnemo_heap::Heap;
 use mnemo_kv::engine::{heap_options, PersistentEngine};
 use mnemo_kv::server::{Effect, Engine, EventLoop, Host, NoHost, Request, SessionConfig, Stopper};
 use mnemo_pmem::{OpenOptions, Pool, ViewDetach, ViewMedia};
+use mnemo_repl::backup::Forwarder;
 use mnemo_repl::MirrorStore;
 use mnemo_resp::command::Flags;
 use mnemo_resp::{CommandId, Encoder};
@@ -136,6 +137,8 @@ struct Reader {
     views: u64,
     /// How long the last one took to build, in microseconds (`mnemo_read_view_us`).
     view_us: u64,
+    /// The backups this node feeds (their figures in INFO replication).
+    backups: Vec<Arc<Forwarder>>,
 }
 
 /// Why a command is not run on a mirror: the error to answer, if any.
@@ -174,6 +177,50 @@ fn lock(store: &Mutex<MirrorStore>) -> MutexGuard<'_, MirrorStore> {
 }
 
 impl Reader {
+    /// The mirror's own figures for INFO replication (the store's lock held): its epoch and
+    /// last record, its counters, the read port's views, and each backup it feeds as the
+    /// primary's INFO shows them.
+    fn mirror_info(&self, s: &MirrorStore) -> String {
+        use std::fmt::Write as _;
+        let (state, stats) = (s.state(), s.stats());
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "mnemo_repl_epoch:{}\r\nmnemo_repl_last_id:{}\r\nmnemo_repl_complete:{}\r\nmnemo_repl_mode:{}\r\nmnemo_mirror_records:{}\r\nmnemo_mirror_bytes:{}\r\nmnemo_mirror_checkpoints:{}\r\nmnemo_mirror_copies:{}\r\nmnemo_mirror_replayed:{}\r\nmnemo_mirror_heartbeats:{}\r\nmnemo_read_generation:{}\r\nmnemo_read_views:{}\r\nmnemo_read_view_us:{}\r\nmnemo_repl_backups:{}\r\n",
+            state.epoch,
+            s.last_id(),
+            u8::from(state.complete),
+            state.mode.map_or("unknown", mnemo_repl::Mode::name),
+            stats.records,
+            stats.bytes,
+            stats.checkpoints,
+            stats.copies,
+            stats.replayed,
+            stats.heartbeats,
+            s.generation(),
+            self.views,
+            self.view_us,
+            self.backups.len(),
+        );
+        for (i, b) in self.backups.iter().enumerate() {
+            let st = b.stats();
+            let _ = write!(
+                out,
+                "mnemo_repl_backup{i}:addr={},connected={},acked_id={},lag_records={},lag_bytes={},copies={},stalls={},overflows={},bulk_catchups={}\r\n",
+                b.addr(),
+                u8::from(st.connected),
+                st.acked,
+                s.last_id().saturating_sub(st.acked),
+                st.unacked_bytes,
+                st.copies,
+                st.stalls,
+                st.overflows,
+                st.bulk_catchups,
+            );
+        }
+        out
+    }
+
     /// The current view (rebuilt if the image changed since); the caller holds the lock.
     fn current(&mut self, store: &MirrorStore) -> Result<&View, String> {
         if self
@@ -204,11 +251,22 @@ impl Reader {
         };
         if !s.state().complete {
             quietly(|| self.view = None);
-            reply.error(LOADING);
+            if request.spec.id == CommandId::Info {
+                // What an operator needs during a copy (a Redis replica answers INFO while
+                // it loads, too).
+                let text = format!(
+                    "# Replication\r\nrole:{}\r\nloading:1\r\n{}",
+                    self.role,
+                    self.mirror_info(s)
+                );
+                reply.bulk(text.as_bytes());
+            } else {
+                reply.error(LOADING);
+            }
             return Effect::default();
         }
-        let (epoch, last_id, generation) = (s.state().epoch, s.last_id(), s.generation());
         let (role, databases) = (self.role, self.databases);
+        let figures = self.mirror_info(s);
         if let Err(e) = self.current(s) {
             {
                 tracing::warn!(error = %e, "a read on the mirror failed");
@@ -220,7 +278,6 @@ impl Reader {
             // Broken: the command reads the view while records are applied.
             guard = None;
         }
-        let (views, view_us) = (self.views, self.view_us);
         let Some(heap) = self.view.as_ref().and_then(|v| v.heap.as_ref()) else {
             return Effect::default();
         };
@@ -233,12 +290,8 @@ impl Reader {
         };
         engine.set_role(role);
         engine.set_info_hook(Box::new(move |section: &str, out: &mut String| {
-            use std::fmt::Write as _;
             if section == "replication" {
-                let _ = write!(
-                    out,
-                    "mnemo_repl_epoch:{epoch}\r\nmnemo_repl_last_id:{last_id}\r\nmnemo_read_generation:{generation}\r\nmnemo_read_views:{views}\r\nmnemo_read_view_us:{view_us}\r\n",
-                );
+                out.push_str(&figures);
             }
         }));
         engine.begin();
@@ -287,10 +340,12 @@ impl Engine for Reader {
 pub fn start(
     listener: TcpListener,
     store: Arc<Mutex<MirrorStore>>,
+    backups: Vec<Arc<Forwarder>>,
     role: &'static str,
     databases: usize,
 ) -> Result<Stopper, String> {
     let (event_loop, stopper, mut reader) = prepare(listener, store, role, databases)?;
+    reader.backups = backups;
     std::thread::Builder::new()
         .name("mnemo-mirror-reads".into())
         .spawn(move || {
@@ -321,6 +376,7 @@ fn prepare(
         view: None,
         views: 0,
         view_us: 0,
+        backups: Vec::new(),
     };
     Ok((event_loop, stopper, reader))
 }

@@ -744,6 +744,12 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
         Reply::Error(e) if e.starts_with(b"LOADING ") => {}
         other => panic!("a read before the first copy: {other:?}"),
     }
+    let repl = info(&mut reader, "replication");
+    assert_eq!(
+        (field(&repl, "loading"), field(&repl, "mnemo_repl_complete")),
+        (Some("1"), Some("0")),
+        "{repl}"
+    );
     let primary = Server::start(
         &dir.path().join("primary").join("kv.pool"),
         &[
@@ -823,6 +829,12 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
     );
     let repl = info(&mut reader, "replication");
     assert_eq!(field(&repl, "role"), Some("mirror"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_mode"), Some("sync"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_backups"), Some("1"), "{repl}");
+    assert!(
+        field(&repl, "mnemo_mirror_records").is_some_and(|r| r.parse::<u64>().unwrap() >= 6),
+        "{repl}"
+    );
 
     // Acknowledged in sync mode: on the mirror at once.
     for i in 0..200u64 {
@@ -894,7 +906,17 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let repl = info(&mut reader, "replication");
+    // The mirror's own INFO shows its backup connected and caught up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let repl = loop {
+        let repl = info(&mut reader, "replication");
+        let at = |name| support::repl::backup_field(&repl, 0, name);
+        if at("connected") == Some(1) && at("lag_records") == Some(0) {
+            break repl;
+        }
+        assert!(Instant::now() < deadline, "{repl}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     eprintln!(
         "{checked} MGETs on the mirror over {last} acknowledged MSETs; {} views built, the last in {} us",
         field(&repl, "mnemo_read_views").unwrap_or("?"),
