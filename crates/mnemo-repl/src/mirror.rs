@@ -1049,6 +1049,9 @@ fn serve_frame(
                     b.stall(&mut beat);
                 }
                 link.send(&Frame::Ack { epoch, id })?;
+                // Applied before the store's lock is released: a reader of the image
+                // (`mnemo mirror serve --read-port`, which reads under this lock) that follows
+                // the primary's acknowledgement sees this record.
                 s.apply(&ranges)?;
                 Ok([st.status_due(&s, backups, false), None])
             }
