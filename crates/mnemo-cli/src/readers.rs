@@ -650,6 +650,77 @@ mod tests {
         run
     }
 
+    /// A full copy begins under a reader's view and shrinks the image (a primary's new pool
+    /// smaller than the old one): reads answer LOADING, and the stale view is dropped without
+    /// touching a page past the file's new end (a SIGBUS would end this test). The primary's
+    /// next record is refused (no complete copy), it relinks with a full copy, and reads
+    /// answer from the new image.
+    #[test]
+    fn a_full_copy_under_a_reader_answers_loading_then_the_new_image() {
+        let dir = scratch();
+        let store =
+            MirrorStore::open(&dir.path().join("mirror"), MirrorOptions::default()).unwrap();
+        let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
+        let store = mirror.store();
+        let links = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mirror_addr = links.local_addr().unwrap();
+        std::thread::spawn(move || mirror.serve(links));
+        let reads = TcpListener::bind("127.0.0.1:0").unwrap();
+        let reads_addr = reads.local_addr().unwrap();
+        let stopper = start(reads, Arc::clone(&store), Vec::new(), "mirror", 16).unwrap();
+
+        let mut config = MirrorConfig::new(mirror_addr, Secret::new(SECRET).unwrap(), Mode::Sync);
+        config.retry = Duration::from_millis(50);
+        let policy = Arc::new(MirrorPolicy::new(config));
+        let mut options = CreateOptions::new(64 << 20, crate::serve::LAYOUT);
+        options.policy = Some(Arc::clone(&policy) as _);
+        let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
+        let heap = Heap::create(pool, &heap_options()).unwrap();
+        let mut engine = PersistentEngine::open(&heap).unwrap();
+        let mut set = |key: &str, value: &str| {
+            let args = [
+                Bytes::from_static(b"SET"),
+                Bytes::from(key.to_string()),
+                Bytes::from(value.to_string()),
+            ];
+            let (reply, _) = engine.execute_args(&args, Protocol::Resp2);
+            assert_eq!(reply, Reply::ok());
+            engine.commit().unwrap();
+        };
+        set("k", "old");
+        let mut client = Client::connect(reads_addr);
+        assert_eq!(client.call(&[b"GET", b"k"]), Reply::Bulk("old".into()));
+
+        {
+            let mut s = store.lock().unwrap();
+            let epoch = s.state().epoch;
+            s.begin_copy(epoch, 1 << 20).unwrap();
+        }
+        match client.call(&[b"GET", b"k"]) {
+            Reply::Error(e) if e.starts_with(b"LOADING ") => {}
+            other => panic!("a read during a copy: {other:?}"),
+        }
+        set("k", "new");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut n = 0;
+        loop {
+            match client.call(&[b"GET", b"k"]) {
+                Reply::Bulk(v) if v.as_ref() == b"new" => break,
+                Reply::Error(e) if e.starts_with(b"LOADING ") => {}
+                other => panic!("a read while the primary relinks: {other:?}"),
+            }
+            assert!(Instant::now() < deadline, "the mirror never got its copy");
+            // Sync points, so that the primary relinks (with its full copy).
+            n += 1;
+            set("tick", &n.to_string());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(policy.stats().copies >= 2, "{:?}", policy.stats());
+        drop(engine);
+        heap.close();
+        stopper.stop().unwrap();
+    }
+
     #[test]
     fn reads_on_the_mirror_see_whole_acknowledged_sync_points() {
         let run = run(None, Duration::from_secs(4), false, true);
