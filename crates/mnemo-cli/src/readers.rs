@@ -153,9 +153,9 @@ fn refusal(request: &Request) -> Option<&'static [u8]> {
         }
         CommandId::Exec
             if request.transaction.as_ref().is_some_and(|t| {
-                t.commands
-                    .iter()
-                    .any(|(spec, _)| writes(spec.flags) || spec.id == CommandId::Eval)
+                t.commands.iter().any(|(spec, _)| {
+                    writes(spec.flags) || matches!(spec.id, CommandId::Eval | CommandId::Evalsha)
+                })
             }) =>
         {
             Some(READONLY)

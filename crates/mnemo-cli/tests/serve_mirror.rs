@@ -827,6 +827,24 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
         Reply::Bulk("a string".into()),
         "a refused write changed nothing"
     );
+    // A transaction of reads runs (one state); one holding a write is refused whole.
+    reader.call(&["MULTI"]).unwrap();
+    reader.call(&["GET", "s"]).unwrap();
+    reader.call(&["HGET", "h", "f1"]).unwrap();
+    assert_eq!(
+        reader.call(&["EXEC"]).unwrap(),
+        Reply::Array(vec![
+            Reply::Bulk("a string".into()),
+            Reply::Bulk("v1".into())
+        ])
+    );
+    reader.call(&["MULTI"]).unwrap();
+    reader.call(&["GET", "s"]).unwrap();
+    reader.call(&["SET", "s", "x"]).unwrap();
+    assert_eq!(
+        reader.call(&["EXEC"]).unwrap(),
+        Reply::Error("READONLY You can't write against a read only replica.".into())
+    );
     let repl = info(&mut reader, "replication");
     assert_eq!(field(&repl, "role"), Some("mirror"), "{repl}");
     assert_eq!(field(&repl, "mnemo_repl_mode"), Some("sync"), "{repl}");
