@@ -93,6 +93,10 @@ pub struct MirrorServeArgs {
     /// Numbered databases on the read port (as the primary's --databases).
     #[arg(long, default_value_t = 16)]
     pub read_databases: usize,
+    /// Clients of the read port must AUTH with this password first (prefer the environment
+    /// variable, which `ps` does not show). Never logged.
+    #[arg(long, env = "MNEMO_READ_REQUIREPASS", hide_env_values = true, value_parser = crate::serve::secret)]
+    pub read_requirepass: Option<crate::serve::Secret>,
     /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
     /// --mirror spells it. [default: BIND:PORT]
     #[arg(long, value_name = "HOST:PORT")]
@@ -467,7 +471,11 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
             let listener = std::net::TcpListener::bind(at).map_err(|e| {
                 format!("cannot listen on {at} for reads: {e} (choose another --read-port)")
             })?;
-            tracing::info!(address = %at, "{role}: serving reads of the image (read-only)");
+            let password = args.read_requirepass.as_ref().and_then(|p| p.password());
+            if !at.ip().is_loopback() && password.is_none() {
+                tracing::warn!(address = %at, "the read port listens beyond this machine without --read-requirepass: anyone who reaches it can read the data");
+            }
+            tracing::info!(address = %at, auth = if password.is_some() { "requirepass" } else { "none" }, "{role}: serving reads of the image (read-only)");
             Some(listener)
         }
         None => None,
@@ -496,6 +504,7 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
             listener,
             mirror.store(),
             mirror.backups().to_vec(),
+            args.read_requirepass.as_ref().and_then(|p| p.password()),
             role,
             args.read_databases,
         )?),

@@ -49,6 +49,7 @@ use mnemo_kv::server::{Effect, Engine, EventLoop, Host, NoHost, Request, Session
 use mnemo_pmem::{OpenOptions, Pool, ViewDetach, ViewMedia};
 use mnemo_repl::backup::Forwarder;
 use mnemo_repl::MirrorStore;
+use mnemo_resp::bytes::Bytes;
 use mnemo_resp::command::Flags;
 use mnemo_resp::{CommandId, Encoder};
 
@@ -335,16 +336,18 @@ impl Engine for Reader {
     fn finish_read_only(&mut self) {}
 }
 
-/// Serve reads of `store`'s image on `listener` from a thread of its own (`role`: what INFO
+/// Serve reads of `store`'s image on `listener` from a thread of its own (`backups`: those
+/// this node feeds, for INFO; `password`: clients must AUTH first; `role`: what INFO
 /// replication's `role` says, `mirror` or `backup`). The returned handle stops it.
 pub fn start(
     listener: TcpListener,
     store: Arc<Mutex<MirrorStore>>,
     backups: Vec<Arc<Forwarder>>,
+    password: Option<Bytes>,
     role: &'static str,
     databases: usize,
 ) -> Result<Stopper, String> {
-    let (event_loop, stopper, mut reader) = prepare(listener, store, role, databases)?;
+    let (event_loop, stopper, mut reader) = prepare(listener, store, password, role, databases)?;
     reader.backups = backups;
     std::thread::Builder::new()
         .name("mnemo-mirror-reads".into())
@@ -360,10 +363,12 @@ pub fn start(
 fn prepare(
     listener: TcpListener,
     store: Arc<Mutex<MirrorStore>>,
+    password: Option<Bytes>,
     role: &'static str,
     databases: usize,
 ) -> Result<(EventLoop, Stopper, Reader), String> {
     let config = SessionConfig {
+        password,
         databases,
         ..SessionConfig::default()
     };
@@ -543,7 +548,7 @@ mod tests {
         let reads = TcpListener::bind("127.0.0.1:0").unwrap();
         let reads_addr = reads.local_addr().unwrap();
         let (event_loop, stopper, mut reader) =
-            prepare(reads, Arc::clone(&store), "mirror", 16).unwrap();
+            prepare(reads, Arc::clone(&store), None, "mirror", 16).unwrap();
         let read_port = std::thread::spawn(move || match mutant {
             Some(name) => mnemo_pmem::mutant::with(name, || event_loop.run(&mut reader)),
             None => event_loop.run(&mut reader),
@@ -667,7 +672,7 @@ mod tests {
         std::thread::spawn(move || mirror.serve(links));
         let reads = TcpListener::bind("127.0.0.1:0").unwrap();
         let reads_addr = reads.local_addr().unwrap();
-        let stopper = start(reads, Arc::clone(&store), Vec::new(), "mirror", 16).unwrap();
+        let stopper = start(reads, Arc::clone(&store), Vec::new(), None, "mirror", 16).unwrap();
 
         let mut config = MirrorConfig::new(mirror_addr, Secret::new(SECRET).unwrap(), Mode::Sync);
         config.retry = Duration::from_millis(50);

@@ -709,8 +709,9 @@ fn mget_keys() -> Vec<String> {
 /// every reply is one whole round, never older than the round acknowledged before the MGET
 /// was sent; a value SET on the primary is on the mirror as soon as the SET is
 /// acknowledged; the mirror answers the read commands of every type as the primary does;
-/// before the first full copy reads get LOADING; writes get Redis's replica error; INFO replication says role:mirror (role:backup). The
-/// backup, behind, shows whole rounds too, and catches up to the last.
+/// before the first full copy reads get LOADING; writes get Redis's replica error; INFO
+/// replication says role:mirror (role:backup). The backup (its read port behind a
+/// password), behind, shows whole rounds too, and catches up to the last.
 #[test]
 fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
     let dir = shm_dir();
@@ -721,7 +722,12 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
         &dir.path().join("backup"),
         &secret,
         dir.path().join("b.log"),
-        &["--read-port", &backup_reads.to_string()],
+        &[
+            "--read-port",
+            &backup_reads.to_string(),
+            "--read-requirepass",
+            "a password for readers",
+        ],
     );
     let mirror_reads = support::repl::free_port();
     let mirror = MirrorProc::start_as(
@@ -905,6 +911,16 @@ fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
 
     // The backup: whole rounds as well, then the last one.
     let mut backup_reader = Client::connect(backup_reads).expect("the backup's read port");
+    match backup_reader.call(&["GET", "k0"]).unwrap() {
+        Reply::Error(e) if e.starts_with(b"NOAUTH") => {}
+        other => panic!("a read before AUTH: {other:?}"),
+    }
+    assert_eq!(
+        backup_reader
+            .call(&["AUTH", "a password for readers"])
+            .unwrap(),
+        Reply::Simple("OK".into())
+    );
     let repl = info(&mut backup_reader, "replication");
     assert_eq!(field(&repl, "role"), Some("backup"), "{repl}");
     let deadline = Instant::now() + Duration::from_secs(30);
