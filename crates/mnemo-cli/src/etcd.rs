@@ -373,6 +373,9 @@ pub fn mirror_failover(
         .register_node(&successor.mirror, successor.role, etcd.etcd_ttl)
         .map_err(|e| format!("registering in etcd: {e}"))?;
     tracing::info!(cluster = %etcd.cluster, mirror = %successor.mirror, serve = %successor.serve, role = successor.role, "registered in etcd; watching the primary's lease");
+    if successor.role == "backup" {
+        move_up(&control, successor, &store)?;
+    }
     let eligible = || lock(&store).state().complete;
     let config = mnemo_repl_etcd::await_takeover_with(
         &control,
@@ -424,6 +427,66 @@ pub fn mirror_failover(
     Err(format!(
         "starting mnemo serve on the promoted image: {error}"
     ))
+}
+
+/// A backup under etcd: wait until the configuration names this node the mirror (a backup
+/// moved up when its mirror took over). Then, if it lists backups this node does not feed
+/// (the old mirror's other backups, which nobody feeds any more), become `mnemo mirror serve`
+/// with the same flags plus a `--backup` for each (the same process, by exec; its store's
+/// log is replayed at the start, as after any stop, and the new primary's link, if it came
+/// first, is made again with a full copy). Returns when there are none to feed: this node
+/// then waits for its takeover as it is.
+fn move_up(
+    control: &mnemo_repl_etcd::Control,
+    successor: &Successor,
+    store: &Mutex<MirrorStore>,
+) -> Result<(), String> {
+    let mut said = None;
+    let config = loop {
+        match control.load() {
+            Ok(Some((config, _))) if config.mirror.as_deref() == Some(&successor.mirror) => {
+                break config
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let e = e.to_string();
+                if said.as_ref() != Some(&e) {
+                    tracing::warn!(error = %e, "etcd: waiting to be named the mirror");
+                    said = Some(e);
+                }
+            }
+        }
+        std::thread::sleep(mnemo_repl_etcd::takeover::CHECK_EVERY);
+    };
+    let orphans: Vec<&String> = config
+        .backups
+        .iter()
+        .filter(|b| **b != successor.mirror && !successor.backups.contains(b))
+        .collect();
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    // A clean point: no record of the primary half done, the image checkpointed.
+    let mut held = lock(store);
+    held.checkpoint()
+        .map_err(|e| format!("checkpointing before moving up: {e}"))?;
+    tracing::warn!(epoch = config.epoch, backups = ?orphans, "this backup moved up to mirror: restarting as `mnemo mirror serve`, feeding the backups the configuration lists");
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    match args.first_mut() {
+        Some(first) if first == "backup" => *first = "mirror".into(),
+        _ => return Err("moving up: this process was not started as `mnemo backup serve`".into()),
+    }
+    for backup in orphans {
+        args.push("--backup".into());
+        args.push(backup.into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let error = {
+        use std::os::unix::process::CommandExt as _;
+        std::process::Command::new(exe).args(args).exec()
+    };
+    drop(held);
+    Err(format!("restarting as the mirror: {error}"))
 }
 
 /// `mnemo repl ...`.

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod etcd;
 mod mirror;
 mod pool;
+mod readers;
 mod report;
 mod serve;
 mod size;

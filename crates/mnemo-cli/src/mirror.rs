@@ -84,6 +84,19 @@ pub struct MirrorServeArgs {
     /// every 500 ms meanwhile), for primaries that tell none.
     #[arg(long, default_value_t = 1000)]
     pub backup_stall_ms: u64,
+    /// Answer the read commands of `mnemo serve` (GET, MGET, HGETALL, SCAN, INFO, ...) on
+    /// this TCP port (at --bind) from the image; writes get Redis's replica error
+    /// (-READONLY). Each command sees the image after one whole record, and in sync modes
+    /// every write the primary acknowledged before the command was sent.
+    #[arg(long, value_name = "PORT")]
+    pub read_port: Option<u16>,
+    /// Numbered databases on the read port (as the primary's --databases).
+    #[arg(long, default_value_t = 16)]
+    pub read_databases: usize,
+    /// Clients of the read port must AUTH with this password first (prefer the environment
+    /// variable, which `ps` does not show). Never logged.
+    #[arg(long, env = "MNEMO_READ_REQUIREPASS", hide_env_values = true, value_parser = crate::serve::secret)]
+    pub read_requirepass: Option<crate::serve::Secret>,
     /// With --etcd: this mirror's name in the cluster's configuration, as the primary's
     /// --mirror spells it. [default: BIND:PORT]
     #[arg(long, value_name = "HOST:PORT")]
@@ -465,6 +478,23 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
     };
     let store = MirrorStore::open(&args.dir, options).map_err(|e| e.to_string())?;
     let state = store.state();
+    // The read port listens before the primaries' port: once a primary can link, reads
+    // connect too.
+    let reads = match args.read_port {
+        Some(port) => {
+            let at = SocketAddr::new(args.bind, port);
+            let listener = std::net::TcpListener::bind(at).map_err(|e| {
+                format!("cannot listen on {at} for reads: {e} (choose another --read-port)")
+            })?;
+            let password = args.read_requirepass.as_ref().and_then(|p| p.password());
+            if !at.ip().is_loopback() && password.is_none() {
+                tracing::warn!(address = %at, "the read port listens beyond this machine without --read-requirepass: anyone who reaches it can read the data");
+            }
+            tracing::info!(address = %at, auth = if password.is_some() { "requirepass" } else { "none" }, "{role}: serving reads of the image (read-only)");
+            Some(listener)
+        }
+        None => None,
+    };
     let address = SocketAddr::new(args.bind, args.port);
     let listener = mnemo_repl::mirror::listen(address).map_err(|e| e.to_string())?;
     if !address.ip().is_loopback() {
@@ -483,6 +513,18 @@ fn serve_role(args: &MirrorServeArgs, role: &'static str) -> Result<(), String> 
             .add_backup_with(addr, options)
             .map_err(|e| e.to_string())?;
     }
+    // Kept for the process's life: the read port serves until the process ends (or execs).
+    let _reads = match reads {
+        Some(listener) => Some(crate::readers::start(
+            listener,
+            mirror.store(),
+            mirror.backups().to_vec(),
+            args.read_requirepass.as_ref().and_then(|p| p.password()),
+            role,
+            args.read_databases,
+        )?),
+        None => None,
+    };
     tracing::info!(
         address = %address,
         dir = %args.dir.display(),

@@ -48,8 +48,15 @@ impl fmt::Debug for Secret {
     }
 }
 
-fn secret(text: &str) -> Result<Secret, String> {
+pub(crate) fn secret(text: &str) -> Result<Secret, String> {
     Ok(Secret(text.to_string()))
+}
+
+impl Secret {
+    /// The password, for the session's check; `None` if empty (no password).
+    pub(crate) fn password(&self) -> Option<Bytes> {
+        (!self.0.is_empty()).then(|| Bytes::from(self.0.clone().into_bytes()))
+    }
 }
 
 #[derive(Debug, Args)]

@@ -931,3 +931,147 @@ fn a_disk_pool_with_a_write_ahead_file_to_replay_is_refused_under_etcd() {
         other => panic!("the write is gone: {other:?}"),
     }
 }
+
+/// Wait (at most 30 s) until the read port at `port` (a backup's `--read-port`) holds every
+/// key of `acked` with its value.
+fn until_holds(port: u16, acked: &[(String, String)], log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut client = Client::connect(port).unwrap();
+    loop {
+        let missing = acked
+            .chunks(256)
+            .map(|chunk| {
+                let commands: Vec<Vec<&str>> =
+                    chunk.iter().map(|(k, _)| vec!["GET", k.as_str()]).collect();
+                let replies = client.pipeline(&commands).unwrap();
+                chunk
+                    .iter()
+                    .zip(replies)
+                    .filter(|((_, v), reply)| *reply != Reply::Bulk(v.clone().into()))
+                    .count()
+            })
+            .sum::<usize>();
+        if missing == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {} writes never reached the backup:\n{}",
+            acked.len(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two backups behind the mirror. When the mirror takes over, the first backup moves up to
+/// mirror and the configuration still lists the second: the moved-up node restarts as a
+/// mirror feeding it (before, nobody fed it). The second backup's read port then shows the
+/// writes made on the new primary. Then the new primary dies too: the moved-up node serves
+/// every write, and the second backup, named its mirror in the same swap, is brought in sync
+/// and, when that primary dies as well, serves every write in its turn.
+#[test]
+fn the_old_mirrors_other_backups_are_fed_after_a_backup_moves_up() {
+    let _serial = one_at_a_time();
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let start_backup = |name: &str, promote: u16, reads: u16| {
+        MirrorProc::start_as(
+            "backup",
+            &dir.path().join(name),
+            &secret,
+            dir.path().join(format!("{name}.log")),
+            &[
+                "--etcd",
+                &etcd.url,
+                "--cluster",
+                "orphans",
+                "--promote-port",
+                &promote.to_string(),
+                "--read-port",
+                &reads.to_string(),
+            ],
+        )
+    };
+    let (one_promote, two_promote, two_reads) = (free_port(), free_port(), free_port());
+    let one = start_backup("one", one_promote, free_port());
+    let two = start_backup("two", two_promote, two_reads);
+    let (one_addr, two_addr) = (addr(one.port), addr(two.port));
+    let cluster = Cluster::start_with(
+        &etcd.url,
+        dir.path(),
+        "orphans",
+        &["--backup", &one_addr, "--backup", &two_addr],
+        &[],
+    );
+    let control = cluster.control(&etcd);
+    until_config(&control, "the mirror in sync, both backups recorded", |c| {
+        c.mirror_in_sync && c.backups == [one_addr.clone(), two_addr.clone()]
+    });
+    until_log(&one.log, "full copy received");
+    until_log(&two.log, "full copy received");
+
+    // The primary dies: the mirror serves, the first backup moves up.
+    let writers = Writers::start_named(cluster.primary.port, 2, "first");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let mut acked = writers.finish();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log);
+    println!("first failover: {failover:?}");
+    check_all(cluster.promote_port, &acked);
+    let config = until_config(&control, "the first backup in sync as mirror", |c| {
+        c.epoch == 2 && c.mirror_in_sync
+    });
+    assert_eq!(
+        (config.mirror.as_deref(), config.backups.clone()),
+        (Some(one_addr.as_str()), vec![two_addr.clone()]),
+        "{config:?}"
+    );
+    until_log(&one.log, "this backup moved up to mirror");
+
+    // Writes on the new primary reach the second backup, through the moved-up mirror only.
+    let writers = Writers::start_named(cluster.promote_port, 2, "second");
+    std::thread::sleep(Duration::from_millis(800));
+    let second = writers.finish();
+    assert!(!second.is_empty());
+    until_holds(two_reads, &second, &two.log);
+    acked.extend(second);
+    println!(
+        "the second backup holds the {} writes of the new primary",
+        acked.len()
+    );
+
+    // The second primary dies: the moved-up node serves every write, the second backup is its
+    // mirror (no backups left to feed: it does not restart).
+    signal(cluster.mirror.child.id(), rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let failover = until_serving(one_promote, killed, &one.log);
+    println!("second failover: {failover:?}");
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(one_promote, &acked);
+    let config = until_config(&control, "the second backup in sync as mirror", |c| {
+        c.epoch == 3 && c.mirror_in_sync
+    });
+    assert_eq!(
+        (config.primary.clone(), config.mirror.clone()),
+        (addr(one_promote), Some(two_addr.clone())),
+        "{config:?}"
+    );
+    let writers = Writers::start_named(one_promote, 2, "third");
+    std::thread::sleep(Duration::from_millis(500));
+    signal(one.child.id(), rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    acked.extend(writers.finish());
+    let failover = until_serving(two_promote, killed, &two.log);
+    println!("third failover: {failover:?}; {} writes", acked.len());
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(two_promote, &acked);
+    assert!(
+        !two.log_text().contains("moved up to mirror: restarting"),
+        "the last backup had no backup to feed"
+    );
+}

@@ -726,3 +726,314 @@ fn several_connections_per_link_keep_every_acknowledged_write() {
     let promoted = promote_and_check(&mirror_dir, acked);
     drop(promoted);
 }
+
+/// Key `i`'s value in MSET round `r`: its length changes every round (new allocations).
+fn round_value(r: u64, i: usize) -> String {
+    let mut v = format!("{r}:{i}:");
+    let len = 300 + ((r * 131 + i as u64 * 17) % 1500) as usize;
+    v.extend(std::iter::repeat_n(
+        (b'a' + (r % 26) as u8) as char,
+        len - v.len(),
+    ));
+    v
+}
+
+/// The MSET round a reply to MGET k0..k7 shows (None: no key yet), or why it is not one.
+fn mget_round(reply: &Reply) -> Result<Option<u64>, String> {
+    let Reply::Array(items) = reply else {
+        return Err(format!("MGET: {reply:?}"));
+    };
+    if items.iter().all(|i| matches!(i, Reply::NullBulk)) {
+        return Ok(None);
+    }
+    let mut round = None;
+    for (i, item) in items.iter().enumerate() {
+        let Reply::Bulk(got) = item else {
+            return Err(format!("key {i}: {item:?} beside set keys: torn"));
+        };
+        let text = String::from_utf8_lossy(got);
+        let r: u64 = text
+            .split(':')
+            .next()
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| format!("key {i}: {text:.40}: no round"))?;
+        if *round.get_or_insert(r) != r || round_value(r, i) != text {
+            return Err(format!("key {i}: {text:.40} beside round {round:?}: torn"));
+        }
+    }
+    Ok(round)
+}
+
+fn mget_keys() -> Vec<String> {
+    std::iter::once("MGET".to_string())
+        .chain((0..8).map(|i| format!("k{i}")))
+        .collect()
+}
+
+/// Readers on the mirror and on a backup (`--read-port`): a `sync` primary's client MSETs
+/// eight keys per round while another client reads them back from the mirror with MGET:
+/// every reply is one whole round, never older than the round acknowledged before the MGET
+/// was sent; a value SET on the primary is on the mirror as soon as the SET is
+/// acknowledged; the mirror answers the read commands of every type as the primary does;
+/// before the first full copy reads get LOADING; writes get Redis's replica error; INFO
+/// replication says role:mirror (role:backup). The backup (its read port behind a
+/// password), behind, shows whole rounds too, and catches up to the last.
+#[test]
+fn readers_on_the_mirror_see_every_acknowledged_write_whole() {
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let backup_reads = support::repl::free_port();
+    let backup = MirrorProc::start_as(
+        "backup",
+        &dir.path().join("backup"),
+        &secret,
+        dir.path().join("b.log"),
+        &[
+            "--read-port",
+            &backup_reads.to_string(),
+            "--read-requirepass",
+            "a password for readers",
+        ],
+    );
+    let mirror_reads = support::repl::free_port();
+    let mirror = MirrorProc::start_as(
+        "mirror",
+        &dir.path().join("mirror"),
+        &secret,
+        dir.path().join("m.log"),
+        &[
+            "--backup",
+            &format!("127.0.0.1:{}", backup.port),
+            "--read-port",
+            &mirror_reads.to_string(),
+            "--checkpoint-records",
+            "64",
+        ],
+    );
+    // No copy yet: the image is no pool, reads are answered LOADING.
+    let mut reader = Client::connect(mirror_reads).expect("the mirror's read port");
+    match reader.call(&["GET", "s"]).unwrap() {
+        Reply::Error(e) if e.starts_with(b"LOADING ") => {}
+        other => panic!("a read before the first copy: {other:?}"),
+    }
+    let repl = info(&mut reader, "replication");
+    assert_eq!(
+        (field(&repl, "loading"), field(&repl, "mnemo_repl_complete")),
+        (Some("1"), Some("0")),
+        "{repl}"
+    );
+    let primary = Server::start(
+        &dir.path().join("primary").join("kv.pool"),
+        &[
+            "--mirror",
+            &format!("127.0.0.1:{}", mirror.port),
+            "--repl-mode",
+            "sync",
+            "--repl-secret-file",
+            secret.to_str().unwrap(),
+        ],
+    );
+    let mut writer = primary.client();
+
+    // Every type, written on the primary, read on the mirror at once: the same replies.
+    let writes: &[&[&str]] = &[
+        &["SET", "s", "a string"],
+        &["SET", "t", "expiring", "EX", "1000"],
+        &["HSET", "h", "f1", "v1", "f2", "v2"],
+        &["RPUSH", "l", "x", "y", "z"],
+        &["SADD", "set", "m1", "m2"],
+        &["ZADD", "z", "1", "one", "2", "two"],
+    ];
+    for w in writes {
+        writer.call(w).unwrap();
+    }
+    let reads: &[&[&str]] = &[
+        &["GET", "s"],
+        &["MGET", "s", "missing"],
+        &["EXISTS", "s", "h", "missing"],
+        &["HGET", "h", "f2"],
+        &["HGETALL", "h"],
+        &["LRANGE", "l", "0", "-1"],
+        &["SMEMBERS", "set"],
+        &["ZRANGE", "z", "0", "-1", "WITHSCORES"],
+        &["TYPE", "z"],
+        &["TTL", "s"],
+        &["DBSIZE"],
+        &["STRLEN", "s"],
+        &["SCAN", "0", "COUNT", "100"],
+        &["PING"],
+    ];
+    for r in reads {
+        let on_primary = writer.call(r).unwrap();
+        let on_mirror = reader.call(r).unwrap();
+        let sorted = |reply: Reply| match reply {
+            // SMEMBERS and SCAN: the same members, in whatever order.
+            Reply::Array(mut items) if r[0] == "SMEMBERS" => {
+                items.sort_by_key(|i| format!("{i:?}"));
+                Reply::Array(items)
+            }
+            other => other,
+        };
+        assert_eq!(sorted(on_mirror), sorted(on_primary), "{r:?}");
+    }
+    let ttl = reader.call(&["TTL", "t"]).unwrap();
+    assert!(
+        matches!(ttl, Reply::Integer(t) if (990..=1000).contains(&t)),
+        "{ttl:?}"
+    );
+    for w in [
+        &["SET", "s", "x"][..],
+        &["DEL", "s"],
+        &["FLUSHALL"],
+        &["HSET", "h", "f", "v"],
+        &["EVAL", "return 1", "0"],
+    ] {
+        assert_eq!(
+            reader.call(w).unwrap(),
+            Reply::Error("READONLY You can't write against a read only replica.".into()),
+            "{w:?}"
+        );
+    }
+    assert_eq!(
+        reader.call(&["GET", "s"]).unwrap(),
+        Reply::Bulk("a string".into()),
+        "a refused write changed nothing"
+    );
+    // A transaction of reads runs (one state); one holding a write is refused whole.
+    reader.call(&["MULTI"]).unwrap();
+    reader.call(&["GET", "s"]).unwrap();
+    reader.call(&["HGET", "h", "f1"]).unwrap();
+    assert_eq!(
+        reader.call(&["EXEC"]).unwrap(),
+        Reply::Array(vec![
+            Reply::Bulk("a string".into()),
+            Reply::Bulk("v1".into())
+        ])
+    );
+    reader.call(&["MULTI"]).unwrap();
+    reader.call(&["GET", "s"]).unwrap();
+    reader.call(&["SET", "s", "x"]).unwrap();
+    assert_eq!(
+        reader.call(&["EXEC"]).unwrap(),
+        Reply::Error("READONLY You can't write against a read only replica.".into())
+    );
+    let repl = info(&mut reader, "replication");
+    assert_eq!(field(&repl, "role"), Some("mirror"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_mode"), Some("sync"), "{repl}");
+    assert_eq!(field(&repl, "mnemo_repl_backups"), Some("1"), "{repl}");
+    assert!(
+        field(&repl, "mnemo_mirror_records").is_some_and(|r| r.parse::<u64>().unwrap() >= 6),
+        "{repl}"
+    );
+
+    // Acknowledged in sync mode: on the mirror at once.
+    for i in 0..200u64 {
+        let v = value(i);
+        writer.call(&["SET", "now", v.as_str()]).unwrap();
+        assert_eq!(
+            reader.call(&["GET", "now"]).unwrap(),
+            Reply::Bulk(v.into()),
+            "SET {i} acknowledged, not on the mirror"
+        );
+    }
+
+    // MSET rounds against MGETs: whole rounds, never older than acknowledged.
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rounds = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                r += 1;
+                let mut mset = vec!["MSET".to_string()];
+                for i in 0..8 {
+                    mset.push(format!("k{i}"));
+                    mset.push(round_value(r, i));
+                }
+                let reply = writer.call(&mset).unwrap();
+                assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
+                acked.store(r, std::sync::atomic::Ordering::Release);
+            }
+            r
+        })
+    };
+    let mget = mget_keys();
+    let started = Instant::now();
+    let mut checked = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let before = acked.load(std::sync::atomic::Ordering::Acquire);
+        let reply = reader.call(&mget).unwrap();
+        match mget_round(&reply) {
+            Ok(r) if r.unwrap_or(0) >= before => checked += 1,
+            Ok(r) => panic!("the mirror read round {r:?} after round {before} was acknowledged"),
+            Err(e) => panic!("the mirror: {e}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = rounds.join().unwrap();
+    assert!(checked > 20 && last > 20, "{checked} reads, {last} rounds");
+    assert_eq!(mget_round(&reader.call(&mget).unwrap()), Ok(Some(last)));
+
+    // The backup: whole rounds as well, then the last one.
+    let mut backup_reader = Client::connect(backup_reads).expect("the backup's read port");
+    match backup_reader.call(&["GET", "k0"]).unwrap() {
+        Reply::Error(e) if e.starts_with(b"NOAUTH") => {}
+        other => panic!("a read before AUTH: {other:?}"),
+    }
+    assert_eq!(
+        backup_reader
+            .call(&["AUTH", "a password for readers"])
+            .unwrap(),
+        Reply::Simple("OK".into())
+    );
+    let repl = info(&mut backup_reader, "replication");
+    assert_eq!(field(&repl, "role"), Some("backup"), "{repl}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = backup_reader.call(&mget).unwrap();
+        let round = match &reply {
+            Reply::Error(e) if e.starts_with(b"LOADING") => None,
+            _ => mget_round(&reply).unwrap_or_else(|e| panic!("the backup: {e}")),
+        };
+        if round == Some(last) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the backup shows round {round:?} of {last}\nbackup log:\n{}",
+            backup.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The mirror's own INFO shows its backup connected and caught up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let repl = loop {
+        let repl = info(&mut reader, "replication");
+        let at = |name| support::repl::backup_field(&repl, 0, name);
+        if at("connected") == Some(1) && at("lag_records") == Some(0) {
+            break repl;
+        }
+        assert!(Instant::now() < deadline, "{repl}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!(
+        "{checked} MGETs on the mirror over {last} acknowledged MSETs; {} views built, the last in {} us",
+        field(&repl, "mnemo_read_views").unwrap_or("?"),
+        field(&repl, "mnemo_read_view_us").unwrap_or("?"),
+    );
+    // Views were built and dropped by the thousand, none with a complaint.
+    for log in [mirror.log_text(), backup.log_text()] {
+        // (The readiness check's connection is a link that ends at once.)
+        let complaints: Vec<&str> = log
+            .lines()
+            .filter(|l| (l.contains("WARN") || l.contains("ERROR")) && !l.contains("link ended"))
+            .collect();
+        assert!(complaints.is_empty(), "{complaints:#?}");
+        assert!(
+            !log.contains("heap recovery replayed"),
+            "the read port's views are recovered quietly:\n{log:.3000}"
+        );
+    }
+    drop(primary);
+}

@@ -44,6 +44,7 @@ mod segv;
 pub mod sigchain;
 pub mod sync;
 pub mod track;
+pub mod view;
 pub mod wal;
 
 pub use error::{Error, MediaError};
@@ -51,4 +52,5 @@ pub use file::FileMedia;
 pub use media::{Durability, ForwardMedia, Media, MediaInfo, MediaKind};
 pub use pool::{CreateOptions, OpenOptions, Pool, PoolStats};
 pub use sync::{ByteRange, LocalPolicy, SyncKind, SyncPoint, SyncPolicy};
+pub use view::{ViewDetach, ViewMedia};
 pub use wal::{FileLog, LogFile, WalPolicy, WalStats};

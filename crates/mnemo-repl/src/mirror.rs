@@ -281,6 +281,9 @@ pub struct MirrorStore {
     /// Signalled when the last id held, or the newest link, changes: a record that arrived
     /// early on one connection of a session waits on it for the ones before it.
     turn: Arc<Condvar>,
+    /// Changes whenever the image's bytes or completeness may have changed: a reader's view
+    /// of the image taken at another generation is stale (`mnemo mirror serve --read-port`).
+    generation: u64,
 }
 
 fn image_capacity(len: u64) -> u64 {
@@ -359,6 +362,7 @@ impl MirrorStore {
                 )
             })?,
             turn: Arc::new(Condvar::new()),
+            generation: 0,
         };
         store.replay()?;
         Ok(store)
@@ -409,6 +413,13 @@ impl MirrorStore {
     /// Counters.
     pub fn stats(&self) -> MirrorStats {
         self.stats
+    }
+
+    /// The image's generation: it changes whenever the image's bytes or its completeness
+    /// may have changed (a record applied, a copy begun, a range copied, a copy finished).
+    /// Read it under the store's lock: while the lock is held the image does not change.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The image's medium, if a copy ever began.
@@ -556,6 +567,7 @@ impl MirrorStore {
         if !data.is_empty() {
             image.copy_nodrain(offset, data);
         }
+        self.generation += 1;
         Ok(())
     }
 
@@ -568,6 +580,7 @@ impl MirrorStore {
             ..self.state
         })?;
         self.log.reset()?;
+        self.generation += 1;
         self.image = None;
         let path = self.image_path();
         let file = private_file(&path, false)?;
@@ -600,6 +613,7 @@ impl MirrorStore {
             image.drain().map_err(|e| Error::Storage(e.to_string()))?;
         }
         self.last_logged = id;
+        self.generation += 1;
         self.write_state(MirrorState {
             last_id: id,
             pool_size,
@@ -708,6 +722,7 @@ impl MirrorStore {
             .and_then(|i| i.header)
             .map_or(0, |h| h.pool_size);
         if recorded > image.len() {
+            self.generation += 1;
             image.grow(recorded.next_multiple_of(4096)).map_err(|e| {
                 Error::Storage(format!("growing the image to its pool's size: {e}"))
             })?;
@@ -1089,6 +1104,9 @@ fn serve_frame(
                     b.stall(&mut beat);
                 }
                 link.send(&Frame::Ack { epoch, id })?;
+                // Applied before the store's lock is released: a reader of the image
+                // (`mnemo mirror serve --read-port`, which reads under this lock) that follows
+                // the primary's acknowledgement sees this record.
                 s.apply(&ranges)?;
                 Ok([st.status_due(&s, backups, false), None])
             }

@@ -150,7 +150,7 @@ impl PersistentEngine<'_> {
                 line("housekeeping_errors", &self.stats.housekeeping_errors);
             }
             "replication" => {
-                line("role", &"master");
+                line("role", &self.role);
                 line("connected_slaves", &0);
                 line("master_failover_state", &"no-failover");
                 line("master_replid", &self.run_id);

@@ -162,6 +162,8 @@ pub struct PersistentEngine<'h> {
     multi: Option<crate::server::Transaction>,
     stats: EngineStats,
     info_hook: Option<InfoHook<'h>>,
+    /// What INFO replication's `role` says: `master`, or `mirror` on a mirror's reader.
+    role: &'static str,
     /// SLOWLOG's entries and settings.
     slowlog: admin::SlowLog,
     /// LATENCY's events.
@@ -264,6 +266,7 @@ impl<'h> PersistentEngine<'h> {
             multi: None,
             stats: EngineStats::default(),
             info_hook: None,
+            role: "master",
             slowlog: admin::SlowLog::default(),
             latency: latency::Monitor::default(),
             clock_mark: std::time::Instant::now(),
@@ -289,6 +292,12 @@ impl<'h> PersistentEngine<'h> {
     /// Lets the server add lines to INFO sections (clients, server...).
     pub fn set_info_hook(&mut self, hook: InfoHook<'h>) {
         self.info_hook = Some(hook);
+    }
+
+    /// The role INFO replication reports (`master` by default; a mirror's read endpoint
+    /// says `mirror`, a backup's `backup`).
+    pub fn set_role(&mut self, role: &'static str) {
+        self.role = role;
     }
 
     /// Runs one command (arguments, name first) in the open batch and returns its reply:
