@@ -316,7 +316,10 @@ fn a_lagging_backup_holds_the_primary_tier_back_then_is_dropped() {
     // in sync with its mirror.
     frozen.store(true, Ordering::Relaxed);
     let stalls = forwarder.stats().stalls;
-    write(&heap, &mut written, 30);
+    // Twice the threshold's worth of records (about 137 bytes each): records still in
+    // flight when the link froze may be acknowledged meanwhile, and must not bring the
+    // backup back under the threshold before it has been held for the longest stall.
+    write(&heap, &mut written, 60);
     let s = forwarder.stats();
     assert_eq!(s.overflows, 1, "{s:?}");
     assert!(s.stalls > stalls, "{s:?}");
