@@ -45,8 +45,9 @@ struct Log {
     copies_begun: usize,
 }
 
-/// A TCP proxy to a mirror: connection `i` is the `i`-th accepted; each can be frozen or
-/// cut, and all at once (after which new connections are refused).
+/// A TCP proxy to a mirror: connection `i` is the `i`-th accepted; the primary's bytes on
+/// each can be frozen, each can be cut, and all at once (after which new connections are
+/// refused).
 struct Proxy {
     addr: SocketAddr,
     log: Arc<Mutex<Log>>,
@@ -96,6 +97,10 @@ impl Proxy {
         proxy
     }
 
+    /// The primary's bytes on connection `index` stop (or go again) where they are: its next
+    /// record waits in the network, as in a stalled queue, while the mirror's answers still
+    /// flow (so the connection's record in flight, if any, is acknowledged and the next one
+    /// taken on it is held).
     fn freeze(&self, index: usize, on: bool) {
         self.frozen.lock().unwrap()[index] = on;
     }
@@ -121,8 +126,8 @@ impl Proxy {
     }
 }
 
-/// Move bytes `from` -> `to` while connection `index` is not frozen; with a log, decode the
-/// primary's frames as they pass.
+/// Move bytes `from` -> `to`; with a log (the primary's direction), decode the primary's
+/// frames as they pass, and hold them while connection `index` is frozen.
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
@@ -130,7 +135,8 @@ fn pump(
     frozen: Arc<Mutex<Vec<bool>>>,
     log: Option<Arc<Mutex<Log>>>,
 ) {
-    let is_frozen = || frozen.lock().unwrap()[index];
+    let upstream = log.is_some();
+    let is_frozen = || upstream && frozen.lock().unwrap()[index];
     let mut buf = vec![0u8; 256 << 10];
     let mut pending = Vec::new();
     loop {
@@ -415,8 +421,19 @@ fn kill_mid_stream(
         }
     }
     let sent = log.records.iter().filter(|r| !r.copy).count();
+    // Records that reached the mirror after the frozen one and were held back for it.
+    let held = log
+        .records
+        .iter()
+        .filter(|r| !r.copy && r.session == log.copies_begun && r.id > prefix)
+        .count();
+    if held == 0 {
+        return Err(format!(
+            "no record reached the mirror past the frozen connection's (the order rule was not exercised; prefix {prefix})"
+        ));
+    }
     Ok(format!(
-        "{connections} connections, {threads} writers: {acked} sync points acknowledged before the cut, {sent} records sent, the image is the prefix up to id {prefix}"
+        "{connections} connections, {threads} writers: {acked} sync points acknowledged before the cut, {sent} records sent, the image is the prefix up to id {prefix}, {held} later records held back at the mirror"
     ))
 }
 
