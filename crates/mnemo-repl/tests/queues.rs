@@ -645,7 +645,17 @@ fn cut_one(connections: usize, threads: usize) {
 /// The primary's half of one connection's handshake, by hand, at protocol `version`
 /// (`session`: None before version 3).
 fn hand_link(addr: SocketAddr, version: u16, session: Option<u64>) -> (Link, Frame) {
-    let secret = Secret::new(SECRET).unwrap();
+    hand_link_with(addr, version, session, SECRET)
+}
+
+/// [`hand_link`] proving `secret`.
+fn hand_link_with(
+    addr: SocketAddr,
+    version: u16,
+    session: Option<u64>,
+    secret: &[u8],
+) -> (Link, Frame) {
+    let secret = Secret::new(secret).unwrap();
     let mut link = Link::connect(addr, Duration::from_secs(2)).unwrap();
     link.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let ours = mnemo_repl::auth::nonce().unwrap();
@@ -697,7 +707,8 @@ fn recv_past_heartbeats(link: &mut Link) -> Frame {
 }
 
 /// The handshake of a session, by hand: the first connection's Welcome names a session; a
-/// second joins it (and does not supersede the first); a made-up session is refused. A
+/// second joins it (and does not supersede the first); a made-up session is refused, and so
+/// is a join with the right session and a wrong secret. A
 /// record that arrives early on one connection waits for the one before it on the other,
 /// then both are acknowledged, each on its own connection. A new session supersedes both.
 /// A version 2 primary is still served, its Welcome without a session.
@@ -722,6 +733,17 @@ fn sessions_join_and_records_wait_for_their_turn() {
     assert!(
         matches!(&bogus, Frame::Refused { reason } if reason.contains("superseded")),
         "{bogus:?}"
+    );
+    // Naming the right session is no credential: a join with a wrong secret is refused.
+    let (_, stranger) = hand_link_with(
+        addr,
+        proto::VERSION,
+        Some(session),
+        b"another secret of enough bytes",
+    );
+    assert!(
+        matches!(&stranger, Frame::Refused { reason } if reason.contains("secret")),
+        "{stranger:?}"
     );
     // The full copy on the first connection (the first stays the session's: joins and a
     // refused join superseded nothing).
