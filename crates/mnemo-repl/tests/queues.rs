@@ -45,8 +45,9 @@ struct Log {
     copies_begun: usize,
 }
 
-/// A TCP proxy to a mirror: connection `i` is the `i`-th accepted; each can be frozen or
-/// cut, and all at once (after which new connections are refused).
+/// A TCP proxy to a mirror: connection `i` is the `i`-th accepted; the primary's bytes on
+/// each can be frozen, each can be cut, and all at once (after which new connections are
+/// refused).
 struct Proxy {
     addr: SocketAddr,
     log: Arc<Mutex<Log>>,
@@ -96,6 +97,10 @@ impl Proxy {
         proxy
     }
 
+    /// The primary's bytes on connection `index` stop (or go again) where they are: its next
+    /// record waits in the network, as in a stalled queue, while the mirror's answers still
+    /// flow (so the connection's record in flight, if any, is acknowledged and the next one
+    /// taken on it is held).
     fn freeze(&self, index: usize, on: bool) {
         self.frozen.lock().unwrap()[index] = on;
     }
@@ -121,8 +126,8 @@ impl Proxy {
     }
 }
 
-/// Move bytes `from` -> `to` while connection `index` is not frozen; with a log, decode the
-/// primary's frames as they pass.
+/// Move bytes `from` -> `to`; with a log (the primary's direction), decode the primary's
+/// frames as they pass, and hold them while connection `index` is frozen.
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
@@ -130,7 +135,8 @@ fn pump(
     frozen: Arc<Mutex<Vec<bool>>>,
     log: Option<Arc<Mutex<Log>>>,
 ) {
-    let is_frozen = || frozen.lock().unwrap()[index];
+    let upstream = log.is_some();
+    let is_frozen = || upstream && frozen.lock().unwrap()[index];
     let mut buf = vec![0u8; 256 << 10];
     let mut pending = Vec::new();
     loop {
@@ -415,8 +421,19 @@ fn kill_mid_stream(
         }
     }
     let sent = log.records.iter().filter(|r| !r.copy).count();
+    // Records that reached the mirror after the frozen one and were held back for it.
+    let held = log
+        .records
+        .iter()
+        .filter(|r| !r.copy && r.session == log.copies_begun && r.id > prefix)
+        .count();
+    if held == 0 {
+        return Err(format!(
+            "no record reached the mirror past the frozen connection's (the order rule was not exercised; prefix {prefix})"
+        ));
+    }
     Ok(format!(
-        "{connections} connections, {threads} writers: {acked} sync points acknowledged before the cut, {sent} records sent, the image is the prefix up to id {prefix}"
+        "{connections} connections, {threads} writers: {acked} sync points acknowledged before the cut, {sent} records sent, the image is the prefix up to id {prefix}, {held} later records held back at the mirror"
     ))
 }
 
@@ -628,7 +645,17 @@ fn cut_one(connections: usize, threads: usize) {
 /// The primary's half of one connection's handshake, by hand, at protocol `version`
 /// (`session`: None before version 3).
 fn hand_link(addr: SocketAddr, version: u16, session: Option<u64>) -> (Link, Frame) {
-    let secret = Secret::new(SECRET).unwrap();
+    hand_link_with(addr, version, session, SECRET)
+}
+
+/// [`hand_link`] proving `secret`.
+fn hand_link_with(
+    addr: SocketAddr,
+    version: u16,
+    session: Option<u64>,
+    secret: &[u8],
+) -> (Link, Frame) {
+    let secret = Secret::new(secret).unwrap();
     let mut link = Link::connect(addr, Duration::from_secs(2)).unwrap();
     link.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let ours = mnemo_repl::auth::nonce().unwrap();
@@ -680,7 +707,8 @@ fn recv_past_heartbeats(link: &mut Link) -> Frame {
 }
 
 /// The handshake of a session, by hand: the first connection's Welcome names a session; a
-/// second joins it (and does not supersede the first); a made-up session is refused. A
+/// second joins it (and does not supersede the first); a made-up session is refused, and so
+/// is a join with the right session and a wrong secret. A
 /// record that arrives early on one connection waits for the one before it on the other,
 /// then both are acknowledged, each on its own connection. A new session supersedes both.
 /// A version 2 primary is still served, its Welcome without a session.
@@ -705,6 +733,17 @@ fn sessions_join_and_records_wait_for_their_turn() {
     assert!(
         matches!(&bogus, Frame::Refused { reason } if reason.contains("superseded")),
         "{bogus:?}"
+    );
+    // Naming the right session is no credential: a join with a wrong secret is refused.
+    let (_, stranger) = hand_link_with(
+        addr,
+        proto::VERSION,
+        Some(session),
+        b"another secret of enough bytes",
+    );
+    assert!(
+        matches!(&stranger, Frame::Refused { reason } if reason.contains("secret")),
+        "{stranger:?}"
     );
     // The full copy on the first connection (the first stays the session's: joins and a
     // refused join superseded nothing).
