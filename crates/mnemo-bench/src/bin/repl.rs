@@ -279,14 +279,26 @@ fn threads_main(secs: f64, mirror_addr: SocketAddr, echo_addr: SocketAddr, secre
                 .collect(),
         })
         .collect();
-    let svg = bench_dir().join("plots").join("repl-threads.svg");
-    match loglog(
-        &svg,
+    plot_and_report(
+        "repl-threads.svg",
         &format!("sync sync points of 1 KiB per second over loopback (commit {commit})"),
-        "writing threads",
-        "sync points per second",
+        ("writing threads", "sync points per second"),
         &series,
-    ) {
+        (&load_before, &load_after),
+    );
+}
+
+/// Draws `series` into `bench/plots/NAME` and says where, then the load averages around
+/// the run.
+fn plot_and_report(
+    name: &str,
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    series: &[Series],
+    (load_before, load_after): (&str, &str),
+) {
+    let svg = bench_dir().join("plots").join(name);
+    match loglog(&svg, title, x_label, y_label, series) {
         Ok(p) => eprintln!("plot: {}", p.display()),
         Err(e) => eprintln!("no plot: {e}"),
     }
@@ -416,20 +428,11 @@ fn main() {
                 .collect(),
         })
         .collect();
-    let svg = bench_dir().join("plots").join("repl-latency.svg");
-    match loglog(
-        &svg,
+    plot_and_report(
+        "repl-latency.svg",
         &format!("Sync-point latency over loopback, p50 (commit {commit})"),
-        "bytes per sync point",
-        "microseconds",
+        ("bytes per sync point", "microseconds"),
         &series,
-    ) {
-        Ok(p) => eprintln!("plot: {}", p.display()),
-        Err(e) => eprintln!("no plot: {e}"),
-    }
-    eprintln!(
-        "load average before: {}, after: {}",
-        load_before.trim(),
-        load_after.trim()
+        (&load_before, &load_after),
     );
 }
