@@ -307,8 +307,8 @@ pub struct MirrorStore {
 struct SimSeam {
     /// Steps left before the simulated crash (each durable step of the store counts one).
     crash_in: Option<u64>,
-    /// Crashed: every further change fails, and closing does not checkpoint.
-    crashed: bool,
+    /// Crashed (at this step): every further change fails, closing does not checkpoint.
+    crashed: Option<&'static str>,
     /// A record logged late (the mutant `repl.ack_before_log` only).
     deferred: Option<Vec<u8>>,
     /// Track the image's durable bytes (`Some` once tracked: the image as of its last drain).
@@ -491,13 +491,13 @@ impl MirrorStore {
     }
 
     fn write_state(&mut self, state: MirrorState) -> Result<()> {
-        self.sim_step()?;
+        self.sim_step("state: before its new file")?;
         let tmp = self.dir.join("state.tmp");
         let mut f = private_file(&tmp, true)?;
         f.write_all(&state.encode())
             .and_then(|()| f.sync_all())
             .map_err(|e| Error::io("writing the mirror state", e))?;
-        self.sim_step()?;
+        self.sim_step("state: before its rename")?;
         std::fs::rename(&tmp, self.dir.join("state"))
             .map_err(|e| Error::io("publishing the mirror state", e))?;
         File::open(&self.dir)
@@ -555,7 +555,7 @@ impl MirrorStore {
 
     /// Make the image durable, record the last id, and empty the log.
     pub fn checkpoint(&mut self) -> Result<()> {
-        self.sim_step()?;
+        self.sim_step("checkpoint: before the drain")?;
         if !mnemo_pmem::mutant::active("repl.checkpoint_skip_drain") {
             self.drain_image()?;
         }
@@ -564,7 +564,7 @@ impl MirrorStore {
             ..self.state
         };
         self.write_state(state)?;
-        self.sim_step()?;
+        self.sim_step("checkpoint: before emptying the log")?;
         let tail: Lsn = self.log.tail();
         self.log.truncate_front(tail)?;
         self.since_checkpoint = 0;
@@ -624,9 +624,9 @@ impl MirrorStore {
             complete: false,
             ..self.state
         })?;
-        self.sim_step()?;
+        self.sim_step("copy: before emptying the log")?;
         self.log.reset()?;
-        self.sim_step()?;
+        self.sim_step("copy: before emptying the image")?;
         self.generation += 1;
         self.image = None;
         let path = self.image_path();
@@ -652,7 +652,7 @@ impl MirrorStore {
         if self.state.complete {
             return Err(Error::Storage("copy ranges outside a copy".into()));
         }
-        self.sim_step()?;
+        self.sim_step("copy: before a range")?;
         for r in ranges {
             self.write_image(r.offset, &r.data)?;
         }
@@ -661,9 +661,9 @@ impl MirrorStore {
 
     /// The full copy is complete at record `id`.
     pub fn finish_copy(&mut self, id: u64, pool_size: u64) -> Result<()> {
-        self.sim_step()?;
+        self.sim_step("copy: before its end's drain")?;
         self.drain_image()?;
-        self.sim_step()?;
+        self.sim_step("copy: before its end's state")?;
         self.last_logged = id;
         self.generation += 1;
         self.write_state(MirrorState {
@@ -688,7 +688,7 @@ impl MirrorStore {
         frame: Option<&[u8]>,
     ) -> Result<()> {
         admit_record(self.state.complete, self.last_logged, id)?;
-        self.sim_step()?;
+        self.sim_step("record: before its log append")?;
         let entry: &[u8] = match frame {
             Some(bytes) => bytes,
             None => {
@@ -732,7 +732,7 @@ impl MirrorStore {
 
     /// Apply a logged record to the image (not durable until the next checkpoint).
     pub fn apply(&mut self, ranges: &[proto::Range]) -> Result<()> {
-        self.sim_step()?;
+        self.sim_step("record: before its apply")?;
         if let Some(entry) = self.sim.deferred.take() {
             self.log.append(&entry)?;
         }
@@ -822,9 +822,9 @@ impl MirrorStore {
         self.sim.crash_in = steps;
     }
 
-    /// Whether a crash set by [`MirrorStore::sim_crash_after`] happened.
+    /// The step at which a crash set by [`MirrorStore::sim_crash_after`] happened, if it did.
     #[doc(hidden)]
-    pub fn sim_crashed(&self) -> bool {
+    pub fn sim_crashed(&self) -> Option<&'static str> {
         self.sim.crashed
     }
 
@@ -841,8 +841,12 @@ impl MirrorStore {
     /// (with [`MirrorStore::sim_track_durable_image`]); otherwise (the process alone died)
     /// the image keeps every byte written to it.
     #[doc(hidden)]
-    pub fn sim_crash(mut self, power_loss: bool, mut lose_line: impl FnMut() -> bool) -> Result<()> {
-        self.sim.crashed = true;
+    pub fn sim_crash(
+        mut self,
+        power_loss: bool,
+        mut lose_line: impl FnMut() -> bool,
+    ) -> Result<()> {
+        self.sim.crashed.get_or_insert("the process ends");
         let log_path = self.dir.join("log.pool");
         let log = std::fs::read(&log_path).map_err(|e| Error::io("reading the log pool", e))?;
         let image = self.image.as_ref().map(|image| {
@@ -866,15 +870,15 @@ impl MirrorStore {
     }
 
     /// One durable step of an operation: fails once the simulation's crash is due.
-    fn sim_step(&mut self) -> Result<()> {
-        if self.sim.crashed {
-            return Err(Error::Storage("crashed (simulation)".into()));
+    fn sim_step(&mut self, at: &'static str) -> Result<()> {
+        if let Some(at) = self.sim.crashed {
+            return Err(Error::Storage(format!("crashed (simulation) at {at}")));
         }
         match self.sim.crash_in {
             None => Ok(()),
             Some(0) => {
-                self.sim.crashed = true;
-                Err(Error::Storage("crashed (simulation)".into()))
+                self.sim.crashed = Some(at);
+                Err(Error::Storage(format!("crashed (simulation) at {at}")))
             }
             Some(n) => {
                 self.sim.crash_in = Some(n - 1);
@@ -892,7 +896,7 @@ fn read_image(image: &FileMedia) -> Vec<u8> {
 
 impl Drop for MirrorStore {
     fn drop(&mut self) {
-        if self.since_checkpoint > 0 && !self.sim.crashed {
+        if self.since_checkpoint > 0 && self.sim.crashed.is_none() {
             if let Err(e) = self.checkpoint() {
                 tracing::warn!(error = %e, "mirror checkpoint at close failed; the log is replayed at the next start");
             }

@@ -17,7 +17,8 @@
 //!
 //! `MNEMO_REPL_SIM_SEED=N` runs seed N alone with a trace of its events (with
 //! `MNEMO_REPL_SIM_MUTANT=NAME`, under that mutant); `MNEMO_REPL_SIM_SEEDS=N` sets how many
-//! seeds a run explores (6000); `MNEMO_SOAK=1` ten times more.
+//! seeds a run explores (800: each drives real mirror stores on /dev/shm); `MNEMO_SOAK=1`
+//! ten times more.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -172,7 +173,11 @@ impl Store {
 
     /// Whether its process crashed inside an operation (`sim_crash_after`).
     fn crashed(&self) -> bool {
-        self.open.as_ref().is_some_and(MirrorStore::sim_crashed)
+        self.crash_point().is_some()
+    }
+
+    fn crash_point(&self) -> Option<&'static str> {
+        self.open.as_ref().and_then(MirrorStore::sim_crashed)
     }
 
     /// The image as the store holds it (the simulated pool's words).
@@ -193,8 +198,12 @@ impl Store {
             }
         }
         let img = {
-            let s = MirrorStore::open(&scratch, options.clone())
-                .map_err(|e| format!("a copy of mirror store {} does not open: {e}", self.dir.display()))?;
+            let s = MirrorStore::open(&scratch, options.clone()).map_err(|e| {
+                format!(
+                    "a copy of mirror store {} does not open: {e}",
+                    self.dir.display()
+                )
+            })?;
             read_img(&s.image_path())
         };
         let _ = std::fs::remove_dir_all(&scratch);
@@ -453,6 +462,16 @@ struct Stats {
     /// their turn and waited for it at the mirror.
     multi: u64,
     waited: u64,
+    /// Crashes inside an operation of the real store: while logging or applying a record
+    /// (a checkpoint included), during a full copy (its begin, a range, its end), in a
+    /// handshake's epoch write, in a takeover; and crashes that lost power (the image's
+    /// undrained lines lost at random).
+    crash_record: u64,
+    crash_copy: u64,
+    crash_other: u64,
+    power_losses: u64,
+    /// Crashes inside a checkpoint (after N records, when the log is full, in a takeover).
+    crash_checkpoint: u64,
 }
 
 impl Stats {
@@ -480,6 +499,11 @@ impl Stats {
         self.multi += o.multi;
         self.waited += o.waited;
         self.faults += o.faults;
+        self.crash_record += o.crash_record;
+        self.crash_copy += o.crash_copy;
+        self.crash_other += o.crash_other;
+        self.power_losses += o.power_losses;
+        self.crash_checkpoint += o.crash_checkpoint;
     }
 }
 
@@ -1650,7 +1674,28 @@ impl Sim {
     /// `serve_link` and `mirror_handshake`, one frame, on the real `MirrorStore`.
     fn mirror_frame(&mut self, n: usize, link: &mut MLink, frame: Frame) -> Result<(), String> {
         let mut store = self.nodes[n].store.take().expect("a mirror has a store");
+        let kind = match &frame {
+            Frame::Record { copy: false, .. } => 0,
+            Frame::Record { copy: true, .. } | Frame::CopyBegin { .. } | Frame::CopyDone { .. } => {
+                1
+            }
+            _ => 2,
+        };
         let result = self.mirror_frame_on(n, &mut store, link, frame);
+        if let Some(at) = store.crash_point() {
+            self.stats.crash_checkpoint += u64::from(at.starts_with("checkpoint"));
+            *[
+                &mut self.stats.crash_record,
+                &mut self.stats.crash_copy,
+                &mut self.stats.crash_other,
+            ][kind] += 1;
+            self.log(|| {
+                format!(
+                    "node {n}: crashes inside a {} ({at})",
+                    ["record", "full copy", "handshake"][kind]
+                )
+            });
+        }
         self.nodes[n].store = Some(store);
         result
     }
@@ -1665,7 +1710,10 @@ impl Sim {
         let c = link.conn;
         let lineage = self.conns[c].lineage;
         let owner = &mut store.owner;
-        let s = store.open.as_mut().expect("a running mirror's store is open");
+        let s = store
+            .open
+            .as_mut()
+            .expect("a running mirror's store is open");
         let refused = |e: mnemo_repl::Error| e.to_string();
         match (link.epoch, frame) {
             (None, Frame::Auth { epoch, session, .. }) => {
@@ -1809,7 +1857,9 @@ impl Sim {
                 .promote_to(epoch);
             self.nodes[n].promoted = true;
             if let Err(e) = promoted {
-                if self.store_crashed(n) {
+                if let Some(at) = self.nodes[n].store.as_ref().and_then(Store::crash_point) {
+                    self.stats.crash_other += 1;
+                    self.stats.crash_checkpoint += u64::from(at.starts_with("checkpoint"));
                     // Its crash point came inside the promotion: it serves at its restart.
                     self.log(|| format!("node {n}: crashes while taking over epoch {epoch}"));
                     self.crash(n);
@@ -2089,6 +2139,7 @@ impl Sim {
         // the session) is gone with the process.
         if let Some(s) = self.nodes[n].store.as_mut().and_then(|s| s.open.take()) {
             let power_loss = self.rng.chance(2);
+            self.stats.power_losses += u64::from(power_loss);
             let rng = &mut self.rng;
             if let Err(e) = s.sim_crash(power_loss, || rng.chance(2)) {
                 panic!("node {n}: the crash's files: {e}");
@@ -2305,7 +2356,7 @@ fn seeds() -> u64 {
     let base = std::env::var("MNEMO_REPL_SIM_SEEDS")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(6000);
+        .unwrap_or(800);
     if std::env::var("MNEMO_SOAK").is_ok_and(|v| v.trim() == "1") {
         base * 10
     } else {
@@ -2327,7 +2378,8 @@ fn report(what: &str, s: &Stats) {
         "{what}: {} schedules, {} faults, {} failovers, {} primary restarts, {} mirror recoveries, \
          {} checks; {} sync points, {} acknowledged ({} in sync modes, {} local-only), {} fenced, \
          {} full copies, {} link losses, {} acknowledged after blocking for the mirror, {} frames cut short, {} stale-epoch refusals; backup: {} full copies, {} records forwarded, {} checks; \
-         async: {} acknowledged sync points lost in {} failovers; {} schedules with several connections per link, {} records waited for their turn",
+         async: {} acknowledged sync points lost in {} failovers; {} schedules with several connections per link, {} records waited for their turn; \
+         the real mirror store crashed inside {} records, {} full copies and {} other operations ({} inside a checkpoint), {} crashes lost power",
         s.schedules,
         s.faults,
         s.failovers,
@@ -2350,7 +2402,12 @@ fn report(what: &str, s: &Stats) {
         s.async_lost,
         s.async_failovers,
         s.multi,
-        s.waited
+        s.waited,
+        s.crash_record,
+        s.crash_copy,
+        s.crash_other,
+        s.crash_checkpoint,
+        s.power_losses
     );
 }
 
@@ -2393,6 +2450,8 @@ fn simulated_schedules_keep_every_acknowledged_sync_point() {
     assert!(total.acked_sync > 0 && total.torn > 0 && total.stale_refused > 0);
     assert!(total.backup_copies > 0 && total.forwarded > 0 && total.backup_checks > 0);
     assert!(total.multi > 0 && total.waited > 0);
+    assert!(total.crash_record > 0 && total.crash_copy > 0 && total.crash_checkpoint > 0);
+    assert!(total.power_losses > 0);
 }
 
 #[test]
