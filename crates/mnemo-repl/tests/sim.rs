@@ -11,9 +11,12 @@
 //! (`admit_epoch`), its record rule (`admit_record`), its order rule for a link of several
 //! connections (`record_turn`) and its link rule (`admit_link`). Half the seeds give every
 //! link 2 or 3 connections (a session the others join; records in turn over them). The
-//! sequencing around them (the policy's `sync_inner`, the mirror's `serve_link` and
-//! `MirrorStore`, the backup forwarder, the etcd membership and takeover) is a model of that
-//! code, kept in step by hand.
+//! mirror's and the backup's storage is the real `MirrorStore`, each in a directory of the
+//! schedule's on /dev/shm, crashed now or inside one of its operations (its hidden `sim_*`
+//! seam), its files left as a process crash or a power loss leaves them, and reopened
+//! (replayed) at restart. The sequencing around these calls (the policy's `sync_inner`, the
+//! mirror's `serve_link`, the backup forwarder, the etcd membership and takeover) is a model
+//! of that code, kept in step by hand.
 //!
 //! `MNEMO_REPL_SIM_SEED=N` runs seed N alone with a trace of its events (with
 //! `MNEMO_REPL_SIM_MUTANT=NAME`, under that mutant); `MNEMO_REPL_SIM_SEEDS=N` sets how many
