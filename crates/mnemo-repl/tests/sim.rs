@@ -598,7 +598,7 @@ impl Sim {
             connections,
             root: shm_root(seed),
             options: MirrorOptions {
-                // Small, so that some schedules fill it (a checkpoint when the log is full).
+                // The smallest pool (a checkpoint every 1 to 6 records never fills it).
                 log_size: 64 << 10,
                 checkpoint_records: checkpoint_every,
                 disk_image: None,
