@@ -36,6 +36,18 @@ use crate::link::Link;
 use crate::policy::Mode;
 use crate::proto::{self, BackupStatus, Frame, LinkParams, Role, VERSION, VERSION_MIN};
 
+/// Deliberately broken variants of the mirror's storage, caught by the deterministic
+/// simulation (`tests/sim.rs`), which drives this store and crashes it mid-operation (the
+/// model it replaced could not show them).
+pub const MUTANTS_STORE: &[&str] = &[
+    // A record is logged after its acknowledgement (by `apply`), not before: a crash
+    // between the two loses an acknowledged sync point.
+    "repl.ack_before_log",
+    // A checkpoint records the last id and empties the log without draining the image
+    // first: a power loss then loses records that are in neither the image nor the log.
+    "repl.checkpoint_skip_drain",
+];
+
 const STATE_MAGIC: u32 = u32::from_le_bytes(*b"MNRS");
 /// Version 2 added the mode of the primary last linked; version 1 files are still read.
 const STATE_VERSION: u32 = 2;
@@ -284,6 +296,23 @@ pub struct MirrorStore {
     /// Changes whenever the image's bytes or completeness may have changed: a reader's view
     /// of the image taken at another generation is stale (`mnemo mirror serve --read-port`).
     generation: u64,
+    /// The deterministic simulation's seam ([`MirrorStore::sim_crash_after`]); inert otherwise.
+    sim: SimSeam,
+}
+
+/// What the deterministic simulation (`tests/sim.rs`) sets on a store it drives: a crash at a
+/// chosen step, and a copy of the image as last made durable (to leave at a simulated power
+/// loss what a real one would). Default: no crash, no copy (production never sets them).
+#[derive(Debug, Default)]
+struct SimSeam {
+    /// Steps left before the simulated crash (each durable step of the store counts one).
+    crash_in: Option<u64>,
+    /// Crashed (at this step): every further change fails, closing does not checkpoint.
+    crashed: Option<&'static str>,
+    /// A record logged late (the mutant `repl.ack_before_log` only).
+    deferred: Option<Vec<u8>>,
+    /// Track the image's durable bytes (`Some` once tracked: the image as of its last drain).
+    durable_image: Option<Vec<u8>>,
 }
 
 fn image_capacity(len: u64) -> u64 {
@@ -363,6 +392,7 @@ impl MirrorStore {
             })?,
             turn: Arc::new(Condvar::new()),
             generation: 0,
+            sim: SimSeam::default(),
         };
         store.replay()?;
         Ok(store)
@@ -461,11 +491,13 @@ impl MirrorStore {
     }
 
     fn write_state(&mut self, state: MirrorState) -> Result<()> {
+        self.sim_step("state: before its new file")?;
         let tmp = self.dir.join("state.tmp");
         let mut f = private_file(&tmp, true)?;
         f.write_all(&state.encode())
             .and_then(|()| f.sync_all())
             .map_err(|e| Error::io("writing the mirror state", e))?;
+        self.sim_step("state: before its rename")?;
         std::fs::rename(&tmp, self.dir.join("state"))
             .map_err(|e| Error::io("publishing the mirror state", e))?;
         File::open(&self.dir)
@@ -523,18 +555,31 @@ impl MirrorStore {
 
     /// Make the image durable, record the last id, and empty the log.
     pub fn checkpoint(&mut self) -> Result<()> {
-        if let Some(image) = &self.image {
-            image.drain().map_err(|e| Error::Storage(e.to_string()))?;
+        self.sim_step("checkpoint: before the drain")?;
+        if !mnemo_pmem::mutant::active("repl.checkpoint_skip_drain") {
+            self.drain_image()?;
         }
         let state = MirrorState {
             last_id: self.last_logged,
             ..self.state
         };
         self.write_state(state)?;
+        self.sim_step("checkpoint: before emptying the log")?;
         let tail: Lsn = self.log.tail();
         self.log.truncate_front(tail)?;
         self.since_checkpoint = 0;
         self.stats.checkpoints += 1;
+        Ok(())
+    }
+
+    /// Make the image durable (and, under the simulation, remember its bytes as durable).
+    fn drain_image(&mut self) -> Result<()> {
+        if let Some(image) = &self.image {
+            image.drain().map_err(|e| Error::Storage(e.to_string()))?;
+            if self.sim.durable_image.is_some() {
+                self.sim.durable_image = Some(read_image(image));
+            }
+        }
         Ok(())
     }
 
@@ -579,7 +624,9 @@ impl MirrorStore {
             complete: false,
             ..self.state
         })?;
+        self.sim_step("copy: before emptying the log")?;
         self.log.reset()?;
+        self.sim_step("copy: before emptying the image")?;
         self.generation += 1;
         self.image = None;
         let path = self.image_path();
@@ -593,6 +640,10 @@ impl MirrorStore {
             pool_size,
             image_capacity(pool_size),
         )?);
+        if self.sim.durable_image.is_some() {
+            // The file's new length (zeros) was set by the file system, not through the map.
+            self.sim.durable_image = Some(vec![0; pool_size as usize]);
+        }
         Ok(())
     }
 
@@ -601,6 +652,7 @@ impl MirrorStore {
         if self.state.complete {
             return Err(Error::Storage("copy ranges outside a copy".into()));
         }
+        self.sim_step("copy: before a range")?;
         for r in ranges {
             self.write_image(r.offset, &r.data)?;
         }
@@ -609,9 +661,9 @@ impl MirrorStore {
 
     /// The full copy is complete at record `id`.
     pub fn finish_copy(&mut self, id: u64, pool_size: u64) -> Result<()> {
-        if let Some(image) = &self.image {
-            image.drain().map_err(|e| Error::Storage(e.to_string()))?;
-        }
+        self.sim_step("copy: before its end's drain")?;
+        self.drain_image()?;
+        self.sim_step("copy: before its end's state")?;
         self.last_logged = id;
         self.generation += 1;
         self.write_state(MirrorState {
@@ -636,6 +688,7 @@ impl MirrorStore {
         frame: Option<&[u8]>,
     ) -> Result<()> {
         admit_record(self.state.complete, self.last_logged, id)?;
+        self.sim_step("record: before its log append")?;
         let entry: &[u8] = match frame {
             Some(bytes) => bytes,
             None => {
@@ -657,7 +710,11 @@ impl MirrorStore {
                 self.log.capacity()
             )));
         }
-        if mnemo_log::Log::<Box<Pool>>::record_size(entry.len()) > self.log.free() {
+        if mnemo_pmem::mutant::active("repl.ack_before_log") {
+            // Broken on purpose (tests only): the record is logged by `apply`, after the
+            // caller's acknowledgement, as a mirror that acknowledged on receipt would.
+            self.sim.deferred = Some(entry.to_vec());
+        } else if mnemo_log::Log::<Box<Pool>>::record_size(entry.len()) > self.log.free() {
             // Checkpoint first (the entry may live in `self.entry`: keep it aside).
             let entry = entry.to_vec();
             self.checkpoint()?;
@@ -675,6 +732,10 @@ impl MirrorStore {
 
     /// Apply a logged record to the image (not durable until the next checkpoint).
     pub fn apply(&mut self, ranges: &[proto::Range]) -> Result<()> {
+        self.sim_step("record: before its apply")?;
+        if let Some(entry) = self.sim.deferred.take() {
+            self.log.append(&entry)?;
+        }
         for r in ranges {
             self.write_image(r.offset, &r.data)?;
         }
@@ -731,9 +792,111 @@ impl MirrorStore {
     }
 }
 
+/// The deterministic simulation's seam (`tests/sim.rs`): it drives this store itself, many
+/// of them in one process, under a simulated clock, and crashes them at chosen points. Hidden
+/// from the documentation: nothing but the simulation calls these. Why each exists:
+/// * a session number drawn at random at open would make two runs of one seed differ
+///   (`sim_session_base`);
+/// * a crash must happen inside an operation (mid-record, mid-copy, mid-checkpoint), between
+///   two of its durable steps, as a power cut or a SIGKILL would (`sim_crash_after`);
+/// * the image is made durable only by a drain: what a power loss leaves of it is known only
+///   here (`sim_track_durable_image`, `sim_crash`), as the testkit's crash images keep the
+///   flushed bytes of a pool.
+impl MirrorStore {
+    /// Session numbers from `base` on (not a random one): the same seed, the same run.
+    #[doc(hidden)]
+    pub fn sim_session_base(&mut self, base: u64) {
+        self.session_base = base;
+    }
+
+    /// Connections of the newest link's session (what [`record_turn`]'s wait depends on).
+    #[doc(hidden)]
+    pub fn sim_session_connections(&self) -> u64 {
+        self.session_conns
+    }
+
+    /// Crash after `steps` more durable steps (0: at the next one): that step and every
+    /// later change fail, and the store is then only good for [`MirrorStore::sim_crash`].
+    #[doc(hidden)]
+    pub fn sim_crash_after(&mut self, steps: Option<u64>) {
+        self.sim.crash_in = steps;
+    }
+
+    /// The step at which a crash set by [`MirrorStore::sim_crash_after`] happened, if it did.
+    #[doc(hidden)]
+    pub fn sim_crashed(&self) -> Option<&'static str> {
+        self.sim.crashed
+    }
+
+    /// Keep a copy of the image's bytes as of its last drain (what a power loss leaves).
+    #[doc(hidden)]
+    pub fn sim_track_durable_image(&mut self) {
+        self.sim.durable_image = Some(self.image.as_ref().map(read_image).unwrap_or_default());
+    }
+
+    /// The process dies here: its files are left as a crash leaves them. The log pool and the
+    /// state as they are (an append and a state file are durable when they return; the pool
+    /// is not closed, so it stays marked as not shut down cleanly). With `power_loss`, each
+    /// 64-byte line of the image written since its last drain is lost if `lose_line` says so
+    /// (with [`MirrorStore::sim_track_durable_image`]); otherwise (the process alone died)
+    /// the image keeps every byte written to it.
+    #[doc(hidden)]
+    pub fn sim_crash(
+        mut self,
+        power_loss: bool,
+        mut lose_line: impl FnMut() -> bool,
+    ) -> Result<()> {
+        self.sim.crashed.get_or_insert("the process ends");
+        let log_path = self.dir.join("log.pool");
+        let log = std::fs::read(&log_path).map_err(|e| Error::io("reading the log pool", e))?;
+        let image = self.image.as_ref().map(|image| {
+            let mut bytes = read_image(image);
+            if let (true, Some(durable)) = (power_loss, &self.sim.durable_image) {
+                for (line, old) in bytes.chunks_mut(64).zip(durable.chunks(64)) {
+                    if line[..old.len()] != *old && lose_line() {
+                        line[..old.len()].copy_from_slice(old);
+                    }
+                }
+            }
+            bytes
+        });
+        let image_path = self.image_path();
+        drop(self);
+        std::fs::write(&log_path, log).map_err(|e| Error::io("restoring the log pool", e))?;
+        if let Some(bytes) = image {
+            std::fs::write(&image_path, bytes).map_err(|e| Error::io("restoring the image", e))?;
+        }
+        Ok(())
+    }
+
+    /// One durable step of an operation: fails once the simulation's crash is due.
+    fn sim_step(&mut self, at: &'static str) -> Result<()> {
+        if let Some(at) = self.sim.crashed {
+            return Err(Error::Storage(format!("crashed (simulation) at {at}")));
+        }
+        match self.sim.crash_in {
+            None => Ok(()),
+            Some(0) => {
+                self.sim.crashed = Some(at);
+                Err(Error::Storage(format!("crashed (simulation) at {at}")))
+            }
+            Some(n) => {
+                self.sim.crash_in = Some(n - 1);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The image's bytes (the store's lock held: nothing writes them meanwhile).
+fn read_image(image: &FileMedia) -> Vec<u8> {
+    // SAFETY: the whole mapping, `0..len`, which the store keeps mapped while it is borrowed.
+    unsafe { std::slice::from_raw_parts(image.base().as_ptr(), image.len() as usize) }.to_vec()
+}
+
 impl Drop for MirrorStore {
     fn drop(&mut self) {
-        if self.since_checkpoint > 0 {
+        if self.since_checkpoint > 0 && self.sim.crashed.is_none() {
             if let Err(e) = self.checkpoint() {
                 tracing::warn!(error = %e, "mirror checkpoint at close failed; the log is replayed at the next start");
             }

@@ -11,20 +11,28 @@
 //! (`admit_epoch`), its record rule (`admit_record`), its order rule for a link of several
 //! connections (`record_turn`) and its link rule (`admit_link`). Half the seeds give every
 //! link 2 or 3 connections (a session the others join; records in turn over them). The
-//! sequencing around them (the policy's `sync_inner`, the mirror's `serve_link` and
-//! `MirrorStore`, the backup forwarder, the etcd membership and takeover) is a model of that
-//! code, kept in step by hand.
+//! mirror's and the backup's storage is the real `MirrorStore`, each in a directory of the
+//! schedule's on /dev/shm, crashed now or inside one of its operations (its hidden `sim_*`
+//! seam), its files left as a process crash or a power loss leaves them, and reopened
+//! (replayed) at restart. The sequencing around these calls (the policy's `sync_inner`, the
+//! mirror's `serve_link`, the backup forwarder, the etcd membership and takeover) is a model
+//! of that code, kept in step by hand.
 //!
 //! `MNEMO_REPL_SIM_SEED=N` runs seed N alone with a trace of its events (with
 //! `MNEMO_REPL_SIM_MUTANT=NAME`, under that mutant); `MNEMO_REPL_SIM_SEEDS=N` sets how many
-//! seeds a run explores (6000); `MNEMO_SOAK=1` ten times more.
+//! seeds a run explores (800: each drives real mirror stores on /dev/shm); `MNEMO_SOAK=1`
+//! ten times more.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use mnemo_repl::mirror::{admit_epoch, admit_link, admit_record, record_turn, Turn};
+use mnemo_repl::mirror::{
+    admit_epoch, admit_link, record_turn, MirrorOptions, MirrorStore, Turn, MUTANTS_STORE,
+};
 use mnemo_repl::policy::{ack_step, AckStep, Mode, MUTANTS_QUEUES, MUTANTS_SIM};
-use mnemo_repl::proto::{self, Frame, Range};
+use mnemo_repl::proto::{self, Frame};
 
 /// Words in the simulated pool; each sync point writes its serial number into 2 or 3 of
 /// them (a gmsync of several ranges), so an image tells which sync points it holds.
@@ -79,15 +87,6 @@ fn slot(img: &Img, k: usize) -> u64 {
     u64::from_le_bytes(img[k * 8..k * 8 + 8].try_into().unwrap())
 }
 
-fn write(img: &mut Img, ranges: &[Range]) {
-    for r in ranges {
-        let at = r.offset as usize;
-        if at <= POOL && r.data.len() <= POOL - at {
-            img[at..at + r.data.len()].copy_from_slice(&r.data);
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     /// The next message on a connection in one direction (0: primary to mirror).
@@ -117,75 +116,125 @@ struct Conn {
     lineage: usize,
 }
 
-/// The mirror's directory: what survives a crash (`durable`, `log`, the state fields) and
-/// what does not (`image`, `last_logged`).
-#[derive(Clone)]
+/// A mirror's (or the backup's) directory, driven through the real `MirrorStore` (its log
+/// pool, image and state file in a directory of this schedule on /dev/shm): logging,
+/// applying, checkpoints, full copies, the persisted epoch and recovery at open.
 struct Store {
-    epoch: u64,
-    complete: bool,
-    durable: Img,
-    log: Vec<Vec<u8>>,
-    image: Img,
-    last_logged: u64,
-    since_checkpoint: u64,
+    dir: PathBuf,
+    /// The open store; None once its process crashed, until it opens it again.
+    open: Option<MirrorStore>,
     /// The lineage the image copies (checker bookkeeping).
     owner: Option<usize>,
-    /// Number of the newest link accepted (in memory).
-    newest_link: u64,
-    /// The newest link's session (what further connections name to join it) and its
-    /// connections (in memory).
-    session: u64,
-    session_conns: u64,
 }
 
+/// Directories of the schedules running now: unique in this process (tests run in threads).
+static RUN: AtomicU64 = AtomicU64::new(0);
+
 impl Store {
-    fn new() -> Store {
-        Store {
-            epoch: 0,
-            complete: false,
-            durable: [0; POOL],
-            log: Vec::new(),
-            image: [0; POOL],
-            last_logged: 0,
-            since_checkpoint: 0,
-            owner: None,
-            newest_link: 0,
-            session: 0,
-            session_conns: 0,
+    /// A fresh directory (an empty mirror's first start).
+    fn new(dir: PathBuf, options: &MirrorOptions, inc: u64) -> Result<Store, String> {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
         }
+        let mut store = Store {
+            dir,
+            open: None,
+            owner: None,
+        };
+        store.recover(options, inc)?;
+        Ok(store)
     }
 
-    /// The process died: what was not durable is gone; recovery replays the log.
-    fn recover(&mut self) -> Result<(), String> {
-        self.image = self.durable;
-        let mut last = 0;
-        for entry in &self.log {
-            match proto::decode(entry) {
-                Ok(Some((
-                    Frame::Record {
-                        id,
-                        ranges,
-                        copy: false,
-                        ..
-                    },
-                    _,
-                ))) => {
-                    write(&mut self.image, &ranges);
-                    last = last.max(id);
-                }
-                other => return Err(format!("mirror log entry unreadable: {other:?}")),
-            }
+    /// The process starts (again): `MirrorStore::open` replays the log and checkpoints.
+    fn recover(&mut self, options: &MirrorOptions, inc: u64) -> Result<(), String> {
+        if self.open.is_some() {
+            return Ok(());
         }
-        self.last_logged = self.last_logged.max(last);
-        self.checkpoint();
+        let mut s = MirrorStore::open(&self.dir, options.clone())
+            .map_err(|e| format!("mirror store {} does not open: {e}", self.dir.display()))?;
+        // Never the session number of a link of an earlier incarnation (`session_base` is
+        // random in a real process).
+        s.sim_session_base(inc << 32);
+        s.sim_track_durable_image();
+        self.open = Some(s);
         Ok(())
     }
 
-    fn checkpoint(&mut self) {
-        self.durable = self.image;
-        self.log.clear();
-        self.since_checkpoint = 0;
+    fn s(&self) -> &MirrorStore {
+        self.open.as_ref().expect("an open store")
     }
+
+    fn m(&mut self) -> &mut MirrorStore {
+        self.open.as_mut().expect("an open store")
+    }
+
+    fn complete(&self) -> bool {
+        self.open.as_ref().is_some_and(|s| s.state().complete)
+    }
+
+    /// Whether its process crashed inside an operation (`sim_crash_after`).
+    fn crashed(&self) -> bool {
+        self.crash_point().is_some()
+    }
+
+    fn crash_point(&self) -> Option<&'static str> {
+        self.open.as_ref().and_then(MirrorStore::sim_crashed)
+    }
+
+    /// The image as the store holds it (the simulated pool's words).
+    fn image(&self) -> Result<Img, String> {
+        read_img(&self.s().image_path())
+    }
+
+    /// What recovery would make of this directory now, without disturbing it: a copy of its
+    /// files opened by `MirrorStore::open` (the image recovered from the log).
+    fn recovered_image(&self, options: &MirrorOptions) -> Result<Img, String> {
+        let scratch = self.dir.with_extension("check");
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+        for name in ["state", "log.pool", "image"] {
+            let from = self.dir.join(name);
+            if from.exists() {
+                std::fs::copy(&from, scratch.join(name)).map_err(|e| format!("{name}: {e}"))?;
+            }
+        }
+        let img = {
+            let s = MirrorStore::open(&scratch, options.clone()).map_err(|e| {
+                format!(
+                    "a copy of mirror store {} does not open: {e}",
+                    self.dir.display()
+                )
+            })?;
+            read_img(&s.image_path())
+        };
+        let _ = std::fs::remove_dir_all(&scratch);
+        img
+    }
+}
+
+/// A directory of its own for one schedule on /dev/shm (memory, as the mirror's pool would
+/// be), removed when the schedule ends.
+fn shm_root(seed: u64) -> PathBuf {
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!(
+        "mnemo-repl-sim-{}-{run}-seed{seed}",
+        std::process::id()
+    ))
+}
+
+fn read_img(path: &Path) -> Result<Img, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut img = [0; POOL];
+    let n = bytes.len().min(POOL);
+    img[..n].copy_from_slice(&bytes[..n]);
+    Ok(img)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -416,6 +465,16 @@ struct Stats {
     /// their turn and waited for it at the mirror.
     multi: u64,
     waited: u64,
+    /// Crashes inside an operation of the real store: while logging or applying a record
+    /// (a checkpoint included), during a full copy (its begin, a range, its end), in a
+    /// handshake's epoch write, in a takeover; and crashes that lost power (the image's
+    /// undrained lines lost at random).
+    crash_record: u64,
+    crash_copy: u64,
+    crash_other: u64,
+    power_losses: u64,
+    /// Crashes inside a checkpoint (after N records, when the log is full, in a takeover).
+    crash_checkpoint: u64,
 }
 
 impl Stats {
@@ -443,6 +502,11 @@ impl Stats {
         self.multi += o.multi;
         self.waited += o.waited;
         self.faults += o.faults;
+        self.crash_record += o.crash_record;
+        self.crash_copy += o.crash_copy;
+        self.crash_other += o.crash_other;
+        self.power_losses += o.power_losses;
+        self.crash_checkpoint += o.crash_checkpoint;
     }
 }
 
@@ -463,7 +527,6 @@ struct Sim {
     lineages: Vec<Vec<u32>>,
     acks: Vec<AckRec>,
     mode: Mode,
-    checkpoint_every: u64,
     /// `WithoutMirror::Block` rather than `Record`.
     block: bool,
     fwd_events: Vec<FwdEv>,
@@ -471,6 +534,21 @@ struct Sim {
     trace: bool,
     /// Connections per link of every primary in this schedule (1 to 3).
     connections: usize,
+    /// This schedule's directory on /dev/shm: a directory per node's mirror store.
+    root: PathBuf,
+    options: MirrorOptions,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            // Closed as a crash leaves them (no checkpoint): the directory goes anyway.
+            if let Some(s) = node.store.as_mut().and_then(|s| s.open.take()) {
+                let _ = s.sim_crash(false, || false);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
 }
 
 impl Sim {
@@ -509,7 +587,6 @@ impl Sim {
             lineages: vec![Vec::new()],
             acks: Vec::new(),
             mode,
-            checkpoint_every,
             block,
             fwd_events: Vec::new(),
             stats: Stats {
@@ -519,6 +596,13 @@ impl Sim {
             },
             trace,
             connections,
+            root: shm_root(seed),
+            options: MirrorOptions {
+                // The smallest pool (a checkpoint every 1 to 6 records never fills it).
+                log_size: 64 << 10,
+                checkpoint_records: checkpoint_every,
+                disk_image: None,
+            },
         };
         for _ in 0..=BACKUP {
             sim.nodes.push(Node {
@@ -533,14 +617,34 @@ impl Sim {
         sim.nodes[0].local = Some(([0; POOL], 0));
         let p = sim.new_primary(1, 0, [0; POOL], Some(1));
         sim.start(0, Proc::Primary(p));
-        sim.nodes[1].store = Some(Store::new());
+        sim.fresh_store(1).expect("the mirror's directory");
         sim.start(1, Proc::Mirror(Mir::new(true)));
         sim.start(2, Proc::Spare);
-        sim.nodes[BACKUP].store = Some(Store::new());
+        sim.fresh_store(BACKUP).expect("the backup's directory");
         sim.start(BACKUP, Proc::Mirror(Mir::new(false)));
         let first = sim.rng.range(10, 500) * MS;
         sim.at(first, Ev::Fault);
         sim
+    }
+
+    /// Node `n`'s mirror store, empty (a first start in a fresh directory).
+    fn fresh_store(&mut self, n: usize) -> Check {
+        let dir = self.root.join(format!("node{n}"));
+        self.nodes[n].store = Some(Store::new(dir, &self.options, self.nodes[n].inc)?);
+        Ok(())
+    }
+
+    /// Node `n`'s process opens its store again after a crash (recovery).
+    fn recover_store(&mut self, n: usize) -> Check {
+        let inc = self.nodes[n].inc;
+        match &mut self.nodes[n].store {
+            Some(store) => store.recover(&self.options, inc),
+            None => Ok(()),
+        }
+    }
+
+    fn store_crashed(&self, n: usize) -> bool {
+        self.nodes[n].store.as_ref().is_some_and(Store::crashed)
     }
 
     fn log(&self, what: impl FnOnce() -> String) {
@@ -812,22 +916,21 @@ impl Sim {
         let Some(store) = &self.nodes[n].store else {
             return Ok(());
         };
-        if !store.complete {
+        if !store.complete() {
             return Ok(());
         }
         let Some(owner) = store.owner else {
             return Ok(());
         };
-        let mut copy = store.clone();
-        copy.recover()?;
+        let image = store.recovered_image(&self.options)?;
         self.stats.checks += 1;
         if n == BACKUP {
             self.stats.backup_checks += 1;
         }
-        if self.prefix_of(&copy.image, owner).is_none() {
+        if self.prefix_of(&image, owner).is_none() {
             return Err(format!(
                 "mirror on node {n}: its recovered image is not a prefix of history: {}",
-                self.explain(&copy.image, owner)
+                self.explain(&image, owner)
             ));
         }
         Ok(())
@@ -1450,8 +1553,14 @@ impl Sim {
             unreachable!()
         };
         let result = self.mirror_bytes(n, &mut m, c, msg);
-        self.unpark(n, &mut m);
+        if !self.store_crashed(n) {
+            self.unpark(n, &mut m);
+        }
         self.nodes[n].proc = Proc::Mirror(m);
+        if self.store_crashed(n) {
+            // The store's crash point came inside this frame: the process dies there.
+            self.crash(n);
+        }
         result
     }
 
@@ -1468,14 +1577,14 @@ impl Sim {
         else {
             return false;
         };
-        let Some(store) = &self.nodes[n].store else {
+        let Some(store) = self.nodes[n].store.as_ref().and_then(|s| s.open.as_ref()) else {
             return false;
         };
         link.epoch == Some(*epoch)
-            && store.complete
-            && store.session_conns > 1
-            && link.number == store.newest_link
-            && record_turn(store.last_logged, *id) == Turn::Wait
+            && store.state().complete
+            && store.sim_session_connections() > 1
+            && link.number == store.newest_link()
+            && record_turn(store.last_id(), *id) == Turn::Wait
     }
 
     /// Serve the frames that waited, as the records before them were logged (each
@@ -1497,6 +1606,9 @@ impl Sim {
                 let frame = m.links[i].parked.pop_front().expect("front");
                 let result = self.mirror_frame(n, &mut m.links[i], frame);
                 self.forward(m);
+                if self.store_crashed(n) {
+                    return;
+                }
                 if let Err(reason) = result {
                     let c = m.links[i].conn;
                     self.send(c, 1, &Frame::Refused { reason });
@@ -1550,6 +1662,9 @@ impl Sim {
             }
             let result = self.mirror_frame(n, &mut m.links[i], frame);
             self.forward(m);
+            if self.store_crashed(n) {
+                return Ok(());
+            }
             if let Err(reason) = result {
                 self.send(c, 1, &Frame::Refused { reason });
                 m.links.remove(i);
@@ -1559,41 +1674,68 @@ impl Sim {
         }
     }
 
-    /// `serve_link` and `mirror_handshake`, one frame.
+    /// `serve_link` and `mirror_handshake`, one frame, on the real `MirrorStore`.
     fn mirror_frame(&mut self, n: usize, link: &mut MLink, frame: Frame) -> Result<(), String> {
+        let mut store = self.nodes[n].store.take().expect("a mirror has a store");
+        let kind = match &frame {
+            Frame::Record { copy: false, .. } => 0,
+            Frame::Record { copy: true, .. } | Frame::CopyBegin { .. } | Frame::CopyDone { .. } => {
+                1
+            }
+            _ => 2,
+        };
+        let result = self.mirror_frame_on(n, &mut store, link, frame);
+        if let Some(at) = store.crash_point() {
+            self.stats.crash_checkpoint += u64::from(at.starts_with("checkpoint"));
+            *[
+                &mut self.stats.crash_record,
+                &mut self.stats.crash_copy,
+                &mut self.stats.crash_other,
+            ][kind] += 1;
+            self.log(|| {
+                format!(
+                    "node {n}: crashes inside a {} ({at})",
+                    ["record", "full copy", "handshake"][kind]
+                )
+            });
+        }
+        self.nodes[n].store = Some(store);
+        result
+    }
+
+    fn mirror_frame_on(
+        &mut self,
+        n: usize,
+        store: &mut Store,
+        link: &mut MLink,
+        frame: Frame,
+    ) -> Result<(), String> {
         let c = link.conn;
         let lineage = self.conns[c].lineage;
-        let every = self.checkpoint_every;
-        let inc = self.nodes[n].inc;
-        let store = self.nodes[n].store.as_mut().expect("a mirror has a store");
+        let owner = &mut store.owner;
+        let s = store
+            .open
+            .as_mut()
+            .expect("a running mirror's store is open");
+        let refused = |e: mnemo_repl::Error| e.to_string();
         match (link.epoch, frame) {
             (None, Frame::Auth { epoch, session, .. }) => {
-                if let Err(e) = admit_epoch(epoch, store.epoch) {
+                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
                     self.stats.stale_refused += 1;
                     return Err(e.to_string());
                 }
-                store.epoch = store.epoch.max(epoch);
-                match session {
-                    // One more connection of the newest link (`join_session`).
-                    Some(s) if s != 0 => {
-                        if s != store.session {
-                            return Err(format!("session {s:#x} superseded"));
-                        }
-                        store.session_conns += 1;
-                    }
-                    _ => {
-                        store.newest_link += 1;
-                        // Never the number of a link of an earlier incarnation.
-                        store.session = (inc << 32) | store.newest_link;
-                        store.session_conns = 1;
-                    }
-                }
+                s.observe_epoch(epoch).map_err(refused)?;
+                let number = match session {
+                    // One more connection of the newest link.
+                    Some(joined) if joined != 0 => s.join_session(joined).map_err(refused)?,
+                    _ => s.open_link(),
+                };
                 link.epoch = Some(epoch);
-                link.number = store.newest_link;
+                link.number = number;
                 let welcome = Frame::Welcome {
-                    epoch: store.epoch,
-                    last_id: store.last_logged,
-                    session: session.map(|_| store.session),
+                    epoch: s.state().epoch,
+                    last_id: s.last_id(),
+                    session: session.map(|_| s.session()),
                 };
                 self.send(c, 1, &welcome);
                 Ok(())
@@ -1610,21 +1752,21 @@ impl Sim {
                 if epoch != le {
                     return Err(format!("record of epoch {epoch} on a link of epoch {le}"));
                 }
-                if let Err(e) = admit_epoch(epoch, store.epoch) {
+                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
                     self.stats.stale_refused += 1;
                     return Err(e.to_string());
                 }
-                admit_link(link.number, store.newest_link).map_err(|e| e.to_string())?;
+                admit_link(link.number, s.newest_link()).map_err(refused)?;
                 if copy {
-                    if !link.copying || store.complete {
+                    if !link.copying {
                         return Err("copy record outside a copy".into());
                     }
-                    write(&mut store.image, &ranges);
-                    return Ok(());
+                    return s.copy_ranges(&ranges).map_err(refused);
                 }
-                admit_record(store.complete, store.last_logged, id).map_err(|e| e.to_string())?;
                 // (A record of a session of several connections gets here only in its turn:
-                // `must_wait`.) Logged (durable), acknowledged, applied.
+                // `must_wait`.) Logged (durable: `admit_record` is called there), handed to
+                // the forwarder, acknowledged, applied (a checkpoint every N records).
+                s.log_record(epoch, id, &ranges, None).map_err(refused)?;
                 let mut entry = Vec::new();
                 proto::encode_record(
                     &mut entry,
@@ -1633,53 +1775,38 @@ impl Sim {
                     false,
                     ranges.iter().map(|r| (r.offset, r.data.as_slice())),
                 );
-                self.fwd_events.push(FwdEv::Record(entry.clone()));
-                store.log.push(entry);
-                // (`id` itself but under the mutant `repl.apply_unordered`.)
-                store.last_logged = store.last_logged.max(id);
-                write(&mut store.image, &ranges);
-                store.since_checkpoint += 1;
-                if store.since_checkpoint >= every {
-                    store.checkpoint();
-                }
+                self.fwd_events.push(FwdEv::Record(entry));
                 self.send(c, 1, &Frame::Ack { epoch, id });
-                Ok(())
+                s.apply(&ranges).map_err(refused)
             }
             (Some(le), Frame::Heartbeat { .. }) => {
                 let answer = Frame::Heartbeat {
-                    epoch: store.epoch.max(le),
-                    id: store.last_logged,
+                    epoch: s.state().epoch.max(le),
+                    id: s.last_id(),
                 };
                 self.send(c, 1, &answer);
                 Ok(())
             }
             (Some(le), Frame::CopyBegin { epoch, .. }) if epoch == le && !link.copying => {
-                if let Err(e) = admit_epoch(epoch, store.epoch) {
+                link.copying = true;
+                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
                     self.stats.stale_refused += 1;
                     return Err(e.to_string());
                 }
-                admit_link(link.number, store.newest_link).map_err(|e| e.to_string())?;
-                link.copying = true;
+                admit_link(link.number, s.newest_link()).map_err(refused)?;
+                let begun = s.begin_copy(epoch, POOL as u64);
                 self.fwd_events.push(FwdEv::Recopy);
-                store.epoch = store.epoch.max(epoch);
-                store.complete = false;
-                store.log.clear();
-                store.image = [0; POOL];
-                store.durable = [0; POOL];
-                store.since_checkpoint = 0;
-                Ok(())
+                begun.map_err(refused)
             }
             (Some(le), Frame::CopyDone { epoch, id, .. }) if epoch == le && link.copying => {
-                if let Err(e) = admit_epoch(epoch, store.epoch) {
+                link.copying = false;
+                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
                     self.stats.stale_refused += 1;
                     return Err(e.to_string());
                 }
-                admit_link(link.number, store.newest_link).map_err(|e| e.to_string())?;
-                link.copying = false;
-                store.durable = store.image;
-                store.last_logged = id;
-                store.complete = true;
-                store.owner = Some(lineage);
+                admit_link(link.number, s.newest_link()).map_err(refused)?;
+                s.finish_copy(id, POOL as u64).map_err(refused)?;
+                *owner = Some(lineage);
                 self.log(|| {
                     format!("node {n}: mirror holds a full copy at {id} (history {lineage})")
                 });
@@ -1705,7 +1832,7 @@ impl Sim {
         }
         self.forwarder_tick(n);
         let c = &self.coord;
-        let complete = self.nodes[n].store.as_ref().is_some_and(|s| s.complete);
+        let complete = self.nodes[n].store.as_ref().is_some_and(Store::complete);
         if c.mirror == Some(n)
             && c.in_sync
             && complete
@@ -1724,21 +1851,40 @@ impl Sim {
             self.coord.in_sync = false;
             self.coord.lease_expiry = self.now + TTL;
             self.coord.commits.push((epoch, self.now));
-            let store = self.nodes[n].store.as_mut().expect("store");
-            store.checkpoint();
-            store.epoch = store.epoch.max(epoch);
+            // `MirrorStore::promote_to`: a checkpoint, then the new epoch persisted.
+            let promoted = self.nodes[n]
+                .store
+                .as_mut()
+                .expect("store")
+                .m()
+                .promote_to(epoch);
+            self.nodes[n].promoted = true;
+            if let Err(e) = promoted {
+                if let Some(at) = self.nodes[n].store.as_ref().and_then(Store::crash_point) {
+                    self.stats.crash_other += 1;
+                    self.stats.crash_checkpoint += u64::from(at.starts_with("checkpoint"));
+                    // Its crash point came inside the promotion: it serves at its restart.
+                    self.log(|| format!("node {n}: crashes while taking over epoch {epoch}"));
+                    self.crash(n);
+                    if let Some(s) = spare {
+                        self.fresh_store(s)?;
+                        self.start(s, Proc::Mirror(Mir::new(true)));
+                    }
+                    return Ok(());
+                }
+                return Err(format!("node {n}: promotion failed: {e}"));
+            }
             let exec = self.now + self.rng.range(1, 50) * MS;
             if let Proc::Mirror(m) = &mut self.nodes[n].proc {
                 m.exec_at = Some(exec);
             }
-            self.nodes[n].promoted = true;
             self.log(|| {
                 format!("node {n}: mirror takes over as primary of epoch {epoch} (spare {spare:?})")
             });
             let inc = self.nodes[n].inc;
             self.at(exec, Ev::Tick(n, inc));
             if let Some(s) = spare {
-                self.nodes[s].store = Some(Store::new());
+                self.fresh_store(s)?;
                 self.start(s, Proc::Mirror(Mir::new(true)));
             }
         }
@@ -1757,9 +1903,11 @@ impl Sim {
             }
         }
         self.nodes[n].promoted = false;
+        // It serves its image (`mnemo serve --pool DIR/image`): the store is closed.
         let store = self.nodes[n].store.take().expect("store");
-        let image = store.image;
+        let image = store.image()?;
         let owner = store.owner.expect("a complete image has an owner");
+        drop(store);
         let epoch = self.coord.epoch;
         let since = self.coord.commits.last().map(|&(_, t)| t);
         let kept = self.check_new_primary(&image, owner, epoch, since)?;
@@ -1813,10 +1961,10 @@ impl Sim {
             return;
         };
         let store = self.nodes[n].store.as_ref().expect("a mirror has a store");
-        if self.now < next_try || !store.complete {
+        if self.now < next_try || !store.complete() {
             return;
         }
-        let (epoch, owner) = (store.epoch, store.owner.unwrap_or(0));
+        let (epoch, owner) = (store.s().state().epoch, store.owner.unwrap_or(0));
         let accepting = matches!(self.nodes[BACKUP].proc, Proc::Mirror(_));
         let next = if !self.reach(n, BACKUP) {
             Fwd::Idle {
@@ -1901,10 +2049,12 @@ impl Sim {
                 (Fwd::Handshake { conn, .. }, Frame::Welcome { .. }) => {
                     // The copy, under the mirror's lock: exactly the records up to `done`.
                     let store = self.nodes[n].store.as_ref().expect("store");
-                    if !store.complete {
+                    if !store.complete() {
                         None
                     } else {
-                        let (epoch, done, image) = (store.epoch, store.last_logged, store.image);
+                        let s = store.s();
+                        let (epoch, done) = (s.state().epoch, s.last_id());
+                        let image = store.image()?;
                         self.conns[conn].lineage = store.owner.unwrap_or(0);
                         self.send(
                             conn,
@@ -1986,11 +2136,17 @@ impl Sim {
                 }
             }
         }
-        if let Some(store) = &mut self.nodes[n].store {
-            store.image = store.durable; // what was not checkpointed lives in the log only
-            store.newest_link = 0;
-            store.session = 0;
-            store.session_conns = 0;
+        // The store's files as the crash leaves them: the process died (the image keeps
+        // what was written to it) or, one crash in two, the machine lost power (each line of
+        // the image written since its last drain may be lost). What was in memory (the links,
+        // the session) is gone with the process.
+        if let Some(s) = self.nodes[n].store.as_mut().and_then(|s| s.open.take()) {
+            let power_loss = self.rng.chance(2);
+            self.stats.power_losses += u64::from(power_loss);
+            let rng = &mut self.rng;
+            if let Err(e) = s.sim_crash(power_loss, || rng.chance(2)) {
+                panic!("node {n}: the crash's files: {e}");
+            }
         }
         self.nodes[n].proc = Proc::Down;
         self.nodes[n].paused_until = 0;
@@ -2005,8 +2161,8 @@ impl Sim {
             return Ok(());
         }
         if n == BACKUP {
-            if let Some(store) = &mut self.nodes[n].store {
-                store.recover()?;
+            if self.nodes[n].store.is_some() {
+                self.recover_store(n)?;
                 self.stats.recoveries += 1;
             }
             self.check_mirror(n)?;
@@ -2016,17 +2172,15 @@ impl Sim {
         }
         if self.nodes[n].promoted {
             // It crashed between its takeover and serving: it serves its image now.
-            if let Some(store) = &mut self.nodes[n].store {
-                store.recover()?;
-            }
+            self.recover_store(n)?;
             return self.exec_primary(n);
         }
         if self.coord.mirror == Some(n) {
-            if let Some(store) = &mut self.nodes[n].store {
-                store.recover()?;
+            if self.nodes[n].store.is_some() {
+                self.recover_store(n)?;
                 self.stats.recoveries += 1;
             } else {
-                self.nodes[n].store = Some(Store::new());
+                self.fresh_store(n)?;
             }
             self.check_mirror(n)?;
             self.log(|| format!("node {n}: mirror restarts"));
@@ -2063,13 +2217,28 @@ impl Sim {
 
     fn fault(&mut self) {
         if self.now >= FAULTS_END {
+            // A crash point armed and not reached is called off: the system settles.
+            for node in &mut self.nodes {
+                if let Some(s) = node.store.as_mut().and_then(|s| s.open.as_mut()) {
+                    s.sim_crash_after(None);
+                }
+            }
             return;
         }
         self.stats.faults += 1;
         let n = self.rng.below(BACKUP as u64 + 1) as usize;
         match self.rng.below(8) {
             0 | 1 => {
-                if !matches!(self.nodes[n].proc, Proc::Down) {
+                let mirror = matches!(self.nodes[n].proc, Proc::Mirror(_));
+                if mirror && self.rng.chance(2) {
+                    // Inside one of the store's next operations (mid-record, mid-copy,
+                    // mid-checkpoint, mid-promotion): at its k-th durable step from now.
+                    let steps = self.rng.below(8);
+                    self.log(|| format!("node {n}: crashes at its store's step {steps} from now"));
+                    if let Some(s) = self.nodes[n].store.as_mut().and_then(|s| s.open.as_mut()) {
+                        s.sim_crash_after(Some(steps));
+                    }
+                } else if !matches!(self.nodes[n].proc, Proc::Down) {
                     self.crash(n);
                 }
             }
@@ -2143,7 +2312,9 @@ impl Sim {
                         Proc::Mirror(_) => self.mirror_tick(n)?,
                         Proc::Spare => {
                             if self.coord.mirror == Some(n) {
-                                self.nodes[n].store.get_or_insert_with(Store::new);
+                                if self.nodes[n].store.is_none() {
+                                    self.fresh_store(n)?;
+                                }
                                 self.start(n, Proc::Mirror(Mir::new(true)));
                                 continue;
                             }
@@ -2188,7 +2359,7 @@ fn seeds() -> u64 {
     let base = std::env::var("MNEMO_REPL_SIM_SEEDS")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(6000);
+        .unwrap_or(800);
     if std::env::var("MNEMO_SOAK").is_ok_and(|v| v.trim() == "1") {
         base * 10
     } else {
@@ -2210,7 +2381,8 @@ fn report(what: &str, s: &Stats) {
         "{what}: {} schedules, {} faults, {} failovers, {} primary restarts, {} mirror recoveries, \
          {} checks; {} sync points, {} acknowledged ({} in sync modes, {} local-only), {} fenced, \
          {} full copies, {} link losses, {} acknowledged after blocking for the mirror, {} frames cut short, {} stale-epoch refusals; backup: {} full copies, {} records forwarded, {} checks; \
-         async: {} acknowledged sync points lost in {} failovers; {} schedules with several connections per link, {} records waited for their turn",
+         async: {} acknowledged sync points lost in {} failovers; {} schedules with several connections per link, {} records waited for their turn; \
+         the real mirror store crashed inside {} records, {} full copies and {} other operations ({} inside a checkpoint), {} crashes lost power",
         s.schedules,
         s.faults,
         s.failovers,
@@ -2233,7 +2405,12 @@ fn report(what: &str, s: &Stats) {
         s.async_lost,
         s.async_failovers,
         s.multi,
-        s.waited
+        s.waited,
+        s.crash_record,
+        s.crash_copy,
+        s.crash_other,
+        s.crash_checkpoint,
+        s.power_losses
     );
 }
 
@@ -2245,6 +2422,7 @@ fn simulated_schedules_keep_every_acknowledged_sync_point() {
                 let name: &'static str = MUTANTS_SIM
                     .iter()
                     .chain(MUTANTS_QUEUES)
+                    .chain(MUTANTS_STORE)
                     .find(|&&m| m == name)
                     .unwrap_or_else(|| panic!("no mutant {name}"));
                 mnemo_pmem::mutant::with(name, || run_seed(seed, true))
@@ -2275,6 +2453,8 @@ fn simulated_schedules_keep_every_acknowledged_sync_point() {
     assert!(total.acked_sync > 0 && total.torn > 0 && total.stale_refused > 0);
     assert!(total.backup_copies > 0 && total.forwarded > 0 && total.backup_checks > 0);
     assert!(total.multi > 0 && total.waited > 0);
+    assert!(total.crash_record > 0 && total.crash_copy > 0 && total.crash_checkpoint > 0);
+    assert!(total.power_losses > 0);
 }
 
 #[test]
@@ -2285,7 +2465,11 @@ fn every_simulation_mutant_is_caught() {
     // Each search stops at its first catch; the latest catch today is seed 611.
     let budget = seeds().max(8000);
     let mut missed = Vec::new();
-    for &name in MUTANTS_SIM.iter().chain(MUTANTS_QUEUES) {
+    for &name in MUTANTS_SIM
+        .iter()
+        .chain(MUTANTS_QUEUES)
+        .chain(MUTANTS_STORE)
+    {
         let caught = mnemo_pmem::mutant::with(name, || {
             (0..budget).find_map(|seed| run_seed(seed, false).err().map(|e| (seed, e)))
         });
