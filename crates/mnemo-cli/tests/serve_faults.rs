@@ -1,0 +1,521 @@
+//! Fault schedules with real parts: a three-member etcd whose members each run in a network
+//! namespace of their own (support::netns), `mnemo serve --mirror --etcd` and `mnemo mirror
+//! serve --etcd` as processes here. Members are cut off from their peers with iptables rules
+//! in their own namespaces (they still accept clients' requests, and cannot answer them
+//! without a quorum), while clients write and record when each write was acknowledged. After
+//! every failover the checker asks the new primary for every acknowledged write (sync mode:
+//! each one must be there) and the configuration for its epoch; a primary that went on
+//! acknowledging after its mirror took over would show as a write the new primary lacks.
+//!
+//! * A member cut off from the two others, each in turn, the leader first, while clients
+//!   write: the primary renews its lease through the members left and keeps acknowledging;
+//!   the mirror never takes over.
+//! * The leader cut off at the moment the primary dies: the mirror takes over through the two
+//!   others within 3 s. Every member cut off from every other (no quorum anywhere) while the
+//!   primary writes: it stops acknowledging within its lease's TTL and exits, the mirror does
+//!   not take over while there is no quorum, and does once the cuts heal.
+//! * A backup partitioned, then stopped (SIGSTOP), during its own full copy: the primary
+//!   goes on acknowledging, the backup catches up once back, and holds a prefix of history.
+//! * `mnemo repl status` prints the mode the primary recorded (`syncseceth`, `syncdisk`).
+//!
+//! Needs root, iproute2, iptables and etcd: skipped (loudly) without them, a failure under
+//! `MNEMO_REQUIRE_TOOLS=1`. The tests run one at a time: each times failovers.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mnemo_repl_etcd::{ClusterConfig, Control};
+use mnemo_resp::Reply;
+use support::netns::{available, NsEtcd};
+use support::repl::{field, free_port, info, signal, value, write_secret, MirrorProc};
+use support::{shm_dir, Client, Server};
+
+/// The target: the mirror serves within this long after the primary is gone.
+const FAILOVER_MAX: Duration = Duration::from_secs(3);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A primary and its mirror under etcd at `members` (sync mode): the mirror is given the
+/// members as one comma-separated list, the primary as repeated `--etcd`.
+struct Cluster {
+    mirror: MirrorProc,
+    primary: Server,
+    promote_port: u16,
+    control: Control,
+}
+
+impl Cluster {
+    fn start(dir: &Path, members: &[String], name: &str) -> Cluster {
+        let secret = write_secret(dir, "repl.secret", "a shared secret for this test\n");
+        let urls = members.join(",");
+        let promote_port = free_port();
+        let promote = promote_port.to_string();
+        let mirror = MirrorProc::start_as(
+            "mirror",
+            &dir.join("mirror"),
+            &secret,
+            dir.join("mirror.log"),
+            &[
+                "--etcd",
+                &urls,
+                "--cluster",
+                name,
+                "--promote-port",
+                &promote,
+                "--repl-mode",
+                "sync",
+            ],
+        );
+        let mirror_addr = format!("127.0.0.1:{}", mirror.port);
+        let mut args = vec![
+            "--mirror",
+            &mirror_addr,
+            "--repl-mode",
+            "sync",
+            "--repl-secret-file",
+            secret.to_str().unwrap(),
+            "--cluster",
+            name,
+        ];
+        for m in members {
+            args.extend(["--etcd", m.as_str()]);
+        }
+        let primary = Server::start(&dir.join("primary").join("kv.pool"), &args);
+        let control = Control::connect(members, name, Duration::from_secs(2)).unwrap();
+        until_config(&control, "the mirror in sync", |c| c.mirror_in_sync);
+        Cluster {
+            mirror,
+            primary,
+            promote_port,
+            control,
+        }
+    }
+}
+
+/// Wait (at most 20 s) until the configuration satisfies `ok`; returns it.
+fn until_config(
+    control: &Control,
+    what: &str,
+    ok: impl Fn(&ClusterConfig) -> bool,
+) -> ClusterConfig {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    loop {
+        if let Ok(Some((config, _))) = control.load() {
+            if ok(&config) {
+                return config;
+            }
+            last = Some(config);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never got {what}; the configuration: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One acknowledged write: its key, value, and when its acknowledgement arrived.
+type Acked = (String, String, Instant);
+
+/// Clients SETting without pause, each recording what was acknowledged and when, until an
+/// error or a closed connection (or [`Writers::finish`]).
+struct Writers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Vec<Acked>>>,
+    acks: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Writers {
+    fn start(port: u16, count: usize, prefix: &str) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..count)
+            .map(|w| {
+                let (prefix, stop, acks) = (prefix.to_string(), stop.clone(), acks.clone());
+                std::thread::spawn(move || {
+                    let mut client = Client::connect(port).unwrap();
+                    let mut acked = Vec::new();
+                    for i in 0.. {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let (key, v) = (format!("{prefix}{w}-k{i}"), value(i));
+                        match client.call(&["SET", key.as_str(), v.as_str()]) {
+                            Ok(Reply::Simple(s)) if s.as_ref() == b"OK" => {
+                                let now = Instant::now();
+                                acks.lock().unwrap().push(now);
+                                acked.push((key, v, now));
+                            }
+                            Ok(Reply::Error(_)) | Err(_) => break,
+                            Ok(other) => panic!("SET: {other:?}"),
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        Writers {
+            stop,
+            threads,
+            acks,
+        }
+    }
+
+    /// The acknowledgements so far, in time order.
+    fn ack_times(&self) -> Vec<Instant> {
+        let mut t = self.acks.lock().unwrap().clone();
+        t.sort();
+        t
+    }
+
+    fn all_stopped(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
+    fn finish(self) -> Vec<Acked> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    }
+}
+
+/// The longest time without an acknowledgement within `[from, to]` (its ends counted).
+fn longest_pause(acks: &[Instant], from: Instant, to: Instant) -> Duration {
+    let mut last = from;
+    let mut longest = Duration::ZERO;
+    for &t in acks.iter().filter(|&&t| t > from && t <= to) {
+        longest = longest.max(t - last);
+        last = t;
+    }
+    longest.max(to.saturating_duration_since(last))
+}
+
+/// Wait until a server answers PING on `port`; the time since `since`.
+fn until_serving(port: u16, since: Instant, log: &Path, max: Duration) -> Duration {
+    let deadline = Instant::now() + max;
+    loop {
+        if let Ok(mut c) = Client::connect(port) {
+            if c.call(&["PING"]).is_ok() {
+                return since.elapsed();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mirror did not serve within {max:?}:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The checker: every acknowledged write is on the server at `port` with its value.
+fn check_all(port: u16, acked: &[Acked]) {
+    let mut client = Client::connect(port).unwrap();
+    for chunk in acked.chunks(256) {
+        let commands: Vec<Vec<&str>> = chunk
+            .iter()
+            .map(|(k, _, _)| vec!["GET", k.as_str()])
+            .collect();
+        let replies = client.pipeline(&commands).unwrap();
+        for ((key, v, _), reply) in chunk.iter().zip(replies) {
+            match reply {
+                Reply::Bulk(got) => assert_eq!(
+                    String::from_utf8_lossy(&got),
+                    *v,
+                    "{key}: another value on the new primary"
+                ),
+                other => panic!("{key} was acknowledged but the new primary has {other:?}"),
+            }
+        }
+    }
+}
+
+/// Watches the configuration from the test: when each epoch was first seen (an upper bound
+/// of when it was committed).
+struct EpochWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(u64, Instant)>>>,
+}
+
+impl EpochWatch {
+    fn start(members: &[String], name: &str) -> EpochWatch {
+        let control = Control::connect(members, name, Duration::from_secs(2)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen: Vec<(u64, Instant)> = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                if let Ok(Some((config, _))) = control.load() {
+                    if seen.last().is_none_or(|(e, _)| *e != config.epoch) {
+                        seen.push((config.epoch, Instant::now()));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            seen
+        });
+        EpochWatch {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Vec<(u64, Instant)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Schedules (a) and (b): one member at a time, the leader first, cut off from the two others
+/// for 3 s while two clients write. The member still accepts the primary's requests (and its
+/// lease's keep-alives) but cannot answer them. The primary must renew its lease through the
+/// members left and keep acknowledging; its configuration stays at epoch 1 (the mirror never
+/// takes over). At the end the primary is killed and the mirror takes over with every write.
+#[test]
+fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
+    if !available() {
+        return;
+    }
+    let _serial = serial();
+    let etcd = NsEtcd::start(8);
+    let members: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
+    let dir = shm_dir();
+    let cluster = Cluster::start(dir.path(), &members, "cut-member");
+    let watch = EpochWatch::start(&members, "cut-member");
+    let writers = Writers::start(cluster.primary.port, 2, "w");
+    std::thread::sleep(Duration::from_millis(500));
+
+    let leader = etcd.until_leader();
+    let order: Vec<usize> = std::iter::once(leader)
+        .chain((0..3).filter(|&i| i != leader))
+        .collect();
+    let mut windows = Vec::new();
+    for &i in &order {
+        etcd.isolate(i);
+        let cut = Instant::now();
+        std::thread::sleep(Duration::from_secs(3));
+        etcd.heal();
+        let healed = Instant::now();
+        windows.push((i, cut, healed));
+        // The member rejoins (its term may force an election).
+        std::thread::sleep(Duration::from_millis(1500));
+        etcd.until_leader();
+    }
+    let acks = writers.ack_times();
+    let stopped = writers.all_stopped();
+    let acked = writers.finish();
+    let seen = watch.finish();
+    for &(i, cut, healed) in &windows {
+        let during = acks.iter().filter(|&&t| t > cut && t <= healed).count();
+        let pause = longest_pause(&acks, cut, healed);
+        println!(
+            "member {i}{} cut off for {:?}: {during} writes acknowledged, the longest pause {pause:?}",
+            if i == leader { " (the leader)" } else { "" },
+            healed - cut
+        );
+    }
+    println!("epochs seen: {:?}", seen.iter().map(|s| s.0).collect::<Vec<_>>());
+    let log = cluster.primary.log_text();
+    assert!(
+        !stopped,
+        "the primary stopped acknowledging:\n{}",
+        &log[log.len().saturating_sub(4000)..]
+    );
+    for &(i, cut, healed) in &windows {
+        let pause = longest_pause(&acks, cut, healed);
+        assert!(
+            pause < Duration::from_secs(1),
+            "member {i} cut off: no acknowledgement for {pause:?} (the primary could not renew its lease through the others)"
+        );
+    }
+    assert!(
+        seen.iter().all(|&(e, _)| e == 1),
+        "the configuration changed: {seen:?}"
+    );
+
+    // The primary dies: the mirror takes over with every acknowledged write.
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log, Duration::from_secs(10));
+    println!("failover after the cuts: {failover:?}; {} writes", acked.len());
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(cluster.promote_port, &acked);
+}
+
+/// Schedule (c): the etcd leader is cut off from the two other members at the moment the
+/// primary is killed: the mirror, whose requests may land on the cut-off member, must take
+/// over through the two others within 3 s, with every write. Then no quorum anywhere (every
+/// member cut off from every other) under a second cluster's primary: it stops
+/// acknowledging within its lease's TTL and exits; its mirror does not take over while no
+/// quorum is reachable, and does, with every write, once the cuts heal.
+#[test]
+fn the_mirror_takes_over_through_the_members_left_and_not_without_a_quorum() {
+    if !available() {
+        return;
+    }
+    let _serial = serial();
+    let etcd = NsEtcd::start(9);
+    let members: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
+    let dir = shm_dir();
+    let first = dir.path().join("first");
+    std::fs::create_dir_all(&first).unwrap();
+    let cluster = Cluster::start(&first, &members, "leader-cut");
+    let writers = Writers::start(cluster.primary.port, 2, "w");
+    std::thread::sleep(Duration::from_millis(500));
+    let leader = etcd.until_leader();
+    etcd.isolate(leader);
+    signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
+    let killed = Instant::now();
+    let acked = writers.finish();
+    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log, Duration::from_secs(10));
+    println!(
+        "failover with the etcd leader cut off as the primary died: {failover:?}; {} writes",
+        acked.len()
+    );
+    assert!(acked.len() > 20, "only {} writes", acked.len());
+    assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
+    check_all(cluster.promote_port, &acked);
+    etcd.heal();
+    let config = until_config(&cluster.control, "epoch 2", |c| c.epoch == 2);
+    assert_eq!(config.primary, format!("127.0.0.1:{}", cluster.promote_port));
+    drop(cluster);
+
+    // No quorum anywhere.
+    etcd.until_leader();
+    let second = dir.path().join("second");
+    std::fs::create_dir_all(&second).unwrap();
+    let mut cluster = Cluster::start(&second, &members, "no-quorum");
+    let writers = Writers::start(cluster.primary.port, 2, "n");
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..3 {
+        etcd.isolate(i);
+    }
+    let cut = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !writers.all_stopped() {
+        assert!(
+            Instant::now() < deadline,
+            "the primary still acknowledges 5 s after etcd lost its quorum"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let last = *writers.ack_times().last().expect("writes were acknowledged");
+    let acked = writers.finish();
+    let after = last.saturating_duration_since(cut);
+    println!("no quorum: the last write was acknowledged {after:?} after the cut");
+    assert!(
+        after < Duration::from_secs(1),
+        "acknowledged {after:?} after the cut, when the lease may have expired"
+    );
+    let status = cluster.primary.wait_exit();
+    assert!(!status.success(), "the fenced primary exited cleanly");
+    let log = cluster.primary.log_text();
+    assert!(log.contains("fenced"), "{log}");
+    // The mirror cannot take over: no quorum to swap the configuration.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        Client::connect(cluster.promote_port).is_err(),
+        "the mirror took over without a quorum"
+    );
+    etcd.heal();
+    let healed = Instant::now();
+    let took = until_serving(
+        cluster.promote_port,
+        healed,
+        &cluster.mirror.log,
+        Duration::from_secs(20),
+    );
+    println!("the quorum back: the mirror serves {took:?} later");
+    check_all(cluster.promote_port, &acked);
+    let config = until_config(&cluster.control, "epoch 2", |c| c.epoch == 2);
+    assert_eq!(config.primary, format!("127.0.0.1:{}", cluster.promote_port));
+}
+
+/// `mnemo repl status` prints the mode the primary recorded in etcd: `syncseceth` (a mirror
+/// on tmpfs) and `syncdisk` (the mirror's image in a file on a disk, `--disk-image`).
+#[test]
+fn repl_status_prints_the_recorded_mode() {
+    let _serial = serial();
+    let Some(etcd) = mnemo_repl_etcd::testing::EtcdServer::start() else {
+        return;
+    };
+    let dir = shm_dir();
+    let disk = tempfile::Builder::new()
+        .prefix("mnemo-status-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    assert!(
+        !mnemo_repl::mirror::on_memory_fs(disk.path()).unwrap(),
+        "the target directory is on tmpfs: this test needs a disk"
+    );
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    for (mode, extra) in [
+        ("syncseceth", None),
+        ("syncdisk", Some(disk.path().join("mirror.image"))),
+    ] {
+        let name = format!("status-{mode}");
+        let mut mirror_args = vec![
+            "--etcd".to_string(),
+            etcd.url.clone(),
+            "--cluster".into(),
+            name.clone(),
+            "--promote-port".into(),
+            free_port().to_string(),
+        ];
+        if let Some(image) = &extra {
+            mirror_args.extend(["--disk-image".into(), image.to_str().unwrap().into()]);
+        }
+        let mirror_args: Vec<&str> = mirror_args.iter().map(String::as_str).collect();
+        let mirror = MirrorProc::start_as(
+            "mirror",
+            &dir.path().join(&name),
+            &secret,
+            dir.path().join(format!("{name}.log")),
+            &mirror_args,
+        );
+        let mirror_addr = format!("127.0.0.1:{}", mirror.port);
+        let primary = Server::start(
+            &dir.path().join(format!("{name}-primary")).join("kv.pool"),
+            &[
+                "--mirror",
+                &mirror_addr,
+                "--repl-mode",
+                mode,
+                "--repl-secret-file",
+                secret.to_str().unwrap(),
+                "--etcd",
+                &etcd.url,
+                "--cluster",
+                &name,
+            ],
+        );
+        let control = Control::connect(std::slice::from_ref(&etcd.url), &name, Duration::from_secs(2)).unwrap();
+        until_config(&control, "the mirror in sync", |c| c.mirror_in_sync);
+        let mut client = primary.client();
+        assert!(matches!(client.call(&["SET", "k", "v"]).unwrap(), Reply::Simple(_)));
+        let text = info(&mut client, "replication");
+        assert_eq!(field(&text, "mnemo_repl_mode"), Some(mode), "{text}");
+        let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
+            .args(["repl", "status", "--etcd", &etcd.url, "--cluster", &name])
+            .output()
+            .unwrap();
+        let status = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(status.lines().any(|l| l == format!("mode: {mode}")), "{status}");
+        assert!(status.contains("mirror_in_sync: true"), "{status}");
+        assert!(status.contains(&format!("mirror: {mirror_addr}")), "{status}");
+        println!("{status}");
+    }
+}
