@@ -556,3 +556,219 @@ fn repl_status_prints_the_recorded_mode() {
         println!("{status}");
     }
 }
+
+/// A 16 KiB value for key `f{j}`.
+fn fill(j: u64) -> String {
+    format!("{j:08}").repeat(2048)
+}
+
+/// One client writing k0, k1, ... in order (each with its `value`), 2 ms apart, recording
+/// when each was acknowledged, until stopped.
+struct OrderedWriter {
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<Vec<Instant>>>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl OrderedWriter {
+    fn start(port: u16) -> OrderedWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks = Arc::new(Mutex::new(Vec::new()));
+        let (done, times) = (stop.clone(), acks.clone());
+        let thread = std::thread::spawn(move || {
+            let mut client = Client::connect(port).unwrap();
+            let mut next = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let key = format!("k{next}");
+                let reply = client.call(&["SET", key.as_str(), value(next).as_str()]);
+                assert!(matches!(reply, Ok(Reply::Simple(_))), "{key}: {reply:?}");
+                times.lock().unwrap().push(Instant::now());
+                next += 1;
+                // About 400 writes a second: a stream of records the backup's link carries
+                // (unpaced, this client outruns the test's link, and the backup never catches up).
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            next
+        });
+        OrderedWriter { stop, acks, thread }
+    }
+
+    fn ack_times(&self) -> Vec<Instant> {
+        self.acks.lock().unwrap().clone()
+    }
+
+    /// How many writes were acknowledged (k0 up to that, excluded).
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// Schedule 2: a backup behind a mirror, in a network namespace behind 16 Mbit/s (tc tbf),
+/// the primary in `syncseceth` with a 1 MiB threshold and a 500 ms hold. The backup is
+/// restarted so that it gets a full copy of a few MiB (seconds over the link); during that
+/// copy (500 ms into it) it is stopped (SIGSTOP) for 3 s, and, during the next one, cut off
+/// both ways (iptables in its namespace) for 3 s. Each time the primary goes on acknowledging (the
+/// longest pause bounded by the hold), and the backup, continued or reconnected, catches up
+/// (INFO replication on the primary: connected, no lag, the primary's last id). At the end
+/// the promoted backup holds a prefix of the client's ordered writes: all of them.
+#[test]
+fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_the_primary() {
+    if !available() {
+        return;
+    }
+    let _serial = serial();
+    let ns = support::netns::Netns::create(4).expect("network namespace");
+    ns.rate_limit("16mbit");
+    let dir = shm_dir();
+    let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
+    let backup_dir = dir.path().join("backup");
+    let backup_log = dir.path().join("backup.log");
+    let start_backup = |port: Option<u16>| {
+        let port = port.unwrap_or_else(free_port);
+        MirrorProc::start_on(
+            Some((&ns.name, &ns.ns_addr)),
+            port,
+            "backup",
+            &backup_dir,
+            &secret,
+            backup_log.clone(),
+            &["--bind", &ns.ns_addr],
+        )
+    };
+    let mut backup = start_backup(None);
+    let backup_port = backup.port;
+    let mirror = MirrorProc::start_as(
+        "mirror",
+        &dir.path().join("mirror"),
+        &secret,
+        dir.path().join("mirror.log"),
+        &["--backup", &format!("{}:{backup_port}", ns.ns_addr)],
+    );
+    let primary = Server::start(
+        &dir.path().join("primary").join("kv.pool"),
+        &[
+            "--mirror",
+            &format!("127.0.0.1:{}", mirror.port),
+            "--repl-mode",
+            "syncseceth",
+            "--repl-backup-stall",
+            "1M",
+            "--repl-backup-stall-ms",
+            "500",
+            "--repl-secret-file",
+            secret.to_str().unwrap(),
+        ],
+    );
+    let mut client = primary.client();
+    // Caught up: connected, after `copies` full copies at least, holding everything the
+    // primary had acknowledged when the wait began (the writer may still be writing).
+    let caught_up = |client: &mut Client, copies: u64| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let text = info(client, "replication");
+        let target: u64 = field(&text, "mnemo_repl_acked_id")
+            .and_then(|v| v.parse().ok())
+            .expect("mnemo_repl_acked_id");
+        loop {
+            let text = info(client, "replication");
+            let backup = |name| support::repl::backup_field(&text, 0, name);
+            if backup("connected") == Some(1)
+                && backup("acked_id").is_some_and(|id| id >= target)
+                && backup("copies").unwrap_or(0) >= copies
+            {
+                return text;
+            }
+            if Instant::now() > deadline {
+                let tail = |p: &Path| {
+                    let t = std::fs::read_to_string(p).unwrap_or_default();
+                    t[t.len().saturating_sub(3000)..].to_string()
+                };
+                panic!(
+                    "the backup did not catch up: {text}\nmirror:\n{}\nbackup:\n{}",
+                    tail(&mirror.log),
+                    tail(&backup_log)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // A few MiB in the image: a full copy lasts seconds over the link.
+    let fills = 60u64;
+    for j in 0..fills {
+        let reply = client.call(&["SET", &format!("f{j}"), &fill(j)]).unwrap();
+        assert!(matches!(reply, Reply::Simple(_)), "{reply:?}");
+    }
+    caught_up(&mut client, 1);
+    let writer = OrderedWriter::start(primary.port);
+    let until_copy_begins = || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok((state, _)) = mnemo_repl::mirror::peek_state(&backup_dir) {
+                if !state.complete {
+                    return Instant::now();
+                }
+            }
+            assert!(Instant::now() < deadline, "no full copy began");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+
+    // Stopped during its copy.
+    backup.kill();
+    let copies = support::repl::backup_field(&info(&mut client, "replication"), 0, "copies")
+        .unwrap_or(0);
+    backup = start_backup(Some(backup_port));
+    let began = until_copy_begins();
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = backup.child.id();
+    signal(pid, rustix::process::Signal::STOP);
+    let stopped = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    signal(pid, rustix::process::Signal::CONT);
+    let continued = Instant::now();
+    let pause = longest_pause(&writer.ack_times(), stopped, continued);
+    let during = writer.ack_times().iter().filter(|&&t| t > stopped && t <= continued).count();
+    let text = caught_up(&mut client, copies + 1);
+    println!(
+        "backup stopped {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after SIGCONT ({} copies)",
+        stopped - began,
+        continued.elapsed(),
+        support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
+    );
+    assert!(pause < Duration::from_secs(2), "the primary was held {pause:?}");
+    assert!(during > 100, "{during} writes while the backup was stopped");
+
+    // Cut off during its copy.
+    backup.kill();
+    let copies = support::repl::backup_field(&info(&mut client, "replication"), 0, "copies")
+        .unwrap_or(0);
+    backup = start_backup(Some(backup_port));
+    let began = until_copy_begins();
+    std::thread::sleep(Duration::from_millis(500));
+    ns.iptables(&["-A", "INPUT", "-j", "DROP"]);
+    ns.iptables(&["-A", "OUTPUT", "-j", "DROP"]);
+    let cut = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    ns.iptables(&["-F"]);
+    let healed = Instant::now();
+    let pause = longest_pause(&writer.ack_times(), cut, healed);
+    let during = writer.ack_times().iter().filter(|&&t| t > cut && t <= healed).count();
+    let text = caught_up(&mut client, copies + 1);
+    println!(
+        "backup cut off {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after the cut healed ({} copies)",
+        cut - began,
+        healed.elapsed(),
+        support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
+    );
+    assert!(pause < Duration::from_secs(2), "the primary was held {pause:?}");
+    assert!(during > 100, "{during} writes while the backup was cut off");
+
+    let total = writer.finish();
+    caught_up(&mut client, 0);
+    drop(client);
+    primary.kill();
+    drop(mirror);
+    backup.kill();
+    let held = support::repl::promoted_prefix(&backup_dir, total);
+    assert_eq!(held as u64, total, "the caught-up backup holds every write");
+}
