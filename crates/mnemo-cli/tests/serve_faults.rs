@@ -326,7 +326,10 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
             healed - cut
         );
     }
-    println!("epochs seen: {:?}", seen.iter().map(|s| s.0).collect::<Vec<_>>());
+    println!(
+        "epochs seen: {:?}",
+        seen.iter().map(|s| s.0).collect::<Vec<_>>()
+    );
     let log = cluster.primary.log_text();
     assert!(
         !stopped,
@@ -348,8 +351,16 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
     // The primary dies: the mirror takes over with every acknowledged write.
     signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
     let killed = Instant::now();
-    let failover = until_serving(cluster.promote_port, killed, &cluster.mirror.log, Duration::from_secs(10));
-    println!("failover after the cuts: {failover:?}; {} writes", acked.len());
+    let failover = until_serving(
+        cluster.promote_port,
+        killed,
+        &cluster.mirror.log,
+        Duration::from_secs(10),
+    );
+    println!(
+        "failover after the cuts: {failover:?}; {} writes",
+        acked.len()
+    );
     assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
     check_all(cluster.promote_port, &acked);
 }
@@ -415,9 +426,8 @@ fn the_mirror_takes_over_through_the_members_left_and_not_without_a_quorum() {
     let etcd = NsEtcd::start(9);
     let members: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
     let dir = shm_dir();
-    let follower = failover_with_a_member_cut(&etcd, &members, dir.path(), "follower-cut", |l| {
-        (l + 1) % 3
-    });
+    let follower =
+        failover_with_a_member_cut(&etcd, &members, dir.path(), "follower-cut", |l| (l + 1) % 3);
     assert!(follower < FAILOVER_MAX, "failover took {follower:?}");
     let leader = failover_with_a_member_cut(&etcd, &members, dir.path(), "leader-cut", |l| l);
     assert!(
@@ -443,7 +453,10 @@ fn the_mirror_takes_over_through_the_members_left_and_not_without_a_quorum() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let last = *writers.ack_times().last().expect("writes were acknowledged");
+    let last = *writers
+        .ack_times()
+        .last()
+        .expect("writes were acknowledged");
     let acked = writers.finish();
     let after = last.saturating_duration_since(cut);
     println!("no quorum: the last write was acknowledged {after:?} after the cut");
@@ -538,10 +551,18 @@ fn repl_status_prints_the_recorded_mode() {
                 &name,
             ],
         );
-        let control = Control::connect(std::slice::from_ref(&etcd.url), &name, Duration::from_secs(2)).unwrap();
+        let control = Control::connect(
+            std::slice::from_ref(&etcd.url),
+            &name,
+            Duration::from_secs(2),
+        )
+        .unwrap();
         until_config(&control, "the mirror in sync", |c| c.mirror_in_sync);
         let mut client = primary.client();
-        assert!(matches!(client.call(&["SET", "k", "v"]).unwrap(), Reply::Simple(_)));
+        assert!(matches!(
+            client.call(&["SET", "k", "v"]).unwrap(),
+            Reply::Simple(_)
+        ));
         let text = info(&mut client, "replication");
         assert_eq!(field(&text, "mnemo_repl_mode"), Some(mode), "{text}");
         let out = Command::new(env!("CARGO_BIN_EXE_mnemo"))
@@ -549,10 +570,20 @@ fn repl_status_prints_the_recorded_mode() {
             .output()
             .unwrap();
         let status = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(status.lines().any(|l| l == format!("mode: {mode}")), "{status}");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            status.lines().any(|l| l == format!("mode: {mode}")),
+            "{status}"
+        );
         assert!(status.contains("mirror_in_sync: true"), "{status}");
-        assert!(status.contains(&format!("mirror: {mirror_addr}")), "{status}");
+        assert!(
+            status.contains(&format!("mirror: {mirror_addr}")),
+            "{status}"
+        );
         println!("{status}");
     }
 }
@@ -715,8 +746,8 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
 
     // Stopped during its copy.
     backup.kill();
-    let copies = support::repl::backup_field(&info(&mut client, "replication"), 0, "copies")
-        .unwrap_or(0);
+    let copies =
+        support::repl::backup_field(&info(&mut client, "replication"), 0, "copies").unwrap_or(0);
     backup = start_backup(Some(backup_port));
     let began = until_copy_begins();
     std::thread::sleep(Duration::from_millis(500));
@@ -727,7 +758,11 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
     signal(pid, rustix::process::Signal::CONT);
     let continued = Instant::now();
     let pause = longest_pause(&writer.ack_times(), stopped, continued);
-    let during = writer.ack_times().iter().filter(|&&t| t > stopped && t <= continued).count();
+    let during = writer
+        .ack_times()
+        .iter()
+        .filter(|&&t| t > stopped && t <= continued)
+        .count();
     let text = caught_up(&mut client, copies + 1);
     println!(
         "backup stopped {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after SIGCONT ({} copies)",
@@ -735,13 +770,16 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
         continued.elapsed(),
         support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
     );
-    assert!(pause < Duration::from_secs(2), "the primary was held {pause:?}");
+    assert!(
+        pause < Duration::from_secs(2),
+        "the primary was held {pause:?}"
+    );
     assert!(during > 100, "{during} writes while the backup was stopped");
 
     // Cut off during its copy.
     backup.kill();
-    let copies = support::repl::backup_field(&info(&mut client, "replication"), 0, "copies")
-        .unwrap_or(0);
+    let copies =
+        support::repl::backup_field(&info(&mut client, "replication"), 0, "copies").unwrap_or(0);
     backup = start_backup(Some(backup_port));
     let began = until_copy_begins();
     std::thread::sleep(Duration::from_millis(500));
@@ -752,7 +790,11 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
     ns.iptables(&["-F"]);
     let healed = Instant::now();
     let pause = longest_pause(&writer.ack_times(), cut, healed);
-    let during = writer.ack_times().iter().filter(|&&t| t > cut && t <= healed).count();
+    let during = writer
+        .ack_times()
+        .iter()
+        .filter(|&&t| t > cut && t <= healed)
+        .count();
     let text = caught_up(&mut client, copies + 1);
     println!(
         "backup cut off {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after the cut healed ({} copies)",
@@ -760,7 +802,10 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
         healed.elapsed(),
         support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
     );
-    assert!(pause < Duration::from_secs(2), "the primary was held {pause:?}");
+    assert!(
+        pause < Duration::from_secs(2),
+        "the primary was held {pause:?}"
+    );
     assert!(during > 100, "{during} writes while the backup was cut off");
 
     let total = writer.finish();

@@ -215,9 +215,9 @@ impl Control {
                         None => f(client.clone()).await,
                         Some(limit) => match tokio::time::timeout(limit, f(client.clone())).await {
                             Ok(answer) => answer,
-                            Err(_) => Err(Error::Unavailable(format!(
-                                "no answer within {limit:?}"
-                            ))),
+                            Err(_) => {
+                                Err(Error::Unavailable(format!("no answer within {limit:?}")))
+                            }
                         },
                     };
                     match answer {

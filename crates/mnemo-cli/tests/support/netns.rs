@@ -211,7 +211,9 @@ impl NsEtcd {
         };
         let must = |args: &[&str]| run(args).expect("building the test's namespaces");
         must(&["ip", "netns", "add", &hub]);
-        must(&["ip", "-n", &hub, "link", "add", "name", "mfbr", "type", "bridge"]);
+        must(&[
+            "ip", "-n", &hub, "link", "add", "name", "mfbr", "type", "bridge",
+        ]);
         must(&["ip", "-n", &hub, "link", "set", "mfbr", "up"]);
         must(&[
             "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &hub_if,
@@ -250,7 +252,9 @@ impl NsEtcd {
             ]);
             must(&["ip", "link", "set", &inner, "netns", &ns]);
             must(&["ip", "link", "set", &outer, "netns", &hub]);
-            must(&["ip", "-n", &hub, "link", "set", &outer, "master", "mfbr", "up"]);
+            must(&[
+                "ip", "-n", &hub, "link", "set", &outer, "master", "mfbr", "up",
+            ]);
             must(&[
                 "ip",
                 "-n",
