@@ -7,15 +7,17 @@
 //! each one must be there) and the configuration for its epoch; a primary that went on
 //! acknowledging after its mirror took over would show as a write the new primary lacks.
 //!
-//! * A member cut off from the two others, each in turn, the leader first, while clients
-//!   write: the primary renews its lease through the members left and keeps acknowledging;
+//! * A member cut off from the two others, each in turn, the leader first, then one way,
+//!   while clients write: the primary renews its lease through the members left and keeps acknowledging;
 //!   the mirror never takes over.
 //! * The leader cut off at the moment the primary dies: the mirror takes over through the two
 //!   others within 3 s. Every member cut off from every other (no quorum anywhere) while the
 //!   primary writes: it stops acknowledging within its lease's TTL and exits, the mirror does
 //!   not take over while there is no quorum, and does once the cuts heal.
-//! * A backup partitioned, then stopped (SIGSTOP), during its own full copy: the primary
-//!   goes on acknowledging, the backup catches up once back, and holds a prefix of history.
+//! * A backup stopped (SIGSTOP), then partitioned, during its own full copy: in `syncseceth`
+//!   the primary goes on acknowledging (held at most the 500 ms hold), in `syncsec` it is
+//!   held a bounded time (the copy is sent under the mirror's lock); the backup catches up
+//!   once back, and holds a prefix of history.
 //! * `mnemo repl status` prints the mode the primary recorded (`syncseceth`, `syncdisk`).
 //!
 //! Needs root, iproute2, iptables and etcd: skipped (loudly) without them, a failure under
@@ -279,10 +281,11 @@ impl EpochWatch {
 }
 
 /// Schedules (a) and (b): one member at a time, the leader first, cut off from the two others
-/// for 3 s while two clients write. The member still accepts the primary's requests (and its
-/// lease's keep-alives) but cannot answer them. The primary must renew its lease through the
-/// members left and keep acknowledging; its configuration stays at epoch 1 (the mirror never
-/// takes over). At the end the primary is killed and the mirror takes over with every write.
+/// for 3 s while two clients write; then one way (what it sends its peers dropped), the
+/// leader and a follower. The member still accepts the primary's requests (and its lease's
+/// keep-alives) but cannot answer them. The primary must renew its lease through the members
+/// left and keep acknowledging; its configuration stays at epoch 1 (the mirror never takes
+/// over). At the end the primary is killed and the mirror takes over with every write.
 #[test]
 fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
     if !available() {
@@ -298,17 +301,30 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
     std::thread::sleep(Duration::from_millis(500));
 
     let leader = etcd.until_leader();
-    let order: Vec<usize> = std::iter::once(leader)
+    // Both ways: the leader, then each follower; then one way (what the member sends its
+    // peers dropped): the leader as it is then, and a follower.
+    let mut order: Vec<(usize, bool)> = std::iter::once(leader)
         .chain((0..3).filter(|&i| i != leader))
+        .map(|i| (i, true))
         .collect();
+    order.extend([(usize::MAX, false), (usize::MAX - 1, false)]);
     let mut windows = Vec::new();
-    for &i in &order {
-        etcd.isolate(i);
+    for (i, both) in order {
+        let i = match i {
+            usize::MAX => etcd.until_leader(),
+            n if n == usize::MAX - 1 => (etcd.until_leader() + 1) % 3,
+            n => n,
+        };
+        if both {
+            etcd.isolate(i);
+        } else {
+            etcd.isolate_one_way(i);
+        }
         let cut = Instant::now();
         std::thread::sleep(Duration::from_secs(3));
         etcd.heal();
         let healed = Instant::now();
-        windows.push((i, cut, healed));
+        windows.push((i, both, cut, healed));
         // The member rejoins (its term may force an election).
         std::thread::sleep(Duration::from_millis(1500));
         etcd.until_leader();
@@ -317,15 +333,16 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
     let stopped = writers.all_stopped();
     let acked = writers.finish();
     let seen = watch.finish();
-    for &(i, cut, healed) in &windows {
+    for &(i, both, cut, healed) in &windows {
         let during = acks.iter().filter(|&&t| t > cut && t <= healed).count();
         let pause = longest_pause(&acks, cut, healed);
         println!(
-            "member {i}{} cut off for {:?}: {during} writes acknowledged, the longest pause {pause:?}",
-            if i == leader { " (the leader)" } else { "" },
+            "member {i} cut off {} for {:?}: {during} writes acknowledged, the longest pause {pause:?}",
+            if both { "both ways" } else { "one way" },
             healed - cut
         );
     }
+    println!("the leader at the first cut: member {leader}");
     println!(
         "epochs seen: {:?}",
         seen.iter().map(|s| s.0).collect::<Vec<_>>()
@@ -336,7 +353,7 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
         "the primary stopped acknowledging:\n{}",
         &log[log.len().saturating_sub(4000)..]
     );
-    for &(i, cut, healed) in &windows {
+    for &(i, _, cut, healed) in &windows {
         let pause = longest_pause(&acks, cut, healed);
         assert!(
             pause < Duration::from_secs(1),
@@ -639,17 +656,33 @@ impl OrderedWriter {
 /// the primary in `syncseceth` with a 1 MiB threshold and a 500 ms hold. The backup is
 /// restarted so that it gets a full copy of a few MiB (seconds over the link); during that
 /// copy (500 ms into it) it is stopped (SIGSTOP) for 3 s, and, during the next one, cut off
-/// both ways (iptables in its namespace) for 3 s. Each time the primary goes on acknowledging (the
-/// longest pause bounded by the hold), and the backup, continued or reconnected, catches up
-/// (INFO replication on the primary: connected, no lag, the primary's last id). At the end
-/// the promoted backup holds a prefix of the client's ordered writes: all of them.
+/// both ways (iptables in its namespace) for 3 s. Each time the primary goes on
+/// acknowledging (the copy comes from a snapshot; the longest pause bounded by the hold), and
+/// the backup, continued or reconnected, catches up (INFO replication on the primary:
+/// connected, holding what the primary had acknowledged). At the end the promoted backup
+/// holds a prefix of the client's ordered writes: all of them.
 #[test]
 fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_the_primary() {
+    backup_faults_during_a_copy("syncseceth", 4, Duration::from_secs(2));
+}
+
+/// The same in `syncsec`, whose copy to a backup is sent under the mirror's lock: the primary
+/// is held while it is sent (the stall noted in replication.md), and a backup that stops
+/// reading or is cut off holds it until it reads again or the send times out (3 s without
+/// progress), not until TCP gives up, minutes later; the copy made after the cut healed
+/// holds it again for its length (the longest pause, from the first copy's start until the
+/// backup caught up: 6-9 s here).
+#[test]
+fn in_syncsec_a_backup_stopped_or_cut_off_during_its_copy_holds_the_primary_one_send_timeout() {
+    backup_faults_during_a_copy("syncsec", 5, Duration::from_secs(20));
+}
+
+fn backup_faults_during_a_copy(mode: &str, slot: u32, max_pause: Duration) {
     if !available() {
         return;
     }
     let _serial = serial();
-    let ns = support::netns::Netns::create(4).expect("network namespace");
+    let ns = support::netns::Netns::create(slot).expect("network namespace");
     ns.rate_limit("16mbit");
     let dir = shm_dir();
     let secret = write_secret(dir.path(), "repl.secret", "a shared secret for this test\n");
@@ -682,7 +715,7 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
             "--mirror",
             &format!("127.0.0.1:{}", mirror.port),
             "--repl-mode",
-            "syncseceth",
+            mode,
             "--repl-backup-stall",
             "1M",
             "--repl-backup-stall-ms",
@@ -757,24 +790,24 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
     std::thread::sleep(Duration::from_secs(3));
     signal(pid, rustix::process::Signal::CONT);
     let continued = Instant::now();
-    let pause = longest_pause(&writer.ack_times(), stopped, continued);
     let during = writer
         .ack_times()
         .iter()
         .filter(|&&t| t > stopped && t <= continued)
         .count();
     let text = caught_up(&mut client, copies + 1);
+    // From the copy's start until the backup caught up.
+    let pause = longest_pause(&writer.ack_times(), began, Instant::now());
     println!(
-        "backup stopped {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after SIGCONT ({} copies)",
+        "{mode}: backup stopped {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after SIGCONT ({} copies)",
         stopped - began,
         continued.elapsed(),
         support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
     );
-    assert!(
-        pause < Duration::from_secs(2),
-        "the primary was held {pause:?}"
-    );
-    assert!(during > 100, "{during} writes while the backup was stopped");
+    assert!(pause < max_pause, "{mode}: the primary was held {pause:?}");
+    if max_pause < Duration::from_secs(3) {
+        assert!(during > 100, "{during} writes while the backup was stopped");
+    }
 
     // Cut off during its copy.
     backup.kill();
@@ -789,24 +822,23 @@ fn a_backup_stopped_or_cut_off_during_its_full_copy_catches_up_without_holding_t
     std::thread::sleep(Duration::from_secs(3));
     ns.iptables(&["-F"]);
     let healed = Instant::now();
-    let pause = longest_pause(&writer.ack_times(), cut, healed);
     let during = writer
         .ack_times()
         .iter()
         .filter(|&&t| t > cut && t <= healed)
         .count();
     let text = caught_up(&mut client, copies + 1);
+    let pause = longest_pause(&writer.ack_times(), began, Instant::now());
     println!(
-        "backup cut off {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after the cut healed ({} copies)",
+        "{mode}: backup cut off {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after the cut healed ({} copies)",
         cut - began,
         healed.elapsed(),
         support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
     );
-    assert!(
-        pause < Duration::from_secs(2),
-        "the primary was held {pause:?}"
-    );
-    assert!(during > 100, "{during} writes while the backup was cut off");
+    assert!(pause < max_pause, "{mode}: the primary was held {pause:?}");
+    if max_pause < Duration::from_secs(3) {
+        assert!(during > 100, "{during} writes while the backup was cut off");
+    }
 
     let total = writer.finish();
     caught_up(&mut client, 0);

@@ -347,6 +347,16 @@ impl NsEtcd {
         }
     }
 
+    /// Cut member `i` off from the other members one way: what it sends them is dropped
+    /// (their packets reach it, its answers and TCP acknowledgements do not go back).
+    pub fn isolate_one_way(&self, i: usize) {
+        for (j, other) in self.members.iter().enumerate() {
+            if j != i {
+                self.members[i].iptables(&["-A", "OUTPUT", "-d", &other.addr, "-j", "DROP"]);
+            }
+        }
+    }
+
     /// Undo every cut.
     pub fn heal(&self) {
         for m in &self.members {
