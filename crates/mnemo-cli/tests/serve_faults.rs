@@ -288,7 +288,7 @@ impl EpochWatch {
 /// over). At the end the primary is killed and the mirror takes over with every write.
 #[test]
 fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
-    if !available() {
+    if !available(true) {
         return;
     }
     let _serial = serial();
@@ -436,7 +436,7 @@ fn failover_with_a_member_cut(
 /// quorum is reachable, and does, with every write, once the cuts heal.
 #[test]
 fn the_mirror_takes_over_through_the_members_left_and_not_without_a_quorum() {
-    if !available() {
+    if !available(true) {
         return;
     }
     let _serial = serial();
@@ -678,7 +678,7 @@ fn in_syncsec_a_backup_stopped_or_cut_off_during_its_copy_holds_the_primary_one_
 }
 
 fn backup_faults_during_a_copy(mode: &str, slot: u32, max_pause: Duration) {
-    if !available() {
+    if !available(false) {
         return;
     }
     let _serial = serial();

@@ -28,27 +28,31 @@ pub fn run(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Whether the namespace tests can run here (root, `ip`, `iptables`, `tc`, etcd). Missing:
-/// a failure under `MNEMO_REQUIRE_TOOLS=1`, else a skip that says so.
-pub fn available() -> bool {
+/// Whether the namespace tests can run here (root, `ip` and `tc`, `iptables`; and etcd if
+/// `etcd`). Missing: a failure under `MNEMO_REQUIRE_TOOLS=1`, else a skip that says so.
+pub fn available(etcd: bool) -> bool {
     let root = rustix::process::geteuid().is_root();
     let tools = Command::new("iptables").arg("-V").output().is_ok()
         && Command::new("ip").arg("-V").output().is_ok()
         && Command::new("tc").arg("-V").output().is_ok()
-        && Command::new("etcd")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
+        && (!etcd
+            || Command::new("etcd")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success()));
     if root && tools {
         return true;
     }
+    let needs = if etcd {
+        "root, ip and tc (iproute2), iptables and etcd (etcd-server)"
+    } else {
+        "root, ip and tc (iproute2) and iptables"
+    };
     assert!(
         std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "the fault tests need root, ip and tc (iproute2), iptables and etcd (etcd-server) (MNEMO_REQUIRE_TOOLS=1)"
+        "this fault test needs {needs} (MNEMO_REQUIRE_TOOLS=1)"
     );
-    eprintln!(
-        "SKIPPED: the fault tests need root, ip and tc (iproute2), iptables and etcd (etcd-server)"
-    );
+    eprintln!("SKIPPED: this fault test needs {needs}");
     false
 }
 
