@@ -189,15 +189,17 @@ impl Control {
         self.call_with(None, f)
     }
 
-    /// [`Control::call`] for a request that may be made twice (a read): an attempt that
-    /// takes longer than [`READ_ATTEMPT`] is abandoned and made again.
+    /// [`Control::call`] for a request that may be made twice (a read): with several
+    /// members, an attempt that takes longer than [`READ_ATTEMPT`] is abandoned and made
+    /// again (with one, there is no other member to ask, and a slow answer is still one).
     fn read<T, F, Fut>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: Fn(Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
-        self.call_with(Some(READ_ATTEMPT), f)
+        let attempt = (self.endpoints.len() > 1).then_some(READ_ATTEMPT);
+        self.call_with(attempt, f)
     }
 
     fn call_with<T, F, Fut>(&self, attempt: Option<Duration>, f: F) -> Result<T>
@@ -384,8 +386,8 @@ impl Control {
     /// The keep-alive survives what a cluster of several members does: a member killed, a
     /// leader election, and a member cut off from its peers, which accepts the keep-alive and
     /// never answers it (it cannot reach the leader). Each keep-alive goes to one member at a
-    /// time; one not answered within a quarter of the TTL (a healthy member answers in
-    /// milliseconds) is sent at once to the next member, so that a renewal through the
+    /// time; with several, one not answered within a quarter of the TTL (a healthy member
+    /// answers in milliseconds) is sent at once to the next member, so that a renewal through the
     /// members left arrives before the last one ran out (0.9 TTL). The lease is lost only when
     /// etcd says it expired. Until then [`Lease::valid`] says whether the last renewal still
     /// holds.
@@ -408,7 +410,13 @@ impl Control {
         lease.renewed(sent, granted);
         let ttl = Duration::from_secs(granted.max(1) as u64);
         let every = ttl / 3;
-        let answer_wait = ttl / 4;
+        // Past this without an answer, the next member is asked (a single member is waited
+        // for as long as a renewal can still help).
+        let answer_wait = if self.endpoints.len() > 1 {
+            ttl / 4
+        } else {
+            ttl
+        };
         let held = Arc::clone(&lease);
         let endpoints = self.endpoints.clone();
         let connect_timeout = self.timeout;
