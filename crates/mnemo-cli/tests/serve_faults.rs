@@ -8,8 +8,8 @@
 //! acknowledging after its mirror took over would show as a write the new primary lacks.
 //!
 //! * A member cut off from the two others, each in turn, the leader first, then one way,
-//!   while clients write: the primary renews its lease through the members left and keeps acknowledging;
-//!   the mirror never takes over.
+//!   while clients write: the primary renews its lease through the members left and keeps
+//!   acknowledging; the mirror never takes over.
 //! * The leader cut off at the moment the primary dies: the mirror takes over through the two
 //!   others within 3 s. Every member cut off from every other (no quorum anywhere) while the
 //!   primary writes: it stops acknowledging within its lease's TTL and exits, the mirror does
