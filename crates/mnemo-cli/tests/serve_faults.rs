@@ -14,6 +14,9 @@
 //!   others within 3 s. Every member cut off from every other (no quorum anywhere) while the
 //!   primary writes: it stops acknowledging within its lease's TTL and exits, the mirror does
 //!   not take over while there is no quorum, and does once the cuts heal.
+//! * The primary on the minority side of an etcd partition (it knows one member, cut off
+//!   from the two others), its mirror on the majority's: the primary stops acknowledging and
+//!   exits, the mirror takes over with every write.
 //! * A backup stopped (SIGSTOP), then partitioned, during its own full copy: in `syncseceth`
 //!   the primary goes on acknowledging (held at most the 500 ms hold), in `syncsec` it is
 //!   held a bounded time (the copy is sent under the mirror's lock); the backup catches up
@@ -57,6 +60,16 @@ struct Cluster {
 
 impl Cluster {
     fn start(dir: &Path, members: &[String], name: &str) -> Cluster {
+        Cluster::start_split(dir, members, members, name)
+    }
+
+    /// [`Cluster::start`] with the primary given only `primary_members`.
+    fn start_split(
+        dir: &Path,
+        primary_members: &[String],
+        members: &[String],
+        name: &str,
+    ) -> Cluster {
         let secret = write_secret(dir, "repl.secret", "a shared secret for this test\n");
         let urls = members.join(",");
         let promote_port = free_port();
@@ -88,7 +101,7 @@ impl Cluster {
             "--cluster",
             name,
         ];
-        for m in members {
+        for m in primary_members {
             args.extend(["--etcd", m.as_str()]);
         }
         let primary = Server::start(&dir.join("primary").join("kv.pool"), &args);
@@ -503,6 +516,79 @@ fn the_mirror_takes_over_through_the_members_left_and_not_without_a_quorum() {
     );
     println!("the quorum back: the mirror serves {took:?} later");
     check_all(cluster.promote_port, &acked);
+    let config = until_config(&cluster.control, "epoch 2", |c| c.epoch == 2);
+    assert_eq!(
+        config.primary,
+        format!("127.0.0.1:{}", cluster.promote_port)
+    );
+}
+
+/// The primary and its mirror on two sides of an etcd partition: the primary knows only one
+/// member (a follower), which is cut off from the two others while clients write; the
+/// mirror knows all three. The primary can no longer renew its lease: it stops acknowledging
+/// and exits; the lease expires at the majority and the mirror takes over through it, with
+/// every write the old primary acknowledged, the last of them before the new primary served.
+#[test]
+fn a_primary_on_the_minority_side_of_an_etcd_partition_gives_way_to_its_mirror() {
+    if !available(true) {
+        return;
+    }
+    let _serial = serial();
+    let etcd = NsEtcd::start(10);
+    let members: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
+    let alone = (etcd.until_leader() + 1) % 3;
+    let dir = shm_dir();
+    let cluster = Cluster::start_split(
+        dir.path(),
+        std::slice::from_ref(&members[alone]),
+        &members,
+        "minority",
+    );
+    let mut primary = cluster.primary;
+    let writers = Writers::start(primary.port, 2, "w");
+    std::thread::sleep(Duration::from_millis(500));
+    etcd.isolate(alone);
+    let cut = Instant::now();
+    let serving = until_serving(
+        cluster.promote_port,
+        cut,
+        &cluster.mirror.log,
+        Duration::from_secs(10),
+    );
+    let served_at = cut + serving;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !writers.all_stopped() {
+        assert!(
+            Instant::now() < deadline,
+            "the old primary still acknowledges 5 s after the new one serves"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let last = *writers
+        .ack_times()
+        .last()
+        .expect("writes were acknowledged");
+    let acked = writers.finish();
+    println!(
+        "primary on the minority side: its last acknowledgement {:?} after the cut, the mirror serving {serving:?} after it; {} writes",
+        last.saturating_duration_since(cut),
+        acked.len()
+    );
+    assert!(
+        last < served_at,
+        "the old primary acknowledged a write {:?} after the new one served",
+        last - served_at
+    );
+    assert!(
+        serving < Duration::from_secs(4),
+        "failover took {serving:?}"
+    );
+    let status = primary.wait_exit();
+    assert!(!status.success(), "the old primary exited cleanly");
+    let log = primary.log_text();
+    assert!(log.contains("fenced") || log.contains("lease"), "{log}");
+    check_all(cluster.promote_port, &acked);
+    etcd.heal();
     let config = until_config(&cluster.control, "epoch 2", |c| c.epoch == 2);
     assert_eq!(
         config.primary,
