@@ -20,6 +20,13 @@ const RENEW_RETRY: Duration = Duration::from_millis(50);
 /// How soon a request that found its member unavailable is made again.
 const RETRY_UNAVAILABLE: Duration = Duration::from_millis(20);
 
+/// How long one attempt at a read may take before it is made again (on whichever member the
+/// client picks then). A member cut off from its peers accepts requests and, until it notices
+/// that it lost its leader (an election timeout or two), leaves them unanswered; a read that
+/// landed there would otherwise cost the whole timeout. Reads only: a write retried after an
+/// attempt that did commit would find its own change and report a conflict.
+const READ_ATTEMPT: Duration = Duration::from_millis(400);
+
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 type Job = Box<dyn FnOnce(Client) -> Task + Send>;
 
@@ -29,6 +36,9 @@ pub struct Control {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     keys: Keys,
     timeout: Duration,
+    /// Every member's URL: a lease's keep-alive goes to one member at a time, and moves to
+    /// the next when its member does not answer.
+    endpoints: Vec<String>,
 }
 
 /// A lease kept alive in the background. `lost` once etcd said it expired (from then on its
@@ -108,6 +118,7 @@ impl Control {
         let (jobs, mut queue) = tokio::sync::mpsc::unbounded_channel::<Job>();
         let (ready, started) = std::sync::mpsc::sync_channel::<Result<()>>(1);
         let endpoints = endpoints.to_vec();
+        let members = endpoints.clone();
         std::thread::Builder::new()
             .name("mnemo-etcd".into())
             .spawn(move || {
@@ -124,7 +135,7 @@ impl Control {
                 runtime.block_on(async move {
                     // No per-request timeout on the channel: it would cut the keep-alive and
                     // watch streams; `call` bounds each request instead.
-                    let options = ConnectOptions::new().with_connect_timeout(timeout);
+                    let options = connect_options(timeout);
                     let connected =
                         tokio::time::timeout(timeout, Client::connect(endpoints, Some(options)))
                             .await;
@@ -154,6 +165,7 @@ impl Control {
             jobs,
             keys,
             timeout,
+            endpoints: members,
         };
         // A first request, so that an etcd that is not there is an error here.
         control.load()?;
@@ -174,12 +186,43 @@ impl Control {
         F: Fn(Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
+        self.call_with(None, f)
+    }
+
+    /// [`Control::call`] for a request that may be made twice (a read): with several
+    /// members, an attempt that takes longer than [`READ_ATTEMPT`] is abandoned and made
+    /// again (with one, there is no other member to ask, and a slow answer is still one).
+    fn read<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let attempt = (self.endpoints.len() > 1).then_some(READ_ATTEMPT);
+        self.call_with(attempt, f)
+    }
+
+    fn call_with<T, F, Fut>(&self, attempt: Option<Duration>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let timeout = self.timeout;
         self.spawn(move |client| async move {
             let attempts = async {
                 loop {
-                    match f(client.clone()).await {
+                    let answer = match attempt {
+                        None => f(client.clone()).await,
+                        Some(limit) => match tokio::time::timeout(limit, f(client.clone())).await {
+                            Ok(answer) => answer,
+                            Err(_) => {
+                                Err(Error::Unavailable(format!("no answer within {limit:?}")))
+                            }
+                        },
+                    };
+                    match answer {
                         Err(Error::Unavailable(why)) => {
                             tracing::debug!(error = %why, "etcd member unavailable; trying again");
                             tokio::time::sleep(RETRY_UNAVAILABLE).await;
@@ -211,7 +254,7 @@ impl Control {
     /// The configuration and its `mod_revision` (what a compare-and-swap compares), if any.
     pub fn load(&self) -> Result<Option<(ClusterConfig, i64)>> {
         let key = self.keys.config.clone();
-        self.call(move |mut c| {
+        self.read(move |mut c| {
             let key = key.clone();
             async move {
                 let response = c.get(key.clone(), None).await?;
@@ -259,7 +302,7 @@ impl Control {
     /// The member that answers (the first endpoint of a Control connected to one) and its
     /// cluster's leader, by member id (tests: which member to kill).
     pub fn member_status(&self) -> Result<(u64, u64)> {
-        self.call(move |mut c| async move {
+        self.read(move |mut c| async move {
             let status = c.status().await?;
             let member = status.header().map_or(0, |h| h.member_id());
             Ok((member, status.leader()))
@@ -269,7 +312,7 @@ impl Control {
     /// The primary's liveness key's value, if its lease holds it.
     pub fn alive(&self) -> Result<Option<String>> {
         let key = self.keys.alive.clone();
-        self.call(move |mut c| {
+        self.read(move |mut c| {
             let key = key.clone();
             async move {
                 let response = c.get(key, None).await?;
@@ -317,7 +360,7 @@ impl Control {
     /// The registered nodes: (replication address, role), sorted by address.
     pub fn nodes(&self) -> Result<Vec<(String, String)>> {
         let prefix = self.keys.nodes.clone();
-        self.call(move |mut c| {
+        self.read(move |mut c| {
             let prefix = prefix.clone();
             async move {
                 let response = c
@@ -340,10 +383,14 @@ impl Control {
 
     /// Hold `key` with `value` under a lease of `ttl_s` seconds (see [`Control::hold_alive`]).
     ///
-    /// The keep-alive survives what a cluster of several members does: a stream that breaks
-    /// (its member killed, a leader election) is opened again at once, on any member that
-    /// answers, and the lease is lost only when etcd says it expired. Until then [`Lease::valid`]
-    /// says whether the last renewal still holds.
+    /// The keep-alive survives what a cluster of several members does: a member killed, a
+    /// leader election, and a member cut off from its peers, which accepts the keep-alive and
+    /// never answers it (it cannot reach the leader). Each keep-alive goes to one member at a
+    /// time; with several, one not answered within a quarter of the TTL (a healthy member
+    /// answers in milliseconds) is sent at once to the next member, so that a renewal through the
+    /// members left arrives before the last one ran out (0.9 TTL). The lease is lost only when
+    /// etcd says it expired. Until then [`Lease::valid`] says whether the last renewal still
+    /// holds.
     fn hold(&self, key: String, value: String, ttl_s: i64) -> Result<Arc<Lease>> {
         let lease = Arc::new(Lease::default());
         let sent = Instant::now();
@@ -363,37 +410,85 @@ impl Control {
         lease.renewed(sent, granted);
         let ttl = Duration::from_secs(granted.max(1) as u64);
         let every = ttl / 3;
+        // Past this without an answer, the next member is asked (a single member is waited
+        // for as long as a renewal can still help).
+        let answer_wait = if self.endpoints.len() > 1 {
+            ttl / 4
+        } else {
+            ttl
+        };
         let held = Arc::clone(&lease);
-        self.spawn(move |mut c| async move {
+        let endpoints = self.endpoints.clone();
+        let connect_timeout = self.timeout;
+        self.spawn(move |balanced| async move {
             let lost = |why: String| {
                 tracing::error!(lease = id, "{why}: this node may have been replaced");
                 held.lost.store(true, Ordering::SeqCst);
             };
+            // One client per member, made when first used (with a single endpoint, the
+            // client every request uses).
+            let mut members: Vec<Option<Client>> = vec![None; endpoints.len()];
+            let mut turn = 0usize;
             loop {
-                let broke = match c.lease_keep_alive(id).await {
-                    Err(e) => e.to_string(),
-                    Ok((mut keeper, mut answers)) => loop {
-                        let sent = Instant::now();
-                        if let Err(e) = keeper.keep_alive().await {
-                            break e.to_string();
+                let member = turn % endpoints.len().max(1);
+                turn += 1;
+                let mut c = if endpoints.len() < 2 {
+                    balanced.clone()
+                } else if let Some(c) = &members[member] {
+                    c.clone()
+                } else {
+                    let options = connect_options(connect_timeout);
+                    match Client::connect([endpoints[member].as_str()], Some(options)).await {
+                        Ok(c) => {
+                            members[member] = Some(c.clone());
+                            c
                         }
-                        match tokio::time::timeout(ttl, answers.message()).await {
-                            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
-                                held.renewed(sent, answer.ttl());
+                        Err(e) => {
+                            tracing::warn!(lease = id, member = %endpoints[member], error = %e, "cannot reach an etcd member for the lease's keep-alive");
+                            tokio::time::sleep(RENEW_RETRY).await;
+                            continue;
+                        }
+                    }
+                };
+                // Opening the stream sends a first keep-alive and waits for its answer.
+                let sent = Instant::now();
+                let attempt = sent;
+                let broke = match tokio::time::timeout(answer_wait, c.lease_keep_alive(id)).await
+                {
+                    Err(_) => format!("no keep-alive answer within {answer_wait:?}"),
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok((mut keeper, mut answers))) => {
+                        held.renewed(sent, granted);
+                        loop {
+                            tokio::time::sleep(every).await;
+                            let sent = Instant::now();
+                            if let Err(e) = keeper.keep_alive().await {
+                                break e.to_string();
                             }
-                            Ok(Ok(Some(_))) => return lost("the lease expired".into()),
-                            Ok(Ok(None)) => break "etcd closed the keep-alive stream".into(),
-                            Ok(Err(e)) => break e.to_string(),
-                            Err(_) => break "no keep-alive answer within the TTL".into(),
+                            match tokio::time::timeout(answer_wait, answers.message()).await {
+                                Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                                    held.renewed(sent, answer.ttl());
+                                }
+                                Ok(Ok(Some(_))) => return lost("the lease expired".into()),
+                                Ok(Ok(None)) => break "etcd closed the keep-alive stream".into(),
+                                Ok(Err(e)) => break e.to_string(),
+                                Err(_) => {
+                                    break format!("no keep-alive answer within {answer_wait:?}")
+                                }
+                            }
                         }
-                        tokio::time::sleep(every).await;
-                    },
+                    }
                 };
                 if broke.contains("not found") || broke.contains("expired") {
                     return lost(format!("lease keep-alive failed: {broke}"));
                 }
-                tracing::warn!(lease = id, error = %broke, valid = held.valid(), "lease keep-alive failed; trying again");
-                tokio::time::sleep(RENEW_RETRY).await;
+                let at = endpoints.get(member).map_or("", String::as_str);
+                tracing::warn!(lease = id, member = at, error = %broke, valid = held.valid(), "lease keep-alive failed; trying again on the next member");
+                // The next member at once after a member that kept it waiting; after a pause
+                // when it failed at once (refused, no leader) or there is no other.
+                if endpoints.len() < 2 || attempt.elapsed() < RENEW_RETRY {
+                    tokio::time::sleep(RENEW_RETRY).await;
+                }
             }
         })?;
         Ok(lease)
@@ -419,4 +514,13 @@ impl Control {
             }
         })
     }
+}
+
+/// How every client of this crate connects: within `timeout`, and asking each member to
+/// refuse a request when it has no leader (`Unavailable`, tried again on another member)
+/// rather than hold it until its own timeout, as a member cut off from its peers would.
+fn connect_options(timeout: Duration) -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_require_leader(true)
 }

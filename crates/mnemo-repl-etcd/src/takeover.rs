@@ -40,6 +40,17 @@ pub fn try_take_over(
     let Some((config, revision)) = control.load()? else {
         return Ok(Verdict::Wait("no configuration yet".into()));
     };
+    if config.primary == new_primary && config.mirror.as_deref() != Some(mirror) && eligible() {
+        // This node's own swap committed, but its answer was lost (the member asked was cut
+        // off from its peers after passing the request on, and the request timed out): the
+        // configuration names this node as primary, and nobody else will serve it.
+        tracing::warn!(
+            epoch = config.epoch,
+            primary = new_primary,
+            "the configuration names this node as primary already: taking the role"
+        );
+        return Ok(Verdict::Promoted(config));
+    }
     if config.mirror.as_deref() != Some(mirror) {
         return Ok(Verdict::Wait(format!(
             "the configuration (epoch {}) names {:?} as mirror, not {mirror}",

@@ -426,3 +426,39 @@ fn a_primary_whose_lease_is_not_renewed_fences_itself() {
     assert!(refused.contains("fenced"), "{refused}");
     assert!(primary.deposed().is_some());
 }
+
+/// A mirror's takeover swap can commit while its answer is lost (the member asked was cut off
+/// from its peers after passing the request on; the request times out). The configuration
+/// then names the mirror's successor address as primary and no longer names it as mirror:
+/// the next check must take the role, not wait for ever with nobody serving.
+#[test]
+fn a_takeover_whose_answer_was_lost_is_taken_at_the_next_check() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let (m, m_primary) = ("127.0.0.1:7102", "127.0.0.1:7103");
+    let c = control(&etcd, "lost-answer");
+    let committed = ClusterConfig {
+        epoch: 2,
+        primary: m_primary.into(),
+        mirror: None,
+        mirror_in_sync: false,
+        backups: vec![],
+        mode: "local".into(),
+    };
+    assert!(c.create(&committed).unwrap());
+    // Without a complete image it is still refused (nothing to serve).
+    assert!(!matches!(
+        try_take_over(&c, m, m_primary, &|| false).unwrap(),
+        Verdict::Promoted(_)
+    ));
+    match try_take_over(&c, m, m_primary, &|| true).unwrap() {
+        Verdict::Promoted(config) => assert_eq!(config, committed),
+        other => panic!("the committed takeover was not taken: {other:?}"),
+    }
+    // Another node's address as primary: this mirror waits, as before.
+    match try_take_over(&c, m, "127.0.0.1:7104", &|| true).unwrap() {
+        Verdict::Wait(_) => {}
+        other => panic!("{other:?}"),
+    }
+}

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
 pub mod repl;
 
 use std::io::{Read, Write};

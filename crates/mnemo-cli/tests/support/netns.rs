@@ -1,0 +1,388 @@
+//! Network namespaces for the fault tests: a three-member etcd whose members each run in a
+//! namespace of their own, joined by a bridge in a fourth (the hub), with one veth from this
+//! machine into the hub so that the processes under test (here, on 127.0.0.1) reach every
+//! member. Every address is in 10.214.0.0/16, on interfaces the test creates; iptables rules
+//! go only into a member's own namespace, so that cutting a member off from its peers touches
+//! nothing else, and they vanish with the namespaces on drop (even when the test fails).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mnemo_repl_etcd::Control;
+
+/// Run a command; its error output if it fails.
+pub fn run(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Whether the namespace tests can run here (root, `ip` and `tc`, `iptables`; and etcd if
+/// `etcd`). Missing: a failure under `MNEMO_REQUIRE_TOOLS=1`, else a skip that says so.
+pub fn available(etcd: bool) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let tools = Command::new("iptables").arg("-V").output().is_ok()
+        && Command::new("ip").arg("-V").output().is_ok()
+        && Command::new("tc").arg("-V").output().is_ok()
+        && (!etcd
+            || Command::new("etcd")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success()));
+    if root && tools {
+        return true;
+    }
+    let needs = if etcd {
+        "root, ip and tc (iproute2), iptables and etcd (etcd-server)"
+    } else {
+        "root, ip and tc (iproute2) and iptables"
+    };
+    assert!(
+        std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "this fault test needs {needs} (MNEMO_REQUIRE_TOOLS=1)"
+    );
+    eprintln!("SKIPPED: this fault test needs {needs}");
+    false
+}
+
+/// A namespace reached from here by one veth pair: this machine's end `host_addr`, the
+/// namespace's `ns_addr` (a /30 of its own in 10.214.0.0/16); removed on drop.
+pub struct Netns {
+    pub name: String,
+    pub host_if: String,
+    pub host_addr: String,
+    pub ns_addr: String,
+}
+
+impl Netns {
+    /// The namespace of slot `slot` (0 to 15; one per test, so that no two share a name or
+    /// an address). Slots 8 and up are taken by [`NsEtcd`].
+    pub fn create(slot: u32) -> Result<Netns, String> {
+        let id = std::process::id() % 200 + 20;
+        let name = format!("mnf{}-{slot}", std::process::id());
+        let host_if = format!("mf{id}s{slot}a");
+        let ns_if = format!("mf{id}s{slot}b");
+        let host_addr = format!("10.214.{id}.{}", 4 * slot + 1);
+        let ns_addr = format!("10.214.{id}.{}", 4 * slot + 2);
+        let ns = Netns {
+            name: name.clone(),
+            host_if: host_if.clone(),
+            host_addr: host_addr.clone(),
+            ns_addr: ns_addr.clone(),
+        };
+        run(&["ip", "netns", "add", &name])?;
+        run(&[
+            "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
+        ])?;
+        run(&["ip", "link", "set", &ns_if, "netns", &name])?;
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{host_addr}/30"),
+            "dev",
+            &host_if,
+        ])?;
+        run(&["ip", "link", "set", &host_if, "up"])?;
+        run(&[
+            "ip",
+            "-n",
+            &name,
+            "addr",
+            "add",
+            &format!("{ns_addr}/30"),
+            "dev",
+            &ns_if,
+        ])?;
+        run(&["ip", "-n", &name, "link", "set", &ns_if, "up"])?;
+        run(&["ip", "-n", &name, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Limit what this machine sends into the namespace to `rate` (tc's token bucket filter
+    /// on the test's own veth end; removed with the link).
+    pub fn rate_limit(&self, rate: &str) {
+        run(&[
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            &self.host_if,
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            "32kb",
+            "latency",
+            "1s",
+        ])
+        .expect("tc tbf on the test's veth");
+    }
+
+    /// iptables inside this namespace.
+    pub fn iptables(&self, args: &[&str]) {
+        let mut all = vec!["ip", "netns", "exec", &self.name, "iptables"];
+        all.extend_from_slice(args);
+        run(&all).expect("iptables in the test's namespace");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run(&["ip", "link", "del", &self.host_if]);
+        let _ = run(&["ip", "netns", "del", &self.name]);
+    }
+}
+
+/// One etcd member in its namespace.
+pub struct NsMember {
+    child: Option<Child>,
+    pub ns: String,
+    pub addr: String,
+    pub url: String,
+    pub log: PathBuf,
+}
+
+impl NsMember {
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn iptables(&self, args: &[&str]) {
+        let mut all = vec!["ip", "netns", "exec", &self.ns, "iptables"];
+        all.extend_from_slice(args);
+        run(&all).expect("iptables in a member's namespace");
+    }
+}
+
+/// A three-member etcd, each member in a namespace of its own (slot `slot`: 8 to 15), its
+/// election timeout 400 ms (leases of 1 s), as `mnemo_repl_etcd::testing::EtcdCluster`.
+pub struct NsEtcd {
+    pub members: Vec<NsMember>,
+    hub: String,
+    host_if: String,
+    _dir: tempfile::TempDir,
+}
+
+impl NsEtcd {
+    pub fn start(slot: u32) -> NsEtcd {
+        assert!((8..16).contains(&slot), "slot {slot}");
+        let pid = std::process::id();
+        let id = pid % 200 + 20;
+        let hub = format!("mnf{pid}-{slot}h");
+        let host_if = format!("mf{id}s{slot}h");
+        let hub_if = format!("mf{id}s{slot}j");
+        let base = 16 * (slot - 8);
+        let host_addr = format!("10.214.{}.{}", id, 128 + base + 1);
+        let member_addr = |i: u32| format!("10.214.{}.{}", id, 128 + base + 2 + i);
+        let dir = tempfile::Builder::new()
+            .prefix("mnemo-nsetcd-")
+            .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
+                std::path::PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            })
+            .unwrap();
+        let mut etcd = NsEtcd {
+            members: Vec::new(),
+            hub: hub.clone(),
+            host_if: host_if.clone(),
+            _dir: dir,
+        };
+        let must = |args: &[&str]| run(args).expect("building the test's namespaces");
+        must(&["ip", "netns", "add", &hub]);
+        must(&[
+            "ip", "-n", &hub, "link", "add", "name", "mfbr", "type", "bridge",
+        ]);
+        must(&["ip", "-n", &hub, "link", "set", "mfbr", "up"]);
+        must(&[
+            "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &hub_if,
+        ]);
+        must(&["ip", "link", "set", &hub_if, "netns", &hub]);
+        must(&[
+            "ip", "-n", &hub, "link", "set", &hub_if, "master", "mfbr", "up",
+        ]);
+        must(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{host_addr}/28"),
+            "dev",
+            &host_if,
+        ]);
+        must(&["ip", "link", "set", &host_if, "up"]);
+        let peers: Vec<String> = (0..3)
+            .map(|i| format!("m{i}=http://{}:2380", member_addr(i)))
+            .collect();
+        for i in 0..3u32 {
+            let ns = format!("mnf{pid}-{slot}m{i}");
+            let (inner, outer) = (format!("mf{id}s{slot}m{i}"), format!("mf{id}s{slot}b{i}"));
+            let addr = member_addr(i);
+            must(&["ip", "netns", "add", &ns]);
+            // Pushed now, so that the namespace goes on drop whatever fails next.
+            etcd.members.push(NsMember {
+                child: None,
+                ns: ns.clone(),
+                url: format!("http://{addr}:2379"),
+                addr: addr.clone(),
+                log: etcd._dir.path().join(format!("m{i}.log")),
+            });
+            must(&[
+                "ip", "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+            ]);
+            must(&["ip", "link", "set", &inner, "netns", &ns]);
+            must(&["ip", "link", "set", &outer, "netns", &hub]);
+            must(&[
+                "ip", "-n", &hub, "link", "set", &outer, "master", "mfbr", "up",
+            ]);
+            must(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{addr}/28"),
+                "dev",
+                &inner,
+            ]);
+            must(&["ip", "-n", &ns, "link", "set", &inner, "up"]);
+            must(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+        }
+        for i in 0..3 {
+            let m = &etcd.members[i];
+            let peer_url = format!("http://{}:2380", m.addr);
+            let child = Command::new("ip")
+                .args(["netns", "exec", &m.ns, "etcd"])
+                .args(["--name", &format!("m{i}")])
+                .arg("--data-dir")
+                .arg(etcd._dir.path().join(format!("m{i}")))
+                .args(["--listen-client-urls", &m.url])
+                .args(["--advertise-client-urls", &m.url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &peers.join(",")])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "mnemo-faults"])
+                .args(["--heartbeat-interval", "50", "--election-timeout", "400"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&m.log).unwrap())
+                .spawn()
+                .expect("etcd in its namespace");
+            etcd.members[i].child = Some(child);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !etcd.members.iter().all(|m| healthy(&m.url)) {
+            assert!(
+                Instant::now() < deadline,
+                "the etcd members did not answer:\n{}",
+                std::fs::read_to_string(&etcd.members[0].log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        etcd
+    }
+
+    /// Every member's client URL, comma-separated (as `--etcd` takes them).
+    pub fn urls(&self) -> String {
+        let urls: Vec<&str> = self.members.iter().map(|m| m.url.as_str()).collect();
+        urls.join(",")
+    }
+
+    /// The index of the member that leads now, asked of each running member.
+    pub fn leader(&self) -> Option<usize> {
+        self.members.iter().position(|m| {
+            m.running()
+                && Control::connect(
+                    std::slice::from_ref(&m.url),
+                    "health",
+                    Duration::from_millis(500),
+                )
+                .and_then(|c| c.member_status())
+                .is_ok_and(|(member, leader)| member == leader && leader != 0)
+        })
+    }
+
+    /// Wait (at most 10 s) until some member leads; its index.
+    pub fn until_leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(l) = self.leader() {
+                return l;
+            }
+            assert!(Instant::now() < deadline, "no etcd leader");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Cut member `i` off from the other members, both ways (clients still reach it: it
+    /// accepts their requests but, without a quorum, cannot answer them).
+    pub fn isolate(&self, i: usize) {
+        for (j, other) in self.members.iter().enumerate() {
+            if j != i {
+                let m = &self.members[i];
+                m.iptables(&["-A", "INPUT", "-s", &other.addr, "-j", "DROP"]);
+                m.iptables(&["-A", "OUTPUT", "-d", &other.addr, "-j", "DROP"]);
+            }
+        }
+    }
+
+    /// Cut member `i` off from the other members one way: what it sends them is dropped
+    /// (their packets reach it, its answers and TCP acknowledgements do not go back).
+    pub fn isolate_one_way(&self, i: usize) {
+        for (j, other) in self.members.iter().enumerate() {
+            if j != i {
+                self.members[i].iptables(&["-A", "OUTPUT", "-d", &other.addr, "-j", "DROP"]);
+            }
+        }
+    }
+
+    /// Undo every cut.
+    pub fn heal(&self) {
+        for m in &self.members {
+            m.iptables(&["-F"]);
+        }
+    }
+}
+
+impl Drop for NsEtcd {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            m.kill();
+        }
+        let _ = run(&["ip", "link", "del", &self.host_if]);
+        for m in &self.members {
+            let _ = run(&["ip", "netns", "del", &m.ns]);
+        }
+        let _ = run(&["ip", "netns", "del", &self.hub]);
+    }
+}
+
+/// Whether the etcd at `url` answers a request (its leader elected).
+fn healthy(url: &str) -> bool {
+    Control::connect(&[url.to_string()], "health", Duration::from_millis(500)).is_ok()
+}
