@@ -1,6 +1,6 @@
 //! Replication across network namespaces, with partitions and a slow link. Each test runs
 //! its remote node in a namespace it creates (a veth pair on a /30 of its own in
-//! 10.213.0.0/16; no other address is touched), the primary here. iptables rules go only
+//! 10.214.0.0/16; no other address is touched), the primary here. iptables rules go only
 //! into that namespace, the tc qdisc only onto the test's own veth.
 //!
 //! * Partitions (both ways, then one way) cost one timeout each; the primary is back in sync
@@ -24,11 +24,11 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mnemo_resp::Reply;
+use support::netns::{available, run, Netns};
 use support::repl::{
     backup_field, field, info, promote_and_check, promoted_prefix, value, write_secret, MirrorProc,
 };
@@ -37,125 +37,9 @@ use support::{shm_dir, Client, Server};
 /// One test at a time: they time real links, and share the machine's two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A namespace with one end of a veth pair, the other end here; removed on drop.
-struct Netns {
-    name: String,
-    host_if: String,
-    host_addr: String,
-    ns_addr: String,
-}
-
-fn run(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-impl Netns {
-    /// The namespace of slot `slot` (one per test, so that tests never share a name or an
-    /// address even if run together).
-    fn create(slot: u32) -> Result<Netns, String> {
-        let id = std::process::id() % 200 + 20;
-        let name = format!("mnemo-t{}-{slot}", std::process::id());
-        let host_if = format!("mnt{id}{slot}a");
-        let ns_if = format!("mnt{id}{slot}b");
-        let host_addr = format!("10.213.{id}.{}", 4 * slot + 1);
-        let ns_addr = format!("10.213.{id}.{}", 4 * slot + 2);
-        let ns = Netns {
-            name: name.clone(),
-            host_if: host_if.clone(),
-            host_addr: host_addr.clone(),
-            ns_addr: ns_addr.clone(),
-        };
-        run(&["ip", "netns", "add", &name])?;
-        run(&[
-            "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
-        ])?;
-        run(&["ip", "link", "set", &ns_if, "netns", &name])?;
-        run(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{host_addr}/30"),
-            "dev",
-            &host_if,
-        ])?;
-        run(&["ip", "link", "set", &host_if, "up"])?;
-        let exec = |args: &[&str]| {
-            let mut all = vec!["ip", "netns", "exec", &name];
-            all.extend_from_slice(args);
-            run(&all)
-        };
-        exec(&["ip", "addr", "add", &format!("{ns_addr}/30"), "dev", &ns_if])?;
-        exec(&["ip", "link", "set", &ns_if, "up"])?;
-        exec(&["ip", "link", "set", "lo", "up"])?;
-        Ok(ns)
-    }
-
-    /// Limit what this machine sends into the namespace to `rate` (tc's token bucket filter
-    /// on the test's own veth end; removed with the link).
-    fn rate_limit(&self, rate: &str) {
-        run(&[
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            &self.host_if,
-            "root",
-            "tbf",
-            "rate",
-            rate,
-            "burst",
-            "32kb",
-            "latency",
-            "1s",
-        ])
-        .expect("tc tbf on the test's veth");
-    }
-
-    fn iptables(&self, args: &[&str]) {
-        let mut all = vec!["ip", "netns", "exec", &self.name, "iptables"];
-        all.extend_from_slice(args);
-        run(&all).expect("iptables in the test's namespace");
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run(&["ip", "link", "del", &self.host_if]);
-        let _ = run(&["ip", "netns", "del", &self.name]);
-    }
-}
-
-fn available() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    let tools = Command::new("iptables").arg("-V").output().is_ok()
-        && Command::new("ip").arg("-V").output().is_ok()
-        && Command::new("tc").arg("-V").output().is_ok();
-    if root && tools {
-        return true;
-    }
-    assert!(
-        std::env::var("MNEMO_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "the namespace tests need root, ip, tc (iproute2) and iptables (MNEMO_REQUIRE_TOOLS=1)"
-    );
-    eprintln!("namespace test skipped: needs root, ip and tc (iproute2) and iptables");
-    false
-}
-
 #[test]
 fn partitions_cost_one_timeout_and_lose_nothing() {
-    if !available() {
+    if !available(false) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -283,7 +167,7 @@ fn repl_u64(client: &mut Client, name: &str) -> u64 {
 /// 8 Mbit/s so that a copy of a few MiB lasts long enough to be cut.
 #[test]
 fn a_partition_during_a_full_copy_fails_it_within_a_timeout() {
-    if !available() {
+    if !available(false) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -503,7 +387,7 @@ impl EthCluster {
 ///   the promoted mirror too.
 #[test]
 fn syncseceth_backup_behind_a_slow_link() {
-    if !available() {
+    if !available(false) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -666,7 +550,7 @@ fn syncseceth_backup_behind_a_slow_link() {
 /// ranges written meanwhile), and at the end holds every write, as the promoted mirror does.
 #[test]
 fn syncseceth_backup_catches_up_in_bulk_after_a_slow_spell() {
-    if !available() {
+    if !available(false) {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
