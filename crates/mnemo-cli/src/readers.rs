@@ -34,6 +34,12 @@
 //! * **During a full copy** (and before the first) the image is no pool: reads get
 //!   `-LOADING`, as a Redis replica loading its dataset answers.
 //!
+//! * **A script holds the lock at most [`SCRIPT_HOLD_MS`].** The primary's sync points wait
+//!   for the mirror, whose records wait for the lock: a script still running then on the
+//!   read port is killed (Redis's SCRIPT KILL error), so that a reader's loop never stalls
+//!   the primary's writes (a read-only script is always killable; other commands are
+//!   bounded by their own work, as on Redis).
+//!
 //! Cost: a command waits for the record being applied (microseconds) or a backup's full copy
 //! (which holds the store); after each change of the image the next command rebuilds the
 //! view (maps the file, recovers the heap, loads its allocator's state) while the mirror's
@@ -45,13 +51,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use mnemo_heap::Heap;
 use mnemo_kv::engine::{heap_options, PersistentEngine};
-use mnemo_kv::server::{Effect, Engine, EventLoop, Host, NoHost, Request, SessionConfig, Stopper};
+use mnemo_kv::server::{
+    Busy, Effect, Engine, EventLoop, Host, NoHost, Request, SessionConfig, Stopper,
+};
 use mnemo_pmem::{OpenOptions, Pool, ViewDetach, ViewMedia};
 use mnemo_repl::backup::Forwarder;
 use mnemo_repl::MirrorStore;
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::command::Flags;
-use mnemo_resp::{CommandId, Encoder};
+use mnemo_resp::{CommandId, Encoder, Reply};
 
 /// Redis's answer to a write on a read-only replica, word for word.
 pub const READONLY: &[u8] = b"READONLY You can't write against a read only replica.";
@@ -290,13 +298,14 @@ impl Reader {
             }
         };
         engine.set_role(role);
+        engine.set_busy_reply_threshold(SCRIPT_HOLD_MS);
         engine.set_info_hook(Box::new(move |section: &str, out: &mut String| {
             if section == "replication" {
                 out.push_str(&figures);
             }
         }));
         engine.begin();
-        let effect = engine.execute_hosted(request, reply, host);
+        let effect = engine.execute_hosted(request, reply, &mut KillLongScripts(host));
         // Nothing to commit: a write never reaches here, and what a read may have changed in
         // the view (nothing) is dropped with it.
         engine.finish_read_only();
@@ -307,6 +316,31 @@ impl Reader {
             close: effect.close,
             select: effect.select,
             block: None,
+        }
+    }
+}
+
+/// Longest a script on the read port runs (holding the mirror's records) before it is killed.
+pub const SCRIPT_HOLD_MS: u64 = 200;
+
+/// The read port's host for one command: as the loop's, except that a script past
+/// [`SCRIPT_HOLD_MS`] is killed at once (after the loop has served its other connections
+/// for a moment, as it does for any long script).
+struct KillLongScripts<'h>(&'h mut dyn Host);
+
+impl Host for KillLongScripts<'_> {
+    fn connection_command(&mut self, request: &Request) -> Option<(Reply, bool)> {
+        self.0.connection_command(request)
+    }
+
+    fn publish(&mut self, channel: &Bytes, message: &Bytes, shard: bool) -> usize {
+        self.0.publish(channel, message, shard)
+    }
+
+    fn busy(&mut self, killable: bool) -> Busy {
+        match self.0.busy(killable) {
+            Busy::Continue if killable => Busy::Kill,
+            asked => asked,
         }
     }
 }
@@ -721,6 +755,73 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(policy.stats().copies >= 2, "{:?}", policy.stats());
+        drop(engine);
+        heap.close();
+        stopper.stop().unwrap();
+    }
+
+    /// A script looping on the read port holds the mirror's records: it is killed after
+    /// [`SCRIPT_HOLD_MS`] (Redis's SCRIPT KILL error), and the primary's sync point made
+    /// meanwhile is acknowledged soon after, the link kept. (With Redis's default threshold
+    /// of 5 s the write waited those 5 s, the mirror's heartbeats keeping the link; with the
+    /// loop's own answer to a long script, it ran until the client gave up.)
+    #[test]
+    fn a_looping_script_on_the_read_port_is_killed_and_the_primary_goes_on() {
+        let dir = scratch();
+        let store =
+            MirrorStore::open(&dir.path().join("mirror"), MirrorOptions::default()).unwrap();
+        let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
+        let store = mirror.store();
+        let links = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mirror_addr = links.local_addr().unwrap();
+        std::thread::spawn(move || mirror.serve(links));
+        let reads = TcpListener::bind("127.0.0.1:0").unwrap();
+        let reads_addr = reads.local_addr().unwrap();
+        let stopper = start(reads, Arc::clone(&store), Vec::new(), None, "mirror", 16).unwrap();
+        let config = MirrorConfig::new(mirror_addr, Secret::new(SECRET).unwrap(), Mode::Sync);
+        let policy = Arc::new(MirrorPolicy::new(config));
+        let mut options = CreateOptions::new(64 << 20, crate::serve::LAYOUT);
+        options.policy = Some(Arc::clone(&policy) as _);
+        let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
+        let heap = Heap::create(pool, &heap_options()).unwrap();
+        let mut engine = PersistentEngine::open(&heap).unwrap();
+        let mut set = |value: &str| {
+            let args = [
+                Bytes::from_static(b"SET"),
+                Bytes::from_static(b"k"),
+                Bytes::from(value.to_string()),
+            ];
+            let (reply, _) = engine.execute_args(&args, Protocol::Resp2);
+            assert_eq!(reply, Reply::ok());
+            engine.commit().unwrap();
+        };
+        set("before");
+        let mut client = Client::connect(reads_addr);
+        assert_eq!(client.call(&[b"GET", b"k"]), Reply::Bulk("before".into()));
+        let script = std::thread::spawn(move || {
+            let started = Instant::now();
+            let reply = client.call(&[b"EVAL_RO", b"while true do end", b"0"]);
+            (reply, started.elapsed())
+        });
+        // The script is running (it holds the mirror's lock) when the primary writes.
+        std::thread::sleep(Duration::from_millis(50));
+        let written = Instant::now();
+        set("during");
+        let took = written.elapsed();
+        let (reply, ran) = script.join().expect("the script's client");
+        eprintln!("the script ran {ran:?}; the primary's write took {took:?}");
+        match reply {
+            Reply::Error(e) if e.starts_with(b"ERR Script killed") => {}
+            other => panic!("a looping script on the read port answered {other:?}"),
+        }
+        let stats = policy.stats();
+        assert!(stats.in_sync && stats.link_losses == 0, "{stats:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "the primary's write waited {took:?} for a script on the mirror's read port"
+        );
+        let mut client = Client::connect(reads_addr);
+        assert_eq!(client.call(&[b"GET", b"k"]), Reply::Bulk("during".into()));
         drop(engine);
         heap.close();
         stopper.stop().unwrap();

@@ -300,6 +300,18 @@ impl<'h> PersistentEngine<'h> {
         self.role = role;
     }
 
+    /// `busy-reply-threshold` in milliseconds (CONFIG SET's parameter): how long a script runs
+    /// before its host is asked what to do with it ([`crate::server::Host::busy`]).
+    pub fn set_busy_reply_threshold(&mut self, ms: u64) {
+        let args = [
+            Bytes::from_static(b"CONFIG"),
+            Bytes::from_static(b"SET"),
+            Bytes::from_static(b"busy-reply-threshold"),
+            Bytes::from(ms.to_string()),
+        ];
+        let _ = self.config.set(&args);
+    }
+
     /// Runs one command (arguments, name first) in the open batch and returns its reply:
     /// the seam without the server's [`Request`] (tests, tools). Opens a batch if none is.
     /// Finds and checks the command in mnemo-resp's table ([`command::resolve`]), as the
