@@ -689,13 +689,18 @@ mod tests {
         run
     }
 
-    /// A full copy begins under a reader's view and shrinks the image (a primary's new pool
-    /// smaller than the old one): reads answer LOADING, and the stale view is dropped without
-    /// touching a page past the file's new end (a SIGBUS would end this test). The primary's
-    /// next record is refused (no complete copy), it relinks with a full copy, and reads
-    /// answer from the new image.
-    #[test]
-    fn a_full_copy_under_a_reader_answers_loading_then_the_new_image() {
+    /// A mirror with its read port, and a `sync` primary's policy and heap replicating to
+    /// it (the policy retries a lost link after 50 ms).
+    struct Rig {
+        dir: tempfile::TempDir,
+        store: Arc<Mutex<MirrorStore>>,
+        reads_addr: SocketAddr,
+        stopper: Stopper,
+        policy: Arc<MirrorPolicy>,
+        heap: Heap,
+    }
+
+    fn rig() -> Rig {
         let dir = scratch();
         let store =
             MirrorStore::open(&dir.path().join("mirror"), MirrorOptions::default()).unwrap();
@@ -707,7 +712,6 @@ mod tests {
         let reads = TcpListener::bind("127.0.0.1:0").unwrap();
         let reads_addr = reads.local_addr().unwrap();
         let stopper = start(reads, Arc::clone(&store), Vec::new(), None, "mirror", 16).unwrap();
-
         let mut config = MirrorConfig::new(mirror_addr, Secret::new(SECRET).unwrap(), Mode::Sync);
         config.retry = Duration::from_millis(50);
         let policy = Arc::new(MirrorPolicy::new(config));
@@ -715,6 +719,31 @@ mod tests {
         options.policy = Some(Arc::clone(&policy) as _);
         let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
         let heap = Heap::create(pool, &heap_options()).unwrap();
+        Rig {
+            dir,
+            store,
+            reads_addr,
+            stopper,
+            policy,
+            heap,
+        }
+    }
+
+    /// A full copy begins under a reader's view and shrinks the image (a primary's new pool
+    /// smaller than the old one): reads answer LOADING, and the stale view is dropped without
+    /// touching a page past the file's new end (a SIGBUS would end this test). The primary's
+    /// next record is refused (no complete copy), it relinks with a full copy, and reads
+    /// answer from the new image.
+    #[test]
+    fn a_full_copy_under_a_reader_answers_loading_then_the_new_image() {
+        let Rig {
+            dir: _dir,
+            store,
+            reads_addr,
+            stopper,
+            policy,
+            heap,
+        } = rig();
         let mut engine = PersistentEngine::open(&heap).unwrap();
         let mut set = |key: &str, value: &str| {
             let args = [
@@ -767,23 +796,14 @@ mod tests {
     /// loop's own answer to a long script, it ran until the client gave up.)
     #[test]
     fn a_looping_script_on_the_read_port_is_killed_and_the_primary_goes_on() {
-        let dir = scratch();
-        let store =
-            MirrorStore::open(&dir.path().join("mirror"), MirrorOptions::default()).unwrap();
-        let mirror = Mirror::new(store, Secret::new(SECRET).unwrap());
-        let store = mirror.store();
-        let links = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mirror_addr = links.local_addr().unwrap();
-        std::thread::spawn(move || mirror.serve(links));
-        let reads = TcpListener::bind("127.0.0.1:0").unwrap();
-        let reads_addr = reads.local_addr().unwrap();
-        let stopper = start(reads, Arc::clone(&store), Vec::new(), None, "mirror", 16).unwrap();
-        let config = MirrorConfig::new(mirror_addr, Secret::new(SECRET).unwrap(), Mode::Sync);
-        let policy = Arc::new(MirrorPolicy::new(config));
-        let mut options = CreateOptions::new(64 << 20, crate::serve::LAYOUT);
-        options.policy = Some(Arc::clone(&policy) as _);
-        let pool = Pool::create(&dir.path().join("primary.pool"), &options).unwrap();
-        let heap = Heap::create(pool, &heap_options()).unwrap();
+        let Rig {
+            dir: _dir,
+            reads_addr,
+            stopper,
+            policy,
+            heap,
+            ..
+        } = rig();
         let mut engine = PersistentEngine::open(&heap).unwrap();
         let mut set = |value: &str| {
             let args = [
