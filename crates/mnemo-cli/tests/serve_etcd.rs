@@ -14,9 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mnemo_repl_etcd::testing::{EtcdCluster, EtcdServer};
-use mnemo_repl_etcd::{ClusterConfig, Control};
+use mnemo_repl_etcd::Control;
 use mnemo_resp::Reply;
-use support::repl::{field, free_port, info, signal, value, write_secret, MirrorProc};
+use support::repl::{
+    field, free_port, info, signal, until_config, value, write_secret, MirrorProc,
+};
 use support::{serve_command, shm_dir, Client, Server};
 
 /// The target: the mirror serves within this long after the primary is gone.
@@ -118,29 +120,6 @@ fn connect(urls: &str, name: &str) -> Control {
 fn until_in_sync(control: &Control) {
     let config = until_config(control, "the mirror in sync", |c| c.mirror_in_sync);
     assert_eq!(config.epoch, 1, "{config:?}");
-}
-
-/// Wait (at most 20 s) until the configuration satisfies `ok`; returns it.
-fn until_config(
-    control: &Control,
-    what: &str,
-    ok: impl Fn(&ClusterConfig) -> bool,
-) -> ClusterConfig {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last = None;
-    loop {
-        if let Ok(Some((config, _))) = control.load() {
-            if ok(&config) {
-                return config;
-            }
-            last = Some(config);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never got {what}; the configuration: {last:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Writers SETting without pause, each recording the keys acknowledged, until an error.

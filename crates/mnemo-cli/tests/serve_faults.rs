@@ -34,10 +34,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mnemo_repl_etcd::{ClusterConfig, Control};
+use mnemo_repl_etcd::Control;
 use mnemo_resp::Reply;
 use support::netns::{available, NsEtcd};
-use support::repl::{field, free_port, info, signal, value, write_secret, MirrorProc};
+use support::repl::{
+    field, free_port, info, signal, until_config, value, write_secret, MirrorProc,
+};
 use support::{shm_dir, Client, Server};
 
 /// The target: the mirror serves within this long after the primary is gone.
@@ -113,29 +115,6 @@ impl Cluster {
             promote_port,
             control,
         }
-    }
-}
-
-/// Wait (at most 20 s) until the configuration satisfies `ok`; returns it.
-fn until_config(
-    control: &Control,
-    what: &str,
-    ok: impl Fn(&ClusterConfig) -> bool,
-) -> ClusterConfig {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last = None;
-    loop {
-        if let Ok(Some((config, _))) = control.load() {
-            if ok(&config) {
-                return config;
-            }
-            last = Some(config);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never got {what}; the configuration: {last:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -313,7 +292,7 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
     let writers = Writers::start(cluster.primary.port, 2, "w");
     std::thread::sleep(Duration::from_millis(500));
 
-    let leader = etcd.until_leader();
+    let leader = etcd.until_stable();
     // Both ways: the leader, then each follower; then one way (what the member sends its
     // peers dropped): the leader as it is then, and a follower.
     let mut order: Vec<(usize, bool)> = std::iter::once(leader)
@@ -324,8 +303,8 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
     let mut windows = Vec::new();
     for (i, both) in order {
         let i = match i {
-            usize::MAX => etcd.until_leader(),
-            n if n == usize::MAX - 1 => (etcd.until_leader() + 1) % 3,
+            usize::MAX => etcd.until_stable(),
+            n if n == usize::MAX - 1 => (etcd.until_stable() + 1) % 3,
             n => n,
         };
         if both {
@@ -338,9 +317,10 @@ fn an_etcd_member_cut_off_from_its_peers_does_not_stop_the_primary() {
         etcd.heal();
         let healed = Instant::now();
         windows.push((i, both, cut, healed));
-        // The member rejoins (its term may force an election).
+        // The member rejoins (its term may force an election): the next cut comes once the
+        // three agree on a leader again.
         std::thread::sleep(Duration::from_millis(1500));
-        etcd.until_leader();
+        etcd.until_stable();
     }
     let acks = writers.ack_times();
     let stopped = writers.all_stopped();
@@ -410,7 +390,7 @@ fn failover_with_a_member_cut(
     let cluster = Cluster::start(&dir, members, name);
     let writers = Writers::start(cluster.primary.port, 2, "w");
     std::thread::sleep(Duration::from_millis(500));
-    let leader = etcd.until_leader();
+    let leader = etcd.until_stable();
     let cut = pick(leader);
     etcd.isolate(cut);
     signal(cluster.primary.pid() as u32, rustix::process::Signal::KILL);
@@ -434,7 +414,7 @@ fn failover_with_a_member_cut(
         config.primary,
         format!("127.0.0.1:{}", cluster.promote_port)
     );
-    etcd.until_leader();
+    etcd.until_stable();
     failover
 }
 
@@ -536,7 +516,7 @@ fn a_primary_on_the_minority_side_of_an_etcd_partition_gives_way_to_its_mirror()
     let _serial = serial();
     let etcd = NsEtcd::start(10);
     let members: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
-    let alone = (etcd.until_leader() + 1) % 3;
+    let alone = (etcd.until_stable() + 1) % 3;
     let dir = shm_dir();
     let cluster = Cluster::start_split(
         dir.path(),
@@ -863,67 +843,49 @@ fn backup_faults_during_a_copy(mode: &str, slot: u32, max_pause: Duration) {
         }
     };
 
-    // Stopped during its copy.
-    backup.kill();
-    let copies =
-        support::repl::backup_field(&info(&mut client, "replication"), 0, "copies").unwrap_or(0);
-    backup = start_backup(Some(backup_port));
-    let began = until_copy_begins();
-    std::thread::sleep(Duration::from_millis(500));
-    let pid = backup.child.id();
-    signal(pid, rustix::process::Signal::STOP);
-    let stopped = Instant::now();
-    std::thread::sleep(Duration::from_secs(3));
-    signal(pid, rustix::process::Signal::CONT);
-    let continued = Instant::now();
-    let during = writer
-        .ack_times()
-        .iter()
-        .filter(|&&t| t > stopped && t <= continued)
-        .count();
-    let text = caught_up(&mut client, copies + 1);
-    // From the copy's start until the backup caught up.
-    let pause = longest_pause(&writer.ack_times(), began, Instant::now());
-    println!(
-        "{mode}: backup stopped {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after SIGCONT ({} copies)",
-        stopped - began,
-        continued.elapsed(),
-        support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
-    );
-    assert!(pause < max_pause, "{mode}: the primary was held {pause:?}");
-    if max_pause < Duration::from_secs(3) {
-        assert!(during > 100, "{during} writes while the backup was stopped");
-    }
-
-    // Cut off during its copy.
-    backup.kill();
-    let copies =
-        support::repl::backup_field(&info(&mut client, "replication"), 0, "copies").unwrap_or(0);
-    backup = start_backup(Some(backup_port));
-    let began = until_copy_begins();
-    std::thread::sleep(Duration::from_millis(500));
-    ns.iptables(&["-A", "INPUT", "-j", "DROP"]);
-    ns.iptables(&["-A", "OUTPUT", "-j", "DROP"]);
-    let cut = Instant::now();
-    std::thread::sleep(Duration::from_secs(3));
-    ns.iptables(&["-F"]);
-    let healed = Instant::now();
-    let during = writer
-        .ack_times()
-        .iter()
-        .filter(|&&t| t > cut && t <= healed)
-        .count();
-    let text = caught_up(&mut client, copies + 1);
-    let pause = longest_pause(&writer.ack_times(), began, Instant::now());
-    println!(
-        "{mode}: backup cut off {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after the cut healed ({} copies)",
-        cut - began,
-        healed.elapsed(),
-        support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
-    );
-    assert!(pause < max_pause, "{mode}: the primary was held {pause:?}");
-    if max_pause < Duration::from_secs(3) {
-        assert!(during > 100, "{during} writes while the backup was cut off");
+    // Stopped (SIGSTOP), then cut off (iptables, both ways), 500 ms into its own copy, for
+    // 3 s each.
+    for stop in [true, false] {
+        let fault = if stop { "stopped" } else { "cut off" };
+        backup.kill();
+        let copies = support::repl::backup_field(&info(&mut client, "replication"), 0, "copies")
+            .unwrap_or(0);
+        backup = start_backup(Some(backup_port));
+        let began = until_copy_begins();
+        std::thread::sleep(Duration::from_millis(500));
+        let pid = backup.child.id();
+        if stop {
+            signal(pid, rustix::process::Signal::STOP);
+        } else {
+            ns.iptables(&["-A", "INPUT", "-j", "DROP"]);
+            ns.iptables(&["-A", "OUTPUT", "-j", "DROP"]);
+        }
+        let faulted = Instant::now();
+        std::thread::sleep(Duration::from_secs(3));
+        if stop {
+            signal(pid, rustix::process::Signal::CONT);
+        } else {
+            ns.iptables(&["-F"]);
+        }
+        let healed = Instant::now();
+        let during = writer
+            .ack_times()
+            .iter()
+            .filter(|&&t| t > faulted && t <= healed)
+            .count();
+        let text = caught_up(&mut client, copies + 1);
+        // From the copy's start until the backup caught up.
+        let pause = longest_pause(&writer.ack_times(), began, Instant::now());
+        println!(
+            "{mode}: backup {fault} {:?} into its copy for 3 s: {during} writes acknowledged meanwhile, the longest pause {pause:?}; caught up {:?} after the fault ended ({} copies)",
+            faulted - began,
+            healed.elapsed(),
+            support::repl::backup_field(&text, 0, "copies").unwrap_or(0)
+        );
+        assert!(pause < max_pause, "{mode}: the primary was held {pause:?}");
+        if max_pause < Duration::from_secs(3) {
+            assert!(during > 100, "{during} writes while the backup was {fault}");
+        }
     }
 
     let total = writer.finish();

@@ -313,29 +313,47 @@ impl NsEtcd {
         urls.join(",")
     }
 
-    /// The index of the member that leads now, asked of each running member.
-    pub fn leader(&self) -> Option<usize> {
-        self.members.iter().position(|m| {
-            m.running()
-                && Control::connect(
-                    std::slice::from_ref(&m.url),
-                    "health",
-                    Duration::from_millis(500),
-                )
-                .and_then(|c| c.member_status())
-                .is_ok_and(|(member, leader)| member == leader && leader != 0)
-        })
-    }
-
-    /// Wait (at most 10 s) until some member leads; its index.
-    pub fn until_leader(&self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(10);
+    /// Wait (at most 20 s) until every member names the same leader, twice 500 ms apart; its
+    /// index. After a cut heals, the member that was alone may still believe it leads, or
+    /// force an election with its higher term: cutting another member then leaves two that
+    /// are still electing, and a primary renewing through them waits out its TTL (a CI run
+    /// at load 2 saw that, at the second cut of a schedule). A cluster at rest first.
+    pub fn until_stable(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut agreed_before = None;
         loop {
-            if let Some(l) = self.leader() {
-                return l;
+            let views: Vec<Option<(u64, u64)>> = self
+                .members
+                .iter()
+                .filter(|m| m.running())
+                .map(|m| {
+                    Control::connect(
+                        std::slice::from_ref(&m.url),
+                        "health",
+                        Duration::from_millis(500),
+                    )
+                    .and_then(|c| c.member_status())
+                    .ok()
+                })
+                .collect();
+            let leader = views.first().copied().flatten().map(|(_, l)| l);
+            let agreed = leader.filter(|&l| {
+                l != 0 && views.iter().all(|v| v.is_some_and(|(_, other)| other == l))
+            });
+            match (agreed, agreed_before) {
+                (Some(l), Some(before)) if l == before => {
+                    if let Some(i) = views.iter().position(|v| v.is_some_and(|(m, _)| m == l)) {
+                        return i;
+                    }
+                }
+                _ => {}
             }
-            assert!(Instant::now() < deadline, "no etcd leader");
-            std::thread::sleep(Duration::from_millis(50));
+            agreed_before = agreed;
+            assert!(
+                Instant::now() < deadline,
+                "the etcd members never agreed on a leader: {views:?}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
         }
     }
 

@@ -243,3 +243,26 @@ pub fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(entry.path(), to.join(&name)).unwrap();
     }
 }
+
+/// Wait (at most 20 s) until the configuration satisfies `ok`; returns it.
+pub fn until_config(
+    control: &mnemo_repl_etcd::Control,
+    what: &str,
+    ok: impl Fn(&mnemo_repl_etcd::ClusterConfig) -> bool,
+) -> mnemo_repl_etcd::ClusterConfig {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    loop {
+        if let Ok(Some((config, _))) = control.load() {
+            if ok(&config) {
+                return config;
+            }
+            last = Some(config);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never got {what}; the configuration: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
