@@ -6,7 +6,8 @@
 # the read port, measured in the same run); GET on the mirror's read port with the primary
 # idle; then SET on the primary and GET on the read port at once. ROUNDS rounds (default 3),
 # N requests per case (default 50000). Results: bench/results/mirror-reads.csv (round, case,
-# test, rps, p50_ms, p99_ms) and the read port's views built. See bench/README.md.
+# test, rps, p50_ms, p99_ms, commit, command) and the read port's views built. See
+# bench/README.md.
 #
 #   scripts/bench-mirror-reads.sh        # 3 rounds
 #   N=100000 scripts/bench-mirror-reads.sh 5
@@ -48,18 +49,22 @@ run() {
 }
 
 out=bench/results/mirror-reads.csv
-echo "round,case,test,rps,p50_ms,p99_ms" > "$out"
+commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates scripts || echo +dirty)"
+command_line="N=$n scripts/bench-mirror-reads.sh $rounds"
+echo "round,case,test,rps,p50_ms,p99_ms,commit,command" > "$out"
+# Each row: what run() printed, then the commit and the command that made it.
+row() { echo "$1,$commit,\"$command_line\""; }
 # Every key the GETs ask for exists (values of 3 bytes, as redis-benchmark's SET writes).
 redis-benchmark -p "$port" -t set -n 200000 -r 100000 -c 50 -q >/dev/null 2>&1
 for round in $(seq "$rounds"); do
-    echo "$round,alone,set,$(run "$port" set)" >> "$out"
-    echo "$round,primary,get,$(run "$port" get)" >> "$out"
-    echo "$round,read-port,get,$(run "$reads" get)" >> "$out"
+    row "$round,alone,set,$(run "$port" set)" >> "$out"
+    row "$round,primary,get,$(run "$port" get)" >> "$out"
+    row "$round,read-port,get,$(run "$reads" get)" >> "$out"
     run "$port" set > "$dir/set.csv" &
     setter=$!
-    echo "$round,both,get,$(run "$reads" get)" >> "$out"
+    row "$round,both,get,$(run "$reads" get)" >> "$out"
     wait "$setter"
-    echo "$round,both,set,$(cat "$dir/set.csv")" >> "$out"
+    row "$round,both,set,$(cat "$dir/set.csv")" >> "$out"
 done
 views="$(redis-cli -p "$reads" info replication | tr -d '\r' | grep -E '^mnemo_read_view' | tr '\n' ' ')"
 column -s, -t < "$out"
