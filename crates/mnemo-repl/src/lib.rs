@@ -7,6 +7,8 @@
 //! * [`link`]: frames over a blocking TCP stream;
 //! * [`policy`]: [`MirrorPolicy`], the primary's [`mnemo_pmem::SyncPolicy`] (modes `local`,
 //!   `async`, `sync`, `syncflush`, `syncdisk`, `syncsec`, `syncseceth`);
+//! * [`primary`]: [`primary::PrimaryCore`], the primary's sequencing sans I/O, which the policy
+//!   drives with its links, threads and clock, and the deterministic simulation with its own;
 //! * [`backup`]: the second tier, fed by the mirror in the background;
 //! * [`mirror`]: [`MirrorStore`] (image, log, state, recovery, promotion) and [`Mirror`], the
 //!   server.
@@ -19,6 +21,7 @@ pub mod error;
 pub mod link;
 pub mod mirror;
 pub mod policy;
+pub mod primary;
 pub mod proto;
 
 pub use auth::Secret;

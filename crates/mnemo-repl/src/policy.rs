@@ -36,6 +36,9 @@ use mnemo_pmem::{Media, SyncPoint, SyncPolicy};
 use crate::auth::{self, Secret};
 use crate::error::{Error, Result};
 use crate::link::Link;
+use crate::primary::{
+    Attempt, AwayThen, CoreConfig, Failed, PrimaryCore, Unblocked, Verdict,
+};
 use crate::proto::{self, BackupStatus, Frame, LinkParams, Role, VERSION};
 
 /// Deliberately broken variants of this crate (compiled in only with mnemo-pmem's `mutants`
@@ -52,6 +55,10 @@ pub const MUTANTS: &[&str] = &[
 pub const MUTANTS_SIM: &[&str] = &[
     // A sync mode acknowledges a sync point before the mirror's ack ([`Mode::waits_for_ack`]).
     "repl.ack_before_mirror",
+    // The mirror is away and the primary acknowledges here alone without recording the loss
+    // with the membership first ([`crate::primary::PrimaryCore::away`]): the mirror, still
+    // said to be in sync, may be promoted without those sync points.
+    "repl.unrecorded_loss",
     // The mirror takes a record cut short by the end of its link, without its end mark and
     // checksum ([`crate::proto::decode_at_eof`]).
     "repl.apply_torn",
@@ -354,9 +361,6 @@ const COPY_SILENCE_MAX: Duration = Duration::from_secs(3);
 /// A full copy logs its progress every this many bytes.
 const COPY_PROGRESS_EVERY: u64 = 256 << 20;
 
-/// Longest wait between two attempts to reach a mirror that is away.
-const RETRY_MAX: Duration = Duration::from_secs(30);
-
 /// Silence on a link after which a heartbeat is sent: a few per second cost nothing, and
 /// with the timeout below a lost mirror is seen within a second.
 pub const HEARTBEAT_DEFAULT: Duration = Duration::from_millis(250);
@@ -390,7 +394,8 @@ struct Conn {
     buf: Vec<u8>,
     /// The ranges of the record being encoded (offset, length).
     spans: Vec<(u64, usize)>,
-    heard: Instant,
+    /// When the mirror last answered on it (since the policy's creation).
+    heard: Duration,
 }
 
 /// One link to the mirror: its connections (one session at the mirror, whose Welcome named
@@ -404,6 +409,8 @@ struct Conn {
 /// whose connection failed lets go of it before it takes the policy's lock).
 #[derive(Debug)]
 struct Session {
+    /// Its number in the core ([`PrimaryCore::link_up`]).
+    number: u64,
     conns: Vec<Mutex<Conn>>,
     /// A second handle on each connection's socket, to cut them all at once when one fails:
     /// a sync point waiting on another connection for an ack that the mirror will never send
@@ -413,10 +420,10 @@ struct Session {
 }
 
 impl Session {
-    fn new(links: Vec<Link>) -> Result<Session> {
+    fn new(links: Vec<Link>, now: Duration) -> Result<Session> {
         let sockets = links.iter().map(Link::socket).collect::<Result<Vec<_>>>()?;
-        let now = Instant::now();
         Ok(Session {
+            number: 0,
             conns: links
                 .into_iter()
                 .map(|link| {
@@ -453,18 +460,12 @@ impl Session {
 struct Inner {
     /// The link, while it is up and in sync.
     session: Option<Arc<Session>>,
-    next_id: u64,
-    /// When the next attempt is due (None: never tried; the first one runs inline).
-    next_attempt: Option<Instant>,
-    /// Wait after the next failure (doubles per failure, up to `RETRY_MAX`).
-    backoff: Duration,
+    /// The sequencing's state and decisions (ids, attempts and their backoff, what sync
+    /// mode left unflushed, whether the loss of the mirror is recorded): `session` is
+    /// Some exactly while the core has a link up.
+    core: PrimaryCore,
     /// The full copy's records, reused.
     buf: Vec<u8>,
-    /// Local flushes skipped while the link was up (sync mode): all lines must be flushed
-    /// when it goes down.
-    unflushed: bool,
-    /// The loss of the mirror is recorded by the membership (or there is none).
-    loss_recorded: bool,
 }
 
 /// The replicating sync policy. Give it to a pool at create or open
@@ -499,17 +500,19 @@ pub struct MirrorPolicy {
 impl MirrorPolicy {
     /// A policy for `config`; it connects at the first sync point.
     pub fn new(config: MirrorConfig) -> MirrorPolicy {
-        let retry = config.retry;
+        let core = PrimaryCore::new(CoreConfig {
+            mode: config.mode,
+            without_mirror: config.without_mirror,
+            membership: false,
+            retry: config.retry,
+            heartbeat: config.heartbeat,
+        });
         MirrorPolicy {
             config,
             inner: Mutex::new(Inner {
                 session: None,
-                next_id: 1,
-                next_attempt: None,
-                backoff: retry,
+                core,
                 buf: Vec::new(),
-                unflushed: false,
-                loss_recorded: false,
             }),
             connector: Arc::new(Connector::default()),
             in_sync: AtomicBool::new(false),
@@ -603,7 +606,17 @@ impl MirrorPolicy {
     /// Record the mirror's state in `membership` (etcd), and obey it when deposed.
     pub fn with_membership(mut self, membership: Arc<dyn Membership>) -> MirrorPolicy {
         self.membership = Some(membership);
+        self.inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .core
+            .set_membership(true);
         self
+    }
+
+    /// The policy's clock, as the core takes it: time since its creation.
+    fn now(&self) -> Duration {
+        self.created.elapsed()
     }
 
     /// Send heartbeats on the idle link from a thread of its own, which ends when the policy
@@ -646,10 +659,11 @@ impl MirrorPolicy {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some();
-        finished
-            || inner.next_attempt.is_none_or(|due| {
-                Instant::now() >= due && !self.connector.busy.load(Ordering::Acquire)
-            })
+        inner.core.wants_sync_point(
+            self.now(),
+            finished,
+            self.connector.busy.load(Ordering::Acquire),
+        )
     }
 
     /// One heartbeat on each idle connection of the link (no sync point under way on it,
@@ -665,7 +679,7 @@ impl MirrorPolicy {
         let Some(session) = inner.session.clone() else {
             return;
         };
-        let shipped = inner.next_id.saturating_sub(1);
+        let shipped = inner.core.last_id();
         for conn in &session.conns {
             let mut conn = match conn.try_lock() {
                 Ok(guard) => guard,
@@ -673,12 +687,12 @@ impl MirrorPolicy {
                 // A sync point is under way on it: it watches the connection itself.
                 Err(TryLockError::WouldBlock) => continue,
             };
-            if conn.heard.elapsed() < self.config.heartbeat {
+            if !inner.core.heartbeat_due(conn.heard, self.now()) {
                 continue;
             }
             match self.heartbeat_round_trip(&mut conn.link, shipped) {
                 Ok(()) => {
-                    conn.heard = Instant::now();
+                    conn.heard = self.now();
                     self.heartbeats.fetch_add(1, Ordering::Relaxed);
                     let at = self.created.elapsed().as_micros() as u64;
                     self.heartbeat_at_us.store(at, Ordering::Relaxed);
@@ -688,15 +702,13 @@ impl MirrorPolicy {
                     drop(conn);
                     session.cut();
                     inner.session = None;
-                    inner.next_attempt = Some(Instant::now() + inner.backoff);
+                    let record = inner.core.heartbeat_lost(self.now());
                     self.in_sync.store(false, Ordering::Relaxed);
                     self.link_losses.fetch_add(1, Ordering::Relaxed);
                     // Record the loss now, before any sync point acknowledges without the
                     // mirror (a failure here is retried by the next sync point).
-                    if self.config.without_mirror == WithoutMirror::Record {
-                        if let Some(m) = &self.membership {
-                            inner.loss_recorded = m.mirror_lost().is_ok();
-                        }
+                    if let (true, Some(m)) = (record, &self.membership) {
+                        inner.core.heartbeat_loss_answer(m.mirror_lost().is_ok());
                     }
                     return;
                 }
@@ -773,7 +785,7 @@ impl MirrorPolicy {
             .first_mut()
             .ok_or_else(|| Error::Unexpected("a link without connections".into()))?;
         // Ids continue after anything the mirror holds.
-        inner.next_id = inner.next_id.max(last + 1);
+        inner.core.copy_from(last);
         // The full copy: every non-zero chunk (the mirror's image starts zeroed).
         link.send(&Frame::CopyBegin {
             epoch: c.epoch,
@@ -806,15 +818,13 @@ impl MirrorPolicy {
             }
             if chunk.iter().any(|&b| b != 0) {
                 inner.buf.clear();
-                let id = inner.next_id;
-                inner.next_id += 1;
+                let id = inner.core.take_id();
                 proto::encode_record(&mut inner.buf, c.epoch, id, true, [(at, chunk)].into_iter());
                 link.send_encoded(&inner.buf)?;
             }
             at += len;
         }
-        let done = inner.next_id;
-        inner.next_id += 1;
+        let done = inner.core.take_id();
         link.send(&Frame::CopyDone {
             epoch: c.epoch,
             id: done,
@@ -833,28 +843,28 @@ impl MirrorPolicy {
         self.copies.fetch_add(1, Ordering::Relaxed);
         let connections = links.len();
         tracing::info!(mirror = %c.addr, pool_size = size, mode = c.mode.name(), connections, "mirror in sync (full copy sent)");
-        inner.session = Some(Arc::new(Session::new(links)?));
+        let mut session = Session::new(links, self.now())?;
+        session.number = inner.core.link_up();
+        inner.session = Some(Arc::new(session));
         self.in_sync.store(true, Ordering::Relaxed);
-        inner.loss_recorded = false;
         if let Some(m) = &self.membership {
             m.mirror_in_sync();
         }
         Ok(())
     }
 
-    /// The link failed: drop it (every connection) and make everything durable locally.
-    fn lose_link(&self, inner: &mut Inner, media: &dyn Media, error: &Error) {
+    /// The link failed and the core lost it: drop it (every connection) and, if
+    /// `flush_pool`, make everything durable locally.
+    fn lose_link(&self, inner: &mut Inner, media: &dyn Media, error: &Error, flush_pool: bool) {
         tracing::warn!(mirror = %self.config.addr, error = %error, "mirror link lost: sync points are durable locally until it is back");
         if let Some(session) = inner.session.take() {
             session.cut();
         }
-        inner.next_attempt = Some(Instant::now() + inner.backoff);
         self.in_sync.store(false, Ordering::Relaxed);
         self.link_losses.fetch_add(1, Ordering::Relaxed);
-        if inner.unflushed {
+        if flush_pool {
             // What sync mode left to the mirror alone: every line of the pool, now.
             media.flush(0, media.len());
-            inner.unflushed = false;
         }
     }
 
@@ -864,19 +874,11 @@ impl MirrorPolicy {
         }
     }
 
-    /// Encode the sync point as the next record into `conn`'s buffer: its id, and the bytes
-    /// of its ranges read from the pool now (under the policy's lock, so a record with a
-    /// higher id was read later). Returns the id and the bytes of range data.
-    fn encode(
-        &self,
-        inner: &mut Inner,
-        conn: &mut Conn,
-        media: &dyn Media,
-        point: &SyncPoint<'_>,
-    ) -> (u64, u64) {
+    /// Encode the sync point as record `id` (the core's next) into `conn`'s buffer, the
+    /// bytes of its ranges read from the pool now (under the policy's lock, so a record with
+    /// a higher id was read later). Returns the bytes of range data.
+    fn encode(&self, id: u64, conn: &mut Conn, media: &dyn Media, point: &SyncPoint<'_>) -> u64 {
         let c = &self.config;
-        let id = inner.next_id;
-        inner.next_id += 1;
         let len = media.len();
         let mut bytes = 0u64;
         // Broken on purpose (tests only): the staged ranges are left out of the record.
@@ -906,13 +908,14 @@ impl MirrorPolicy {
         conn.buf.clear();
         proto::encode_record(&mut conn.buf, c.epoch, id, false, ranges);
         self.last_id.fetch_max(id, Ordering::Relaxed);
-        (id, bytes)
+        bytes
     }
 
     /// Try to get a link back, without making this sync point wait: the first attempt runs
     /// inline (so a primary starts in sync), later ones on a thread of their own, with a
     /// doubling backoff; a handshake that succeeded there is finished here with the full
-    /// copy (which needs the pool and must not overlap a sync point).
+    /// copy (which needs the pool and must not overlap a sync point). The core decides which
+    /// ([`PrimaryCore::attempt`]).
     fn reconnect(&self, inner: &mut Inner, media: &dyn Media) {
         let c = &self.config;
         let done = self
@@ -921,84 +924,83 @@ impl MirrorPolicy {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        let result = match done {
-            Some(Ok((links, last))) => self.send_copy(inner, media, links, last),
-            Some(Err(e)) => Err(e),
-            None => {
-                let now = Instant::now();
-                match inner.next_attempt {
-                    None => {
-                        inner.next_attempt = Some(now);
-                        self.connect(inner, media)
+        let now = self.now();
+        let result = match (inner.core.attempt(now, done.as_ref().map(Result::is_ok)), done) {
+            (Attempt::Copy, Some(Ok((links, last)))) => self.send_copy(inner, media, links, last),
+            (Attempt::Failed, Some(Err(e))) => {
+                // Counted by the core already.
+                tracing::warn!(mirror = %c.addr, error = %e, retry_in = ?inner.core.next_attempt().map(|due| due.saturating_sub(now)), "cannot reach the mirror");
+                return;
+            }
+            (Attempt::First, _) => self.connect(inner, media),
+            (Attempt::Due, _) => {
+                if !self.connector.busy.swap(true, Ordering::AcqRel) {
+                    let connector = Arc::clone(&self.connector);
+                    let config = c.clone();
+                    let size = media.len();
+                    let spawned = std::thread::Builder::new()
+                        .name("mnemo-repl-connect".into())
+                        .spawn(move || {
+                            let result = handshake_session(&config, size);
+                            *connector.done.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some(result);
+                            connector.busy.store(false, Ordering::Release);
+                        });
+                    if spawned.is_err() {
+                        self.connector.busy.store(false, Ordering::Release);
                     }
-                    Some(due)
-                        if now >= due && !self.connector.busy.swap(true, Ordering::AcqRel) =>
-                    {
-                        let connector = Arc::clone(&self.connector);
-                        let config = c.clone();
-                        let size = media.len();
-                        let spawned = std::thread::Builder::new()
-                            .name("mnemo-repl-connect".into())
-                            .spawn(move || {
-                                let result = handshake_session(&config, size);
-                                *connector.done.lock().unwrap_or_else(|p| p.into_inner()) =
-                                    Some(result);
-                                connector.busy.store(false, Ordering::Release);
-                            });
-                        if spawned.is_err() {
-                            self.connector.busy.store(false, Ordering::Release);
-                        }
-                        // Not due again until this attempt has had its chance.
-                        inner.next_attempt = Some(now + inner.backoff);
-                        return;
-                    }
-                    Some(_) => return,
+                    // Not due again until this attempt has had its chance.
+                    inner.core.attempt_started(now);
                 }
+                return;
             }
+            // NotYet; the other pairs cannot be (the core answers Copy and Failed only
+            // for a finished handshake, and the others only without one).
+            _ => return,
         };
-        match result {
-            Ok(()) => inner.backoff = c.retry,
-            Err(e) => {
-                tracing::warn!(mirror = %c.addr, error = %e, retry_in = ?inner.backoff, "cannot reach the mirror");
-                inner.next_attempt = Some(Instant::now() + inner.backoff);
-                inner.backoff = (inner.backoff * 2).min(RETRY_MAX);
-            }
+        if let Err(e) = result {
+            tracing::warn!(mirror = %c.addr, error = %e, retry_in = ?inner.core.backoff(), "cannot reach the mirror");
+            inner.core.attempt_failed(self.now());
         }
     }
 
     /// The mirror is away: before this sync point may be acknowledged here alone, what sync
     /// mode left unflushed is flushed, and the loss is recorded (or, per the configuration,
-    /// the sync point waits for the mirror). Ok(true): the link is back.
+    /// the sync point waits for the mirror), as the core says ([`PrimaryCore::away`]).
+    /// Ok(true): the link is back.
     fn without_mirror(
         &self,
         inner: &mut Inner,
         media: &dyn Media,
     ) -> std::result::Result<bool, MediaError> {
-        if inner.unflushed {
+        let away = inner.core.away();
+        if away.flush_pool {
             // The link was lost between sync points (a heartbeat went unanswered).
             media.flush(0, media.len());
-            inner.unflushed = false;
         }
-        match self.config.without_mirror {
-            WithoutMirror::Block => {
+        match away.then {
+            AwayThen::Block => {
                 while inner.session.is_none() {
                     if let Some(m) = &self.membership {
                         m.may_acknowledge().map_err(fenced)?;
                     }
                     std::thread::sleep(BLOCK_POLL);
-                    // Blocked, the backoff stays short: the mirror is all we wait for.
-                    inner.backoff = self.config.retry;
+                    inner.core.blocked_poll();
                     self.reconnect(inner, media);
                 }
                 Ok(true)
             }
-            WithoutMirror::Record => {
-                if let (false, Some(m)) = (inner.loss_recorded, &self.membership) {
-                    m.mirror_lost().map_err(fenced)?;
-                    inner.loss_recorded = true;
+            AwayThen::RecordLoss => {
+                let answer = match &self.membership {
+                    Some(m) => m.mirror_lost(),
+                    None => Ok(()),
+                };
+                match inner.core.loss_answer(answer.is_ok()) {
+                    Verdict::Local => Ok(false),
+                    Verdict::Fenced => Err(fenced(answer.err().unwrap_or_default())),
                 }
-                Ok(false)
             }
+            AwayThen::Local => Ok(false),
         }
     }
 
@@ -1022,10 +1024,15 @@ impl MirrorPolicy {
             if inner.session.is_none() {
                 self.reconnect(&mut inner, media);
             }
-            if inner.session.is_none() && !self.without_mirror(&mut inner, media)? {
-                Self::flush_local(media, point);
-                self.local_only.fetch_add(1, Ordering::Relaxed);
-                return Ok(true);
+            if inner.session.is_none() {
+                if !self.without_mirror(&mut inner, media)? {
+                    Self::flush_local(media, point);
+                    self.local_only.fetch_add(1, Ordering::Relaxed);
+                    return Ok(true);
+                }
+                // Blocked until the link came back: not shipped yet, the sync point goes
+                // out on it.
+                debug_assert_eq!(inner.core.unblocked(false), Unblocked::Ship);
             }
             let Some(session) = inner.session.clone() else {
                 // Unreachable: without_mirror returned true only with the link back.
@@ -1052,37 +1059,35 @@ impl MirrorPolicy {
         media: &dyn Media,
         point: &SyncPoint<'_>,
     ) -> std::result::Result<bool, MediaError> {
-        let mode = self.config.mode;
         let conn = &mut *guard;
-        let (id, bytes) = self.encode(&mut inner, conn, media, point);
-        if !mode.flushes_locally() {
-            inner.unflushed = true;
-        }
+        let ship = inner.core.ship();
+        let acknowledge = inner.core.shipped();
+        let bytes = self.encode(ship.id, conn, media, point);
         drop(inner);
         let sent = conn.link.send_encoded(&conn.buf);
-        if mode.flushes_locally() {
+        if ship.flush_point {
             // While the record travels (syncflush) or after it left (async).
             Self::flush_local(media, point);
         }
         let result = sent.and_then(|()| {
             self.shipped.fetch_add(1, Ordering::Relaxed);
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
-            if !mode.waits_for_ack() {
+            if !ship.wait_ack {
                 while let Some(frame) = conn.link.try_recv()? {
                     self.note_ack(frame)?;
                 }
                 Ok(())
             } else {
-                let acked = self.expect_ack(&mut conn.link, id, Some(BUSY_WAIT_MAX))?;
+                let acked = self.expect_ack(&mut conn.link, ship.id, Some(BUSY_WAIT_MAX))?;
                 self.acked.fetch_max(acked, Ordering::Relaxed);
                 Ok(())
             }
         });
         match result {
             Ok(()) => {
-                conn.heard = Instant::now();
+                conn.heard = self.now();
                 self.release(guard);
-                Ok(mode.flushes_locally())
+                Ok(acknowledge.fence)
             }
             Err(e) => {
                 self.release(guard);
@@ -1106,28 +1111,31 @@ impl MirrorPolicy {
         session.cut();
         let mut inner = self.lock_inner();
         let inner = &mut *inner;
-        match &inner.session {
-            Some(current) if Arc::ptr_eq(current, session) => {
+        match inner.core.connection_failed(session.number, self.now()) {
+            Failed::Lost { flush_pool } => {
                 // In sync mode this sync point's own ranges are flushed with the whole pool.
-                self.lose_link(inner, media, error);
+                self.lose_link(inner, media, error, flush_pool);
             }
-            Some(_) => {
+            Failed::Replaced(acknowledge) => {
                 // A sibling lost this link and a new one is up: its full copy, read from the
                 // pool after this record was encoded (and so after this sync point's
                 // stores), was acknowledged: the bytes are at the mirror. Here too, below.
                 Self::flush_local(media, point);
-                return Ok(true);
+                return Ok(acknowledge.fence);
             }
             // A sibling lost it first (and flushed the whole pool in sync mode, after this
             // record was encoded).
-            None => {}
+            Failed::AlreadyLost => {}
         }
         // This sync point's own ranges: flushed here as well, whoever flushed the pool.
         Self::flush_local(media, point);
         if self.without_mirror(inner, media)? {
             // Blocked until the mirror came back with a full copy, which holds this sync
             // point's bytes: it is durable there (and here, flushed above).
-            return Ok(true);
+            return Ok(match inner.core.unblocked(true) {
+                Unblocked::Acknowledge(acknowledge) => acknowledge.fence,
+                Unblocked::Ship => true,
+            });
         }
         self.local_only.fetch_add(1, Ordering::Relaxed);
         Ok(true)
@@ -1319,10 +1327,10 @@ impl SyncPolicy for MirrorPolicy {
     /// skipped the local flush, every line of the pool is flushed and fenced first.
     fn close(&self, media: &dyn Media) -> std::result::Result<(), MediaError> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.unflushed || !self.config.mode.flushes_locally() {
+        if inner.core.close() {
             media.flush(0, media.len());
             media.drain()?;
-            inner.unflushed = false;
+            inner.core.pool_flushed();
         }
         Ok(())
     }
