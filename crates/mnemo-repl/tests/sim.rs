@@ -27,11 +27,15 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use mnemo_repl::mirror::{
     admit_epoch, admit_link, record_turn, MirrorOptions, MirrorStore, Turn, MUTANTS_STORE,
 };
-use mnemo_repl::policy::{ack_step, AckStep, Mode, MUTANTS_QUEUES, MUTANTS_SIM};
+use mnemo_repl::policy::{ack_step, AckStep, Mode, WithoutMirror, MUTANTS_QUEUES, MUTANTS_SIM};
+use mnemo_repl::primary::{
+    Attempt, AwayThen, CoreConfig, Failed, PrimaryCore, Unblocked, Verdict,
+};
 use mnemo_repl::proto::{self, Frame};
 
 /// Words in the simulated pool; each sync point writes its serial number into 2 or 3 of
@@ -46,6 +50,7 @@ const TIMEOUT: u64 = 2000 * MS;
 const HEARTBEAT: u64 = 250 * MS;
 const HEARTBEAT_TIMEOUT: u64 = 750 * MS;
 const RETRY: u64 = 1000 * MS;
+/// The backup forwarder's longest backoff (the primary's is the core's).
 const RETRY_MAX: u64 = 30_000 * MS;
 const TTL: u64 = 1000 * MS;
 const TICK: u64 = 5 * MS;
@@ -255,6 +260,8 @@ struct Op {
     stage: Stage,
     /// Waiting for the mirror to come back (`WithoutMirror::Block`).
     blocked: bool,
+    /// Went out on a link (since lost).
+    shipped: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -274,36 +281,39 @@ enum LinkSt {
         done: u64,
         deadline: u64,
     },
+    /// Up and in sync: the core's link `number`.
     Ready {
         conn: usize,
+        number: u64,
     },
+    /// A handshake made in the background failed; the next sync point learns it.
+    Failed,
 }
 
 impl LinkSt {
     fn conn(self) -> Option<usize> {
         match self {
-            LinkSt::None => None,
+            LinkSt::None | LinkSt::Failed => None,
             LinkSt::Connecting { conn, .. } => conn,
             LinkSt::Welcomed { conn, .. }
             | LinkSt::Copying { conn, .. }
-            | LinkSt::Ready { conn } => Some(conn),
+            | LinkSt::Ready { conn, .. } => Some(conn),
         }
     }
 }
 
-/// A primary: `MirrorPolicy` with its membership, and a client issuing sync points.
+/// A primary: `MirrorPolicy` (its `PrimaryCore`, driven here by the simulated network and
+/// clock) with its membership, and a client issuing sync points.
 struct Prim {
     epoch: u64,
     lineage: usize,
     pool: Img,
     mirror: Option<usize>,
-    next_id: u64,
+    /// The real sequencing: ids, attempts and backoff, what sync mode left unflushed,
+    /// whether the loss of the mirror is recorded, what each event means.
+    core: PrimaryCore,
     link: LinkSt,
     rbuf: Vec<u8>,
-    next_attempt: Option<u64>,
-    backoff: u64,
-    unflushed: bool,
-    loss_recorded: bool,
     op: Option<Op>,
     next_op: u64,
     heard: u64,
@@ -670,13 +680,19 @@ impl Sim {
             lineage,
             pool,
             mirror,
-            next_id: 1,
+            core: PrimaryCore::new(CoreConfig {
+                mode: self.mode,
+                without_mirror: if self.block {
+                    WithoutMirror::Block
+                } else {
+                    WithoutMirror::Record
+                },
+                membership: true,
+                retry: Duration::from_micros(RETRY),
+                heartbeat: Duration::from_micros(HEARTBEAT),
+            }),
             link: LinkSt::None,
             rbuf: Vec::new(),
-            next_attempt: None,
-            backoff: RETRY,
-            unflushed: false,
-            loss_recorded: false,
             op: None,
             next_op: self.now,
             heard: self.now,
@@ -936,7 +952,7 @@ impl Sim {
         Ok(())
     }
 
-    // ---- the primary (policy.rs) ----
+    // ---- the primary: `PrimaryCore` (primary.rs), driven as `MirrorPolicy` drives it ----
 
     fn with_primary(
         &mut self,
@@ -952,14 +968,17 @@ impl Sim {
         } else {
             // This primary exits (deposed): it acknowledges nothing more.
             self.log(|| format!("node {n}: primary of epoch {} exits (deposed)", p.epoch));
-            for c in p.link.conn().into_iter().chain(p.extra.iter().copied()) {
-                self.close(c, 0, false);
-            }
+            self.close_link(&mut p);
             self.nodes[n].inc += 1;
             let restart = self.now + self.rng.range(50, 800) * MS;
             self.at(restart, Ev::Tick(n, self.nodes[n].inc));
         }
         Ok(())
+    }
+
+    /// The core's clock: the simulated time.
+    fn t(&self) -> Duration {
+        Duration::from_micros(self.now)
     }
 
     fn primary_tick(&mut self, n: usize) -> Check {
@@ -981,11 +1000,8 @@ impl Sim {
             }
             // Deadlines.
             if let LinkSt::Connecting { deadline, .. } | LinkSt::Copying { deadline, .. } = p.link {
-                if sim.now >= deadline {
-                    sim.link_failed(p, n, "no answer in time")?;
-                    if !sim.after_loss(p, n)? {
-                        return Ok(false);
-                    }
+                if sim.now >= deadline && !sim.attempt_failed(p, n, "no answer in time")? {
+                    return Ok(false);
                 }
             }
             if let Some(Op {
@@ -993,48 +1009,32 @@ impl Sim {
                 ..
             }) = p.op
             {
-                if sim.now >= deadline {
-                    sim.lose_link(p, n, "no ack in time");
-                    if !sim.after_loss(p, n)? {
-                        return Ok(false);
-                    }
+                if sim.now >= deadline && !sim.connection_failed(p, n, "no ack in time")? {
+                    return Ok(false);
                 }
             }
             if let Some(d) = p.hb_deadline {
                 if sim.now >= d {
-                    p.hb_deadline = None;
-                    sim.lose_link(p, n, "heartbeat unanswered");
-                    // The heartbeat thread records the loss at once (unless it blocks).
-                    if !sim.block && sim.mirror_lost(p, n).is_err() {
-                        p.loss_recorded = false;
-                    }
+                    sim.heartbeat_lost(p, n, "heartbeat unanswered");
                 }
             }
-            // A blocked sync point gets its mirror back: every 50 ms the backoff is reset and
-            // an attempt made when due; a finished handshake is completed with the copy.
+            // A blocked sync point polls for its mirror (`without_mirror`'s loop): the
+            // backoff kept short, an attempt when due, a finished handshake completed with
+            // the copy.
             if let Some(op) = p.op {
                 if op.blocked && op.stage == Stage::Local {
-                    p.backoff = RETRY;
-                    match (p.link, p.mirror) {
-                        (LinkSt::None, Some(mirror)) if sim.now >= p.next_attempt.unwrap_or(0) => {
-                            sim.connect(p, n, mirror);
-                            p.next_attempt = Some(sim.now + RETRY);
-                        }
-                        (LinkSt::Welcomed { conn, last }, _) => {
-                            sim.send_copy(p, conn, last);
-                            p.op = Some(Op {
-                                stage: Stage::Copy,
-                                ..op
-                            });
-                        }
-                        _ => {}
-                    }
+                    p.core.blocked_poll();
+                    sim.reconnect(p, n);
                 }
             }
-            // Heartbeats on an idle link.
-            if let LinkSt::Ready { conn } = p.link {
-                if p.op.is_none() && p.hb_deadline.is_none() && sim.now >= p.heard + HEARTBEAT {
-                    let id = p.next_id - 1;
+            // Heartbeats on an idle link (the heartbeat thread).
+            if let LinkSt::Ready { conn, .. } = p.link {
+                if p.op.is_none()
+                    && p.hb_deadline.is_none()
+                    && p.core
+                        .heartbeat_due(Duration::from_micros(p.heard), sim.t())
+                {
+                    let id = p.core.last_id();
                     sim.send(conn, 0, &Frame::Heartbeat { epoch: p.epoch, id });
                     p.hb_deadline = Some(sim.now + HEARTBEAT_TIMEOUT);
                 }
@@ -1070,46 +1070,68 @@ impl Sim {
             serial,
             stage: Stage::Local,
             blocked: false,
+            shipped: false,
         });
-        let Some(mirror) = p.mirror else {
+        if p.mirror.is_none() {
             // No mirror configured: mode local.
             self.nodes[n].local = Some((p.pool, p.lineage));
             self.ack(p, p.epoch, self.now, false);
             return Ok(true);
-        };
+        }
+        if let LinkSt::Ready { .. } = p.link {
+            self.ship(p);
+            return Ok(true);
+        }
+        self.reconnect(p, n);
         match p.link {
-            LinkSt::None => match p.next_attempt {
-                None => {
-                    // The first attempt runs inline: the sync point waits for it.
-                    p.next_attempt = Some(self.now);
-                    p.op = Some(Op {
-                        serial,
-                        stage: Stage::Connect,
-                        blocked: false,
-                    });
-                    self.connect(p, n, mirror);
-                    return Ok(true);
-                }
-                Some(due) if self.now >= due => {
-                    self.connect(p, n, mirror);
-                    p.next_attempt = Some(self.now + p.backoff);
-                }
-                Some(_) => {}
-            },
-            LinkSt::Welcomed { conn, last } => {
+            LinkSt::Ready { .. } => {
+                self.ship(p);
+                Ok(true)
+            }
+            // The sync point waits for the copy, or for the inline first attempt.
+            LinkSt::Copying { .. } => Ok(true),
+            _ if p.op.is_some_and(|op| op.stage == Stage::Connect) => Ok(true),
+            _ => self.after_loss(p, n),
+        }
+    }
+
+    /// `reconnect`: the link is down (or being made in the background); what the core says
+    /// to do about it now.
+    fn reconnect(&mut self, p: &mut Prim, n: usize) {
+        let handshake = match p.link {
+            LinkSt::Ready { .. } | LinkSt::Copying { .. } => return,
+            LinkSt::Welcomed { .. } => Some(true),
+            LinkSt::Failed => Some(false),
+            LinkSt::None | LinkSt::Connecting { .. } => None,
+        };
+        let Some(mirror) = p.mirror else { return };
+        match p.core.attempt(self.t(), handshake) {
+            Attempt::Copy => {
+                let LinkSt::Welcomed { conn, last } = p.link else {
+                    unreachable!()
+                };
                 self.send_copy(p, conn, last);
                 if let Some(op) = &mut p.op {
                     op.stage = Stage::Copy;
                 }
-                return Ok(true);
             }
-            LinkSt::Ready { .. } => {
-                self.ship(p);
-                return Ok(true);
+            Attempt::Failed => p.link = LinkSt::None,
+            Attempt::First => {
+                // Inline: the sync point waits for it.
+                if let Some(op) = &mut p.op {
+                    op.stage = Stage::Connect;
+                }
+                self.connect(p, n, mirror);
             }
-            LinkSt::Connecting { .. } | LinkSt::Copying { .. } => {}
+            Attempt::Due => {
+                // In the background, unless a handshake is under way there already.
+                if !matches!(p.link, LinkSt::Connecting { .. }) {
+                    self.connect(p, n, mirror);
+                    p.core.attempt_started(self.t());
+                }
+            }
+            Attempt::NotYet => {}
         }
-        self.after_loss(p, n)
     }
 
     fn connect(&mut self, p: &mut Prim, n: usize, mirror: usize) {
@@ -1185,7 +1207,7 @@ impl Sim {
     }
 
     fn send_copy(&mut self, p: &mut Prim, conn: usize, last: u64) {
-        p.next_id = p.next_id.max(last + 1);
+        p.core.copy_from(last);
         self.send(
             conn,
             0,
@@ -1194,8 +1216,7 @@ impl Sim {
                 pool_size: POOL as u64,
             },
         );
-        let id = p.next_id;
-        p.next_id += 1;
+        let id = p.core.take_id();
         let mut bytes = Vec::new();
         proto::encode_record(
             &mut bytes,
@@ -1205,8 +1226,7 @@ impl Sim {
             [(0u64, &p.pool[..])].into_iter(),
         );
         self.send_bytes(conn, 0, bytes, false);
-        let done = p.next_id;
-        p.next_id += 1;
+        let done = p.core.take_id();
         self.send(
             conn,
             0,
@@ -1224,14 +1244,14 @@ impl Sim {
         self.stats.copies += 1;
     }
 
-    /// Ship the pending sync point as one record.
+    /// `ship_on`: the pending sync point goes out as one record, as the core says.
     fn ship(&mut self, p: &mut Prim) {
-        let LinkSt::Ready { conn: first } = p.link else {
+        let LinkSt::Ready { conn: first, .. } = p.link else {
             return;
         };
         let Some(op) = p.op else { return };
-        let id = p.next_id;
-        p.next_id += 1;
+        let ship = p.core.ship();
+        let id = ship.id;
         // Each connection in turn (a lone writer of the real policy keeps to the first; in
         // turn, records of `async` mode, which does not wait for acks, overtake each other).
         let conn = match id as usize % (1 + p.extra.len()) {
@@ -1246,21 +1266,19 @@ impl Sim {
         let mut bytes = Vec::new();
         proto::encode_record(&mut bytes, p.epoch, id, false, ranges.into_iter());
         self.send_bytes(conn, 0, bytes, false);
-        if self.mode.flushes_locally() {
+        if ship.flush_point {
             self.nodes[self.conns[conn].ends[0].0].local = Some((p.pool, p.lineage));
-        } else {
-            p.unflushed = true;
         }
-        if self.mode.waits_for_ack() {
-            p.op = Some(Op {
-                serial: op.serial,
-                stage: Stage::Ack {
-                    id,
-                    deadline: self.now + TIMEOUT,
-                },
-                blocked: false,
-            });
-        } else {
+        p.op = Some(Op {
+            serial: op.serial,
+            stage: Stage::Ack {
+                id,
+                deadline: self.now + TIMEOUT,
+            },
+            blocked: false,
+            shipped: true,
+        });
+        if !ship.wait_ack {
             self.ack(p, p.epoch, self.now, false);
         }
     }
@@ -1286,31 +1304,104 @@ impl Sim {
         }
     }
 
-    fn lose_link(&mut self, p: &mut Prim, n: usize, why: &str) {
-        self.log(|| format!("node {n}: primary loses its link: {why}"));
+    /// Every connection of the link (being made, or up) closed.
+    fn close_link(&mut self, p: &mut Prim) {
         for c in p.link.conn().into_iter().chain(p.extra.drain(..)) {
             self.close(c, 0, false);
         }
         p.joins_pending = 0;
-        p.link = LinkSt::None;
         p.hb_deadline = None;
-        p.next_attempt = Some(self.now + p.backoff);
+    }
+
+    /// The connection carrying the pending sync point failed (`connection_failed`).
+    /// Ok(false): this primary exits.
+    fn connection_failed(&mut self, p: &mut Prim, n: usize, why: &str) -> Result<bool, String> {
+        let LinkSt::Ready { number, .. } = p.link else {
+            return Ok(true);
+        };
+        match p.core.connection_failed(number, self.t()) {
+            Failed::Lost { flush_pool } => {
+                self.log(|| format!("node {n}: primary loses its link: {why}"));
+                self.close_link(p);
+                p.link = LinkSt::None;
+                self.stats.link_losses += 1;
+                if flush_pool {
+                    self.nodes[n].local = Some((p.pool, p.lineage));
+                }
+            }
+            Failed::AlreadyLost => {}
+            Failed::Replaced(_) => {
+                // One sync point at a time here: the link it went out on is the current one.
+                return Err(format!("node {n}: a link replaced under its only sync point"));
+            }
+        }
+        // The sync point's own ranges, flushed here.
+        self.nodes[n].local = Some((p.pool, p.lineage));
+        self.after_loss(p, n)
+    }
+
+    /// The heartbeat thread lost the link (no answer in time, or a wrong one); it records
+    /// the loss at once if the core says so. The pool is not flushed (the thread has none).
+    fn heartbeat_lost(&mut self, p: &mut Prim, n: usize, why: &str) {
+        self.log(|| format!("node {n}: primary loses its link: {why}"));
+        self.close_link(p);
+        p.link = LinkSt::None;
         self.stats.link_losses += 1;
-        if p.unflushed {
-            self.nodes[n].local = Some((p.pool, p.lineage));
-            p.unflushed = false;
+        if p.core.heartbeat_lost(self.t()) {
+            let recorded = self.mirror_lost(p, n).is_ok();
+            p.core.heartbeat_loss_answer(recorded);
         }
     }
 
-    /// A connection attempt or a copy failed (`reconnect`'s error path).
-    fn link_failed(&mut self, p: &mut Prim, n: usize, why: &str) -> Check {
-        self.lose_link(p, n, why);
-        p.backoff = (p.backoff * 2).min(RETRY_MAX);
-        Ok(())
+    /// A handshake or a full copy failed. Inline (the pending sync point waits for it:
+    /// `reconnect`'s error path) the core counts the failure now and the sync point goes on
+    /// without the mirror; in the background the failure waits for the next sync point
+    /// (`Connector::done`). Ok(false): this primary exits.
+    fn attempt_failed(&mut self, p: &mut Prim, n: usize, why: &str) -> Result<bool, String> {
+        self.log(|| format!("node {n}: primary's attempt fails: {why}"));
+        self.close_link(p);
+        let inline = p
+            .op
+            .is_some_and(|op| matches!(op.stage, Stage::Connect | Stage::Copy));
+        if !inline {
+            p.link = LinkSt::Failed;
+            return Ok(true);
+        }
+        p.link = LinkSt::None;
+        p.core.attempt_failed(self.t());
+        if let Some(op) = &mut p.op {
+            op.stage = Stage::Local;
+        }
+        self.after_loss(p, n)
     }
 
-    /// `without_mirror` (Record): the loss recorded before anything is acknowledged here
-    /// alone; Err(true) when the store deposes this primary.
+    /// Something went wrong on a connection of the link, whatever it is doing.
+    fn link_error(&mut self, p: &mut Prim, n: usize, why: &str) -> Result<bool, String> {
+        match p.link {
+            LinkSt::Ready { .. } => {
+                if matches!(
+                    p.op,
+                    Some(Op {
+                        stage: Stage::Ack { .. },
+                        ..
+                    })
+                ) {
+                    self.connection_failed(p, n, why)
+                } else {
+                    // Idle: the heartbeat thread finds it.
+                    self.heartbeat_lost(p, n, why);
+                    Ok(true)
+                }
+            }
+            LinkSt::Connecting { .. } | LinkSt::Welcomed { .. } | LinkSt::Copying { .. } => {
+                self.attempt_failed(p, n, why)
+            }
+            LinkSt::None | LinkSt::Failed => Ok(true),
+        }
+    }
+
+    /// The membership's `mirror_lost` (etcd's, modelled): Err(true) when the store deposes
+    /// this primary, Err(false) when it cannot be reached.
     fn mirror_lost(&mut self, p: &mut Prim, n: usize) -> Result<(), bool> {
         if !self.reach(n, COORD) {
             return Err(false);
@@ -1319,34 +1410,31 @@ impl Sim {
             return Err(true);
         }
         self.coord.in_sync = false;
-        p.loss_recorded = true;
         Ok(())
     }
 
-    /// The pending sync point, the mirror away: recorded and acknowledged locally, or
-    /// failed. Ok(false): deposed, the primary exits.
+    /// `without_mirror`: the pending sync point, the mirror away, as the core says:
+    /// recorded and acknowledged locally, blocked, or failed. Ok(false): deposed, the
+    /// primary exits.
     fn after_loss(&mut self, p: &mut Prim, n: usize) -> Result<bool, String> {
         let Some(op) = p.op else { return Ok(true) };
-        if op.stage == Stage::Connect && matches!(p.link, LinkSt::Connecting { .. }) {
-            return Ok(true); // still waiting for the inline attempt
-        }
-        if p.unflushed {
+        let away = p.core.away();
+        if away.flush_pool {
             self.nodes[n].local = Some((p.pool, p.lineage));
-            p.unflushed = false;
         }
-        if self.block {
-            // Nothing is acknowledged until the mirror is back in sync.
-            p.op = Some(Op {
-                serial: op.serial,
-                stage: Stage::Local,
-                blocked: true,
-            });
-            return Ok(true);
-        }
-        if !p.loss_recorded {
-            match self.mirror_lost(p, n) {
-                Ok(()) => {}
-                Err(deposed) => {
+        match away.then {
+            AwayThen::Block => {
+                // Nothing is acknowledged until the mirror is back in sync.
+                p.op = Some(Op {
+                    stage: Stage::Local,
+                    blocked: true,
+                    ..op
+                });
+                return Ok(true);
+            }
+            AwayThen::RecordLoss => {
+                let answer = self.mirror_lost(p, n);
+                if p.core.loss_answer(answer.is_ok()) == Verdict::Fenced {
                     p.op = None;
                     self.stats.fenced += 1;
                     self.log(|| {
@@ -1355,9 +1443,10 @@ impl Sim {
                             op.serial
                         )
                     });
-                    return Ok(!deposed);
+                    return Ok(answer != Err(true));
                 }
             }
+            AwayThen::Local => {}
         }
         self.nodes[n].local = Some((p.pool, p.lineage));
         self.stats.local_only += 1;
@@ -1377,8 +1466,7 @@ impl Sim {
         self.with_primary(n, |sim, p| {
             if msg.eof {
                 // A cut frame's bytes are never used: `decode_at_eof` is the mirror's side.
-                sim.link_failed(p, n, "the mirror closed the link")?;
-                return sim.after_loss(p, n);
+                return sim.link_error(p, n, "the mirror closed the link");
             }
             p.rbuf.extend_from_slice(&msg.bytes);
             loop {
@@ -1388,15 +1476,12 @@ impl Sim {
                         frame
                     }
                     Ok(None) => return Ok(true),
-                    Err(e) => {
-                        sim.link_failed(p, n, &format!("{e}"))?;
-                        return sim.after_loss(p, n);
-                    }
+                    Err(e) => return sim.link_error(p, n, &format!("{e}")),
                 };
                 if !sim.primary_frame(p, n, c, frame, msg.sent)? {
                     return Ok(false);
                 }
-                if p.link == LinkSt::None {
+                if p.link.conn().is_none() {
                     return Ok(true);
                 }
             }
@@ -1404,7 +1489,7 @@ impl Sim {
     }
 
     /// The link passed its handshake (every connection): the copy now if a sync point waits
-    /// for the first attempt, else at the next sync point.
+    /// for the first attempt, else at the next sync point (`Connector::done`).
     fn welcomed(&mut self, p: &mut Prim, conn: usize, last: u64) {
         let inline = matches!(
             p.op,
@@ -1440,8 +1525,7 @@ impl Sim {
                 } if from == conn && p.conns > 1 => {
                     // The first connection's session: the others join it (`handshake_session`).
                     let (Some(session), Some(mirror)) = (session, p.mirror) else {
-                        self.link_failed(p, n, "no session named")?;
-                        return self.after_loss(p, n);
+                        return self.attempt_failed(p, n, "no session named");
                     };
                     p.join_last = last_id;
                     p.joins_pending = p.conns - 1;
@@ -1464,17 +1548,13 @@ impl Sim {
                     self.welcomed(p, conn, last_id);
                     Ok(true)
                 }
-                other => {
-                    self.link_failed(p, n, &format!("handshake: {other:?}"))?;
-                    self.after_loss(p, n)
-                }
+                other => self.attempt_failed(p, n, &format!("handshake: {other:?}")),
             },
             LinkSt::Copying { conn, done, .. } => match ack_step(p.epoch, done, frame) {
                 Ok(AckStep::Acked(_)) => {
-                    p.link = LinkSt::Ready { conn };
+                    let number = p.core.link_up();
+                    p.link = LinkSt::Ready { conn, number };
                     p.heard = self.now;
-                    p.backoff = RETRY;
-                    p.loss_recorded = false;
                     // `mirror_in_sync`: recorded if the store can be reached; deposes a
                     // primary the configuration no longer names.
                     if self.reach(n, COORD) {
@@ -1485,11 +1565,16 @@ impl Sim {
                     }
                     match p.op {
                         Some(op) if op.blocked => {
-                            // The copy holds the waiting sync point: acknowledged by the
-                            // mirror's ack of the copy, and flushed here.
-                            self.nodes[n].local = Some((p.pool, p.lineage));
                             self.stats.blocked += 1;
-                            self.ack(p, p.epoch, sent, true);
+                            match p.core.unblocked(op.shipped) {
+                                Unblocked::Acknowledge(_) => {
+                                    // The copy holds the sync point, shipped on the lost
+                                    // link: acknowledged by the mirror's ack of the copy (its
+                                    // ranges were flushed here when the link failed).
+                                    self.ack(p, p.epoch, sent, true);
+                                }
+                                Unblocked::Ship => self.ship(p),
+                            }
                         }
                         Some(_) => self.ship(p),
                         None => {}
@@ -1497,10 +1582,7 @@ impl Sim {
                     Ok(true)
                 }
                 Ok(_) => Ok(true),
-                Err(e) => {
-                    self.link_failed(p, n, &format!("{e}"))?;
-                    self.after_loss(p, n)
-                }
+                Err(e) => self.attempt_failed(p, n, &format!("{e}")),
             },
             LinkSt::Ready { .. } => {
                 if let Some(Op {
@@ -1515,10 +1597,7 @@ impl Sim {
                             Ok(true)
                         }
                         Ok(_) => Ok(true),
-                        Err(e) => {
-                            self.lose_link(p, n, &format!("{e}"));
-                            self.after_loss(p, n)
-                        }
+                        Err(e) => self.connection_failed(p, n, &format!("{e}")),
                     }
                 } else {
                     match frame {
@@ -1530,10 +1609,7 @@ impl Sim {
                             Ok(true)
                         }
                         other => {
-                            self.lose_link(p, n, &format!("{other:?}"));
-                            if self.mirror_lost(p, n).is_err() {
-                                p.loss_recorded = false;
-                            }
+                            self.heartbeat_lost(p, n, &format!("{other:?}"));
                             Ok(true)
                         }
                     }
