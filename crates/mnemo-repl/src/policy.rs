@@ -36,9 +36,7 @@ use mnemo_pmem::{Media, SyncPoint, SyncPolicy};
 use crate::auth::{self, Secret};
 use crate::error::{Error, Result};
 use crate::link::Link;
-use crate::primary::{
-    Attempt, AwayThen, CoreConfig, Failed, PrimaryCore, Unblocked, Verdict,
-};
+use crate::primary::{Attempt, AwayThen, CoreConfig, Failed, PrimaryCore, Unblocked, Verdict};
 use crate::proto::{self, BackupStatus, Frame, LinkParams, Role, VERSION};
 
 /// Deliberately broken variants of this crate (compiled in only with mnemo-pmem's `mutants`
@@ -925,7 +923,10 @@ impl MirrorPolicy {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         let now = self.now();
-        let result = match (inner.core.attempt(now, done.as_ref().map(Result::is_ok)), done) {
+        let result = match (
+            inner.core.attempt(now, done.as_ref().map(Result::is_ok)),
+            done,
+        ) {
             (Attempt::Copy, Some(Ok((links, last)))) => self.send_copy(inner, media, links, last),
             (Attempt::Failed, Some(Err(e))) => {
                 // Counted by the core already.

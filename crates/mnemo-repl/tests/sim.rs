@@ -33,9 +33,7 @@ use mnemo_repl::mirror::{
     admit_epoch, admit_link, record_turn, MirrorOptions, MirrorStore, Turn, MUTANTS_STORE,
 };
 use mnemo_repl::policy::{ack_step, AckStep, Mode, WithoutMirror, MUTANTS_QUEUES, MUTANTS_SIM};
-use mnemo_repl::primary::{
-    Attempt, AwayThen, CoreConfig, Failed, PrimaryCore, Unblocked, Verdict,
-};
+use mnemo_repl::primary::{Attempt, AwayThen, CoreConfig, Failed, PrimaryCore, Unblocked, Verdict};
 use mnemo_repl::proto::{self, Frame};
 
 /// Words in the simulated pool; each sync point writes its serial number into 2 or 3 of
@@ -1332,7 +1330,9 @@ impl Sim {
             Failed::AlreadyLost => {}
             Failed::Replaced(_) => {
                 // One sync point at a time here: the link it went out on is the current one.
-                return Err(format!("node {n}: a link replaced under its only sync point"));
+                return Err(format!(
+                    "node {n}: a link replaced under its only sync point"
+                ));
             }
         }
         // The sync point's own ranges, flushed here.
@@ -1360,9 +1360,8 @@ impl Sim {
     fn attempt_failed(&mut self, p: &mut Prim, n: usize, why: &str) -> Result<bool, String> {
         self.log(|| format!("node {n}: primary's attempt fails: {why}"));
         self.close_link(p);
-        let inline = p
-            .op
-            .is_some_and(|op| matches!(op.stage, Stage::Connect | Stage::Copy));
+        let inline =
+            p.op.is_some_and(|op| matches!(op.stage, Stage::Connect | Stage::Copy));
         if !inline {
             p.link = LinkSt::Failed;
             return Ok(true);
