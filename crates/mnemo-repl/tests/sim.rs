@@ -14,9 +14,13 @@
 //! mirror's and the backup's storage is the real `MirrorStore`, each in a directory of the
 //! schedule's on /dev/shm, crashed now or inside one of its operations (its hidden `sim_*`
 //! seam), its files left as a process crash or a power loss leaves them, and reopened
-//! (replayed) at restart. The sequencing around these calls (the policy's `sync_inner`, the
-//! mirror's `serve_link`, the backup forwarder, the etcd membership and takeover) is a model
-//! of that code, kept in step by hand.
+//! (replayed) at restart. Each primary runs the policy's own sequencing, `PrimaryCore`
+//! (`primary.rs`), fed the simulated clock and network's events, and does what it answers
+//! (attempts and their backoff, ids, shipping, waiting for the ack, the flushes here, the
+//! loss recorded or the sync point blocked or fenced); what is modelled around it is the
+//! policy's I/O, threads and waits (one sync point in flight). The sequencing of the
+//! mirror's `serve_link`, the backup forwarder, and the etcd membership and takeover, are a
+//! model of that code, kept in step by hand.
 //!
 //! `MNEMO_REPL_SIM_SEED=N` runs seed N alone with a trace of its events (with
 //! `MNEMO_REPL_SIM_MUTANT=NAME`, under that mutant); `MNEMO_REPL_SIM_SEEDS=N` sets how many
