@@ -13,7 +13,10 @@
 #   mnemo-wal-gather: the default with --commit-gathering (a writing batch waits for the
 #     clients just answered when its commits wait for the disk: docs/design/kv-server.md)
 # for c=1, c=50 and -P 16 -c 50 (KV_DISK_SERVERS picks the servers, default all but
-# mnemo-local); rounds alternate the servers. Server and client pinned to different CPUs.
+# mnemo-local; KV_DISK_WORKLOADS picks the workloads, default all three); rounds alternate the
+# servers. Server and client pinned to different CPUs (KV_SERVER_CPU, KV_CLIENT_CPU; a list
+# such as 0,1 unpins). KV_CLIENT_THREADS=N runs redis-benchmark's multi-thread mode
+# (`--threads N`) for both servers alike.
 # SETs of 100 bytes over KV_BENCH_KEYS random keys (redis-benchmark -r; default 100000).
 # Output: bench/plots/kv-disk.svg (medians of the run) and bench/results/kv-disk.csv
 # (appended rows: commit, round, server, workload,
@@ -36,7 +39,9 @@ client_cpu="${KV_CLIENT_CPU:-1}"
 port="${KV_PORT:-16399}"
 keys="${KV_BENCH_KEYS:-100000}"
 servers="${KV_DISK_SERVERS:-redis-aof-always mnemo-wal mnemo-wal-private mnemo-wal-deferred}"
-command_line="KV_BENCH_N=$n KV_BENCH_N_C1=$n_c1 KV_BENCH_ROUNDS=$rounds KV_DISK_DIR=$disk KV_BENCH_KEYS=$keys KV_DISK_SERVERS='$servers' scripts/bench-kv-disk.sh"
+workloads="${KV_DISK_WORKLOADS:-c1 c50 p16}"
+client_threads="${KV_CLIENT_THREADS:-}"
+command_line="KV_BENCH_N=$n KV_BENCH_N_C1=$n_c1 KV_BENCH_ROUNDS=$rounds KV_DISK_DIR=$disk KV_BENCH_KEYS=$keys KV_DISK_SERVERS='$servers' KV_DISK_WORKLOADS='$workloads' KV_SERVER_CPU=$server_cpu KV_CLIENT_CPU=$client_cpu KV_CLIENT_THREADS=$client_threads scripts/bench-kv-disk.sh"
 machine="$(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r), $(df -T "$disk" | awk 'NR==2 {print $2}') on $(df "$disk" | awk 'NR==2 {print $1}')"
 runs="$repo/bench/results/kv-disk-runs.csv"
 [ -s "$runs" ] || echo "commit,command,machine,load1,round,server,workload,keys,rps,p50_ms" >"$runs"
@@ -88,7 +93,7 @@ start() { # server dir
 }
 
 measure() { # server round
-    for workload in c1 c50 p16; do
+    for workload in $workloads; do
         dir="$(mktemp -d "$disk/mnemo-bench-disk.XXXXXX")"
         start "$1" "$dir"
         case "$workload" in
@@ -96,12 +101,15 @@ measure() { # server round
         c50) args=(-c 50 -n "$n") ;;
         p16) args=(-c 50 -P 16 -n "$n") ;;
         esac
+        # A run with client threads is its own workload in the results (c50-t2, ...).
+        label="$workload"
+        [ -z "$client_threads" ] || { args+=(--threads "$client_threads"); label="$workload-t$client_threads"; }
         load1="$(cut -d' ' -f1 /proc/loadavg)"
         line="$(taskset -c "$client_cpu" redis-benchmark -p "$port" -t set -d 100 -r "$keys" "${args[@]}" --csv | tail -1)"
         rps="$(echo "$line" | cut -d, -f2 | tr -d '"')"
         p50="$(echo "$line" | cut -d, -f5 | tr -d '"')"
-        echo "$commit,$2,$1,$workload,$rps,$p50" | tee -a "$out"
-        echo "$commit,\"$command_line\",\"$machine\",$load1,$2,$1,$workload,$keys,$rps,$p50" >>"$runs"
+        echo "$commit,$2,$1,$label,$rps,$p50" | tee -a "$out"
+        echo "$commit,\"$command_line\",\"$machine\",$load1,$2,$1,$label,$keys,$rps,$p50" >>"$runs"
         kill "$pid"
         wait "$pid" 2>/dev/null || true
         rm -rf "$dir"
