@@ -11,7 +11,10 @@
 //!   drives with its links, threads and clock, and the deterministic simulation with its own;
 //! * [`backup`]: the second tier, fed by the mirror in the background;
 //! * [`mirror`]: [`MirrorStore`] (image, log, state, recovery, promotion) and [`Mirror`], the
-//!   server.
+//!   server;
+//! * [`mirror_core`]: [`mirror_core::LinkCore`], the mirror's link loop sans I/O, which
+//!   [`mirror::serve_link`] drives with its connection, threads and clock, and the
+//!   deterministic simulation with its own.
 //!
 //! The design and the byte layouts: `docs/design/replication.md`.
 
@@ -20,6 +23,7 @@ pub mod backup;
 pub mod error;
 pub mod link;
 pub mod mirror;
+pub mod mirror_core;
 pub mod policy;
 pub mod primary;
 pub mod proto;

@@ -33,9 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use mnemo_repl::mirror::{
-    admit_epoch, admit_link, record_turn, MirrorOptions, MirrorStore, Turn, MUTANTS_STORE,
-};
+use mnemo_repl::mirror::{admit_epoch, MirrorOptions, MirrorStore, MUTANTS_STORE};
+use mnemo_repl::mirror_core::{Go, LinkCore, Serve, MUTANTS_LINK};
 use mnemo_repl::policy::{ack_step, AckStep, Mode, WithoutMirror, MUTANTS_QUEUES, MUTANTS_SIM};
 use mnemo_repl::primary::{Attempt, AwayThen, CoreConfig, Failed, PrimaryCore, Unblocked, Verdict};
 use mnemo_repl::proto::{self, Frame};
@@ -337,9 +336,8 @@ struct Prim {
 struct MLink {
     conn: usize,
     rbuf: Vec<u8>,
-    epoch: Option<u64>,
-    copying: bool,
-    number: u64,
+    /// The connection's real link loop (`mirror_core::LinkCore`), once its handshake passed.
+    core: Option<LinkCore>,
     /// Frames this connection's thread has not served: its next record waits for the ids
     /// before it (`record_turn`), and everything behind it on the connection waits too.
     parked: VecDeque<Frame>,
@@ -1182,9 +1180,7 @@ impl Sim {
             m.links.push(MLink {
                 conn: c,
                 rbuf: Vec::new(),
-                epoch: None,
-                copying: false,
-                number: 0,
+                core: None,
                 parked: VecDeque::new(),
             });
         }
@@ -1644,26 +1640,26 @@ impl Sim {
     }
 
     /// Whether `frame`, next on `link`, must wait for the records before it
-    /// (`mirror::wait_turn`): a record of the newest link, in a session of several
-    /// connections, whose turn has not come (`record_turn`).
+    /// (`mirror::wait_turn`): a record whose turn has not come, as the connection's core
+    /// decides (`LinkCore::turn`: a session of several connections, an id before it not held
+    /// yet).
     fn must_wait(&self, n: usize, link: &MLink, frame: &Frame) -> bool {
-        let Frame::Record {
-            id,
-            copy: false,
-            epoch,
-            ..
-        } = frame
+        let (
+            Some(core),
+            Frame::Record {
+                id,
+                copy: false,
+                epoch,
+                ..
+            },
+        ) = (&link.core, frame)
         else {
             return false;
         };
         let Some(store) = self.nodes[n].store.as_ref().and_then(|s| s.open.as_ref()) else {
             return false;
         };
-        link.epoch == Some(*epoch)
-            && store.state().complete
-            && store.sim_session_connections() > 1
-            && link.number == store.newest_link()
-            && record_turn(store.last_id(), *id) == Turn::Wait
+        *epoch == core.epoch() && matches!(core.turn(&store.view(), *id), Ok(Go::Wait))
     }
 
     /// Serve the frames that waited, as the records before them were logged (each
@@ -1791,60 +1787,57 @@ impl Sim {
     ) -> Result<(), String> {
         let c = link.conn;
         let lineage = self.conns[c].lineage;
+        let now = self.t();
         let owner = &mut store.owner;
         let s = store
             .open
             .as_mut()
             .expect("a running mirror's store is open");
         let refused = |e: mnemo_repl::Error| e.to_string();
-        match (link.epoch, frame) {
-            (None, Frame::Auth { epoch, session, .. }) => {
-                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
-                    self.stats.stale_refused += 1;
-                    return Err(e.to_string());
-                }
-                s.observe_epoch(epoch).map_err(refused)?;
-                let number = match session {
-                    // One more connection of the newest link.
-                    Some(joined) if joined != 0 => s.join_session(joined).map_err(refused)?,
-                    _ => s.open_link(),
-                };
-                link.epoch = Some(epoch);
-                link.number = number;
-                let welcome = Frame::Welcome {
-                    epoch: s.state().epoch,
-                    last_id: s.last_id(),
-                    session: session.map(|_| s.session()),
-                };
-                self.send(c, 1, &welcome);
-                Ok(())
+        let Some(core) = &mut link.core else {
+            // `mirror_handshake`, from the Auth on (Hello, Challenge and the proofs are left
+            // out: a wrong peer is the TCP tests').
+            let Frame::Auth { epoch, session, .. } = frame else {
+                return Err(format!("expected Auth, got {frame:?}"));
+            };
+            if let Err(e) = admit_epoch(epoch, s.state().epoch) {
+                self.stats.stale_refused += 1;
+                return Err(e.to_string());
             }
-            (
-                Some(le),
-                Frame::Record {
-                    epoch,
-                    id,
-                    copy,
-                    ranges,
-                },
-            ) => {
-                if epoch != le {
-                    return Err(format!("record of epoch {epoch} on a link of epoch {le}"));
+            s.observe_epoch(epoch).map_err(refused)?;
+            let number = match session {
+                // One more connection of the newest link.
+                Some(joined) if joined != 0 => s.join_session(joined).map_err(refused)?,
+                _ => s.open_link(),
+            };
+            link.core = Some(LinkCore::new(epoch, number, proto::VERSION, now));
+            let welcome = Frame::Welcome {
+                epoch: s.state().epoch,
+                last_id: s.last_id(),
+                session: session.map(|_| s.session()),
+            };
+            self.send(c, 1, &welcome);
+            return Ok(());
+        };
+        // `serve_frame`: what the connection's core says each frame means, done with the
+        // real store (no backups' Status here: the forwarder below is a model).
+        let fenced = |stats: &mut Stats, e: mnemo_repl::Error| {
+            let stale = matches!(&e, mnemo_repl::Error::Refused(r) if r.starts_with("stale epoch"));
+            stats.stale_refused += u64::from(stale);
+            e.to_string()
+        };
+        match core.frame(frame) {
+            Serve::Refuse(e) => Err(e.to_string()),
+            Serve::Record { id, ranges } => {
+                // (A record gets here only in its turn: `must_wait`.)
+                match core.turn(&s.view(), id) {
+                    Ok(Go::Now) => {}
+                    Ok(Go::Wait) => unreachable!("record {id} served before its turn"),
+                    Err(e) => return Err(fenced(&mut self.stats, e)),
                 }
-                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
-                    self.stats.stale_refused += 1;
-                    return Err(e.to_string());
-                }
-                admit_link(link.number, s.newest_link()).map_err(refused)?;
-                if copy {
-                    if !link.copying {
-                        return Err("copy record outside a copy".into());
-                    }
-                    return s.copy_ranges(&ranges).map_err(refused);
-                }
-                // (A record of a session of several connections gets here only in its turn:
-                // `must_wait`.) Logged (durable: `admit_record` is called there), handed to
-                // the forwarder, acknowledged, applied (a checkpoint every N records).
+                // Logged (durable: `admit_record` is called there), handed to the
+                // forwarder, acknowledged, applied (a checkpoint every N records).
+                let epoch = core.epoch();
                 s.log_record(epoch, id, &ranges, None).map_err(refused)?;
                 let mut entry = Vec::new();
                 proto::encode_record(
@@ -1855,44 +1848,50 @@ impl Sim {
                     ranges.iter().map(|r| (r.offset, r.data.as_slice())),
                 );
                 self.fwd_events.push(FwdEv::Record(entry));
-                self.send(c, 1, &Frame::Ack { epoch, id });
+                let ack = core.ack(id);
+                self.send(c, 1, &ack);
                 s.apply(&ranges).map_err(refused)
             }
-            (Some(le), Frame::Heartbeat { .. }) => {
-                let answer = Frame::Heartbeat {
-                    epoch: s.state().epoch.max(le),
-                    id: s.last_id(),
-                };
+            Serve::Heartbeat { id } => {
+                // The store's lock is always free here (one thread at a time).
+                let answer = core.heartbeat_answer(Some(&s.view()), id);
                 self.send(c, 1, &answer);
                 Ok(())
             }
-            (Some(le), Frame::CopyBegin { epoch, .. }) if epoch == le && !link.copying => {
-                link.copying = true;
-                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
-                    self.stats.stale_refused += 1;
-                    return Err(e.to_string());
+            Serve::CopyRanges { id, ranges } => {
+                if let Err(e) = core.admit_copy(&s.view()) {
+                    return Err(fenced(&mut self.stats, e));
                 }
-                admit_link(link.number, s.newest_link()).map_err(refused)?;
-                let begun = s.begin_copy(epoch, POOL as u64);
-                self.fwd_events.push(FwdEv::Recopy);
-                begun.map_err(refused)
+                s.copy_ranges(&ranges).map_err(refused)?;
+                if let Some(beat) = core.copy_beat(now, id) {
+                    self.send(c, 1, &beat);
+                }
+                Ok(())
             }
-            (Some(le), Frame::CopyDone { epoch, id, .. }) if epoch == le && link.copying => {
-                link.copying = false;
-                if let Err(e) = admit_epoch(epoch, s.state().epoch) {
-                    self.stats.stale_refused += 1;
-                    return Err(e.to_string());
+            Serve::CopyBegin { .. } => {
+                if let Err(e) = core.admit_copy(&s.view()) {
+                    return Err(fenced(&mut self.stats, e));
                 }
-                admit_link(link.number, s.newest_link()).map_err(refused)?;
+                let begun = s.begin_copy(core.epoch(), POOL as u64);
+                self.fwd_events.push(FwdEv::Recopy);
+                begun.map_err(refused)?;
+                let beat = core.copy_begun(now);
+                self.send(c, 1, &beat);
+                Ok(())
+            }
+            Serve::CopyDone { id, .. } => {
+                if let Err(e) = core.admit_copy(&s.view()) {
+                    return Err(fenced(&mut self.stats, e));
+                }
                 s.finish_copy(id, POOL as u64).map_err(refused)?;
                 *owner = Some(lineage);
                 self.log(|| {
                     format!("node {n}: mirror holds a full copy at {id} (history {lineage})")
                 });
-                self.send(c, 1, &Frame::Ack { epoch, id });
+                let ack = core.ack(id);
+                self.send(c, 1, &ack);
                 Ok(())
             }
-            (_, other) => Err(format!("unexpected {other:?}")),
         }
     }
 
@@ -2068,9 +2067,7 @@ impl Sim {
                 b.links.push(MLink {
                     conn: c,
                     rbuf: Vec::new(),
-                    epoch: None,
-                    copying: false,
-                    number: 0,
+                    core: None,
                     parked: VecDeque::new(),
                 });
             }
@@ -2502,6 +2499,7 @@ fn simulated_schedules_keep_every_acknowledged_sync_point() {
                     .iter()
                     .chain(MUTANTS_QUEUES)
                     .chain(MUTANTS_STORE)
+                    .chain(MUTANTS_LINK)
                     .find(|&&m| m == name)
                     .unwrap_or_else(|| panic!("no mutant {name}"));
                 mnemo_pmem::mutant::with(name, || run_seed(seed, true))
@@ -2548,6 +2546,7 @@ fn every_simulation_mutant_is_caught() {
         .iter()
         .chain(MUTANTS_QUEUES)
         .chain(MUTANTS_STORE)
+        .chain(MUTANTS_LINK)
     {
         let caught = mnemo_pmem::mutant::with(name, || {
             (0..budget).find_map(|seed| run_seed(seed, false).err().map(|e| (seed, e)))
