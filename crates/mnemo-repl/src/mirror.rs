@@ -529,6 +529,27 @@ impl MirrorStore {
         self.newest_link
     }
 
+    /// A primary of `epoch` (admitted: [`admit_epoch`]) passed the handshake, telling `mode`
+    /// and, from version 3, `session` (0 or None: a new link; another: a connection joining
+    /// that session): the epoch and the mode are recorded (durably, when they changed), and
+    /// the connection gets its link number ([`MirrorStore::open_link`],
+    /// [`MirrorStore::join_session`]). The TCP server and the deterministic simulation both
+    /// call it.
+    pub fn accept_link(
+        &mut self,
+        epoch: u64,
+        mode: Option<Mode>,
+        session: Option<u64>,
+    ) -> Result<u64> {
+        self.observe_epoch(epoch)?;
+        self.observe_mode(mode)?;
+        match session {
+            // Version 3: one more connection of the newest link.
+            Some(joined) if joined != 0 => self.join_session(joined),
+            _ => Ok(self.open_link()),
+        }
+    }
+
     /// The newest link's session number (what a version 3 primary's further connections
     /// name to join it).
     pub fn session(&self) -> u64 {
@@ -1374,13 +1395,7 @@ fn mirror_handshake(
             s.image_path().display()
         )));
     }
-    s.observe_epoch(epoch)?;
-    s.observe_mode(params.map(|p| p.mode))?;
-    let number = match session {
-        // Version 3: one more connection of the newest link.
-        Some(joined) if joined != 0 => s.join_session(joined)?,
-        _ => s.open_link(),
-    };
+    let number = s.accept_link(epoch, params.map(|p| p.mode), session)?;
     link.send(&Frame::Welcome {
         epoch: s.state().epoch,
         last_id: s.last_id(),
