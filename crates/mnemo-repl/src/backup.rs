@@ -36,6 +36,7 @@ use mnemo_pmem::Media;
 
 use crate::auth::Secret;
 use crate::error::{Error, Result};
+use crate::forwarder_core::{Ended, ForwarderCore, Reply};
 use crate::link::Link;
 use crate::mirror::MirrorStore;
 use crate::policy::{handshake, MirrorConfig, Mode};
@@ -448,26 +449,37 @@ fn lock_store(store: &Mutex<MirrorStore>) -> std::sync::MutexGuard<'_, MirrorSto
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The forwarder's thread: one session after another, as its [`ForwarderCore`]
+/// (`forwarder_core.rs`) decides, with the real clock.
 fn run(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) {
-    let mut backoff = Duration::from_millis(200);
+    let origin = std::time::Instant::now();
+    let mut core = ForwarderCore::new();
     loop {
-        match session(f, store, secret) {
-            Ok(()) => backoff = Duration::from_millis(200),
+        let (how, error) = match session(f, store, secret, &mut core) {
+            Ok(()) => (Ended::Recopy, None),
             // Waiting for the primary's first copy is no failure: no backoff, no warning.
-            Err(Error::Storage(_)) if !lock_store(store).state().complete => {}
-            Err(e) => {
-                tracing::warn!(backup = %f.addr, error = %e, retry_in = ?backoff, "backup link down");
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+            Err(Error::Storage(_)) if !lock_store(store).state().complete => {
+                (Ended::NoCopyYet, None)
             }
+            Err(e) => (Ended::Failed, Some(e)),
+        };
+        let wait = core.ended(origin.elapsed(), how);
+        if let Some(e) = error {
+            tracing::warn!(backup = %f.addr, error = %e, retry_in = ?wait, "backup link down");
         }
         f.connected.store(false, Ordering::Relaxed);
         f.progress.notify_all();
-        std::thread::sleep(backoff);
+        std::thread::sleep(wait);
     }
 }
 
 /// One link: handshake, full copy, then records until an error or an overflow.
-fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result<()> {
+fn session(
+    f: &Forwarder,
+    store: &Mutex<MirrorStore>,
+    secret: &Secret,
+    core: &mut ForwarderCore,
+) -> Result<()> {
     let (epoch, size) = {
         let s = lock_store(store);
         if !s.state().complete {
@@ -478,12 +490,13 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
         }
         (s.state().epoch, s.image().map_or(0, |m| m.len()))
     };
+    core.start();
     let mut config = MirrorConfig::new(f.addr, secret.clone(), Mode::Async);
     config.epoch = epoch;
     let (mut link, _) = handshake(&config, size)?;
-    let done = copy(f, store, &mut link, epoch)?;
+    copy(f, store, &mut link, epoch, core)?;
     link.set_read_timeout(Some(Duration::from_secs(60)))?;
-    wait_ack(&mut link, done)?;
+    let done = wait_ack(&mut link, core)?;
     f.acked.fetch_max(done, Ordering::Relaxed);
     f.copies.fetch_add(1, Ordering::Relaxed);
     f.connected.store(true, Ordering::Relaxed);
@@ -526,14 +539,8 @@ fn session(f: &Forwarder, store: &Mutex<MirrorStore>, secret: &Secret) -> Result
             link.send_encoded(&frame)?;
         }
         while let Some(reply) = link.try_recv()? {
-            match reply {
-                Frame::Ack { id, .. } => f.note_ack(id),
-                // The backup is busy (its own store's lock is held): alive all the same.
-                Frame::Heartbeat { .. } => {}
-                // A backup with backups of its own says where they stand: not ours to show.
-                Frame::Status { .. } => {}
-                Frame::Refused { reason } => return Err(Error::Refused(reason)),
-                other => return Err(Error::Unexpected(format!("{other:?}"))),
+            if let Reply::Acked(id) = core.reply(reply)? {
+                f.note_ack(id);
             }
         }
     }
@@ -599,22 +606,23 @@ fn bulk(
 const COPY_CHUNK: u64 = 256 << 10;
 
 /// Send the mirror's image as a full copy; returns the id it holds (the CopyDone's).
-fn copy(f: &Forwarder, store: &Mutex<MirrorStore>, link: &mut Link, epoch: u64) -> Result<u64> {
+fn copy(
+    f: &Forwarder,
+    store: &Mutex<MirrorStore>,
+    link: &mut Link,
+    epoch: u64,
+    core: &mut ForwarderCore,
+) -> Result<u64> {
     // Under the mirror's lock: no record is logged meanwhile, so the copy holds exactly the
-    // records up to `done`, and every record queued from now on comes after it.
+    // records up to `done`, and every record queued from now on comes after it. (A full copy
+    // from the primary that began since the session checked is waited for: no copy now.)
     let s = lock_store(store);
-    if !s.state().complete {
-        // A full copy from the primary began since the session checked: wait for its end.
-        return Err(Error::Storage(
-            "the mirror holds no complete copy yet".into(),
-        ));
-    }
+    let done = core.copy(s.state().complete, s.last_id())?;
     f.lock().reset();
     let image = s
         .image()
         .ok_or_else(|| Error::Storage("no image to copy".into()))?;
     let size = image.len();
-    let done = s.last_id();
     let chunks = (0..size.div_ceil(COPY_CHUNK)).map(|i| {
         let at = i * COPY_CHUNK;
         let len = COPY_CHUNK.min(size - at);
@@ -722,13 +730,11 @@ fn send_copy<C: AsRef<[u8]>>(
     })
 }
 
-fn wait_ack(link: &mut Link, id: u64) -> Result<()> {
+/// The backup's acknowledgement of the full copy: the id it holds.
+fn wait_ack(link: &mut Link, core: &mut ForwarderCore) -> Result<u64> {
     loop {
-        match link.recv()? {
-            Frame::Ack { id: got, .. } if got >= id => return Ok(()),
-            Frame::Ack { .. } | Frame::Heartbeat { .. } | Frame::Status { .. } => continue,
-            Frame::Refused { reason } => return Err(Error::Refused(reason)),
-            other => return Err(Error::Unexpected(format!("{other:?}"))),
+        if let Reply::InSync(done) = core.reply(link.recv()?)? {
+            return Ok(done);
         }
     }
 }

@@ -9,17 +9,23 @@
 //!   `async`, `sync`, `syncflush`, `syncdisk`, `syncsec`, `syncseceth`);
 //! * [`primary`]: [`primary::PrimaryCore`], the primary's sequencing sans I/O, which the policy
 //!   drives with its links, threads and clock, and the deterministic simulation with its own;
-//! * [`backup`]: the second tier, fed by the mirror in the background;
+//! * [`backup`]: the second tier, fed by the mirror in the background; its sessions'
+//!   sequencing sans I/O is [`forwarder_core::ForwarderCore`], which the simulation drives too;
 //! * [`mirror`]: [`MirrorStore`] (image, log, state, recovery, promotion) and [`Mirror`], the
-//!   server.
+//!   server;
+//! * [`mirror_core`]: [`mirror_core::LinkCore`], the mirror's link loop sans I/O, which
+//!   [`mirror::serve_link`] drives with its connection, threads and clock, and the
+//!   deterministic simulation with its own.
 //!
 //! The design and the byte layouts: `docs/design/replication.md`.
 
 pub mod auth;
 pub mod backup;
 pub mod error;
+pub mod forwarder_core;
 pub mod link;
 pub mod mirror;
+pub mod mirror_core;
 pub mod policy;
 pub mod primary;
 pub mod proto;

@@ -33,6 +33,7 @@ use crate::auth::{self, Secret};
 use crate::backup::{self, Forwarder};
 use crate::error::{Error, Result};
 use crate::link::Link;
+use crate::mirror_core::{Go, LinkCore, Serve, StoreView, BUSY_HEARTBEAT, COPY_HEARTBEAT};
 use crate::policy::Mode;
 use crate::proto::{self, BackupStatus, Frame, LinkParams, Role, VERSION, VERSION_MIN};
 
@@ -435,6 +436,17 @@ impl MirrorStore {
         self.state
     }
 
+    /// What a link's decisions read of the store ([`LinkCore`]).
+    pub fn view(&self) -> StoreView {
+        StoreView {
+            epoch: self.state.epoch,
+            last_id: self.last_logged,
+            complete: self.state.complete,
+            newest_link: self.newest_link,
+            session_conns: self.session_conns,
+        }
+    }
+
     /// Highest record id the mirror holds durably (logged or checkpointed).
     pub fn last_id(&self) -> u64 {
         self.last_logged
@@ -515,6 +527,27 @@ impl MirrorStore {
         self.session_conns = 1;
         self.turn.notify_all();
         self.newest_link
+    }
+
+    /// A primary of `epoch` (admitted: [`admit_epoch`]) passed the handshake, telling `mode`
+    /// and, from version 3, `session` (0 or None: a new link; another: a connection joining
+    /// that session): the epoch and the mode are recorded (durably, when they changed), and
+    /// the connection gets its link number ([`MirrorStore::open_link`],
+    /// [`MirrorStore::join_session`]). The TCP server and the deterministic simulation both
+    /// call it.
+    pub fn accept_link(
+        &mut self,
+        epoch: u64,
+        mode: Option<Mode>,
+        session: Option<u64>,
+    ) -> Result<u64> {
+        self.observe_epoch(epoch)?;
+        self.observe_mode(mode)?;
+        match session {
+            // Version 3: one more connection of the newest link.
+            Some(joined) if joined != 0 => self.join_session(joined),
+            _ => Ok(self.open_link()),
+        }
     }
 
     /// The newest link's session number (what a version 3 primary's further connections
@@ -1003,23 +1036,18 @@ fn lock(store: &Mutex<MirrorStore>) -> std::sync::MutexGuard<'_, MirrorStore> {
     store.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// While a record waits for the store (a backup's full copy holds it, about a second per GiB),
-/// the primary waiting for its ack is told every this long that this mirror is alive, so that
-/// it waits instead of declaring the link lost.
-const BUSY_HEARTBEAT: Duration = Duration::from_millis(500);
-
 /// How long a record waits for the store's lock by yielding before it sleeps between
 /// looks: with several connections per link their records take the lock in turn, each for
 /// the few microseconds of its append.
 const LOCK_SPIN: Duration = Duration::from_micros(200);
 
-/// The store's lock for a record from the primary on `link`: at once when free (always, but
-/// while another connection's record is logged, or during a backup's full copy), else
-/// waiting with a heartbeat to the primary every [`BUSY_HEARTBEAT`].
+/// The store's lock for a record (`id`) from the primary on `link`: at once when free
+/// (always, but while another connection's record is logged, or during a backup's full
+/// copy), else waiting with the core's heartbeat to the primary every [`BUSY_HEARTBEAT`].
 fn lock_for_record<'s>(
     store: &'s Mutex<MirrorStore>,
     link: &mut Link,
-    epoch: u64,
+    core: &LinkCore,
     id: u64,
 ) -> Result<std::sync::MutexGuard<'s, MirrorStore>> {
     let start = std::time::Instant::now();
@@ -1030,10 +1058,7 @@ fn lock_for_record<'s>(
             Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => {
                 if beat.elapsed() >= BUSY_HEARTBEAT {
-                    link.send(&Frame::Heartbeat {
-                        epoch,
-                        id: id.saturating_sub(1),
-                    })?;
+                    link.send(&core.busy_beat(id))?;
                     beat = std::time::Instant::now();
                 }
                 if start.elapsed() < LOCK_SPIN {
@@ -1046,27 +1071,6 @@ fn lock_for_record<'s>(
             }
         }
     }
-}
-
-/// A version 2 primary is told where the backups stand at most this often (after an Ack,
-/// and before the answer to a heartbeat).
-const STATUS_EVERY: Duration = Duration::from_millis(100);
-
-/// While a full copy arrives, the primary waiting for its acknowledgement is told this often
-/// (after a copy record, and while the copy is made durable) that this mirror is alive and
-/// progressing: the copy may take long over a slow link, a partition must not.
-const COPY_HEARTBEAT: Duration = Duration::from_millis(250);
-
-/// What the mirror knows of one primary's link.
-struct LinkState {
-    epoch: u64,
-    number: u64,
-    version: u16,
-    copying: bool,
-    /// When a Status was last sent (version 2 links with backups).
-    status_at: Option<std::time::Instant>,
-    /// When a heartbeat was last sent during a copy.
-    beat_at: std::time::Instant,
 }
 
 /// Where the backups stand, for the primary.
@@ -1095,38 +1099,6 @@ fn status_frame(s: &MirrorStore, epoch: u64, backups: &[Arc<Forwarder>]) -> Fram
     }
 }
 
-impl LinkState {
-    /// A Status for a version 2 primary, if one is due.
-    fn status_due(
-        &mut self,
-        s: &MirrorStore,
-        backups: &[Arc<Forwarder>],
-        force: bool,
-    ) -> Option<Frame> {
-        if self.version < 2 || backups.is_empty() {
-            return None;
-        }
-        let due = force || self.status_at.is_none_or(|at| at.elapsed() >= STATUS_EVERY);
-        if !due {
-            return None;
-        }
-        self.status_at = Some(std::time::Instant::now());
-        Some(status_frame(s, self.epoch, backups))
-    }
-
-    /// During a copy: a heartbeat to the waiting primary, if one is due.
-    fn copy_beat(&mut self, link: &mut Link, id: u64) -> Result<()> {
-        if self.beat_at.elapsed() >= COPY_HEARTBEAT {
-            link.send(&Frame::Heartbeat {
-                epoch: self.epoch,
-                id,
-            })?;
-            self.beat_at = std::time::Instant::now();
-        }
-        Ok(())
-    }
-}
-
 /// Run `work` (which does not use the link) while a thread of its own sends the waiting
 /// primary a heartbeat every [`COPY_HEARTBEAT`]: making a large image durable (an `msync`
 /// of a disk image in `syncdisk`) may outlast the primary's timeout.
@@ -1152,7 +1124,9 @@ fn beating<T>(link: &mut Link, epoch: u64, id: u64, work: impl FnOnce() -> T) ->
     })
 }
 
-/// Serve one primary's link until it closes.
+/// Serve one primary's link until it closes: the handshake, then each frame as its
+/// [`LinkCore`] (`mirror_core.rs`) decides, with this connection, the store's lock, the
+/// backups and the real clock.
 pub fn serve_link(
     stream: TcpStream,
     store: &Mutex<MirrorStore>,
@@ -1184,14 +1158,14 @@ pub fn serve_link(
         b.told(accepted.params);
     }
     link.set_read_timeout(None)?;
-    let mut st = LinkState {
-        epoch: accepted.epoch,
-        number: accepted.number,
-        version: accepted.version,
-        copying: false,
-        status_at: None,
-        beat_at: std::time::Instant::now(),
-    };
+    // The core's clock: time since the link was accepted.
+    let origin = std::time::Instant::now();
+    let mut core = LinkCore::new(
+        accepted.epoch,
+        accepted.number,
+        accepted.version,
+        Duration::ZERO,
+    );
     loop {
         let frame = match link.recv() {
             Ok(f) => f,
@@ -1200,7 +1174,7 @@ pub fn serve_link(
             }
             Err(e) => return Err(e),
         };
-        let result = serve_frame(frame, &mut link, &mut st, store, backups);
+        let result = serve_frame(frame, &mut link, &mut core, origin, store, backups);
         match result {
             Ok(replies) => {
                 for reply in replies.into_iter().flatten() {
@@ -1217,95 +1191,78 @@ pub fn serve_link(
     }
 }
 
-/// One frame of a primary's link: the frames to answer with (in order).
+/// One frame of a primary's link, as `core` decides: the frames to answer with (in order).
 fn serve_frame(
     frame: Frame,
     link: &mut Link,
-    st: &mut LinkState,
+    core: &mut LinkCore,
+    origin: std::time::Instant,
     store: &Mutex<MirrorStore>,
     backups: &[Arc<Forwarder>],
 ) -> Result<[Option<Frame>; 2]> {
-    let (epoch, number) = (st.epoch, st.number);
-    match frame {
-        Frame::Record {
-            epoch: e,
-            id,
-            copy,
-            ranges,
-        } => {
-            if e != epoch {
-                Err(Error::Refused(format!(
-                    "record of epoch {e} on a link of epoch {epoch}"
-                )))
-            } else if copy {
-                if !st.copying {
-                    return Err(Error::Unexpected("copy record outside a copy".into()));
-                }
-                let mut s = lock_for_record(store, link, epoch, id)?;
-                admit(&s, epoch, number).and_then(|()| s.copy_ranges(&ranges))?;
-                drop(s);
-                st.copy_beat(link, id)?;
-                Ok([None, None])
-            } else {
-                let s = lock_for_record(store, link, epoch, id)?;
-                let mut s = wait_turn(s, link, epoch, number, id)?;
-                let frame = link.last_frame();
-                s.log_record(epoch, id, &ranges, Some(frame))?;
-                // In log order (the store's lock is held), before the ack.
-                for b in backups {
-                    b.push(id, frame, &ranges);
-                }
-                // syncsec: a backup too far behind holds this acknowledgement (the primary,
-                // waiting, gets a heartbeat every 500 ms meanwhile).
-                let mut beat = || {
-                    let _ = link.send(&Frame::Heartbeat {
-                        epoch,
-                        id: id.saturating_sub(1),
-                    });
-                };
-                for b in backups {
-                    b.stall(&mut beat);
-                }
-                link.send(&Frame::Ack { epoch, id })?;
-                // Applied before the store's lock is released: a reader of the image
-                // (`mnemo mirror serve --read-port`, which reads under this lock) that follows
-                // the primary's acknowledgement sees this record.
-                s.apply(&ranges)?;
-                Ok([st.status_due(&s, backups, false), None])
+    let epoch = core.epoch();
+    let status = |core: &mut LinkCore, s: &MirrorStore, force: bool| {
+        core.status_due(origin.elapsed(), !backups.is_empty(), force)
+            .then(|| status_frame(s, epoch, backups))
+    };
+    match core.frame(frame) {
+        Serve::Refuse(e) => Err(e),
+        Serve::CopyRanges { id, ranges } => {
+            let mut s = lock_for_record(store, link, core, id)?;
+            core.admit_copy(&s.view())
+                .and_then(|()| s.copy_ranges(&ranges))?;
+            drop(s);
+            if let Some(beat) = core.copy_beat(origin.elapsed(), id) {
+                link.send(&beat)?;
             }
+            Ok([None, None])
         }
-        Frame::Heartbeat { id, .. } => {
-            // Answered with where this mirror stands: a primary whose epoch is older
-            // learns here, on an idle link, that it was deposed. The store may be busy
-            // for a while (a backup's full copy holds its lock): the answer proves this
-            // process alive and does not wait for it; the epoch is then the link's.
+        Serve::Record { id, ranges } => {
+            let s = lock_for_record(store, link, core, id)?;
+            let mut s = wait_turn(s, link, core, id)?;
+            let frame = link.last_frame();
+            s.log_record(epoch, id, &ranges, Some(frame))?;
+            // In log order (the store's lock is held), before the ack.
+            for b in backups {
+                b.push(id, frame, &ranges);
+            }
+            // syncsec: a backup too far behind holds this acknowledgement (the primary,
+            // waiting, gets a heartbeat every 500 ms meanwhile).
+            let mut beat = || {
+                let _ = link.send(&core.busy_beat(id));
+            };
+            for b in backups {
+                b.stall(&mut beat);
+            }
+            link.send(&core.ack(id))?;
+            // Applied before the store's lock is released: a reader of the image
+            // (`mnemo mirror serve --read-port`, which reads under this lock) that follows
+            // the primary's acknowledgement sees this record.
+            s.apply(&ranges)?;
+            Ok([status(core, &s, false), None])
+        }
+        Serve::Heartbeat { id } => {
+            // The store may be busy for a while (a backup's full copy holds its lock): the
+            // answer proves this process alive and does not wait for it.
             let (answer, status) = match store.try_lock() {
                 Ok(mut s) => {
                     s.stats.heartbeats += 1;
-                    let status = st.status_due(&s, backups, true);
-                    ((s.state().epoch, s.last_id()), status)
+                    let status = status(core, &s, true);
+                    (core.heartbeat_answer(Some(&s.view()), id), status)
                 }
                 Err(std::sync::TryLockError::Poisoned(p)) => {
                     let s = p.into_inner();
-                    ((s.state().epoch, s.last_id()), None)
+                    (core.heartbeat_answer(Some(&s.view()), id), None)
                 }
-                Err(std::sync::TryLockError::WouldBlock) => ((epoch, id), None),
+                Err(std::sync::TryLockError::WouldBlock) => (core.heartbeat_answer(None, id), None),
             };
-            Ok([
-                status,
-                Some(Frame::Heartbeat {
-                    epoch: answer.0,
-                    id: answer.1,
-                }),
-            ])
+            Ok([status, Some(answer)])
         }
-        Frame::CopyBegin {
-            epoch: e,
-            pool_size,
-        } if e == epoch && !st.copying => {
-            st.copying = true;
-            let mut s = lock_for_record(store, link, epoch, 0)?;
-            let begun = admit(&s, epoch, number).and_then(|()| s.begin_copy(epoch, pool_size));
+        Serve::CopyBegin { pool_size } => {
+            let mut s = lock_for_record(store, link, core, 0)?;
+            let begun = core
+                .admit_copy(&s.view())
+                .and_then(|()| s.begin_copy(epoch, pool_size));
             // The primary sends a full copy after a lost link: it may hold sync points
             // made while the link was down, which no record will bring to the backups.
             // Each catches up with a full copy of this image once it is complete.
@@ -1314,56 +1271,32 @@ fn serve_frame(
             }
             begun?;
             drop(s);
-            st.beat_at = std::time::Instant::now();
-            Ok([Some(Frame::Heartbeat { epoch, id: 0 }), None])
+            Ok([Some(core.copy_begun(origin.elapsed())), None])
         }
-        Frame::CopyDone {
-            epoch: e,
-            id,
-            pool_size,
-        } if e == epoch && st.copying => {
-            st.copying = false;
-            let mut s = lock_for_record(store, link, epoch, id)?;
-            admit(&s, epoch, number)?;
+        Serve::CopyDone { id, pool_size } => {
+            let mut s = lock_for_record(store, link, core, id)?;
+            core.admit_copy(&s.view())?;
             beating(link, epoch, id, || s.finish_copy(id, pool_size))?;
-            Ok([
-                Some(Frame::Ack { epoch, id }),
-                st.status_due(&s, backups, true),
-            ])
+            Ok([Some(core.ack(id)), status(core, &s, true)])
         }
-        other => Err(Error::Unexpected(format!("{other:?}"))),
     }
 }
 
-/// Whether link `number` of `epoch` may change the image now: no newer epoch seen since its
-/// handshake (a promotion, a newer primary), and no newer link. Checked under the store's lock
-/// for every record and every step of a full copy. (The copy steps were fenced by the link
-/// only until the simulation found a deposed primary's full copy, begun before the mirror's
-/// takeover, replacing the image between the takeover and the exec.)
-fn admit(s: &MirrorStore, epoch: u64, number: u64) -> Result<()> {
-    admit_epoch(epoch, s.state().epoch)?;
-    admit_link(number, s.newest_link())
-}
-
-/// The store's lock once record `id` of link `number` may be logged: admitted (its epoch and
-/// link), and, in a session of several connections, every id before it held. A record that
-/// arrived early on one connection waits here for the ones before it on the others (the
-/// primary waits for its ack meanwhile, told every [`BUSY_HEARTBEAT`] that this mirror is
-/// alive); it ends refused if its link is superseded meanwhile, and with the link if the
-/// primary went away (a heartbeat then fails to send).
+/// The store's lock once record `id` may be logged, as `core` decides ([`LinkCore::turn`]):
+/// admitted (its epoch and link), and, in a session of several connections, every id before
+/// it held. A record that arrived early on one connection waits here for the ones before it
+/// on the others (the primary waits for its ack meanwhile, told every [`BUSY_HEARTBEAT`]
+/// that this mirror is alive); it ends refused if its link is superseded meanwhile, and with
+/// the link if the primary went away (a heartbeat then fails to send).
 fn wait_turn<'s>(
     mut s: std::sync::MutexGuard<'s, MirrorStore>,
     link: &mut Link,
-    epoch: u64,
-    number: u64,
+    core: &LinkCore,
     id: u64,
 ) -> Result<std::sync::MutexGuard<'s, MirrorStore>> {
     let turn = Arc::clone(&s.turn);
     loop {
-        admit(&s, epoch, number)?;
-        if s.session_conns <= 1 || record_turn(s.last_id(), id) != Turn::Wait {
-            // One connection: TCP keeps its records in order (and a backup's forwarder may
-            // skip ids after a catch-up in bulk). A stale id is refused by `log_record`.
+        if core.turn(&s.view(), id)? == Go::Now {
             return Ok(s);
         }
         let (guard, waited) = turn
@@ -1371,10 +1304,7 @@ fn wait_turn<'s>(
             .unwrap_or_else(|p| p.into_inner());
         s = guard;
         if waited.timed_out() {
-            link.send(&Frame::Heartbeat {
-                epoch,
-                id: id.saturating_sub(1),
-            })?;
+            link.send(&core.busy_beat(id))?;
         }
     }
 }
@@ -1465,13 +1395,7 @@ fn mirror_handshake(
             s.image_path().display()
         )));
     }
-    s.observe_epoch(epoch)?;
-    s.observe_mode(params.map(|p| p.mode))?;
-    let number = match session {
-        // Version 3: one more connection of the newest link.
-        Some(joined) if joined != 0 => s.join_session(joined)?,
-        _ => s.open_link(),
-    };
+    let number = s.accept_link(epoch, params.map(|p| p.mode), session)?;
     link.send(&Frame::Welcome {
         epoch: s.state().epoch,
         last_id: s.last_id(),
