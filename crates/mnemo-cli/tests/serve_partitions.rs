@@ -19,6 +19,11 @@
 //! * no acknowledgement under an old epoch after a newer one was committed (seen);
 //! * a mirror recorded out of sync is never promoted, nor one that cannot reach a quorum.
 //!
+//! The schedules: primary and mirror cut off from each other both ways, the primary killed
+//! during the cut (then restarted, and killed again within a link timeout of a second cut),
+//! or the cut healed; one-way cuts each way; the mirror stopped (SIGSTOP) and continued; the
+//! mirror on the minority side of an etcd partition when the primary dies.
+//!
 //! Needs root, iproute2, iptables and etcd: skipped (loudly) without them, a failure under
 //! `MNEMO_REQUIRE_TOOLS=1`. The tests run one at a time: each times failovers.
 
@@ -454,8 +459,10 @@ fn assert_no_ack_after_newer_epoch(seen: &[Seen], epoch: u64, acked: &[Acked]) {
 /// SIGKILL of the primary during the cut: the mirror, which lacks writes acknowledged after
 /// that record (its image, taken then, shows which), is not promoted. The cut heals and the
 /// primary is restarted on its pool: the mirror gets a full copy, is recorded in sync, the
-/// restarted primary holds every write acknowledged before; SIGKILL of it: the mirror takes
-/// over with every write of both.
+/// restarted primary holds every write acknowledged before. Cut off again, and SIGKILL of the
+/// primary within its link timeout (before it could record anything): nothing was
+/// acknowledged since the cut, and the mirror, still recorded in sync, takes over with every
+/// write of both.
 #[test]
 fn cut_off_from_its_primary_the_mirror_is_recorded_out_of_sync_and_never_promoted() {
     if !available(true) {
@@ -546,8 +553,15 @@ fn cut_off_from_its_primary_the_mirror_is_recorded_out_of_sync_and_never_promote
     let writers = Writers::start(&rig.primary_addr(), 2, "b");
     std::thread::sleep(Duration::from_millis(500));
 
-    // SIGKILL of it: the mirror takes over with every write of both.
+    // Cut off again, and SIGKILL of the primary 300 ms later, within its link timeout: it
+    // acknowledged nothing since the cut (each write waits for the mirror) and recorded
+    // nothing; the mirror, in sync, takes over (the cut healed after the kill: the test
+    // reaches the new primary through it) with every write of both.
+    rig.cut_primary_mirror(true, true);
+    let cut = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
     let killed = rig.kill_primary();
+    rig.node.heal();
     let failover = until_serving(
         &rig.promoted,
         killed,
@@ -556,8 +570,13 @@ fn cut_off_from_its_primary_the_mirror_is_recorded_out_of_sync_and_never_promote
     );
     let acked_after = writers.finish();
     let seen = watch.finish();
+    let during = acked_after.iter().filter(|a| a.2 > cut + IN_FLIGHT).count();
+    assert_eq!(
+        during, 0,
+        "writes acknowledged while the mirror was cut off and recorded in sync"
+    );
     println!(
-        "failover {failover:?}; {} + {} writes; epochs {:?}; {:?} in all",
+        "cut again and killed 300 ms later: failover {failover:?}; {} + {} writes; epochs {:?}; {:?} in all",
         acked.len(),
         acked_after.len(),
         seen.iter()
@@ -783,9 +802,9 @@ fn a_stopped_mirror_is_recorded_out_of_sync_then_catches_up_and_takes_over() {
     assert_no_ack_after_newer_epoch(&seen, 1, &acked);
 }
 
-/// Schedule 4: the mirror on the minority side of an etcd partition: a follower cut off from
-/// the two other members, the mirror cut off from those two (it reaches only the lone
-/// follower, which has no quorum), still linked to the primary. The primary, which reaches
+/// Schedule 4: the mirror on the minority side of an etcd partition: the leader cut off from
+/// the two other members, the mirror cut off from those two (it reaches only the old leader,
+/// which has no quorum), still linked to the primary. The primary, which reaches
 /// the majority, goes on acknowledging in sync mode with the mirror in sync; the mirror does
 /// not take over. SIGKILL of the primary while the mirror cannot reach a quorum: no takeover
 /// (the configuration stays at epoch 1, nothing serves at the mirror's promote port) until
@@ -802,7 +821,8 @@ fn a_mirror_on_the_minority_side_of_etcd_takes_over_only_once_it_reaches_a_quoru
     let writers = Writers::start(&rig.primary_addr(), 2, "a");
     std::thread::sleep(Duration::from_millis(500));
 
-    let alone = (rig.etcd.until_stable() + 1) % 3;
+    // The leader: until it notices that it lost its followers it still believes it leads.
+    let alone = rig.etcd.until_stable();
     rig.etcd.isolate(alone);
     for (j, m) in rig.etcd.members.iter().enumerate() {
         if j != alone {
