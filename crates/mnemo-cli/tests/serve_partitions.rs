@@ -76,6 +76,11 @@ struct Rig {
 
 impl Rig {
     fn start(slot: u32, name: &str) -> Rig {
+        Rig::start_with(slot, name, &[])
+    }
+
+    /// [`Rig::start`] with `etcd_extra` given to both primary and mirror (`--etcd-ttl N`).
+    fn start_with(slot: u32, name: &str, etcd_extra: &[&str]) -> Rig {
         let etcd = NsEtcd::start(slot);
         let members: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
         let node = etcd.node(0);
@@ -99,7 +104,10 @@ impl Rig {
                 &promote_port.to_string(),
                 "--repl-mode",
                 "sync",
-            ],
+            ]
+            .into_iter()
+            .chain(etcd_extra.iter().copied())
+            .collect::<Vec<_>>(),
         );
         let mut primary_args = vec![
             "--mirror".to_string(),
@@ -114,6 +122,7 @@ impl Rig {
         for m in &members {
             primary_args.extend(["--etcd".to_string(), m.clone()]);
         }
+        primary_args.extend(etcd_extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = primary_args.iter().map(String::as_str).collect();
         let primary = Server::start(&dir.path().join("primary").join("kv.pool"), &args);
         let control = Control::connect(&members, name, Duration::from_secs(2)).unwrap();
@@ -888,4 +897,90 @@ fn a_mirror_on_the_minority_side_of_etcd_takes_over_only_once_it_reaches_a_quoru
         (config.epoch, config.primary.as_str()),
         (2, rig.promoted.as_str())
     );
+}
+
+/// The record of the mirror in sync made while etcd has no quorum: the lease's TTL is 5 s
+/// here (renewals hold 4.5 s, and a primary waits a TTL more for one before it fences
+/// itself), so the primary outlives an outage of a few seconds that fails the record (each
+/// etcd request gives up after 2 s). The mirror stopped (SIGSTOP) until the primary records
+/// it out of sync, continued, and every etcd member cut off from the others at once: the
+/// primary's next attempt brings the mirror back in sync with a full copy, and its record
+/// fails. Once etcd is back the record must be made (before the fix it was only logged: the
+/// configuration said "not in sync" while the link stayed up, and the mirror, holding every
+/// write, was never promoted when the primary died). SIGKILL of the primary: the mirror takes
+/// over (a TTL later) with every write.
+#[test]
+fn a_record_of_the_mirror_in_sync_lost_to_an_etcd_outage_is_made_once_etcd_is_back() {
+    if !available(true) {
+        return;
+    }
+    let _serial = serial();
+    let started = Instant::now();
+    let mut rig = Rig::start_with(13, "in-sync-outage", &["--etcd-ttl", "5"]);
+    let watch = ConfigWatch::start(&rig.members, &rig.name);
+    let writers = Writers::start(&rig.primary_addr(), 2, "a");
+    std::thread::sleep(Duration::from_millis(300));
+
+    signal(rig.mirror_pid(), rustix::process::Signal::STOP);
+    let stopped = Instant::now();
+    watch.until(
+        "the mirror out of sync",
+        stopped,
+        Duration::from_secs(6),
+        |s| !s.in_sync,
+    );
+    signal(rig.mirror_pid(), rustix::process::Signal::CONT);
+    for i in 0..3 {
+        rig.etcd.isolate(i);
+    }
+    let cut = Instant::now();
+    // The primary's next attempt (1 s after the loss) sends the full copy; its record fails.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !rig
+        .primary
+        .log_text()
+        .contains("cannot record in etcd that the mirror is in sync")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the record of the mirror in sync did not fail without a quorum:\n{}",
+            Rig::tail(&rig.primary.log)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let failed = Instant::now();
+    rig.etcd.heal();
+    let healed = Instant::now();
+    let back = watch.until(
+        "the mirror recorded in sync once etcd was back",
+        healed,
+        Duration::from_secs(10),
+        |s| s.in_sync,
+    );
+    println!(
+        "no quorum for {:?} (the record failed {:?} into it); the mirror recorded in sync {:?} after the heal",
+        healed - cut,
+        failed - cut,
+        back.by - healed
+    );
+    assert!(!writers.all_stopped(), "the primary stopped acknowledging");
+    assert_eq!(back.epoch, 1);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let killed = rig.kill_primary();
+    let failover = until_serving(
+        &rig.promoted,
+        killed,
+        &rig.mirror.log,
+        Duration::from_secs(15),
+    );
+    let acked = writers.finish();
+    let seen = watch.finish();
+    println!(
+        "failover {failover:?} (TTL 5 s); {} writes; {:?} in all",
+        acked.len(),
+        started.elapsed()
+    );
+    check_all(&rig.promoted, &acked, "the promoted mirror");
+    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
 }
