@@ -22,7 +22,9 @@
 //! The schedules: primary and mirror cut off from each other both ways, the primary killed
 //! during the cut (then restarted, and killed again within a link timeout of a second cut),
 //! or the cut healed; one-way cuts each way; the mirror stopped (SIGSTOP) and continued; the
-//! mirror on the minority side of an etcd partition when the primary dies.
+//! mirror on the minority side of an etcd partition when the primary dies; an etcd outage
+//! while the mirror's full copy is acknowledged (its record of the mirror in sync fails and
+//! must be made once etcd is back).
 //!
 //! Needs root, iproute2, iptables and etcd: skipped (loudly) without them, a failure under
 //! `MNEMO_REQUIRE_TOOLS=1`. The tests run one at a time: each times failovers.
@@ -177,7 +179,24 @@ impl Rig {
 
     fn tail(path: &Path) -> String {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        text[text.len().saturating_sub(4000)..].to_string()
+        let mut from = text.len().saturating_sub(12000);
+        while !text.is_char_boundary(from) {
+            from += 1;
+        }
+        text[from..].to_string()
+    }
+}
+
+impl Drop for Rig {
+    /// A failed test shows what the primary and the mirror logged (their directory goes).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- the primary's log:\n{}\n--- the mirror's log:\n{}",
+                Rig::tail(&self.primary.log),
+                Rig::tail(&self.mirror.log)
+            );
+        }
     }
 }
 
