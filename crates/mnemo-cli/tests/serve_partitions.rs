@@ -768,7 +768,8 @@ fn one_way_cuts_between_primary_and_mirror_stall_one_timeout_and_lose_nothing() 
 
 /// Schedule 3: SIGSTOP of the mirror for 3 s under etcd while two clients write: the primary
 /// stops waiting after its link timeout, records the mirror out of sync, and acknowledges
-/// alone; after SIGCONT the mirror catches up (a full copy) and is recorded in sync; SIGKILL of
+/// alone; after SIGCONT the mirror catches up (a full copy) and is recorded in sync, and
+/// registers again (its registration expired while it was stopped); SIGKILL of
 /// the primary: the mirror takes over with every write, those acknowledged while it was
 /// stopped included.
 #[test]
@@ -812,6 +813,19 @@ fn a_stopped_mirror_is_recorded_out_of_sync_then_catches_up_and_takes_over() {
         back.by - resumed,
         rig.failed_attempts()
     );
+    // Its registration expired while it was stopped; it registers again (before, it stayed
+    // unregistered until it restarted).
+    let addr = rig.primary_args[1].clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !rig.control.nodes().unwrap().iter().any(|(a, _)| *a == addr) {
+        assert!(
+            Instant::now() < deadline,
+            "the mirror did not register again: {:?}",
+            rig.control.nodes()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("registered again {:?} after SIGCONT", resumed.elapsed());
     assert!(pause < LINK_TIMEOUT + Duration::from_secs(1), "{pause:?}");
     assert!(alone > 100, "only {alone} writes acknowledged alone");
     assert_eq!(back.epoch, 1);
