@@ -369,10 +369,18 @@ pub fn mirror_failover(
     let Some(control) = etcd.connect()? else {
         return Ok(());
     };
+    let control = Arc::new(control);
     let registered = control
         .register_node(&successor.mirror, successor.role, etcd.etcd_ttl)
         .map_err(|e| format!("registering in etcd: {e}"))?;
     tracing::info!(cluster = %etcd.cluster, mirror = %successor.mirror, serve = %successor.serve, role = successor.role, "registered in etcd; watching the primary's lease");
+    let registration = Arc::new(Mutex::new(Some(registered)));
+    keep_registered(
+        Arc::clone(&control),
+        successor,
+        etcd.etcd_ttl,
+        Arc::clone(&registration),
+    )?;
     if successor.role == "backup" {
         move_up(&control, successor, &store)?;
     }
@@ -386,9 +394,16 @@ pub fn mirror_failover(
     )
     .map_err(|e| e.to_string())?;
     // No longer a node a primary may take as mirror (the new primary would take its own old
-    // self); its lease would expire by itself a TTL after the exec.
-    if let Err(e) = control.unregister_node(&successor.mirror, &registered) {
-        tracing::warn!(error = %e, "cannot withdraw this node's registration in etcd");
+    // self); its lease would expire by itself a TTL after the exec. Taken from the thread
+    // that keeps it, which registers nothing more.
+    let registered = registration
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(registered) = registered {
+        if let Err(e) = control.unregister_node(&successor.mirror, &registered) {
+            tracing::warn!(error = %e, "cannot withdraw this node's registration in etcd");
+        }
     }
     // From here the store's lock is held: no record of the old primary is logged any more,
     // and the image is checkpointed at the new epoch.
@@ -427,6 +442,50 @@ pub fn mirror_failover(
     Err(format!(
         "starting mnemo serve on the promoted image: {error}"
     ))
+}
+
+/// Register this node again whenever its registration's lease is lost: etcd let it expire
+/// while the node was stopped (SIGSTOP) or cut off from a quorum longer than its TTL. Before,
+/// such a node stayed unregistered until it restarted: a backup was then never moved up at a
+/// takeover (only registered backups are), nor taken by a primary without a mirror. Stops
+/// once the registration is withdrawn (`None`: a takeover under way).
+fn keep_registered(
+    control: Arc<Control>,
+    successor: &Successor,
+    ttl: i64,
+    registration: Arc<Mutex<Option<Arc<mnemo_repl_etcd::Lease>>>>,
+) -> Result<(), String> {
+    let (addr, role) = (successor.mirror.clone(), successor.role);
+    std::thread::Builder::new()
+        .name("mnemo-etcd-register".into())
+        .spawn(move || {
+            let mut said = None;
+            loop {
+                std::thread::sleep(mnemo_repl_etcd::takeover::CHECK_EVERY);
+                let mut held = registration.lock().unwrap_or_else(|p| p.into_inner());
+                match held.as_ref() {
+                    None => return,
+                    Some(lease) if !lease.is_lost() => continue,
+                    Some(_) => {}
+                }
+                match control.register_node(&addr, role, ttl) {
+                    Ok(lease) => {
+                        tracing::info!(node = %addr, role, "registered in etcd again (the registration had expired)");
+                        *held = Some(lease);
+                        said = None;
+                    }
+                    Err(e) => {
+                        let e = e.to_string();
+                        if said.as_ref() != Some(&e) {
+                            tracing::warn!(error = %e, "cannot register this node in etcd again; trying again");
+                            said = Some(e);
+                        }
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| format!("spawning the registration keeper: {e}"))
 }
 
 /// A backup under etcd: wait until the configuration names this node the mirror (a backup

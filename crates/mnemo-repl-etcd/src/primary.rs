@@ -3,7 +3,7 @@
 //! [`Membership`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use mnemo_repl::Membership;
@@ -32,6 +32,18 @@ pub struct PrimaryRole {
 /// How often a primary whose lease's last renewal ran out checks for the next one.
 const FENCE_POLL: Duration = Duration::from_millis(5);
 
+/// How soon a record of the mirror in sync that failed (etcd away) is tried again.
+const IN_SYNC_RETRY: Duration = Duration::from_millis(200);
+
+/// A record of the mirror in sync still to make: the epoch of the policy whose full copy was
+/// acknowledged, and the count of losses recorded then (a later loss makes it stale).
+#[derive(Debug, Default)]
+struct InSyncRetry {
+    pending: Option<(u64, u64)>,
+    /// Whether a thread is retrying it.
+    running: bool,
+}
+
 /// A primary's membership of its cluster.
 #[derive(Debug)]
 pub struct PrimaryMembership {
@@ -47,6 +59,12 @@ pub struct PrimaryMembership {
     renewal_wait: Duration,
     deposed: AtomicBool,
     reason: Mutex<String>,
+    /// Losses of the mirror recorded (or attempted) so far: a record of the mirror in sync
+    /// made late must not follow a loss.
+    losses: AtomicU64,
+    in_sync_retry: Mutex<InSyncRetry>,
+    /// This membership itself, for the thread that retries a record of the mirror in sync.
+    me_arc: Weak<PrimaryMembership>,
 }
 
 impl PrimaryMembership {
@@ -58,7 +76,7 @@ impl PrimaryMembership {
         let epoch = claim(&control, role)?;
         let lease = control.hold_alive(format!("{} epoch {epoch}", role.me), role.ttl_s)?;
         tracing::info!(primary = %role.me, epoch, lease = lease.id(), "primary of its cluster in etcd");
-        Ok(Arc::new(PrimaryMembership {
+        Ok(Arc::new_cyclic(|me_arc| PrimaryMembership {
             control,
             me: role.me.clone(),
             epoch: AtomicU64::new(epoch),
@@ -67,6 +85,9 @@ impl PrimaryMembership {
             renewal_wait: Duration::from_secs(role.ttl_s.max(1) as u64),
             deposed: AtomicBool::new(false),
             reason: Mutex::new(String::new()),
+            losses: AtomicU64::new(0),
+            in_sync_retry: Mutex::new(InSyncRetry::default()),
+            me_arc: me_arc.clone(),
         }))
     }
 
@@ -261,21 +282,108 @@ impl PrimaryMembership {
         Err("the configuration kept changing under this primary".into())
     }
 
+    /// Record the mirror of the policy of `epoch` in sync (its full copy acknowledged). A
+    /// record that fails (etcd away longer than a request's timeout, while the lease still
+    /// holds) is tried again in the background until it is made, this primary is deposed or
+    /// moves to another epoch, or a loss of the mirror is recorded meanwhile: before, it was
+    /// only logged, and the configuration said "not in sync" for as long as the link stayed
+    /// up, so the mirror, holding every write, was never promoted when the primary died.
     fn record_in_sync(&self, epoch: u64) {
+        let losses = self.losses.load(Ordering::SeqCst);
+        match self.record_in_sync_unless_lost(epoch, losses) {
+            Ok(_) => tracing::info!(epoch, "recorded in etcd: the mirror is in sync"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot record in etcd that the mirror is in sync (it is not promoted until it is); trying again");
+                self.retry_in_sync(epoch, losses);
+            }
+        }
+    }
+
+    /// Set `mirror_in_sync`, provided no loss was recorded since `losses` were counted
+    /// (checked under the lock every change of the configuration takes, which a loss's
+    /// record takes too). Ok(false): stale, nothing done.
+    fn record_in_sync_unless_lost(
+        &self,
+        epoch: u64,
+        losses: u64,
+    ) -> std::result::Result<bool, String> {
+        let stale = AtomicBool::new(false);
         let set = |c: &mut ClusterConfig| {
+            if self.losses.load(Ordering::SeqCst) != losses {
+                stale.store(true, Ordering::SeqCst);
+                return false;
+            }
             let changed = !c.mirror_in_sync;
             c.mirror_in_sync = true;
             changed
         };
-        match self.update(epoch, set) {
-            Ok(()) => tracing::info!(epoch, "recorded in etcd: the mirror is in sync"),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot record in etcd that the mirror is in sync (it will not be promoted)")
+        self.update(epoch, set)?;
+        Ok(!stale.load(Ordering::SeqCst))
+    }
+
+    /// Try the record of the mirror in sync again, every [`IN_SYNC_RETRY`], on a thread of
+    /// its own (one at a time; the newest record asked for is the one made).
+    fn retry_in_sync(&self, epoch: u64, losses: u64) {
+        let Some(me) = self.me_arc.upgrade() else {
+            return;
+        };
+        let mut retry = self.in_sync_retry.lock().unwrap_or_else(|p| p.into_inner());
+        retry.pending = Some((epoch, losses));
+        if retry.running {
+            return;
+        }
+        retry.running = true;
+        drop(retry);
+        let spawned = std::thread::Builder::new()
+            .name("mnemo-etcd-in-sync".into())
+            .spawn(move || me.retry_in_sync_loop());
+        if spawned.is_err() {
+            tracing::warn!("cannot spawn the thread that records the mirror in sync again");
+            self.in_sync_retry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .running = false;
+        }
+    }
+
+    fn retry_in_sync_loop(&self) {
+        loop {
+            std::thread::sleep(IN_SYNC_RETRY);
+            let pending = {
+                let mut retry = self.in_sync_retry.lock().unwrap_or_else(|p| p.into_inner());
+                match retry.pending {
+                    Some(p) if self.deposed().is_none() => p,
+                    _ => {
+                        retry.pending = None;
+                        retry.running = false;
+                        return;
+                    }
+                }
+            };
+            let (epoch, losses) = pending;
+            let outcome = if epoch != self.epoch() || self.losses.load(Ordering::SeqCst) != losses {
+                Ok(false)
+            } else {
+                self.record_in_sync_unless_lost(epoch, losses)
+            };
+            match outcome {
+                Ok(made) => {
+                    if made {
+                        tracing::info!(epoch, "recorded in etcd: the mirror is in sync (at last)");
+                    }
+                    let mut retry = self.in_sync_retry.lock().unwrap_or_else(|p| p.into_inner());
+                    if retry.pending == Some(pending) {
+                        retry.pending = None;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "recording the mirror in sync: not yet"),
             }
         }
     }
 
     fn record_lost(&self, epoch: u64) -> std::result::Result<(), String> {
+        // Counted first: a record of the mirror in sync retried from now on is stale.
+        self.losses.fetch_add(1, Ordering::SeqCst);
         let clear = |c: &mut ClusterConfig| {
             let changed = c.mirror_in_sync;
             c.mirror_in_sync = false;

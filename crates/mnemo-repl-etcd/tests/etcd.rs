@@ -462,3 +462,48 @@ fn a_takeover_whose_answer_was_lost_is_taken_at_the_next_check() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A record of the mirror in sync made while etcd cannot answer (stopped longer than a
+/// request's timeout, within the lease's TTL of 5 s) fails; it is made once etcd is back, and
+/// a loss recorded after it stays the last word.
+#[test]
+fn a_record_of_the_mirror_in_sync_that_failed_is_made_once_etcd_is_back() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let control = control(&etcd, "in-sync-retry");
+    let role = PrimaryRole {
+        ttl_s: 5,
+        ..role("127.0.0.1:7701", "127.0.0.1:7702")
+    };
+    let primary = PrimaryMembership::start(Arc::clone(&control), &role).unwrap();
+    assert!(!control.load().unwrap().unwrap().0.mirror_in_sync);
+    let pid = rustix::process::Pid::from_raw(etcd.pid() as i32).unwrap();
+    let signal = |sig: rustix::process::Signal| rustix::process::kill_process(pid, sig).unwrap();
+    signal(rustix::process::Signal::STOP);
+    // Fails after the request's timeout (2 s), logged; etcd comes back.
+    primary.mirror_in_sync();
+    signal(rustix::process::Signal::CONT);
+    let resumed = Instant::now();
+    while !control.load().unwrap().unwrap().0.mirror_in_sync {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(5),
+            "the mirror was never recorded in sync once etcd was back"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "recorded in sync {:?} after etcd was back",
+        resumed.elapsed()
+    );
+    assert_eq!(primary.may_acknowledge(), Ok(()));
+    // A loss is recorded; a failed record of "in sync" made before it is not made after it.
+    signal(rustix::process::Signal::STOP);
+    primary.mirror_in_sync();
+    signal(rustix::process::Signal::CONT);
+    primary.mirror_lost().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let (config, _) = control.load().unwrap().unwrap();
+    assert!(!config.mirror_in_sync, "{config:?}");
+    assert_eq!(config.epoch, 1);
+}

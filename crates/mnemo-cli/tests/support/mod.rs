@@ -127,6 +127,31 @@ impl Server {
         panic!("no free port after 5 attempts");
     }
 
+    /// Starts a server on `pool` at `port` (a restart where its peers expect it) and waits
+    /// until it answers PING.
+    pub fn start_on(pool: &Path, port: u16, extra: &[&str]) -> Server {
+        // A log of its own for each start.
+        let log = (0..)
+            .map(|n| log_dir(pool).join(format!("serve-{port}-{n}.log")))
+            .find(|log| !log.exists())
+            .expect("a log name");
+        let child = serve_command(pool, port, &log, extra)
+            .spawn()
+            .expect("spawn mnemo serve");
+        let mut server = Server {
+            child,
+            port,
+            pool: pool.to_path_buf(),
+            log,
+        };
+        assert!(
+            server.wait_ready(),
+            "mnemo serve did not start on port {port}:\n{}",
+            server.log_text()
+        );
+        server
+    }
+
     /// True once PING answers; false if the process exited (a port taken meanwhile).
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + START_TIMEOUT;
@@ -215,7 +240,12 @@ pub struct Client {
 
 impl Client {
     pub fn connect(port: u16) -> std::io::Result<Client> {
-        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        Client::connect_to(("127.0.0.1", port))
+    }
+
+    /// [`Client::connect`] to any address (a server in a test's network namespace).
+    pub fn connect_to(addr: impl std::net::ToSocketAddrs) -> std::io::Result<Client> {
+        let stream = TcpStream::connect(addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
         stream.set_nodelay(true)?;
         Ok(Client {

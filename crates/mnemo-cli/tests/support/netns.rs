@@ -183,8 +183,12 @@ impl NsMember {
 /// election timeout 400 ms (leases of 1 s), as `mnemo_repl_etcd::testing::EtcdCluster`.
 pub struct NsEtcd {
     pub members: Vec<NsMember>,
+    /// This machine's address on the members' bridge (the source of every connection the
+    /// processes here make to a member or to a node of [`NsEtcd::node`]).
+    pub host_addr: String,
     hub: String,
     host_if: String,
+    slot: u32,
     _dir: tempfile::TempDir,
 }
 
@@ -209,8 +213,10 @@ impl NsEtcd {
             .unwrap();
         let mut etcd = NsEtcd {
             members: Vec::new(),
+            host_addr: host_addr.clone(),
             hub: hub.clone(),
             host_if: host_if.clone(),
+            slot,
             _dir: dir,
         };
         let must = |args: &[&str]| run(args).expect("building the test's namespaces");
@@ -379,6 +385,46 @@ impl NsEtcd {
         }
     }
 
+    /// A namespace of its own on the members' bridge (node `k`, 0 to 6), for a process under
+    /// test that iptables must cut off from some peers and not others: it reaches every
+    /// member and this machine directly, on the members' /28; removed on drop.
+    pub fn node(&self, k: u32) -> NsNode {
+        assert!(k < 7, "node {k}");
+        let pid = std::process::id();
+        let id = pid % 200 + 20;
+        let slot = self.slot;
+        let name = format!("mnf{pid}-{slot}n{k}");
+        let (inner, outer) = (format!("mf{id}s{slot}n{k}"), format!("mf{id}s{slot}o{k}"));
+        let addr = format!("10.214.{id}.{}", 128 + 16 * (slot - 8) + 8 + k);
+        let must = |args: &[&str]| run(args).expect("building the test's namespaces");
+        must(&["ip", "netns", "add", &name]);
+        let node = NsNode {
+            name: name.clone(),
+            addr: addr.clone(),
+        };
+        must(&[
+            "ip", "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+        ]);
+        must(&["ip", "link", "set", &inner, "netns", &name]);
+        must(&["ip", "link", "set", &outer, "netns", &self.hub]);
+        must(&[
+            "ip", "-n", &self.hub, "link", "set", &outer, "master", "mfbr", "up",
+        ]);
+        must(&[
+            "ip",
+            "-n",
+            &name,
+            "addr",
+            "add",
+            &format!("{addr}/28"),
+            "dev",
+            &inner,
+        ]);
+        must(&["ip", "-n", &name, "link", "set", &inner, "up"]);
+        must(&["ip", "-n", &name, "link", "set", "lo", "up"]);
+        node
+    }
+
     /// Undo every cut.
     pub fn heal(&self) {
         for m in &self.members {
@@ -397,6 +443,45 @@ impl Drop for NsEtcd {
             let _ = run(&["ip", "netns", "del", &m.ns]);
         }
         let _ = run(&["ip", "netns", "del", &self.hub]);
+    }
+}
+
+/// A namespace on the members' bridge ([`NsEtcd::node`]): a process run in it (`ip netns
+/// exec`) listens on `addr`; iptables rules go into this namespace only.
+pub struct NsNode {
+    pub name: String,
+    pub addr: String,
+}
+
+impl NsNode {
+    /// iptables inside this namespace.
+    pub fn iptables(&self, args: &[&str]) {
+        let mut all = vec!["ip", "netns", "exec", &self.name, "iptables"];
+        all.extend_from_slice(args);
+        run(&all).expect("iptables in the node's namespace");
+    }
+
+    /// Drop what this node receives from `peer` (`inbound`) and what it sends to `peer`
+    /// (`outbound`).
+    pub fn cut(&self, peer: &str, inbound: bool, outbound: bool) {
+        if inbound {
+            self.iptables(&["-A", "INPUT", "-s", peer, "-j", "DROP"]);
+        }
+        if outbound {
+            self.iptables(&["-A", "OUTPUT", "-d", peer, "-j", "DROP"]);
+        }
+    }
+
+    /// Undo every cut of this node.
+    pub fn heal(&self) {
+        self.iptables(&["-F"]);
+    }
+}
+
+impl Drop for NsNode {
+    fn drop(&mut self) {
+        // The veth pair goes with the namespace.
+        let _ = run(&["ip", "netns", "del", &self.name]);
     }
 }
 
