@@ -841,8 +841,8 @@ fn slots(tx: &Mem<'_, '_>, t: Table) -> Result<Vec<(u64, u64)>> {
 }
 
 /// Calls `f` on every entry (both tables while resizing); stops when `f` returns false.
-/// The slots are read sixteen at a time into a buffer on the stack: no
-/// allocation (HGETALL, YCSB's read, walks a table of 16 slots per request).
+/// The slots are read sixteen at a time into a buffer on the stack: no allocation (HGETALL,
+/// YCSB's read, walks a table of 16 slots per request).
 pub fn for_each(tx: &Mem<'_, '_>, d: u64, f: impl FnMut(&Entry) -> Result<bool>) -> Result<()> {
     for_each_of(tx, &Header::read(tx, d)?, f)
 }
