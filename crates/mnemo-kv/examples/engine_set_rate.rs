@@ -15,6 +15,11 @@
 //! valgrind --tool=callgrind target/release/examples/engine_set_rate /dev/shm 200 MSET
 //! valgrind --tool=callgrind target/release/examples/engine_set_rate /dev/shm 1200 MSET
 //! ```
+//!
+//! The `YCSB` phases are YCSB's load (a record: HMSET of ten 100-byte fields, then ZADD to
+//! `_indices`, each alone in its batch, as for clients that wait for each reply) and read
+//! (HGETALL, one per batch), `batches` records; instructions per record or read come the
+//! same way (`... /dev/shm 2000 YCSB` and `... 12000 YCSB`), as in `docs/design/kv-server.md`.
 
 use std::time::Instant;
 
@@ -92,6 +97,38 @@ fn main() {
     bench.phase("GET, batches of 50", batches, 50, true, |_, i| {
         let key = format!("key:{:012}", i * 7919 % 100_000);
         vec![b("GET"), Bytes::from(key.into_bytes())]
+    });
+    // YCSB's load and read (the driver's commands: mnemo-bench's src/ycsb/redis.rs) for
+    // clients that wait for each reply: one command per batch. `batches` records.
+    let value = Bytes::from(vec![b'v'; 100]);
+    let user = |record: u64| {
+        Bytes::from(format!(
+            "user{}",
+            record.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ))
+    };
+    bench.phase(
+        "YCSB load: HMSET of 10 fields, ZADD",
+        2 * batches,
+        1,
+        false,
+        |batch, _| {
+            let key = user(batch / 2);
+            if batch % 2 == 0 {
+                let mut cmd = vec![b("HMSET"), key];
+                for f in 0..10 {
+                    cmd.push(Bytes::from(format!("field{f}")));
+                    cmd.push(value.clone());
+                }
+                cmd
+            } else {
+                let score = Bytes::from((batch / 2 % 1_000_003).to_string());
+                vec![b("ZADD"), b("_indices"), score, key]
+            }
+        },
+    );
+    bench.phase("YCSB read: HGETALL", batches, 1, true, |batch, _| {
+        vec![b("HGETALL"), user(batch.wrapping_mul(7919) % batches)]
     });
 }
 

@@ -323,6 +323,21 @@ impl Entry {
         store::bytes(tx, self.off + ENTRY_BYTES, self.key_len)
     }
 
+    /// Appends the key to `out` (one buffer for many keys and values: HGETALL).
+    pub fn key_into(&self, tx: &Mem<'_, '_>, out: &mut Vec<u8>) -> Result<()> {
+        store::bytes_into(tx, self.off + ENTRY_BYTES, self.key_len, out)
+    }
+
+    /// Appends the string value (tag STRING) to `out`.
+    pub fn string_into(&self, tx: &Mem<'_, '_>, out: &mut Vec<u8>) -> Result<()> {
+        let at = if self.is_inline() {
+            self.inline_at()
+        } else {
+            self.val
+        };
+        store::bytes_into(tx, at, self.vlen, out)
+    }
+
     /// The string value (tag STRING).
     pub fn string(&self, tx: &Mem<'_, '_>) -> Result<Vec<u8>> {
         if self.is_inline() {
@@ -368,17 +383,34 @@ pub fn new_entry(
     };
     let size = ENTRY_BYTES + key.len() as u64 + if flags == FLAG_INLINE { vcap } else { 0 };
     let off = store::alloc(tx, size)?;
-    let mut image = Vec::with_capacity(size as usize);
     let meta = u64::from(tag) | u64::from(flags) << 8 | (key.len() as u64) << 32;
-    store::words_to_bytes(
-        &[0, hash, meta, expire as u64, val, vlen | vcap << 32],
-        &mut image,
-    );
-    image.extend_from_slice(key);
-    image.extend_from_slice(inline);
-    store::set_bytes(tx, off, &image)?;
+    let words = [0, hash, meta, expire as u64, val, vlen | vcap << 32];
+    // The entry's image is built on the stack when it fits (a hash field of YCSB's record:
+    // 48 + 6 + 104 bytes), so a new entry costs no allocation of the process.
+    let len = ENTRY_BYTES as usize + key.len() + inline.len();
+    let mut small = [0u8; NEW_ENTRY_STACK_BYTES];
+    if let Some(image) = small.get_mut(..len) {
+        for (chunk, w) in image.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        let (_, rest) = image.split_at_mut(ENTRY_BYTES as usize);
+        let (k, v) = rest.split_at_mut(key.len());
+        k.copy_from_slice(key);
+        v.copy_from_slice(inline);
+        store::set_bytes(tx, off, image)?;
+    } else {
+        let mut image = Vec::with_capacity(len);
+        store::words_to_bytes(&words, &mut image);
+        image.extend_from_slice(key);
+        image.extend_from_slice(inline);
+        store::set_bytes(tx, off, &image)?;
+    }
     Ok(off)
 }
+
+/// Entries whose image (header, key, inline value) is at most this long are built on the
+/// stack by [`new_entry`].
+const NEW_ENTRY_STACK_BYTES: usize = 256;
 
 /// A found entry and the index slot that holds it.
 #[derive(Clone, Copy, Debug)]
@@ -809,17 +841,48 @@ fn slots(tx: &Mem<'_, '_>, t: Table) -> Result<Vec<(u64, u64)>> {
 }
 
 /// Calls `f` on every entry (both tables while resizing); stops when `f` returns false.
-pub fn for_each(tx: &Mem<'_, '_>, d: u64, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<()> {
-    let h = Header::read(tx, d)?;
+/// The slots are read sixteen at a time into a buffer on the stack: no allocation (HGETALL,
+/// YCSB's read, walks a table of 16 slots per request).
+pub fn for_each(tx: &Mem<'_, '_>, d: u64, f: impl FnMut(&Entry) -> Result<bool>) -> Result<()> {
+    for_each_of(tx, &Header::read(tx, d)?, f)
+}
+
+/// Slots [`for_each`] reads at once (four cache lines).
+const FOR_EACH_READ_SLOTS: u64 = 16;
+
+/// [`for_each`] over the table whose header `h` the caller has read.
+pub fn for_each_of(
+    tx: &Mem<'_, '_>,
+    h: &Header,
+    mut f: impl FnMut(&Entry) -> Result<bool>,
+) -> Result<()> {
     let (tables, used) = h.tables();
+    let mut raw = [0u8; (FOR_EACH_READ_SLOTS * SLOT_BYTES) as usize];
     for (k, &t) in tables[..used].iter().enumerate() {
-        for (at, hash) in slots(tx, t)? {
-            if at != 0 && !(k == 0 && h.stale0(hash)) && !f(&Entry::read(tx, at)?)? {
-                return Ok(());
+        let mut first = 0;
+        while first < t.size {
+            let n = (t.size - first).min(FOR_EACH_READ_SLOTS);
+            let chunk = &mut raw[..(n * SLOT_BYTES) as usize];
+            store::read_into(tx, t.slot(first), chunk)?;
+            for slot in chunk.chunks_exact(SLOT_BYTES as usize) {
+                let (at, hash) = (le_word(&slot[..8]), le_word(&slot[8..]));
+                if at != 0 && !(k == 0 && h.stale0(hash)) && !f(&Entry::read(tx, at)?)? {
+                    return Ok(());
+                }
             }
+            first += n;
         }
     }
     Ok(())
+}
+
+/// The little-endian word in the first 8 bytes of `bytes` (0 if shorter).
+fn le_word(bytes: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(b) = bytes.get(..8) {
+        w.copy_from_slice(b);
+    }
+    u64::from_le_bytes(w)
 }
 
 /// Calls `f` on every entry of `t` whose home slot is `home` (they are on the run of

@@ -225,6 +225,20 @@ pub(crate) fn bytes(tx: &Mem<'_, '_>, offset: u64, len: u64) -> Result<Vec<u8>> 
     Ok(out)
 }
 
+/// Appends the `len` bytes at `offset` to `out`, length checked before `out` grows.
+pub(crate) fn bytes_into(tx: &Mem<'_, '_>, offset: u64, len: u64, out: &mut Vec<u8>) -> Result<()> {
+    if len > VALUE_BYTES_MAX {
+        return corrupt(format!("a length of {len} bytes at {offset:#x}"));
+    }
+    if len > 0 {
+        nonnull(offset)?;
+        let start = out.len();
+        out.resize(start + len as usize, 0);
+        tx.read_bytes(offset, &mut out[start..])?;
+    }
+    Ok(())
+}
+
 /// Store bytes at `offset`.
 pub(crate) fn set_bytes(tx: &Mem<'_, '_>, offset: u64, data: &[u8]) -> Result<()> {
     if data.is_empty() {
