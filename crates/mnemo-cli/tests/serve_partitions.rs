@@ -24,7 +24,9 @@
 //! or the cut healed; one-way cuts each way; the mirror stopped (SIGSTOP) and continued; the
 //! mirror on the minority side of an etcd partition when the primary dies; an etcd outage
 //! while the mirror's full copy is acknowledged (its record of the mirror in sync fails and
-//! must be made once etcd is back).
+//! must be made once etcd is back); the primary cut off from its mirror and from every etcd
+//! member at once (the primary then runs in a namespace of its own on the members' bridge:
+//! it acknowledges nothing more, is fenced, and the mirror takes over).
 //!
 //! Needs root, iproute2, iptables and etcd: skipped (loudly) without them, a failure under
 //! `MNEMO_REQUIRE_TOOLS=1`. The tests run one at a time: each times failovers.
@@ -78,6 +80,11 @@ struct Rig {
     members: Vec<String>,
     name: String,
     node: NsNode,
+    /// The primary's namespace on the members' bridge, if it runs in one
+    /// ([`Rig::start_primary_in_ns`]); else it runs here.
+    primary_node: Option<NsNode>,
+    /// The address the primary listens on (127.0.0.1, or its namespace's).
+    primary_host: String,
     etcd: NsEtcd,
     dir: tempfile::TempDir,
 }
@@ -89,6 +96,17 @@ impl Rig {
 
     /// [`Rig::start`] with `etcd_extra` given to both primary and mirror (`--etcd-ttl N`).
     fn start_with(slot: u32, name: &str, etcd_extra: &[&str]) -> Rig {
+        Rig::start_opts(slot, name, etcd_extra, false)
+    }
+
+    /// [`Rig::start`] with the primary in a namespace of its own on the members' bridge
+    /// (node 1), so that iptables there can cut it off from the mirror and etcd while the
+    /// test (here) still reaches it, the mirror and etcd.
+    fn start_primary_in_ns(slot: u32, name: &str) -> Rig {
+        Rig::start_opts(slot, name, &[], true)
+    }
+
+    fn start_opts(slot: u32, name: &str, etcd_extra: &[&str], primary_in_ns: bool) -> Rig {
         let etcd = NsEtcd::start(slot);
         let members: Vec<String> = etcd.members.iter().map(|m| m.url.clone()).collect();
         let node = etcd.node(0);
@@ -132,7 +150,15 @@ impl Rig {
         }
         primary_args.extend(etcd_extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = primary_args.iter().map(String::as_str).collect();
-        let primary = Server::start(&dir.path().join("primary").join("kv.pool"), &args);
+        let pool = dir.path().join("primary").join("kv.pool");
+        let (primary, primary_node, primary_host) = if primary_in_ns {
+            let pnode = etcd.node(1);
+            let primary = Server::start_in(&pnode.name, &pnode.addr, &pool, &args);
+            let host = pnode.addr.clone();
+            (primary, Some(pnode), host)
+        } else {
+            (Server::start(&pool, &args), None, "127.0.0.1".to_string())
+        };
         let control = Control::connect(&members, name, Duration::from_secs(2)).unwrap();
         until_config(&control, "the mirror in sync", |c| c.mirror_in_sync);
         Rig {
@@ -144,13 +170,15 @@ impl Rig {
             members,
             name: name.to_string(),
             node,
+            primary_node,
+            primary_host,
             etcd,
             dir,
         }
     }
 
     fn primary_addr(&self) -> String {
-        format!("127.0.0.1:{}", self.primary.port)
+        format!("{}:{}", self.primary_host, self.primary.port)
     }
 
     fn mirror_pid(&self) -> u32 {
@@ -1022,4 +1050,91 @@ fn a_record_of_the_mirror_in_sync_lost_to_an_etcd_outage_is_made_once_etcd_is_ba
     );
     check_all(&rig.promoted, &acked, "the promoted mirror");
     assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+}
+
+/// Schedule 6: the primary (in a namespace of its own on the members' bridge) cut off from
+/// its mirror and from every etcd member at once, while two clients (here, which still
+/// reach it) write. It can neither have a write acknowledged by the mirror nor record the
+/// mirror out of sync, so it acknowledges nothing after the cut (but those in flight), and
+/// its lease runs out: it fences itself and exits, and the mirror, still recorded in sync,
+/// takes over with every acknowledged write; no write of the old primary is acknowledged
+/// after the new epoch was committed (nor after the last poll before it).
+#[test]
+fn a_primary_cut_off_from_its_mirror_and_etcd_is_fenced_and_the_mirror_takes_over() {
+    if !available(true) {
+        return;
+    }
+    let _serial = serial();
+    let started = Instant::now();
+    let mut rig = Rig::start_primary_in_ns(14, "primary-cut-off");
+    let watch = ConfigWatch::start(&rig.members, &rig.name);
+    let writers = Writers::start(&rig.primary_addr(), 2, "a");
+    std::thread::sleep(Duration::from_millis(500));
+
+    let pnode = rig.primary_node.as_ref().expect("the primary's namespace");
+    pnode.cut(&rig.node.addr, true, true);
+    let cut = Instant::now();
+    for m in &rig.etcd.members {
+        pnode.cut(&m.addr, true, true);
+    }
+    let cut_all = cut.elapsed();
+    let newer = watch.until("the next epoch", cut, Duration::from_secs(10), |s| {
+        s.epoch > 1
+    });
+    let failover = until_serving(&rig.promoted, cut, &rig.mirror.log, Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = rig.primary.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cut-off primary did not exit:\n{}",
+            Rig::tail(&rig.primary.log)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let exited = cut.elapsed();
+    let log = rig.primary.log_text();
+    let why = log
+        .lines()
+        .rfind(|l| l.contains("ERROR"))
+        .unwrap_or("(no error logged)")
+        .to_string();
+    let acked = writers.finish();
+    let seen = watch.finish();
+    let last = acked
+        .iter()
+        .map(|a| a.2)
+        .max()
+        .expect("acknowledged writes");
+    println!(
+        "primary cut off from mirror and etcd (the rules in {cut_all:?}): its last acknowledgement {:?} after the cut, it exited {exited:?} after ({status}); epoch {} committed between {:?} and {:?} after the cut; the mirror serves {failover:?} after; {} writes; {:?} in all",
+        last.saturating_duration_since(cut),
+        newer.epoch,
+        newer.after.saturating_duration_since(cut),
+        newer.by - cut,
+        acked.len(),
+        started.elapsed()
+    );
+    println!("its last error: {why}");
+    assert!(
+        last <= cut + IN_FLIGHT,
+        "the cut-off primary acknowledged a write {:?} after the cut",
+        last - cut
+    );
+    assert!(
+        last < newer.after,
+        "a write acknowledged under epoch 1 after the last poll before epoch {}",
+        newer.epoch
+    );
+    assert!(!status.success(), "the fenced primary exited with {status}");
+    assert_eq!(newer.epoch, 2);
+    check_all(&rig.promoted, &acked, "the promoted mirror");
+    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    let config = rig.config();
+    assert_eq!(
+        (config.epoch, config.primary.as_str()),
+        (2, rig.promoted.as_str())
+    );
 }

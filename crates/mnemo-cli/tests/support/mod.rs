@@ -152,6 +152,52 @@ impl Server {
         server
     }
 
+    /// Starts a server in network namespace `ns` (`ip netns exec`, which execs it: the
+    /// child's id is the server's), listening on `addr` at a free port, and waits until it
+    /// answers PING there.
+    pub fn start_in(ns: &str, addr: &str, pool: &Path, extra: &[&str]) -> Server {
+        let port = free_port();
+        let log = log_dir(pool).join(format!("serve-{port}.log"));
+        let plain = serve_command(pool, port, &log, extra);
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", ns])
+            .arg(plain.get_program())
+            .args(plain.get_args())
+            .args(["--bind", addr])
+            .env("MNEMO_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        let mut server = Server {
+            child: command.spawn().expect("spawn mnemo serve in a namespace"),
+            port,
+            pool: pool.to_path_buf(),
+            log,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(mut client) = Client::connect_to((addr, port)) {
+                if client.call(&["PING"]).is_ok() {
+                    return server;
+                }
+            }
+            let exited = matches!(server.child.try_wait(), Ok(Some(_)));
+            assert!(
+                !exited && Instant::now() < deadline,
+                "mnemo serve in {ns} did not answer on {addr}:{port}:\n{}",
+                server.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the process has exited (reaped if so).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("wait")
+    }
+
     /// True once PING answers; false if the process exited (a port taken meanwhile).
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + START_TIMEOUT;
