@@ -77,7 +77,7 @@ fn hsetnx(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
         return Ok(Reply::Integer(0));
     };
-    if dict::step_find(ctx.tx, d, REHASH_BUCKETS_PER_OP, SEED, &a[2])?.is_some() {
+    if ctx.step_find(d, &a[2])?.is_some() {
         return Ok(Reply::Integer(0));
     }
     ctx.put_string_in(d, tag::STRING, &a[2], None, &a[3], None, false)?;
@@ -112,7 +112,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
         return Ok(Reply::NullBulk);
     };
-    let found = dict::step_find(ctx.tx, d, REHASH_BUCKETS_PER_OP, SEED, &a[2])?;
+    let found = ctx.step_find(d, &a[2])?;
     ctx.put_string_in(
         d,
         tag::STRING,
@@ -374,7 +374,7 @@ fn add_member(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8]) -> Result<bool> {
     }
     let hash = store::hash(SEED, member);
     let e = dict::new_entry(ctx.tx, tag::MEMBER, member, hash, 0, Value::None)?;
-    dict::insert(ctx.tx, d, e, hash)?;
+    dict::insert_stepped(ctx.tx, d, e, hash)?;
     Ok(true)
 }
 

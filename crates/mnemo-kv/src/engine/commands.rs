@@ -990,7 +990,7 @@ fn sadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
         {
             let hash = store::hash(SEED, member);
             let e = dict::new_entry(ctx.tx, tag::MEMBER, member, hash, 0, Value::None)?;
-            dict::insert(ctx.tx, d, e, hash)?;
+            dict::insert_stepped(ctx.tx, d, e, hash)?;
             added += 1;
         }
     }
@@ -1122,13 +1122,7 @@ fn hset(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resul
     };
     let mut added = 0;
     for pair in a[2..].chunks_exact(2) {
-        let found = dict::step_find(
-            ctx.tx,
-            d,
-            super::limits::REHASH_BUCKETS_PER_OP,
-            SEED,
-            &pair[0],
-        )?;
+        let found = ctx.step_find(d, &pair[0])?;
         if found.is_none() {
             added += 1;
         }
@@ -1232,7 +1226,7 @@ fn hincrby(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     let Some(d) = container!(ctx, &a[1], tag::HASH, true) else {
         return Ok(Reply::Integer(0));
     };
-    let found = dict::step_find(ctx.tx, d, super::limits::REHASH_BUCKETS_PER_OP, SEED, field)?;
+    let found = ctx.step_find(d, field)?;
     let mut text = Vec::with_capacity(20);
     mnemo_resp::write_i64(&mut text, next);
     ctx.put_string_in(d, tag::STRING, field, found.as_ref(), &text, None, false)?;
@@ -1273,7 +1267,7 @@ pub(super) fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f6
                 0,
                 Value::Word(score.to_bits()),
             )?;
-            dict::insert(ctx.tx, d, e, hash)?;
+            dict::insert_stepped(ctx.tx, d, e, hash)?;
             ctx.zindex(d)?.insert((Score(score), member.to_vec()));
             Ok(true)
         }

@@ -33,7 +33,9 @@
 
 use super::store::Mem;
 
-use super::limits::{BUCKETS_MAX, BUCKETS_MIN, RANDOM_BUCKET_TRIES, REHASH_EMPTY_VISITS};
+use super::limits::{
+    BUCKETS_MAX, BUCKETS_MIN, RANDOM_BUCKET_TRIES, REHASH_BUCKETS_PER_OP, REHASH_EMPTY_VISITS,
+};
 use super::store::{self, corrupt, EngineError, Result};
 pub use crate::server::Prefetch;
 
@@ -134,6 +136,8 @@ pub struct Header {
 pub mod field {
     /// `count`.
     pub const COUNT: u64 = 8;
+    /// `rehash`.
+    pub const REHASH: u64 = 48;
     /// `reclaim_next`.
     pub const RECLAIM_NEXT: u64 = 56;
     /// `cursor`.
@@ -574,9 +578,15 @@ pub fn step_find(
 /// two cache misses (home slot, then entry) overlap with other work instead of stalling it.
 /// Errors are ignored: the lookup itself will meet and report them.
 pub fn prefetch(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8], stage: Prefetch) {
-    let Ok(h) = Header::read(tx, d) else {
-        return;
-    };
+    if let Ok(h) = Header::read(tx, d) {
+        prefetch_in(tx, &h, seed, key, stage);
+    }
+}
+
+/// [`prefetch`] with the table's header already read. The header may be stale (read earlier
+/// in the batch, before a resize moved on or ended): a hint is all that is made of it, so a
+/// stale one costs at most one read of [`PROBE_READ_SLOTS`] slots of a freed array.
+pub fn prefetch_in(tx: &Mem<'_, '_>, h: &Header, seed: u64, key: &[u8], stage: Prefetch) {
     let hash = store::hash(seed, key);
     let (tables, used) = h.tables();
     for (k, t) in tables[..used].iter().enumerate() {
@@ -589,14 +599,28 @@ pub fn prefetch(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8], stage: Prefetch
             Prefetch::Entry => {
                 // The entry whose hash is the key's among the first slots of the probe (the
                 // key's own, nearly always): only its line is brought in, no other entry's.
-                let _ = probe(tx, *t, home, |_, entry, slot_hash| {
+                let n = PROBE_READ_SLOTS.min(t.size - home);
+                let mut raw = [0u8; (PROBE_READ_SLOTS * SLOT_BYTES) as usize];
+                let bytes = &mut raw[..(n * SLOT_BYTES) as usize];
+                if store::read_into(tx, t.slot(home), bytes).is_err() {
+                    return;
+                }
+                for slot in bytes.chunks_exact(SLOT_BYTES as usize) {
+                    let word = |at: usize| {
+                        let mut w = [0u8; 8];
+                        w.copy_from_slice(&slot[at..at + 8]);
+                        u64::from_le_bytes(w)
+                    };
+                    let (entry, slot_hash) = (word(0), word(8));
+                    if entry == 0 {
+                        break;
+                    }
                     if slot_hash == hash {
                         tx.prefetch(entry);
                         tx.prefetch(entry + 64);
-                        return Ok(false);
+                        break;
                     }
-                    Ok(true)
-                });
+                }
             }
         }
     }
@@ -702,10 +726,21 @@ fn delete_at(tx: &Mem<'_, '_>, t: Table, i: u64) -> Result<()> {
 /// resizing it first moves one home slot, so the new array never fills before the old one is
 /// emptied.
 pub fn insert(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
-    let mut h = Header::read(tx, d)?;
-    if h.rehashing() {
-        h = step_header(tx, d, 1)?;
-    }
+    let h = step_header(tx, d, REHASH_BUCKETS_PER_OP)?;
+    insert_into(tx, d, h, e, hash)
+}
+
+/// [`insert`] without its resize step, for the insert that follows a [`step_find`] of the
+/// same key in `d` that found it absent, in the same command: that lookup made the step the
+/// insert owes. (While a resize runs, every insert must move at least one home slot holding
+/// elements, or [`REHASH_EMPTY_VISITS`] empty ones, so that the new array is emptied of the
+/// old one's before it fills: see [`maybe_resize`].) Saves a second read and write of the
+/// header and a second probe of the old array per new key.
+pub fn insert_stepped(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
+    insert_into(tx, d, Header::read(tx, d)?, e, hash)
+}
+
+fn insert_into(tx: &Mem<'_, '_>, d: u64, mut h: Header, e: u64, hash: u64) -> Result<()> {
     let t = if h.rehashing() { h.t1() } else { h.t0() };
     // One slot always stays empty (probes end there): a table at the largest size and full
     // takes no more. (While resizing, `count` counts the old array's elements too; the new
@@ -819,8 +854,11 @@ fn step_header(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<Header> {
         h.t1 = 0;
         h.size1 = 0;
         h.rehash = 0;
+        h.write(tx, d)?;
+    } else {
+        // Only the next home slot changed: one logged word, not the header's ten.
+        store::set_word(tx, d + field::REHASH, h.rehash)?;
     }
-    h.write(tx, d)?;
     Ok(h)
 }
 

@@ -123,6 +123,10 @@ pub struct Ctx<'a, 'h> {
     /// needs it twice, MSET twice per key. Only FLUSHDB, FLUSHALL and SWAPDB change it,
     /// through [`Ctx::set_keyspace`] and [`Ctx::swap_databases`].
     pub keyspace: std::cell::Cell<u64>,
+    /// (keyspace table, key hash) of the last [`Ctx::lookup_write`] that found its key absent:
+    /// that lookup made the resize step the key's insert owes, so [`Ctx::put_string_in`]
+    /// inserts that key without another ([`dict::insert_stepped`]). Taken by that insert.
+    pub stepped: Option<(u64, u64)>,
 }
 
 /// A key's value type, as TYPE names it.
@@ -216,11 +220,22 @@ impl Ctx<'_, '_> {
         Ok(dict::find(self.tx, ks, SEED, key)?.filter(|f| !self.expired(&f.entry)))
     }
 
+    /// [`dict::step_find`] of `key` in the table `d`, for a write: when the key is absent,
+    /// the resize step it made is the one its insert by [`Ctx::put_string_in`] owes
+    /// ([`Ctx::stepped`]).
+    pub fn step_find(&mut self, d: u64, key: &[u8]) -> Result<Option<Found>> {
+        let found = dict::step_find(self.tx, d, super::limits::REHASH_BUCKETS_PER_OP, SEED, key)?;
+        if found.is_none() {
+            self.stepped = Some((d, store::hash(SEED, key)));
+        }
+        Ok(found)
+    }
+
     /// Finds a key for a write: moves a bucket if the keyspace is resizing, and deletes the
     /// key first if it has expired.
     pub fn lookup_write(&mut self, key: &[u8]) -> Result<Option<Found>> {
         let ks = self.keyspace()?;
-        match dict::step_find(self.tx, ks, super::limits::REHASH_BUCKETS_PER_OP, SEED, key)? {
+        match self.step_find(ks, key)? {
             Some(f) if self.expired(&f.entry) => {
                 self.delete(&f)?;
                 Ok(None)
@@ -407,7 +422,12 @@ impl Ctx<'_, '_> {
             }
             None => {
                 let hash = store::hash(SEED, key);
-                dict::insert(self.tx, d, new, hash)?;
+                if self.stepped == Some((d, hash)) {
+                    self.stepped = None;
+                    dict::insert_stepped(self.tx, d, new, hash)?;
+                } else {
+                    dict::insert(self.tx, d, new, hash)?;
+                }
                 if keyspace && new_expire != 0 {
                     self.add_expires(d, 1)?;
                 }

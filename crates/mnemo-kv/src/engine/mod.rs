@@ -129,6 +129,8 @@ pub struct PersistentEngine<'h> {
     clock: Option<i64>,
     rng: u64,
     zcache: ZCache,
+    /// The keyspace header [`Engine::prefetch`] read in this batch, and its database.
+    prefetch_header: Option<(usize, dict::Header)>,
     /// Per database, where the active expiry goes on.
     expire_cursors: Vec<u64>,
     /// Databases the open batch ran commands in: their housekeeping is due at commit.
@@ -245,6 +247,7 @@ impl<'h> PersistentEngine<'h> {
             clock: None,
             rng: seed,
             zcache: ZCache::default(),
+            prefetch_header: None,
             expire_cursors: vec![0; databases],
             batch_dbs: Vec::new(),
             idle_db: 0,
@@ -676,6 +679,7 @@ impl<'h> PersistentEngine<'h> {
             zcache: &mut self.zcache,
             resp3,
             keyspace: Cell::new(0),
+            stepped: None,
         };
         let result = f(&mut ctx);
         self.writes = mem.writes();
@@ -744,6 +748,7 @@ impl<'h> PersistentEngine<'h> {
     }
 
     fn begin_txn(&mut self) {
+        self.prefetch_header = None;
         match self.heap.begin() {
             Ok(txn) => self.txn = Some(txn),
             Err(e) => self.poisoned = Some(e.to_string()),
@@ -991,9 +996,20 @@ impl Engine for PersistentEngine<'_> {
             return;
         };
         let mem = Mem::new(txn, self.heap);
-        if let Ok(ks) = store::word(&mem, slot) {
-            dict::prefetch(&mem, ks, SEED, key, stage);
-        }
+        // The keyspace's header is read once per batch and database for the hints: each
+        // request needs two (Bucket, then Entry), and a stale one only wastes a hint.
+        let header = match self.prefetch_header {
+            Some((db, h)) if db == request.db => h,
+            _ => {
+                let Ok(h) = store::word(&mem, slot).and_then(|ks| dict::Header::read(&mem, ks))
+                else {
+                    return;
+                };
+                self.prefetch_header = Some((request.db, h));
+                h
+            }
+        };
+        dict::prefetch_in(&mem, &header, SEED, key, stage);
     }
 
     fn begin(&mut self) {

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Instructions per request of `mnemo serve` (issue 17's per-command cost), counted by
+# valgrind's callgrind, so that two builds compare on a busy machine (this VM exposes no
+# hardware counters to perf). Runs BIN under callgrind with a pool on /dev/shm, sends N
+# requests of TEST with redis-benchmark (-P 16 -c 50, random keys over 10 M, 100-byte
+# values), and prints the instructions the server executed in user space. Run it at two
+# values of N and divide the difference by the extra requests: that cancels start-up and
+# shutdown.
+#
+#   scripts/bench-kv-insn.sh target/release/mnemo 50000 set
+#   scripts/bench-kv-insn.sh target/release/mnemo 150000 set
+set -uo pipefail
+bin=$1; n=$2; t=${3:-set}
+for tool in valgrind redis-cli redis-benchmark; do
+    command -v "$tool" >/dev/null || { echo "bench-kv-insn: $tool not found" >&2; exit 1; }
+done
+d=$(mktemp -d /dev/shm/kv-insn.XXXX)
+port=$((8300 + RANDOM % 400))
+# --size-max: valgrind refuses the default 64 GiB address-space reservation.
+valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$bin" serve --pool "$d/kv.pool" \
+    --port "$port" --size 1G --size-max 1G >/dev/null 2>"$d/valgrind.log" &
+pid=$!
+for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+redis-cli -p "$port" ping >/dev/null 2>&1 || { echo "bench-kv-insn: server did not start" >&2; cat "$d/valgrind.log" >&2; kill $pid; rm -rf "$d"; exit 1; }
+redis-benchmark -p "$port" -t "$t" -n "$n" -P 16 -c 50 -r 10000000 -d 100 -q >/dev/null 2>&1
+redis-cli -p "$port" shutdown nosave >/dev/null 2>&1
+wait $pid
+awk -v b="$bin" -v n="$n" -v t="$t" '/^summary|^totals/ {printf "%s %s n=%d instructions=%.0f per_request=%.0f\n", b, t, n, $2, $2/n; exit}' "$d/cg.out"
+rm -rf "$d"
