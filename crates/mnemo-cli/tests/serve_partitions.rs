@@ -26,7 +26,10 @@
 //! while the mirror's full copy is acknowledged (its record of the mirror in sync fails and
 //! must be made once etcd is back); the primary cut off from its mirror and from every etcd
 //! member at once (the primary then runs in a namespace of its own on the members' bridge:
-//! it acknowledges nothing more, is fenced, and the mirror takes over).
+//! it acknowledges nothing more, is fenced, and the mirror takes over); one etcd member
+//! stopped (SIGSTOP) at a time, the leader then a follower, which must cost no failover
+//! (etcd 3.4.23's old leader, continued, revokes the leases it held: the primary puts its
+//! key back).
 //!
 //! Needs root, iproute2, iptables and etcd: skipped (loudly) without them, a failure under
 //! `MNEMO_REQUIRE_TOOLS=1`. The tests run one at a time: each times failovers.
@@ -1152,8 +1155,12 @@ fn a_primary_cut_off_from_its_mirror_and_etcd_is_fenced_and_the_mirror_takes_ove
 /// leader again, a follower stopped 3 s and continued. Two members always make a quorum, so
 /// neither the primary's lease nor the mirror's registration may expire: no failover (the
 /// configuration stays at epoch 1 with the same primary, the mirror in sync), and the
-/// primary goes on acknowledging. Then SIGKILL of the primary: the mirror takes over within
-/// the failover target with every acknowledged write.
+/// primary goes on acknowledging. etcd 3.4.23's leader, continued, may revoke the leases it
+/// held before it learns that another leader renewed them (etcd issue 15247; one run in
+/// nine before the put-back): the primary puts its key back under a new lease and the
+/// mirror, which waits 500 ms for that, does not take over (the mirror registers again).
+/// Then SIGKILL of the primary: the mirror takes over within the failover target with every
+/// acknowledged write.
 #[test]
 fn a_stopped_etcd_member_costs_no_failover_then_the_mirror_takes_over() {
     if !available(true) {
@@ -1210,8 +1217,10 @@ fn a_stopped_etcd_member_costs_no_failover_then_the_mirror_takes_over() {
             "the {what} stopped: the configuration changed: {config:?} (seen: {:?})",
             watch.history()
         );
+        // A renewal may wait on the stopped member, then on one whose leader it was (the
+        // members left elect another in 0.4-0.8 s); past 0.9 TTL the primary waits for it.
         assert!(
-            pause < Duration::from_secs(1),
+            pause < Duration::from_millis(1500),
             "the {what} stopped: the primary paused {pause:?}"
         );
     }
@@ -1237,6 +1246,11 @@ fn a_stopped_etcd_member_costs_no_failover_then_the_mirror_takes_over() {
         primary_log.matches("the key is back under a new lease").count(),
         mirror_log.matches("registered in etcd again").count()
     );
+    for line in primary_log.lines().filter(|l| {
+        l.contains("revoked this lease before") || l.contains("the key is back under a new lease")
+    }) {
+        println!("the primary: {line}");
+    }
     std::thread::sleep(Duration::from_millis(500));
 
     let killed = rig.kill_primary();

@@ -696,6 +696,14 @@ impl KeepAlive {
             return Ok(None);
         }
         let (revision, current) = (kv.mod_revision(), kv.value().to_vec());
+        // An attempt whose answer was lost may have put it back already (the value names
+        // this holder and its epoch: nobody else writes it).
+        let held = c.get(self.key.clone(), None).await?;
+        if let Some(kv) = held.kvs().first() {
+            if kv.value() == self.value.as_bytes() && kv.lease() != 0 {
+                return Ok(Some((kv.lease(), self.ttl_s)));
+            }
+        }
         let grant = c.lease_grant(self.ttl_s, None).await?;
         // The configuration rewritten as it is: a takeover prepared against its revision
         // fails, and one made before this fails this.

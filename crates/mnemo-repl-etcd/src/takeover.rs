@@ -165,23 +165,28 @@ pub fn await_takeover_with(
                 Err(e) => tracing::warn!(error = %e, "cannot record this mirror's backups in etcd"),
             }
         }
-        let waiting = match control.alive() {
+        // Until the key has been seen gone for GONE_FOR: how much longer, and why no check
+        // is made (an error reading it is no sight of it gone: no check may promote on it).
+        let (waiting, why_wait) = match control.alive() {
             Ok(Some(_)) => {
                 gone_since = None;
-                None
+                (None, None)
             }
-            Ok(None) => GONE_FOR.checked_sub(gone_since.get_or_insert_with(Instant::now).elapsed()),
-            // try_take_over says what failed.
-            Err(_) => None,
-        };
-        let note = match waiting.map_or_else(
-            || try_take_over(control, mirror, new_primary, eligible),
-            |_| {
-                Ok(Verdict::Wait(format!(
+            Ok(None) => {
+                let left =
+                    GONE_FOR.checked_sub(gone_since.get_or_insert_with(Instant::now).elapsed());
+                let why = format!(
                     "the primary's liveness key is gone: taking over if it stays gone {GONE_FOR:?}"
-                )))
-            },
-        ) {
+                );
+                (left, left.map(|_| why))
+            }
+            Err(e) => (Some(CHECK_EVERY), Some(format!("etcd: {e}"))),
+        };
+        let verdict = match why_wait {
+            None => try_take_over(control, mirror, new_primary, eligible),
+            Some(why) => Ok(Verdict::Wait(why)),
+        };
+        let note = match verdict {
             Ok(Verdict::Promoted(config)) => return Ok(config),
             Ok(Verdict::Wait(why)) => why,
             Ok(Verdict::Refused(why)) => {
