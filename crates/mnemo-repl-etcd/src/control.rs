@@ -657,8 +657,9 @@ impl KeepAlive {
 
     /// Put the key back under a new lease ([`KeepAlive::run`]), trying for at most a TTL
     /// (its holder waits that long for a renewal before it fences itself): the new lease's
-    /// id and TTL, and when its grant was sent. Err when the configuration no longer names
-    /// this holder, changed meanwhile, or the key is held again by someone else.
+    /// id and TTL, and when its grant was sent. Err when the configuration names another
+    /// primary, or when no attempt succeeded within the TTL (the configuration changing
+    /// between an attempt's read and its transaction, the key held by another, etcd away).
     async fn put_back(
         &self,
         balanced: &Client,
@@ -670,13 +671,16 @@ impl KeepAlive {
             let sent = Instant::now();
             let attempt = self.put_back_once(balanced.clone(), reclaim);
             match tokio::time::timeout(self.answer_wait * 2, attempt).await {
-                Ok(Ok(Some((id, ttl)))) => return Ok((id, ttl, sent)),
-                Ok(Ok(None)) => {
+                Ok(Ok(PutBack::Done(id, ttl))) => return Ok((id, ttl, sent)),
+                Ok(Ok(PutBack::Refused)) => {
                     return Err(format!(
-                        "the configuration no longer names {} as its primary, or changed meanwhile",
+                        "the configuration no longer names {} as its primary",
                         reclaim.primary
                     ))
                 }
+                // The configuration changed between the read and the transaction (a record
+                // of the mirror, or a takeover: the next read says which).
+                Ok(Ok(PutBack::Changed)) => last = "the configuration changed meanwhile".into(),
                 Ok(Err(e)) => last = e.to_string(),
                 Err(_) => last = format!("no answer within {:?}", self.answer_wait * 2),
             }
@@ -685,15 +689,15 @@ impl KeepAlive {
         Err(format!("it could not be put back within its TTL: {last}"))
     }
 
-    /// One attempt of [`KeepAlive::put_back`]: None if the configuration refuses it.
-    async fn put_back_once(&self, mut c: Client, reclaim: &Reclaim) -> Result<Option<(i64, i64)>> {
+    /// One attempt of [`KeepAlive::put_back`].
+    async fn put_back_once(&self, mut c: Client, reclaim: &Reclaim) -> Result<PutBack> {
         let got = c.get(reclaim.config_key.clone(), None).await?;
         let Some(kv) = got.kvs().first() else {
-            return Ok(None);
+            return Ok(PutBack::Refused);
         };
         let config = ClusterConfig::decode(kv.value())?;
         if config.primary != reclaim.primary {
-            return Ok(None);
+            return Ok(PutBack::Refused);
         }
         let (revision, current) = (kv.mod_revision(), kv.value().to_vec());
         // An attempt whose answer was lost may have put it back already (the value names
@@ -701,7 +705,7 @@ impl KeepAlive {
         let held = c.get(self.key.clone(), None).await?;
         if let Some(kv) = held.kvs().first() {
             if kv.value() == self.value.as_bytes() && kv.lease() != 0 {
-                return Ok(Some((kv.lease(), self.ttl_s)));
+                return Ok(PutBack::Done(kv.lease(), self.ttl_s));
             }
         }
         let grant = c.lease_grant(self.ttl_s, None).await?;
@@ -721,13 +725,25 @@ impl KeepAlive {
                 ),
             ]);
         if c.txn(txn).await?.succeeded() {
-            Ok(Some((grant.id(), grant.ttl())))
+            Ok(PutBack::Done(grant.id(), grant.ttl()))
         } else {
             // Best effort: it would expire by itself.
             let _ = c.lease_revoke(grant.id()).await;
-            Ok(None)
+            Ok(PutBack::Changed)
         }
     }
+}
+
+/// What one attempt to put a key back found.
+enum PutBack {
+    /// Put back: the new lease's id and TTL.
+    Done(i64, i64),
+    /// The configuration names another primary, or none.
+    Refused,
+    /// The configuration changed between the attempt's read and its transaction (a record
+    /// of the mirror, or a takeover: the next attempt's read says which), or the key is
+    /// held again.
+    Changed,
 }
 
 /// End a keep-alive: stop its watch, then `finish`.

@@ -45,6 +45,20 @@ pub fn try_take_over(
     new_primary: &str,
     eligible: &dyn Fn() -> bool,
 ) -> Result<Verdict> {
+    check(control, mirror, new_primary, eligible, None)
+}
+
+/// [`try_take_over`], which with `gone_since` (when the liveness key was first seen gone,
+/// since it was last seen) promotes only once the key has been seen gone for [`GONE_FOR`],
+/// by the same read that finds it gone: a read made before the check could see the key
+/// still there, and the check's own read a moment later see it gone.
+fn check(
+    control: &Control,
+    mirror: &str,
+    new_primary: &str,
+    eligible: &dyn Fn() -> bool,
+    gone_since: Option<&mut Option<Instant>>,
+) -> Result<Verdict> {
     let Some((config, revision)) = control.load()? else {
         return Ok(Verdict::Wait("no configuration yet".into()));
     };
@@ -66,7 +80,17 @@ pub fn try_take_over(
         )));
     }
     if let Some(alive) = control.alive()? {
+        if let Some(gone_since) = gone_since {
+            *gone_since = None;
+        }
         return Ok(Verdict::Wait(format!("the primary is alive ({alive})")));
+    }
+    if let Some(gone_since) = gone_since {
+        if gone_since.get_or_insert_with(Instant::now).elapsed() < GONE_FOR {
+            return Ok(Verdict::Wait(format!(
+                "the primary's liveness key is gone: taking over if it stays gone {GONE_FOR:?}"
+            )));
+        }
     }
     if !config.mirror_in_sync {
         return Ok(Verdict::Refused(format!(
@@ -165,27 +189,15 @@ pub fn await_takeover_with(
                 Err(e) => tracing::warn!(error = %e, "cannot record this mirror's backups in etcd"),
             }
         }
-        // Until the key has been seen gone for GONE_FOR: how much longer, and why no check
-        // is made (an error reading it is no sight of it gone: no check may promote on it).
-        let (waiting, why_wait) = match control.alive() {
-            Ok(Some(_)) => {
-                gone_since = None;
-                (None, None)
-            }
-            Ok(None) => {
-                let left =
-                    GONE_FOR.checked_sub(gone_since.get_or_insert_with(Instant::now).elapsed());
-                let why = format!(
-                    "the primary's liveness key is gone: taking over if it stays gone {GONE_FOR:?}"
-                );
-                (left, left.map(|_| why))
-            }
-            Err(e) => (Some(CHECK_EVERY), Some(format!("etcd: {e}"))),
-        };
-        let verdict = match why_wait {
-            None => try_take_over(control, mirror, new_primary, eligible),
-            Some(why) => Ok(Verdict::Wait(why)),
-        };
+        let verdict = check(
+            control,
+            mirror,
+            new_primary,
+            eligible,
+            Some(&mut gone_since),
+        );
+        // Within the grace, the next check when it ends.
+        let waiting = gone_since.and_then(|since| GONE_FOR.checked_sub(since.elapsed()));
         let note = match verdict {
             Ok(Verdict::Promoted(config)) => return Ok(config),
             Ok(Verdict::Wait(why)) => why,
