@@ -337,8 +337,8 @@ impl Control {
     /// `primary` is the holder's name in the configuration: should etcd revoke the lease
     /// while its last renewal still holds (etcd 3.4.23 does, when a leader that was stopped
     /// longer than the TTL comes back: etcd issue 15247), the key is put back under a new
-    /// lease if the configuration still names `primary` and nobody changed it meanwhile
-    /// ([`KeepAlive::run`]).
+    /// lease if the configuration still names `primary` (a mirror that took over names
+    /// itself) (the keep-alive task, `KeepAlive::run`).
     pub fn hold_alive(&self, value: String, ttl_s: i64, primary: &str) -> Result<Arc<Lease>> {
         let reclaim = Reclaim {
             config_key: self.keys.config.clone(),
@@ -525,12 +525,12 @@ impl KeepAlive {
     /// comes back from a stop (SIGSTOP, a stall) longer than their TTL, before it learns
     /// that another leader renewed them meanwhile (etcd issue 15247). The key is then put
     /// back under a new lease in one transaction with the configuration itself, if the
-    /// configuration still names this holder as primary and nobody changed it since (a
-    /// mirror that took over changes it; the rewrite makes a takeover prepared against the
-    /// old revision fail). [`Lease::valid`] is false meanwhile, so its holder acknowledges
-    /// nothing until the key is back; a mirror waits [`crate::takeover::GONE_FOR`] before it
-    /// takes over a key that went. Without a reclaim (or once the last renewal ran out),
-    /// gone means lost.
+    /// configuration still names this holder as primary at the revision just read (the
+    /// rewrite makes a takeover prepared against that revision fail; one made first names
+    /// another primary, and the lease is lost). [`Lease::valid`] is false meanwhile, so its
+    /// holder acknowledges nothing until the key is back; a mirror waits
+    /// [`crate::takeover::GONE_FOR`] before it takes over a key that went. Without a reclaim
+    /// (or once the last renewal ran out), gone means lost.
     async fn run(self, balanced: Client, mut id: i64, mut granted: i64) {
         let poke = Arc::new(tokio::sync::Notify::new());
         let watcher = self.reclaim.as_ref().map(|_| {
