@@ -74,7 +74,8 @@ impl PrimaryMembership {
     /// hold the liveness lease.
     pub fn start(control: Arc<Control>, role: &PrimaryRole) -> Result<Arc<PrimaryMembership>> {
         let epoch = claim(&control, role)?;
-        let lease = control.hold_alive(format!("{} epoch {epoch}", role.me), role.ttl_s)?;
+        let lease =
+            control.hold_alive(format!("{} epoch {epoch}", role.me), role.ttl_s, &role.me)?;
         tracing::info!(primary = %role.me, epoch, lease = lease.id(), "primary of its cluster in etcd");
         Ok(Arc::new_cyclic(|me_arc| PrimaryMembership {
             control,
@@ -99,6 +100,11 @@ impl PrimaryMembership {
     /// The control plane's connection.
     pub fn control(&self) -> &Arc<Control> {
         &self.control
+    }
+
+    /// Its liveness lease (a new one once etcd revoked one early: [`Control::hold_alive`]).
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// This primary's name in the configuration.

@@ -2,7 +2,7 @@
 //! if) the configuration says this mirror was in sync.
 
 use std::sync::mpsc::RecvTimeoutError;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::ClusterConfig;
 use crate::control::Control;
@@ -10,6 +10,14 @@ use crate::error::Result;
 
 /// How often the mirror checks without a watch event (a watch that broke, a missed event).
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// How long the primary's liveness key must have been seen gone before [`await_takeover`]
+/// takes over. A lease that expired stays gone; one that etcd revoked early (etcd 3.4.23
+/// revokes every lease a leader held when that leader comes back from a stop longer than
+/// their TTL: etcd issue 15247) is put back by its primary within milliseconds of the
+/// deletion ([`Control::hold_alive`]), and the mirror, which saw the deletion as soon, must
+/// not take over meanwhile. The failover takes this much longer.
+pub const GONE_FOR: Duration = Duration::from_millis(500);
 
 /// What one check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +45,20 @@ pub fn try_take_over(
     new_primary: &str,
     eligible: &dyn Fn() -> bool,
 ) -> Result<Verdict> {
+    check(control, mirror, new_primary, eligible, None)
+}
+
+/// [`try_take_over`], which with `gone_since` (when the liveness key was first seen gone,
+/// since it was last seen) promotes only once the key has been seen gone for [`GONE_FOR`],
+/// by the same read that finds it gone: a read made before the check could see the key
+/// still there, and the check's own read a moment later see it gone.
+fn check(
+    control: &Control,
+    mirror: &str,
+    new_primary: &str,
+    eligible: &dyn Fn() -> bool,
+    gone_since: Option<&mut Option<Instant>>,
+) -> Result<Verdict> {
     let Some((config, revision)) = control.load()? else {
         return Ok(Verdict::Wait("no configuration yet".into()));
     };
@@ -58,7 +80,17 @@ pub fn try_take_over(
         )));
     }
     if let Some(alive) = control.alive()? {
+        if let Some(gone_since) = gone_since {
+            *gone_since = None;
+        }
         return Ok(Verdict::Wait(format!("the primary is alive ({alive})")));
+    }
+    if let Some(gone_since) = gone_since {
+        if gone_since.get_or_insert_with(Instant::now).elapsed() < GONE_FOR {
+            return Ok(Verdict::Wait(format!(
+                "the primary's liveness key is gone: taking over if it stays gone {GONE_FOR:?}"
+            )));
+        }
     }
     if !config.mirror_in_sync {
         return Ok(Verdict::Refused(format!(
@@ -122,7 +154,8 @@ pub fn publish_backups(control: &Control, mirror: &str, backups: &[String]) -> R
 }
 
 /// Check at every change of the liveness key and every [`CHECK_EVERY`] until this mirror is
-/// promoted; returns the new configuration. etcd errors are logged and retried.
+/// promoted; returns the new configuration. etcd errors are logged and retried. The
+/// liveness key must have been seen gone for [`GONE_FOR`] before a check may promote.
 pub fn await_takeover(
     control: &Control,
     mirror: &str,
@@ -144,6 +177,8 @@ pub fn await_takeover_with(
     let (wake, woken) = std::sync::mpsc::channel();
     control.watch_alive(wake)?;
     let mut said = String::new();
+    // When the liveness key was first seen gone (since it was last seen).
+    let mut gone_since: Option<Instant> = None;
     loop {
         if !backups.is_empty() {
             match publish_backups(control, mirror, backups) {
@@ -154,7 +189,16 @@ pub fn await_takeover_with(
                 Err(e) => tracing::warn!(error = %e, "cannot record this mirror's backups in etcd"),
             }
         }
-        let note = match try_take_over(control, mirror, new_primary, eligible) {
+        let verdict = check(
+            control,
+            mirror,
+            new_primary,
+            eligible,
+            Some(&mut gone_since),
+        );
+        // Within the grace, the next check when it ends.
+        let waiting = gone_since.and_then(|since| GONE_FOR.checked_sub(since.elapsed()));
+        let note = match verdict {
             Ok(Verdict::Promoted(config)) => return Ok(config),
             Ok(Verdict::Wait(why)) => why,
             Ok(Verdict::Refused(why)) => {
@@ -169,7 +213,7 @@ pub fn await_takeover_with(
             tracing::info!(mirror, "failover watch: {note}");
             said = note;
         }
-        match woken.recv_timeout(CHECK_EVERY) {
+        match woken.recv_timeout(waiting.map_or(CHECK_EVERY, |left| left.min(CHECK_EVERY))) {
             Ok(()) | Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 std::thread::sleep(CHECK_EVERY);
