@@ -35,6 +35,7 @@ use super::store::Mem;
 
 use super::limits::{
     BUCKETS_MAX, BUCKETS_MIN, RANDOM_BUCKET_TRIES, REHASH_BUCKETS_PER_OP, REHASH_EMPTY_VISITS,
+    REHASH_RUN_HOMES,
 };
 use super::store::{self, corrupt, EngineError, Result};
 pub use crate::server::Prefetch;
@@ -811,10 +812,15 @@ pub fn step(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<()> {
     step_header(tx, d, buckets).map(|_| ())
 }
 
-/// [`step`], returning the header as it is after the step. Moving home slot `r` moves every
-/// element of the old array whose probe starts at `r` (found on the run of occupied slots
-/// from `r`) into the new array and deletes it from the old one: both stay valid arrays,
-/// and no entry is read or written (the hash is in the slot).
+/// [`step`], returning the header as it is after the step. A step takes the home slots
+/// from `rehash` on, up to the first empty slot after it or [`REHASH_RUN_HOMES`] of them,
+/// whichever comes first: every element of the old array whose home is one of them lies on
+/// the run of occupied slots from `rehash` to that empty slot (a home's elements sit between
+/// it and the first empty slot after it), so one read of the run finds them all. Each is
+/// copied into the new array; the old slots stay, stale from then on (`rehash` is past their
+/// home), and both stay valid arrays. No entry is read or written (the hash is in the slot).
+/// Taking one home slot per read instead read a run as long as the cluster once per home
+/// slot of it.
 fn step_header(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<Header> {
     let mut h = Header::read(tx, d)?;
     if !h.rehashing() {
@@ -825,23 +831,49 @@ fn step_header(tx: &Mem<'_, '_>, d: u64, buckets: u64) -> Result<Header> {
     let mut empty = 0;
     while moved < buckets && h.rehash < h.size0 {
         let r = h.rehash;
-        h.rehash += 1;
-        // Copies every element of r's run whose home is r; the old slots stay, stale from
-        // now on (`rehash` is past r).
+        let limit = r.saturating_add(REHASH_RUN_HOMES).min(h.size0);
+        // `end`: one past the last occupied slot of the run, while it has not wrapped past
+        // the array's end (a wrapped run covers every home from r to the end).
+        let mut end = r;
+        let mut wrapped = false;
+        let mut any = false;
         // (Writing the new array while the old one's run is read is safe: they never
         // overlap.)
-        let mut any = false;
-        probe(tx, t0, r, |_, entry, hash| {
-            if t0.home(hash) == r {
+        probe(tx, t0, r, |i, entry, hash| {
+            let home = t0.home(hash);
+            if i < r {
+                wrapped = true;
+            } else {
+                end = i + 1;
+                if home > i {
+                    // Its probe wrapped around the array's end to reach slot i: so the slots
+                    // from its home to the end and from 0 to i are all occupied, this run
+                    // cannot wrap (it would fill the array), and its home lies past this
+                    // run's end: a later step's.
+                    return Ok(true);
+                }
+            }
+            if (r..limit).contains(&home) {
                 place(tx, t1, entry, hash)?;
                 any = true;
             }
             Ok(true)
         })?;
+        // The run ends at its first empty slot: homes from there on hold elements of other
+        // runs, not read here.
+        h.rehash = if wrapped {
+            limit
+        } else {
+            end.clamp(r + 1, limit)
+        };
+        #[cfg(test)]
+        if tests::REHASH_PAST_RUN.with(std::cell::Cell::get) {
+            h.rehash = limit;
+        }
         if any {
             moved += 1;
         } else {
-            empty += 1;
+            empty += h.rehash - r;
             if empty >= buckets * REHASH_EMPTY_VISITS {
                 break;
             }
@@ -1082,6 +1114,14 @@ mod tests {
 
     const SEED: u64 = 0x5eed;
 
+    thread_local! {
+        /// A deliberately broken resize step, for this module's tests only (per thread, so
+        /// tests running in parallel never see it): `rehash` goes to the step's limit even
+        /// past the run's first empty slot.
+        pub(super) static REHASH_PAST_RUN: std::cell::Cell<bool> =
+            const { std::cell::Cell::new(false) };
+    }
+
     fn heap(dir: &std::path::Path) -> Heap {
         let options = HeapOptions {
             lane_count: 2,
@@ -1102,15 +1142,58 @@ mod tests {
         format!("key:{i:012}").into_bytes()
     }
 
-    /// SET of a new key as the keyspace does it: a lookup (moving a home slot if resizing),
-    /// then a new entry linked in.
+    /// SET of a new key as the keyspace does it: a lookup (a resize step if resizing), then
+    /// a new entry linked in without another step.
     fn add(tx: &Mem<'_, '_>, d: u64, k: &[u8], value: u64) -> Result<()> {
         if step_find(tx, d, 1, SEED, k)?.is_some() {
             return corrupt("the key is there already");
         }
         let hash = store::hash(SEED, k);
         let e = new_entry(tx, tag::STRING, k, hash, 0, Value::Word(value))?;
-        insert(tx, d, e, hash)
+        insert_stepped(tx, d, e, hash)
+    }
+
+    /// Inserts 5,000 keys, 250 per transaction (the table resizes eight times), checking
+    /// after each transaction that the table is sound and every key is found.
+    fn grow_and_find(heap: &Heap) -> std::result::Result<(), String> {
+        let d = with(heap, |tx| create(tx, Kind::Hash));
+        for round in 0..20u64 {
+            let result = heap
+                .tx(|txn| {
+                    let tx = &Mem::new(txn, heap);
+                    let run = || -> Result<()> {
+                        for k in round * 250..(round + 1) * 250 {
+                            add(tx, d, &key(k), k)?;
+                        }
+                        check(tx, d, SEED)?;
+                        for k in 0..(round + 1) * 250 {
+                            match find(tx, d, SEED, &key(k))? {
+                                Some(f) if f.entry.val == k => {}
+                                other => return corrupt(format!("key {k}: {other:?}")),
+                            }
+                        }
+                        Ok(())
+                    };
+                    Ok(run())
+                })
+                .map_err(|e| e.to_string())?;
+            result.map_err(|e| format!("round {round}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// A resize step takes the home slots of one run: every key stays found through eight
+    /// resizes. A step that moved `rehash` past the run's first empty slot (skipping home
+    /// slots whose elements sit in the next runs) is caught.
+    #[test]
+    fn a_resize_step_takes_only_the_home_slots_its_run_holds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        grow_and_find(&heap(dir.path())).expect("every key found through the resizes");
+        let dir = tempfile::tempdir().expect("tempdir");
+        REHASH_PAST_RUN.with(|m| m.set(true));
+        let broken = grow_and_find(&heap(dir.path()));
+        REHASH_PAST_RUN.with(|m| m.set(false));
+        assert!(broken.is_err(), "the broken step was not caught");
     }
 
     /// What inserting new keys touches: slots only. Every old entry is overwritten with

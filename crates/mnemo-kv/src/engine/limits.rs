@@ -24,6 +24,9 @@ pub const REHASH_BUCKETS_PER_OP: u64 = 1;
 pub const REHASH_BUCKETS_PER_BATCH: u64 = 16;
 /// Empty buckets a rehash step may skip per bucket it should move (bounds its cost).
 pub const REHASH_EMPTY_VISITS: u64 = 10;
+/// Home slots one rehash step takes at most, from one read of the run they share (so a
+/// step moves about twelve elements at the load of 3/4 that starts a resize).
+pub const REHASH_RUN_HOMES: u64 = 16;
 /// Keyspace buckets the active expiry examines per committed batch.
 pub const EXPIRE_BUCKETS_PER_BATCH: u64 = 32;
 /// Allocations freed per committed batch from the reclaim queue (lazily freed big values):
