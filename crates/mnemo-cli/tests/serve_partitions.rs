@@ -202,6 +202,27 @@ impl Rig {
         killed
     }
 
+    /// SIGKILL of the primary while `writers` write and `watch` polls the configuration:
+    /// waits (at most `max`) until the mirror serves as primary, then stops both. Returns the
+    /// failover time, what was acknowledged and the configurations seen.
+    fn kill_and_fail_over(
+        &mut self,
+        writers: Writers,
+        watch: ConfigWatch,
+        max: Duration,
+    ) -> (Duration, Vec<Acked>, Vec<Seen>) {
+        let killed = self.kill_primary();
+        let failover = until_serving(&self.promoted, killed, &self.mirror.log, max);
+        (failover, writers.finish(), watch.finish())
+    }
+
+    /// What every failover must show: each acknowledged write on the promoted mirror, and
+    /// none acknowledged under epoch 1 after a newer configuration was committed.
+    fn check_failover(&self, acked: &[Acked], seen: &[Seen]) {
+        check_all(&self.promoted, acked, "the promoted mirror");
+        assert_no_ack_after_newer_epoch(seen, 1, acked);
+    }
+
     /// The primary restarted as it was, on its pool and port, trusting its pool (only the
     /// process died: its stores are in the page cache).
     fn restart_primary(&mut self) {
@@ -713,23 +734,14 @@ fn cut_off_from_its_primary_then_healed_the_mirror_catches_up_and_takes_over() {
     assert_eq!(back.epoch, 1);
     std::thread::sleep(Duration::from_millis(500));
 
-    let killed = rig.kill_primary();
-    let failover = until_serving(
-        &rig.promoted,
-        killed,
-        &rig.mirror.log,
-        Duration::from_secs(10),
-    );
-    let acked = writers.finish();
-    let seen = watch.finish();
+    let (failover, acked, seen) = rig.kill_and_fail_over(writers, watch, Duration::from_secs(10));
     println!(
         "failover {failover:?}; {} writes; {:?} in all",
         acked.len(),
         started.elapsed()
     );
     assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
-    check_all(&rig.promoted, &acked, "the promoted mirror");
-    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    rig.check_failover(&acked, &seen);
 }
 
 /// Schedule 2: one-way cuts between primary and mirror, each while two clients write: first
@@ -786,23 +798,14 @@ fn one_way_cuts_between_primary_and_mirror_stall_one_timeout_and_lose_nothing() 
         std::thread::sleep(Duration::from_millis(300));
     }
 
-    let killed = rig.kill_primary();
-    let failover = until_serving(
-        &rig.promoted,
-        killed,
-        &rig.mirror.log,
-        Duration::from_secs(10),
-    );
-    let acked = writers.finish();
-    let seen = watch.finish();
+    let (failover, acked, seen) = rig.kill_and_fail_over(writers, watch, Duration::from_secs(10));
     println!(
         "failover {failover:?}; {} writes; {:?} in all",
         acked.len(),
         started.elapsed()
     );
     assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
-    check_all(&rig.promoted, &acked, "the promoted mirror");
-    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    rig.check_failover(&acked, &seen);
 }
 
 /// Schedule 3: SIGSTOP of the mirror for 3 s under etcd while two clients write: the primary
@@ -870,23 +873,14 @@ fn a_stopped_mirror_is_recorded_out_of_sync_then_catches_up_and_takes_over() {
     assert_eq!(back.epoch, 1);
     std::thread::sleep(Duration::from_millis(500));
 
-    let killed = rig.kill_primary();
-    let failover = until_serving(
-        &rig.promoted,
-        killed,
-        &rig.mirror.log,
-        Duration::from_secs(10),
-    );
-    let acked = writers.finish();
-    let seen = watch.finish();
+    let (failover, acked, seen) = rig.kill_and_fail_over(writers, watch, Duration::from_secs(10));
     println!(
         "failover {failover:?}; {} writes; {:?} in all",
         acked.len(),
         started.elapsed()
     );
     assert!(failover < FAILOVER_MAX, "failover took {failover:?}");
-    check_all(&rig.promoted, &acked, "the promoted mirror");
-    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    rig.check_failover(&acked, &seen);
 }
 
 /// Schedule 4: the mirror on the minority side of an etcd partition: the leader cut off from
@@ -968,8 +962,7 @@ fn a_mirror_on_the_minority_side_of_etcd_takes_over_only_once_it_reaches_a_quoru
             .collect::<Vec<_>>(),
         started.elapsed()
     );
-    check_all(&rig.promoted, &acked, "the promoted mirror");
-    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    rig.check_failover(&acked, &seen);
     let config = rig.config();
     assert_eq!(
         (config.epoch, config.primary.as_str()),
@@ -1045,22 +1038,13 @@ fn a_record_of_the_mirror_in_sync_lost_to_an_etcd_outage_is_made_once_etcd_is_ba
     assert_eq!(back.epoch, 1);
     std::thread::sleep(Duration::from_millis(300));
 
-    let killed = rig.kill_primary();
-    let failover = until_serving(
-        &rig.promoted,
-        killed,
-        &rig.mirror.log,
-        Duration::from_secs(15),
-    );
-    let acked = writers.finish();
-    let seen = watch.finish();
+    let (failover, acked, seen) = rig.kill_and_fail_over(writers, watch, Duration::from_secs(15));
     println!(
         "failover {failover:?} (TTL 5 s); {} writes; {:?} in all",
         acked.len(),
         started.elapsed()
     );
-    check_all(&rig.promoted, &acked, "the promoted mirror");
-    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    rig.check_failover(&acked, &seen);
 }
 
 /// Schedule 6: the primary (in a namespace of its own on the members' bridge) cut off from
@@ -1141,8 +1125,7 @@ fn a_primary_cut_off_from_its_mirror_and_etcd_is_fenced_and_the_mirror_takes_ove
     );
     assert!(!status.success(), "the fenced primary exited with {status}");
     assert_eq!(newer.epoch, 2);
-    check_all(&rig.promoted, &acked, "the promoted mirror");
-    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    rig.check_failover(&acked, &seen);
     let config = rig.config();
     assert_eq!(
         (config.epoch, config.primary.as_str()),
@@ -1240,15 +1223,9 @@ fn a_stopped_etcd_member_costs_no_failover_then_the_mirror_takes_over() {
     }
     std::thread::sleep(Duration::from_millis(500));
 
-    let killed = rig.kill_primary();
-    let failover = until_serving(
-        &rig.promoted,
-        killed,
-        &rig.mirror.log,
-        Duration::from_secs(10),
-    );
-    let acked = writers.finish();
-    let seen = watch.finish();
+    // (Taken just before the kill: what the watch saw before it.)
+    let killed = Instant::now();
+    let (failover, acked, seen) = rig.kill_and_fail_over(writers, watch, Duration::from_secs(10));
     println!(
         "failover {failover:?}; {} writes; epochs {:?}; {:?} in all",
         acked.len(),
@@ -1265,8 +1242,7 @@ fn a_stopped_etcd_member_costs_no_failover_then_the_mirror_takes_over() {
         "the configuration changed before the kill: {:?}",
         seen
     );
-    check_all(&rig.promoted, &acked, "the promoted mirror");
-    assert_no_ack_after_newer_epoch(&seen, 1, &acked);
+    rig.check_failover(&acked, &seen);
     let config = rig.config();
     assert_eq!(
         (config.epoch, config.primary.as_str()),

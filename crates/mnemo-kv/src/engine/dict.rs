@@ -531,12 +531,7 @@ fn probe(
         let bytes = &mut raw[..(n * SLOT_BYTES) as usize];
         store::read_into(tx, t.slot(i), bytes)?;
         for (k, slot) in bytes.chunks_exact(SLOT_BYTES as usize).enumerate() {
-            let word = |at: usize| {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&slot[at..at + 8]);
-                u64::from_le_bytes(w)
-            };
-            let (entry, hash) = (word(0), word(8));
+            let (entry, hash) = slot_words(slot);
             if entry == 0 {
                 return Ok(());
             }
@@ -574,6 +569,11 @@ pub fn step_find(
     find_in(tx, &h, store::hash(seed, key), key)
 }
 
+/// A slot's two words, (entry offset, hash), from its 16 bytes as read.
+fn slot_words(slot: &[u8]) -> (u64, u64) {
+    (le_word(slot), le_word(slot.get(8..).unwrap_or_default()))
+}
+
 /// Brings into the caches what a lookup of `key` in the table at `d` will read first: a batch
 /// of the server prefetches for the requests a few places ahead of the one it runs, so their
 /// two cache misses (home slot, then entry) overlap with other work instead of stalling it.
@@ -586,7 +586,7 @@ pub fn prefetch(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8], stage: Prefetch
 
 /// [`prefetch`] with the table's header already read. The header may be stale (read earlier
 /// in the batch, before a resize moved on or ended): a hint is all that is made of it, so a
-/// stale one costs at most one read of [`PROBE_READ_SLOTS`] slots of a freed array.
+/// stale one costs at most one read of `PROBE_READ_SLOTS` slots of a freed array.
 pub fn prefetch_in(tx: &Mem<'_, '_>, h: &Header, seed: u64, key: &[u8], stage: Prefetch) {
     let hash = store::hash(seed, key);
     let (tables, used) = h.tables();
@@ -607,12 +607,7 @@ pub fn prefetch_in(tx: &Mem<'_, '_>, h: &Header, seed: u64, key: &[u8], stage: P
                     return;
                 }
                 for slot in bytes.chunks_exact(SLOT_BYTES as usize) {
-                    let word = |at: usize| {
-                        let mut w = [0u8; 8];
-                        w.copy_from_slice(&slot[at..at + 8]);
-                        u64::from_le_bytes(w)
-                    };
-                    let (entry, slot_hash) = (word(0), word(8));
+                    let (entry, slot_hash) = slot_words(slot);
                     if entry == 0 {
                         break;
                     }
@@ -733,9 +728,10 @@ pub fn insert(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
 
 /// [`insert`] without its resize step, for the insert that follows a [`step_find`] of the
 /// same key in `d` that found it absent, in the same command: that lookup made the step the
-/// insert owes. (While a resize runs, every insert must move at least one home slot holding
-/// elements, or [`REHASH_EMPTY_VISITS`] empty ones, so that the new array is emptied of the
-/// old one's before it fills: see [`maybe_resize`].) Saves a second read and write of the
+/// insert owes. (While a resize runs, every insert must take a step that moves at least one
+/// home slot holding elements, or skips up to ten empty ones, so that the new array is
+/// emptied of the old one's before it fills: see `maybe_resize`.) Saves a second read and
+/// write of the
 /// header and a second probe of the old array per new key.
 pub fn insert_stepped(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
     insert_into(tx, d, Header::read(tx, d)?, e, hash)
@@ -899,14 +895,7 @@ fn slots(tx: &Mem<'_, '_>, t: Table) -> Result<Vec<(u64, u64)>> {
     let raw = store::bytes(tx, t.at, t.size * SLOT_BYTES)?;
     Ok(raw
         .chunks_exact(SLOT_BYTES as usize)
-        .map(|c| {
-            let word = |at: usize| {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(&c[at..at + 8]);
-                u64::from_le_bytes(w)
-            };
-            (word(0), word(8))
-        })
+        .map(slot_words)
         .collect())
 }
 
@@ -935,7 +924,7 @@ pub fn for_each_of(
             let chunk = &mut raw[..(n * SLOT_BYTES) as usize];
             store::read_into(tx, t.slot(first), chunk)?;
             for slot in chunk.chunks_exact(SLOT_BYTES as usize) {
-                let (at, hash) = (le_word(&slot[..8]), le_word(&slot[8..]));
+                let (at, hash) = slot_words(slot);
                 if at != 0 && !(k == 0 && h.stale0(hash)) && !f(&Entry::read(tx, at)?)? {
                     return Ok(());
                 }
