@@ -110,8 +110,8 @@ pub struct EventLoop {
     /// Requests read in this wake-up, in arrival order.
     batch: Vec<Request>,
     /// What a connection's reads land in before its session takes them: made once, since
-    /// zeroing 16 KiB on the stack at every wake-up of a connection cost more than a
-    /// pipelined SET's reading and parsing.
+    /// zeroing 16 KiB on the stack at every wake-up of a connection cost about 770
+    /// instructions per pipelined SET (callgrind), more than half of reading and parsing it.
     read_chunk: Box<[u8]>,
     /// Connections closed since the engine last heard of it ([`Engine::disconnected`]).
     closed: Vec<u64>,
