@@ -574,19 +574,13 @@ fn slot_words(slot: &[u8]) -> (u64, u64) {
     (le_word(slot), le_word(slot.get(8..).unwrap_or_default()))
 }
 
-/// Brings into the caches what a lookup of `key` in the table at `d` will read first: a batch
-/// of the server prefetches for the requests a few places ahead of the one it runs, so their
-/// two cache misses (home slot, then entry) overlap with other work instead of stalling it.
-/// Errors are ignored: the lookup itself will meet and report them.
-pub fn prefetch(tx: &Mem<'_, '_>, d: u64, seed: u64, key: &[u8], stage: Prefetch) {
-    if let Ok(h) = Header::read(tx, d) {
-        prefetch_in(tx, &h, seed, key, stage);
-    }
-}
-
-/// [`prefetch`] with the table's header already read. The header may be stale (read earlier
-/// in the batch, before a resize moved on or ended): a hint is all that is made of it, so a
-/// stale one costs at most one read of `PROBE_READ_SLOTS` slots of a freed array.
+/// Brings into the caches what a lookup of `key` in the table whose header is `h` will read
+/// first: a batch of the server prefetches for the requests a few places ahead of the one it
+/// runs, so their two cache misses (home slot, then entry) overlap with other work instead
+/// of stalling it. Errors are ignored: the lookup itself will meet and report them. The
+/// header may be stale (read earlier in the batch, before a resize moved on or ended): a
+/// hint is all that is made of it, so a stale one costs at most one read of
+/// `PROBE_READ_SLOTS` slots of a freed array.
 pub fn prefetch_in(tx: &Mem<'_, '_>, h: &Header, seed: u64, key: &[u8], stage: Prefetch) {
     let hash = store::hash(seed, key);
     let (tables, used) = h.tables();

@@ -123,9 +123,10 @@ pub struct Ctx<'a, 'h> {
     /// needs it twice, MSET twice per key. Only FLUSHDB, FLUSHALL and SWAPDB change it,
     /// through [`Ctx::set_keyspace`] and [`Ctx::swap_databases`].
     pub keyspace: std::cell::Cell<u64>,
-    /// (keyspace table, key hash) of the last [`Ctx::lookup_write`] that found its key absent:
-    /// that lookup made the resize step the key's insert owes, so [`Ctx::put_string_in`]
-    /// inserts that key without another ([`dict::insert_stepped`]). Taken by that insert.
+    /// (table, key hash) of the last [`Ctx::step_find`] (a [`Ctx::lookup_write`], HSET's
+    /// field lookup) that found its key absent: that lookup made the resize step the key's
+    /// insert owes, so [`Ctx::put_string_in`] inserts that key without another
+    /// ([`dict::insert_stepped`]). Taken by that insert.
     pub stepped: Option<(u64, u64)>,
 }
 

@@ -17,10 +17,11 @@ pub const BUCKETS_MIN: u64 = 8;
 /// Largest slot array: 2^26 * 16 B = 1 GiB, the heap's largest allocation. A table holds at
 /// most one element less (one slot stays empty); past 3/4 of it, probes grow longer.
 pub const BUCKETS_MAX: u64 = 1 << 26;
-/// Home slots whose elements are moved per table operation while a table is resizing (Redis
-/// moves one bucket as well); with the load at most 3/4 this keeps every operation O(1).
+/// Resize steps per table operation while a table is resizing (Redis moves one bucket per
+/// operation); a step takes the home slots of one probe run, at most [`REHASH_RUN_HOMES`],
+/// so every operation stays O(1).
 pub const REHASH_BUCKETS_PER_OP: u64 = 1;
-/// Extra keyspace buckets moved per committed batch, so a resize finishes under writes.
+/// Extra keyspace resize steps per committed batch, so a resize finishes under writes.
 pub const REHASH_BUCKETS_PER_BATCH: u64 = 16;
 /// Empty buckets a rehash step may skip per bucket it should move (bounds its cost).
 pub const REHASH_EMPTY_VISITS: u64 = 10;
