@@ -168,6 +168,7 @@ pub mod explore;
 pub mod fault;
 pub mod net;
 pub mod pool;
+pub mod ports;
 pub mod redis;
 pub mod rng;
 pub mod shadow;

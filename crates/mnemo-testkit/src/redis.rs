@@ -129,6 +129,11 @@ impl RedisServer {
         self.port
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A new connection, with a read timeout so that a missing reply fails the test.
     pub fn connect(&self) -> TcpStream {
         let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to redis-server");
@@ -138,12 +143,19 @@ impl RedisServer {
         stream
     }
 
-    /// Waits until the server accepts a connection; an error if it exits or times out
-    /// (the caller tries another port).
+    /// Waits until this child listens on its port and accepts a connection; an error if it
+    /// exits or times out (the caller tries another port).
+    ///
+    /// A connection alone proves nothing: two tests that start a server at once can be handed
+    /// the same free port, and then both would connect to whichever child bound it, share it,
+    /// and one test's server kill would reset the other's connection. So the listening socket
+    /// must be the child's own (on Linux, where `/proc` says whose it is).
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if crate::ports::listener_owned_by(self.child.id(), self.port).unwrap_or(true)
+                && TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
                 return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {

@@ -205,6 +205,13 @@ impl Server {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
+            // Another test handed the same free port may have a server there already: only
+            // this child's own listener counts.
+            let own = mnemo_testkit::ports::listener_owned_by(self.child.id(), self.port);
+            if !own.unwrap_or(true) {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
             if let Ok(mut client) = Client::connect(self.port) {
                 // With requirepass, PING answers NOAUTH: an answer all the same.
                 if client.call(&["PING"]).is_ok() {
