@@ -1,11 +1,11 @@
 //! Crash images of the keyspace under mnemo-testkit's simulator: batches of SET / DEL / INCR
-//! / LPUSH / RPOP run through the engine exactly as the server runs them (one transaction and
+//! / LPUSH / RPOP / HSET run through the engine exactly as the server runs them (one transaction and
 //! one sync point per batch); every fence is a crash point and each crash image is recovered
 //! (pool open, heap recovery, engine open) and checked:
 //! * the keyspace's structure is valid: every table's chains in the right buckets, counts
 //!   equal to the entries, list chains consistent, expiry count right (`check`);
 //! * every acknowledged batch is present and the batch in flight is all or nothing (the
-//!   model: string and list keys with their values).
+//!   model: string, list and hash keys with their values).
 
 use std::collections::BTreeMap;
 
@@ -18,14 +18,16 @@ use mnemo_testkit::{explore, pool, Config, Run, SimMedia, Workload};
 
 const STRINGS: [&str; 4] = ["s0", "s1", "s2", "s3"];
 const LISTS: [&str; 2] = ["l0", "l1"];
+const HASHES: [&str; 2] = ["h0", "h1"];
 
-/// Key -> string value or list elements.
+/// Key -> string value, list elements or hash fields.
 type Model = BTreeMap<String, Val>;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Val {
     Str(Vec<u8>),
     List(Vec<Vec<u8>>),
+    Hash(BTreeMap<Vec<u8>, Vec<u8>>),
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -51,14 +53,19 @@ impl KeyspaceWorkload {
     ) -> Result<(), String> {
         let s = STRINGS[(choice >> 8) as usize % STRINGS.len()];
         let l = LISTS[(choice >> 16) as usize % LISTS.len()];
+        let h = HASHES[(choice >> 32) as usize % HASHES.len()];
         let value = format!("{tag}").into_bytes();
-        let reply = match choice % 6 {
+        let reply = match choice % 7 {
             0 => {
                 model.insert(s.into(), Val::Str(value.clone()));
                 exec(engine, &[b"SET", s.as_bytes(), &value])
             }
             1 => {
-                let key = if choice & 0x100_0000 == 0 { s } else { l };
+                let key = match (choice & 0x100_0000 == 0, choice & 0x200_0000 == 0) {
+                    (true, _) => s,
+                    (false, true) => l,
+                    (false, false) => h,
+                };
                 model.remove(key);
                 exec(engine, &[b"DEL", key.as_bytes()])
             }
@@ -73,9 +80,36 @@ impl KeyspaceWorkload {
             3 | 4 => {
                 match model.entry(l.into()).or_insert(Val::List(Vec::new())) {
                     Val::List(items) => items.insert(0, value.clone()),
-                    Val::Str(_) => return Err("model: list key holds a string".into()),
+                    _ => return Err("model: list key holds another type".into()),
                 }
                 exec(engine, &[b"LPUSH", l.as_bytes(), &value])
+            }
+            6 => {
+                // Three fields, one named twice: a new hash is made in one piece, an existing
+                // one updated field by field.
+                let (a, b, c) = (
+                    value.clone(),
+                    format!("{}", tag + 1),
+                    format!("{}", tag + 2),
+                );
+                match model.entry(h.into()).or_insert(Val::Hash(BTreeMap::new())) {
+                    Val::Hash(fields) => {
+                        fields.insert(b"b".to_vec(), b.clone().into_bytes());
+                        fields.insert(b"a".to_vec(), c.clone().into_bytes());
+                    }
+                    _ => return Err("model: hash key holds another type".into()),
+                }
+                let cmd: [&[u8]; 8] = [
+                    b"HSET",
+                    h.as_bytes(),
+                    b"a",
+                    &a,
+                    b"b",
+                    b.as_bytes(),
+                    b"a",
+                    c.as_bytes(),
+                ];
+                exec(engine, &cmd)
             }
             _ => {
                 if let Some(Val::List(items)) = model.get_mut(l) {
@@ -177,6 +211,24 @@ impl Workload for KeyspaceWorkload {
                     model.insert(l.into(), Val::List(values));
                 }
                 other => return Err(format!("LRANGE {l}: {other:?}")),
+            }
+        }
+        for h in HASHES {
+            match exec(&mut engine, &[b"HGETALL", h.as_bytes()]) {
+                Reply::Map(pairs) if pairs.is_empty() => {}
+                Reply::Map(pairs) => {
+                    let mut fields = BTreeMap::new();
+                    for pair in pairs {
+                        match pair {
+                            (Reply::Bulk(f), Reply::Bulk(v)) => {
+                                fields.insert(f.to_vec(), v.to_vec());
+                            }
+                            other => return Err(format!("HGETALL {h} pair {other:?}")),
+                        }
+                    }
+                    model.insert(h.into(), Val::Hash(fields));
+                }
+                other => return Err(format!("HGETALL {h}: {other:?}")),
             }
         }
         engine.finish_read_only();
@@ -290,7 +342,7 @@ impl ExecWorkload {
             .or_insert(Val::List(Vec::new()))
         {
             Val::List(items) => items.push(tag_text.clone()),
-            Val::Str(_) => return Err("model: log holds a string".into()),
+            _ => return Err("model: log holds another type".into()),
         }
         if self.script {
             let mut args: Vec<&[u8]> = vec![b"EVAL", EXEC_SCRIPT.as_bytes(), b"6"];
@@ -323,6 +375,7 @@ fn summary(model: Option<&Model>) -> String {
         .map(|(key, value)| match value {
             Val::Str(v) => format!("{key}={}", String::from_utf8_lossy(&v[..v.len().min(4)])),
             Val::List(items) => format!("{key}={}", items.len()),
+            Val::Hash(fields) => format!("{key}={}", fields.len()),
         })
         .collect();
     items.join(" ")

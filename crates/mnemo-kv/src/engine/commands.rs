@@ -1,6 +1,8 @@
 //! The data commands: argument parsing and validation first, then the mutation, so a command
 //! that fails with WRONGTYPE or a syntax error leaves the keyspace as it found it.
 
+use std::collections::HashMap;
+
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::command::CommandSpec;
 use mnemo_resp::{errors, parse_f64, parse_i64, CommandError, CommandId as Id, Reply};
@@ -1111,14 +1113,20 @@ fn hset(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resul
     if a.len() % 2 != 0 {
         return Ok(wrong_arity(spec));
     }
-    let Some(d) = container!(
-        ctx,
-        &a[1],
-        tag::HASH,
-        true,
-        (a.len() as u64 / 2).saturating_sub(1)
-    ) else {
-        return Ok(Reply::Integer(0));
+    let reply = |added: u64| {
+        if spec.id == Id::Hmset {
+            Reply::ok()
+        } else {
+            int(added)
+        }
+    };
+    let found = match super::keyspace::typed(ctx.lookup_write(&a[1])?, tag::HASH) {
+        Ok(found) => found,
+        Err(WrongType) => return Ok(wrongtype()),
+    };
+    let d = match found {
+        Some(f) => f.entry.val,
+        None => return Ok(reply(hset_new(ctx, &a[1], &a[2..])?)),
     };
     let mut added = 0;
     for pair in a[2..].chunks_exact(2) {
@@ -1136,12 +1144,54 @@ fn hset(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resul
             false,
         )?;
     }
-    Ok(if spec.id == Id::Hmset {
-        Reply::ok()
-    } else {
-        int(added)
-    })
+    Ok(reply(added))
 }
+
+/// HSET of a key that does not exist: the hash is made with its fields in one piece
+/// ([`dict::create_filled`]), not field by field into an empty table. A field named twice
+/// keeps its first place and its last value, as inserting in order would. Returns the number
+/// of fields.
+fn hset_new(ctx: &mut Ctx<'_, '_>, key: &[u8], pairs: &[Bytes]) -> Result<u64> {
+    if pairs.is_empty() {
+        return Ok(0);
+    }
+    // (field, value, field's hash): indices into `pairs`, each field once.
+    let mut fields: Vec<(usize, usize, u64)> = Vec::with_capacity(pairs.len() / 2);
+    let mut seen: HashMap<&[u8], usize> = HashMap::new();
+    let few = pairs.len() <= 2 * HSET_NEW_LINEAR_FIELDS;
+    for (i, pair) in pairs.chunks_exact(2).enumerate() {
+        let hash = store::hash(SEED, &pair[0]);
+        // A few fields are compared directly (by hash first); a map only for many.
+        let earlier = if few {
+            fields
+                .iter()
+                .position(|&(f, _, h)| h == hash && pairs[f] == pair[0])
+        } else {
+            seen.get(&pair[0][..]).copied()
+        };
+        match earlier {
+            Some(j) => fields[j].1 = 2 * i + 1,
+            None => {
+                if !few {
+                    seen.insert(&pair[0][..], fields.len());
+                }
+                fields.push((2 * i, 2 * i + 1, hash));
+            }
+        }
+    }
+    let mut items = Vec::with_capacity(fields.len());
+    for &(f, v, hash) in &fields {
+        let entry = ctx.string_entry(tag::STRING, &pairs[f], &pairs[v], 0, Some(hash))?;
+        items.push((entry, hash));
+    }
+    let d = dict::create_filled(ctx.tx, dict::Kind::Hash, &items)?;
+    ctx.link_container(key, tag::HASH, d)?;
+    Ok(fields.len() as u64)
+}
+
+/// Up to this many fields, [`hset_new`] finds a repeated field by comparing it with each
+/// earlier one; past it, with a hash map.
+const HSET_NEW_LINEAR_FIELDS: usize = 16;
 
 fn hget(ctx: &mut Ctx<'_, '_>, key: &[u8], field: &[u8]) -> Result<Reply> {
     let Some(d) = container!(ctx, key, tag::HASH, false) else {

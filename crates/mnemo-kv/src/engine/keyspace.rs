@@ -437,7 +437,9 @@ impl Ctx<'_, '_> {
         Ok(())
     }
 
-    fn string_entry(
+    /// A new entry for `key` holding the string `value` (inline when it is short, else in a
+    /// blob of its own), not yet linked into any table. `hash`: the key's, if known.
+    pub fn string_entry(
         &self,
         t: u8,
         key: &[u8],
@@ -549,11 +551,17 @@ impl Ctx<'_, '_> {
             }
             other => return corrupt(format!("no container of tag {other}")),
         };
+        self.link_container(key, t, object)?;
+        Ok(object)
+    }
+
+    /// Adds `key` to the command's database, holding the new container `object` of type `t`
+    /// (a table that [`dict::create_filled`] made with its elements).
+    pub fn link_container(&mut self, key: &[u8], t: u8, object: u64) -> Result<()> {
         let ks = self.keyspace()?;
         let hash = store::hash(SEED, key);
         let e = dict::new_entry(self.tx, t, key, hash, 0, Value::Word(object))?;
-        dict::insert(self.tx, ks, e, hash)?;
-        Ok(object)
+        dict::insert(self.tx, ks, e, hash)
     }
 
     /// The sorted set's order index, built from the pool on first use.
