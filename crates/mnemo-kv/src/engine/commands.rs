@@ -1298,6 +1298,10 @@ pub(super) fn zset_score(ctx: &mut Ctx<'_, '_>, d: u64, member: &[u8], score: f6
     match found {
         Some(f) => {
             let old = f.entry.score();
+            if old.to_bits() == score.to_bits() {
+                // The same score again (a plain ZADD does not look first): nothing to write.
+                return Ok(false);
+            }
             store::set_word(ctx.tx, f.entry.off + entry_field::VAL, score.to_bits())?;
             // One copy of the member: the key removed is the key inserted, its score changed.
             let mut key = (Score(old), member.to_vec());
@@ -1377,12 +1381,15 @@ fn zadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes], incr: bool) -> Result<Reply> {
             Reply::Integer(0)
         });
     }
+    // A plain ZADD (YCSB's insert) needs no member's current score: setting a score again
+    // is no change it reports. Every other form looks each member up first.
+    let plain = !(incr || ch || nx || xx || gt || lt);
     // Check INCR's NaN before creating anything.
     let mut plan = Vec::with_capacity(scores.len());
     for (pair, score) in pairs.chunks_exact(2).zip(scores) {
         let current = match existing {
-            Some(d) => dict::find(ctx.tx, d, SEED, &pair[1])?.map(|f| f.entry.score()),
-            None => None,
+            Some(d) if !plain => dict::find(ctx.tx, d, SEED, &pair[1])?.map(|f| f.entry.score()),
+            _ => None,
         };
         // Redis keeps small sorted sets in a listpack, which stores -0 as 0.
         let mut target = if score == 0.0 { 0.0 } else { score };
@@ -1405,8 +1412,15 @@ fn zadd(ctx: &mut Ctx<'_, '_>, a: &[Bytes], incr: bool) -> Result<Reply> {
             Reply::Integer(0)
         });
     }
-    let Some(d) = container!(ctx, &a[1], tag::ZSET, true, pairs.len() as u64 / 2) else {
-        return Ok(Reply::Integer(0));
+    // The sorted set found above is the one to write (no second lookup of the key).
+    let d = match existing {
+        Some(d) => d,
+        None => {
+            let Some(d) = container!(ctx, &a[1], tag::ZSET, true, pairs.len() as u64 / 2) else {
+                return Ok(Reply::Integer(0));
+            };
+            d
+        }
     };
     let (mut added, mut changed) = (0, 0);
     let mut last = None;
