@@ -9,11 +9,24 @@
 #
 #   scripts/bench-kv-insn.sh target/release/mnemo 50000 set
 #   scripts/bench-kv-insn.sh target/release/mnemo 150000 set
+#
+# TEST ycsb-load sends YCSB's load of N records instead (HMSET of ten 100-byte fields and
+# ZADD per record, 8 client threads, each waiting for its replies) with the `ycsb` driver
+# built beside BIN (cargo build --release -p mnemo-bench --bin ycsb): per_request is then
+# per record.
+#
+#   scripts/bench-kv-insn.sh target/release/mnemo 10000 ycsb-load
+#   scripts/bench-kv-insn.sh target/release/mnemo 30000 ycsb-load
 set -uo pipefail
 bin=$1; n=$2; t=${3:-set}
 for tool in valgrind redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null || { echo "bench-kv-insn: $tool not found" >&2; exit 1; }
 done
+ycsb="$(dirname "$bin")/ycsb"
+if [ "$t" = ycsb-load ] && [ ! -x "$ycsb" ]; then
+    echo "bench-kv-insn: $ycsb not found (cargo build --release -p mnemo-bench --bin ycsb)" >&2
+    exit 1
+fi
 d=$(mktemp -d /dev/shm/kv-insn.XXXX)
 port=$((8300 + RANDOM % 400))
 # --size-max: valgrind refuses the default 64 GiB address-space reservation.
@@ -22,7 +35,11 @@ valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$bin" serve --pool "
 pid=$!
 for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 redis-cli -p "$port" ping >/dev/null 2>&1 || { echo "bench-kv-insn: server did not start" >&2; cat "$d/valgrind.log" >&2; kill $pid; rm -rf "$d"; exit 1; }
-redis-benchmark -p "$port" -t "$t" -n "$n" -P 16 -c 50 -r 10000000 -d 100 -q >/dev/null 2>&1
+if [ "$t" = ycsb-load ]; then
+    "$ycsb" phase --addr "127.0.0.1:$port" --workload load --records "$n" --threads 8 >/dev/null 2>&1
+else
+    redis-benchmark -p "$port" -t "$t" -n "$n" -P 16 -c 50 -r 10000000 -d 100 -q >/dev/null 2>&1
+fi
 redis-cli -p "$port" shutdown nosave >/dev/null 2>&1
 wait $pid
 awk -v b="$bin" -v n="$n" -v t="$t" '/^summary|^totals/ {printf "%s %s n=%d instructions=%.0f per_request=%.0f\n", b, t, n, $2, $2/n; exit}' "$d/cg.out"
