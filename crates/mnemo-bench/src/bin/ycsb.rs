@@ -15,7 +15,9 @@
 //! does), checks the driver against each with `check` at small counts, then runs YCSB's
 //! recommended sequence: load, A, B, C, F, D; FLUSHALL, load, E. Every step runs on each
 //! server in turn (the order rotating from step to step) so that load from other jobs on the
-//! machine falls on all servers alike. Servers are stopped on exit (drop guards).
+//! machine falls on all servers alike. Before each server's phase it waits until no Redis
+//! server runs a background AOF rewrite or save (a forked child on the servers' CPU).
+//! Servers are stopped on exit (drop guards).
 //! Writes `bench/results/ycsb.csv` and `.json` and `bench/plots/ycsb.svg`.
 
 use std::path::{Path, PathBuf};
@@ -230,6 +232,48 @@ fn flushall(addr: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest wait for a Redis server's background rewrite or save to end before a phase.
+const QUIET_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Waits until no Redis server of `servers` runs a background AOF rewrite or RDB save (Redis
+/// with AOF rewrites its log once it has doubled: during a load, a forked child on the
+/// servers' CPU), so that it does not run during the next server's phase; returns how long
+/// it waited. Every server runs on the same CPU, so a child left running would be charged
+/// to whichever server comes next (mnemo, after the AOF server, in both loads).
+fn wait_for_background_saves(servers: &[Started]) -> Result<Duration, String> {
+    let started = Instant::now();
+    for s in servers.iter().filter(|s| s.target != Target::Mnemo) {
+        let mut c = RedisClient::connect(&s.addr(), Commands::Compat).map_err(|e| e.to_string())?;
+        loop {
+            let info = match c.call(&[b"INFO".as_slice(), b"persistence"]) {
+                Ok(mnemo_resp::Reply::Bulk(text)) => String::from_utf8_lossy(&text).into_owned(),
+                Ok(other) => return Err(format!("INFO persistence: {other:?}")),
+                Err(e) => return Err(e.to_string()),
+            };
+            let busy = info.lines().any(|line| {
+                matches!(
+                    line.trim().split_once(':'),
+                    Some((
+                        "aof_rewrite_in_progress" | "aof_rewrite_scheduled" | "rdb_bgsave_in_progress",
+                        "1"
+                    ))
+                )
+            });
+            if !busy {
+                break;
+            }
+            if started.elapsed() > QUIET_TIMEOUT {
+                return Err(format!(
+                    "{} still rewriting or saving after {QUIET_TIMEOUT:?}",
+                    s.target.name()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(started.elapsed())
+}
+
 fn bench(a: &Args<'_>) -> Result<(), String> {
     let records = a.num("--records", 100_000)?;
     let ops = a.num("--ops", 100_000)?;
@@ -317,6 +361,14 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
     for (i, &(step, which, count)) in steps.iter().enumerate() {
         for j in 0..servers.len() {
             let s = &servers[(i + j) % servers.len()];
+            let waited = wait_for_background_saves(&servers)?;
+            if waited > Duration::from_millis(100) {
+                eprintln!(
+                    "waited {:.1} s for a Redis background rewrite or save to end before {} {step}",
+                    waited.as_secs_f64(),
+                    s.target.name()
+                );
+            }
             let result = match which {
                 "load" | "load-e" => {
                     if which == "load-e" {
