@@ -254,7 +254,9 @@ fn wait_for_background_saves(servers: &[Started]) -> Result<Duration, String> {
                 matches!(
                     line.trim().split_once(':'),
                     Some((
-                        "aof_rewrite_in_progress" | "aof_rewrite_scheduled" | "rdb_bgsave_in_progress",
+                        "aof_rewrite_in_progress"
+                            | "aof_rewrite_scheduled"
+                            | "rdb_bgsave_in_progress",
                         "1"
                     ))
                 )
