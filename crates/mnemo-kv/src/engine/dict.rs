@@ -228,12 +228,18 @@ pub fn slots_for(expected: u64) -> u64 {
 pub fn create_for(tx: &Mem<'_, '_>, kind: Kind, expected: u64) -> Result<u64> {
     let size = slots_for(expected);
     let table = store::zalloc(tx, size * SLOT_BYTES)?;
+    new_header(tx, kind, table, size, 0)
+}
+
+/// Allocates and writes the header of a table of `kind` whose slot array `t0` of `size0`
+/// slots holds `count` elements, not resizing; returns its offset.
+fn new_header(tx: &Mem<'_, '_>, kind: Kind, t0: u64, size0: u64, count: u64) -> Result<u64> {
     let d = store::alloc(tx, HEADER_BYTES)?;
     let h = Header {
         kind,
-        count: 0,
-        t0: table,
-        size0: size,
+        count,
+        t0,
+        size0,
         t1: 0,
         size1: 0,
         rehash: 0,
@@ -279,21 +285,7 @@ pub fn create_filled(tx: &Mem<'_, '_>, kind: Kind, items: &[(u64, u64)]) -> Resu
     let mut image = Vec::with_capacity(slots.len() * 8);
     store::words_to_bytes(&slots, &mut image);
     store::set_bytes(tx, t.at, &image)?;
-    let d = store::alloc(tx, HEADER_BYTES)?;
-    let h = Header {
-        kind,
-        count: n,
-        t0: t.at,
-        size0: size,
-        t1: 0,
-        size1: 0,
-        rehash: 0,
-        reclaim_next: 0,
-        cursor: 0,
-        extra: 0,
-    };
-    h.write(tx, d)?;
-    Ok(d)
+    new_header(tx, kind, t.at, size, n)
 }
 
 /// An entry, decoded.
