@@ -768,8 +768,7 @@ pub fn insert(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
 /// insert owes. (While a resize runs, every insert must take a step that moves at least one
 /// home slot holding elements, or skips up to ten empty ones, so that the new array is
 /// emptied of the old one's before it fills: see `maybe_resize`.) Saves a second read and
-/// write of the
-/// header and a second probe of the old array per new key.
+/// write of the header and a second probe of the old array per new key.
 pub fn insert_stepped(tx: &Mem<'_, '_>, d: u64, e: u64, hash: u64) -> Result<()> {
     insert_into(tx, d, Header::read(tx, d)?, e, hash)
 }
