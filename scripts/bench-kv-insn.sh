@@ -17,13 +17,19 @@
 #
 #   scripts/bench-kv-insn.sh target/release/mnemo 10000 ycsb-load
 #   scripts/bench-kv-insn.sh target/release/mnemo 30000 ycsb-load
+#
+# TEST ycsb-a .. ycsb-f loads 5,000 records first (the same at every N, so it cancels), then
+# runs N operations of that workload: per_request is then per operation.
+#
+#   scripts/bench-kv-insn.sh target/release/mnemo 10000 ycsb-a
+#   scripts/bench-kv-insn.sh target/release/mnemo 30000 ycsb-a
 set -uo pipefail
 bin=$1; n=$2; t=${3:-set}
 for tool in valgrind redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null || { echo "bench-kv-insn: $tool not found" >&2; exit 1; }
 done
 ycsb="$(dirname "$bin")/ycsb"
-if [ "$t" = ycsb-load ] && [ ! -x "$ycsb" ]; then
+if [ "${t#ycsb-}" != "$t" ] && [ ! -x "$ycsb" ]; then
     echo "bench-kv-insn: $ycsb not found (cargo build --release -p mnemo-bench --bin ycsb)" >&2
     exit 1
 fi
@@ -37,10 +43,16 @@ for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; slee
 redis-cli -p "$port" ping >/dev/null 2>&1 || { echo "bench-kv-insn: server did not start" >&2; cat "$d/valgrind.log" >&2; kill $pid; rm -rf "$d"; exit 1; }
 if [ "$t" = ycsb-load ]; then
     "$ycsb" phase --addr "127.0.0.1:$port" --workload load --records "$n" --threads 8 >/dev/null 2>&1
+elif [ "${t#ycsb-}" != "$t" ]; then
+    "$ycsb" phase --addr "127.0.0.1:$port" --workload load --records 5000 --threads 8 >/dev/null 2>&1
+    "$ycsb" phase --addr "127.0.0.1:$port" --workload "${t#ycsb-}" --records 5000 --ops "$n" \
+        --threads 8 >/dev/null 2>&1
 else
     redis-benchmark -p "$port" -t "$t" -n "$n" -P 16 -c 50 -r 10000000 -d 100 -q >/dev/null 2>&1
 fi
 redis-cli -p "$port" shutdown nosave >/dev/null 2>&1
 wait $pid
 awk -v b="$bin" -v n="$n" -v t="$t" '/^summary|^totals/ {printf "%s %s n=%d instructions=%.0f per_request=%.0f\n", b, t, n, $2, $2/n; exit}' "$d/cg.out"
+# INSN_KEEP=FILE keeps callgrind's output there (for callgrind_annotate).
+if [ -n "${INSN_KEEP:-}" ]; then cp "$d/cg.out" "$INSN_KEEP"; fi
 rm -rf "$d"

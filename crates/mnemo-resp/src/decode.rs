@@ -299,12 +299,17 @@ impl Decoder {
             let len = match self.multibulk.bulk_len {
                 Some(len) => len,
                 None => {
-                    let (cr, next) = match self.find_line(start) {
-                        Line::Found { cr, next } => (cr, next),
-                        Line::Incomplete => return Ok(None),
-                        Line::TooLong => return Err(ProtocolError::TooBigBulkCount),
+                    let (len, next) = match self.short_bulk_header(start) {
+                        Some(found) => found,
+                        None => {
+                            let (cr, next) = match self.find_line(start) {
+                                Line::Found { cr, next } => (cr, next),
+                                Line::Incomplete => return Ok(None),
+                                Line::TooLong => return Err(ProtocolError::TooBigBulkCount),
+                            };
+                            (self.bulk_header(start, cr)?, next)
+                        }
                     };
-                    let len = self.bulk_header(start, cr)?;
                     self.multibulk.bulk_len = Some(len);
                     self.multibulk.consumed = next;
                     len
@@ -336,6 +341,36 @@ impl Decoder {
             .collect();
         self.multibulk.consumed = 0;
         Ok(Some(Command { args }))
+    }
+
+    /// The usual `$<len>` line, read in one pass: `$`, one to [`SHORT_BULK_DIGITS`] digits
+    /// without a leading zero, CR and one more byte. Returns the length and where the payload
+    /// starts, or `None` for anything else (longer, malformed, incomplete or over a limit),
+    /// which [`Decoder::bulk_header`] then reads and judges as it does every line.
+    fn short_bulk_header(&self, start: usize) -> Option<(usize, usize)> {
+        let line = self.buffer.get(start..)?;
+        if line.first() != Some(&b'$') {
+            return None;
+        }
+        let mut len: u64 = 0;
+        let mut at = 1;
+        while let Some(&digit) = line.get(at).filter(|d| d.is_ascii_digit()) {
+            if at > SHORT_BULK_DIGITS || (at == 2 && len == 0) {
+                return None;
+            }
+            len = len * 10 + u64::from(digit - b'0');
+            at += 1;
+        }
+        let allowed = if self.authenticated {
+            BULK_BYTES_MAX
+        } else {
+            UNAUTHENTICATED_BULK_BYTES_MAX.min(BULK_BYTES_MAX)
+        };
+        // The line is complete once one more byte (its LF, unchecked) follows the CR.
+        if at == 1 || line.get(at) != Some(&b'\r') || at + 2 > line.len() || len > allowed {
+            return None;
+        }
+        Some((usize::try_from(len).ok()?, start + at + 2))
     }
 
     /// Checks a `$<len>` line lying in `start..cr` and returns the length.
@@ -391,6 +426,10 @@ impl Decoder {
     }
 }
 
+/// Most digits of a bulk length [`Decoder::short_bulk_header`] reads (the largest allowed,
+/// 512 MiB, has nine); longer lines take the general path.
+const SHORT_BULK_DIGITS: usize = 9;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,6 +451,46 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<Vec<u8>> {
         list.iter().map(|arg| arg.as_bytes().to_vec()).collect()
+    }
+
+    /// The one-pass reading of a bulk length agrees with the general one on every line it
+    /// accepts, and declines every line the general one refuses (which then answers with its
+    /// own error), around each limit and leading zero.
+    #[test]
+    fn short_bulk_lengths_read_as_the_general_path_reads_them() {
+        let mut lines: Vec<String> = ["0", "00", "01", "007", "1", "9", "10", "-1", "+5", "", " 1"]
+            .iter()
+            .map(|digits| digits.to_string())
+            .collect();
+        for limit in [BULK_BYTES_MAX, UNAUTHENTICATED_BULK_BYTES_MAX] {
+            for len in [limit - 1, limit, limit + 1, limit * 10] {
+                lines.push(len.to_string());
+            }
+        }
+        lines.push("99999999999999999999".into());
+        for authenticated in [true, false] {
+            for digits in &lines {
+                let mut decoder = Decoder::new();
+                decoder.set_authenticated(authenticated);
+                decoder.feed(format!("${digits}\r\nx").as_bytes());
+                let cr = 1 + digits.len();
+                let general = decoder.bulk_header(0, cr);
+                match decoder.short_bulk_header(0) {
+                    Some((len, next)) => {
+                        assert_eq!(general, Ok(len), "${digits}");
+                        assert_eq!(next, cr + 2, "${digits}");
+                    }
+                    None => assert!(
+                        general.is_err() || digits.len() > SHORT_BULK_DIGITS,
+                        "${digits} declined, though the general path reads {general:?}"
+                    ),
+                }
+            }
+        }
+        // Incomplete: no byte after the CR yet.
+        let mut decoder = Decoder::new();
+        decoder.feed(b"$5\r");
+        assert_eq!(decoder.short_bulk_header(0), None);
     }
 
     #[test]

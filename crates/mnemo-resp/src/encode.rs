@@ -88,6 +88,8 @@ impl<'a> Encoder<'a> {
 
     /// `$len` + bytes: a bulk string reply.
     pub fn bulk(&mut self, bytes: &[u8]) {
+        // One growth for the whole string: its header takes at most 23 bytes.
+        self.out.reserve(bytes.len() + 25);
         self.header(b'$', length(bytes.len()));
         self.out.put_slice(bytes);
         self.out.put_slice(b"\r\n");
@@ -227,6 +229,32 @@ impl<'a> Encoder<'a> {
     }
 
     fn header(&mut self, kind: u8, value: i64) {
+        // Most lengths of a reply (a field's, a value's, an aggregate's) have one to three
+        // digits: written as one fixed-size copy, without the general formatting.
+        match value {
+            0..=9 => {
+                let d = value as u8;
+                self.out.extend_from_slice(&[kind, b'0' + d, b'\r', b'\n']);
+                return;
+            }
+            10..=99 => {
+                let (t, d) = ((value / 10) as u8, (value % 10) as u8);
+                self.out
+                    .extend_from_slice(&[kind, b'0' + t, b'0' + d, b'\r', b'\n']);
+                return;
+            }
+            100..=999 => {
+                let (h, t, d) = (
+                    (value / 100) as u8,
+                    (value / 10 % 10) as u8,
+                    (value % 10) as u8,
+                );
+                self.out
+                    .extend_from_slice(&[kind, b'0' + h, b'0' + t, b'0' + d, b'\r', b'\n']);
+                return;
+            }
+            _ => {}
+        }
         let text = I64Text::new(value);
         self.out.reserve(text.as_bytes().len() + 3);
         self.out.put_u8(kind);
@@ -426,6 +454,24 @@ mod tests {
         assert_eq!(encoded(r2, |e| e.null_bulk()), "$-1\r\n");
         assert_eq!(encoded(r2, |e| e.array_len(3)), "*3\r\n");
         assert_eq!(encoded(r2, |e| e.null_array()), "*-1\r\n");
+    }
+
+    /// The short paths for one to three digits write what the general one writes, at
+    /// every boundary between them.
+    #[test]
+    fn integers_and_lengths_of_every_width() {
+        let r2 = Protocol::Resp2;
+        for value in (-1_001..=1_001).chain([9_999, 10_000, i64::MAX]) {
+            assert_eq!(encoded(r2, |e| e.integer(value)), format!(":{value}\r\n"));
+        }
+        for len in [0, 1, 9, 10, 99, 100, 999, 1_000, 4_096] {
+            let bytes = vec![b'x'; len];
+            let text = "x".repeat(len);
+            assert_eq!(
+                encoded(r2, |e| e.bulk(&bytes)),
+                format!("${len}\r\n{text}\r\n")
+            );
+        }
     }
 
     #[test]

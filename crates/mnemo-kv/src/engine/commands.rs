@@ -1213,10 +1213,10 @@ fn hgetall(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
     let expected = usize::try_from(h.count.min(HGETALL_RESERVE_FIELDS)).unwrap_or(0);
     let mut all = Vec::with_capacity(expected * HGETALL_RESERVE_BYTES);
     let mut ends = Vec::with_capacity(2 * expected);
-    dict::for_each_of(ctx.tx, &h, |e| {
-        e.key_into(ctx.tx, &mut all)?;
+    dict::for_each_pair(ctx.tx, &h, |field, value| {
+        all.extend_from_slice(field);
         ends.push(all.len());
-        e.string_into(ctx.tx, &mut all)?;
+        all.extend_from_slice(value);
         ends.push(all.len());
         Ok(true)
     })?;

@@ -271,19 +271,23 @@ pub fn create_filled(tx: &Mem<'_, '_>, kind: Kind, items: &[(u64, u64)]) -> Resu
         at: store::alloc(tx, size * SLOT_BYTES)?,
         size,
     };
-    let mut slots = vec![0u64; 2 * size as usize];
+    // The slot array is built as its byte image, written once.
+    let mut image = vec![0u8; (size * SLOT_BYTES) as usize];
+    let slot_len = SLOT_BYTES as usize;
     for &(e, hash) in items {
-        let mut i = t.home(hash);
+        let mut i = t.home(hash) as usize;
         // Linear probing, as `place` does; an empty slot always remains (at most 3/4 full).
-        while slots.get(2 * i as usize).is_some_and(|&w| w != 0) {
-            i = (i + 1) & t.mask();
+        while image
+            .get(i * slot_len..i * slot_len + 8)
+            .is_some_and(|w| w != [0u8; 8])
+        {
+            i = (i + 1) & t.mask() as usize;
         }
-        if let Some(slot) = slots.get_mut(2 * i as usize..2 * i as usize + 2) {
-            slot.copy_from_slice(&[e, hash]);
+        if let Some(slot) = image.get_mut(i * slot_len..(i + 1) * slot_len) {
+            slot[..8].copy_from_slice(&e.to_le_bytes());
+            slot[8..].copy_from_slice(&hash.to_le_bytes());
         }
     }
-    let mut image = Vec::with_capacity(slots.len() * 8);
-    store::words_to_bytes(&slots, &mut image);
     store::set_bytes(tx, t.at, &image)?;
     new_header(tx, kind, t.at, size, n)
 }
@@ -951,6 +955,51 @@ pub fn for_each_of(
     h: &Header,
     mut f: impl FnMut(&Entry) -> Result<bool>,
 ) -> Result<()> {
+    for_each_at(tx, h, |at| f(&Entry::read(tx, at)?))
+}
+
+/// Calls `f` with the key and string value of every entry of the table whose header `h` the
+/// caller has read (a hash's fields and values: HGETALL); stops when `f` returns false.
+/// An entry whose inline value fits [`PAIR_WINDOW_BYTES`] with its header and key is read
+/// in one piece, not three (header, key, value): YCSB's record is ten such fields.
+pub fn for_each_pair(
+    tx: &Mem<'_, '_>,
+    h: &Header,
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+) -> Result<()> {
+    let mut window = [0u8; PAIR_WINDOW_BYTES];
+    let mut spill = Vec::new();
+    for_each_at(tx, h, |at| {
+        let n = store::read_window(tx, at, &mut window)?;
+        if n < ENTRY_BYTES as usize {
+            return corrupt(format!("entry at {at:#x}: past the pool's end"));
+        }
+        let e = Entry::decode(at, &window[..ENTRY_BYTES as usize])?;
+        // Both lengths are 32-bit fields: the sum cannot overflow.
+        let key_end = ENTRY_BYTES + e.key_len;
+        let end = key_end + e.vlen;
+        if e.is_inline() && end <= n as u64 {
+            return f(
+                &window[ENTRY_BYTES as usize..key_end as usize],
+                &window[key_end as usize..end as usize],
+            );
+        }
+        spill.clear();
+        e.key_into(tx, &mut spill)?;
+        let k = spill.len();
+        e.string_into(tx, &mut spill)?;
+        let (key, value) = spill.split_at(k);
+        f(key, value)
+    })
+}
+
+/// The bytes [`for_each_pair`] reads at an entry at once: the header, a key of up to 16 bytes
+/// and an inline value of up to 128.
+pub const PAIR_WINDOW_BYTES: usize = 192;
+
+/// Calls `f` on the offset of every entry of the table whose header `h` the caller has
+/// read; stops when `f` returns false.
+fn for_each_at(tx: &Mem<'_, '_>, h: &Header, mut f: impl FnMut(u64) -> Result<bool>) -> Result<()> {
     let (tables, used) = h.tables();
     let mut raw = [0u8; (FOR_EACH_READ_SLOTS * SLOT_BYTES) as usize];
     for (k, &t) in tables[..used].iter().enumerate() {
@@ -961,7 +1010,7 @@ pub fn for_each_of(
             store::read_into(tx, t.slot(first), chunk)?;
             for slot in chunk.chunks_exact(SLOT_BYTES as usize) {
                 let (at, hash) = slot_words(slot);
-                if at != 0 && !(k == 0 && h.stale0(hash)) && !f(&Entry::read(tx, at)?)? {
+                if at != 0 && !(k == 0 && h.stale0(hash)) && !f(at)? {
                     return Ok(());
                 }
             }

@@ -68,6 +68,11 @@ impl<'a, 'h> Mem<'a, 'h> {
         self.heap.pool().prefetch(offset);
     }
 
+    /// The pool's size in bytes: no read reaches past it.
+    fn pool_size(&self) -> u64 {
+        self.heap.pool().size()
+    }
+
     /// The most objects of `size` bytes the pool could hold: a walk longer than that is a
     /// cycle, whatever the (possibly corrupt) counts say.
     pub fn objects_max(&self, size: u64) -> u64 {
@@ -201,6 +206,17 @@ pub(crate) fn set_words<const N: usize>(
 pub(crate) fn read_into(tx: &Mem<'_, '_>, offset: u64, out: &mut [u8]) -> Result<()> {
     nonnull(offset)?;
     tx.read_bytes(offset, out)
+}
+
+/// Fills as much of `out` with the bytes at `offset` as the pool holds (less near its end)
+/// and returns how many it read: one read for an object whose length is known only once its
+/// header is read (an entry with its key and inline value).
+pub(crate) fn read_window(tx: &Mem<'_, '_>, offset: u64, out: &mut [u8]) -> Result<usize> {
+    nonnull(offset)?;
+    let room = tx.pool_size().saturating_sub(offset);
+    let n = usize::try_from(room).map_or(out.len(), |room| room.min(out.len()));
+    tx.read_bytes(offset, &mut out[..n])?;
+    Ok(n)
 }
 
 /// Whether the `expected.len()` bytes at `offset` equal `expected` (no allocation).

@@ -24,7 +24,6 @@
 //! A failed commit closes the batch's connections without a reply (the client cannot know
 //! whether its write landed, which is the truth).
 
-use std::collections::{HashMap, HashSet};
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +35,10 @@ use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use mnemo_resp::bytes::Bytes;
+// Connection tokens and session ids are numbers this server hands out, never a client's
+// bytes: the fast FxHash needs no protection against chosen keys.
 use mnemo_resp::Reply;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::acks::{Ack, AckQueue};
 use super::batch::{run_batch_hosted, Busy, Completion, Engine, Host};
@@ -103,7 +105,7 @@ pub struct EventLoop {
     poll: Poll,
     listener: TcpListener,
     local_addr: std::net::SocketAddr,
-    connections: HashMap<Token, Connection>,
+    connections: FxHashMap<Token, Connection>,
     next_token: usize,
     config: SessionConfig,
     stop: Arc<AtomicBool>,
@@ -124,10 +126,10 @@ pub struct EventLoop {
     touched: Vec<Token>,
     /// Connections with received requests (or unread socket bytes) left for the next
     /// wake-up: the poll does not wait while there are any.
-    again: HashSet<Token>,
+    again: FxHashSet<Token>,
     /// Connections whose last event said their peer closed (or the socket failed): read to
     /// the end, even after a short read.
-    hung_up: HashSet<Token>,
+    hung_up: FxHashSet<Token>,
     /// Unsent reply bytes at which a connection stops being read.
     output_limit: usize,
     /// Reply bytes buffered for all connections.
@@ -138,7 +140,7 @@ pub struct EventLoop {
     /// Requests held by CLIENT PAUSE, in arrival order, and the connections they came from
     /// (a connection with a held request has all its later requests held too).
     held: Vec<Request>,
-    held_sessions: HashSet<u64>,
+    held_sessions: FxHashSet<u64>,
     /// Wakes the poll from other threads (the stopper, the storage's syncer).
     waker: Arc<Waker>,
     /// Ask the engine for deferred acknowledgements at start ([`EventLoop::set_defer_acks`]).
@@ -151,7 +153,7 @@ pub struct EventLoop {
     /// Commit gathering ([`super::gather`]): its measurements, the connections the last
     /// delivery answered that have not sent since, and the timer that ends a wait.
     gather: Gather,
-    awaiting: HashSet<Token>,
+    awaiting: FxHashSet<Token>,
     /// In a wait (arrivals then are timed: the loop was polling for them).
     gathering: bool,
     gather_timer: rustix::fd::OwnedFd,
@@ -266,7 +268,7 @@ impl EventLoop {
             poll,
             listener,
             local_addr,
-            connections: HashMap::new(),
+            connections: FxHashMap::default(),
             next_token: FIRST_CONNECTION,
             config,
             stop,
@@ -276,20 +278,20 @@ impl EventLoop {
             parked: Vec::new(),
             #[cfg(all(feature = "mutants", debug_assertions))]
             mutant: mutant::from_env(),
-            again: HashSet::new(),
-            hung_up: HashSet::new(),
+            again: FxHashSet::default(),
+            hung_up: FxHashSet::default(),
             touched: Vec::new(),
             output_limit: OUTPUT_BUFFER_BYTES_MAX,
             output_total: 0,
             stats: Arc::new(LoopStats::default()),
             pause: None,
             held: Vec::new(),
-            held_sessions: HashSet::new(),
+            held_sessions: FxHashSet::default(),
             waker,
             defer_acks: true,
             unacked: AckQueue::new(false),
             gather: Gather::default(),
-            awaiting: HashSet::new(),
+            awaiting: FxHashSet::default(),
             gathering: false,
             gather_timer,
         };
