@@ -402,7 +402,11 @@ impl Ctx<'_, '_> {
                     _ => value,
                 };
                 store::set_bytes(self.tx, at, image)?;
-                store::set_word(self.tx, e.off + entry_field::VLEN, len | e.vcap << 32)?;
+                // A value of the length it had (YCSB's updates) leaves the length word as it
+                // is: one logged write, not two.
+                if len != e.vlen {
+                    store::set_word(self.tx, e.off + entry_field::VLEN, len | e.vcap << 32)?;
+                }
                 if let Some(x) = expire {
                     self.set_expire(e, x)?;
                 }
