@@ -361,16 +361,11 @@ impl Decoder {
             len = len * 10 + u64::from(digit - b'0');
             at += 1;
         }
-        let allowed = if self.authenticated {
-            BULK_BYTES_MAX
-        } else {
-            UNAUTHENTICATED_BULK_BYTES_MAX.min(BULK_BYTES_MAX)
-        };
         // The line is complete once one more byte (its LF, unchecked) follows the CR.
-        if at == 1 || line.get(at) != Some(&b'\r') || at + 2 > line.len() || len > allowed {
+        if at == 1 || line.get(at) != Some(&b'\r') || at + 2 > line.len() {
             return None;
         }
-        Some((usize::try_from(len).ok()?, start + at + 2))
+        Some((self.allowed_bulk_len(len).ok()?, start + at + 2))
     }
 
     /// Checks a `$<len>` line lying in `start..cr` and returns the length.
@@ -381,10 +376,18 @@ impl Decoder {
             return Err(ProtocolError::ExpectedDollar(first));
         }
         let len = self.buffer.get(start + 1..cr).and_then(parse_i64);
-        let len = match len.and_then(|len| u64::try_from(len).ok()) {
-            Some(len) if len <= BULK_BYTES_MAX => len,
-            _ => return Err(ProtocolError::InvalidBulkLength),
-        };
+        match len.and_then(|len| u64::try_from(len).ok()) {
+            Some(len) => self.allowed_bulk_len(len),
+            None => Err(ProtocolError::InvalidBulkLength),
+        }
+    }
+
+    /// A bulk length within the limits of this connection (the larger once it is
+    /// authenticated), for both ways of reading a `$<len>` line.
+    fn allowed_bulk_len(&self, len: u64) -> Result<usize, ProtocolError> {
+        if len > BULK_BYTES_MAX {
+            return Err(ProtocolError::InvalidBulkLength);
+        }
         if !self.authenticated && len > UNAUTHENTICATED_BULK_BYTES_MAX {
             return Err(ProtocolError::UnauthenticatedBulkLength);
         }
