@@ -23,21 +23,36 @@
 #
 #   scripts/bench-kv-insn.sh target/release/mnemo 10000 ycsb-a
 #   scripts/bench-kv-insn.sh target/release/mnemo 30000 ycsb-a
+#
+# BIN "redis" counts redis-server (no persistence) the same way, for the peer's figures; its
+# YCSB driver is YCSB_BIN, else target/release/ycsb.
+#
+#   scripts/bench-kv-insn.sh redis 10000 ycsb-a
 set -uo pipefail
 bin=$1; n=$2; t=${3:-set}
+repo="$(cd "$(dirname "$0")/.." && pwd)"
 for tool in valgrind redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null || { echo "bench-kv-insn: $tool not found" >&2; exit 1; }
 done
-ycsb="$(dirname "$bin")/ycsb"
+if [ "$bin" = redis ]; then
+    ycsb="${YCSB_BIN:-${CARGO_TARGET_DIR:-$repo/target}/release/ycsb}"
+else
+    ycsb="${YCSB_BIN:-$(dirname "$bin")/ycsb}"
+fi
 if [ "${t#ycsb-}" != "$t" ] && [ ! -x "$ycsb" ]; then
     echo "bench-kv-insn: $ycsb not found (cargo build --release -p mnemo-bench --bin ycsb)" >&2
     exit 1
 fi
 d=$(mktemp -d /dev/shm/kv-insn.XXXX)
 port=$((8300 + RANDOM % 400))
-# --size-max: valgrind refuses the default 64 GiB address-space reservation.
-valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$bin" serve --pool "$d/kv.pool" \
-    --port "$port" --size 1G --size-max 1G >/dev/null 2>"$d/valgrind.log" &
+if [ "$bin" = redis ]; then
+    valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" redis-server --port "$port" \
+        --bind 127.0.0.1 --save '' --appendonly no --dir "$d" >/dev/null 2>"$d/valgrind.log" &
+else
+    # --size-max: valgrind refuses the default 64 GiB address-space reservation.
+    valgrind --tool=callgrind --callgrind-out-file="$d/cg.out" "$bin" serve --pool "$d/kv.pool" \
+        --port "$port" --size 1G --size-max 1G >/dev/null 2>"$d/valgrind.log" &
+fi
 pid=$!
 for _ in $(seq 300); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
 redis-cli -p "$port" ping >/dev/null 2>&1 || { echo "bench-kv-insn: server did not start" >&2; cat "$d/valgrind.log" >&2; kill $pid; rm -rf "$d"; exit 1; }
