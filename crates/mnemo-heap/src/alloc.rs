@@ -48,6 +48,22 @@ pub struct Reservation {
     kind: Kind,
 }
 
+#[cfg(test)]
+impl Reservation {
+    /// A small allocation's reservation at `offset`, for tests of a transaction's bookkeeping.
+    pub(crate) fn for_test(offset: u64, size: u64) -> Reservation {
+        Reservation {
+            offset,
+            size,
+            kind: Kind::Small {
+                arena: 0,
+                chunk: 0,
+                unit: 0,
+            },
+        }
+    }
+}
+
 /// A thread cache's claim (see [`Allocator::claim`]) holds about this many bytes of units.
 pub const CLAIM_BYTES: u64 = 4096;
 

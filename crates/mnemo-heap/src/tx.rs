@@ -91,24 +91,31 @@ impl Piece {
     }
 }
 
-/// Slots of [`LineFilter`]: 64 KiB of stamps per thread that runs transactions.
-const LINE_FILTER_SLOTS: usize = 1 << 14;
-/// A piece longer than this many cache lines is not marked line by line: the filter then
-/// answers "maybe" to everything until the transaction ends.
-const LINE_FILTER_SPAN_MAX: u64 = 64;
+/// A unit longer than this many units is not marked unit by unit: the filter then answers
+/// "maybe" to everything until the transaction ends.
+const SPAN_FILTER_MAX: u64 = 64;
 
-/// A conservative set of the 64-byte lines a transaction's pieces cover: "no" is exact,
-/// "maybe" sends the caller to the tree. Lines hash to slots by their low bits; a slot holds
-/// the generation (transaction) that last marked it, so a new transaction starts empty
-/// without clearing anything. Pieces dropped by a rollback stay marked (a false "maybe").
+/// A conservative set of the `1 << SHIFT`-byte units some ranges of a transaction cover: "no"
+/// is exact, "maybe" sends the caller to its exact structure. Units hash to `SLOTS` slots by
+/// their low bits; a slot holds the generation (transaction) that last marked it, so a new
+/// transaction starts empty without clearing anything. Ranges dropped by a rollback stay
+/// marked (a false "maybe").
 #[derive(Debug, Default)]
-struct LineFilter {
+struct SpanFilter<const SHIFT: u32, const SLOTS: usize> {
     stamps: Vec<u32>,
     generation: u32,
     everything: bool,
 }
 
-impl LineFilter {
+/// The 64-byte lines the transaction's pieces cover (64 KiB of stamps per thread that runs
+/// transactions): most reads and writes of a large transaction touch none, and skip the tree.
+type LineFilter = SpanFilter<6, { 1 << 14 }>;
+
+/// The 4 KiB pages the transaction's fresh allocations lie in (16 KiB of stamps): a logged
+/// write outside them needs no search of the allocations.
+type FreshFilter = SpanFilter<12, { 1 << 12 }>;
+
+impl<const SHIFT: u32, const SLOTS: usize> SpanFilter<SHIFT, SLOTS> {
     fn reset(&mut self) {
         self.everything = false;
         self.generation = self.generation.wrapping_add(1);
@@ -118,40 +125,40 @@ impl LineFilter {
         }
     }
 
-    fn lines(offset: u64, len: usize) -> (u64, u64) {
-        let last = offset.saturating_add((len as u64).max(1) - 1);
-        (offset >> 6, last >> 6)
+    fn units(offset: u64, len: u64) -> (u64, u64) {
+        let last = offset.saturating_add(len.max(1) - 1);
+        (offset >> SHIFT, last >> SHIFT)
     }
 
-    fn mark(&mut self, offset: u64, len: usize) {
-        let (first, last) = Self::lines(offset, len);
-        if last - first >= LINE_FILTER_SPAN_MAX {
+    fn mark(&mut self, offset: u64, len: u64) {
+        let (first, last) = Self::units(offset, len);
+        if last - first >= SPAN_FILTER_MAX {
             self.everything = true;
             return;
         }
         if self.stamps.is_empty() {
-            self.stamps = vec![0; LINE_FILTER_SLOTS];
+            self.stamps = vec![0; SLOTS];
         }
         if self.generation == 0 {
             self.generation = 1;
         }
-        for line in first..=last {
-            self.stamps[line as usize % LINE_FILTER_SLOTS] = self.generation;
+        for unit in first..=last {
+            self.stamps[unit as usize % SLOTS] = self.generation;
         }
     }
 
-    fn may_overlap(&self, offset: u64, len: usize) -> bool {
+    fn may_overlap(&self, offset: u64, len: u64) -> bool {
         if self.everything {
             return true;
         }
         if self.stamps.is_empty() {
             return false;
         }
-        let (first, last) = Self::lines(offset, len);
-        if last - first >= LINE_FILTER_SPAN_MAX {
+        let (first, last) = Self::units(offset, len);
+        if last - first >= SPAN_FILTER_MAX {
             return true;
         }
-        (first..=last).any(|line| self.stamps[line as usize % LINE_FILTER_SLOTS] == self.generation)
+        (first..=last).any(|unit| self.stamps[unit as usize % SLOTS] == self.generation)
     }
 }
 
@@ -204,11 +211,17 @@ pub(crate) struct TxState {
     meta: Vec<MetaOp>,
     record_len: usize,
     allocs: Vec<Reservation>,
-    /// The same allocations by offset (start -> (size, index in `allocs`)), once there are
-    /// more than `FRESH_SCAN_MAX`, so `fresh` is a lookup, not a scan: a batch of the
-    /// key-value server makes hundreds. They never overlap (frees take effect at commit, so
+    /// The pages `allocs` lie in: a write outside them is not to a fresh allocation, found
+    /// without a search (most logged writes of a batch of the key-value server).
+    fresh_pages: FreshFilter,
+    /// The first `fresh_indexed` allocations by offset (start -> (size, index in `allocs`)),
+    /// so `fresh` is a lookup, not a scan, once there are more than `FRESH_SCAN_MAX`: a
+    /// batch of the key-value server makes hundreds. Brought up to date only when a lookup
+    /// needs it (most writes to fresh allocations go to the newest, and most other writes
+    /// miss `fresh_pages`). The allocations never overlap (frees take effect at commit, so
     /// no space is handed out twice within one transaction).
     fresh_index: BTreeMap<u64, (u64, usize)>,
+    fresh_indexed: usize,
     frees: Vec<PendingFree>,
     direct: Vec<ByteRange>,
     data_lo: u64,
@@ -243,9 +256,11 @@ impl TxState {
         self.meta.clear();
         self.record_len = redo::RECORD_HEADER;
         self.allocs.clear();
+        self.fresh_pages.reset();
         if !self.fresh_index.is_empty() {
             self.fresh_index.clear();
         }
+        self.fresh_indexed = 0;
         self.frees.clear();
         self.direct.clear();
         self.data_lo = u64::MAX;
@@ -287,14 +302,25 @@ impl TxState {
     }
 
     /// The index in `allocs` of this transaction's allocation holding `offset..offset+len`.
-    fn fresh(&self, offset: u64, len: u64) -> Option<usize> {
+    fn fresh(&mut self, offset: u64, len: u64) -> Option<usize> {
         let end = offset.saturating_add(len);
+        // Most writes to fresh allocations go to the newest (an object is filled right after
+        // it is allocated): one comparison before any filter, scan or lookup.
+        let last = self.allocs.len().checked_sub(1)?;
+        let r = &self.allocs[last];
+        if r.offset <= offset && end <= r.offset + r.size {
+            return Some(last);
+        }
+        if !self.fresh_pages.may_overlap(offset, len) {
+            return None;
+        }
         if self.allocs.len() <= FRESH_SCAN_MAX {
             return self
                 .allocs
                 .iter()
                 .position(|r| r.offset <= offset && end <= r.offset + r.size);
         }
+        self.index_fresh();
         self.fresh_index
             .range(..=offset)
             .next_back()
@@ -302,30 +328,45 @@ impl TxState {
             .map(|(_, &(_, i))| i)
     }
 
-    /// Note an allocation of this transaction (the index is built only past a few).
+    /// Brings `fresh_index` up to date with `allocs`.
+    fn index_fresh(&mut self) {
+        let from = self.fresh_indexed;
+        self.fresh_index.extend(
+            self.allocs[from..]
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.offset, (r.size, from + i))),
+        );
+        self.fresh_indexed = self.allocs.len();
+    }
+
+    /// Note an allocation of this transaction.
     fn add_fresh(&mut self, reservation: Reservation) {
+        self.fresh_pages.mark(reservation.offset, reservation.size);
         self.allocs.push(reservation);
-        if self.allocs.len() > FRESH_SCAN_MAX {
-            if self.fresh_index.is_empty() {
-                self.fresh_index.extend(
-                    self.allocs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, r)| (r.offset, (r.size, i))),
-                );
-            } else {
-                let i = self.allocs.len() - 1;
-                self.fresh_index
-                    .insert(reservation.offset, (reservation.size, i));
+    }
+
+    /// Drops the allocations from `keep` on, newest first, calling `each` on each.
+    fn truncate_allocs(&mut self, keep: usize, mut each: impl FnMut(&Reservation)) {
+        for (i, r) in self.allocs.iter().enumerate().skip(keep).rev() {
+            each(r);
+            if i < self.fresh_indexed {
+                self.fresh_index.remove(&r.offset);
             }
         }
+        self.allocs.truncate(keep);
+        self.fresh_indexed = self.fresh_indexed.min(keep);
     }
 
     /// Whether `offset` is the start of an allocation of this transaction.
-    fn own(&self, offset: u64) -> bool {
+    fn own(&mut self, offset: u64) -> bool {
+        if !self.fresh_pages.may_overlap(offset, 1) {
+            return false;
+        }
         if self.allocs.len() <= FRESH_SCAN_MAX {
             return self.allocs.iter().any(|r| r.offset == offset);
         }
+        self.index_fresh();
         self.fresh_index.contains_key(&offset)
     }
 
@@ -349,7 +390,7 @@ impl TxState {
     /// Log a write of `bytes` at `offset` (not into a fresh allocation).
     fn put(&mut self, offset: u64, bytes: &[u8], capacity: u64) -> Result<()> {
         let end = offset + bytes.len() as u64;
-        if !self.lines.may_overlap(offset, bytes.len()) {
+        if !self.lines.may_overlap(offset, bytes.len() as u64) {
             // Nothing logged near: a new piece, no neighbour to look at.
             let record_len = self.record_len + redo::entry_size(bytes.len());
             self.check_record(record_len, capacity)?;
@@ -365,7 +406,7 @@ impl TxState {
                 pos: new.pos,
                 len: new.len,
             });
-            self.lines.mark(offset, new.len);
+            self.lines.mark(offset, new.len as u64);
             self.pieces.insert(offset, new);
             return Ok(());
         }
@@ -437,7 +478,7 @@ impl TxState {
         for key in &keys {
             self.pieces.remove(key);
         }
-        self.lines.mark(new.offset, new.len);
+        self.lines.mark(new.offset, new.len as u64);
         for p in replaced.into_iter().flatten() {
             self.pieces.insert(p.offset, p);
         }
@@ -446,7 +487,7 @@ impl TxState {
 
     /// Patch `out` (pool bytes at `offset`) with the pieces it overlaps.
     fn overlay(&self, offset: u64, out: &mut [u8]) {
-        if self.pieces.is_empty() || !self.lines.may_overlap(offset, out.len()) {
+        if self.pieces.is_empty() || !self.lines.may_overlap(offset, out.len() as u64) {
             return;
         }
         let end = offset + out.len() as u64;
@@ -532,16 +573,7 @@ impl TxState {
             inner.alloc.abort_free(f);
         }
         self.frees.truncate(m.frees);
-        for r in self.allocs[m.allocs..].iter().rev() {
-            inner.alloc.abort_alloc(r);
-            if !self.fresh_index.is_empty() {
-                self.fresh_index.remove(&r.offset);
-            }
-        }
-        self.allocs.truncate(m.allocs);
-        if self.allocs.len() <= FRESH_SCAN_MAX && !self.fresh_index.is_empty() {
-            self.fresh_index.clear();
-        }
+        self.truncate_allocs(m.allocs, |r| inner.alloc.abort_alloc(r));
         for hook in self.on_abort.drain(m.on_abort..).rev() {
             hook(inner);
         }
@@ -1282,6 +1314,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::TxState;
+    use crate::alloc::Reservation;
 
     /// The bytes the pieces say were written, checked for order and overlap.
     fn logged(state: &TxState) -> BTreeMap<u64, u8> {
@@ -1358,6 +1391,115 @@ mod tests {
             state.cut_log(&marks);
             prop_assert_eq!(&logged(&state), &before);
             check(&state, &before)?;
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum FreshOp {
+        /// Allocate `size` bytes `gap` bytes past the previous allocation (below it when
+        /// `down`: the allocator hands out space in no particular order).
+        Alloc {
+            gap: u64,
+            size: u64,
+            down: bool,
+        },
+        Mark,
+        /// Roll back to the mark `k % marks`, if any.
+        Rollback(usize),
+        /// Ask about a range inside allocation `k % allocations`, inside one rolled back, or
+        /// anywhere.
+        Inside {
+            k: usize,
+            at: u64,
+            len: u64,
+        },
+        Dropped {
+            k: usize,
+            at: u64,
+        },
+        Anywhere {
+            offset: u64,
+            len: u64,
+        },
+    }
+
+    fn fresh_op() -> impl Strategy<Value = FreshOp> {
+        prop_oneof![
+            6 => (0u64..20_000, prop_oneof![9 => 1u64..=600, 1 => 1u64..=(300 << 10)], any::<bool>())
+                .prop_map(|(gap, size, down)| FreshOp::Alloc { gap, size, down }),
+            1 => Just(FreshOp::Mark),
+            1 => any::<usize>().prop_map(FreshOp::Rollback),
+            6 => (any::<usize>(), any::<u64>(), 1u64..=64)
+                .prop_map(|(k, at, len)| FreshOp::Inside { k, at, len }),
+            2 => (any::<usize>(), any::<u64>()).prop_map(|(k, at)| FreshOp::Dropped { k, at }),
+            4 => (0u64..(64 << 20), 1u64..=64).prop_map(|(offset, len)| FreshOp::Anywhere { offset, len }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// `fresh` names the allocation that holds a range, and `own` the one that starts at
+        /// an offset, as a scan of a list of the live allocations does: over more allocations
+        /// than the scan limit (the index, brought up to date lazily), with allocations rolled
+        /// back (dropped from the index), large ones (the page filter's "everything") and ranges
+        /// in no allocation (the page filter's "no").
+        #[test]
+        fn fresh_finds_what_a_scan_finds(ops in proptest::collection::vec(fresh_op(), 1..200)) {
+            let mut state = TxState::default();
+            state.reset(1);
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            let mut marks: Vec<usize> = Vec::new();
+            let mut dropped: Vec<(u64, u64)> = Vec::new();
+            // Allocations go up from 32 MiB and down from there, never overlapping.
+            let (mut top, mut bottom) = (32u64 << 20, 32u64 << 20);
+            let scan = |live: &[(u64, u64)], offset: u64, len: u64| {
+                live.iter().position(|&(o, s)| o <= offset && offset + len <= o + s)
+            };
+            for op in ops {
+                match op {
+                    FreshOp::Alloc { gap, size, down } => {
+                        let offset = if down && bottom > gap + size {
+                            bottom -= gap + size;
+                            bottom
+                        } else {
+                            top += gap;
+                            top += size;
+                            top - size
+                        };
+                        state.add_fresh(Reservation::for_test(offset, size));
+                        live.push((offset, size));
+                    }
+                    FreshOp::Mark => marks.push(live.len()),
+                    FreshOp::Rollback(k) if !marks.is_empty() => {
+                        let keep = marks[k % marks.len()];
+                        marks.truncate(k % marks.len() + 1);
+                        let mut each = 0;
+                        state.truncate_allocs(keep, |_| each += 1);
+                        prop_assert_eq!(each, live.len() - keep);
+                        dropped.extend(live.drain(keep..));
+                    }
+                    FreshOp::Rollback(_) => {}
+                    FreshOp::Inside { k, at, len } if !live.is_empty() => {
+                        let (o, s) = live[k % live.len()];
+                        let offset = o + at % s;
+                        prop_assert_eq!(state.fresh(offset, len), scan(&live, offset, len));
+                        prop_assert!(state.own(o), "the start of a live allocation");
+                        prop_assert_eq!(state.own(offset), live.iter().any(|&(o, _)| o == offset));
+                    }
+                    FreshOp::Inside { .. } => {}
+                    FreshOp::Dropped { k, at } if !dropped.is_empty() => {
+                        let (o, s) = dropped[k % dropped.len()];
+                        let offset = o + at % s;
+                        prop_assert_eq!(state.fresh(offset, 1), None);
+                        prop_assert!(!state.own(o), "the start of an allocation rolled back");
+                    }
+                    FreshOp::Dropped { .. } => {}
+                    FreshOp::Anywhere { offset, len } => {
+                        prop_assert_eq!(state.fresh(offset, len), scan(&live, offset, len));
+                        prop_assert_eq!(state.own(offset), live.iter().any(|&(o, _)| o == offset));
+                    }
+                }
+            }
         }
     }
 }
