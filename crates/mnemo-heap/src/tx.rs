@@ -1210,41 +1210,66 @@ impl<'h> Tx<'h> {
     /// Errors: `InvalidArgument` (0 bytes), `OutOfSpace`, `TransactionTooLarge`, `Closed`.
     pub fn alloc_bytes(&self, size: u64) -> Result<u64> {
         let slot = self.inner().geometry.slot_size();
-        let class = cached_class(size);
+        self.state(|s, inner| self.alloc_in(s, inner, size, slot))
+    }
+
+    /// Allocate `size` bytes and write `image` at their start (the rest unspecified): one
+    /// call where [`Tx::alloc_bytes`] and [`Tx::write_bytes`] make two, for an object built
+    /// whole before it is stored (the key-value server's entries).
+    ///
+    /// Errors: `InvalidArgument` (0 bytes, or an image longer than `size`), and those of
+    /// [`Tx::alloc_bytes`].
+    pub fn alloc_filled(&self, size: u64, image: &[u8]) -> Result<u64> {
+        if image.len() as u64 > size {
+            return Err(Error::InvalidArgument(format!(
+                "an image of {} bytes for an allocation of {size}",
+                image.len()
+            )));
+        }
+        let slot = self.inner().geometry.slot_size();
         self.state(|s, inner| {
-            s.grow_record(redo::entry_size(8), slot)?;
-            let publish = |chunk, class| inner.publish_run(chunk, class);
-            let taken = match class {
-                Some(class) => {
-                    LOCAL.with_borrow_mut(|l| cached_reservation(&mut l.caches, self.heap(), class))
-                }
-                None => inner.with_space(|| inner.alloc.alloc(&inner.pool, size, &publish)),
-            };
-            let (reservation, op) = match taken {
-                Ok(taken) => taken,
-                Err(e) => {
-                    s.record_len -= redo::entry_size(8);
-                    return Err(e);
-                }
-            };
-            s.add_fresh(reservation);
-            if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
+            let offset = self.alloc_in(s, inner, size, slot)?;
+            if !image.is_empty() {
+                Self::write_fresh(s, inner, s.allocs.len() - 1, offset, image, slot)?;
+            }
+            Ok(offset)
+        })
+    }
+
+    /// [`Tx::alloc_bytes`] inside the transaction's state.
+    fn alloc_in(&self, s: &mut TxState, inner: &Inner, size: u64, slot: u64) -> Result<u64> {
+        let class = cached_class(size);
+        s.grow_record(redo::entry_size(8), slot)?;
+        let publish = |chunk, class| inner.publish_run(chunk, class);
+        let taken = match class {
+            Some(class) => {
+                LOCAL.with_borrow_mut(|l| cached_reservation(&mut l.caches, self.heap(), class))
+            }
+            None => inner.with_space(|| inner.alloc.alloc(&inner.pool, size, &publish)),
+        };
+        let (reservation, op) = match taken {
+            Ok(taken) => taken,
+            Err(e) => {
+                s.record_len -= redo::entry_size(8);
+                return Err(e);
+            }
+        };
+        s.add_fresh(reservation);
+        if mnemo_pmem::mutant::active("alloc.skip_bitmap") {
+            return Ok(reservation.offset);
+        }
+        // Allocations from the same bitmap word share one entry (a rollback puts the
+        // entry's mask back as it was at the savepoint: `Marks::last_meta`).
+        if let (MetaOp::Or(word, mask), Some(MetaOp::Or(last, last_mask))) = (op, s.meta.last_mut())
+        {
+            if *last == word {
+                *last_mask |= mask;
+                s.record_len -= redo::entry_size(8);
                 return Ok(reservation.offset);
             }
-            // Allocations from the same bitmap word share one entry (a rollback puts the
-            // entry's mask back as it was at the savepoint: `Marks::last_meta`).
-            if let (MetaOp::Or(word, mask), Some(MetaOp::Or(last, last_mask))) =
-                (op, s.meta.last_mut())
-            {
-                if *last == word {
-                    *last_mask |= mask;
-                    s.record_len -= redo::entry_size(8);
-                    return Ok(reservation.offset);
-                }
-            }
-            s.meta.push(op);
-            Ok(reservation.offset)
-        })
+        }
+        s.meta.push(op);
+        Ok(reservation.offset)
     }
 
     /// Free the object at `ptr` when the transaction commits.

@@ -434,7 +434,6 @@ pub fn new_entry(
         Value::Blob(ptr, len, cap) => (0, ptr, len, cap, &[]),
     };
     let size = ENTRY_BYTES + key.len() as u64 + if flags == FLAG_INLINE { vcap } else { 0 };
-    let off = store::alloc(tx, size)?;
     let meta = u64::from(tag) | u64::from(flags) << 8 | (key.len() as u64) << 32;
     let words = [0, hash, meta, expire as u64, val, vlen | vcap << 32];
     // The entry's image is built on the stack when it fits (a hash field of YCSB's record:
@@ -449,15 +448,14 @@ pub fn new_entry(
         let (k, v) = rest.split_at_mut(key.len());
         k.copy_from_slice(key);
         v.copy_from_slice(inline);
-        store::set_bytes(tx, off, image)?;
+        store::alloc_filled(tx, size, image)
     } else {
         let mut image = Vec::with_capacity(len);
         store::words_to_bytes(&words, &mut image);
         image.extend_from_slice(key);
         image.extend_from_slice(inline);
-        store::set_bytes(tx, off, &image)?;
+        store::alloc_filled(tx, size, &image)
     }
-    Ok(off)
 }
 
 /// Entries whose image (header, key, inline value) is at most this long are built on the

@@ -125,8 +125,8 @@ pub struct Ctx<'a, 'h> {
     pub keyspace: std::cell::Cell<u64>,
     /// (table, key hash) of the last [`Ctx::step_find`] (a [`Ctx::lookup_write`], HSET's
     /// field lookup) that found its key absent: that lookup made the resize step the key's
-    /// insert owes, so [`Ctx::put_string_in`] inserts that key without another
-    /// ([`dict::insert_stepped`]). Taken by that insert.
+    /// insert owes, so [`Ctx::put_string_in`] and [`Ctx::link_container`] insert that key
+    /// without another ([`dict::insert_stepped`]). Taken by that insert.
     pub stepped: Option<(u64, u64)>,
 }
 
@@ -426,13 +426,7 @@ impl Ctx<'_, '_> {
                 }
             }
             None => {
-                let hash = store::hash(SEED, key);
-                if self.stepped == Some((d, hash)) {
-                    self.stepped = None;
-                    dict::insert_stepped(self.tx, d, new, hash)?;
-                } else {
-                    dict::insert(self.tx, d, new, hash)?;
-                }
+                self.insert_owed(d, new, store::hash(SEED, key))?;
                 if keyspace && new_expire != 0 {
                     self.add_expires(d, 1)?;
                 }
@@ -565,7 +559,19 @@ impl Ctx<'_, '_> {
         let ks = self.keyspace()?;
         let hash = store::hash(SEED, key);
         let e = dict::new_entry(self.tx, t, key, hash, 0, Value::Word(object))?;
-        dict::insert(self.tx, ks, e, hash)
+        self.insert_owed(ks, e, hash)
+    }
+
+    /// Inserts entry `e` of a key absent from table `d`: without a resize step when this
+    /// command's lookup of that key made it ([`Ctx::stepped`]; HSET of a new key looks it up,
+    /// builds the hash, then links it here).
+    fn insert_owed(&mut self, d: u64, e: u64, hash: u64) -> Result<()> {
+        if self.stepped == Some((d, hash)) {
+            self.stepped = None;
+            dict::insert_stepped(self.tx, d, e, hash)
+        } else {
+            dict::insert(self.tx, d, e, hash)
+        }
     }
 
     /// The sorted set's order index, built from the pool on first use.

@@ -114,6 +114,11 @@ impl<'a, 'h> Mem<'a, 'h> {
         Ok(self.tx.alloc_bytes(size)?)
     }
 
+    fn alloc_filled(&self, size: u64, image: &[u8]) -> Result<u64> {
+        self.count_write();
+        Ok(self.tx.alloc_filled(size, image)?)
+    }
+
     fn zalloc_bytes(&self, size: u64) -> Result<u64> {
         self.count_write();
         Ok(self.tx.zalloc_bytes(size)?)
@@ -267,6 +272,12 @@ pub(crate) fn set_bytes(tx: &Mem<'_, '_>, offset: u64, data: &[u8]) -> Result<()
 /// Allocate `size` bytes (contents unspecified; the caller writes all it later reads).
 pub(crate) fn alloc(tx: &Mem<'_, '_>, size: u64) -> Result<u64> {
     tx.alloc_bytes(size.max(8))
+}
+
+/// Allocate `size` bytes holding `image` at their start (the rest unspecified): one call
+/// for an object built whole before it is stored.
+pub(crate) fn alloc_filled(tx: &Mem<'_, '_>, size: u64, image: &[u8]) -> Result<u64> {
+    tx.alloc_filled(size.max(8), image)
 }
 
 /// Allocate `size` zeroed bytes.
