@@ -91,7 +91,7 @@ impl Piece {
     }
 }
 
-/// A unit longer than this many units is not marked unit by unit: the filter then answers
+/// A range over more than this many units is not marked unit by unit: the filter then answers
 /// "maybe" to everything until the transaction ends.
 const SPAN_FILTER_MAX: u64 = 64;
 

@@ -171,6 +171,41 @@ fn transactions_see_their_writes_and_abort_cleanly() {
 /// A transaction is an explicit object: a heap call made while one is open is a
 /// transaction of its own (it does not join), and a doomed transaction's commit aborts.
 #[test]
+fn alloc_filled_writes_its_image_and_refuses_a_larger_one() {
+    let dir = shm_dir();
+    let (heap, path) = create(&dir, 4 * MIB, 64 * MIB);
+    let image: Vec<u8> = (0..60u8).collect();
+    let live = heap.live_allocations().len();
+    // An image longer than the allocation: refused, nothing allocated, the transaction
+    // goes on.
+    let off = heap
+        .tx(|tx| {
+            let err = tx.alloc_filled(8, &[7; 9]).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+            let off = tx.alloc_filled(100, &image)?;
+            let mut seen = vec![0u8; image.len()];
+            tx.read_bytes(off, &mut seen)?;
+            assert_eq!(seen, image, "the transaction reads its image");
+            Ok(off)
+        })
+        .unwrap();
+    assert_eq!(heap.live_allocations().len(), live + 1);
+    assert!(heap.usable_size(off).unwrap() >= 100);
+    let heap = reopen(heap, &path);
+    let mut stored = vec![0u8; image.len()];
+    heap.read_bytes(off, &mut stored).unwrap();
+    assert_eq!(stored, image, "the image is durable");
+    // Aborted, the allocation is gone.
+    let mut gone = 0;
+    let _ = heap.tx(|tx| {
+        gone = tx.alloc_filled(64, &image)?;
+        Err::<(), _>(Error::InvalidArgument("abort".into()))
+    });
+    assert!(heap.usable_size(gone).is_none());
+    assert_eq!(heap.live_allocations().len(), live + 1);
+}
+
+#[test]
 fn transactions_are_explicit_and_never_joined() {
     let dir = shm_dir();
     let (heap, _path) = create(&dir, 4 * MIB, 64 * MIB);
