@@ -180,7 +180,8 @@ impl NsMember {
 }
 
 /// A three-member etcd, each member in a namespace of its own (slot `slot`: 8 to 15), its
-/// election timeout 400 ms (leases of 1 s), as `mnemo_repl_etcd::testing::EtcdCluster`.
+/// election timeout 400 ms (leases of 1 s) and pre-vote on, as
+/// `mnemo_repl_etcd::testing::EtcdCluster`.
 pub struct NsEtcd {
     pub members: Vec<NsMember>,
     /// This machine's address on the members' bridge (the source of every connection the
@@ -294,6 +295,9 @@ impl NsEtcd {
                 .args(["--initial-cluster-state", "new"])
                 .args(["--initial-cluster-token", "mnemo-faults"])
                 .args(["--heartbeat-interval", "50", "--election-timeout", "400"])
+                // A member that rejoins after a cut must not depose the leader with the
+                // term it raised while alone (etcd 3.5's default; 3.4 needs the flag).
+                .arg("--pre-vote")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&m.log).unwrap())
@@ -313,6 +317,27 @@ impl NsEtcd {
         etcd
     }
 
+    /// Each member's raft elections so far (its log's lines of a change of role or of
+    /// leader: candidacies, leaders elected and lost), for a failure's message.
+    pub fn elections(&self) -> String {
+        let mut out = String::new();
+        for (i, m) in self.members.iter().enumerate() {
+            let log = std::fs::read_to_string(&m.log).unwrap_or_default();
+            out.push_str(&format!("member {i} ({}):\n", m.addr));
+            let role = |l: &&str| {
+                l.contains(" became ")
+                    || l.contains(" elected leader ")
+                    || l.contains(" lost leader ")
+            };
+            for line in log.lines().filter(role) {
+                out.push_str("  ");
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// Every member's client URL, comma-separated (as `--etcd` takes them).
     pub fn urls(&self) -> String {
         let urls: Vec<&str> = self.members.iter().map(|m| m.url.as_str()).collect();
@@ -320,10 +345,11 @@ impl NsEtcd {
     }
 
     /// Wait (at most 20 s) until every member names the same leader, twice 500 ms apart; its
-    /// index. After a cut heals, the member that was alone may still believe it leads, or
-    /// force an election with its higher term: cutting another member then leaves two that
-    /// are still electing, and a primary renewing through them waits out its TTL (a CI run
-    /// at load 2 saw that, at the second cut of a schedule). A cluster at rest first.
+    /// index. After a cut heals, the member that was alone may still believe it leads (and
+    /// without pre-vote it would force an election with the term it raised): cutting
+    /// another member then leaves two that are still electing, and a primary renewing
+    /// through them waits out its TTL (a CI run at load 2 saw that, at the second cut of a
+    /// schedule). A cluster at rest first.
     pub fn until_stable(&self) -> usize {
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut agreed_before = None;
