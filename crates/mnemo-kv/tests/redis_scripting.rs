@@ -138,6 +138,7 @@ fn redis_call_and_pcall_like_redis() {
         "redis.setresp(3); return redis.call('zscore','z','m')",
         "redis.setresp(3); return redis.call('hgetall','h')",
         "redis.call('hset','h','f','v'); redis.setresp(3); local r = redis.call('hgetall','h'); return r.map.f",
+        "return redis.call('hgetall','h')",
         "return redis.call('select', 1)",
         "redis.call('select', 1); return redis.call('set','in1','v')",
         "return redis.call('publish','c','m')",

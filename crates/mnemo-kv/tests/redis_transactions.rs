@@ -25,6 +25,12 @@ fn multi_exec_like_redis() {
         "ECHO hi",
         "EXEC",
         "GET a",
+        // An HGETALL's reply (encoded as it is read) inside EXEC's.
+        "MULTI",
+        "HSET th f v",
+        "HGETALL th",
+        "HGETALL nohash",
+        "EXEC",
         // A queuing error (unknown command, arity) aborts the EXEC: nothing runs.
         "MULTI",
         "SET b 1",

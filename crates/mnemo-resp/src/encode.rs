@@ -214,6 +214,10 @@ impl<'a> Encoder<'a> {
             Reply::Null => self.null(),
             Reply::Boolean(value) => self.boolean(*value),
             Reply::Verbatim { format, text } => self.verbatim(*format, text),
+            Reply::EncodedMap { pairs, body } => {
+                self.map_len(*pairs);
+                self.out.put_slice(body);
+            }
         }
     }
 
@@ -335,6 +339,51 @@ pub enum Reply {
         /// The text after the "fmt:" prefix.
         text: Bytes,
     },
+    /// A map of bulk strings given already encoded: `pairs` pairs, `body` their 2·`pairs`
+    /// bulk strings (`$len` + bytes each, key then value), which RESP2 and RESP3 write
+    /// alike; the header follows the protocol (`%n`, or `*2n` under RESP2). HGETALL answers
+    /// with one, so that a read builds no value per field. Built by [`BulkMap`];
+    /// [`Reply::expanded`] gives the [`Reply::Map`] a client decodes. Never decoded.
+    EncodedMap {
+        /// The number of key-value pairs.
+        pairs: usize,
+        /// The pairs' bulk strings, in RESP.
+        body: Bytes,
+    },
+}
+
+/// Builds a [`Reply::EncodedMap`]: each pair is encoded as it is pushed.
+#[derive(Debug, Default)]
+pub struct BulkMap {
+    body: BytesMut,
+    pairs: usize,
+}
+
+impl BulkMap {
+    /// An empty map whose body has room for `bytes` without growing.
+    pub fn with_capacity(bytes: usize) -> Self {
+        BulkMap {
+            body: BytesMut::with_capacity(bytes),
+            pairs: 0,
+        }
+    }
+
+    /// Appends the pair `key`, `value`.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) {
+        // Bulk strings are the same bytes in RESP2 and RESP3.
+        let mut encoder = Encoder::new(&mut self.body, Protocol::Resp2);
+        encoder.bulk(key);
+        encoder.bulk(value);
+        self.pairs += 1;
+    }
+
+    /// The reply.
+    pub fn finish(self) -> Reply {
+        Reply::EncodedMap {
+            pairs: self.pairs,
+            body: self.body.freeze(),
+        }
+    }
 }
 
 impl Reply {
@@ -356,6 +405,37 @@ impl Reply {
     /// Appends this reply to `out` in `protocol`.
     pub fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
         Encoder::new(out, protocol).reply(self);
+    }
+
+    /// This reply with every [`Reply::EncodedMap`] in it (aggregates searched) decoded into
+    /// the [`Reply::Map`] of bulk strings it encodes; a reply without one is cloned.
+    pub fn expanded(&self) -> Reply {
+        let all = |items: &[Reply]| items.iter().map(Reply::expanded).collect::<Vec<_>>();
+        match self {
+            Reply::EncodedMap { pairs, body } => {
+                let mut decoder = crate::ReplyDecoder::new();
+                decoder.feed(body);
+                let mut out = Vec::with_capacity(*pairs);
+                // The body was encoded by BulkMap: bulk strings, two per pair.
+                while let Ok(Some(key)) = decoder.next_reply() {
+                    let Ok(Some(value)) = decoder.next_reply() else {
+                        break;
+                    };
+                    out.push((key, value));
+                }
+                Reply::Map(out)
+            }
+            Reply::Array(items) => Reply::Array(all(items)),
+            Reply::Set(items) => Reply::Set(all(items)),
+            Reply::Push(items) => Reply::Push(all(items)),
+            Reply::Map(pairs) => Reply::Map(
+                pairs
+                    .iter()
+                    .map(|(key, value)| (key.expanded(), value.expanded()))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
     }
 
     /// The value a client decodes after this reply was encoded in `protocol`: RESP3 types
@@ -400,6 +480,7 @@ impl Reply {
             ),
             Reply::Boolean(value) if resp2 => Reply::Integer(i64::from(*value)),
             Reply::Boolean(value) => Reply::Boolean(*value),
+            Reply::EncodedMap { .. } => self.expanded().as_seen_by(protocol),
             Reply::Verbatim { text, .. } if resp2 => Reply::Bulk(text.clone()),
             Reply::Verbatim { format, text } => Reply::Verbatim {
                 format: *format,
@@ -520,6 +601,38 @@ mod tests {
             encoded(Protocol::Resp2, |e| e.reply(&reply)),
             "*2\r\n$1\r\na\r\n*2\r\n:1\r\n:1\r\n"
         );
+    }
+
+    /// A [`BulkMap`] writes the bytes of the map of bulk strings it stands for, in both
+    /// protocols, alone and inside an aggregate, and expands back to that map.
+    #[test]
+    fn encoded_maps_write_what_maps_of_bulks_write() {
+        for pairs in [0usize, 1, 2, 10, 300] {
+            let mut map = BulkMap::with_capacity(16);
+            let mut plain = Vec::new();
+            for i in 0..pairs {
+                let (key, value) = (format!("field{i}"), "v".repeat(i % 130));
+                map.push(key.as_bytes(), value.as_bytes());
+                plain.push((Reply::bulk(key), Reply::bulk(value)));
+            }
+            let (map, plain) = (map.finish(), Reply::Map(plain));
+            let (in_array, plain_in_array) = (
+                Reply::Array(vec![map.clone(), Reply::Integer(1)]),
+                Reply::Array(vec![plain.clone(), Reply::Integer(1)]),
+            );
+            for protocol in [Protocol::Resp2, Protocol::Resp3] {
+                for (reply, want) in [(&map, &plain), (&in_array, &plain_in_array)] {
+                    assert_eq!(
+                        encoded(protocol, |e| e.reply(reply)),
+                        encoded(protocol, |e| e.reply(want)),
+                        "{pairs} pairs, {protocol:?}"
+                    );
+                    assert_eq!(reply.as_seen_by(protocol), want.as_seen_by(protocol));
+                }
+            }
+            assert_eq!(map.expanded(), plain);
+            assert_eq!(in_array.expanded(), plain_in_array);
+        }
     }
 
     #[test]

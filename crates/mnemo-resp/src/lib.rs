@@ -51,7 +51,7 @@ mod reply;
 
 pub use command::{check_arity, lookup, CommandId, CommandSpec};
 pub use decode::{Command, Decoder, ProtocolError};
-pub use encode::{encode_command, Encoder, Protocol, Reply};
+pub use encode::{encode_command, BulkMap, Encoder, Protocol, Reply};
 pub use errors::CommandError;
 pub use number::{format_f64, parse_f64, parse_i64, parse_strtod, write_i64};
 pub use reply::{ReplyDecoder, ReplyError};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use mnemo_resp::bytes::Bytes;
 use mnemo_resp::command::CommandSpec;
-use mnemo_resp::{errors, parse_f64, parse_i64, CommandError, CommandId as Id, Reply};
+use mnemo_resp::{errors, parse_f64, parse_i64, BulkMap, CommandError, CommandId as Id, Reply};
 
 use super::dict::{self, entry_field, tag, Value};
 use super::glob;
@@ -1207,36 +1207,24 @@ fn hgetall(ctx: &mut Ctx<'_, '_>, key: &[u8]) -> Result<Reply> {
     let Some(d) = container!(ctx, key, tag::HASH, false) else {
         return Ok(Reply::Map(Vec::new()));
     };
-    // Every field and value is read into one buffer, which the reply's strings share: a few
-    // allocations per HGETALL (YCSB's read) instead of two per field.
+    // Every field and value is encoded into one buffer as it is read, which the reply
+    // carries as it is: no value per field, one copy into the connection's output (YCSB's
+    // read).
     let h = dict::Header::read(ctx.tx, d)?;
     let expected = usize::try_from(h.count.min(HGETALL_RESERVE_FIELDS)).unwrap_or(0);
-    let mut all = Vec::with_capacity(expected * HGETALL_RESERVE_BYTES);
-    let mut ends = Vec::with_capacity(2 * expected);
+    let mut map = BulkMap::with_capacity(expected * HGETALL_RESERVE_BYTES);
     dict::for_each_pair(ctx.tx, &h, |field, value| {
-        all.extend_from_slice(field);
-        ends.push(all.len());
-        all.extend_from_slice(value);
-        ends.push(all.len());
+        map.push(field, value);
         Ok(true)
     })?;
-    let all = Bytes::from(all);
-    let mut start = 0;
-    let out = ends
-        .chunks_exact(2)
-        .map(|pair| {
-            let (field, value) = (all.slice(start..pair[0]), all.slice(pair[0]..pair[1]));
-            start = pair[1];
-            (Reply::Bulk(field), Reply::Bulk(value))
-        })
-        .collect();
-    Ok(Reply::Map(out))
+    Ok(map.finish())
 }
 
 /// HGETALL reserves its buffer for this many fields at most (more grow it)...
 const HGETALL_RESERVE_FIELDS: u64 = 1024;
-/// ... of about this many bytes each, field and value (YCSB's: `field0` and 100 bytes).
-const HGETALL_RESERVE_BYTES: usize = 112;
+/// ... of about this many bytes each, field and value encoded (YCSB's: `field0` and 100
+/// bytes, 122 with their headers).
+const HGETALL_RESERVE_BYTES: usize = 128;
 
 fn hdel(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     let Some(d) = container!(ctx, &a[1], tag::HASH, false) else {

@@ -319,8 +319,14 @@ impl<'h> PersistentEngine<'h> {
     /// the seam without the server's [`Request`] (tests, tools). Opens a batch if none is.
     /// Finds and checks the command in mnemo-resp's table ([`command::resolve`]), as the
     /// session does for a [`Request`]; keeps what a session would (the selected database,
-    /// MULTI's queue; WATCH as connection 0).
+    /// MULTI's queue; WATCH as connection 0). The reply is the value a client decodes: an
+    /// HGETALL's [`Reply::EncodedMap`] comes back as the [`Reply::Map`] it encodes.
     pub fn execute_args(&mut self, args: &[Bytes], protocol: Protocol) -> (Reply, Effect) {
+        let (reply, effect) = self.execute_args_encoded(args, protocol);
+        (reply.expanded(), effect)
+    }
+
+    fn execute_args_encoded(&mut self, args: &[Bytes], protocol: Protocol) -> (Reply, Effect) {
         if self.txn.is_none() {
             self.begin();
         }

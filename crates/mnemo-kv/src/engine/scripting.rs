@@ -704,6 +704,7 @@ fn reply_to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> mlua::Result<Value> {
         Ok(t)
     };
     Ok(match reply {
+        Reply::EncodedMap { .. } => reply_to_lua(lua, &reply.expanded(), resp3)?,
         Reply::Simple(s) => table_with("ok", Value::String(lua.create_string(s)?))?,
         Reply::Error(s) => table_with("err", Value::String(lua.create_string(s)?))?,
         Reply::Integer(i) => Value::Integer(*i),
