@@ -15,6 +15,11 @@ mod size;
 mod vm;
 mod vpm;
 
+/// The allocator of the whole program: see `Cargo.toml` (mimalloc, for the server's small
+/// per-request buffers).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// mnemo keeps a program's data structures in persistent (or emulated-persistent) memory,
 /// updates them crash-consistently, and makes every acknowledged write durable.
 ///
