@@ -598,17 +598,19 @@ impl Allocator {
             });
         };
         let target = target.min(self.geometry.chunks_in(pool.size()));
-        let zone_first = self.geometry.zone_offset(total / CHUNKS_PER_ZONE);
-        let zone_last = self.geometry.zone_offset((target - 1) / CHUNKS_PER_ZONE);
-        // New zone tables read as zero (new pool bytes do) but must be backed before use.
-        pool.ensure_backed(
-            zone_first,
-            zone_last - zone_first + crate::layout::ZONE_HEADER_SIZE,
-        )
-        .map_err(|e| Error::OutOfSpace {
-            needed: n * CHUNK_SIZE,
-            detail: e.to_string(),
-        })?;
+        // New zone tables read as zero (new pool bytes do) but must be backed before use:
+        // each alone, not the gigabyte of chunks between two of them (on tmpfs that is memory,
+        // taken when the chunks are).
+        for zone in total / CHUNKS_PER_ZONE..=(target - 1) / CHUNKS_PER_ZONE {
+            pool.ensure_backed(
+                self.geometry.zone_offset(zone),
+                crate::layout::ZONE_HEADER_SIZE,
+            )
+            .map_err(|e| Error::OutOfSpace {
+                needed: n * CHUNK_SIZE,
+                detail: e.to_string(),
+            })?;
+        }
         chunks.add(total, target);
         tracing::debug!(from = total, to = target, "heap grew");
         Ok(())

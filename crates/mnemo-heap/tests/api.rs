@@ -433,6 +433,45 @@ fn the_pool_grows_on_demand() {
     assert!(heap.stats().chunks >= 160);
 }
 
+/// A heap of 4 GiB on tmpfs takes memory for the chunks it hands out, not for the whole
+/// pool. Chunks are taken best fit, from the smallest free span: in a new pool that is the
+/// last zone's (zones are 1 GiB; the last is partial), 3 GiB in. The pool backed such a range
+/// by backing every page up to it, which took 3.1 GiB of /dev/shm for 16 MiB handed out (and
+/// a server's first stores then paid for first touches of that memory). On a disk file system every block is reserved at creation by design
+/// (unwritten extents), so there is nothing to check there.
+#[test]
+fn a_heap_on_tmpfs_takes_memory_for_what_it_hands_out() {
+    let dir = shm_dir();
+    if !dir.path().starts_with("/dev/shm") {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    let allocated = |path: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).expect("stat").blocks() * 512
+    };
+    let (heap, path) = create(&dir, 4 << 30, 4 << 30);
+    let at_creation = allocated(&path);
+    for _ in 0..16 {
+        heap.pmalloc(1 << 20).expect("allocate");
+    }
+    let used = allocated(&path);
+    let heap = reopen(heap, &path);
+    assert_eq!(heap.live_allocations().len(), 16);
+    let reopened = allocated(&path);
+    for (when, bytes) in [
+        ("created", at_creation),
+        ("16 MiB handed out", used),
+        ("reopened", reopened),
+    ] {
+        assert!(
+            bytes < 128 * MIB,
+            "{when}: the 4 GiB pool holds {} MiB of tmpfs memory",
+            bytes / MIB
+        );
+    }
+}
+
 #[test]
 fn named_regions_and_roots() {
     let dir = shm_dir();

@@ -398,9 +398,14 @@ impl FileMedia {
         if end <= backed {
             return Ok(());
         }
-        // Allocate from the end of what is known to be backed: ranges are handed out in
-        // ascending order by the heap, and fallocate of an allocated range is cheap anyway.
-        let start = backed.min(offset - offset % PAGE_SIZE);
+        // A range that reaches back to what is known to be backed extends it (fallocate of an
+        // allocated range is cheap). A range past it (the heap takes chunks best fit, so a new
+        // pool's first chunks lie in its last zone, gigabytes in; a grown heap's zone tables)
+        // is backed alone and leaves the mark where it is: backing every page up to it took
+        // the memory of a pool on tmpfs at once (3.1 GiB of /dev/shm for a 4 GiB pool, whose
+        // first stores then paid for first touches of that memory).
+        let start = offset - offset % PAGE_SIZE;
+        let extends = start <= backed;
         match rustix::fs::fallocate(
             &self.file,
             rustix::fs::FallocateFlags::KEEP_SIZE,
@@ -412,7 +417,9 @@ impl FileMedia {
             Err(rustix::io::Errno::OPNOTSUPP) => {}
             Err(e) => return Err(MediaError::io("fallocate", e.into())),
         }
-        self.backed.fetch_max(end, Ordering::AcqRel);
+        if extends {
+            self.backed.fetch_max(end, Ordering::AcqRel);
+        }
         Ok(())
     }
 }
