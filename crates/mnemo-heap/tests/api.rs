@@ -437,8 +437,9 @@ fn the_pool_grows_on_demand() {
 /// pool. Chunks are taken best fit, from the smallest free span: in a new pool that is the
 /// last zone's (zones are 1 GiB; the last is partial), 3 GiB in. The pool backed such a range
 /// by backing every page up to it, which took 3.1 GiB of /dev/shm for 16 MiB handed out (and
-/// a server's first stores then paid for first touches of that memory). On a disk file system every block is reserved at creation by design
-/// (unwritten extents), so there is nothing to check there.
+/// a server's first stores then paid for first touches of that memory). On a disk file
+/// system every block is reserved at creation by design (unwritten extents), so there is
+/// nothing to check there.
 #[test]
 fn a_heap_on_tmpfs_takes_memory_for_what_it_hands_out() {
     let dir = shm_dir();

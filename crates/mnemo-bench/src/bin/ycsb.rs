@@ -14,9 +14,9 @@
 //! taskset (run the driver itself under `taskset -c <other cpu>`: `scripts/bench-ycsb.sh`
 //! does), checks the driver against each with `check` at small counts, then runs YCSB's
 //! recommended sequence: load, A, B, C, F, D; FLUSHALL, load, E. Every step runs on each
-//! server in turn (the order rotating from step to step) so that load from other jobs on the
-//! machine falls on all servers alike; the server that writes to the disk goes last in every
-//! step (`step_order`). Before each server's phase it waits until no Redis
+//! server in turn, so that load from other jobs on the machine falls on all servers alike:
+//! the servers in memory take turns first and the one that writes to the disk goes last
+//! (`step_order`). Before each server's phase it waits until no Redis
 //! server runs a background AOF rewrite or save (a forked child on the servers' CPU).
 //! Servers are stopped on exit (drop guards).
 //! Writes `bench/results/ycsb.csv` and `.json` and `bench/plots/ycsb.svg`.
