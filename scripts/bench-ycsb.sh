@@ -12,7 +12,10 @@
 #
 # Other options (passed to `ycsb bench`): --e-ops N (workload E's operation count, default
 # 5000: each scan reads up to 100 records), --threads N (8), --disk-dir DIR (/var/tmp),
-# --check-records N (2000; 0 skips the checks of the driver against each server).
+# --check-records N (2000; 0 skips the checks of the driver against each server),
+# --repeat N (2: each step runs N times on the servers in memory, their order reversed at
+# each repetition, so that each runs first in half of them; the plot and the ratios printed
+# at the end are medians over the repetitions, ycsb.csv keeps every one).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 for tool in redis-server taskset; do

@@ -7,7 +7,7 @@
 //! ycsb check --addr HOST:PORT [--records 2000] [--ops 20000] [--threads 4] [--commands ..]
 //! ycsb bench --mnemo PATH [--records 100000] [--ops 100000] [--e-ops 5000] [--threads 8]
 //!            [--server-cpu 0] [--disk-dir /var/tmp] [--targets redis,redis-aof-disk,mnemo]
-//!            [--check-records 2000]
+//!            [--check-records 2000] [--repeat 2]
 //! ```
 //!
 //! `bench` starts each server on its own loopback port, pinned to `--server-cpu` with
@@ -16,7 +16,11 @@
 //! recommended sequence: load, A, B, C, F, D; FLUSHALL, load, E. Every step runs on each
 //! server in turn, so that load from other jobs on the machine falls on all servers alike:
 //! the servers in memory take turns first and the one that writes to the disk goes last
-//! (`step_order`). Before each server's phase it waits until no Redis
+//! (`step_order`). With `--repeat N` each step runs N times on the servers in memory, the
+//! order of their turns reversed at each repetition (`repeat_order`), so that every step
+//! measures each of them both first and second (a load is repeated after a FLUSHALL); the
+//! AOF server runs once per step, after the last repetition. Before each server's phase it
+//! waits until no Redis
 //! server runs a background AOF rewrite or save (a forked child on the servers' CPU).
 //! Servers are stopped on exit (drop guards).
 //! Writes `bench/results/ycsb.csv` and `.json` and `bench/plots/ycsb.svg`.
@@ -45,7 +49,7 @@ usage:
   ycsb check --addr HOST:PORT [--records 2000] [--ops 20000] [--threads 4] [--commands ..]
   ycsb bench --mnemo PATH [--records 100000] [--ops 100000] [--e-ops 5000] [--threads 8]
              [--server-cpu 0] [--disk-dir /var/tmp] [--targets redis,redis-aof-disk,mnemo]
-             [--check-records 2000]
+             [--check-records 2000] [--repeat 2]
 
 phase runs one load or workload against a running server; check verifies the driver's
 reads against a server; bench starts Redis and mnemo itself and runs the whole sequence,
@@ -223,6 +227,8 @@ fn start(target: Target, mnemo: &Path, cpu: &str, disk: &str) -> Result<Started,
 struct Row {
     target: Target,
     step: &'static str,
+    /// Which repetition of the step (0-based; `--repeat`).
+    rep: usize,
     result: PhaseResult,
 }
 
@@ -296,12 +302,49 @@ fn step_order(targets: &[Target], i: usize) -> Vec<usize> {
     order
 }
 
+/// The order of repetition `rep` of step `i`: [`step_order`]'s servers in memory, reversed
+/// at every odd repetition, then (at the last repetition only) the AOF server. Measured with
+/// the two servers in memory run one after the other, fresh each time (`bench/README.md`,
+/// "Runs of stop 27"), whichever ran second in a pair did 8-10% better than when it ran
+/// first, so a single order per step leans each ratio by about that much; with an even
+/// number of repetitions each server runs first in half of them.
+fn repeat_order(targets: &[Target], i: usize, rep: usize, repeats: usize) -> Vec<usize> {
+    let order = step_order(targets, i);
+    let (mut memory, disk): (Vec<usize>, Vec<usize>) = order
+        .into_iter()
+        .partition(|&k| targets[k] != Target::RedisAofDisk);
+    if rep % 2 == 1 {
+        memory.reverse();
+    }
+    if rep + 1 == repeats {
+        memory.extend(disk);
+    }
+    memory
+}
+
+/// The median of `values` (the mean of the middle two for an even count; NaN when empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 fn bench(a: &Args<'_>) -> Result<(), String> {
     let records = a.num("--records", 100_000)?;
     let ops = a.num("--ops", 100_000)?;
     let e_ops = a.num("--e-ops", 5_000)?;
     let threads = a.num("--threads", 8)? as usize;
     let check_records = a.num("--check-records", 2000)?;
+    let repeats = a.num("--repeat", 2)?;
+    if !(1..=16).contains(&repeats) {
+        return Err(format!(
+            "--repeat {repeats}: give 1 to 16 repetitions per step"
+        ));
+    }
+    let repeats = repeats as usize;
     let cpu = a.get("--server-cpu").unwrap_or("0").to_string();
     let disk = a.get("--disk-dir").unwrap_or("/var/tmp").to_string();
     let mnemo = PathBuf::from(a.get("--mnemo").unwrap_or("mnemo"));
@@ -381,41 +424,46 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
     let started = Instant::now();
     let mut rows = Vec::new();
     for (i, &(step, which, count)) in steps.iter().enumerate() {
-        let order = step_order(&targets, i);
-        for j in 0..servers.len() {
-            let s = &servers[order[j]];
-            let waited = wait_for_background_saves(&servers)?;
-            if waited > Duration::from_millis(100) {
-                eprintln!(
-                    "waited {:.1} s for a Redis background rewrite or save to end before {} {step}",
-                    waited.as_secs_f64(),
-                    s.target.name()
-                );
-            }
-            let result = match which {
-                "load" | "load-e" => {
-                    if which == "load-e" {
-                        flushall(&s.addr())?;
+        for rep in 0..repeats {
+            for k in repeat_order(&targets, i, rep, repeats) {
+                let s = &servers[k];
+                let waited = wait_for_background_saves(&servers)?;
+                if waited > Duration::from_millis(100) {
+                    eprintln!(
+                        "waited {:.1} s for a Redis background rewrite or save to end before {} {step}",
+                        waited.as_secs_f64(),
+                        s.target.name()
+                    );
+                }
+                // The same operations for every server at one repetition, new ones at the next.
+                let seed = (i * 16 + rep) as u64;
+                let result = match which {
+                    "load" | "load-e" => {
+                        if which == "load-e" || rep > 0 {
+                            flushall(&s.addr())?;
+                        }
+                        let w = CoreWorkload::core("a", records, count).ok_or("no workload")?;
+                        ycsb::load(&w, &options(s, seed))?
                     }
-                    let w = CoreWorkload::core("a", records, count).ok_or("no workload")?;
-                    ycsb::load(&w, &options(s, i as u64))?
-                }
-                _ => {
-                    let w = CoreWorkload::core(which, records, count).ok_or("no workload")?;
-                    ycsb::run(&w, &options(s, i as u64))?
-                }
-            };
-            println!(
-                "== {} {step} ({} threads) ==\n{}",
-                s.target.name(),
-                threads,
-                result.report()
-            );
-            rows.push(Row {
-                target: s.target,
-                step,
-                result,
-            });
+                    _ => {
+                        let w = CoreWorkload::core(which, records, count).ok_or("no workload")?;
+                        ycsb::run(&w, &options(s, seed))?
+                    }
+                };
+                println!(
+                    "== {} {step}, repetition {} of {repeats} ({} threads) ==\n{}",
+                    s.target.name(),
+                    rep + 1,
+                    threads,
+                    result.report()
+                );
+                rows.push(Row {
+                    target: s.target,
+                    step,
+                    rep,
+                    result,
+                });
+            }
         }
     }
     let elapsed = started.elapsed();
@@ -428,9 +476,10 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
     for r in &rows {
         // server..truncated, the same on the phase's OVERALL row and on each operation's.
         let phase = format!(
-            "{},{},{},{},{:.1},{:.3},{}",
+            "{},{},{},{},{},{:.1},{:.3},{}",
             r.target.name(),
             r.step,
+            r.rep,
             r.result.phase,
             r.result.threads,
             r.result.throughput(),
@@ -457,7 +506,7 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
     }
     let csv_path = write_csv(
         "ycsb.csv",
-        "server,workload,phase,threads,throughput_ops_s,elapsed_s,truncated,op,count,errors,avg_us,p50_us,p95_us,p99_us,max_us,commit",
+        "server,workload,repeat,phase,threads,throughput_ops_s,elapsed_s,truncated,op,count,errors,avg_us,p50_us,p95_us,p99_us,max_us,commit",
         &csv,
     )
     .map_err(|e| e.to_string())?;
@@ -467,6 +516,7 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
             serde_json::json!({
                 "server": r.target.name(),
                 "workload": r.step,
+                "repeat": r.rep,
                 "phase": r.result.phase,
                 "threads": r.result.threads,
                 "operations": r.result.operations,
@@ -491,6 +541,7 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
             "operationcount": ops,
             "operationcount_e": e_ops,
             "threads": threads,
+            "repeats": repeats,
             "commands": format!("{commands:?}"),
             "server_cpu": cpu,
             "client_cpus": client_cpus,
@@ -512,19 +563,33 @@ fn bench(a: &Args<'_>) -> Result<(), String> {
             values: steps
                 .iter()
                 .map(|&(step, _, _)| {
-                    rows.iter()
-                        .find(|r| r.target == t && r.step == step)
-                        .map_or(f64::NAN, |r| r.result.throughput())
+                    median(
+                        rows.iter()
+                            .filter(|r| r.target == t && r.step == step)
+                            .map(|r| r.result.throughput())
+                            .collect(),
+                    )
                 })
                 .collect(),
         })
         .collect();
+    // mnemo over each other server, step by step, from the medians of the repetitions.
+    if let Some(m) = series.iter().find(|g| g.name == Target::Mnemo.name()) {
+        for peer in series.iter().filter(|g| g.name != m.name) {
+            let ratios: Vec<String> = groups
+                .iter()
+                .zip(m.values.iter().zip(&peer.values))
+                .map(|(step, (a, b))| format!("{step} {:.2}x", a / b))
+                .collect();
+            eprintln!("mnemo over {}: {}", peer.name, ratios.join(", "));
+        }
+    }
     let load1 = |text: &str| text.split_whitespace().next().unwrap_or("?").to_string();
     let svg = grouped_bars(
         &bench_dir().join("plots").join("ycsb.svg"),
         &format!(
-            "YCSB, {records} records of 1 KB, {ops} ops (E: {e_ops}), {threads} clients; \
-             server CPU {cpu}, client CPU {client_cpus}; load avg {}..{}",
+            "YCSB, {records} records of 1 KB, {ops} ops (E: {e_ops}), {threads} clients, \
+             median of {repeats}; server CPU {cpu}, client CPU {client_cpus}; load avg {}..{}",
             load1(&load_before),
             load1(&load_after)
         ),
@@ -566,5 +631,44 @@ mod tests {
         assert_ne!(step_order(&targets, 0)[0], step_order(&targets, 6)[0]);
         assert_eq!(step_order(&[Target::RedisAofDisk], 3), [0]);
         assert_eq!(step_order(&[Target::Mnemo, Target::Redis], 1), [1, 0]);
+    }
+
+    /// With an even number of repetitions each server in memory runs first in half of every
+    /// step's repetitions and second in the other half; the AOF server runs once per step,
+    /// last.
+    #[test]
+    fn repetitions_reverse_the_turns_and_run_the_disk_server_once() {
+        let targets = [Target::Redis, Target::RedisAofDisk, Target::Mnemo];
+        for repeats in [2, 4] {
+            for i in 0..8 {
+                let mut first = [0; 3];
+                let mut runs = [0; 3];
+                for rep in 0..repeats {
+                    let order = repeat_order(&targets, i, rep, repeats);
+                    first[order[0]] += 1;
+                    for k in &order {
+                        runs[*k] += 1;
+                    }
+                    assert_eq!(
+                        order.contains(&1),
+                        rep + 1 == repeats,
+                        "{i}/{rep}: {order:?}"
+                    );
+                    if order.contains(&1) {
+                        assert_eq!(order.last(), Some(&1), "{i}/{rep}: {order:?}");
+                    }
+                }
+                assert_eq!(first, [repeats / 2, 0, repeats / 2], "step {i}");
+                assert_eq!(runs, [repeats, 1, repeats], "step {i}");
+            }
+        }
+        assert_eq!(repeat_order(&targets, 0, 0, 1), step_order(&targets, 0));
+    }
+
+    #[test]
+    fn median_of_odd_even_and_no_values() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0]), 2.5);
+        assert!(median(Vec::new()).is_nan());
     }
 }
