@@ -4,8 +4,10 @@
 #   redis-server --appendonly yes --appendfsync always
 #   mnemo-local: mnemo serve, pool on the disk, MNEMO_WAL=0: the local policy (msync of the
 #     mapping per group commit)
-#   mnemo-wal: the default: the write-ahead file (fdatasync per group commit, replies after
-#     it), the pool mapped shared
+#   mnemo-wal: the default: the write-ahead file (one direct write with RWF_DSYNC per group
+#     commit, replies after it), the pool mapped shared
+#   mnemo-wal-buffered: the same with MNEMO_WAL_DIRECT=0: the write-ahead file through the
+#     page cache (pwrite and fdatasync per group commit)
 #   mnemo-wal-private: MNEMO_WAL_PRIVATE=1: the pool mapped copy-on-write (its file changes
 #     only at checkpoints)
 #   mnemo-wal-deferred: the same with MNEMO_DEFER_ACKS=1: replies held in the loop until
@@ -69,6 +71,10 @@ start() { # server dir
         ;;
     mnemo-local)
         MNEMO_WAL=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+            --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
+        ;;
+    mnemo-wal-buffered)
+        MNEMO_WAL_DIRECT=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
     mnemo-wal-private)

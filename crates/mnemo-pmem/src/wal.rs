@@ -98,20 +98,174 @@ pub trait LogFile: Send + Sync + Debug {
 /// A write-ahead file on disk: created at its full length, filled with zeros and synced
 /// (with its directory) once, so that later writes change no file metadata and
 /// `fdatasync` writes data only.
+///
+/// Where the file system takes `O_DIRECT` (ext4, xfs; not tmpfs), every write goes to the
+/// disk at once, through a second descriptor, as whole 4 KiB blocks with `pwritev2(2)`'s
+/// `RWF_DSYNC`: durable when the call returns, so [`LogFile::sync`] has nothing left to do.
+/// One system call and no page-cache copy instead of `pwrite` and `fdatasync`; on this
+/// machine's ext4 a 4 KiB record becomes durable in 133-174 us instead of 193-233 us
+/// (`docs/design/disk-durability.md`, "Direct writes"). `MNEMO_WAL_DIRECT=0` keeps the page
+/// cache.
+///
+/// A direct write covers whole blocks, so it also writes the bytes around the record that
+/// share its first and last block:
+/// * before it, in the first block, are the records written just before (or a header copy's
+///   page): they are written again with the bytes they have, kept from the last write
+///   ([`Direct::last`]) or read back. A power cut during the write leaves each sector old
+///   or new, and both hold those bytes.
+/// * after it, in the last block, nothing is live: records are appended in order within an
+///   epoch's half, what follows the last one there is left from older epochs (dead, and
+///   replay stops at the first record that does not check), and a header copy's page holds
+///   nothing after the copy. So those bytes are written as zeros. This needs the two halves
+///   to meet at a block boundary, which holds when the file's length is a multiple of 8 KiB
+///   (so files are created so); a file of another length keeps the page cache.
 #[derive(Debug)]
 pub struct FileLog {
     file: File,
+    direct: Option<Direct>,
     len: u64,
     path: PathBuf,
 }
 
+/// Bytes of a block of a direct write: its offset and length are multiples of this, and so
+/// is the address of its buffer (`O_DIRECT` needs the device's logical block size, at most
+/// 4 KiB).
+const DIRECT_BLOCK: usize = 4096;
+
+/// One block of a direct write's buffer, aligned as `O_DIRECT` needs.
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Block([u8; DIRECT_BLOCK]);
+
+/// The `O_DIRECT` side of a [`FileLog`].
+#[derive(Debug)]
+struct Direct {
+    file: File,
+    /// Cleared for good when the file system refuses a direct write (`EINVAL`): the
+    /// page cache from then on.
+    on: std::sync::atomic::AtomicBool,
+    scratch: std::sync::Mutex<Scratch>,
+}
+
+/// The buffer of direct writes and the last block written.
+struct Scratch {
+    blocks: Vec<Block>,
+    /// File offset and bytes of the last block of the last direct write: the next append
+    /// begins in it.
+    last: Option<(u64, Block)>,
+}
+
+impl Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scratch")
+            .field("blocks", &self.blocks.len())
+            .field("last", &self.last.as_ref().map(|(at, _)| at))
+            .finish()
+    }
+}
+
+/// Whether `MNEMO_WAL_DIRECT=0` asks write-ahead files to keep the page cache.
+fn direct_wanted() -> bool {
+    !std::env::var("MNEMO_WAL_DIRECT").is_ok_and(|v| v.trim() == "0")
+}
+
+impl Direct {
+    /// The direct side of the file at `path` of `len` bytes, if its file system takes
+    /// `O_DIRECT` and its halves meet at a block boundary.
+    fn open(path: &Path, len: u64) -> Option<Direct> {
+        if !direct_wanted() || len % (2 * DIRECT_BLOCK as u64) != 0 {
+            return None;
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .ok()?;
+        Some(Direct {
+            file,
+            on: std::sync::atomic::AtomicBool::new(true),
+            scratch: std::sync::Mutex::new(Scratch {
+                blocks: Vec::new(),
+                last: None,
+            }),
+        })
+    }
+
+    fn on(&self) -> bool {
+        self.on.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Write `bytes` at `offset` as whole blocks, durable on return (see [`FileLog`]);
+    /// `Ok(false)` if the file system refused (nothing written: the caller writes through
+    /// the page cache instead). `buffered` reads the bytes before `offset` in its first
+    /// block when they are not those of the last write.
+    fn write(&self, buffered: &File, offset: u64, bytes: &[u8]) -> Result<bool, MediaError> {
+        const B: u64 = DIRECT_BLOCK as u64;
+        let start = offset - offset % B;
+        let end = (offset + bytes.len() as u64).next_multiple_of(B);
+        let count = ((end - start) / B) as usize;
+        let mut scratch = self
+            .scratch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Scratch { blocks, last } = &mut *scratch;
+        blocks.clear();
+        blocks.resize(count, Block([0; DIRECT_BLOCK]));
+        // SAFETY: `blocks` holds `count` initialised blocks of plain bytes, contiguous
+        // (a `Vec`), borrowed mutably here and by nothing else.
+        let raw = unsafe {
+            std::slice::from_raw_parts_mut(blocks.as_mut_ptr().cast::<u8>(), count * DIRECT_BLOCK)
+        };
+        let head = (offset - start) as usize;
+        if head > 0 {
+            match last {
+                Some((at, block)) if *at == start => raw[..head].copy_from_slice(&block.0[..head]),
+                _ => buffered
+                    .read_exact_at(&mut raw[..head], start)
+                    .map_err(|e| MediaError::io("reading the write-ahead file", e))?,
+            }
+        }
+        raw[head..head + bytes.len()].copy_from_slice(bytes);
+        let mut done = 0;
+        while done < raw.len() {
+            match rustix::io::pwritev2(
+                &self.file,
+                &[std::io::IoSlice::new(&raw[done..])],
+                start + done as u64,
+                rustix::io::ReadWriteFlags::DSYNC,
+            ) {
+                Ok(0) => {
+                    return Err(MediaError::io(
+                        "writing the write-ahead file",
+                        std::io::ErrorKind::WriteZero.into(),
+                    ))
+                }
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::INVAL | rustix::io::Errno::OPNOTSUPP) if done == 0 => {
+                    self.on.store(false, std::sync::atomic::Ordering::Release);
+                    tracing::info!(
+                        "the file system refused a direct write to the write-ahead file; \
+                         it keeps the page cache"
+                    );
+                    return Ok(false);
+                }
+                Err(e) => return Err(MediaError::io("writing the write-ahead file", e.into())),
+            }
+        }
+        *last = blocks.last().map(|block| (end - B, *block));
+        Ok(true)
+    }
+}
+
 impl FileLog {
-    /// Open the write-ahead file at `path`, creating it with `len` bytes if it does not
-    /// exist. An existing file keeps its length (at least [`WAL_BYTES_MIN`]).
+    /// Open the write-ahead file at `path`, creating it with `len` bytes (rounded up to
+    /// 8 KiB) if it does not exist. An existing file keeps its length (at least
+    /// [`WAL_BYTES_MIN`]).
     pub fn open_or_create(path: &Path, len: u64) -> Result<FileLog, MediaError> {
         let len = len
             .max(WAL_BYTES_MIN)
-            .next_multiple_of(WAL_HEADER_COPY_SIZE);
+            .next_multiple_of(2 * WAL_HEADER_COPY_SIZE);
         let existing = path.exists();
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -129,6 +283,7 @@ impl FileLog {
             let len = found - found % WAL_HEADER_COPY_SIZE;
             return Ok(FileLog {
                 file,
+                direct: Direct::open(path, len),
                 len,
                 path: path.to_path_buf(),
             });
@@ -152,6 +307,7 @@ impl FileLog {
         }
         Ok(FileLog {
             file,
+            direct: Direct::open(path, len),
             len,
             path: path.to_path_buf(),
         })
@@ -160,6 +316,11 @@ impl FileLog {
     /// Where the file is.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether writes go to the disk directly, durable on return (see [`FileLog`]).
+    pub fn direct(&self) -> bool {
+        self.direct.as_ref().is_some_and(Direct::on)
     }
 }
 
@@ -175,12 +336,21 @@ impl LogFile for FileLog {
     }
 
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError> {
+        if let Some(direct) = self.direct.as_ref().filter(|d| d.on()) {
+            if direct.write(&self.file, offset, bytes)? {
+                return Ok(());
+            }
+        }
         self.file
             .write_all_at(bytes, offset)
             .map_err(|e| MediaError::io("writing the write-ahead file", e))
     }
 
     fn sync(&self) -> Result<(), MediaError> {
+        if self.direct() {
+            // Every write was durable when it returned.
+            return Ok(());
+        }
         rustix::fs::fdatasync(&self.file)
             .map_err(|e| MediaError::io("fdatasync of the write-ahead file", e.into()))
     }

@@ -413,3 +413,79 @@ fn deferred_acks_need_a_private_write_ahead_pool() {
     assert!(!local.defer_acks(Arc::new(|| {})));
     assert!(local.ack_marks().is_none());
 }
+
+/// Whether the file system of `dir` is one that takes `O_DIRECT` writes (ext4, xfs).
+fn takes_direct_writes(dir: &Path) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    let Ok(file) = std::fs::File::open(dir) else {
+        return false;
+    };
+    rustix::fs::fstatfs(&file).is_ok_and(|s| [EXT4, XFS].contains(&(s.f_type as i64)))
+}
+
+/// A direct write covers whole 4 KiB blocks, so it writes again the bytes before the
+/// record in its first block (from the last write, or read back when that is not the same
+/// block): appends of every length, across blocks, after a header write and from a new
+/// handle (nothing cached) leave the file holding exactly what was written.
+#[test]
+fn direct_writes_keep_the_records_before_them_in_their_block() {
+    use mnemo_pmem::LogFile;
+    let dir = disk_dir();
+    let path = dir.path().join("direct.wal");
+    let len = 256u64 << 10;
+    let mut model = vec![0u8; len as usize];
+    let put = |log: &FileLog, model: &mut [u8], at: u64, bytes: &[u8]| {
+        log.write_at(at, bytes).expect("write");
+        log.sync().expect("sync");
+        model[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+    };
+    let mut at = 8192u64;
+    let lengths = [100usize, 3000, 5000, 1, 4095, 8192, 777, 4096, 33, 12_000];
+    {
+        let log = FileLog::open_or_create(&path, len).expect("create");
+        assert_eq!(log.len(), len);
+        if takes_direct_writes(dir.path()) {
+            assert!(log.direct(), "ext4 and xfs take direct writes");
+        }
+        for (k, &n) in lengths.iter().enumerate() {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 7 + k * 13 + 1) as u8).collect();
+            put(&log, &mut model, at, &bytes);
+            at += n as u64;
+            if k == 4 {
+                // A header copy between two appends: the next append's block is not cached.
+                put(&log, &mut model, 4096, &[0xa5; 64]);
+            }
+        }
+    }
+    // A new handle knows no block: the first append reads back the one it begins in.
+    let log = FileLog::open_or_create(&path, len).expect("open");
+    for (k, &n) in lengths.iter().rev().enumerate() {
+        let bytes: Vec<u8> = (0..n).map(|i| (i * 3 + k * 29 + 5) as u8).collect();
+        put(&log, &mut model, at, &bytes);
+        at += n as u64;
+    }
+    let mut read = vec![0u8; len as usize];
+    log.read_at(0, &mut read).expect("read back");
+    let first_bad = read.iter().zip(&model).position(|(a, b)| a != b);
+    assert_eq!(first_bad, None, "the file differs from what was written");
+    let on_disk = std::fs::read(&path).expect("read the file");
+    assert!(
+        on_disk == model,
+        "the file read anew differs from what was written"
+    );
+}
+
+/// A file whose length is not a multiple of 8 KiB (its halves would share a block) keeps
+/// the page cache.
+#[test]
+fn a_file_of_odd_length_keeps_the_page_cache() {
+    let dir = disk_dir();
+    let path = dir.path().join("odd.wal");
+    let file = std::fs::File::create(&path).expect("create");
+    file.set_len(WAL_BYTES_MIN + 4096).expect("length");
+    drop(file);
+    let log = FileLog::open_or_create(&path, WAL_BYTES_MIN).expect("open");
+    assert_eq!(mnemo_pmem::LogFile::len(&log), WAL_BYTES_MIN + 4096);
+    assert!(!log.direct());
+}
