@@ -416,12 +416,12 @@ fn deferred_acks_need_a_private_write_ahead_pool() {
 
 /// Whether the file system of `dir` is one that takes `O_DIRECT` writes (ext4, xfs).
 fn takes_direct_writes(dir: &Path) -> bool {
-    const EXT4: i64 = 0xEF53;
-    const XFS: i64 = 0x5846_5342;
+    const EXT4: u64 = 0xEF53;
+    const XFS: u64 = 0x5846_5342;
     let Ok(file) = std::fs::File::open(dir) else {
         return false;
     };
-    rustix::fs::fstatfs(&file).is_ok_and(|s| [EXT4, XFS].contains(&(s.f_type as i64)))
+    rustix::fs::fstatfs(&file).is_ok_and(|s| [EXT4, XFS].contains(&(s.f_type as u64)))
 }
 
 /// A direct write covers whole 4 KiB blocks, so it writes again the bytes before the
