@@ -15,8 +15,8 @@
 #   mnemo-wal-gather: the default with --commit-gathering (a writing batch waits for the
 #     clients just answered when its commits wait for the disk: docs/design/kv-server.md)
 # for c=1, c=50 and -P 16 -c 50 (KV_DISK_SERVERS picks the servers, default all but
-# mnemo-local; KV_DISK_WORKLOADS picks the workloads, default all three); rounds alternate the
-# servers. Server and client pinned to different CPUs (KV_SERVER_CPU, KV_CLIENT_CPU; a list
+# mnemo-local; KV_DISK_WORKLOADS picks the workloads, default all three); each round runs
+# every server, in the reverse order at every other round. Server and client pinned to different CPUs (KV_SERVER_CPU, KV_CLIENT_CPU; a list
 # such as 0,1 unpins). KV_CLIENT_THREADS=N runs redis-benchmark's multi-thread mode
 # (`--threads N`) for both servers alike.
 # SETs of 100 bytes over KV_BENCH_KEYS random keys (redis-benchmark -r; default 100000).
@@ -122,8 +122,14 @@ measure() { # server round
     done
 }
 
+# Every other round runs the servers in the reverse order: measured one after the other,
+# whichever ran second of two did several percent better (bench/README.md, "Runs of stop
+# 27"), so a fixed order would lean the ratios.
+reversed="$(echo $servers | tr ' ' '\n' | tac | tr '\n' ' ')"
 for round in $(seq 1 "$rounds"); do
-    for server in $servers; do
+    order="$servers"
+    [ $((round % 2)) -eq 0 ] && order="$reversed"
+    for server in $order; do
         measure "$server" "$round"
     done
 done
