@@ -363,7 +363,8 @@ pub struct WalStats {
     pub records: u64,
     /// Bytes of records appended.
     pub bytes: u64,
-    /// `fdatasync` calls on the write-ahead file for records (one per group commit).
+    /// Group commits of records: each one `fdatasync` of the write-ahead file, or one direct
+    /// write durable on return ([`FileLog`]).
     pub fdatasyncs: u64,
     /// Checkpoints completed (the pool synced in place, the file's space reused).
     pub checkpoints: u64,
@@ -371,7 +372,8 @@ pub struct WalStats {
     pub pending_bytes: u64,
     /// Records replayed when the pool was opened.
     pub replayed: u64,
-    /// Duration of the last `fdatasync` of records, in nanoseconds.
+    /// Duration of the last group commit's write and `fdatasync` (or direct write), in
+    /// nanoseconds.
     pub last_fdatasync_ns: u64,
     /// Duration of the last checkpoint, in nanoseconds.
     pub last_checkpoint_ns: u64,
