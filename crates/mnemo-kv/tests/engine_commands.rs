@@ -744,6 +744,56 @@ fn flushall_reclaims_and_reopen_works() {
     assert_eq!(e.check().expect("valid"), 1);
 }
 
+/// FLUSHALL and FLUSHDB without ASYNC free what they dropped before they answer (Redis's
+/// default, `lazyfree-lazy-user-flush no`); with ASYNC it is freed a bounded amount per
+/// batch afterwards.
+#[test]
+fn a_flush_frees_before_it_answers_unless_async() {
+    let dir = scratch();
+    let heap = create(&dir, 64 << 20, 256 << 20, &small_options());
+    let mut e = PersistentEngine::open(&heap).expect("open");
+    let fill = |e: &mut PersistentEngine<'_>| {
+        e.begin();
+        for i in 0..2000 {
+            e.execute_args(
+                &args(&["HSET", &format!("h{i}"), "a", "1", "b", "2", "c", "3"]),
+                Protocol::Resp2,
+            );
+        }
+        e.commit().expect("commit");
+    };
+    let empty = heap.stats().used_bytes;
+    for sync in [vec!["FLUSHALL"], vec!["FLUSHALL", "SYNC"], vec!["FLUSHDB"]] {
+        fill(&mut e);
+        let full = heap.stats().used_bytes;
+        let before = e.stats().reclaim_commits;
+        assert_eq!(run(&mut e, &sync), ok());
+        let after = heap.stats().used_bytes;
+        assert!(
+            after <= empty + (full - empty) / 50,
+            "{sync:?}: {after} bytes in use after it, {empty} before the fill, {full} full"
+        );
+        assert!(e.stats().reclaim_commits > before, "{sync:?}");
+    }
+    fill(&mut e);
+    let full = heap.stats().used_bytes;
+    let before = e.stats().reclaim_commits;
+    assert_eq!(run(&mut e, &["FLUSHALL", "ASYNC"]), ok());
+    assert!(
+        heap.stats().used_bytes > empty + (full - empty) / 2,
+        "ASYNC freed at once"
+    );
+    assert_eq!(e.stats().reclaim_commits, before);
+    for _ in 0..200 {
+        run(&mut e, &["SET", "k", "v"]);
+    }
+    assert!(
+        heap.stats().used_bytes <= empty + (full - empty) / 50,
+        "ASYNC: freed by the batches after it"
+    );
+    assert_eq!(e.check().expect("valid"), 1);
+}
+
 /// With the heap's default lane logs (16 KiB records) a batch of big commands outgrows one redo
 /// record: the engine commits early and goes on; one command too big alone gets an error.
 #[test]

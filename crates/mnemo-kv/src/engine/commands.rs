@@ -752,8 +752,10 @@ fn scan(ctx: &mut Ctx<'_, '_>, a: &[Bytes]) -> Result<Reply> {
     ]))
 }
 
-/// FLUSHDB (the command's database) and FLUSHALL (every database); SYNC and ASYNC alike:
-/// either way the old table is queued for lazy freeing and the command is O(1).
+/// FLUSHDB (the command's database) and FLUSHALL (every database): the old table is queued
+/// for freeing. With ASYNC it is freed lazily, a bounded amount per batch; otherwise (SYNC,
+/// or no argument, as Redis with `lazyfree-lazy-user-flush no`) the batch's commit frees it
+/// all before the reply goes (`PersistentEngine::drain_reclaim`).
 fn flush(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Result<Reply> {
     match a.get(1) {
         None => {}
@@ -773,7 +775,7 @@ fn flush(ctx: &mut Ctx<'_, '_>, spec: &'static CommandSpec, a: &[Bytes]) -> Resu
         }
         let new = dict::create(ctx.tx, dict::Kind::Keyspace)?;
         ctx.set_keyspace(db, new)?;
-        // The old table and everything in it is freed a bounded amount per batch.
+        // The old table and everything in it: freed at the batch's commit, or lazily.
         let head = store::word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM)?;
         store::set_word(ctx.tx, old + dict::field::RECLAIM_NEXT, head)?;
         store::set_word(ctx.tx, ctx.root + super::keyspace::root::RECLAIM, old)?;

@@ -148,6 +148,7 @@ impl PersistentEngine<'_> {
                 line("split_commits", &self.stats.split_commits);
                 line("exec_alone", &self.stats.exec_alone);
                 line("housekeeping_errors", &self.stats.housekeeping_errors);
+                line("flush_reclaim_commits", &self.stats.reclaim_commits);
             }
             "replication" => {
                 line("role", &self.role);

@@ -323,6 +323,11 @@ impl Ctx<'_, '_> {
         Ok(true)
     }
 
+    /// Whether the reclaim queue holds anything (a flushed table not yet freed).
+    pub fn reclaim_queued(&self) -> Result<bool> {
+        Ok(store::word(self.tx, self.root + root::RECLAIM)? != 0)
+    }
+
     /// Frees up to `budget` allocations from the reclaim queue.
     pub fn reclaim_step(&mut self, mut budget: u64) -> Result<()> {
         while budget > 0 {

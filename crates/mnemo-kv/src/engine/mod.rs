@@ -109,6 +109,9 @@ pub struct EngineStats {
     pub last_commit_unix: u64,
     /// Housekeeping steps that failed (undone; retried with the next batch).
     pub housekeeping_errors: u64,
+    /// Transactions that freed what a FLUSHALL or FLUSHDB without ASYNC dropped, before
+    /// its reply.
+    pub reclaim_commits: u64,
 }
 
 /// Extra INFO lines from the server: called with a section name ("clients", "server"...),
@@ -142,6 +145,9 @@ pub struct PersistentEngine<'h> {
     in_exec: bool,
     /// A command of the running EXEC outgrew the batch's record.
     exec_overflow: bool,
+    /// A FLUSHALL or FLUSHDB without ASYNC ran in the open batch: its commit empties the
+    /// reclaim queue before the batch's replies go ([`PersistentEngine::drain_reclaim`]).
+    drain_reclaim: bool,
     /// Pool writes (and allocations, frees) of the last command: whether it changed
     /// anything, for WATCH.
     writes: u64,
@@ -253,6 +259,7 @@ impl<'h> PersistentEngine<'h> {
             idle_db: 0,
             in_exec: false,
             exec_overflow: false,
+            drain_reclaim: false,
             writes: 0,
             watch: Watches::default(),
             can_block: None,
@@ -440,6 +447,13 @@ impl<'h> PersistentEngine<'h> {
             return (commands::err(errors::DB_INDEX_OUT_OF_RANGE), effect);
         }
         let resp3 = protocol == Protocol::Resp3;
+        if matches!(spec.id, CommandId::Flushall | CommandId::Flushdb)
+            && !args
+                .get(1)
+                .is_some_and(|mode| mode.eq_ignore_ascii_case(b"async"))
+        {
+            self.drain_reclaim = true;
+        }
         let reply = match spec.id {
             CommandId::Ping => Ok(match args.get(1) {
                 Some(text) => Reply::Bulk(text.clone()),
@@ -783,6 +797,38 @@ impl<'h> PersistentEngine<'h> {
         self.stats.exec_alone += 1;
     }
 
+    /// FLUSHALL and FLUSHDB without ASYNC free what they dropped before they answer, as
+    /// Redis does by default (`lazyfree-lazy-user-flush no`): after the batch commits, the
+    /// reclaim queue is emptied in transactions of [`limits::RECLAIM_FREES_PER_BATCH`] frees
+    /// each (one sync point each, so a crash on the way leaves the rest queued, freed
+    /// lazily as after an ASYNC). Left lazily freed, a large flush slowed every batch after
+    /// it: a reload of 100,000 YCSB records right after a FLUSHALL took 7-12% more server
+    /// CPU than the first load (`bench/README.md`, "Runs of stop 27"). A transaction that
+    /// fails leaves the rest to the lazy path.
+    fn drain_reclaim(&mut self) {
+        loop {
+            self.begin_txn();
+            if self.txn.is_none() {
+                break;
+            }
+            let more = self.under_savepoint(0, false, |ctx| {
+                ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)?;
+                ctx.reclaim_queued()
+            });
+            let committed = self.poisoned.is_none() && more.is_ok() && self.commit_open().is_ok();
+            if !committed {
+                self.abort_open();
+                self.stats.housekeeping_errors += 1;
+                break;
+            }
+            self.stats.reclaim_commits += 1;
+            if !more.unwrap_or(false) {
+                break;
+            }
+        }
+        self.poisoned = None;
+    }
+
     fn commit_open(&mut self) -> Result<(), EngineError> {
         let Some(txn) = self.txn.take() else {
             return Ok(());
@@ -1119,9 +1165,14 @@ impl Engine for PersistentEngine<'_> {
         }
         if let Some(reason) = self.poisoned.take() {
             self.abort_open();
+            self.drain_reclaim = false;
             return Err(EngineError::RollbackFailed(reason));
         }
-        self.commit_open()
+        self.commit_open()?;
+        if std::mem::take(&mut self.drain_reclaim) {
+            self.drain_reclaim();
+        }
+        Ok(())
     }
 
     fn finish_read_only(&mut self) {
