@@ -110,9 +110,9 @@ pub trait LogFile: Send + Sync + Debug {
 /// A direct write covers whole blocks, so it also writes the bytes around the record that
 /// share its first and last block:
 /// * before it, in the first block, are the records written just before (or a header copy's
-///   page): they are written again with the bytes they have, kept from the last write
-///   ([`Direct::last`]) or read back. A power cut during the write leaves each sector old
-///   or new, and both hold those bytes.
+///   page): they are written again with the bytes they have, kept from the last write or
+///   read back. A power cut during the write leaves each sector old or new, and both hold
+///   those bytes.
 /// * after it, in the last block, nothing is live: records are appended in order within an
 ///   epoch's half, what follows the last one there is left from older epochs (dead, and
 ///   replay stops at the first record that does not check), and a header copy's page holds
