@@ -33,6 +33,15 @@ pub const EXPIRE_BUCKETS_PER_BATCH: u64 = 32;
 /// Allocations freed per committed batch from the reclaim queue (lazily freed big values):
 /// bounds the work and the redo record a DEL or FLUSHALL adds to later batches.
 pub const RECLAIM_FREES_PER_BATCH: u64 = 256;
+/// Allocations freed per transaction when a FLUSHALL or FLUSHDB without ASYNC empties the
+/// reclaim queue before it answers: 16 times a batch's share, so that a large flush takes
+/// few sync points (each a durable write on a disk pool). A transaction too large for the
+/// heap's redo record is retried with a quarter of the frees, down to
+/// [`RECLAIM_FREES_PER_DRAIN_MIN`].
+pub const RECLAIM_FREES_PER_DRAIN: u64 = 16 * RECLAIM_FREES_PER_BATCH;
+/// The fewest frees a drain transaction tries before it leaves the rest to the lazy path,
+/// and the fewest a batch's lazy step tries after steps too large for its redo record.
+pub const RECLAIM_FREES_PER_DRAIN_MIN: u64 = 16;
 /// A container with at most this many elements is freed inside the command that drops it;
 /// a larger one goes to the reclaim queue.
 pub const FREE_INLINE_ELEMENTS_MAX: u64 = 64;

@@ -148,6 +148,9 @@ pub struct PersistentEngine<'h> {
     /// A FLUSHALL or FLUSHDB without ASYNC ran in the open batch: its commit empties the
     /// reclaim queue before the batch's replies go ([`PersistentEngine::drain_reclaim`]).
     drain_reclaim: bool,
+    /// Frees the next batch's housekeeping takes from the reclaim queue (at most
+    /// [`limits::RECLAIM_FREES_PER_BATCH`]; less after a step that did not fit).
+    reclaim_budget: u64,
     /// Pool writes (and allocations, frees) of the last command: whether it changed
     /// anything, for WATCH.
     writes: u64,
@@ -260,6 +263,7 @@ impl<'h> PersistentEngine<'h> {
             in_exec: false,
             exec_overflow: false,
             drain_reclaim: false,
+            reclaim_budget: limits::RECLAIM_FREES_PER_BATCH,
             writes: 0,
             watch: Watches::default(),
             can_block: None,
@@ -799,25 +803,33 @@ impl<'h> PersistentEngine<'h> {
 
     /// FLUSHALL and FLUSHDB without ASYNC free what they dropped before they answer, as
     /// Redis does by default (`lazyfree-lazy-user-flush no`): after the batch commits, the
-    /// reclaim queue is emptied in transactions of [`limits::RECLAIM_FREES_PER_BATCH`] frees
-    /// each (one sync point each, so a crash on the way leaves the rest queued, freed
+    /// reclaim queue is emptied in transactions of [`limits::RECLAIM_FREES_PER_DRAIN`]
+    /// frees each (one sync point each, so a crash on the way leaves the rest queued, freed
     /// lazily as after an ASYNC). Left lazily freed, a large flush slowed every batch after
     /// it: a reload of 100,000 YCSB records right after a FLUSHALL took 7-12% more server
     /// CPU than the first load (`bench/README.md`, "Runs of stop 27"). A transaction that
-    /// fails leaves the rest to the lazy path.
+    /// fails (too large for the heap's redo record) is tried again with a quarter of the
+    /// frees; one that fails with [`limits::RECLAIM_FREES_PER_DRAIN_MIN`] leaves the rest
+    /// to the lazy path.
     fn drain_reclaim(&mut self) {
+        let mut budget = limits::RECLAIM_FREES_PER_DRAIN;
         loop {
+            self.poisoned = None;
             self.begin_txn();
             if self.txn.is_none() {
                 break;
             }
             let more = self.under_savepoint(0, false, |ctx| {
-                ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)?;
+                ctx.reclaim_step(budget)?;
                 ctx.reclaim_queued()
             });
             let committed = self.poisoned.is_none() && more.is_ok() && self.commit_open().is_ok();
             if !committed {
                 self.abort_open();
+                if budget > limits::RECLAIM_FREES_PER_DRAIN_MIN {
+                    budget = (budget / 4).max(limits::RECLAIM_FREES_PER_DRAIN_MIN);
+                    continue;
+                }
                 self.stats.housekeeping_errors += 1;
                 break;
             }
@@ -866,9 +878,16 @@ impl<'h> PersistentEngine<'h> {
         dbs.clear();
         self.batch_dbs = dbs;
         result?;
-        self.under_savepoint(0, false, |ctx| {
-            ctx.reclaim_step(limits::RECLAIM_FREES_PER_BATCH)
-        })
+        // A step too large for what is left of the batch's redo record (a heap with small
+        // records) is undone; the next batches try a quarter of it, then grow back.
+        let budget = self.reclaim_budget;
+        let reclaimed = self.under_savepoint(0, false, |ctx| ctx.reclaim_step(budget));
+        self.reclaim_budget = if reclaimed.is_ok() {
+            (budget * 2).min(limits::RECLAIM_FREES_PER_BATCH)
+        } else {
+            (budget / 4).max(limits::RECLAIM_FREES_PER_DRAIN_MIN)
+        };
+        reclaimed
     }
 
     /// One database's share of [`PersistentEngine::housekeeping`]: a resize step and the
