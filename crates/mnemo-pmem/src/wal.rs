@@ -104,8 +104,8 @@ pub trait LogFile: Send + Sync + Debug {
 /// `RWF_DSYNC`: durable when the call returns, so [`LogFile::sync`] has nothing left to do.
 /// One system call and no page-cache copy instead of `pwrite` and `fdatasync`; on this
 /// machine's ext4 a 4 KiB record becomes durable in 133-174 us instead of 193-233 us
-/// (`docs/design/disk-durability.md`, "Direct writes"). `MNEMO_WAL_DIRECT=0` keeps the page
-/// cache.
+/// (`bench/probes/wal_direct.c`; `docs/design/disk-durability.md`, "Direct writes").
+/// `MNEMO_WAL_DIRECT=0` keeps the page cache.
 ///
 /// A direct write covers whole blocks, so it also writes the bytes around the record that
 /// share its first and last block:
