@@ -17,8 +17,9 @@
 # for c=1, c=50 and -P 16 -c 50 (KV_DISK_SERVERS picks the servers, default all but
 # mnemo-local; KV_DISK_WORKLOADS picks the workloads, default all three); each round runs
 # every server, in the reverse order at every other round. Server and client pinned to
-# different CPUs (KV_SERVER_CPU, KV_CLIENT_CPU; a list such as 0,1 unpins). KV_CLIENT_THREADS=N runs redis-benchmark's multi-thread mode
-# (`--threads N`) for both servers alike.
+# different CPUs (KV_SERVER_CPU, KV_CLIENT_CPU; a list such as 0,1 unpins).
+# KV_CLIENT_THREADS=N runs redis-benchmark's multi-thread mode (`--threads N`) for both
+# servers alike.
 # SETs of 100 bytes over KV_BENCH_KEYS random keys (redis-benchmark -r; default 100000).
 # Output: bench/plots/kv-disk.svg (medians of the run) and bench/results/kv-disk.csv
 # (appended rows: commit, round, server, workload,

@@ -20,8 +20,8 @@
 //! order of their turns reversed at each repetition (`repeat_order`), so that every step
 //! measures each of them both first and second (a load is repeated after a FLUSHALL); the
 //! AOF server runs once per step, after the last repetition. Before each server's phase it
-//! waits until no Redis
-//! server runs a background AOF rewrite or save (a forked child on the servers' CPU).
+//! waits until no Redis server runs a background AOF rewrite or save (a forked child on the
+//! servers' CPU).
 //! Servers are stopped on exit (drop guards).
 //! Writes `bench/results/ycsb.csv` and `.json` and `bench/plots/ycsb.svg`.
 
