@@ -823,17 +823,22 @@ impl<'h> PersistentEngine<'h> {
                 ctx.reclaim_step(budget)?;
                 ctx.reclaim_queued()
             });
+            // A flush that queued nothing frees nothing: its transaction is empty and
+            // commits without a sync point, and is not counted.
+            let empty = self.txn.as_ref().is_none_or(|txn| txn.is_empty());
             let committed = self.poisoned.is_none() && more.is_ok() && self.commit_open().is_ok();
             if !committed {
                 self.abort_open();
                 if budget > limits::RECLAIM_FREES_PER_DRAIN_MIN {
-                    budget = (budget / 4).max(limits::RECLAIM_FREES_PER_DRAIN_MIN);
+                    budget = smaller_reclaim_budget(budget);
                     continue;
                 }
                 self.stats.housekeeping_errors += 1;
                 break;
             }
-            self.stats.reclaim_commits += 1;
+            if !empty {
+                self.stats.reclaim_commits += 1;
+            }
             if !more.unwrap_or(false) {
                 break;
             }
@@ -885,7 +890,7 @@ impl<'h> PersistentEngine<'h> {
         self.reclaim_budget = if reclaimed.is_ok() {
             (budget * 2).min(limits::RECLAIM_FREES_PER_BATCH)
         } else {
-            (budget / 4).max(limits::RECLAIM_FREES_PER_DRAIN_MIN)
+            smaller_reclaim_budget(budget)
         };
         reclaimed
     }
@@ -1215,4 +1220,12 @@ impl Engine for PersistentEngine<'_> {
             .ack_marks()
             .map(|marks| marks.map_err(|e| e.to_string()))
     }
+}
+
+/// The budget to try after a transaction of `budget` reclaim frees failed (too large for
+/// what is left of the heap's redo record): a quarter of it, not below
+/// [`limits::RECLAIM_FREES_PER_DRAIN_MIN`]. Both the flush's drain and the lazy step shrink
+/// this way.
+fn smaller_reclaim_budget(budget: u64) -> u64 {
+    (budget / 4).max(limits::RECLAIM_FREES_PER_DRAIN_MIN)
 }
