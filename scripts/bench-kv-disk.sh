@@ -6,6 +6,8 @@
 #     mapping per group commit)
 #   mnemo-wal: the default: the write-ahead file (one direct write with RWF_DSYNC per group
 #     commit, replies after it), the pool mapped shared
+#   mnemo-wal-nospin: the same with MNEMO_WAL_SPIN=0: no idle-priority thread keeps the
+#     server's CPU busy while a write waits for the disk (crates/mnemo-pmem/src/awake.rs)
 #   mnemo-wal-buffered: the same with MNEMO_WAL_DIRECT=0: the write-ahead file through the
 #     page cache (pwrite and fdatasync per group commit)
 #   mnemo-wal-private: MNEMO_WAL_PRIVATE=1: the pool mapped copy-on-write (its file changes
@@ -76,6 +78,10 @@ start() { # server dir
         ;;
     mnemo-wal-buffered)
         MNEMO_WAL_DIRECT=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
+            --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
+        ;;
+    mnemo-wal-nospin)
+        MNEMO_WAL_SPIN=0 MNEMO_LOG=warn taskset -c "$server_cpu" "$mnemo" serve --port "$port" \
             --size 1G --pool "$2/kv.pool" >/dev/null 2>&1 &
         ;;
     mnemo-wal-private)

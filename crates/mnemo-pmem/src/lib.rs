@@ -27,6 +27,7 @@
 //! * No byte read from disk is trusted before its checksum is verified; decoding never panics.
 #![deny(unsafe_code)]
 
+pub mod awake;
 mod conc;
 pub mod cpu;
 pub mod emu;

@@ -50,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::awake::Awake;
 use crate::conc::{Builder, Condvar, JoinHandle, Mutex, MutexGuard};
 use crate::error::MediaError;
 use crate::media::Media;
@@ -107,6 +108,10 @@ pub trait LogFile: Send + Sync + Debug {
 /// (`bench/probes/wal_direct.c`; `docs/design/disk-durability.md`, "Direct writes").
 /// `MNEMO_WAL_DIRECT=0` keeps the page cache.
 ///
+/// While a write or `fdatasync` waits for the disk, a thread at idle priority keeps the
+/// waiting thread's CPU from idling ([`crate::awake`]): on a virtual machine a halted vCPU
+/// adds its wake-up to every sync. `MNEMO_WAL_SPIN=0` turns it off.
+///
 /// A direct write covers whole blocks, so it also writes the bytes around the record that
 /// share its first and last block:
 /// * before it, in the first block, are the records written just before (or a header copy's
@@ -125,6 +130,8 @@ pub struct FileLog {
     direct: Option<Direct>,
     len: u64,
     path: PathBuf,
+    /// Started at the first wait for the disk (none if turned off or refused).
+    awake: std::sync::OnceLock<Option<Awake>>,
 }
 
 /// Bytes of a block of a direct write: its offset and length are multiples of this, and so
@@ -199,7 +206,13 @@ impl Direct {
     /// `Ok(false)` if the file system refused (nothing written: the caller writes through
     /// the page cache instead). `buffered` reads the bytes before `offset` in its first
     /// block when they are not those of the last write.
-    fn write(&self, buffered: &File, offset: u64, bytes: &[u8]) -> Result<bool, MediaError> {
+    fn write(
+        &self,
+        buffered: &File,
+        offset: u64,
+        bytes: &[u8],
+        awake: Option<&Awake>,
+    ) -> Result<bool, MediaError> {
         const B: u64 = DIRECT_BLOCK as u64;
         let start = offset - offset % B;
         let end = (offset + bytes.len() as u64).next_multiple_of(B);
@@ -226,6 +239,7 @@ impl Direct {
             }
         }
         raw[head..head + bytes.len()].copy_from_slice(bytes);
+        let _awake = awake.map(Awake::hold);
         let mut done = 0;
         while done < raw.len() {
             match rustix::io::pwritev2(
@@ -286,6 +300,7 @@ impl FileLog {
                 direct: Direct::open(path, len),
                 len,
                 path: path.to_path_buf(),
+                awake: std::sync::OnceLock::new(),
             });
         }
         // Written, not only sized: writes into holes or unwritten extents would change
@@ -310,6 +325,7 @@ impl FileLog {
             direct: Direct::open(path, len),
             len,
             path: path.to_path_buf(),
+            awake: std::sync::OnceLock::new(),
         })
     }
 
@@ -321,6 +337,13 @@ impl FileLog {
     /// Whether writes go to the disk directly, durable on return (see [`FileLog`]).
     pub fn direct(&self) -> bool {
         self.direct.as_ref().is_some_and(Direct::on)
+    }
+
+    /// The thread that keeps a CPU awake while this file's writes wait for the disk,
+    /// started at the first such wait; `None` when turned off (`MNEMO_WAL_SPIN=0`) or
+    /// refused ([`Awake::start`]).
+    pub fn awake(&self) -> Option<&Awake> {
+        self.awake.get_or_init(Awake::start).as_ref()
     }
 }
 
@@ -337,7 +360,7 @@ impl LogFile for FileLog {
 
     fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), MediaError> {
         if let Some(direct) = self.direct.as_ref().filter(|d| d.on()) {
-            if direct.write(&self.file, offset, bytes)? {
+            if direct.write(&self.file, offset, bytes, self.awake())? {
                 return Ok(());
             }
         }
@@ -351,6 +374,7 @@ impl LogFile for FileLog {
             // Every write was durable when it returned.
             return Ok(());
         }
+        let _awake = self.awake().map(Awake::hold);
         rustix::fs::fdatasync(&self.file)
             .map_err(|e| MediaError::io("fdatasync of the write-ahead file", e.into()))
     }
