@@ -20,9 +20,11 @@
 //! (`thread::park`). A spin lasts [`SPIN_MAX`] at most: a disk slower than that pays its
 //! wake-up, and the CPU is not burnt for it.
 //!
-//! Off with `MNEMO_WAL_SPIN=0`, and wherever the thread cannot be made `SCHED_IDLE` (then it
-//! would compete with the thread it serves): [`Awake::start`] returns `None` and callers
-//! wait as before. Not built under `--cfg mnemo_shuttle` (the model checker schedules its own
+//! Off with `MNEMO_WAL_SPIN=0`; wherever the thread cannot be made `SCHED_IDLE` (then it
+//! would compete with the thread it serves); and in a cgroup with a CPU quota (v2 `cpu.max`,
+//! v1 `cpu.cfs_quota_us`, at the process's cgroup or one above it), where idle priority
+//! does not help: the spin would spend the quota the server needs, and get it throttled.
+//! Then [`Awake::start`] returns `None` and callers wait as before. Not built under `--cfg mnemo_shuttle` (the model checker schedules its own
 //! threads, and this one changes no state anyone reads).
 
 // One libc call: sched_setscheduler, which rustix does not wrap.
@@ -82,6 +84,10 @@ impl Awake {
     /// not be started or made `SCHED_IDLE`.
     pub fn start() -> Option<Awake> {
         if !wanted() || cfg!(mnemo_shuttle) {
+            return None;
+        }
+        if cpu_quota_here() {
+            tracing::debug!("a cgroup caps this process's CPU: durable writes let it idle");
             return None;
         }
         let shared = Arc::new(Shared {
@@ -171,6 +177,64 @@ impl Drop for Awake {
     }
 }
 
+/// Whether a cgroup of this process caps its CPU time ([`cpu_quota_in`]).
+fn cpu_quota_here() -> bool {
+    std::fs::read_to_string("/proc/self/cgroup")
+        .is_ok_and(|cgroups| cpu_quota_in(&cgroups, |path| std::fs::read_to_string(path).ok()))
+}
+
+/// Whether the cgroups of `/proc/self/cgroup` (`cgroups`: lines `id:controllers:path`) cap
+/// CPU time with a quota, at the process's cgroup or any above it; `read` reads a control
+/// file. cgroup v2 (`0::path`, mounted at `/sys/fs/cgroup` or, on hybrid systems, under it
+/// at `unified`): `cpu.max` other than `max ...`. v1 (a line naming the `cpu` controller,
+/// mounted under `/sys/fs/cgroup` by its controllers' names): a positive
+/// `cpu.cfs_quota_us`. Files that cannot be read count as no quota.
+fn cpu_quota_in(cgroups: &str, read: impl Fn(&std::path::Path) -> Option<String>) -> bool {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    cgroups.lines().any(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            return false;
+        };
+        let (mounts, file): (Vec<std::path::PathBuf>, &str) = if controllers.is_empty() {
+            (vec![root.to_path_buf(), root.join("unified")], "cpu.max")
+        } else if controllers.split(',').any(|c| c == "cpu") {
+            (
+                vec![
+                    root.join(controllers),
+                    root.join("cpu"),
+                    root.join("cpu,cpuacct"),
+                ],
+                "cpu.cfs_quota_us",
+            )
+        } else {
+            return false;
+        };
+        let limited = |text: String| {
+            let first = text.split_whitespace().next().unwrap_or("max");
+            if file == "cpu.max" {
+                first != "max"
+            } else {
+                first.parse::<i64>().is_ok_and(|quota| quota > 0)
+            }
+        };
+        let mut dir = Some(std::path::Path::new(path.trim()));
+        while let Some(at) = dir {
+            let relative = at.strip_prefix("/").unwrap_or(at);
+            if mounts
+                .iter()
+                .any(|mount| read(&mount.join(relative).join(file)).is_some_and(limited))
+            {
+                return true;
+            }
+            dir = at.parent();
+        }
+        false
+    })
+}
+
 /// The thread: sleep until held, spin while held (at most [`SPIN_MAX`] per hold).
 fn run(shared: &Shared) {
     loop {
@@ -204,6 +268,65 @@ fn run(shared: &Shared) {
 mod tests {
     use super::*;
 
+    /// Control files of a made-up cgroup tree.
+    fn tree<'a>(
+        files: &'a [(&'a str, &'a str)],
+    ) -> impl Fn(&std::path::Path) -> Option<String> + 'a {
+        move |path| {
+            files
+                .iter()
+                .find(|(name, _)| std::path::Path::new(name) == path)
+                .map(|(_, text)| text.to_string())
+        }
+    }
+
+    #[test]
+    fn a_cpu_quota_is_found_at_the_cgroup_or_above_it() {
+        let v2 = "0::/system.slice/mnemo.service\n";
+        let none = tree(&[
+            (
+                "/sys/fs/cgroup/system.slice/mnemo.service/cpu.max",
+                "max 100000\n",
+            ),
+            ("/sys/fs/cgroup/system.slice/cpu.max", "max 100000\n"),
+        ]);
+        assert!(!cpu_quota_in(v2, none));
+        let own = tree(&[(
+            "/sys/fs/cgroup/system.slice/mnemo.service/cpu.max",
+            "50000 100000\n",
+        )]);
+        assert!(cpu_quota_in(v2, own));
+        let parent = tree(&[
+            (
+                "/sys/fs/cgroup/system.slice/mnemo.service/cpu.max",
+                "max 100000\n",
+            ),
+            ("/sys/fs/cgroup/system.slice/cpu.max", "200000 100000\n"),
+        ]);
+        assert!(cpu_quota_in(v2, parent));
+        let hybrid = tree(&[("/sys/fs/cgroup/unified/system.slice/cpu.max", "1 100000")]);
+        assert!(cpu_quota_in(v2, hybrid));
+        // v1: the cpu controller's hierarchy, -1 for no quota.
+        let v1 = "4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n0::/\n";
+        let unlimited = tree(&[(
+            "/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us",
+            "-1\n",
+        )]);
+        assert!(!cpu_quota_in(v1, unlimited));
+        let capped = tree(&[(
+            "/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us",
+            "150000\n",
+        )]);
+        assert!(cpu_quota_in(v1, capped));
+        let by_link = tree(&[("/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us", "150000\n")]);
+        assert!(cpu_quota_in(v1, by_link));
+        // Another controller's quota-like file, or nothing readable: no quota.
+        let memory_only = "4:memory:/docker/abc\n";
+        let capped_memory = tree(&[("/sys/fs/cgroup/memory/docker/abc/cpu.cfs_quota_us", "1000")]);
+        assert!(!cpu_quota_in(memory_only, capped_memory));
+        assert!(!cpu_quota_in("garbage\n\n1:2\n", tree(&[])));
+    }
+
     /// The scheduling policy of thread `tid`.
     fn policy(tid: i32) -> i32 {
         // SAFETY: sched_getscheduler reads nothing from the caller.
@@ -215,8 +338,11 @@ mod tests {
     #[test]
     fn a_hold_spins_on_the_holders_cpu_at_idle_priority() {
         let Some(awake) = Awake::start() else {
-            // Turned off by the environment: nothing to check.
-            assert!(!wanted(), "the thread could not be made SCHED_IDLE");
+            // Turned off by the environment or a CPU quota: nothing to check.
+            assert!(
+                !wanted() || cpu_quota_here(),
+                "the thread could not be made SCHED_IDLE"
+            );
             return;
         };
         let tid = awake.shared.tid.load(Ordering::Acquire);
