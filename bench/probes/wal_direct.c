@@ -18,15 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/uio.h>
-static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e6+t.tv_nsec/1e3;}
-static int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
+#include "probe_file.h"
 int main(int argc,char**argv){
   const char*path=argv[1]; int n=atoi(argv[2]); size_t sz=argc>3?atoi(argv[3]):4096;
   size_t flen=64<<20;
-  int fd=open(path,O_RDWR|O_CREAT|O_TRUNC,0600);
-  char*z=aligned_alloc(4096,1<<20); memset(z,0,1<<20);
-  for(size_t o=0;o<flen;o+=1<<20) pwrite(fd,z,1<<20,o);
-  fsync(fd); close(fd);
+  zero_file(path,flen);
+  int fd;
   char*buf=aligned_alloc(4096,1<<16); memset(buf,7,1<<16);
   double *t=malloc(sizeof(double)*n);
   const char*names[]={"pwrite+fdatasync","O_DIRECT pwrite+fdatasync","O_DIRECT|O_DSYNC pwrite","pwritev2 RWF_DSYNC (buffered)","O_DIRECT pwritev2 RWF_DSYNC"};

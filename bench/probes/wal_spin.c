@@ -21,8 +21,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/uio.h>
-static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e6+t.tv_nsec/1e3;}
-static int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
+#include "probe_file.h"
 static volatile int spin_on=0, stop=0;
 static void pin(int c){cpu_set_t s;CPU_ZERO(&s);CPU_SET(c,&s);sched_setaffinity(0,sizeof s,&s);}
 static void*spinner(void*a){pin(0);while(!stop){ if(spin_on) sched_yield(); else usleep(1000);} return 0;}
@@ -30,10 +29,8 @@ int main(int argc,char**argv){
   const char*path=argv[1]; int n=atoi(argv[2]); size_t sz=argc>3?atoi(argv[3]):4096;
   pin(0);
   size_t flen=64<<20;
-  int fd=open(path,O_RDWR|O_CREAT|O_TRUNC,0600);
-  char*z=aligned_alloc(4096,1<<20); memset(z,0,1<<20);
-  for(size_t o=0;o<flen;o+=1<<20) pwrite(fd,z,1<<20,o);
-  fsync(fd); close(fd);
+  zero_file(path,flen);
+  int fd;
   char*buf=aligned_alloc(4096,1<<16); memset(buf,7,1<<16);
   double *t=malloc(sizeof(double)*n);
   pthread_t th; pthread_create(&th,0,spinner,0);
