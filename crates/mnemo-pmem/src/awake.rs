@@ -40,7 +40,7 @@ pub const SPIN_MAX: Duration = Duration::from_millis(1);
 
 /// Whether `MNEMO_WAL_SPIN=0` asks durable writes to let their CPU idle.
 fn wanted() -> bool {
-    !std::env::var("MNEMO_WAL_SPIN").is_ok_and(|v| v.trim() == "0")
+    !crate::file::env_off("MNEMO_WAL_SPIN")
 }
 
 struct Shared {
@@ -50,8 +50,6 @@ struct Shared {
     stop: AtomicBool,
     /// The CPU the thread's affinity names (-1: none set yet).
     cpu: AtomicI32,
-    /// The thread's kernel id, for its affinity.
-    tid: AtomicI32,
     /// Spins begun, and spins that ran out ([`SPIN_MAX`]): for tests and benchmarks.
     spins: AtomicU32,
     timeouts: AtomicU32,
@@ -60,6 +58,8 @@ struct Shared {
 /// A thread that keeps the CPU of a waiting thread busy at idle priority (module doc).
 pub struct Awake {
     shared: Arc<Shared>,
+    /// The thread's kernel id, for its affinity.
+    tid: rustix::thread::Pid,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -94,7 +94,6 @@ impl Awake {
             holders: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             cpu: AtomicI32::new(-1),
-            tid: AtomicI32::new(0),
             spins: AtomicU32::new(0),
             timeouts: AtomicU32::new(0),
         });
@@ -107,23 +106,20 @@ impl Awake {
                 // SAFETY: sched_setscheduler of the calling thread (pid 0), reading a valid
                 // parameter block that outlives the call.
                 let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
-                theirs.tid.store(
-                    rustix::thread::gettid().as_raw_nonzero().get(),
-                    Ordering::Release,
-                );
-                let _ = ready_tx.send(idle);
+                let _ = ready_tx.send(idle.then(rustix::thread::gettid));
                 if idle {
                     run(&theirs);
                 }
             })
             .ok()?;
-        if ready_rx.recv() != Ok(true) {
+        let Ok(Some(tid)) = ready_rx.recv() else {
             let _ = thread.join();
             tracing::debug!("no SCHED_IDLE thread: durable writes let their CPU idle");
             return None;
-        }
+        };
         Some(Awake {
             shared,
+            tid,
             thread: Some(thread),
         })
     }
@@ -133,14 +129,13 @@ impl Awake {
         let shared = &self.shared;
         if shared.holders.fetch_add(1, Ordering::AcqRel) == 0 {
             let cpu = rustix::thread::sched_getcpu();
-            let tid = rustix::thread::Pid::from_raw(shared.tid.load(Ordering::Acquire));
-            if let (Ok(at), Some(tid)) = (i32::try_from(cpu), tid) {
+            if let Ok(at) = i32::try_from(cpu) {
                 if cpu < rustix::thread::CpuSet::MAX_CPU && shared.cpu.load(Ordering::Relaxed) != at
                 {
                     let mut set = rustix::thread::CpuSet::new();
                     set.set(cpu);
                     // A failure leaves the old CPU: the next hold tries again.
-                    if rustix::thread::sched_setaffinity(Some(tid), &set).is_ok() {
+                    if rustix::thread::sched_setaffinity(Some(self.tid), &set).is_ok() {
                         shared.cpu.store(at, Ordering::Relaxed);
                     }
                 }
@@ -345,7 +340,7 @@ mod tests {
             );
             return;
         };
-        let tid = awake.shared.tid.load(Ordering::Acquire);
+        let tid = awake.tid.as_raw_nonzero().get();
         assert_eq!(policy(tid), libc::SCHED_IDLE);
         assert_eq!(awake.spins(), (0, 0), "spun before any hold");
         {
@@ -353,8 +348,7 @@ mod tests {
             let cpu = rustix::thread::sched_getcpu();
             // Block as a durable write would: the CPU is left to the spinning thread.
             std::thread::sleep(Duration::from_micros(300));
-            let set = rustix::thread::sched_getaffinity(rustix::thread::Pid::from_raw(tid))
-                .expect("affinity");
+            let set = rustix::thread::sched_getaffinity(Some(awake.tid)).expect("affinity");
             assert!(set.is_set(cpu), "not on the holder's CPU {cpu}");
             assert_eq!(set.count(), 1, "not pinned to one CPU");
         }

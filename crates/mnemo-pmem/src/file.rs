@@ -56,6 +56,12 @@ fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v.trim() == "1" || v.eq_ignore_ascii_case("true"))
 }
 
+/// Whether the environment variable `name` is `0`: a default turned off
+/// (`MNEMO_WAL=0`, `MNEMO_WAL_DIRECT=0`, `MNEMO_WAL_SPIN=0`).
+pub(crate) fn env_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.trim() == "0")
+}
+
 impl FileMedia {
     /// Map `len` bytes of the already opened (and locked) `file`. `len` must not exceed the
     /// file's length; `capacity` is the address space reserved for growth.

@@ -1347,7 +1347,7 @@ fn default_policy(
         std::fs::remove_file(wal).map_err(|e| Error::from_io(wal, "remove", e))?;
     }
     let exists = wal.exists();
-    let opted_out = std::env::var("MNEMO_WAL").is_ok_and(|v| v.trim() == "0");
+    let opted_out = crate::file::env_off("MNEMO_WAL");
     let page_cache = media.info().kind == crate::MediaKind::PageCache;
     if !exists && (opted_out || !page_cache) {
         return Ok(None);

@@ -171,16 +171,12 @@ impl Debug for Scratch {
     }
 }
 
-/// Whether `MNEMO_WAL_DIRECT=0` asks write-ahead files to keep the page cache.
-fn direct_wanted() -> bool {
-    !std::env::var("MNEMO_WAL_DIRECT").is_ok_and(|v| v.trim() == "0")
-}
-
 impl Direct {
     /// The direct side of the file at `path` of `len` bytes, if its file system takes
     /// `O_DIRECT` and its halves meet at a block boundary.
     fn open(path: &Path, len: u64) -> Option<Direct> {
-        if !direct_wanted() || len % (2 * DIRECT_BLOCK as u64) != 0 {
+        // `MNEMO_WAL_DIRECT=0` keeps the page cache.
+        if crate::file::env_off("MNEMO_WAL_DIRECT") || len % (2 * DIRECT_BLOCK as u64) != 0 {
             return None;
         }
         let file = std::fs::OpenOptions::new()
@@ -342,7 +338,7 @@ impl FileLog {
     /// The thread that keeps a CPU awake while this file's writes wait for the disk,
     /// started at the first such wait; `None` when turned off (`MNEMO_WAL_SPIN=0`) or
     /// refused ([`Awake::start`]).
-    pub fn awake(&self) -> Option<&Awake> {
+    fn awake(&self) -> Option<&Awake> {
         self.awake.get_or_init(Awake::start).as_ref()
     }
 }

@@ -1183,17 +1183,18 @@ impl Engine for PersistentEngine<'_> {
     }
 
     fn commit(&mut self) -> Result<(), EngineError> {
+        // This batch's request to drain, whatever becomes of its commit.
+        let drain = std::mem::take(&mut self.drain_reclaim);
         if self.txn.is_some() && self.poisoned.is_none() && self.housekeeping().is_err() {
             // Rolled back to its savepoint; retried with the next batch.
             self.stats.housekeeping_errors += 1;
         }
         if let Some(reason) = self.poisoned.take() {
             self.abort_open();
-            self.drain_reclaim = false;
             return Err(EngineError::RollbackFailed(reason));
         }
         self.commit_open()?;
-        if std::mem::take(&mut self.drain_reclaim) {
+        if drain {
             self.drain_reclaim();
         }
         Ok(())
