@@ -120,6 +120,29 @@ impl Running {
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+
+    /// The CPU time the server has used so far, user and system, over all its threads
+    /// (`/proc/PID/stat`, in clock ticks: 10 ms). `None` once it has exited. `taskset`
+    /// executes the server in its own process, so the child's id is the server's.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        cpu_time_of_stat(&stat)
+    }
+}
+
+/// User plus system time from the text of `/proc/PID/stat`: fields 14 and 15, counted
+/// after the command name, which is in parentheses and may hold spaces.
+fn cpu_time_of_stat(stat: &str) -> Option<Duration> {
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    // The first field after the name is field 3 (the state).
+    let mut fields = rest.split_whitespace().skip(14 - 3);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    let ticks = user.checked_add(system)?;
+    let per_second = rustix::param::clock_ticks_per_second().max(1);
+    Some(Duration::from_nanos(
+        ticks.checked_mul(1_000_000_000)? / per_second,
+    ))
 }
 
 impl Drop for Running {
@@ -171,5 +194,29 @@ pub fn wait_port(port: u16) {
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "nothing listens on {port}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_user_plus_system_after_a_name_with_spaces_and_parentheses() {
+        let hz = rustix::param::clock_ticks_per_second();
+        // pid, "(name)", state, then fields 4..13, utime 150, stime 50, more fields.
+        let stat = "4242 (redis ) server) S 1 2 3 0 -1 4194560 10 0 0 0 150 50 0 0 20 0 3 0";
+        assert_eq!(
+            cpu_time_of_stat(stat),
+            Some(Duration::from_nanos(200 * 1_000_000_000 / hz))
+        );
+        assert_eq!(cpu_time_of_stat("4242 (cut short) S 1 2"), None);
+        assert_eq!(cpu_time_of_stat("no parenthesis at all"), None);
+    }
+
+    #[test]
+    fn this_processs_own_stat_parses() {
+        let me = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+        assert!(cpu_time_of_stat(&me).is_some());
     }
 }

@@ -7,7 +7,14 @@
 //! `redis-benchmark -t <tests> -c <clients> -n <n> --csv` with the server pinned to one CPU
 //! and the client to another (`taskset`). Runs alternate servers, in `KV_BENCH_ROUNDS`
 //! rounds (3) with the order rotated each round, so that load from other jobs on the
-//! machine falls on all of them alike; the figures compared are medians over the rounds.
+//! machine falls on all of them alike; the figures compared are medians over the rounds,
+//! and the medians of the rounds' own ratios (mnemo over its peer in the same round).
+//!
+//! Each test runs as its own redis-benchmark (in the order given, on the same server), and
+//! the server's CPU time (user and system, all threads, from `/proc/PID/stat`) is read
+//! around it: the `server_cpu_us` column is the server's own cost per request, which shows
+//! even where the client's one thread is the ceiling of the rate. Its medians are plotted
+//! in `bench/plots/<name>-cpu.svg`.
 //!
 //! Writes `bench/results/kv-redis-benchmark.csv` and `.json`, and
 //! `bench/plots/kv-redis-benchmark.svg`. Run it with `scripts/bench-kv.sh`.
@@ -178,57 +185,77 @@ struct Row {
     p99_ms: f64,
     /// The commit of the code measured (`git rev-parse --short HEAD` when it ran).
     commit: String,
+    /// The server's CPU time (user and system, all threads) per request of this test, in
+    /// microseconds: what the server itself spent, whatever the client's ceiling.
+    server_cpu_us: f64,
 }
 
 fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Row>, String> {
     let server = start(target, config)?;
     let n = config.requests(target, clients);
-    let output = Command::new("taskset")
-        .args(["-c", &config.client_cpu, "redis-benchmark"])
-        .args(["-p", &server.port().to_string(), "-t", &config.tests])
-        .args(["-c", &clients.to_string(), "-n", &n.to_string(), "--csv"])
-        .args(&config.extra)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("redis-benchmark: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "redis-benchmark against {} failed: {}",
-            target.name(),
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
     let mut rows = Vec::new();
-    for line in text.lines().skip(1) {
-        let fields: Vec<String> = line
-            .split(',')
-            .map(|f| f.trim_matches('"').to_string())
-            .collect();
-        let number = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<f64>().ok())
-                .unwrap_or(f64::NAN)
-        };
-        let Some(test) = fields.first() else { continue };
-        rows.push(Row {
-            target,
-            round: 0,
-            clients,
-            test: test.clone(),
-            rps: number(1),
-            avg_ms: number(2),
-            p50_ms: number(4),
-            p99_ms: number(6),
-            commit: mnemo_bench::head_commit(),
-        });
-    }
-    if rows.is_empty() {
-        return Err(format!(
-            "no CSV from redis-benchmark against {}: {text}",
-            target.name()
-        ));
+    // One redis-benchmark per test (in the order given, on the same server, as `-t a,b`
+    // runs them), so the server's CPU time can be read around each.
+    for test in config.tests.split(',').filter(|t| !t.is_empty()) {
+        let before = server.cpu_time();
+        let output = Command::new("taskset")
+            .args(["-c", &config.client_cpu, "redis-benchmark"])
+            .args(["-p", &server.port().to_string(), "-t", test])
+            .args(["-c", &clients.to_string(), "-n", &n.to_string(), "--csv"])
+            .args(&config.extra)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("redis-benchmark: {e}"))?;
+        let after = server.cpu_time();
+        if !output.status.success() {
+            return Err(format!(
+                "redis-benchmark against {} failed: {}",
+                target.name(),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut got = Vec::new();
+        for line in text.lines().skip(1) {
+            let fields: Vec<String> = line
+                .split(',')
+                .map(|f| f.trim_matches('"').to_string())
+                .collect();
+            let number = |i: usize| {
+                fields
+                    .get(i)
+                    .and_then(|f| f.parse::<f64>().ok())
+                    .unwrap_or(f64::NAN)
+            };
+            let Some(name) = fields.first() else { continue };
+            got.push(Row {
+                target,
+                round: 0,
+                clients,
+                test: name.clone(),
+                rps: number(1),
+                avg_ms: number(2),
+                p50_ms: number(4),
+                p99_ms: number(6),
+                commit: mnemo_bench::head_commit(),
+                server_cpu_us: f64::NAN,
+            });
+        }
+        if got.is_empty() {
+            return Err(format!(
+                "no CSV from redis-benchmark against {}: {text}",
+                target.name()
+            ));
+        }
+        // A test that prints several lines (`-t lrange`: LRANGE_100, ...) shares its time.
+        if let (Some(before), Some(after)) = (before, after) {
+            let per_request =
+                after.saturating_sub(before).as_secs_f64() * 1e6 / (n as f64 * got.len() as f64);
+            for row in &mut got {
+                row.server_cpu_us = per_request;
+            }
+        }
+        rows.extend(got);
     }
     Ok(rows)
 }
@@ -259,6 +286,8 @@ fn read_csv(name: &str) -> Result<Vec<Row>, String> {
             p50_ms: number(6),
             p99_ms: number(7),
             commit: f.get(8).unwrap_or(&"unknown").to_string(),
+            // Absent from the results written before it was measured.
+            server_cpu_us: number(9),
         });
     }
     Ok(rows)
@@ -266,14 +295,51 @@ fn read_csv(name: &str) -> Result<Vec<Row>, String> {
 
 /// Median requests per second over the rounds.
 fn rps(rows: &[Row], target: Target, clients: u32, test: &str) -> Option<f64> {
+    median_of(rows, target, clients, test, |r| r.rps)
+}
+
+/// Median server CPU microseconds per request over the rounds that measured it.
+fn cpu_us(rows: &[Row], target: Target, clients: u32, test: &str) -> Option<f64> {
+    median_of(rows, target, clients, test, |r| r.server_cpu_us)
+}
+
+/// The median over the rounds of `value` (NaN, not measured, left out); of two rounds,
+/// their mean, not the higher one.
+fn median_of(
+    rows: &[Row],
+    target: Target,
+    clients: u32,
+    test: &str,
+    value: fn(&Row) -> f64,
+) -> Option<f64> {
     let mut values: Vec<f64> = rows
         .iter()
         .filter(|r| r.target == target && r.clients == clients && r.test == test)
-        .map(|r| r.rps)
+        .map(value)
+        .filter(|v| v.is_finite())
         .collect();
     values.sort_by(f64::total_cmp);
-    // The median of the rounds (of two: their mean, not the higher one).
     (!values.is_empty()).then(|| mnemo_bench::median(&values))
+}
+
+/// The median over the rounds of mnemo's rate over `peer`'s in the same round: less
+/// swayed than a ratio of medians by a round where the machine was slow for both.
+fn round_ratio(rows: &[Row], peer: Target, clients: u32, test: &str) -> Option<f64> {
+    let rate = |target: Target, round: usize| {
+        rows.iter()
+            .find(|r| {
+                r.target == target && r.clients == clients && r.test == test && r.round == round
+            })
+            .map(|r| r.rps)
+    };
+    let mut ratios: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.target == Target::Mnemo && r.clients == clients && r.test == test)
+        .filter_map(|r| Some(r.rps / rate(peer, r.round)?))
+        .filter(|v| v.is_finite())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    (!ratios.is_empty()).then(|| mnemo_bench::median(&ratios))
 }
 
 fn main() {
@@ -334,7 +400,7 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
         .iter()
         .map(|r| {
             format!(
-                "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{}",
+                "{},{},{},{},{:.0},{:.3},{:.3},{:.3},{},{:.3}",
                 r.target.name(),
                 r.clients,
                 r.round,
@@ -343,19 +409,21 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
                 r.avg_ms,
                 r.p50_ms,
                 r.p99_ms,
-                r.commit
+                r.commit,
+                r.server_cpu_us
             )
         })
         .collect();
     let csv_path = write_csv(
         &format!("{}.csv", config.name),
-        "server,clients,round,test,requests_per_s,avg_ms,p50_ms,p99_ms,commit",
+        "server,clients,round,test,requests_per_s,avg_ms,p50_ms,p99_ms,commit,server_cpu_us",
         &csv,
     )
     .map_err(|e| e.to_string())?;
     // Ratios the issue's targets name: 50 clients against Redis without persistence, one
     // client against Redis with appendfsync always on disk.
     let mut ratios = serde_json::Map::new();
+    let mut round_ratios = serde_json::Map::new();
     let tests: Vec<String> = rows
         .iter()
         .filter(|r| r.target == Target::Mnemo)
@@ -385,6 +453,20 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
             format!("c{clients}_mnemo_over_{}", peer.name()),
             serde_json::Value::Object(per_test),
         );
+        let per_test: serde_json::Map<String, serde_json::Value> = tests
+            .iter()
+            .filter_map(|test| {
+                let ratio = round_ratio(rows, peer, clients, test)?;
+                Some((
+                    test.clone(),
+                    serde_json::json!((ratio * 100.0).round() / 100.0),
+                ))
+            })
+            .collect();
+        round_ratios.insert(
+            format!("c{clients}_mnemo_over_{}", peer.name()),
+            serde_json::Value::Object(per_test),
+        );
         // Both durable, both in memory: mnemo's pool and Redis's AOF on /dev/shm.
         let mut per_test = serde_json::Map::new();
         for test in &tests {
@@ -406,6 +488,11 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
     for (key, value) in &ratios {
         println!("{key}: {value}");
     }
+    for (key, value) in &round_ratios {
+        println!("median of the rounds' ratios, {key}: {value}");
+    }
+    let cpu = cpu_medians(config, rows, &tests);
+    println!("server CPU us per request (medians): {cpu}");
     let command = format!(
         "taskset -c {} redis-benchmark -p PORT -t {} -c CLIENTS -n N --csv {}",
         config.client_cpu,
@@ -437,10 +524,13 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
         },
         "rounds": config.rounds,
         "ratios_of_medians": ratios,
+        "medians_of_round_ratios": round_ratios,
         "medians": medians(config, rows, &tests),
+        "server_cpu_us_per_request_medians": cpu,
         "rows": rows.iter().map(|r| serde_json::json!({
             "server": r.target.name(), "clients": r.clients, "round": r.round, "test": r.test,
             "requests_per_s": r.rps, "avg_ms": r.avg_ms, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
+            "server_cpu_us": r.server_cpu_us.is_finite().then_some(r.server_cpu_us),
         })).collect::<Vec<_>>(),
     });
     let json_path =
@@ -448,14 +538,45 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
     let svg = bench_dir()
         .join("plots")
         .join(format!("{}.svg", config.name));
-    plot(&svg, config, rows, &tests)?;
+    plot(&svg, config, rows, &tests, Metric::Rate)?;
     println!(
         "wrote {}, {}, {}",
         csv_path.display(),
         json_path.display(),
         svg.display()
     );
+    if rows.iter().any(|r| r.server_cpu_us.is_finite()) {
+        let svg = bench_dir()
+            .join("plots")
+            .join(format!("{}-cpu.svg", config.name));
+        plot(&svg, config, rows, &tests, Metric::ServerCpu)?;
+        println!("wrote {}", svg.display());
+    }
     Ok(())
+}
+
+/// Median server CPU microseconds per request per client count, server and test (only
+/// where measured).
+fn cpu_medians(config: &Config, rows: &[Row], tests: &[String]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for &clients in &config.clients {
+        for target in Target::ALL {
+            let per_test: serde_json::Map<String, serde_json::Value> = tests
+                .iter()
+                .filter_map(|t| {
+                    let us = cpu_us(rows, target, clients, t)?;
+                    Some((t.clone(), serde_json::json!((us * 100.0).round() / 100.0)))
+                })
+                .collect();
+            if !per_test.is_empty() {
+                out.insert(
+                    format!("c{clients} {}", target.name()),
+                    serde_json::Value::Object(per_test),
+                );
+            }
+        }
+    }
+    serde_json::Value::Object(out)
 }
 
 /// Median requests per second per client count, server and test.
@@ -488,9 +609,40 @@ const COLORS: [RGBColor; 4] = [
     RGBColor(31, 119, 180),
 ];
 
+/// What a plot's bars show.
+#[derive(Clone, Copy)]
+enum Metric {
+    /// Thousands of requests per second (median over the rounds).
+    Rate,
+    /// The server's CPU microseconds per request (median over the rounds).
+    ServerCpu,
+}
+
+impl Metric {
+    fn value(self, rows: &[Row], target: Target, clients: u32, test: &str) -> Option<f64> {
+        match self {
+            Metric::Rate => rps(rows, target, clients, test).map(|r| r / 1e3),
+            Metric::ServerCpu => cpu_us(rows, target, clients, test),
+        }
+    }
+
+    fn axis(self) -> &'static str {
+        match self {
+            Metric::Rate => "thousand requests / s",
+            Metric::ServerCpu => "server CPU us / request",
+        }
+    }
+}
+
 /// One panel per client count: per test, a group of bars (one per server), thousands of
-/// requests per second.
-fn plot(path: &Path, config: &Config, rows: &[Row], tests: &[String]) -> Result<(), String> {
+/// requests per second or the server's CPU time per request.
+fn plot(
+    path: &Path,
+    config: &Config,
+    rows: &[Row],
+    tests: &[String],
+    metric: Metric,
+) -> Result<(), String> {
     mnemo_bench::plot::init_font()?;
     let panels = config.clients.len() as u32;
     let root = SVGBackend::new(path, (1100, 420 * panels)).into_drawing_area();
@@ -501,10 +653,13 @@ fn plot(path: &Path, config: &Config, rows: &[Row], tests: &[String]) -> Result<
     let width = Target::ALL.len() as i32 + 1;
     let groups = i32::try_from(tests.len()).map_err(|e| e.to_string())?;
     for (area, &clients) in areas.iter().zip(&config.clients) {
-        let max = rows
+        let max = Target::ALL
             .iter()
-            .filter(|r| r.clients == clients)
-            .map(|r| r.rps / 1e3)
+            .flat_map(|&t| {
+                tests
+                    .iter()
+                    .filter_map(move |x| metric.value(rows, t, clients, x))
+            })
             .fold(1.0, f64::max);
         let x_max = groups * width;
         let mut chart = ChartBuilder::on(area)
@@ -542,7 +697,7 @@ fn plot(path: &Path, config: &Config, rows: &[Row], tests: &[String]) -> Result<
                     String::new()
                 }
             })
-            .y_desc("thousand requests / s")
+            .y_desc(metric.axis())
             .label_style(("sans-serif", 12))
             .draw()
             .map_err(|e| e.to_string())?;
@@ -552,7 +707,7 @@ fn plot(path: &Path, config: &Config, rows: &[Row], tests: &[String]) -> Result<
                 .iter()
                 .enumerate()
                 .filter_map(|(g, test)| {
-                    let value = rps(rows, *target, clients, test)? / 1e3;
+                    let value = metric.value(rows, *target, clients, test)?;
                     let x0 = i32::try_from(g).ok()? * width + i32::try_from(t).ok()?;
                     Some(Rectangle::new([(x0, 0.0), (x0 + 1, value)], color.filled()))
                 })
