@@ -543,6 +543,38 @@ fn commit_gathering_shows_in_info_clients() {
     assert!(server.terminate().success());
 }
 
+/// `--busy-poll-us` reaches the loop: with the longest window (10 ms), a client that sends
+/// again at once finds the server polling (INFO clients counts the hits); with 0, it never
+/// polls.
+#[test]
+fn busy_poll_window_shows_in_info_clients() {
+    for (window, polls) in [("10000", true), ("0", false)] {
+        let dir = shm_dir();
+        let pool = dir.path().join("kv.pool");
+        let server = Server::start_with(&pool, &["--size", "8M", "--busy-poll-us", window], &[]);
+        let mut client = server.client();
+        for i in 0..20 {
+            let key = format!("k{i}");
+            client.call(&["SET", key.as_str(), "value"]).unwrap();
+        }
+        let info = read_info(&mut client, "clients");
+        let field = |name: &str| number(&info, name);
+        if polls {
+            // Most of the twenty came back within 10 ms (a busy CI machine may stall a few).
+            assert!(field("mnemo_busy_poll_hits") >= 10, "{info}");
+            assert!(
+                field("mnemo_busy_polls") >= field("mnemo_busy_poll_hits"),
+                "{info}"
+            );
+        } else {
+            assert_eq!(field("mnemo_busy_polls"), 0, "{info}");
+            assert_eq!(field("mnemo_busy_poll_hits"), 0, "{info}");
+        }
+        drop(client);
+        assert!(server.terminate().success());
+    }
+}
+
 /// With its log collector gone (stderr a pipe whose reader closed, as in `mnemo serve 2>&1 |
 /// head -3`) the server keeps serving, logs nothing more, and still stops on SIGTERM.
 #[test]

@@ -96,6 +96,10 @@ pub struct LoopStats {
     pub commit_estimate_ns: AtomicU64,
     /// Its estimate of an answered client's time to its next request (0: none yet).
     pub turnaround_estimate_ns: AtomicU64,
+    /// Waits that polled for events before sleeping ([`EventLoop::set_busy_poll`]).
+    pub busy_polls: AtomicU64,
+    /// Those polls that found an event, so the loop did not sleep.
+    pub busy_poll_hits: AtomicU64,
 }
 
 /// The server loop, run on the caller's thread by [`EventLoop::run`]: the engine is only
@@ -157,6 +161,8 @@ pub struct EventLoop {
     /// In a wait (arrivals then are timed: the loop was polling for them).
     gathering: bool,
     gather_timer: rustix::fd::OwnedFd,
+    /// How long a wait polls for events before it sleeps (zero: it sleeps at once).
+    busy_poll: Duration,
 }
 
 /// A CLIENT PAUSE: until when (Unix ms), and whether every command waits (ALL) or only
@@ -294,6 +300,7 @@ impl EventLoop {
             awaiting: FxHashSet::default(),
             gathering: false,
             gather_timer,
+            busy_poll: Duration::ZERO,
         };
         event_loop
             .stats
@@ -307,6 +314,16 @@ impl EventLoop {
     /// clients take to come back: `gather.rs`).
     pub fn set_commit_gathering(&mut self, on: bool) {
         self.gather.set_enabled(on);
+    }
+
+    /// How long the loop polls for events (`epoll_wait` with no timeout, again and again)
+    /// before it sleeps in `epoll_wait` (default: zero, it sleeps at once). A request that
+    /// arrives within the window finds the loop running: the client's send does not have
+    /// to wake it, and its CPU has not halted. Under steady load from many clients this is
+    /// time the loop would otherwise lose to waking up; with no load it costs one window
+    /// per [`IDLE_POLL_MAX`]. `mnemo serve` sets it (`--busy-poll-us`).
+    pub fn set_busy_poll(&mut self, window: Duration) {
+        self.busy_poll = window;
     }
 
     /// Whether to let the engine acknowledge commits before they are durable and hold the
@@ -386,12 +403,18 @@ impl EventLoop {
                         .min(IDLE_POLL_MAX)
                     })
             };
-            let timeout = Some(timeout);
-            if let Err(error) = self.poll.poll(&mut events, timeout) {
-                if error.kind() == ErrorKind::Interrupted {
-                    continue;
+            let polled = if timeout.is_zero() {
+                false
+            } else {
+                self.busy_poll(&mut events)?
+            };
+            if !polled {
+                if let Err(error) = self.poll.poll(&mut events, Some(timeout)) {
+                    if error.kind() == ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return Err(error);
                 }
-                return Err(error);
             }
             let mut ready: Vec<Token> = self.again.drain().collect();
             for event in &events {
@@ -420,6 +443,33 @@ impl EventLoop {
         }
         self.release_before_exit(engine);
         Ok(())
+    }
+
+    /// Polls for events without sleeping, for at most the busy-poll window: whether it
+    /// found some (they are in `events`). A zero window polls not at all.
+    fn busy_poll(&mut self, events: &mut Events) -> io::Result<bool> {
+        if self.busy_poll.is_zero() {
+            return Ok(false);
+        }
+        self.stats.busy_polls.fetch_add(1, Ordering::Relaxed);
+        let until = Instant::now() + self.busy_poll;
+        loop {
+            match self.poll.poll(events, Some(Duration::ZERO)) {
+                Ok(()) => {}
+                Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+            if !events.is_empty() {
+                self.stats.busy_poll_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(true);
+            }
+            if Instant::now() >= until {
+                return Ok(false);
+            }
+            // A client on this CPU (or any other task waiting for it) runs first: the
+            // poll spends only time nobody else wants.
+            std::thread::yield_now();
+        }
     }
 
     /// Before a writing batch's commit: waits for the connections the last delivery answered

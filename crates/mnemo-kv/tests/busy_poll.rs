@@ -1,0 +1,128 @@
+//! The event loop's busy poll (`EventLoop::set_busy_poll`) over real loopback sockets: a
+//! request that arrives within the window is served without the loop sleeping; one that
+//! arrives after it is served too (the loop slept in `epoll_wait` and woke); a stop reaches
+//! a polling loop; a zero window never polls.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use mnemo_kv::server::SessionConfig;
+use mnemo_kv::server::{Effect, Engine, EventLoop, LoopStats, Request, Stopper};
+use mnemo_resp::Encoder;
+
+/// Answers every request it is given `+OK` and writes nothing (the PINGs sent here are
+/// answered by the session before an engine sees them).
+struct Ok;
+
+impl Engine for Ok {
+    type Error = std::convert::Infallible;
+
+    fn begin(&mut self) {}
+
+    fn execute(&mut self, _request: &Request, reply: &mut Encoder<'_>) -> Effect {
+        reply.simple(b"OK");
+        Effect::default()
+    }
+
+    fn commit(&mut self) -> Result<(), Self::Error> {
+        Result::Ok(())
+    }
+
+    fn finish_read_only(&mut self) {}
+}
+
+struct Running {
+    addr: std::net::SocketAddr,
+    stopper: Stopper,
+    stats: Arc<LoopStats>,
+    thread: thread::JoinHandle<std::io::Result<()>>,
+}
+
+fn start(window: Duration) -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let (mut event_loop, stopper) =
+        EventLoop::new(listener, SessionConfig::default()).expect("loop");
+    event_loop.set_busy_poll(window);
+    let addr = event_loop.local_addr();
+    let stats = event_loop.stats();
+    let thread = thread::spawn(move || event_loop.run(&mut Ok));
+    Running {
+        addr,
+        stopper,
+        stats,
+        thread,
+    }
+}
+
+impl Running {
+    fn counts(&self) -> (u64, u64) {
+        (
+            self.stats.busy_polls.load(Ordering::SeqCst),
+            self.stats.busy_poll_hits.load(Ordering::SeqCst),
+        )
+    }
+
+    fn stop(self) {
+        self.stopper.stop().expect("stop");
+        self.thread.join().expect("loop thread").expect("loop");
+    }
+}
+
+/// Sends a PING and reads its `+PONG` (the session answers it).
+fn ping(stream: &mut TcpStream) {
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").expect("send");
+    let mut reply = [0u8; 7];
+    stream.read_exact(&mut reply).expect("reply");
+    assert_eq!(&reply, b"+PONG\r\n");
+}
+
+fn connect(addr: std::net::SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    stream
+}
+
+#[test]
+fn a_request_within_the_window_finds_the_loop_polling() {
+    let running = start(Duration::from_secs(5));
+    let mut stream = connect(running.addr);
+    ping(&mut stream);
+    let (_, hits_before) = running.counts();
+    // The loop answered and polls now: the next request is caught by the poll.
+    thread::sleep(Duration::from_millis(20));
+    ping(&mut stream);
+    let (polls, hits) = running.counts();
+    assert!(hits > hits_before, "polls {polls}, hits {hits}");
+    // A stop (the waker's event) ends a poll too.
+    running.stop();
+}
+
+#[test]
+fn a_request_after_the_window_is_served_once_the_loop_wakes() {
+    let running = start(Duration::from_micros(200));
+    let mut stream = connect(running.addr);
+    ping(&mut stream);
+    // Longer than the window: the poll runs out and the loop sleeps in epoll_wait.
+    thread::sleep(Duration::from_millis(50));
+    let (polls, hits) = running.counts();
+    assert!(polls > hits, "polls {polls}, hits {hits}: one poll ran out");
+    ping(&mut stream);
+    running.stop();
+}
+
+#[test]
+fn a_zero_window_never_polls() {
+    let running = start(Duration::ZERO);
+    let mut stream = connect(running.addr);
+    for _ in 0..10 {
+        ping(&mut stream);
+    }
+    assert_eq!(running.counts(), (0, 0));
+    running.stop();
+}
