@@ -172,8 +172,9 @@ impl Drop for Awake {
     }
 }
 
-/// Whether a cgroup of this process caps its CPU time ([`cpu_quota_in`]): then time spent
-/// spinning is taken from the container's quota, and whoever would spin should not.
+/// Whether a cgroup of this process caps its CPU time (cgroup v2 `cpu.max`, v1
+/// `cpu.cfs_quota_us`, at its own cgroup or any above it): then time spent spinning is
+/// taken from the container's quota, and whoever would spin should not.
 pub fn cpu_quota_here() -> bool {
     std::fs::read_to_string("/proc/self/cgroup")
         .is_ok_and(|cgroups| cpu_quota_in(&cgroups, |path| std::fs::read_to_string(path).ok()))
