@@ -496,12 +496,7 @@ fn info_persistence_shows_the_write_ahead_file() {
     assert!(server.terminate().success());
 
     let server = Server::start_with(&pool, &["--size", "8M"], &[]);
-    let mut client = server.client();
-    for i in 0..20 {
-        let key = format!("k{i}");
-        client.call(&["SET", key.as_str(), "value"]).unwrap();
-    }
-    let info = read_info(&mut client, "persistence");
+    let info = info_after_twenty_sets(&server, "persistence");
     let field = |name: &str| number(&info, name);
     assert!(info.contains("mnemo_sync_policy:write-ahead"), "{info}");
     assert!(field("mnemo_wal_records") >= 20, "{info}");
@@ -512,8 +507,18 @@ fn info_persistence_shows_the_write_ahead_file() {
     // The default: the pool mapped shared, replies after each group's fdatasync.
     assert_eq!(field("mnemo_wal_private_mapping"), 0, "{info}");
     assert_eq!(field("mnemo_wal_deferred_acks"), 0, "{info}");
-    drop(client);
     assert!(server.terminate().success());
+}
+
+/// Twenty SETs from one client, one after the other, then INFO `section` (the client is
+/// closed before the server is stopped).
+fn info_after_twenty_sets(server: &Server, section: &str) -> String {
+    let mut client = server.client();
+    for i in 0..20 {
+        let key = format!("k{i}");
+        client.call(&["SET", key.as_str(), "value"]).unwrap();
+    }
+    read_info(&mut client, section)
 }
 
 /// `--commit-gathering` reaches the loop: its figures show in INFO clients, with the
@@ -526,12 +531,7 @@ fn commit_gathering_shows_in_info_clients() {
         .unwrap();
     let pool = dir.path().join("kv.pool");
     let server = Server::start_with(&pool, &["--size", "8M", "--commit-gathering"], &[]);
-    let mut client = server.client();
-    for i in 0..20 {
-        let key = format!("k{i}");
-        client.call(&["SET", key.as_str(), "value"]).unwrap();
-    }
-    let info = read_info(&mut client, "clients");
+    let info = info_after_twenty_sets(&server, "clients");
     let field = |name: &str| number(&info, name);
     // Twenty fdatasyncs measured: a wait of at least a microsecond.
     assert!(field("mnemo_commit_wait_us") > 0, "{info}");
@@ -539,7 +539,6 @@ fn commit_gathering_shows_in_info_clients() {
     assert_eq!(field("mnemo_commit_gathers"), 0, "{info}");
     field("mnemo_commit_gather_timeouts");
     field("mnemo_client_turnaround_us");
-    drop(client);
     assert!(server.terminate().success());
 }
 
@@ -552,12 +551,7 @@ fn busy_poll_window_shows_in_info_clients() {
         let dir = shm_dir();
         let pool = dir.path().join("kv.pool");
         let server = Server::start_with(&pool, &["--size", "8M", "--busy-poll-us", window], &[]);
-        let mut client = server.client();
-        for i in 0..20 {
-            let key = format!("k{i}");
-            client.call(&["SET", key.as_str(), "value"]).unwrap();
-        }
-        let info = read_info(&mut client, "clients");
+        let info = info_after_twenty_sets(&server, "clients");
         let field = |name: &str| number(&info, name);
         if polls {
             // Most of the twenty came back within 10 ms (a busy CI machine may stall a few).
@@ -570,7 +564,6 @@ fn busy_poll_window_shows_in_info_clients() {
             assert_eq!(field("mnemo_busy_polls"), 0, "{info}");
             assert_eq!(field("mnemo_busy_poll_hits"), 0, "{info}");
         }
-        drop(client);
         assert!(server.terminate().success());
     }
 }

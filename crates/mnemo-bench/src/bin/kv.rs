@@ -558,15 +558,32 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
 /// Median server CPU microseconds per request per client count, server and test (only
 /// where measured).
 fn cpu_medians(config: &Config, rows: &[Row], tests: &[String]) -> serde_json::Value {
+    per_server(config, tests, |target, clients, test| {
+        let us = cpu_us(rows, target, clients, test)?;
+        Some(serde_json::json!((us * 100.0).round() / 100.0))
+    })
+}
+
+/// Median requests per second per client count, server and test.
+fn medians(config: &Config, rows: &[Row], tests: &[String]) -> serde_json::Value {
+    per_server(config, tests, |target, clients, test| {
+        Some(serde_json::json!(rps(rows, target, clients, test)?.round()))
+    })
+}
+
+/// `{"c<clients> <server>": {test: value}}` over the run's client counts and servers;
+/// a server with no value for any test is left out.
+fn per_server(
+    config: &Config,
+    tests: &[String],
+    value: impl Fn(Target, u32, &str) -> Option<serde_json::Value>,
+) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for &clients in &config.clients {
         for target in Target::ALL {
             let per_test: serde_json::Map<String, serde_json::Value> = tests
                 .iter()
-                .filter_map(|t| {
-                    let us = cpu_us(rows, target, clients, t)?;
-                    Some((t.clone(), serde_json::json!((us * 100.0).round() / 100.0)))
-                })
+                .filter_map(|t| Some((t.clone(), value(target, clients, t)?)))
                 .collect();
             if !per_test.is_empty() {
                 out.insert(
@@ -574,29 +591,6 @@ fn cpu_medians(config: &Config, rows: &[Row], tests: &[String]) -> serde_json::V
                     serde_json::Value::Object(per_test),
                 );
             }
-        }
-    }
-    serde_json::Value::Object(out)
-}
-
-/// Median requests per second per client count, server and test.
-fn medians(config: &Config, rows: &[Row], tests: &[String]) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    for &clients in &config.clients {
-        for target in Target::ALL {
-            let per_test: serde_json::Map<String, serde_json::Value> = tests
-                .iter()
-                .filter_map(|t| {
-                    Some((
-                        t.clone(),
-                        serde_json::json!(rps(rows, target, clients, t)?.round()),
-                    ))
-                })
-                .collect();
-            out.insert(
-                format!("c{clients} {}", target.name()),
-                serde_json::Value::Object(per_test),
-            );
         }
     }
     serde_json::Value::Object(out)
