@@ -17,7 +17,7 @@
 # sleeping".
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-for tool in redis-server redis-benchmark redis-cli taskset; do
+for tool in redis-server redis-benchmark redis-cli taskset python3; do
     command -v "$tool" >/dev/null || { echo "bench-kv-busy-poll: $tool not found (apt-get install redis-server redis-tools util-linux)" >&2; exit 1; }
 done
 cargo build --release --quiet --manifest-path "$repo/Cargo.toml" -p mnemo-cli --bin mnemo
@@ -28,8 +28,22 @@ servers=(redis)
 for w in ${WINDOWS:-0 50}; do servers+=("mnemo-$w"); done
 echo "# commit $(git -C "$repo" rev-parse --short HEAD), $(date -u +%FT%TZ), clients ${CLIENTS:-50}, n $n, client CPU ${CLIENT_CPU:-1}, dir ${DIR:-/dev/shm}, extra '${EXTRA:-}'"
 echo "# round server test requests_per_s server_cpu_ns_per_request"
+pid=""
+dir=""
+# A failed or interrupted run leaves no server spinning on CPU 0 and no pool behind.
+cleanup() {
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    if [ -n "$dir" ]; then rm -rf "$dir"; fi
+    pid=""
+    dir=""
+}
+trap cleanup EXIT
+cpu_ticks() {
+    [ -r "/proc/$pid/stat" ] || { echo "bench-kv-busy-poll: $1 exited during the run" >&2; exit 1; }
+    awk '{print $14 + $15}' "/proc/$pid/stat"
+}
 run_one() {
-    local server=$1 round=$2 port dir pid
+    local server=$1 round=$2 port up=""
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     dir=$(mktemp -d "${DIR:-/dev/shm}/busy-poll.XXXXXX")
     case $server in
@@ -37,17 +51,20 @@ run_one() {
         mnemo-*) MNEMO_LOG=warn taskset -c 0 "$bin" serve --busy-poll-us "${server#mnemo-}" --port "$port" --size 1G --pool "$dir/kv.pool" >/dev/null 2>&1 & ;;
     esac
     pid=$!
-    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    for _ in $(seq 100); do
+        if redis-cli -p "$port" ping >/dev/null 2>&1; then up=1; break; fi
+        sleep 0.1
+    done
+    [ -n "$up" ] || { echo "bench-kv-busy-poll: $server did not answer on port $port within 10 s" >&2; exit 1; }
     for test in ${TESTS:-set get}; do
-        read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+        t0=$(cpu_ticks "$server")
         # shellcheck disable=SC2086 # EXTRA is a list of arguments
         rps=$(taskset -c "${CLIENT_CPU:-1}" redis-benchmark -p "$port" -t "$test" -d 100 -r 10000000 \
             -c "${CLIENTS:-50}" -n "$n" ${EXTRA:-} --csv | tail -1 | cut -d, -f2 | tr -d '"')
-        read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
-        echo "$round $server $test $rps $(( (u1 + s1 - u0 - s0) * 1000000000 / $(getconf CLK_TCK) / n ))"
+        t1=$(cpu_ticks "$server")
+        echo "$round $server $test $rps $(( (t1 - t0) * 1000000000 / $(getconf CLK_TCK) / n ))"
     done
-    kill "$pid"; wait "$pid" 2>/dev/null || true
-    rm -rf "$dir"
+    cleanup
 }
 for round in $(seq "$rounds"); do
     k=$(( (round - 1) % ${#servers[@]} ))

@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mnemo_kv::server::SessionConfig;
 use mnemo_kv::server::{Effect, Engine, EventLoop, LoopStats, Request, Stopper};
@@ -16,9 +16,9 @@ use mnemo_resp::Encoder;
 
 /// Answers every request it is given `+OK` and writes nothing (the PINGs sent here are
 /// answered by the session before an engine sees them).
-struct Ok;
+struct AlwaysOk;
 
-impl Engine for Ok {
+impl Engine for AlwaysOk {
     type Error = std::convert::Infallible;
 
     fn begin(&mut self) {}
@@ -29,7 +29,7 @@ impl Engine for Ok {
     }
 
     fn commit(&mut self) -> Result<(), Self::Error> {
-        Result::Ok(())
+        Ok(())
     }
 
     fn finish_read_only(&mut self) {}
@@ -49,7 +49,7 @@ fn start(window: Duration) -> Running {
     event_loop.set_busy_poll(window);
     let addr = event_loop.local_addr();
     let stats = event_loop.stats();
-    let thread = thread::spawn(move || event_loop.run(&mut Ok));
+    let thread = thread::spawn(move || event_loop.run(&mut AlwaysOk));
     Running {
         addr,
         stopper,
@@ -93,14 +93,21 @@ fn a_request_within_the_window_finds_the_loop_polling() {
     let running = start(Duration::from_secs(5));
     let mut stream = connect(running.addr);
     ping(&mut stream);
-    let (_, hits_before) = running.counts();
     // The loop answered and polls now: the next request is caught by the poll.
     thread::sleep(Duration::from_millis(20));
+    let (_, hits_before) = running.counts();
     ping(&mut stream);
     let (polls, hits) = running.counts();
     assert!(hits > hits_before, "polls {polls}, hits {hits}");
-    // A stop (the waker's event) ends a poll too.
+    // A stop (the waker's event) ends a poll: not the 5 s window.
+    thread::sleep(Duration::from_millis(20));
+    let stopping = Instant::now();
     running.stop();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(2),
+        "the stop took {:?}",
+        stopping.elapsed()
+    );
 }
 
 #[test]
@@ -108,11 +115,16 @@ fn a_request_after_the_window_is_served_once_the_loop_wakes() {
     let running = start(Duration::from_micros(200));
     let mut stream = connect(running.addr);
     ping(&mut stream);
-    // Longer than the window: the poll runs out and the loop sleeps in epoll_wait.
+    // Far longer than the window: the poll runs out and the loop sleeps in epoll_wait.
     thread::sleep(Duration::from_millis(50));
-    let (polls, hits) = running.counts();
-    assert!(polls > hits, "polls {polls}, hits {hits}: one poll ran out");
+    let (polls_before, hits_before) = running.counts();
     ping(&mut stream);
+    // Time for the loop to come round to its next wait after answering.
+    thread::sleep(Duration::from_millis(20));
+    let (polls, hits) = running.counts();
+    // No poll caught it (the loop had slept), and the loop polled again after answering.
+    assert_eq!(hits, hits_before, "polls {polls}, hits {hits}");
+    assert!(polls > polls_before, "polls {polls}, hits {hits}");
     running.stop();
 }
 

@@ -196,7 +196,12 @@ fn run_benchmark(target: Target, clients: u32, config: &Config) -> Result<Vec<Ro
     let mut rows = Vec::new();
     // One redis-benchmark per test (in the order given, on the same server, as `-t a,b`
     // runs them), so the server's CPU time can be read around each.
-    for test in config.tests.split(',').filter(|t| !t.is_empty()) {
+    for test in config
+        .tests
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
         let before = server.cpu_time();
         let output = Command::new("taskset")
             .args(["-c", &config.client_cpu, "redis-benchmark"])

@@ -96,9 +96,11 @@ pub struct LoopStats {
     pub commit_estimate_ns: AtomicU64,
     /// Its estimate of an answered client's time to its next request (0: none yet).
     pub turnaround_estimate_ns: AtomicU64,
-    /// Waits that polled for events before sleeping ([`EventLoop::set_busy_poll`]).
+    /// Waits the loop would have slept in and polled in first, nothing being ready at the
+    /// first look ([`EventLoop::set_busy_poll`]).
     pub busy_polls: AtomicU64,
-    /// Those polls that found an event, so the loop did not sleep.
+    /// Those polls that found an event before their window ran out: the loop did not
+    /// sleep.
     pub busy_poll_hits: AtomicU64,
 }
 
@@ -316,7 +318,7 @@ impl EventLoop {
         self.gather.set_enabled(on);
     }
 
-    /// How long the loop polls for events (`epoll_wait` with no timeout, again and again)
+    /// How long the loop polls for events (`epoll_wait` with a zero timeout, again and again)
     /// before it sleeps in `epoll_wait` (default: zero, it sleeps at once). A request that
     /// arrives within the window finds the loop running: the client's send does not have
     /// to wake it, and its CPU has not halted. Under steady load from many clients this is
@@ -403,10 +405,13 @@ impl EventLoop {
                         .min(IDLE_POLL_MAX)
                     })
             };
-            let polled = if timeout.is_zero() {
-                false
+            // The poll's time comes out of the wait's, so a deadline is not put off.
+            let (polled, timeout) = if timeout.is_zero() {
+                (false, timeout)
             } else {
-                self.busy_poll(&mut events)?
+                let began = Instant::now();
+                let polled = self.busy_poll(&mut events, timeout)?;
+                (polled, timeout.saturating_sub(began.elapsed()))
             };
             if !polled {
                 if let Err(error) = self.poll.poll(&mut events, Some(timeout)) {
@@ -445,14 +450,16 @@ impl EventLoop {
         Ok(())
     }
 
-    /// Polls for events without sleeping, for at most the busy-poll window: whether it
-    /// found some (they are in `events`). A zero window polls not at all.
-    fn busy_poll(&mut self, events: &mut Events) -> io::Result<bool> {
+    /// Polls for events without sleeping, for at most the busy-poll window or `limit`,
+    /// whichever is shorter: whether it found some (they are in `events`). A zero window
+    /// polls not at all. Events there at the first look are found, but not counted as a
+    /// poll: the loop would not have slept for them.
+    fn busy_poll(&mut self, events: &mut Events, limit: Duration) -> io::Result<bool> {
         if self.busy_poll.is_zero() {
             return Ok(false);
         }
-        self.stats.busy_polls.fetch_add(1, Ordering::Relaxed);
-        let until = Instant::now() + self.busy_poll;
+        let until = Instant::now() + self.busy_poll.min(limit);
+        let mut first = true;
         loop {
             match self.poll.poll(events, Some(Duration::ZERO)) {
                 Ok(()) => {}
@@ -460,8 +467,14 @@ impl EventLoop {
                 Err(error) => return Err(error),
             }
             if !events.is_empty() {
-                self.stats.busy_poll_hits.fetch_add(1, Ordering::Relaxed);
+                if !first {
+                    self.stats.busy_poll_hits.fetch_add(1, Ordering::Relaxed);
+                }
                 return Ok(true);
+            }
+            if first {
+                self.stats.busy_polls.fetch_add(1, Ordering::Relaxed);
+                first = false;
             }
             if Instant::now() >= until {
                 return Ok(false);
