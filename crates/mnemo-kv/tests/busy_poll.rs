@@ -3,15 +3,16 @@
 //! arrives after it is served too (the loop slept in `epoll_wait` and woke); a stop reaches
 //! a polling loop; a zero window never polls.
 
+mod loop_thread;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use mnemo_kv::server::SessionConfig;
-use mnemo_kv::server::{Effect, Engine, EventLoop, LoopStats, Request, Stopper};
+use loop_thread::{connect, LoopThread};
+use mnemo_kv::server::{Effect, Engine, Request};
 use mnemo_resp::Encoder;
 
 /// Answers every request it is given `+OK` and writes nothing (the PINGs sent here are
@@ -35,41 +36,16 @@ impl Engine for AlwaysOk {
     fn finish_read_only(&mut self) {}
 }
 
-struct Running {
-    addr: std::net::SocketAddr,
-    stopper: Stopper,
-    stats: Arc<LoopStats>,
-    thread: thread::JoinHandle<std::io::Result<()>>,
+fn start(window: Duration) -> LoopThread {
+    LoopThread::start(AlwaysOk, |event_loop| event_loop.set_busy_poll(window))
 }
 
-fn start(window: Duration) -> Running {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let (mut event_loop, stopper) =
-        EventLoop::new(listener, SessionConfig::default()).expect("loop");
-    event_loop.set_busy_poll(window);
-    let addr = event_loop.local_addr();
-    let stats = event_loop.stats();
-    let thread = thread::spawn(move || event_loop.run(&mut AlwaysOk));
-    Running {
-        addr,
-        stopper,
-        stats,
-        thread,
-    }
-}
-
-impl Running {
-    fn counts(&self) -> (u64, u64) {
-        (
-            self.stats.busy_polls.load(Ordering::SeqCst),
-            self.stats.busy_poll_hits.load(Ordering::SeqCst),
-        )
-    }
-
-    fn stop(self) {
-        self.stopper.stop().expect("stop");
-        self.thread.join().expect("loop thread").expect("loop");
-    }
+/// The loop's busy polls and the hits among them.
+fn counts(running: &LoopThread) -> (u64, u64) {
+    (
+        running.stats.busy_polls.load(Ordering::SeqCst),
+        running.stats.busy_poll_hits.load(Ordering::SeqCst),
+    )
 }
 
 /// Sends a PING and reads its `+PONG` (the session answers it).
@@ -80,14 +56,6 @@ fn ping(stream: &mut TcpStream) {
     assert_eq!(&reply, b"+PONG\r\n");
 }
 
-fn connect(addr: std::net::SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    stream
-}
-
 #[test]
 fn a_request_within_the_window_finds_the_loop_polling() {
     let running = start(Duration::from_secs(5));
@@ -95,9 +63,9 @@ fn a_request_within_the_window_finds_the_loop_polling() {
     ping(&mut stream);
     // The loop answered and polls now: the next request is caught by the poll.
     thread::sleep(Duration::from_millis(20));
-    let (_, hits_before) = running.counts();
+    let (_, hits_before) = counts(&running);
     ping(&mut stream);
-    let (polls, hits) = running.counts();
+    let (polls, hits) = counts(&running);
     assert!(hits > hits_before, "polls {polls}, hits {hits}");
     // A stop (the waker's event) ends a poll: not the 5 s window.
     thread::sleep(Duration::from_millis(20));
@@ -117,11 +85,11 @@ fn a_request_after_the_window_is_served_once_the_loop_wakes() {
     ping(&mut stream);
     // Far longer than the window: the poll runs out and the loop sleeps in epoll_wait.
     thread::sleep(Duration::from_millis(50));
-    let (polls_before, hits_before) = running.counts();
+    let (polls_before, hits_before) = counts(&running);
     ping(&mut stream);
     // Time for the loop to come round to its next wait after answering.
     thread::sleep(Duration::from_millis(20));
-    let (polls, hits) = running.counts();
+    let (polls, hits) = counts(&running);
     // No poll caught it (the loop had slept), and the loop polled again after answering.
     assert_eq!(hits, hits_before, "polls {polls}, hits {hits}");
     assert!(polls > polls_before, "polls {polls}, hits {hits}");
@@ -135,6 +103,6 @@ fn a_zero_window_never_polls() {
     for _ in 0..10 {
         ping(&mut stream);
     }
-    assert_eq!(running.counts(), (0, 0));
+    assert_eq!(counts(&running), (0, 0));
     running.stop();
 }

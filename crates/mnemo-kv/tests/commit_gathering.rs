@@ -3,14 +3,17 @@
 //! share them; a client that thinks between requests is not waited for; replies still
 //! leave only after the commit that covers them.
 
+mod loop_thread;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use mnemo_kv::server::{Effect, Engine, EventLoop, LoopStats, Request, SessionConfig, Stopper};
+use loop_thread::{connect, LoopThread};
+use mnemo_kv::server::{Effect, Engine, Request};
 use mnemo_resp::{CommandId, Encoder};
 
 /// Counts what it is asked to do; a commit sleeps `commit` and then marks the writes of the
@@ -62,50 +65,22 @@ impl Engine for SlowCommits {
     fn finish_read_only(&mut self) {}
 }
 
+/// The loop and its fake engine's counts.
 struct Running {
-    addr: std::net::SocketAddr,
-    stopper: Stopper,
-    stats: Arc<LoopStats>,
+    lp: LoopThread,
     counts: Arc<Counts>,
-    thread: thread::JoinHandle<std::io::Result<()>>,
 }
 
 fn start(commit: Duration, gathering: bool) -> Running {
     let counts = Arc::new(Counts::default());
-    let mut engine = SlowCommits {
+    let engine = SlowCommits {
         commit,
         counts: Arc::clone(&counts),
     };
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let (mut event_loop, stopper) =
-        EventLoop::new(listener, SessionConfig::default()).expect("loop");
-    event_loop.set_commit_gathering(gathering);
-    let addr = event_loop.local_addr();
-    let stats = event_loop.stats();
-    let thread = thread::spawn(move || event_loop.run(&mut engine));
-    Running {
-        addr,
-        stopper,
-        stats,
-        counts,
-        thread,
-    }
-}
-
-impl Running {
-    fn stop(self) {
-        self.stopper.stop().expect("stop");
-        self.thread.join().expect("loop thread").expect("loop");
-    }
-}
-
-fn connect(addr: std::net::SocketAddr) -> TcpStream {
-    let stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    stream.set_nodelay(true).expect("nodelay");
-    stream
+    let lp = LoopThread::start(engine, |event_loop| {
+        event_loop.set_commit_gathering(gathering)
+    });
+    Running { lp, counts }
 }
 
 const SET: &[u8] = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n";
@@ -139,7 +114,7 @@ const CLIENT_WORK: Duration = Duration::from_micros(100);
 /// Returns the commits the loop made; checks every reply left after a commit covering its
 /// write.
 fn closed_loop(running: &Running, clients: usize, rounds: usize) -> u64 {
-    let mut streams: Vec<TcpStream> = (0..clients).map(|_| connect(running.addr)).collect();
+    let mut streams: Vec<TcpStream> = (0..clients).map(|_| connect(running.lp.addr)).collect();
     for stream in &mut streams {
         stream.write_all(SET).expect("send");
     }
@@ -173,12 +148,12 @@ fn quick_clients_behind_slow_commits_share_them() {
     let commit = Duration::from_millis(20);
     let on = start(commit, true);
     let gathered = closed_loop(&on, CLIENTS, ROUNDS);
-    let gathers = on.stats.commit_gathers.load(Ordering::SeqCst);
-    on.stop();
+    let gathers = on.lp.stats.commit_gathers.load(Ordering::SeqCst);
+    on.lp.stop();
     let off = start(commit, false);
     let alone = closed_loop(&off, CLIENTS, ROUNDS);
-    assert_eq!(off.stats.commit_gathers.load(Ordering::SeqCst), 0);
-    off.stop();
+    assert_eq!(off.lp.stats.commit_gathers.load(Ordering::SeqCst), 0);
+    off.lp.stop();
     let writes = (CLIENTS * ROUNDS) as f64;
     eprintln!(
         "{CLIENTS} clients x {ROUNDS} writes, 20 ms commits: {gathered} commits gathering \
@@ -201,7 +176,7 @@ fn quick_clients_behind_slow_commits_share_them() {
 fn a_client_that_thinks_is_not_waited_for() {
     let commit = Duration::from_millis(4);
     let running = start(commit, true);
-    let addr = running.addr;
+    let addr = running.lp.addr;
     // One client writes once every 60 ms, the other back to back.
     let thinker = thread::spawn(move || {
         let mut stream = connect(addr);
@@ -218,12 +193,16 @@ fn a_client_that_thinks_is_not_waited_for() {
         writes += 1;
     }
     thinker.join().expect("thinker");
-    let timeouts = running.stats.commit_gather_timeouts.load(Ordering::SeqCst);
+    let timeouts = running
+        .lp
+        .stats
+        .commit_gather_timeouts
+        .load(Ordering::SeqCst);
     eprintln!(
         "{writes} back-to-back writes in {:?} beside a thinking client: {timeouts} waits ran out",
         started.elapsed()
     );
-    running.stop();
+    running.lp.stop();
     // The thinker is waited for at most once after each of its few quick returns (never,
     // here: it is never quick), not after each of its eight writes.
     assert!(
