@@ -310,8 +310,8 @@ fn busy_poll(asked: Option<u32>) -> Duration {
 
 /// The default busy-poll window, in microseconds. Fifty clients on loopback, on a 2-vCPU VM
 /// whose idle CPUs halt, come back to an idle server within it; windows of 20, 50 and
-/// 100 us measured alike there, and one client's round trip (about 37 us) fits in 50 with
-/// room (`docs/design/kv-server.md`, "Polling before sleeping").
+/// 100 us measured alike there. One client's requests came 37 us apart, the server's own
+/// work included (`docs/design/kv-server.md`, "Polling before sleeping").
 const BUSY_POLL_US_DEFAULT: u32 = 50;
 
 /// Until `stop`: an empty sync point whenever the replication wants one (a mirror to bring
