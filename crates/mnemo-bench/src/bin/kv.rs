@@ -327,6 +327,21 @@ fn median_of(
     (!values.is_empty()).then(|| mnemo_bench::median(&values))
 }
 
+/// `{test: ratio}` to two decimals, for the tests that have one.
+fn per_test_ratio(tests: &[String], ratio: impl Fn(&str) -> Option<f64>) -> serde_json::Value {
+    let per_test: serde_json::Map<String, serde_json::Value> = tests
+        .iter()
+        .filter_map(|test| {
+            let ratio = ratio(test)?;
+            Some((
+                test.clone(),
+                serde_json::json!((ratio * 100.0).round() / 100.0),
+            ))
+        })
+        .collect();
+    serde_json::Value::Object(per_test)
+}
+
 /// The median over the rounds of mnemo's rate over `peer`'s in the same round: less
 /// swayed than a ratio of medians by a round where the machine was slow for both.
 fn round_ratio(rows: &[Row], peer: Target, clients: u32, test: &str) -> Option<f64> {
@@ -442,52 +457,24 @@ fn report(config: &Config, rows: &[Row], redis_version: &str) -> Result<(), Stri
         } else {
             Target::RedisNone
         };
-        let mut per_test = serde_json::Map::new();
-        for test in &tests {
-            if let (Some(m), Some(p)) = (
-                rps(rows, Target::Mnemo, clients, test),
-                rps(rows, peer, clients, test),
-            ) {
-                per_test.insert(
-                    test.clone(),
-                    serde_json::json!((m / p * 100.0).round() / 100.0),
-                );
-            }
-        }
+        // The ratio of the medians, and the median of the rounds' own ratios.
+        let of_medians = |peer: Target| {
+            per_test_ratio(&tests, |test| {
+                Some(rps(rows, Target::Mnemo, clients, test)? / rps(rows, peer, clients, test)?)
+            })
+        };
         ratios.insert(
             format!("c{clients}_mnemo_over_{}", peer.name()),
-            serde_json::Value::Object(per_test),
+            of_medians(peer),
         );
-        let per_test: serde_json::Map<String, serde_json::Value> = tests
-            .iter()
-            .filter_map(|test| {
-                let ratio = round_ratio(rows, peer, clients, test)?;
-                Some((
-                    test.clone(),
-                    serde_json::json!((ratio * 100.0).round() / 100.0),
-                ))
-            })
-            .collect();
         round_ratios.insert(
             format!("c{clients}_mnemo_over_{}", peer.name()),
-            serde_json::Value::Object(per_test),
+            per_test_ratio(&tests, |test| round_ratio(rows, peer, clients, test)),
         );
         // Both durable, both in memory: mnemo's pool and Redis's AOF on /dev/shm.
-        let mut per_test = serde_json::Map::new();
-        for test in &tests {
-            if let (Some(m), Some(p)) = (
-                rps(rows, Target::Mnemo, clients, test),
-                rps(rows, Target::RedisAofShm, clients, test),
-            ) {
-                per_test.insert(
-                    test.clone(),
-                    serde_json::json!((m / p * 100.0).round() / 100.0),
-                );
-            }
-        }
         ratios.insert(
             format!("c{clients}_mnemo_over_{}", Target::RedisAofShm.name()),
-            serde_json::Value::Object(per_test),
+            of_medians(Target::RedisAofShm),
         );
     }
     for (key, value) in &ratios {
